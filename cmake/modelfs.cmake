@@ -1,0 +1,60 @@
+# Small helpers so every modelfs target is declared the same way: explicit sources, our
+# warning flags, and the repository root as the include root ("core/formats/gguf.h").
+
+set(MODELFS_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers)
+if(MODELFS_WERROR)
+  list(APPEND MODELFS_WARNINGS -Werror)
+endif()
+
+# modelfs_library(NAME SOURCES a.cc ... DEPS dep ...)
+function(modelfs_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+  target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+# modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s])
+# Unit tests carry the label "unit"; slow end-to-end tests carry "e2e" so
+# `ctest -L unit` stays fast.
+function(modelfs_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} modelfs_testing GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "MODELFS_SOURCE_DIR=${PROJECT_SOURCE_DIR};MODELFS_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()
+
+# modelfs_fuzzer(NAME SOURCES fuzz.cc INSTRUMENT lib_sources... DEPS ... CORPUS dir RUNS n)
+# Builds a libFuzzer target whose parser sources are compiled with coverage instrumentation,
+# and a CTest that replays the checked-in corpus and then fuzzes for RUNS iterations.
+function(modelfs_fuzzer name)
+  cmake_parse_arguments(ARG "" "CORPUS;RUNS" "SOURCES;INSTRUMENT;DEPS" ${ARGN})
+  if(NOT MODELFS_FUZZ)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES} ${ARG_INSTRUMENT})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS} -fsanitize=fuzzer,address,undefined -g -O1)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  if(NOT ARG_RUNS)
+    set(ARG_RUNS 20000)
+  endif()
+  set(work ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+      sh -c "rm -rf '${work}' && mkdir -p '${work}' && cp -r '${ARG_CORPUS}/.' '${work}/' && exec \"$0\" -runs=${ARG_RUNS} -max_len=65536 -rss_limit_mb=1024 -timeout=10 '${work}' '${ARG_CORPUS}'" $<TARGET_FILE:${name}>)
+  set_tests_properties(${name} PROPERTIES LABELS "fuzz" TIMEOUT 300)
+endfunction()
