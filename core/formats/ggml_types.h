@@ -14,17 +14,21 @@ namespace modelfs {
 
 struct GgmlType {
   uint32_t id;
-  const char* name;     // "F32", "Q8_0", "Q4_K", ... (as ggml_type_name spells them, upper case)
-  uint32_t block_size;  // weights per block (1 for F32/F16/BF16/I8.., 32 for Q8_0, 256 for K-quants)
-  uint32_t type_size;   // bytes per block (34 for Q8_0, 36 for Q8_1, 144 for Q4_K)
-  bool removed;         // ids 4, 5, 31..33, 36..38: no longer valid in files
+  const char* name;  // "F32", "Q8_0", "Q4_K", ... (as ggml_type_name spells them, upper case)
+  uint32_t
+      block_size;      // weights per block (1 for F32/F16/BF16/I8.., 32 for Q8_0, 256 for K-quants)
+  uint32_t type_size;  // bytes per block (34 for Q8_0, 36 for Q8_1, 144 for Q4_K)
+  bool removed;        // ids 4, 5, 31..33, 36..38: no longer valid in files; sizes are 0
+                       // (as ggml's type_traits leave them)
 
-  double bits_per_weight() const { return 8.0 * type_size / block_size; }
+  // 0 for removed types, which have no size.
+  double bits_per_weight() const { return block_size == 0 ? 0.0 : 8.0 * type_size / block_size; }
 };
 
 // Returns the entry for id, or nullptr when id is outside the table.
 const GgmlType* FindGgmlType(uint32_t id);
 // Case-insensitive lookup by name ("q4_k", "Q8_0", "f16", "bf16"); nullptr when unknown.
+// Removed types are found too (check `removed`).
 const GgmlType* FindGgmlTypeByName(std::string_view name);
 // Number of ids in the table (43: 0..42).
 uint32_t GgmlTypeCount();

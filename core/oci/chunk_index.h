@@ -1,13 +1,18 @@
 // ChunkIndex: one SHA-256 per fixed-size chunk of a blob, so a lazily fetched layer can be
 // verified chunk by chunk. The index itself is a blob whose digest is named inside the volume
 // image's verified manifest chain (see docs/chunk-index.md for the on-wire format).
+//
+// Thread safety: ChunkIndex is an immutable-after-build value (const methods are safe to call
+// concurrently); a ChunkIndexBuilder belongs to one thread.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/oci/digest.h"
 
@@ -16,24 +21,40 @@ namespace modelfs {
 struct ChunkIndex {
   static constexpr uint32_t kVersion = 1;
   static constexpr uint64_t kDefaultChunkSize = 4ull << 20;
+  static constexpr uint64_t kMinChunkSize = 64ull << 10;
+  static constexpr uint64_t kMaxChunkSize = 64ull << 20;
+  static constexpr size_t kHeaderSize = 68;  // magic 8 + version 4 + 3*8 + digest 32
 
-  Digest blob_digest;           // the layer this index describes
+  Digest blob_digest;  // the layer this index describes
   uint64_t blob_size = 0;
-  uint64_t chunk_size = kDefaultChunkSize;  // power of two, 64 KiB .. 64 MiB
+  uint64_t chunk_size = kDefaultChunkSize;      // power of two, 64 KiB .. 64 MiB
   std::vector<std::array<uint8_t, 32>> chunks;  // ceil(blob_size / chunk_size) entries
 
   uint64_t chunk_count() const { return chunks.size(); }
-  // Byte length of chunk i (the last one may be short).
+  // Byte length of chunk i (the last one may be short); 0 when i is out of range.
   uint64_t ChunkLength(uint64_t i) const;
+  // Byte offset of chunk i in the blob.
+  uint64_t ChunkOffset(uint64_t i) const { return i * chunk_size; }
+
+  // Checks that `bytes` are exactly chunk i. Errors: kOutOfRange for a chunk number past the
+  // end, kDataLoss "chunk i of <blob digest> ..." for wrong length or content.
+  absl::Status VerifyChunk(uint64_t i, std::string_view bytes) const;
+
+  // True for a power of two in [kMinChunkSize, kMaxChunkSize].
+  static bool ValidChunkSize(uint64_t chunk_size);
+
+  friend bool operator==(const ChunkIndex&, const ChunkIndex&) = default;
 };
 
 // Builds an index by streaming: feed the blob's bytes in order with Update, then Finish.
 // Also computes the whole-blob digest, so one pass both verifies a layer and indexes it.
+// `chunk_size` must satisfy ChunkIndex::ValidChunkSize (checked by callers; an invalid one
+// falls back to kDefaultChunkSize).
 class ChunkIndexBuilder {
  public:
   explicit ChunkIndexBuilder(uint64_t chunk_size = ChunkIndex::kDefaultChunkSize);
   void Update(std::string_view bytes);
-  ChunkIndex Finish();  // blob_digest is the SHA-256 of everything fed
+  ChunkIndex Finish();  // blob_digest is the SHA-256 of everything fed; call once
 
  private:
   uint64_t chunk_size_;
@@ -44,10 +65,15 @@ class ChunkIndexBuilder {
   std::vector<std::array<uint8_t, 32>> chunks_;
 };
 
-// Serialization (implemented in chunk_index.cc).
+// Convenience: the index of bytes held in memory.
+ChunkIndex BuildChunkIndex(std::string_view blob,
+                           uint64_t chunk_size = ChunkIndex::kDefaultChunkSize);
+
+// Serialization (docs/chunk-index.md). Deterministic: equal indexes give equal bytes.
 std::string SerializeChunkIndex(const ChunkIndex& index);
 // Errors: kInvalidArgument naming the field at fault (bad magic/version, chunk size not a
-// power of two in range, count not matching blob_size / chunk_size, truncated).
+// power of two in range, count not matching blob_size / chunk_size, trailing bytes);
+// kOutOfRange when truncated.
 absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes);
 
 }  // namespace modelfs

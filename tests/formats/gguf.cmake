@@ -1,1 +1,20 @@
-# owned by the gguf engineer
+modelfs_test(gguf_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gguf_test.cc
+  DEPS modelfs_gguf)
+modelfs_test(gguf_writer_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gguf_writer_test.cc
+  DEPS modelfs_gguf)
+modelfs_test(ggml_types_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/ggml_types_test.cc
+  DEPS modelfs_gguf)
+modelfs_test(dequant_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/dequant_test.cc
+  DEPS modelfs_gguf)
+modelfs_test(synthetic_models_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/synthetic_models_test.cc
+  DEPS modelfs_gguf)
+modelfs_test(synthetic_models_e2e_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/synthetic_models_e2e_test.cc
+  DEPS modelfs_gguf
+  LABELS e2e
+  TIMEOUT 300)

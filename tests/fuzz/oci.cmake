@@ -1,1 +1,45 @@
-# owned by the oci engineer
+# OCI fuzz targets (owned by the oci engineer): the JSON documents a registry hands us, the
+# binary chunk index, and the tar header reader.
+set(MODELFS_OCI_FUZZ_SOURCES
+  ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/media_types.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/oci_json.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/manifest.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/modelpack.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/path_safety.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
+  ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
+  ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
+  ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
+set(MODELFS_OCI_FUZZ_DEPS
+  modelfs_status OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings CURL::libcurl)
+
+# ParseManifest / ParseIndex / ParseModelPackConfig / ParseVolumeModelJson on arbitrary bytes,
+# and parse -> serialize -> parse must be a fixed point.
+modelfs_fuzzer(oci_manifest_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_manifest_fuzz.cc
+  INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES}
+  DEPS ${MODELFS_OCI_FUZZ_DEPS}
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_manifest
+  RUNS 20000)
+
+# ParseChunkIndex on arbitrary bytes; accepted indexes serialize back to the same bytes.
+modelfs_fuzzer(oci_chunk_index_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_chunk_index_fuzz.cc
+  INSTRUMENT
+    ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
+  DEPS modelfs_status OpenSSL::Crypto absl::strings
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_chunk_index
+  RUNS 20000)
+
+# IndexTar (paths checked and raw) and ParseVolumeLayer on arbitrary bytes; every entry's data
+# must lie inside the blob.
+modelfs_fuzzer(oci_tar_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_tar_fuzz.cc
+  INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES}
+  DEPS ${MODELFS_OCI_FUZZ_DEPS}
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_tar
+  RUNS 20000)

@@ -1,0 +1,29 @@
+// Shared plumbing for the modelfs CLI: each command registers a CLI11 subcommand whose callback
+// stores an absl::Status in the context; main() turns it into the documented exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace modelfs::cli {
+
+struct Context {
+  absl::Status status;  // result of the command that ran
+};
+
+void RegisterInspect(CLI::App& app, Context& ctx);
+void RegisterMemory(CLI::App& app, Context& ctx);
+void RegisterDigest(CLI::App& app, Context& ctx);
+
+// 1234567 -> "1,234,567"
+std::string WithCommas(uint64_t n);
+// 1536 -> "1.50 KiB"
+std::string HumanBytes(uint64_t n);
+bool StdoutIsTty();
+bool StderrIsTty();
+
+}  // namespace modelfs::cli

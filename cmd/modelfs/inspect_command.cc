@@ -1,0 +1,97 @@
+// `modelfs inspect FILE|URL|DIR|INDEX.json [--json] [--tensors] [--peek NAME]`: what a model is,
+// from its headers only.
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cmd/modelfs/cli.h"
+#include "core/formats/model_inspect.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs::cli {
+namespace {
+
+struct InspectCliOptions {
+  std::vector<std::string> paths;
+  bool json = false;
+  bool tensors = false;
+  std::string peek;
+  size_t peek_count = 8;
+  bool insecure = false;
+};
+
+absl::Status RunInspect(const InspectCliOptions& o) {
+  InspectOptions io;
+  io.http.verify_tls = !o.insecure;
+  ASSIGN_OR_RETURN(InspectedModel model, InspectModel(o.paths, io));
+  nlohmann::json j;
+  if (o.json) j = InspectedModelToJson(model, o.tensors);
+  if (!o.peek.empty()) {
+    const InspectedFile* owner = nullptr;
+    for (const auto& f : model.files) {
+      for (const auto& t : f.tensors) {
+        if (t.name == o.peek) owner = &f;
+      }
+    }
+    if (owner == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no tensor named '", o.peek, "' in ",
+                                              model.files.empty() ? "the input"
+                                                                  : model.files[0].location));
+    }
+    ASSIGN_OR_RETURN(auto reader, OpenRangeReader(owner->location, io.http));
+    ASSIGN_OR_RETURN(std::vector<float> values, PeekTensor(*reader, *owner, o.peek, o.peek_count));
+    if (o.json) {
+      j["peek"] = {{"tensor", o.peek}, {"values", values}};
+    } else {
+      std::string line = absl::StrCat("peek ", o.peek, ":");
+      for (size_t i = 0; i < values.size(); ++i) {
+        absl::StrAppend(&line, i ? ", " : " ", absl::StrFormat("%g", values[i]));
+      }
+      for (const auto& f : model.files) printf("%s", RenderInspectedFile(f, o.tensors).c_str());
+      printf("%s\n", line.c_str());
+      return absl::OkStatus();
+    }
+  }
+  if (o.json) {
+    printf("%s\n", j.dump(2).c_str());
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < model.files.size(); ++i) {
+    if (i) printf("\n");
+    printf("%s", RenderInspectedFile(model.files[i], o.tensors).c_str());
+  }
+  if (model.files.size() > 1) {
+    printf("\nmodel total: %s parameters, %s tensor bytes in %zu files\n",
+           WithCommas(model.parameters).c_str(), WithCommas(model.tensor_bytes).c_str(),
+           model.files.size());
+  }
+  if (model.config && model.shape) {
+    const ModelShape& s = *model.shape;
+    printf("config.json: %s, %llu layers, %llu heads, %llu KV heads, head dim %llu\n",
+           s.architecture.c_str(), static_cast<unsigned long long>(s.layers),
+           static_cast<unsigned long long>(s.heads), static_cast<unsigned long long>(s.kv_heads),
+           static_cast<unsigned long long>(s.head_dim_k));
+  }
+  for (const auto& w : model.warnings) printf("warning: %s\n", w.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterInspect(CLI::App& app, Context& ctx) {
+  auto o = std::make_shared<InspectCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect",
+      "Read safetensors / GGUF headers (file, http(s) URL, directory or "
+      "model.safetensors.index.json): tensors, parameters, dtypes, quantization, shape");
+  cmd->add_option("PATH", o->paths, "File, URL, directory or sharded index")->required();
+  cmd->add_flag("--json", o->json, "Print JSON (byte counts as plain integers)");
+  cmd->add_flag("--tensors", o->tensors, "List every tensor");
+  cmd->add_option("--peek", o->peek, "Decode the first values of this tensor");
+  cmd->add_option("--peek-count", o->peek_count, "How many values --peek prints")->default_val(8);
+  cmd->add_flag("--insecure", o->insecure, "Do not verify TLS certificates for https URLs");
+  cmd->callback([o, &ctx] { ctx.status = RunInspect(*o); });
+}
+
+}  // namespace modelfs::cli

@@ -1,0 +1,42 @@
+// modelfs: the command-line tool. See docs/cli.md for commands and exit codes.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cmd/modelfs/cli.h"
+#include "core/status/status_macros.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "modelfs: model weights from OCI registries, lazily mounted and verified.\n"
+      "Exit codes: 0 success, 1 verification failure, 2 bad input or usage.",
+      "modelfs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("modelfs ") + MODELFS_VERSION);
+  modelfs::cli::Context ctx;
+  modelfs::cli::RegisterInspect(app, ctx);
+  modelfs::cli::RegisterMemory(app, ctx);
+  modelfs::cli::RegisterDigest(app, ctx);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return modelfs::kExitUsage;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "modelfs: internal error: %s\n", e.what());
+    return modelfs::kExitVerify;
+  }
+  if (!ctx.status.ok()) {
+    fprintf(stderr, "modelfs: %s\n", std::string(ctx.status.message()).c_str());
+    return modelfs::ExitCodeFor(ctx.status);
+  }
+  return modelfs::kExitOk;
+}

@@ -1,0 +1,1258 @@
+#include "core/cache/blob_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+bool Retryable(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string ErrnoText(int err) { return std::string(strerror(err)); }
+
+// Reads exactly n bytes at offset; kInternal on I/O error or short file.
+absl::Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std::string& what) {
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return absl::InternalError(absl::StrCat("reading ", what, " at offset ", offset + done, ": ",
+                                              ErrnoText(errno)));
+    }
+    if (r == 0) {
+      return absl::InternalError(
+          absl::StrCat("reading ", what, ": file ends before offset ", offset + done));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PwriteFull(int fd, const char* buf, uint64_t n, uint64_t offset,
+                        const std::string& what) {
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = pwrite(fd, buf + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return absl::InternalError(absl::StrCat("writing ", what, " at offset ", offset + done, ": ",
+                                              ErrnoText(errno)));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+std::array<uint8_t, 32> HashOf(const char* data, size_t n) {
+  Sha256 h;
+  h.Update(data, n);
+  return h.Finish().raw();
+}
+
+std::string HexOf(const std::array<uint8_t, 32>& raw) { return Digest::FromRaw(raw).str(); }
+
+}  // namespace
+
+struct BlobCache::Layer {
+  Digest digest;
+  uint64_t size = 0;
+  uint64_t chunk_size = 1;
+  VerifyMode mode = VerifyMode::kChunk;
+  bool has_spec = false;  // registered in this process (else only known from the database)
+  // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
+  // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
+  std::vector<std::array<uint8_t, 32>> expected;
+  std::vector<ChunkState> state;
+  std::vector<std::shared_ptr<Flight>> flight;
+  absl::flat_hash_set<std::string> refs;
+  int pins = 0;  // readers inside Read
+  int jobs = 0;  // flights and verification jobs queued or running
+  bool whole_verified = false;
+  bool whole_verify_scheduled = false;
+  bool quarantined = false;
+  uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
+  absl::Status fill_error;
+  std::atomic<uint64_t> gen{0};  // bumped by quarantine and eviction: stale flights are dropped
+  int fd = -1;                   // fixed for the Layer's lifetime
+  int64_t last_used = 0;
+  uint64_t cached_bytes = 0;
+  uint64_t seq_next = std::numeric_limits<uint64_t>::max();
+  uint64_t window = 0;
+  bool bulk_active = false;
+  uint64_t bulk_next = 0;
+
+  ~Layer() {
+    if (fd >= 0) close(fd);
+  }
+  uint64_t count() const { return state.size(); }
+  uint64_t ChunkLen(uint64_t c) const { return std::min(chunk_size, size - c * chunk_size); }
+  bool Servable(uint64_t c) const {
+    return state[c] == ChunkState::kVerified ||
+           (state[c] == ChunkState::kPresent && mode == VerifyMode::kInsecureStream);
+  }
+};
+
+struct BlobCache::Flight {
+  std::shared_ptr<Layer> layer;
+  uint64_t first = 0, last = 0;
+  uint64_t gen = 0;
+  std::pair<int, uint64_t> key;
+  bool queued = false;
+  bool bulk = false;
+  absl::Time deadline;
+  bool done = false;
+  std::vector<absl::Status> chunk_status;
+};
+
+BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
+    : options_(std::move(options)), remote_(remote) {}
+
+absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
+                                                           RemoteBlobSource* remote) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("cache: options.dir is empty");
+  if (remote == nullptr) return absl::InvalidArgumentError("cache: no remote blob source");
+  if (options.fetch_threads < 1) options.fetch_threads = 1;
+  if (options.prefetch_concurrency < 1) options.prefetch_concurrency = 1;
+  if (options.max_request_bytes == 0 || options.whole_chunk_size == 0) {
+    return absl::InvalidArgumentError("cache: max_request_bytes and whole_chunk_size must be > 0");
+  }
+  if (options.readahead_min > options.readahead_max) options.readahead_max = options.readahead_min;
+  std::unique_ptr<BlobCache> cache(new BlobCache(std::move(options), remote));
+  RETURN_IF_ERROR(cache->Init());
+  return cache;
+}
+
+absl::Status BlobCache::Init() {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(options_.dir) / "blobs" / "sha256",
+                                      ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cache: cannot create ", options_.dir, "/blobs/sha256: ", ec.message()));
+  }
+  const std::string db_path = options_.dir + "/cache.db";
+  {
+    absl::MutexLock lock(&db_mu_);
+    int rc = sqlite3_open_v2(db_path.c_str(), &db_,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close(db_);
+      db_ = nullptr;
+      return absl::InternalError(absl::StrCat("cache: cannot open ", db_path, ": ", msg));
+    }
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  RETURN_IF_ERROR(DbExec("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(DbExec("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(DbExec(
+      "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
+      " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
+      " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
+      "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
+      " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"));
+  RETURN_IF_ERROR(DbExec(absl::StrCat(
+      "INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '", kFormatVersion, "')")));
+  RETURN_IF_ERROR(LoadFromDb());
+  for (int i = 0; i < options_.fetch_threads; ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+BlobCache::~BlobCache() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (auto& t : workers_) t.join();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, job] : queue_) {
+      if (job.flight) {
+        job.flight->done = true;
+        job.flight->chunk_status.assign(job.flight->last - job.flight->first + 1,
+                                        absl::AbortedError("cache is shutting down"));
+      }
+    }
+    queue_.clear();
+    bulk_layers_.clear();
+    layers_.clear();
+  }
+  absl::MutexLock lock(&db_mu_);
+  if (db_) sqlite3_close(db_);
+  db_ = nullptr;
+}
+
+void BlobCache::Log(absl::string_view line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    fprintf(stderr, "modelfs cache: %.*s\n", static_cast<int>(line.size()), line.data());
+  }
+}
+
+std::string BlobCache::DataPath(const Digest& digest) const {
+  return absl::StrCat(options_.dir, "/blobs/sha256/", std::string(digest.hex()), ".data");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Database. Rows are written only after the data they describe is on disk (fdatasync), so a
+// recorded chunk never points at bytes that were not written; they are still re-hashed on the
+// first read after Open.
+
+absl::Status BlobCache::DbExec(const std::string& sql) {
+  absl::MutexLock lock(&db_mu_);
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(
+        absl::StrCat("cache database ", options_.dir, "/cache.db: ", msg, " (in: ", sql, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
+                                      const std::string& local) {
+  absl::MutexLock lock(&db_mu_);
+  sqlite3_stmt* st = nullptr;
+  const char* sql =
+      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used)"
+      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(digest) DO UPDATE SET size=?2,"
+      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7";
+  if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
+  }
+  sqlite3_bind_text(st, 1, layer.digest.str().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 2, static_cast<int64_t>(layer.size));
+  sqlite3_bind_int64(st, 3, static_cast<int64_t>(layer.chunk_size));
+  sqlite3_bind_int(st, 4, static_cast<int>(layer.mode));
+  sqlite3_bind_int(st, 5, whole_verified ? 1 : 0);
+  if (local.empty()) {
+    sqlite3_bind_null(st, 6);
+  } else {
+    sqlite3_bind_blob(st, 6, local.data(), static_cast<int>(local.size()), SQLITE_TRANSIENT);
+  }
+  sqlite3_bind_int64(st, 7, layer.last_used);
+  int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(absl::StrCat("cache database: recording layer ",
+                                            layer.digest.str(), ": ", sqlite3_errmsg(db_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlobCache::DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                                       const std::vector<uint64_t>& chunks) {
+  absl::MutexLock lock(&db_mu_);
+  // Checked under db_mu_: Quarantine/eviction bump gen before deleting rows under db_mu_, so
+  // rows of a dropped layer are either skipped here or deleted there.
+  if (layer->gen.load() != gen) return absl::OkStatus();
+  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO chunks(digest, chunk) VALUES(?1, ?2)", -1,
+                         &st, nullptr) != SQLITE_OK) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
+  }
+  bool ok = true;
+  for (uint64_t c : chunks) {
+    sqlite3_bind_text(st, 1, layer->digest.str().c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, static_cast<int64_t>(c));
+    ok = ok && sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_reset(st);
+  }
+  sqlite3_finalize(st);
+  if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    std::string msg = sqlite3_errmsg(db_);
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return absl::InternalError(
+        absl::StrCat("cache database: recording chunks of ", layer->digest.str(), ": ", msg));
+  }
+  return absl::OkStatus();
+}
+
+void BlobCache::DbForgetLayer(const Digest& digest) {
+  absl::MutexLock lock(&db_mu_);
+  for (const char* sql :
+       {"DELETE FROM chunks WHERE digest = ?1", "DELETE FROM layers WHERE digest = ?1"}) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) != SQLITE_OK) continue;
+    sqlite3_bind_text(st, 1, digest.str().c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+  }
+}
+
+void BlobCache::DbTouch(const Digest& digest, int64_t last_used) {
+  absl::MutexLock lock(&db_mu_);
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, "UPDATE layers SET last_used = ?2 WHERE digest = ?1", -1, &st,
+                         nullptr) != SQLITE_OK) {
+    return;
+  }
+  sqlite3_bind_text(st, 1, digest.str().c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 2, last_used);
+  sqlite3_step(st);
+  sqlite3_finalize(st);
+}
+
+absl::Status BlobCache::LoadFromDb() {
+  struct Row {
+    std::string digest;
+    uint64_t size, chunk_size;
+    int mode;
+    bool whole_verified;
+    std::string local;
+    int64_t last_used;
+    std::vector<uint64_t> chunks;
+  };
+  std::map<std::string, Row> rows;
+  {
+    absl::MutexLock lock(&db_mu_);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_,
+                           "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
+                           " last_used FROM layers",
+                           -1, &st, nullptr) != SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      Row r;
+      r.digest = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+      r.size = static_cast<uint64_t>(sqlite3_column_int64(st, 1));
+      r.chunk_size = static_cast<uint64_t>(sqlite3_column_int64(st, 2));
+      r.mode = sqlite3_column_int(st, 3);
+      r.whole_verified = sqlite3_column_int(st, 4) != 0;
+      if (const void* b = sqlite3_column_blob(st, 5)) {
+        r.local.assign(static_cast<const char*>(b), sqlite3_column_bytes(st, 5));
+      }
+      r.last_used = sqlite3_column_int64(st, 6);
+      rows[r.digest] = std::move(r);
+    }
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(db_, "SELECT digest, chunk FROM chunks", -1, &st, nullptr) !=
+        SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      auto it = rows.find(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+      if (it != rows.end()) it->second.chunks.push_back(sqlite3_column_int64(st, 1));
+    }
+    sqlite3_finalize(st);
+  }
+
+  std::vector<Digest> forget;
+  absl::flat_hash_set<std::string> keep_files;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, r] : rows) {
+      auto digest = Digest::Parse(name);
+      if (!digest.ok() || r.chunk_size == 0 || r.mode < 0 || r.mode > 2) {
+        if (digest.ok()) forget.push_back(*digest);
+        continue;
+      }
+      auto layer = std::make_shared<Layer>();
+      layer->digest = *digest;
+      layer->size = r.size;
+      layer->chunk_size = r.chunk_size;
+      layer->mode = static_cast<VerifyMode>(r.mode);
+      const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
+      layer->state.assign(n, ChunkState::kMissing);
+      layer->flight.resize(n);
+      layer->whole_verified = r.whole_verified;
+      if (r.local.size() == n * 32) {
+        layer->expected.resize(n);
+        for (uint64_t i = 0; i < n; ++i) memcpy(layer->expected[i].data(), &r.local[i * 32], 32);
+      }
+      layer->last_used = r.last_used;
+      clock_ = std::max(clock_, r.last_used);
+      layer->fd = open(DataPath(layer->digest).c_str(), O_RDWR | O_CLOEXEC);
+      if (layer->fd < 0) {
+        forget.push_back(layer->digest);
+        continue;
+      }
+      for (uint64_t c : r.chunks) {
+        if (c < n && layer->state[c] == ChunkState::kMissing) {
+          layer->state[c] = ChunkState::kRecorded;
+          layer->cached_bytes += layer->ChunkLen(c);
+        }
+      }
+      if (layer->cached_bytes == 0) {
+        // Partial data of a whole-layer fill, or nothing at all: not worth keeping.
+        forget.push_back(layer->digest);
+        continue;
+      }
+      cached_bytes_ += layer->cached_bytes;
+      keep_files.insert(std::string(layer->digest.hex()) + ".data");
+      layers_[layer->digest] = std::move(layer);
+    }
+  }
+  for (const Digest& d : forget) DbForgetLayer(d);
+  // Data files the database does not vouch for are untrusted leftovers.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::filesystem::path(options_.dir) / "blobs" / "sha256", ec)) {
+    if (!keep_files.contains(entry.path().filename().string())) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration.
+
+absl::Status BlobCache::OpenDataFileLocked(Layer& layer, bool truncate) {
+  const std::string path = DataPath(layer.digest);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cache: cannot open ", path, ": ", ErrnoText(errno)));
+  }
+  if (ftruncate(fd, static_cast<off_t>(layer.size)) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::InternalError(
+        absl::StrCat("cache: cannot size ", path, " to ", layer.size, ": ", ErrnoText(err)));
+  }
+  if (layer.fd >= 0) close(layer.fd);
+  layer.fd = fd;
+  return absl::OkStatus();
+}
+
+absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
+  if (spec.digest.empty()) return absl::InvalidArgumentError("cache: layer digest is empty");
+  if (spec.model_ref.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache: layer ", spec.digest.str(), " registered without a model_ref"));
+  }
+  uint64_t chunk_size = options_.whole_chunk_size;
+  if (spec.mode == VerifyMode::kChunk) {
+    if (!spec.index) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache: layer ", spec.digest.str(), " registered for chunk verification without index"));
+    }
+    const ChunkIndex& idx = *spec.index;
+    if (idx.blob_digest != spec.digest || idx.blob_size != spec.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache: chunk index describes ", idx.blob_digest.str(), " (", idx.blob_size,
+          " bytes), not layer ", spec.digest.str(), " (", spec.size, " bytes)"));
+    }
+    if (idx.chunk_size == 0 || idx.chunk_size > (64ull << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat("cache: chunk index of ", spec.digest.str(),
+                                                     " has chunk size ", idx.chunk_size));
+    }
+    if (idx.chunks.size() != (spec.size + idx.chunk_size - 1) / idx.chunk_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache: chunk index of ", spec.digest.str(), " has ", idx.chunks.size(),
+                       " chunks; a ", spec.size, "-byte layer needs ",
+                       (spec.size + idx.chunk_size - 1) / idx.chunk_size));
+    }
+    chunk_size = idx.chunk_size;
+  }
+
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Layer> layer = FindLocked(spec.digest);
+  if (layer && layer->has_spec) {
+    if (layer->size != spec.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache: layer ", spec.digest.str(), " registered with size ", spec.size,
+                       " but already known with size ", layer->size));
+    }
+    layer->refs.insert(spec.model_ref);
+    layer->last_used = ++clock_;
+    return absl::OkStatus();
+  }
+  const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
+  if (layer) {
+    // Known from an earlier process: keep its recorded chunks if they can be re-verified.
+    const bool compatible =
+        layer->size == spec.size && layer->chunk_size == chunk_size &&
+        layer->jobs == 0 &&
+        (spec.mode == VerifyMode::kChunk || (layer->whole_verified && layer->expected.size() == n));
+    if (!compatible) {
+      layer->gen++;
+      cached_bytes_ -= layer->cached_bytes;
+      layers_.erase(spec.digest);
+      DbForgetLayer(spec.digest);
+      layer = nullptr;
+    } else {
+      layer->mode = spec.mode;
+      if (spec.mode == VerifyMode::kChunk) {
+        layer->expected = spec.index->chunks;
+      }
+    }
+  }
+  if (!layer) {
+    layer = std::make_shared<Layer>();
+    layer->digest = spec.digest;
+    layer->size = spec.size;
+    layer->chunk_size = chunk_size;
+    layer->mode = spec.mode;
+    layer->state.assign(n, ChunkState::kMissing);
+    layer->flight.resize(n);
+    if (spec.mode == VerifyMode::kChunk) layer->expected = spec.index->chunks;
+    RETURN_IF_ERROR(OpenDataFileLocked(*layer, /*truncate=*/true));
+  }
+  layer->has_spec = true;
+  layer->refs.insert(spec.model_ref);
+  layer->last_used = ++clock_;
+  std::string local;
+  if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
+    for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
+  }
+  RETURN_IF_ERROR(DbUpsertLayer(*layer, layer->whole_verified, local));
+  layers_[spec.digest] = layer;
+  return absl::OkStatus();
+}
+
+void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_ref) {
+  int64_t stamp = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto layer = FindLocked(digest);
+    if (!layer || !layer->refs.erase(std::string(model_ref))) return;
+    if (!layer->refs.empty()) return;
+    layer->last_used = stamp = ++clock_;
+  }
+  DbTouch(digest, stamp);
+  EnforceSizeLimit();
+}
+
+void BlobCache::UnregisterModel(absl::string_view model_ref) {
+  std::vector<Digest> digests;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [digest, layer] : layers_) {
+      if (layer->refs.contains(std::string(model_ref))) digests.push_back(digest);
+    }
+  }
+  for (const Digest& d : digests) UnregisterLayer(d, model_ref);
+}
+
+std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) const {
+  auto it = layers_.find(digest);
+  return it == layers_.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduling.
+
+void BlobCache::EnqueueLocked(Job job) {
+  std::pair<int, uint64_t> key(job.priority, next_seq_++);
+  if (job.flight) {
+    job.flight->key = key;
+    job.flight->queued = true;
+  }
+  queue_.emplace(key, std::move(job));
+}
+
+void BlobCache::PromoteLocked(const std::shared_ptr<Flight>& flight, int priority) {
+  if (!flight->queued || flight->key.first <= priority) return;
+  auto node = queue_.extract(flight->key);
+  if (node.empty()) return;
+  flight->key.first = priority;
+  node.key() = flight->key;
+  node.mapped().priority = priority;
+  queue_.insert(std::move(node));
+}
+
+void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first,
+                                      uint64_t last, int priority, absl::Time deadline,
+                                      std::vector<std::shared_ptr<Flight>>* created) {
+  if (layer->quarantined) return;
+  uint64_t c = first;
+  while (c <= last && c < layer->count()) {
+    if (layer->state[c] != ChunkState::kMissing) {
+      ++c;
+      continue;
+    }
+    const uint64_t start = c;
+    uint64_t bytes = 0;
+    while (c <= last && c < layer->count() && layer->state[c] == ChunkState::kMissing &&
+           (c == start || bytes + layer->ChunkLen(c) <= options_.max_request_bytes)) {
+      bytes += layer->ChunkLen(c);
+      ++c;
+    }
+    auto f = std::make_shared<Flight>();
+    f->layer = layer;
+    f->first = start;
+    f->last = c - 1;
+    f->gen = layer->gen.load();
+    f->deadline = deadline;
+    for (uint64_t i = start; i < c; ++i) {
+      layer->state[i] = ChunkState::kInFlight;
+      layer->flight[i] = f;
+    }
+    layer->jobs++;
+    Job job;
+    job.priority = priority;
+    job.flight = f;
+    job.run = [this, f] { RunFlight(f); };
+    EnqueueLocked(std::move(job));
+    if (created) created->push_back(f);
+  }
+}
+
+void BlobCache::WorkerLoop() {
+  while (true) {
+    Job job;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      auto it = queue_.begin();
+      job = std::move(it->second);
+      queue_.erase(it);
+      if (job.flight) job.flight->queued = false;
+      running_jobs_++;
+    }
+    job.run();
+    job = Job();
+    absl::MutexLock lock(&mu_);
+    running_jobs_--;
+  }
+}
+
+void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
+  const std::shared_ptr<Layer>& layer = f->layer;
+  const uint64_t cs = layer->chunk_size;
+  const uint64_t offset = f->first * cs;
+  uint64_t length = 0;
+  std::vector<std::array<uint8_t, 32>> expected;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t c = f->first; c <= f->last; ++c) {
+      length += layer->ChunkLen(c);
+      if (!layer->expected.empty()) expected.push_back(layer->expected[c]);
+    }
+  }
+  const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ",
+                                         offset + length, ")");
+
+  std::string data;
+  absl::Status st;
+  absl::Duration backoff = options_.retry.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    absl::Time deadline;
+    {
+      absl::MutexLock lock(&mu_);
+      deadline = f->deadline;
+    }
+    if (layer->gen.load() != f->gen) {
+      st = absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
+      break;
+    }
+    if (absl::Now() >= deadline) {
+      st = absl::DeadlineExceededError(absl::StrCat(
+          "fetching ", range, ": deadline passed", st.ok() ? "" : "; last error: ",
+          st.ok() ? "" : std::string(st.message())));
+      break;
+    }
+    counters_.requests++;
+    auto r = remote_->FetchRange(layer->digest, offset, length, deadline);
+    if (r.ok()) {
+      counters_.bytes_fetched += r->size();
+      if (r->size() == length) {
+        data = std::move(*r);
+        st = absl::OkStatus();
+        break;
+      }
+      st = absl::UnavailableError(
+          absl::StrCat("fetching ", range, ": remote returned ", r->size(), " bytes"));
+    } else {
+      st = r.status();
+    }
+    if (!Retryable(st.code())) break;
+    if (options_.retry.max_attempts > 0 && attempt >= options_.retry.max_attempts) break;
+    absl::SleepFor(std::min(backoff, std::max(absl::ZeroDuration(), deadline - absl::Now())));
+    backoff = std::min(backoff * 2, options_.retry.max_backoff);
+  }
+
+  const uint64_t n = f->last - f->first + 1;
+  std::vector<absl::Status> chunk_status(n, st);
+  std::vector<uint64_t> good;
+  if (st.ok()) {
+    uint64_t pos = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t c = f->first + i;
+      const uint64_t len = layer->ChunkLen(c);
+      const char* piece = data.data() + pos;
+      pos += len;
+      if (!expected.empty()) {
+        auto got = HashOf(piece, len);
+        if (got != expected[i]) {
+          counters_.verification_failures++;
+          chunk_status[i] = absl::DataLossError(absl::StrCat(
+              "chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs, ", ",
+              c * cs + len, ")) failed verification: got ", HexOf(got), ", want ",
+              HexOf(expected[i])));
+          Log(chunk_status[i].message());
+          continue;
+        }
+      }
+      chunk_status[i] = PwriteFull(layer->fd, piece, len, c * cs, DataPath(layer->digest));
+      if (chunk_status[i].ok()) good.push_back(c);
+    }
+    if (!good.empty() && fdatasync(layer->fd) != 0) {
+      absl::Status err = absl::InternalError(
+          absl::StrCat("cache: fdatasync ", DataPath(layer->digest), ": ", ErrnoText(errno)));
+      for (uint64_t c : good) chunk_status[c - f->first] = err;
+      good.clear();
+    }
+    // Chunks of an unverified whole-layer fill are recorded only after the layer digest matches.
+    if (!good.empty() && !expected.empty()) {
+      absl::Status s = DbRecordChunks(layer, f->gen, good);
+      if (!s.ok()) Log(s.message());  // the bytes are verified; only crash persistence is lost
+    }
+  } else if (st.code() != absl::StatusCode::kAborted) {
+    Log(absl::StrCat("fetch failed: ", st.message()));
+  }
+
+  bool over_budget = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool stale = layer->gen.load() != f->gen;
+    bool failed = false;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t c = f->first + i;
+      if (layer->flight[c] == f) layer->flight[c] = nullptr;
+      if (stale) {
+        chunk_status[i] = absl::DataLossError(
+            absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
+        continue;
+      }
+      if (chunk_status[i].ok()) {
+        layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
+        layer->cached_bytes += layer->ChunkLen(c);
+        cached_bytes_ += layer->ChunkLen(c);
+      } else {
+        layer->state[c] = ChunkState::kMissing;
+        failed = true;
+      }
+    }
+    if (failed && !stale) {
+      layer->fill_epoch++;
+      layer->fill_error = st.ok() ? absl::DataLossError("chunk failed verification") : st;
+    }
+    f->chunk_status = std::move(chunk_status);
+    f->done = true;
+    layer->jobs--;
+    if (f->bulk) {
+      bulk_in_flight_--;
+      PumpBulkLocked();
+    }
+    if (!stale) AfterChunksLandedLocked(layer);
+    over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
+  }
+  if (over_budget) EnforceSizeLimit();
+}
+
+void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
+  if (layer->quarantined || layer->whole_verified || layer->whole_verify_scheduled) return;
+  for (uint64_t c = 0; c < layer->count(); ++c) {
+    const ChunkState s = layer->state[c];
+    if (s == ChunkState::kVerified) continue;
+    if (s == ChunkState::kPresent && layer->mode != VerifyMode::kChunk) continue;
+    return;
+  }
+  layer->whole_verify_scheduled = true;
+  layer->jobs++;
+  Job job;
+  // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
+  job.priority = layer->mode == VerifyMode::kChunk ? kVerify : kForeground;
+  job.run = [this, layer] { RunWholeVerify(layer); };
+  EnqueueLocked(std::move(job));
+}
+
+void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
+  const uint64_t gen = layer->gen.load();
+  const uint64_t cs = layer->chunk_size;
+  const bool want_local = layer->mode != VerifyMode::kChunk;
+  Sha256 whole;
+  std::string local;
+  std::string buf(static_cast<size_t>(std::min<uint64_t>(cs, layer->size)), '\0');
+  absl::Status io;
+  for (uint64_t c = 0; c < layer->count() && io.ok(); ++c) {
+    const uint64_t len = layer->ChunkLen(c);
+    io = PreadFull(layer->fd, buf.data(), len, c * cs, DataPath(layer->digest));
+    if (!io.ok()) break;
+    whole.Update(buf.data(), len);
+    if (want_local) {
+      auto h = HashOf(buf.data(), len);
+      local.append(reinterpret_cast<const char*>(h.data()), 32);
+    }
+  }
+  const Digest got = whole.Finish();
+  if (!io.ok() || got != layer->digest) {
+    if (io.ok()) counters_.verification_failures++;
+    Quarantine(layer, io.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
+                                             " bytes) failed whole-layer verification: got ",
+                                             got.str())
+                              : std::string(io.message()));
+    absl::MutexLock lock(&mu_);
+    layer->jobs--;
+    return;
+  }
+  absl::Status s;
+  if (want_local) {
+    std::vector<uint64_t> all(layer->count());
+    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+    s = DbRecordChunks(layer, gen, all);
+  }
+  Layer snapshot_fields;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot_fields.digest = layer->digest;
+    snapshot_fields.size = layer->size;
+    snapshot_fields.chunk_size = layer->chunk_size;
+    snapshot_fields.mode = layer->mode;
+    snapshot_fields.last_used = layer->last_used;
+  }
+  if (s.ok() && layer->gen.load() == gen) s = DbUpsertLayer(snapshot_fields, true, local);
+  if (!s.ok()) Log(s.message());
+  absl::MutexLock lock(&mu_);
+  layer->jobs--;
+  if (layer->gen.load() != gen || layer->quarantined) return;
+  layer->whole_verified = true;
+  if (want_local) {
+    layer->expected.resize(layer->count());
+    for (uint64_t c = 0; c < layer->count(); ++c) {
+      memcpy(layer->expected[c].data(), &local[c * 32], 32);
+      if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
+    }
+  }
+}
+
+void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (layer->quarantined) return;
+    layer->quarantined = true;
+    layer->whole_verified = false;
+    layer->gen++;
+    for (uint64_t c = 0; c < layer->count(); ++c) {
+      layer->state[c] = ChunkState::kMissing;
+      layer->flight[c] = nullptr;
+    }
+    cached_bytes_ -= layer->cached_bytes;
+    layer->cached_bytes = 0;
+    // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
+    counters_.quarantined_layers++;
+    Log(absl::StrCat("quarantined layer ", layer->digest.str(), ": ", reason));
+    DbForgetLayer(layer->digest);
+    unlink(DataPath(layer->digest).c_str());
+  }
+}
+
+void BlobCache::PumpBulkLocked() {
+  while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
+    std::shared_ptr<Layer> layer = bulk_layers_.front();
+    auto current = FindLocked(layer->digest);
+    while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
+           layer->state[layer->bulk_next] != ChunkState::kMissing) {
+      layer->bulk_next++;
+    }
+    if (current != layer || layer->quarantined || layer->bulk_next >= layer->count()) {
+      layer->bulk_active = false;
+      bulk_layers_.pop_front();
+      continue;
+    }
+    std::vector<std::shared_ptr<Flight>> created;
+    uint64_t end = layer->bulk_next;
+    uint64_t bytes = 0;
+    while (end < layer->count() && layer->state[end] == ChunkState::kMissing &&
+           (end == layer->bulk_next || bytes + layer->ChunkLen(end) <= options_.max_request_bytes)) {
+      bytes += layer->ChunkLen(end);
+      ++end;
+    }
+    ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
+                          absl::Now() + options_.background_deadline, &created);
+    for (auto& f : created) f->bulk = true;
+    bulk_in_flight_ += static_cast<int>(created.size());
+    layer->bulk_next = end;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+void BlobCache::UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end) {
+  if (offset == layer.seq_next) {
+    layer.window = layer.window == 0 ? options_.readahead_min
+                                     : std::min(layer.window * 2, options_.readahead_max);
+  } else {
+    layer.window = 0;
+  }
+  layer.seq_next = end;
+}
+
+bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
+  std::array<uint8_t, 32> want;
+  uint64_t len;
+  {
+    absl::MutexLock lock(&mu_);
+    if (layer->state[c] != ChunkState::kRecorded) return true;
+    len = layer->ChunkLen(c);
+    if (layer->expected.size() != layer->count()) {
+      layer->state[c] = ChunkState::kMissing;
+      layer->cached_bytes -= len;
+      cached_bytes_ -= len;
+      return false;
+    }
+    want = layer->expected[c];
+  }
+  std::string buf(len, '\0');
+  const uint64_t off = c * layer->chunk_size;
+  absl::Status io = PreadFull(layer->fd, buf.data(), len, off, DataPath(layer->digest));
+  const bool ok = io.ok() && HashOf(buf.data(), len) == want;
+  absl::MutexLock lock(&mu_);
+  if (layer->state[c] != ChunkState::kRecorded) return ok;
+  if (ok) {
+    layer->state[c] = ChunkState::kVerified;
+  } else {
+    counters_.verification_failures++;
+    layer->state[c] = ChunkState::kMissing;
+    layer->cached_bytes -= len;
+    cached_bytes_ -= len;
+    Log(absl::StrCat("cached chunk ", c, " of layer ", layer->digest.str(), " (bytes [", off, ", ",
+                     off + len, ")) failed re-verification",
+                     io.ok() ? "" : absl::StrCat(" (", io.message(), ")"), "; refetching"));
+  }
+  return ok;
+}
+
+absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64_t first,
+                                     uint64_t last, absl::Time deadline, bool count) {
+  while (true) {
+    std::vector<std::shared_ptr<Flight>> waits;
+    std::vector<uint64_t> recheck;
+    {
+      absl::MutexLock lock(&mu_);
+      if (layer->quarantined) {
+        return absl::DataLossError(
+            absl::StrCat("layer ", layer->digest.str(), " is quarantined (failed verification)"));
+      }
+      uint64_t hits = 0, misses = 0;
+      for (uint64_t c = first; c <= last; ++c) {
+        if (layer->Servable(c)) {
+          hits++;
+        } else if (layer->state[c] == ChunkState::kRecorded) {
+          hits++;
+          recheck.push_back(c);
+        } else {
+          misses++;
+          if (layer->state[c] == ChunkState::kInFlight &&
+              (waits.empty() || waits.back() != layer->flight[c])) {
+            waits.push_back(layer->flight[c]);
+          }
+        }
+      }
+      if (count) {
+        counters_.chunk_hits += hits;
+        counters_.chunk_misses += misses;
+        count = false;
+      }
+      if (recheck.empty()) {
+        ScheduleMissingLocked(layer, first, last, kForeground, deadline, &waits);
+        for (const auto& w : waits) {
+          PromoteLocked(w, kForeground);
+          w->deadline = std::max(w->deadline, deadline);
+        }
+      }
+    }
+    if (!recheck.empty()) {
+      for (uint64_t c : recheck) RecheckRecorded(layer, c);
+      continue;
+    }
+    if (waits.empty()) return absl::OkStatus();
+
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      if (layer->quarantined) return true;
+      for (const auto& w : waits) {
+        if (!w->done) return false;
+      }
+      return true;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "reading layer ", layer->digest.str(), " chunks ", first, "..", last,
+          ": not fetched within the read deadline of ", absl::FormatDuration(options_.read_deadline)));
+    }
+    for (const auto& w : waits) {
+      if (!w->done) continue;
+      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last); ++c) {
+        const absl::Status& s = w->chunk_status[c - w->first];
+        if (s.ok()) continue;
+        // A transient failure of a request started for another reader is retried within our
+        // own deadline; verification failures and permanent refusals are reported at once.
+        if (!Retryable(s.code()) || absl::Now() >= deadline) {
+          if (s.code() == absl::StatusCode::kAborted) {
+            return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
+          }
+          return s;
+        }
+      }
+    }
+  }
+}
+
+absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer,
+                                         absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    if (layer->quarantined) {
+      return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(),
+                                              " is quarantined (failed whole-layer verification)"));
+    }
+    if (layer->whole_verified) return absl::OkStatus();
+    if (layer->count() > 0) {
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+                            absl::Now() + options_.background_deadline, nullptr);
+    }
+    AfterChunksLandedLocked(layer);
+    const uint64_t epoch = layer->fill_epoch;
+    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "reading layer ", layer->digest.str(), ": whole-layer fetch and verification (",
+          layer->size, " bytes) not done within the read deadline of ",
+          absl::FormatDuration(options_.read_deadline), "; it continues in the background"));
+    }
+    if (!layer->quarantined && !layer->whole_verified && layer->fill_epoch != epoch &&
+        !Retryable(layer->fill_error.code()) &&
+        layer->fill_error.code() != absl::StatusCode::kDataLoss) {
+      return layer->fill_error;
+    }
+  }
+}
+
+absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
+                                            uint64_t length) {
+  const absl::Time deadline = absl::Now() + options_.read_deadline;
+  std::shared_ptr<Layer> layer;
+  {
+    absl::MutexLock lock(&mu_);
+    layer = FindLocked(digest);
+    if (!layer || !layer->has_spec || layer->refs.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("cache: layer ", digest.str(), " is not registered"));
+    }
+    if (layer->quarantined) {
+      return absl::DataLossError(
+          absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
+    }
+    layer->pins++;
+    layer->last_used = ++clock_;
+  }
+  struct Unpin {
+    BlobCache* cache;
+    Layer* layer;
+    ~Unpin() {
+      absl::MutexLock lock(&cache->mu_);
+      layer->pins--;
+    }
+  } unpin{this, layer.get()};
+
+  if (offset >= layer->size || length == 0) return std::string();
+  const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
+  const uint64_t cs = layer->chunk_size;
+  const uint64_t first = offset / cs, last = (end - 1) / cs;
+
+  absl::Status s;
+  if (layer->mode == VerifyMode::kWholeLayer) {
+    bool verified;
+    {
+      absl::MutexLock lock(&mu_);
+      verified = layer->whole_verified;
+      (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
+    }
+    s = EnsureWholeLayer(layer, deadline);
+    if (s.ok()) s = EnsureChunks(layer, first, last, deadline, /*count=*/false);
+  } else {
+    {
+      absl::MutexLock lock(&mu_);
+      if (layer->mode == VerifyMode::kChunk) {
+        UpdateReadaheadLocked(*layer, offset, end);
+        if (layer->window > 0 && end < layer->size) {
+          const uint64_t ra_end = std::min(layer->size, end + layer->window);
+          ScheduleMissingLocked(layer, end / cs, (ra_end - 1) / cs, kReadahead,
+                                absl::Now() + options_.background_deadline, nullptr);
+        }
+      } else if (!layer->whole_verified && layer->count() > 0) {
+        // kInsecureStream: serve what is fetched, but still fetch and check everything. The
+        // reader's own chunks go first, in their own request.
+        ScheduleMissingLocked(layer, first, last, kForeground, deadline, nullptr);
+        ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+                              absl::Now() + options_.background_deadline, nullptr);
+      }
+    }
+    s = EnsureChunks(layer, first, last, deadline, /*count=*/true);
+  }
+  if (!s.ok()) return s;
+
+  std::string out(end - offset, '\0');
+  RETURN_IF_ERROR(PreadFull(layer->fd, out.data(), out.size(), offset, DataPath(digest)));
+  {
+    absl::MutexLock lock(&mu_);
+    if (layer->quarantined) {
+      return absl::DataLossError(
+          absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
+    }
+  }
+  counters_.bytes_served += out.size();
+  return out;
+}
+
+absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
+                                 const std::vector<ByteRange>& header_ranges) {
+  absl::MutexLock lock(&mu_);
+  auto layer = FindLocked(digest);
+  if (!layer || !layer->has_spec || layer->refs.empty()) {
+    return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
+  }
+  if (layer->quarantined) {
+    return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
+  }
+  if (policy == PrefetchPolicy::kNone || layer->count() == 0) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + options_.background_deadline;
+  if (layer->mode == VerifyMode::kWholeLayer) {
+    // Nothing of such a layer is servable before all of it is verified: headers alone do not
+    // help, so only kAll starts the fill.
+    if (policy == PrefetchPolicy::kAll && !layer->whole_verified) {
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, kBulk, deadline, nullptr);
+    }
+    return absl::OkStatus();
+  }
+  for (const ByteRange& r : header_ranges) {
+    if (r.length == 0 || r.offset >= layer->size) continue;
+    const uint64_t end = layer->size - r.offset < r.length ? layer->size : r.offset + r.length;
+    ScheduleMissingLocked(layer, r.offset / layer->chunk_size, (end - 1) / layer->chunk_size,
+                          kHeader, deadline, nullptr);
+  }
+  if (policy == PrefetchPolicy::kAll && !layer->bulk_active) {
+    layer->bulk_active = true;
+    layer->bulk_next = 0;
+    bulk_layers_.push_back(layer);
+    PumpBulkLocked();
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eviction, stats, introspection.
+
+void BlobCache::EnforceSizeLimit() {
+  if (options_.max_bytes == 0) return;
+  std::vector<std::shared_ptr<Layer>> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cached_bytes_ <= options_.max_bytes) return;
+    std::vector<std::shared_ptr<Layer>> candidates;
+    for (const auto& [digest, layer] : layers_) {
+      if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
+        candidates.push_back(layer);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+    for (auto& layer : candidates) {
+      if (cached_bytes_ <= options_.max_bytes) break;
+      layer->gen++;
+      cached_bytes_ -= layer->cached_bytes;
+      layers_.erase(layer->digest);
+      victims.push_back(std::move(layer));
+    }
+  }
+  for (const auto& layer : victims) {
+    counters_.evicted_layers++;
+    Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer->cached_bytes,
+                     " bytes cached, unreferenced)"));
+    DbForgetLayer(layer->digest);
+    unlink(DataPath(layer->digest).c_str());
+  }
+}
+
+CacheStats BlobCache::stats() const {
+  CacheStats s;
+  s.bytes_fetched = counters_.bytes_fetched.load();
+  s.requests = counters_.requests.load();
+  s.chunk_hits = counters_.chunk_hits.load();
+  s.chunk_misses = counters_.chunk_misses.load();
+  s.verification_failures = counters_.verification_failures.load();
+  s.quarantined_layers = counters_.quarantined_layers.load();
+  s.bytes_served = counters_.bytes_served.load();
+  s.evicted_layers = counters_.evicted_layers.load();
+  absl::MutexLock lock(&mu_);
+  s.cached_bytes = cached_bytes_;
+  return s;
+}
+
+absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& digest) const {
+  absl::MutexLock lock(&mu_);
+  auto layer = FindLocked(digest);
+  if (!layer) {
+    return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
+  }
+  LayerInfo info;
+  info.size = layer->size;
+  info.chunk_count = layer->count();
+  for (ChunkState s : layer->state) {
+    if (s == ChunkState::kVerified || s == ChunkState::kRecorded || s == ChunkState::kPresent) {
+      info.cached_chunks++;
+    }
+  }
+  info.whole_verified = layer->whole_verified;
+  info.quarantined = layer->quarantined;
+  info.readahead_window = layer->window;
+  info.references = static_cast<int>(layer->refs.size());
+  return info;
+}
+
+bool BlobCache::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() && running_jobs_ == 0;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+}  // namespace modelfs

@@ -1,0 +1,252 @@
+// BlobCache: the verified, crash-safe, single-flight cache of layer blobs behind the lazy
+// filesystem (DESIGN.md "Trust chain", "Data path"; on-disk format in docs/cache-format.md).
+//
+// A layer is registered (with a chunk index, or for whole-layer verification) before it is
+// read. Reads fetch missing chunks from a RemoteBlobSource: one fetch per chunk however many
+// readers wait (single flight), adjacent missing chunks coalesced into one range request,
+// requests run in parallel on a pool of fetch threads, foreground reads ahead of readahead
+// ahead of prefetch. No byte is returned or recorded as good before it matches its SHA-256:
+//   kChunk:          each chunk against the chunk index; when every chunk is cached, the whole
+//                    layer against its digest in the background (mismatch quarantines it).
+//   kWholeLayer:     the first read fetches the whole layer; nothing is served until the
+//                    whole-layer digest matches (mismatch quarantines it).
+//   kInsecureStream: explicit opt-in: fetched bytes are served unverified; the whole layer is
+//                    still fetched and checked, and a mismatch quarantines it.
+// Crash safety: a chunk is recorded (SQLite, WAL) only after its bytes are pwritten and
+// fdatasync'd; after Open, a recorded chunk is re-hashed on its first read before it is served
+// (so a torn or tampered data file is refetched, never served).
+//
+// Thread safety: all public methods are safe to call concurrently.
+// Lock order: mu_, then db_mu_ (db_mu_ is a leaf). No remote call and no data-file I/O
+// happens under mu_ (RegisterLayer's file open and database writes are the exception).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/cache/blob_reader.h"
+#include "core/cache/remote_blob_source.h"
+#include "core/oci/chunk_index.h"
+#include "core/oci/digest.h"
+
+struct sqlite3;
+
+namespace modelfs {
+
+enum class VerifyMode {
+  kChunk,           // needs LayerSpec::index
+  kWholeLayer,      // default when no chunk index exists
+  kInsecureStream,  // serve unverified bytes: explicit opt-in only
+};
+
+enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
+
+// Retries of a failed range request, always bounded by the request's deadline.
+struct RetryPolicy {
+  int max_attempts = 0;  // 0: retry until the deadline
+  absl::Duration initial_backoff = absl::Milliseconds(20);
+  absl::Duration max_backoff = absl::Seconds(2);
+};
+
+struct CacheOptions {
+  std::string dir;                 // created if missing; holds blobs/ and cache.db
+  uint64_t max_bytes = 0;          // 0: unbounded. Unreferenced layers are evicted LRU first.
+  int fetch_threads = 8;           // parallel range requests
+  int prefetch_concurrency = 2;    // background prefetch requests in flight at once
+  absl::Duration read_deadline = absl::Seconds(30);  // a Read never waits longer
+  absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
+  RetryPolicy retry;
+  uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
+  uint64_t readahead_min = 4ull << 20;       // first window once a reader is sequential
+  uint64_t readahead_max = 64ull << 20;      // the window doubles up to this
+  uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
+  // Receives one line per notable event (verification failure, quarantine, eviction).
+  // Default: stderr.
+  std::function<void(absl::string_view)> log;
+};
+
+struct LayerSpec {
+  Digest digest;
+  uint64_t size = 0;
+  std::optional<ChunkIndex> index;  // required for kChunk; its blob_digest/size must match
+  VerifyMode mode = VerifyMode::kChunk;
+  std::string model_ref;  // who references the layer; a layer with no reference is evictable
+};
+
+// A byte range of a layer, e.g. a safetensors header to prefetch first.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct CacheStats {
+  uint64_t bytes_fetched = 0;          // bytes received from the remote
+  uint64_t requests = 0;               // range requests sent (each retry counts)
+  uint64_t chunk_hits = 0;             // chunks a Read found cached
+  uint64_t chunk_misses = 0;           // chunks a Read had to wait for
+  uint64_t verification_failures = 0;  // chunks (or layers) whose hash did not match
+  uint64_t quarantined_layers = 0;
+  uint64_t bytes_served = 0;           // bytes returned by Read
+  uint64_t evicted_layers = 0;
+  uint64_t cached_bytes = 0;           // bytes of layer data currently on disk
+};
+
+class BlobCache : public BlobReader {
+ public:
+  // Opens (or creates) the cache in options.dir and starts the fetch threads. `remote` must
+  // outlive the cache. Errors: kInvalidArgument (bad options), kInternal (I/O, SQLite).
+  static absl::StatusOr<std::unique_ptr<BlobCache>> Open(CacheOptions options,
+                                                         RemoteBlobSource* remote);
+  // Stops the fetch threads (in-flight requests finish first; queued ones are dropped).
+  ~BlobCache() override;
+  BlobCache(const BlobCache&) = delete;
+  BlobCache& operator=(const BlobCache&) = delete;
+
+  // Registers a layer for `spec.model_ref`. Registering a layer that is already known adds a
+  // reference (the first spec's mode and index stay in force). Chunks recorded by an earlier
+  // process are kept when the chunking matches and re-verified on first read.
+  // Errors: kInvalidArgument (kChunk without index, index not matching digest/size/chunk
+  // count, size conflicting with an earlier registration, empty model_ref), kInternal (I/O).
+  absl::Status RegisterLayer(const LayerSpec& spec);
+  // Drops `model_ref`'s reference to `digest` / to every layer. Cached data stays until
+  // eviction needs the space. Unknown digests or refs are not an error.
+  void UnregisterLayer(const Digest& digest, absl::string_view model_ref);
+  void UnregisterModel(absl::string_view model_ref);
+
+  // BlobReader. Errors: kNotFound (layer not registered), kDataLoss (a touched chunk failed
+  // verification, or the layer is quarantined), kDeadlineExceeded (not satisfied within
+  // options.read_deadline), kUnavailable / kNotFound / kPermissionDenied (remote refused).
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
+                                   uint64_t length) override;
+
+  // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
+  // order with at most options.prefetch_concurrency requests in flight; foreground reads go
+  // first. Returns at once. Errors: kNotFound (layer not registered).
+  absl::Status Prefetch(const Digest& digest, PrefetchPolicy policy,
+                        const std::vector<ByteRange>& header_ranges = {});
+
+  // Counters; safe to call at any time.
+  CacheStats stats() const;
+
+  // State of one layer, for status output and tests.
+  struct LayerInfo {
+    uint64_t size = 0;
+    uint64_t chunk_count = 0;
+    uint64_t cached_chunks = 0;  // on disk (verified, or recorded by an earlier process)
+    bool whole_verified = false;
+    bool quarantined = false;
+    uint64_t readahead_window = 0;
+    int references = 0;
+  };
+  // Errors: kNotFound (the cache knows nothing about `digest`).
+  absl::StatusOr<LayerInfo> GetLayerInfo(const Digest& digest) const;
+
+  // Blocks until no fetch or background verification is queued or running (for tests and
+  // orderly shutdown), or until `deadline`. Returns false on timeout.
+  bool WaitIdle(absl::Time deadline);
+
+  // Evicts unreferenced layers (least recently used first) until the cache fits max_bytes.
+  // Runs automatically after fetches; public so a daemon can call it after unregistering.
+  void EnforceSizeLimit();
+
+ private:
+  enum class ChunkState : uint8_t { kMissing, kInFlight, kPresent, kRecorded, kVerified };
+  struct Layer;
+  struct Flight;
+  struct Job {
+    int priority = 0;  // lower runs first
+    std::function<void()> run;
+    std::shared_ptr<Flight> flight;  // set for fetches, so a waiting reader can promote it
+  };
+  static constexpr int kForeground = 0;
+  static constexpr int kReadahead = 1;
+  static constexpr int kHeader = 2;
+  static constexpr int kFill = 3;
+  static constexpr int kBulk = 4;
+  static constexpr int kVerify = 5;
+
+  BlobCache(CacheOptions options, RemoteBlobSource* remote);
+  absl::Status Init();
+  absl::Status LoadFromDb();
+  void WorkerLoop();
+  void Log(absl::string_view line) const;
+
+  std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
+  absl::Status EnsureChunks(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
+                            absl::Time deadline, bool count);
+  absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
+  // Creates flights for the missing chunks in [first, last] (coalesced) and queues them.
+  void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
+                             int priority, absl::Time deadline,
+                             std::vector<std::shared_ptr<Flight>>* created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueLocked(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunFlight(const std::shared_ptr<Flight>& flight);
+  void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunWholeVerify(const std::shared_ptr<Layer>& layer);
+  void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
+  void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-hashes a chunk recorded by an earlier process; true if it still matches.
+  bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
+  absl::Status OpenDataFileLocked(Layer& layer, bool truncate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DataPath(const Digest& digest) const;
+
+  // SQLite helpers; all take db_mu_.
+  absl::Status DbExec(const std::string& sql);
+  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local);
+  absl::Status DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                              const std::vector<uint64_t>& chunks);
+  void DbForgetLayer(const Digest& digest);
+  void DbTouch(const Digest& digest, int64_t last_used);
+
+  const CacheOptions options_;
+  RemoteBlobSource* const remote_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, uint64_t>, Job> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
+  uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+
+  absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  sqlite3* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
+
+  struct Counters {
+    std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
+        verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0};
+  };
+  mutable Counters counters_;
+};
+
+}  // namespace modelfs

@@ -1,0 +1,102 @@
+// Media type and annotation names for OCI images, Docker v2 manifests, ModelPack artifacts
+// (github.com/modelpack/model-spec, specs-go/v1) and modelfs's own volume-image profile, plus
+// the mapping from any media type we accept to a {kind, encoding} pair.
+//
+// Writers always emit the current `vnd.cncf.model` / `org.cncf.model` names; readers also accept
+// the legacy `vnd.cnai.model` / `org.cnai.model` names that older modctl releases still emit.
+//
+// Thread safety: constants and pure functions only.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace modelfs {
+
+// --- OCI image spec -------------------------------------------------------------------------
+inline constexpr std::string_view kOciManifestMediaType =
+    "application/vnd.oci.image.manifest.v1+json";
+inline constexpr std::string_view kOciIndexMediaType = "application/vnd.oci.image.index.v1+json";
+inline constexpr std::string_view kOciConfigMediaType = "application/vnd.oci.image.config.v1+json";
+inline constexpr std::string_view kOciLayerTarMediaType = "application/vnd.oci.image.layer.v1.tar";
+inline constexpr std::string_view kOciLayerTarGzipMediaType =
+    "application/vnd.oci.image.layer.v1.tar+gzip";
+inline constexpr std::string_view kOciLayerTarZstdMediaType =
+    "application/vnd.oci.image.layer.v1.tar+zstd";
+// "Empty" descriptor content is the two bytes "{}".
+inline constexpr std::string_view kOciEmptyMediaType = "application/vnd.oci.empty.v1+json";
+inline constexpr std::string_view kOciEmptyJson = "{}";
+
+// --- Docker v2 (schema 2) -------------------------------------------------------------------
+inline constexpr std::string_view kDockerManifestMediaType =
+    "application/vnd.docker.distribution.manifest.v2+json";
+inline constexpr std::string_view kDockerManifestListMediaType =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+inline constexpr std::string_view kDockerConfigMediaType =
+    "application/vnd.docker.container.image.v1+json";
+inline constexpr std::string_view kDockerLayerTarGzipMediaType =
+    "application/vnd.docker.image.rootfs.diff.tar.gzip";
+
+// --- ModelPack (model-spec v1) --------------------------------------------------------------
+inline constexpr std::string_view kModelArtifactType =
+    "application/vnd.cncf.model.manifest.v1+json";
+inline constexpr std::string_view kModelConfigMediaType =
+    "application/vnd.cncf.model.config.v1+json";
+inline constexpr std::string_view kLegacyModelArtifactType =
+    "application/vnd.cnai.model.manifest.v1+json";
+inline constexpr std::string_view kLegacyModelConfigMediaType =
+    "application/vnd.cnai.model.config.v1+json";
+
+// Layer media types are "application/vnd.cncf.model.<kind>.v1.<encoding>", for example
+// "application/vnd.cncf.model.weight.v1.raw"; use ModelLayerMediaType() to build one.
+
+// Layer annotations.
+inline constexpr std::string_view kAnnotationFilepath = "org.cncf.model.filepath";
+inline constexpr std::string_view kAnnotationFileMetadata = "org.cncf.model.file.metadata+json";
+inline constexpr std::string_view kAnnotationMediaTypeUntested =
+    "org.cncf.model.file.mediatype.untested";
+inline constexpr std::string_view kLegacyAnnotationFilepath = "org.cnai.model.filepath";
+inline constexpr std::string_view kLegacyAnnotationFileMetadata =
+    "org.cnai.model.file.metadata+json";
+// Used by oras as the file name of a layer.
+inline constexpr std::string_view kAnnotationTitle = "org.opencontainers.image.title";
+inline constexpr std::string_view kAnnotationDescription = "org.opencontainers.image.description";
+
+// --- modelfs ----------------------------------------------------------------------------------
+// The binary chunk index format of docs/chunk-index.md.
+inline constexpr std::string_view kChunkIndexMediaType = "application/vnd.modelfs.chunk-index.v1";
+// artifactType of a volume image manifest (docs/volume-image.md), so a referrers query for M can
+// pick V out without fetching every referrer.
+inline constexpr std::string_view kVolumeImageArtifactType =
+    "application/vnd.modelfs.volume.v1+json";
+
+// What a layer holds. kImage is an ordinary container image layer (OCI or Docker).
+enum class LayerKind { kWeight, kWeightConfig, kDoc, kCode, kDataset, kImage };
+// How the layer's bytes are packed.
+enum class LayerEncoding { kRaw, kTar, kTarGzip, kTarZstd };
+
+struct LayerMediaTypeInfo {
+  LayerKind kind;
+  LayerEncoding encoding;
+  bool legacy = false;  // a vnd.cnai.model name
+  friend bool operator==(const LayerMediaTypeInfo&, const LayerMediaTypeInfo&) = default;
+};
+
+// Maps any accepted layer media type (ModelPack cncf or cnai, OCI layer, Docker rootfs.diff)
+// to its kind and encoding; nullopt for anything else (configs, unknown types).
+std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_type);
+
+// The cncf media type for a ModelPack layer. kImage gives the OCI image layer type.
+std::string_view ModelLayerMediaType(LayerKind kind, LayerEncoding encoding);
+
+// "weight", "weight.config", "doc", "code", "dataset", "image".
+std::string_view LayerKindName(LayerKind kind);
+// "raw", "tar", "tar+gzip", "tar+zstd".
+std::string_view LayerEncodingName(LayerEncoding encoding);
+
+bool IsModelArtifactType(std::string_view s);     // cncf or cnai manifest artifactType
+bool IsModelConfigMediaType(std::string_view s);  // cncf or cnai config
+bool IsManifestMediaType(std::string_view s);     // OCI manifest or Docker v2 manifest
+bool IsIndexMediaType(std::string_view s);        // OCI index or Docker manifest list
+
+}  // namespace modelfs

@@ -1,0 +1,352 @@
+#include "core/oci/volume_image.h"
+
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/oci/media_types.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/oci_json.h"
+#include "core/oci/path_safety.h"
+#include "core/oci/tar.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+
+using oci_json::AV;
+using oci_json::Json;
+
+namespace {
+
+std::string ChunkIndexPath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeChunksDir), "/", AV(layer.hex()), ".idx");
+}
+
+Descriptor ManifestRef(const Descriptor& d) {
+  // Only the identity of M; annotations, urls and platform do not belong in a pointer.
+  Descriptor out;
+  out.media_type = d.media_type;
+  out.digest = d.digest;
+  out.size = d.size;
+  out.artifact_type = d.artifact_type;
+  return out;
+}
+
+}  // namespace
+
+std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
+  Json j = Json::object();
+  j["schemaVersion"] = info.schema_version;
+  j["manifest"] = oci_json::DescriptorToJson(info.manifest);
+  j["repository"] = info.repository;
+  Json layers = Json::array();
+  for (const VolumeLayerRecord& l : info.layers) {
+    Json lj = Json::object();
+    lj["digest"] = l.digest.str();
+    lj["size"] = l.size;
+    lj["mediaType"] = l.media_type;
+    if (!l.path.empty()) lj["path"] = l.path;
+    if (l.chunk_index.has_value()) {
+      Json cj = Json::object();
+      cj["path"] = l.chunk_index->path;
+      cj["digest"] = l.chunk_index->digest.str();
+      cj["chunkSize"] = l.chunk_index->chunk_size;
+      lj["chunkIndex"] = std::move(cj);
+    }
+    layers.push_back(std::move(lj));
+  }
+  j["layers"] = std::move(layers);
+  return oci_json::Dump(j);
+}
+
+absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
+  constexpr std::string_view kWhere = "model.json";
+  ASSIGN_OR_RETURN(Json j, oci_json::ParseObject(bytes, kWhere));
+  VolumeModelInfo info;
+  ASSIGN_OR_RETURN(std::optional<int64_t> version,
+                   oci_json::GetInt(j, "schemaVersion", kWhere, true));
+  if (*version != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.json.schemaVersion: is ", *version, ", this build reads 1"));
+  }
+  const Json* m = oci_json::Find(j, "manifest");
+  if (m == nullptr)
+    return absl::InvalidArgumentError("model.json.manifest: required field missing");
+  ASSIGN_OR_RETURN(info.manifest, oci_json::DescriptorFromJson(*m, "model.json.manifest"));
+  ASSIGN_OR_RETURN(info.repository, oci_json::GetString(j, "repository", kWhere, false));
+  const Json* layers = oci_json::Find(j, "layers");
+  if (layers == nullptr || !layers->is_array()) {
+    return absl::InvalidArgumentError("model.json.layers: missing or not an array");
+  }
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const std::string w = absl::StrCat("model.json.layers[", i, "]");
+    const Json& lj = (*layers)[i];
+    if (!lj.is_object()) return absl::InvalidArgumentError(absl::StrCat(w, ": not an object"));
+    VolumeLayerRecord l;
+    ASSIGN_OR_RETURN(l.digest, oci_json::GetDigest(lj, "digest", w));
+    ASSIGN_OR_RETURN(std::optional<uint64_t> size, oci_json::GetSize(lj, "size", w, true));
+    l.size = *size;
+    ASSIGN_OR_RETURN(l.media_type, oci_json::GetString(lj, "mediaType", w, true));
+    ASSIGN_OR_RETURN(l.path, oci_json::GetString(lj, "path", w, false));
+    if (!l.path.empty()) {
+      absl::Status s = CheckRelativePath(l.path);
+      if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(w, ".path: ", s.message()));
+    }
+    if (const Json* cj = oci_json::Find(lj, "chunkIndex")) {
+      const std::string cw = absl::StrCat(w, ".chunkIndex");
+      if (!cj->is_object()) return absl::InvalidArgumentError(absl::StrCat(cw, ": not an object"));
+      VolumeChunkIndexRef ref;
+      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(*cj, "path", cw, true));
+      absl::Status s = CheckRelativePath(ref.path);
+      if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(cw, ".path: ", s.message()));
+      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*cj, "digest", cw));
+      ASSIGN_OR_RETURN(std::optional<uint64_t> cs, oci_json::GetSize(*cj, "chunkSize", cw, true));
+      ref.chunk_size = *cs;
+      if (!ChunkIndex::ValidChunkSize(ref.chunk_size)) {
+        return absl::InvalidArgumentError(absl::StrCat(cw, ".chunkSize: ", ref.chunk_size,
+                                                       " is not a power of two in 64 KiB..64 MiB"));
+      }
+      l.chunk_index = std::move(ref);
+    }
+    info.layers.push_back(std::move(l));
+  }
+  return info;
+}
+
+std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repository) {
+  const std::string ref = absl::StrCat(AV(repository), "@", model_manifest.digest.str());
+  return absl::StrCat(
+      "This directory is only a pointer: the model is not here.\n"
+      "\n"
+      "This container image is a modelfs volume image. It stands for the model\n"
+      "  ",
+      ref,
+      "\n"
+      "(a ModelPack artifact). On a node whose containerd uses the modelfs snapshotter the\n"
+      "model's files appear in this volume, fetched lazily and verified chunk by chunk.\n"
+      "You are reading this file because the modelfs snapshotter is not installed (or not\n"
+      "configured for this runtime) on this node, so containerd unpacked only this small\n"
+      "pointer layer. Nothing large was downloaded.\n"
+      "\n"
+      "To serve the model on this node:\n"
+      "  1. Install modelfs (apt install ./modelfs_<version>_<arch>.deb) and start it:\n"
+      "       systemctl enable --now modelfs-snapshotter\n"
+      "  2. Add the proxy plugin to /etc/containerd/config.toml:\n"
+      "       [proxy_plugins.modelfs]\n"
+      "         type = \"snapshot\"\n"
+      "         address = \"/run/modelfs/snapshotter.sock\"\n"
+      "     and let the CRI plugin use it: snapshotter = \"modelfs\" with\n"
+      "     disable_snapshot_annotations = false (see the modelfs containerd docs).\n"
+      "  3. Restart containerd and recreate this pod.\n"
+      "\n"
+      "Without a node change you can still read the model elsewhere:\n"
+      "  modelfs mount ",
+      ref,
+      " DIR\n"
+      "\n"
+      "The files next to this one: model.json names the model and its layers; chunks/ holds\n"
+      "one SHA-256 chunk index per layer (application/vnd.modelfs.chunk-index.v1).\n");
+}
+
+std::map<std::string, std::string> MakeVolumeLabels(const Descriptor& model_manifest,
+                                                    std::string_view repository) {
+  std::map<std::string, std::string> labels;
+  labels[std::string(kLabelModel)] = model_manifest.digest.str();
+  labels[std::string(kLabelModelSize)] = std::to_string(model_manifest.size);
+  labels[std::string(kLabelModelMediaType)] = model_manifest.media_type;
+  if (!repository.empty()) labels[std::string(kLabelRepository)] = std::string(repository);
+  labels[std::string(kLabelProfile)] = std::string(kVolumeProfileV1);
+  return labels;
+}
+
+absl::StatusOr<std::optional<VolumeLabels>> ParseVolumeLabels(
+    const std::map<std::string, std::string>& labels) {
+  auto get = [&](std::string_view key) -> const std::string* {
+    auto it = labels.find(std::string(key));
+    return it == labels.end() ? nullptr : &it->second;
+  };
+  const std::string* model = get(kLabelModel);
+  if (model == nullptr) return std::optional<VolumeLabels>();
+  VolumeLabels out;
+  absl::StatusOr<Digest> d = Digest::Parse(*model);
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label ", AV(kLabelModel), ": ", d.status().message()));
+  }
+  out.model.digest = *d;
+  if (const std::string* size = get(kLabelModelSize)) {
+    if (!absl::SimpleAtoi(*size, &out.model.size) || size->empty() || (*size)[0] == '+' ||
+        (*size)[0] == '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", AV(kLabelModelSize), ": '", *size, "' is not a size"));
+    }
+  }
+  if (const std::string* mt = get(kLabelModelMediaType)) out.model.media_type = *mt;
+  if (const std::string* repo = get(kLabelRepository)) out.repository = *repo;
+  const std::string* profile = get(kLabelProfile);
+  out.profile = profile ? *profile : std::string(kVolumeProfileV1);
+  if (out.profile != kVolumeProfileV1) {
+    return absl::InvalidArgumentError(absl::StrCat("label ", AV(kLabelProfile), ": '", out.profile,
+                                                   "' is not a known profile (v1)"));
+  }
+  return std::optional<VolumeLabels>(std::move(out));
+}
+
+absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
+  VolumeImage v;
+  VolumeModelInfo& info = v.model_info;
+  info.manifest = ManifestRef(input.model_manifest);
+  info.repository = input.repository;
+
+  std::map<Digest, const ChunkIndex*> by_digest;
+  for (const ChunkIndex& idx : input.chunk_indexes) by_digest[idx.blob_digest] = &idx;
+  std::set<Digest> used;
+  std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
+
+  ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
+  for (const ModelLayer& layer : layers) {
+    VolumeLayerRecord rec;
+    rec.digest = layer.descriptor.digest;
+    rec.size = layer.descriptor.size;
+    rec.media_type = layer.descriptor.media_type;
+    rec.path = layer.path;
+    auto it = by_digest.find(rec.digest);
+    if (it != by_digest.end()) {
+      const ChunkIndex& idx = *it->second;
+      if (idx.blob_size != rec.size) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk index for ", rec.digest.str(),
+                                                       " describes ", idx.blob_size,
+                                                       " bytes but the layer has ", rec.size));
+      }
+      std::string bytes = SerializeChunkIndex(idx);
+      VolumeChunkIndexRef ref;
+      ref.path = ChunkIndexPath(rec.digest);
+      ref.digest = Digest::Of(bytes);
+      ref.chunk_size = idx.chunk_size;
+      index_files[ref.path] = std::move(bytes);
+      rec.chunk_index = std::move(ref);
+      used.insert(rec.digest);
+    }
+    info.layers.push_back(std::move(rec));
+  }
+  for (const auto& [digest, idx] : by_digest) {
+    if (!used.count(digest)) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk index for ", digest.str(),
+                                                     " names no layer of ",
+                                                     input.model_manifest.digest.str()));
+    }
+  }
+
+  TarWriter tar;
+  RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
+  RETURN_IF_ERROR(tar.AddFile(kVolumeReadmePath, VolumeReadme(info.manifest, info.repository)));
+  RETURN_IF_ERROR(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
+  RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
+  for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
+  v.layer = tar.Finish();
+  if (v.layer.size() > kMaxVolumeLayerBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "volume layer for ", info.manifest.digest.str(), " would be ", v.layer.size(),
+        " bytes, over the 4 MiB limit; build the chunk indexes with a larger chunk size"));
+  }
+  v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);
+  v.layer_descriptor.annotations = MakeVolumeLabels(info.manifest, info.repository);
+
+  Json config = Json::object();
+  config["architecture"] = input.architecture;
+  config["os"] = input.os;
+  Json rootfs = Json::object();
+  rootfs["type"] = "layers";
+  rootfs["diff_ids"] = Json::array({v.layer_descriptor.digest.str()});
+  config["rootfs"] = std::move(rootfs);
+  v.config = oci_json::Dump(config);
+  v.config_descriptor = DescribeBlob(kOciConfigMediaType, v.config);
+
+  v.manifest.schema_version = 2;
+  v.manifest.media_type = std::string(kOciManifestMediaType);
+  v.manifest.artifact_type = std::string(kVolumeImageArtifactType);
+  v.manifest.config = v.config_descriptor;
+  v.manifest.layers = {v.layer_descriptor};
+  v.manifest.subject = info.manifest;
+  v.manifest.annotations[std::string(kAnnotationVolumeModel)] = info.manifest.digest.str();
+  v.manifest.annotations[std::string(kAnnotationDescription)] =
+      absl::StrCat("modelfs volume image for ", info.repository, "@", info.manifest.digest.str());
+  v.manifest_json = SerializeManifest(v.manifest);
+  v.manifest_descriptor = DescribeBlob(kOciManifestMediaType, v.manifest_json);
+  v.manifest_descriptor.artifact_type = std::string(kVolumeImageArtifactType);
+  return v;
+}
+
+absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
+  ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTarBytes(tar));
+  std::map<std::string, std::string_view> files;  // last entry of a path wins
+  for (const TarEntry& e : entries) {
+    if (e.type == TarEntryType::kFile) {
+      files[e.path] = tar.substr(e.data_offset, e.size);
+    } else {
+      files.erase(e.path);
+    }
+  }
+  auto model_it = files.find(std::string(kVolumeModelJsonPath));
+  if (model_it == files.end()) {
+    return absl::InvalidArgumentError("volume layer: no .modelfs/model.json");
+  }
+  VolumeLayerContents out;
+  ASSIGN_OR_RETURN(out.model, ParseVolumeModelJson(model_it->second));
+  for (const VolumeLayerRecord& l : out.model.layers) {
+    if (!l.chunk_index.has_value() || out.chunk_indexes.count(l.digest)) continue;
+    const VolumeChunkIndexRef& ref = *l.chunk_index;
+    auto it = files.find(ref.path);
+    if (it == files.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("volume layer: chunk index ", ref.path,
+                                                     " for ", l.digest.str(), " is missing"));
+    }
+    const Digest got = Digest::Of(it->second);
+    if (got != ref.digest) {
+      return absl::DataLossError(absl::StrCat("volume layer: chunk index ", ref.path, " has ",
+                                              got.str(), ", model.json says ", ref.digest.str()));
+    }
+    ASSIGN_OR_RETURN(ChunkIndex idx, ParseChunkIndex(it->second));
+    if (idx.blob_digest != l.digest || idx.blob_size != l.size ||
+        idx.chunk_size != ref.chunk_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volume layer: chunk index ", ref.path, " describes ", idx.blob_digest.str(), " (",
+          idx.blob_size, " bytes, chunk ", idx.chunk_size, ") but model.json says ", l.digest.str(),
+          " (", l.size, " bytes, chunk ", ref.chunk_size, ")"));
+    }
+    out.chunk_indexes.emplace(l.digest, std::move(idx));
+  }
+  return out;
+}
+
+bool IsVolumeImageManifest(const Manifest& v) {
+  if (v.artifact_type == kVolumeImageArtifactType) return true;
+  return v.layers.size() == 1 && v.layers[0].Annotation(kLabelModel) != nullptr;
+}
+
+absl::Status CheckVolumeMatchesModel(const VolumeModelInfo& info, const Descriptor& model_manifest,
+                                     const Manifest& model) {
+  if (info.manifest.digest != model_manifest.digest) {
+    return absl::DataLossError(absl::StrCat("model.json names ", info.manifest.digest.str(),
+                                            " but the model is ", model_manifest.digest.str()));
+  }
+  if (info.layers.size() != model.layers.size()) {
+    return absl::DataLossError(absl::StrCat("model.json lists ", info.layers.size(), " layers but ",
+                                            model_manifest.digest.str(), " has ",
+                                            model.layers.size()));
+  }
+  for (size_t i = 0; i < info.layers.size(); ++i) {
+    const VolumeLayerRecord& a = info.layers[i];
+    const Descriptor& b = model.layers[i];
+    if (a.digest != b.digest || a.size != b.size || a.media_type != b.media_type) {
+      return absl::DataLossError(absl::StrCat("model.json layer ", i, " is ", a.digest.str(), " (",
+                                              a.size, " bytes, ", a.media_type, ") but ",
+                                              model_manifest.digest.str(), " has ", b.digest.str(),
+                                              " (", b.size, " bytes, ", b.media_type, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace modelfs

@@ -1,0 +1,137 @@
+// The volume image V (docs/volume-image.md): an ordinary OCI image that stands for a ModelPack
+// artifact M, so containerd's CRI path (which only hands image layers to a snapshotter) can
+// reach the modelfs snapshotter. V has one small uncompressed tar layer A holding `.modelfs/`:
+// model.json (M's digest, repository and layers), one chunk index per layer of M, and a README
+// explaining that the directory is only a pointer. A carries `containerd.io/snapshot/modelfs.*`
+// annotations, which containerd passes to the snapshotter as Prepare labels; V's `subject` is M.
+//
+// Everything here is deterministic: the same M, repository and chunk indexes give the same V
+// digest. Trust: V is pinned by digest; its config's diff_ids[0] names A; A (verified whole)
+// names M and each chunk index by digest; ParseVolumeLayer checks every index against
+// model.json and CheckVolumeMatchesModel checks model.json against the verified M.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/oci/chunk_index.h"
+#include "core/oci/descriptor.h"
+#include "core/oci/manifest.h"
+
+namespace modelfs {
+
+// Paths inside layer A.
+inline constexpr std::string_view kVolumeDir = ".modelfs";
+inline constexpr std::string_view kVolumeModelJsonPath = ".modelfs/model.json";
+inline constexpr std::string_view kVolumeReadmePath = ".modelfs/README.txt";
+inline constexpr std::string_view kVolumeChunksDir = ".modelfs/chunks";
+// Layer A must stay small: containerd unpacks it on nodes without modelfs.
+inline constexpr uint64_t kMaxVolumeLayerBytes = 4ull << 20;
+
+// Annotations on A (and so snapshotter Prepare labels). containerd forwards annotations with
+// the prefix "containerd.io/snapshot/" when snapshot annotations are enabled.
+inline constexpr std::string_view kLabelModel = "containerd.io/snapshot/modelfs.model";
+inline constexpr std::string_view kLabelModelSize = "containerd.io/snapshot/modelfs.model.size";
+inline constexpr std::string_view kLabelModelMediaType =
+    "containerd.io/snapshot/modelfs.model.mediatype";
+inline constexpr std::string_view kLabelRepository = "containerd.io/snapshot/modelfs.repository";
+inline constexpr std::string_view kLabelProfile = "containerd.io/snapshot/modelfs.profile";
+inline constexpr std::string_view kVolumeProfileV1 = "v1";
+// Annotation on V's manifest naming M (for humans and referrer listings).
+inline constexpr std::string_view kAnnotationVolumeModel = "dev.modelfs.volume.model";
+
+// model.json, schemaVersion 1.
+struct VolumeChunkIndexRef {
+  std::string path;  // ".modelfs/chunks/<layer hex>.idx"
+  Digest digest;     // SHA-256 of the index file
+  uint64_t chunk_size = 0;
+  friend bool operator==(const VolumeChunkIndexRef&, const VolumeChunkIndexRef&) = default;
+};
+struct VolumeLayerRecord {
+  Digest digest;  // the layer of M
+  uint64_t size = 0;
+  std::string media_type;
+  std::string path;  // org.cncf.model.filepath of the layer ("" for a tar layer without one)
+  std::optional<VolumeChunkIndexRef> chunk_index;  // absent: verify the layer whole
+  friend bool operator==(const VolumeLayerRecord&, const VolumeLayerRecord&) = default;
+};
+struct VolumeModelInfo {
+  int schema_version = 1;
+  Descriptor manifest;                    // M: mediaType, digest, size (artifactType when known)
+  std::string repository;                 // where M lives, "host[:port]/path" without tag or digest
+  std::vector<VolumeLayerRecord> layers;  // M's layers, in M's order
+  friend bool operator==(const VolumeModelInfo&, const VolumeModelInfo&) = default;
+};
+std::string SerializeVolumeModelJson(const VolumeModelInfo& info);
+// Errors: kInvalidArgument naming the field; unsafe paths are kPermissionDenied.
+absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes);
+
+struct VolumeImageInput {
+  Descriptor model_manifest;  // M's descriptor (mediaType, digest, size[, artifactType])
+  Manifest model;             // M itself, for its layers
+  std::string repository;
+  // Any order, matched to M's layers by blob digest. A layer without one is verified whole.
+  std::vector<ChunkIndex> chunk_indexes;
+  std::string architecture = "amd64";
+  std::string os = "linux";
+};
+
+struct VolumeImage {
+  std::string layer;            // A, an uncompressed tar
+  Descriptor layer_descriptor;  // with the containerd.io/snapshot/modelfs.* annotations
+  std::string config;           // OCI image config JSON
+  Descriptor config_descriptor;
+  Manifest manifest;
+  std::string manifest_json;       // the bytes to push; their digest is V's digest
+  Descriptor manifest_descriptor;  // OCI manifest media type, artifactType = volume type
+  VolumeModelInfo model_info;
+};
+
+// Errors: kInvalidArgument when a chunk index names no layer of M or disagrees with the layer's
+// size, or when A would exceed kMaxVolumeLayerBytes; kPermissionDenied for an unsafe layer path
+// in M.
+absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input);
+
+// The README text written to .modelfs/README.txt for M.
+std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repository);
+
+struct VolumeLayerContents {
+  VolumeModelInfo model;
+  std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+};
+// Reads A (already verified against its digest by the caller). Each chunk index file is
+// checked against model.json: digest (kDataLoss on mismatch), and blob digest, size and chunk
+// size (kInvalidArgument). A missing model.json or index file is kInvalidArgument.
+absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
+
+// What the snapshotter learns from Prepare labels (or from A's annotations in V's manifest).
+struct VolumeLabels {
+  Descriptor model;  // mediaType, digest, size
+  std::string repository;
+  std::string profile;
+  friend bool operator==(const VolumeLabels&, const VolumeLabels&) = default;
+};
+std::map<std::string, std::string> MakeVolumeLabels(const Descriptor& model_manifest,
+                                                    std::string_view repository);
+// nullopt when there is no kLabelModel (an ordinary layer). Errors: kInvalidArgument for a
+// malformed digest or size, or an unknown profile.
+absl::StatusOr<std::optional<VolumeLabels>> ParseVolumeLabels(
+    const std::map<std::string, std::string>& labels);
+
+// True for a manifest shaped like V: artifactType is the volume type, or one tar layer carrying
+// kLabelModel.
+bool IsVolumeImageManifest(const Manifest& v);
+
+// Checks model.json against the verified M: same digest as `model_manifest` and the same layers
+// (digest, size, media type) in the same order. Errors: kDataLoss naming the first difference.
+absl::Status CheckVolumeMatchesModel(const VolumeModelInfo& info, const Descriptor& model_manifest,
+                                     const Manifest& model);
+
+}  // namespace modelfs

@@ -1,0 +1,1326 @@
+#include "core/registry/registry_client.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/status/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace modelfs {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr size_t kMaxManifestBytes = 4 << 20;
+constexpr size_t kMaxErrorBodyBytes = 64 << 10;
+constexpr size_t kMaxJsonBodyBytes = 8 << 20;
+constexpr int kMaxRedirects = 10;
+constexpr char kRetryablePayload[] = "modelfs.dev/retryable-transport";
+
+absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// Transport failures (connection refused, reset, timeouts) carry this payload so retry
+// loops can tell them from a sink or source error that happens to share a status code.
+absl::Status TransportError(std::string message) {
+  absl::Status s = absl::UnavailableError(message);
+  s.SetPayload(kRetryablePayload, absl::Cord("1"));
+  return s;
+}
+bool IsRetryableTransport(const absl::Status& s) {
+  return s.GetPayload(kRetryablePayload).has_value();
+}
+
+std::string PercentEncode(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  // Hex() prints lowercase; RFC 3986 prefers uppercase but both are valid.
+  return out;
+}
+
+std::string AppendQuery(const std::string& url, const std::string& param) {
+  return absl::StrCat(url, url.find('?') == std::string::npos ? "?" : "&", param);
+}
+
+// "scheme://authority" of a URL, lowercased.
+std::string Origin(const std::string& url) {
+  size_t sep = url.find("://");
+  if (sep == std::string::npos) return "";
+  size_t end = url.find_first_of("/?#", sep + 3);
+  return absl::AsciiStrToLower(url.substr(0, end));
+}
+
+struct ChallengeParams {
+  std::string scheme;  // lowercase
+  std::map<std::string, std::string> params;
+};
+
+// Parses `Bearer realm="...",service="...",scope="a b"` (RFC 7235 auth-params, quoted
+// strings with backslash escapes). Several challenges in one header are split on a scheme
+// token that is not followed by '='.
+std::vector<ChallengeParams> ParseWwwAuthenticate(const std::string& h) {
+  std::vector<ChallengeParams> out;
+  size_t i = 0;
+  auto skip_ws = [&] {
+    while (i < h.size() && (h[i] == ' ' || h[i] == '\t' || h[i] == ',')) ++i;
+  };
+  while (true) {
+    skip_ws();
+    if (i >= h.size()) break;
+    size_t start = i;
+    while (i < h.size() && h[i] != ' ' && h[i] != ',' && h[i] != '=') ++i;
+    std::string token = h.substr(start, i - start);
+    if (i < h.size() && h[i] == '=' && !out.empty()) {
+      ++i;
+      std::string value;
+      if (i < h.size() && h[i] == '"') {
+        ++i;
+        while (i < h.size() && h[i] != '"') {
+          if (h[i] == '\\' && i + 1 < h.size()) ++i;
+          value.push_back(h[i++]);
+        }
+        if (i < h.size()) ++i;
+      } else {
+        size_t vs = i;
+        while (i < h.size() && h[i] != ',' && h[i] != ' ') ++i;
+        value = h.substr(vs, i - vs);
+      }
+      out.back().params[absl::AsciiStrToLower(token)] = value;
+    } else {
+      out.push_back({absl::AsciiStrToLower(token), {}});
+    }
+  }
+  return out;
+}
+
+std::string MediaTypeOf(const std::string& content_type) {
+  std::string mt = content_type.substr(0, content_type.find(';'));
+  return std::string(absl::StripAsciiWhitespace(mt));
+}
+
+std::string RegistryErrorDetail(const std::string& body) {
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return "";
+  auto errs = doc.find("errors");
+  if (errs == doc.end() || !errs->is_array()) return "";
+  std::vector<std::string> parts;
+  for (const json& e : *errs) {
+    if (!e.is_object()) continue;
+    std::string code = e.value("code", "");
+    std::string message =
+        e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : "";
+    parts.push_back(message.empty() ? code : absl::StrCat(code, ": ", message));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+bool ErrorCodeIs(const std::string& body, std::string_view code) {
+  return absl::StrContains(body, absl::StrCat("\"", AV(code), "\""));
+}
+
+}  // namespace
+
+BlobReadAt BlobReadAtString(std::shared_ptr<const std::string> bytes) {
+  return [bytes](uint64_t offset, char* buf, size_t n) -> absl::StatusOr<size_t> {
+    if (offset >= bytes->size()) return size_t{0};
+    size_t k = std::min<uint64_t>(n, bytes->size() - offset);
+    std::memcpy(buf, bytes->data() + offset, k);
+    return k;
+  };
+}
+
+BlobReadAt BlobReadAtFd(int fd) {
+  return [fd](uint64_t offset, char* buf, size_t n) -> absl::StatusOr<size_t> {
+    while (true) {
+      ssize_t r = ::pread(fd, buf, n, static_cast<off_t>(offset));
+      if (r >= 0) return static_cast<size_t>(r);
+      if (errno == EINTR) continue;
+      return absl::InternalError(
+          absl::StrCat("pread at offset ", offset, ": ", std::strerror(errno)));
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct RegistryClient::Request {
+  std::string method = "GET";
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"; never Authorization
+  std::vector<std::string> scopes;   // token scopes this request needs
+  // Evaluated before every attempt so a resumed GET can ask for the bytes still missing.
+  std::function<std::string()> dynamic_header;
+  // Request body: bytes, or a window of a reader.
+  const std::string* body = nullptr;
+  const BlobReadAt* reader = nullptr;
+  uint64_t reader_offset = 0;
+  uint64_t reader_length = 0;
+  // Receives 2xx bodies (otherwise buffered in Response::body up to max_body).
+  std::function<absl::Status(const Response&, std::string_view)> sink;
+  size_t max_body = kMaxJsonBodyBytes;
+  bool long_transfer = false;  // blob bodies: no total timeout, only the stall timeout
+  // The caller's deadline: caps every attempt's timeout and the retry loop.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct RegistryClient::Response {
+  long status = 0;
+  std::multimap<std::string, std::string> headers;  // lowercase names
+  std::string body;
+  std::string url;  // after redirects
+  bool redirected = false;
+  uint64_t body_bytes = 0;  // bytes of this response's body seen so far
+  int attempts = 1;
+  std::string auth_note;  // why a 401 stands (no credentials, refused credentials)
+
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+  std::vector<std::string> Headers(const std::string& name) const {
+    std::vector<std::string> v;
+    for (auto [it, end] = headers.equal_range(name); it != end; ++it) v.push_back(it->second);
+    return v;
+  }
+  // Start offset of a 206 body ("Content-Range: bytes 100-199/1000"); 0 otherwise.
+  uint64_t RangeStart() const {
+    if (status != 206) return 0;
+    std::string cr = Header("content-range");
+    absl::string_view v = cr;
+    absl::ConsumePrefix(&v, "bytes ");
+    uint64_t start = 0;
+    (void)absl::SimpleAtoi(v.substr(0, v.find('-')), &start);
+    return start;
+  }
+};
+
+class RegistryClient::Backoff {
+ public:
+  explicit Backoff(const RegistryClientOptions& o, absl::Time deadline = absl::InfiniteFuture())
+      : o_(o), deadline_(std::min(absl::Now() + o.retry_deadline, deadline)) {}
+
+  // Sleeps before the next attempt. False when the attempts or the deadline are used up
+  // (a Retry-After past the deadline gives up at once rather than overshooting it).
+  bool Wait(absl::Duration hint) {
+    if (attempts_ >= o_.max_attempts) return false;
+    absl::Duration cap =
+        o_.initial_backoff * static_cast<double>(1u << std::min(attempts_ - 1, 20));
+    cap = std::min(cap, o_.max_backoff);
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    absl::Duration d = std::max(cap * jitter(rng), hint);
+    if (absl::Now() + d > deadline_) return false;
+    absl::SleepFor(d);
+    ++attempts_;
+    return true;
+  }
+  int attempts() const { return attempts_; }
+
+ private:
+  const RegistryClientOptions& o_;
+  absl::Time deadline_;
+  int attempts_ = 1;
+};
+
+// Idle curl easy handles; a reset handle keeps its connection cache, so keep-alive
+// connections survive between requests.
+class RegistryClient::HandlePool {
+ public:
+  ~HandlePool() {
+    for (CURL* h : idle_) curl_easy_cleanup(h);
+  }
+  CURL* Acquire() {
+    {
+      absl::MutexLock l(&mu_);
+      if (!idle_.empty()) {
+        CURL* h = idle_.back();
+        idle_.pop_back();
+        return h;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Release(CURL* h) {
+    curl_easy_reset(h);
+    absl::MutexLock l(&mu_);
+    if (idle_.size() < 16) {
+      idle_.push_back(h);
+      return;
+    }
+    curl_easy_cleanup(h);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
+    RegistryClientOptions options) {
+  static std::once_flag curl_once;
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (options.registry.empty()) {
+    return absl::InvalidArgumentError("RegistryClient needs a registry name");
+  }
+  if (options.endpoint.host.empty()) options.endpoint = DefaultHostEndpoint(options.registry);
+  if (options.upload_chunk_size == 0) options.upload_chunk_size = 16ull << 20;
+  std::string ca;
+  for (const std::string& f : options.endpoint.ca_files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) {
+      return absl::InternalError(
+          absl::StrCat("cannot read CA file ", f, " for registry ", options.registry));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    absl::StrAppend(&ca, ss.str(), "\n");
+  }
+  std::unique_ptr<RegistryClient> c(new RegistryClient(std::move(options)));
+  c->ca_blob_ = std::move(ca);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
+    const std::string& registry, HostCapability capability, const HostsOptions& hosts,
+    const CredentialStore& credentials, RegistryClientOptions base) {
+  ASSIGN_OR_RETURN(base.endpoint, ResolveHost(registry, capability, hosts));
+  base.registry = registry;
+  base.credential = credentials.Lookup(registry);
+  return Create(std::move(base));
+}
+
+RegistryClient::RegistryClient(RegistryClientOptions options)
+    : options_(std::move(options)), pool_(std::make_unique<HandlePool>()) {}
+
+RegistryClient::~RegistryClient() = default;
+
+RegistryStats RegistryClient::stats() const {
+  RegistryStats s;
+  s.requests = requests_.load();
+  s.bytes_sent = bytes_sent_.load();
+  s.bytes_received = bytes_received_.load();
+  s.retries = retries_.load();
+  s.token_requests = token_requests_.load();
+  return s;
+}
+
+std::string RegistryClient::ReferrersFallbackTag(const Digest& subject) {
+  return absl::StrCat("sha256-", AV(subject.hex()));
+}
+
+std::string RegistryClient::ApiUrl(const std::string& path) const {
+  return absl::StrCat(options_.endpoint.BaseUrl(), "/v2/", path);
+}
+
+std::string RegistryClient::ResolveLocation(const std::string& base_url,
+                                            const std::string& location) const {
+  if (location.find("://") != std::string::npos) return location;
+  std::string origin = Origin(base_url);
+  if (absl::StartsWith(location, "//")) {
+    return absl::StrCat(base_url.substr(0, base_url.find(':')), ":", location);
+  }
+  if (absl::StartsWith(location, "/")) {
+    // Origin() lowercases; keep the original spelling of the base instead.
+    return absl::StrCat(base_url.substr(0, origin.size()), location);
+  }
+  std::string dir = base_url.substr(0, base_url.find_first_of("?#"));
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  return dir + location;
+}
+
+bool RegistryClient::SameHostAsRegistry(const std::string& url) const {
+  return Origin(url) == absl::AsciiStrToLower(options_.endpoint.BaseUrl());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport: one curl exchange.
+
+namespace {
+
+struct TransferState {
+  CURL* handle = nullptr;
+  const void* request = nullptr;
+  void* response = nullptr;
+  std::function<size_t(char*, size_t)> on_write;
+  std::function<size_t(char*, size_t)> on_read;
+  std::function<void(std::string_view)> on_header;
+};
+
+size_t WriteCb(char* ptr, size_t size, size_t nmemb, void* user) {
+  return static_cast<TransferState*>(user)->on_write(ptr, size * nmemb);
+}
+size_t ReadCb(char* ptr, size_t size, size_t nmemb, void* user) {
+  return static_cast<TransferState*>(user)->on_read(ptr, size * nmemb);
+}
+size_t HeaderCb(char* ptr, size_t size, size_t nmemb, void* user) {
+  static_cast<TransferState*>(user)->on_header(std::string_view(ptr, size * nmemb));
+  return size * nmemb;
+}
+
+}  // namespace
+
+absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
+    const Request& req, const std::string& url, const std::string& authorization) {
+  CURL* h = pool_->Acquire();
+  if (h == nullptr) return absl::InternalError("curl_easy_init failed");
+  struct Releaser {
+    HandlePool* pool;
+    CURL* h;
+    ~Releaser() { pool->Release(h); }
+  } releaser{pool_.get(), h};
+
+  Response resp;
+  resp.url = url;
+  absl::Status callback_error;
+  bool truncated_error_body = false;
+  uint64_t read_pos = 0;
+  uint64_t body_length = req.body ? req.body->size() : req.reader ? req.reader_length : 0;
+  bool has_body = req.body != nullptr || req.reader != nullptr;
+
+  TransferState st;
+  st.handle = h;
+  st.on_header = [&](std::string_view line) {
+    if (absl::StartsWith(AV(line), "HTTP/")) {
+      resp.headers.clear();  // a new response (after 100 Continue)
+      return;
+    }
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return;
+    std::string name = absl::AsciiStrToLower(AV(line.substr(0, colon)));
+    std::string value(absl::StripAsciiWhitespace(AV(line.substr(colon + 1))));
+    resp.headers.emplace(std::move(name), std::move(value));
+  };
+  st.on_write = [&](char* data, size_t n) -> size_t {
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+    bytes_received_ += n;
+    bool ok_status = resp.status >= 200 && resp.status < 300;
+    if (ok_status && req.sink) {
+      absl::Status s = req.sink(resp, std::string_view(data, n));
+      resp.body_bytes += n;
+      if (!s.ok()) {
+        callback_error = s;
+        return 0;
+      }
+      return n;
+    }
+    size_t limit = ok_status ? req.max_body : kMaxErrorBodyBytes;
+    if (resp.body.size() + n > limit) {
+      if (ok_status) {
+        callback_error =
+            absl::OutOfRangeError(absl::StrCat("response body larger than ", limit, " bytes"));
+      } else {
+        truncated_error_body = true;  // enough of the error to explain it
+      }
+      return 0;
+    }
+    resp.body.append(data, n);
+    resp.body_bytes += n;
+    return n;
+  };
+  st.on_read = [&](char* buf, size_t n) -> size_t {
+    uint64_t left = body_length - read_pos;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(n, left));
+    if (want == 0) return 0;
+    if (req.body != nullptr) {
+      std::memcpy(buf, req.body->data() + read_pos, want);
+      read_pos += want;
+      return want;
+    }
+    absl::StatusOr<size_t> got = (*req.reader)(req.reader_offset + read_pos, buf, want);
+    if (!got.ok()) {
+      callback_error = got.status();
+      return CURL_READFUNC_ABORT;
+    }
+    if (*got == 0) {
+      callback_error = absl::OutOfRangeError(
+          absl::StrCat("upload source ended at byte ", req.reader_offset + read_pos, ", expected ",
+                       req.reader_offset + body_length));
+      return CURL_READFUNC_ABORT;
+    }
+    read_pos += *got;
+    return *got;
+  };
+
+  curl_slist* headers = nullptr;
+  for (const std::string& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
+  if (req.dynamic_header) {
+    std::string dh = req.dynamic_header();
+    if (!dh.empty()) headers = curl_slist_append(headers, dh.c_str());
+  }
+  if (!authorization.empty()) {
+    headers = curl_slist_append(headers, ("Authorization: " + authorization).c_str());
+  }
+  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+  struct SlistFree {
+    curl_slist* l;
+    ~SlistFree() { curl_slist_free_all(l); }
+  } slist_free{headers};
+
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCb);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCb);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(
+      h, CURLOPT_LOW_SPEED_TIME,
+      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
+  absl::Duration timeout = req.long_transfer ? absl::InfiniteDuration() : options_.request_timeout;
+  if (req.deadline != absl::InfiniteFuture()) {
+    absl::Duration left = req.deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(req.method, " ", Origin(url), ": deadline passed before the request"));
+    }
+    timeout = std::min(timeout, left);
+  }
+  if (timeout != absl::InfiniteDuration()) {
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+  }
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+
+  // TLS: the registry's own settings apply to the registry's host only; storage backends
+  // behind redirects and token realms elsewhere are verified against the system store.
+  if (SameHostAsRegistry(url)) {
+    const HostEndpoint& ep = options_.endpoint;
+    if (ep.skip_verify) {
+      curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+      curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    curl_blob blob{};
+    if (!ca_blob_.empty()) {
+      blob.data = ca_blob_.data();
+      blob.len = ca_blob_.size();
+      blob.flags = CURL_BLOB_COPY;
+      curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
+    }
+    if (!ep.client_cert.empty()) {
+      curl_easy_setopt(h, CURLOPT_SSLCERT, ep.client_cert.c_str());
+      curl_easy_setopt(h, CURLOPT_SSLKEY, ep.client_key.c_str());
+    }
+  }
+
+  if (req.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else if (has_body || req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+    // An upload with a known length, whatever the verb: curl sends Content-Length.
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCb);
+    curl_easy_setopt(h, CURLOPT_READDATA, &st);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_length));
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  } else if (req.method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+
+  ++requests_;
+  CURLcode rc = curl_easy_perform(h);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  curl_off_t sent = 0;
+  curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &sent);
+  bytes_sent_ += static_cast<uint64_t>(sent);
+
+  if (!callback_error.ok()) return callback_error;
+  // An error answer that stops short (Distribution announces the blob's Content-Length on a
+  // 416) or that we cut off ourselves still says everything we need.
+  bool error_answer_complete = (rc == CURLE_WRITE_ERROR && truncated_error_body) ||
+                               (rc == CURLE_PARTIAL_FILE && resp.status >= 400);
+  if (rc != CURLE_OK && !error_answer_complete) {
+    // The URL can carry a presigned query string; name only its origin.
+    return TransportError(
+        absl::StrCat(req.method, " ", Origin(url), " failed: ", curl_easy_strerror(rc)));
+  }
+  return resp;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication.
+
+std::string RegistryClient::AuthorizationFor(const std::vector<std::string>& scopes) {
+  const std::optional<Credential>& cred = options_.credential;
+  if (cred.has_value() && !cred->registry_token.empty()) return "Bearer " + cred->registry_token;
+  std::string key = absl::StrJoin(scopes, " ");
+  std::optional<Challenge> challenge;
+  {
+    absl::MutexLock l(&mu_);
+    if (challenge_.has_value()) {
+      auto it = tokens_.find(key);
+      if (it != tokens_.end() && it->second.expires > absl::Now()) {
+        return "Bearer " + it->second.token;
+      }
+      challenge = challenge_;
+    } else if (basic_auth_ && cred.has_value()) {
+      return "Basic " + absl::Base64Escape(cred->username + ":" + cred->password);
+    } else {
+      return "";
+    }
+  }
+  // The registry already told us where tokens come from: fetch one for this scope now
+  // rather than paying a 401 round trip. On failure the request goes out bare and the 401
+  // path reports the error.
+  if (!FetchToken(*challenge, scopes).ok()) return "";
+  absl::MutexLock l(&mu_);
+  auto it = tokens_.find(key);
+  return it == tokens_.end() ? "" : "Bearer " + it->second.token;
+}
+
+absl::Status RegistryClient::Authenticate(const Response& unauthorized,
+                                          const std::vector<std::string>& scopes) {
+  std::optional<Challenge> bearer;
+  bool basic = false;
+  for (const std::string& h : unauthorized.Headers("www-authenticate")) {
+    for (const ChallengeParams& c : ParseWwwAuthenticate(h)) {
+      if (c.scheme == "bearer" && c.params.count("realm")) {
+        Challenge ch;
+        ch.realm = c.params.at("realm");
+        auto svc = c.params.find("service");
+        if (svc != c.params.end()) ch.service = svc->second;
+        bearer = ch;
+      } else if (c.scheme == "basic") {
+        basic = true;
+      }
+    }
+  }
+  const std::optional<Credential>& cred = options_.credential;
+  if (bearer.has_value()) {
+    {
+      absl::MutexLock l(&mu_);
+      challenge_ = bearer;
+      tokens_.erase(absl::StrJoin(scopes, " "));  // a token the registry refused
+    }
+    return FetchToken(*bearer, scopes);
+  }
+  if (basic && cred.has_value() && !cred->username.empty()) {
+    absl::MutexLock l(&mu_);
+    if (basic_auth_) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "registry ", options_.registry, " refused the configured username and password"));
+    }
+    basic_auth_ = true;
+    return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(
+      absl::StrCat("registry ", options_.registry, " requires authentication",
+                   cred.has_value() ? " and refused the configured credentials"
+                                    : " and no credentials are configured"));
+}
+
+absl::Status RegistryClient::FetchToken(const Challenge& challenge,
+                                        const std::vector<std::string>& scopes) {
+  const std::optional<Credential>& cred = options_.credential;
+  Request req;
+  req.scopes = scopes;
+  std::string authorization;
+  std::string form;
+  if (cred.has_value() && !cred->identity_token.empty()) {
+    // docker's identity token is an OAuth2 refresh token (distribution's token spec, oauth.md).
+    req.method = "POST";
+    req.url = challenge.realm;
+    form = absl::StrCat(
+        "grant_type=refresh_token&client_id=modelfs&service=", PercentEncode(challenge.service),
+        "&scope=", PercentEncode(absl::StrJoin(scopes, " ")),
+        "&refresh_token=", PercentEncode(cred->identity_token));
+    req.body = &form;
+    req.headers.push_back("Content-Type: application/x-www-form-urlencoded");
+  } else {
+    std::string url = challenge.realm;
+    if (!challenge.service.empty()) {
+      url = AppendQuery(url, "service=" + PercentEncode(challenge.service));
+    }
+    for (const std::string& s : scopes) url = AppendQuery(url, "scope=" + PercentEncode(s));
+    if (cred.has_value() && !cred->username.empty()) {
+      url = AppendQuery(url, "account=" + PercentEncode(cred->username));
+      authorization = "Basic " + absl::Base64Escape(cred->username + ":" + cred->password);
+    }
+    req.url = url;
+  }
+  Backoff backoff(options_);
+  while (true) {
+    ++token_requests_;
+    absl::StatusOr<Response> r = Transport(req, req.url, authorization);
+    absl::Duration hint = absl::ZeroDuration();
+    bool retry = false;
+    if (!r.ok()) {
+      if (!IsRetryableTransport(r.status())) return r.status();
+      retry = true;
+    } else if (r->status >= 500 || r->status == 429) {
+      retry = true;
+    }
+    if (retry && backoff.Wait(hint)) {
+      ++retries_;
+      continue;
+    }
+    if (!r.ok()) {
+      return absl::UnavailableError(absl::StrCat("token server for registry ", options_.registry,
+                                                 ": ", r.status().message()));
+    }
+    if (r->status == 401 || r->status == 403) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("token server ", Origin(challenge.realm), " refused ",
+                       cred.has_value() ? "the configured credentials" : "anonymous access",
+                       " for ", absl::StrJoin(scopes, " "), " on registry ", options_.registry,
+                       " (HTTP ", r->status, ")"));
+    }
+    if (r->status != 200) {
+      return absl::UnavailableError(absl::StrCat("token server ", Origin(challenge.realm),
+                                                 " answered HTTP ", r->status, " for registry ",
+                                                 options_.registry));
+    }
+    json doc = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    std::string token;
+    int64_t expires_in = 60;  // the token spec's default
+    if (!doc.is_discarded() && doc.is_object()) {
+      if (doc.contains("token") && doc["token"].is_string()) {
+        token = doc["token"].get<std::string>();
+      } else if (doc.contains("access_token") && doc["access_token"].is_string()) {
+        token = doc["access_token"].get<std::string>();
+      }
+      if (doc.contains("expires_in") && doc["expires_in"].is_number_integer()) {
+        expires_in = std::max<int64_t>(doc["expires_in"].get<int64_t>(), 1);
+      }
+    }
+    if (token.empty()) {
+      return absl::UnauthenticatedError(absl::StrCat("token server ", Origin(challenge.realm),
+                                                     " returned no token for registry ",
+                                                     options_.registry));
+    }
+    // Renew a little early so a request never leaves with a token about to expire.
+    absl::Duration life = absl::Seconds(expires_in);
+    absl::Duration margin = std::min(absl::Seconds(10), life / 5);
+    absl::MutexLock l(&mu_);
+    tokens_[absl::StrJoin(scopes, " ")] = CachedToken{token, absl::Now() + life - margin};
+    return absl::OkStatus();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Send: auth and redirects.
+
+absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& original) {
+  Request req = original;
+  bool auth_retried = false;
+  bool redirected = false;
+  for (int hops = 0; hops <= kMaxRedirects;) {
+    bool on_registry = SameHostAsRegistry(req.url);
+    // Authorization never follows a redirect to another host (a storage backend).
+    std::string authorization = on_registry ? AuthorizationFor(req.scopes) : "";
+    ASSIGN_OR_RETURN(Response r, Transport(req, req.url, authorization));
+    if (r.status == 401 && on_registry && !auth_retried) {
+      auth_retried = true;
+      absl::Status s = Authenticate(r, req.scopes);
+      if (!s.ok()) {
+        if (s.code() == absl::StatusCode::kUnauthenticated) {
+          r.redirected = redirected;
+          r.auth_note = std::string(s.message());
+          return r;  // the caller names the request that was refused
+        }
+        return s;
+      }
+      continue;
+    }
+    bool is_redirect =
+        r.status == 301 || r.status == 302 || r.status == 303 || r.status == 307 || r.status == 308;
+    std::string location = r.Header("location");
+    if (is_redirect && !location.empty()) {
+      req.url = ResolveLocation(req.url, location);
+      if (r.status == 303 && req.method != "HEAD") {
+        req.method = "GET";
+        req.body = nullptr;
+        req.reader = nullptr;
+      }
+      redirected = true;
+      ++hops;
+      continue;
+    }
+    r.redirected = redirected;
+    r.url = req.url;
+    return r;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("more than ", kMaxRedirects, " redirects from registry ", options_.registry));
+}
+
+absl::StatusOr<RegistryClient::Response> RegistryClient::SendWithRetry(const Request& req) {
+  Backoff backoff(options_, req.deadline);
+  while (true) {
+    absl::StatusOr<Response> r = Send(req);
+    absl::Duration hint = absl::ZeroDuration();
+    if (r.ok()) {
+      if (r->status < 500 && r->status != 429) {
+        r->attempts = backoff.attempts();
+        return r;
+      }
+      if (r->status == 429 || r->status == 503) {
+        int64_t secs = 0;
+        if (absl::SimpleAtoi(r->Header("retry-after"), &secs) && secs > 0) {
+          hint = absl::Seconds(secs);
+        }
+      }
+    } else if (!IsRetryableTransport(r.status())) {
+      return r;
+    }
+    if (!backoff.Wait(hint)) {
+      if (!r.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat(r.status().message(), " (after ", backoff.attempts(), " attempts)"));
+      }
+      r->attempts = backoff.attempts();
+      return r;
+    }
+    ++retries_;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+namespace {
+
+absl::Status StatusFromResponse(const std::string& what, const std::string& registry, long status,
+                                const std::string& body, int attempts,
+                                const std::string& auth_note) {
+  std::string msg = absl::StrCat(what, ": HTTP ", status, " from registry ", registry);
+  std::string detail = RegistryErrorDetail(body);
+  if (!detail.empty()) absl::StrAppend(&msg, " (", detail, ")");
+  if (!auth_note.empty()) absl::StrAppend(&msg, "; ", auth_note);
+  if (attempts > 1) absl::StrAppend(&msg, " after ", attempts, " attempts");
+  if (ErrorCodeIs(body, "DIGEST_INVALID")) return absl::DataLossError(msg);
+  if (ErrorCodeIs(body, "BLOB_UNKNOWN") || ErrorCodeIs(body, "MANIFEST_UNKNOWN") ||
+      ErrorCodeIs(body, "NAME_UNKNOWN") || status == 404) {
+    return absl::NotFoundError(msg);
+  }
+  if (status == 401) return absl::UnauthenticatedError(msg);
+  if (status == 403) return absl::PermissionDeniedError(msg);
+  if (status == 416) return absl::OutOfRangeError(msg);
+  if (status == 405) return absl::UnimplementedError(msg);
+  if (status >= 500 || status == 429) return absl::UnavailableError(msg);
+  if (status == 400) return absl::InvalidArgumentError(msg);
+  return absl::FailedPreconditionError(msg);
+}
+
+}  // namespace
+
+#define MODELFS_HTTP_ERROR(what, r) \
+  StatusFromResponse((what), options_.registry, (r).status, (r).body, (r).attempts, (r).auth_note)
+
+// ---------------------------------------------------------------------------------------------
+// API calls.
+
+namespace {
+std::vector<std::string> PullScope(const std::string& repo) {
+  return {absl::StrCat("repository:", repo, ":pull")};
+}
+std::vector<std::string> PushScope(const std::string& repo) {
+  return {absl::StrCat("repository:", repo, ":pull,push")};
+}
+std::string BlobWhat(const char* verb, const std::string& repo, const Digest& d) {
+  return absl::StrCat(verb, " blob ", d.str(), " in repository ", repo);
+}
+}  // namespace
+
+absl::Status RegistryClient::Ping() {
+  Request req;
+  req.url = ApiUrl("");
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status == 200) return absl::OkStatus();
+  return MODELFS_HTTP_ERROR("GET /v2/", r);
+}
+
+absl::StatusOr<std::optional<uint64_t>> RegistryClient::HeadBlob(const std::string& repo,
+                                                                 const Digest& digest) {
+  Request req;
+  req.method = "HEAD";
+  req.url = ApiUrl(absl::StrCat(repo, "/blobs/", digest.str()));
+  req.scopes = PullScope(repo);
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status == 404) return std::optional<uint64_t>();
+  if (r.status != 200) return MODELFS_HTTP_ERROR(BlobWhat("HEAD", repo, digest), r);
+  uint64_t size = 0;
+  if (!absl::SimpleAtoi(r.Header("content-length"), &size)) {
+    return absl::FailedPreconditionError(absl::StrCat(BlobWhat("HEAD", repo, digest), ": registry ",
+                                                      options_.registry,
+                                                      " sent no Content-Length"));
+  }
+  return std::optional<uint64_t>(size);
+}
+
+absl::StatusOr<bool> RegistryClient::BlobExists(const std::string& repo, const Digest& digest) {
+  ASSIGN_OR_RETURN(std::optional<uint64_t> size, HeadBlob(repo, digest));
+  return size.has_value();
+}
+
+// One attempt through the remembered redirect target (if any), then the registry with
+// retries. The redirect target is remembered when the registry sent us elsewhere.
+absl::StatusOr<RegistryClient::Response> RegistryClient::GetBlobOnce(const std::string& repo,
+                                                                     const Digest& digest,
+                                                                     Request& req) {
+  std::string cached;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = redirects_.find(digest.str());
+    if (it != redirects_.end()) {
+      if (it->second.expires > absl::Now()) {
+        cached = it->second.url;
+      } else {
+        redirects_.erase(it);
+      }
+    }
+  }
+  if (!cached.empty()) {
+    absl::StatusOr<Response> r = Transport(req, cached, "");
+    if (r.ok() && r->status >= 200 && r->status < 300) return r;
+    if (!r.ok() && !IsRetryableTransport(r.status())) return r;  // the sink refused
+    // Expired presigned URL or a storage hiccup: ask the registry for a fresh location.
+    absl::MutexLock l(&mu_);
+    redirects_.erase(digest.str());
+  }
+  req.url = ApiUrl(absl::StrCat(repo, "/blobs/", digest.str()));
+  absl::StatusOr<Response> r = SendWithRetry(req);
+  if (r.ok() && r->redirected && r->status >= 200 && r->status < 300 &&
+      !SameHostAsRegistry(r->url)) {
+    absl::MutexLock l(&mu_);
+    redirects_[digest.str()] = CachedRedirect{r->url, absl::Now() + options_.redirect_cache_ttl};
+  }
+  return r;
+}
+
+absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& digest,
+                                     const BlobSink& sink) {
+  uint64_t delivered = 0;
+  Request req;
+  req.scopes = PullScope(repo);
+  req.long_transfer = true;
+  req.dynamic_header = [&delivered]() -> std::string {
+    return delivered == 0 ? "" : absl::StrCat("Range: bytes=", delivered, "-");
+  };
+  // Bytes at absolute offsets below `delivered` were already handed over: skip them, so a
+  // resumed transfer (206 from `delivered`, or a 200 from 0) continues seamlessly.
+  req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+    uint64_t pos = resp.RangeStart() + resp.body_bytes;
+    if (pos + data.size() <= delivered) return absl::OkStatus();
+    if (pos < delivered) data.remove_prefix(delivered - pos);
+    if (pos > delivered) {
+      return absl::DataLossError(absl::StrCat(BlobWhat("GET", repo, digest), ": resumed at byte ",
+                                              pos, ", expected ", delivered));
+    }
+    RETURN_IF_ERROR(sink(data));
+    delivered += data.size();
+    return absl::OkStatus();
+  };
+  // GetBlobOnce retries (resuming from `delivered`) until the deadline.
+  absl::StatusOr<Response> r = GetBlobOnce(repo, digest, req);
+  if (r.ok() && (r->status == 200 || r->status == 206)) return absl::OkStatus();
+  if (r.ok()) return MODELFS_HTTP_ERROR(BlobWhat("GET", repo, digest), *r);
+  if (IsRetryableTransport(r.status()) || absl::IsUnavailable(r.status())) {
+    return absl::UnavailableError(absl::StrCat(BlobWhat("GET", repo, digest), " from registry ",
+                                               options_.registry, ": ", r.status().message(), " (",
+                                               delivered, " bytes received)"));
+  }
+  return r.status();
+}
+
+absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo,
+                                                         const Digest& digest, uint64_t offset,
+                                                         uint64_t length, absl::Time deadline) {
+  if (length == 0) return std::string();
+  std::string out;
+  out.reserve(length);
+  Request req;
+  req.deadline = deadline;
+  req.scopes = PullScope(repo);
+  req.long_transfer = true;
+  req.headers.push_back(absl::StrCat("Range: bytes=", offset, "-", offset + length - 1));
+  std::string what =
+      absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
+  req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+    if (resp.status != 206) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
+    }
+    if (resp.body_bytes == 0) {
+      out.clear();  // a retried response starts over
+      if (resp.RangeStart() != offset) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, ": server answered with Content-Range ", resp.Header("content-range")));
+      }
+    }
+    if (out.size() + data.size() > length) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": server sent more than ", length, " bytes"));
+    }
+    out.append(data.data(), data.size());
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(Response r, GetBlobOnce(repo, digest, req));
+  if (r.status == 416) {
+    return absl::OutOfRangeError(absl::StrCat(what, ": past the end of the blob (HTTP 416)"));
+  }
+  if (r.status != 206) return MODELFS_HTTP_ERROR(what, r);
+  if (out.size() != length) {
+    return absl::OutOfRangeError(
+        absl::StrCat(what, ": got ", out.size(), " bytes; the blob ends earlier"));
+  }
+  return out;
+}
+
+absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest& digest,
+                                          uint64_t size, const BlobReadAt& source, bool* retryable,
+                                          absl::Duration* hint) {
+  *retryable = false;
+  auto fail = [&](const std::string& what, const Response& r) {
+    *retryable = r.status >= 500 || r.status == 429;
+    int64_t secs = 0;
+    if (absl::SimpleAtoi(r.Header("retry-after"), &secs) && secs > 0) *hint = absl::Seconds(secs);
+    return MODELFS_HTTP_ERROR(what, r);
+  };
+  auto transport = [&](absl::StatusOr<Response> r) -> absl::StatusOr<Response> {
+    if (!r.ok() && IsRetryableTransport(r.status())) *retryable = true;
+    return r;
+  };
+  std::string what = BlobWhat("upload", repo, digest);
+
+  Request post;
+  post.method = "POST";
+  post.url = ApiUrl(absl::StrCat(repo, "/blobs/uploads/"));
+  post.scopes = PushScope(repo);
+  ASSIGN_OR_RETURN(Response started, transport(Send(post)));
+  if (started.status != 202 || started.Header("location").empty()) return fail(what, started);
+  std::string location = ResolveLocation(started.url, started.Header("location"));
+
+  Request put;
+  put.method = "PUT";
+  put.scopes = post.scopes;
+  put.long_transfer = true;
+  put.headers.push_back("Content-Type: application/octet-stream");
+  if (size <= options_.monolithic_upload_limit) {
+    put.reader = &source;
+    put.reader_offset = 0;
+    put.reader_length = size;
+  } else {
+    uint64_t offset = 0;
+    while (offset < size) {
+      uint64_t n = std::min(options_.upload_chunk_size, size - offset);
+      Request patch;
+      patch.method = "PATCH";
+      patch.url = location;
+      patch.scopes = post.scopes;
+      patch.long_transfer = true;
+      patch.headers = {"Content-Type: application/octet-stream",
+                       absl::StrCat("Content-Range: ", offset, "-", offset + n - 1)};
+      patch.reader = &source;
+      patch.reader_offset = offset;
+      patch.reader_length = n;
+      ASSIGN_OR_RETURN(Response r, transport(Send(patch)));
+      if (r.status != 202) {
+        return fail(absl::StrCat(what, " chunk at offset ", offset), r);
+      }
+      if (!r.Header("location").empty()) location = ResolveLocation(r.url, r.Header("location"));
+      offset += n;
+    }
+  }
+  put.url = AppendQuery(location, "digest=" + PercentEncode(digest.str()));
+  ASSIGN_OR_RETURN(Response done, transport(Send(put)));
+  if (done.status != 201) return fail(what, done);
+  std::string reported = done.Header("docker-content-digest");
+  if (!reported.empty() && reported != digest.str()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": registry ", options_.registry, " stored it as ", reported));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RegistryClient::PushBlob(const std::string& repo, const Digest& digest, uint64_t size,
+                                      const BlobReadAt& source) {
+  Backoff backoff(options_);
+  while (true) {
+    bool retryable = false;
+    absl::Duration hint = absl::ZeroDuration();
+    absl::Status s = PushBlobOnce(repo, digest, size, source, &retryable, &hint);
+    if (s.ok() || !retryable) return s;
+    if (!backoff.Wait(hint)) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (gave up after ",
+                                                 backoff.attempts(), " upload attempts)"));
+    }
+    ++retries_;
+  }
+}
+
+absl::StatusOr<bool> RegistryClient::MountBlob(const std::string& repo, const Digest& digest,
+                                               const std::string& from_repo) {
+  Request req;
+  req.method = "POST";
+  req.url = ApiUrl(absl::StrCat(repo, "/blobs/uploads/?mount=", PercentEncode(digest.str()),
+                                "&from=", PercentEncode(from_repo)));
+  req.scopes = PushScope(repo);
+  req.scopes.push_back(absl::StrCat("repository:", from_repo, ":pull"));
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status == 201) return true;
+  if (r.status == 202) {
+    // The registry could not mount (the source repo lacks the blob, or we may not read it)
+    // and opened an upload session instead. Cancel it; the caller pushes normally.
+    std::string location = r.Header("location");
+    if (!location.empty()) {
+      Request del;
+      del.method = "DELETE";
+      del.url = ResolveLocation(r.url, location);
+      del.scopes = req.scopes;
+      (void)Send(del);  // best effort: sessions also expire on their own
+    }
+    return false;
+  }
+  return MODELFS_HTTP_ERROR(
+      absl::StrCat("mount blob ", digest.str(), " from repository ", from_repo, " into ", repo), r);
+}
+
+namespace {
+std::string AcceptHeader(const std::vector<std::string>& accept) {
+  if (!accept.empty()) return "Accept: " + absl::StrJoin(accept, ", ");
+  return absl::StrCat("Accept: ", kMediaTypeOciManifest, ", ", kMediaTypeOciIndex, ", ",
+                      kMediaTypeDockerManifest, ", ", kMediaTypeDockerManifestList);
+}
+}  // namespace
+
+absl::StatusOr<ManifestResult> RegistryClient::GetManifest(const std::string& repo,
+                                                           const std::string& reference,
+                                                           const std::vector<std::string>& accept) {
+  Request req;
+  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.scopes = PullScope(repo);
+  req.headers.push_back(AcceptHeader(accept));
+  req.max_body = kMaxManifestBytes;
+  std::string what = absl::StrCat("GET manifest ", reference, " in repository ", repo);
+  absl::StatusOr<Response> sent = SendWithRetry(req);
+  if (!sent.ok() && absl::IsOutOfRange(sent.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": manifest larger than ", kMaxManifestBytes, " bytes"));
+  }
+  ASSIGN_OR_RETURN(Response r, std::move(sent));
+  if (r.status != 200) return MODELFS_HTTP_ERROR(what, r);
+  ManifestResult out;
+  out.digest = Digest::Of(r.body);
+  if (absl::StartsWith(reference, "sha256:") && out.digest.str() != reference) {
+    return absl::DataLossError(absl::StrCat(what, ": registry ", options_.registry,
+                                            " returned bytes with digest ", out.digest.str()));
+  }
+  std::string reported = r.Header("docker-content-digest");
+  if (!reported.empty() && absl::StartsWith(reported, "sha256:") && reported != out.digest.str()) {
+    return absl::DataLossError(absl::StrCat(what, ": bytes hash to ", out.digest.str(),
+                                            " but registry ", options_.registry,
+                                            " says Docker-Content-Digest ", reported));
+  }
+  out.media_type = MediaTypeOf(r.Header("content-type"));
+  if (out.media_type.empty() || out.media_type == "application/json" ||
+      out.media_type == "text/plain" || out.media_type == "application/octet-stream") {
+    json doc = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_discarded() && doc.is_object() && doc.contains("mediaType") &&
+        doc["mediaType"].is_string()) {
+      out.media_type = doc["mediaType"].get<std::string>();
+    }
+  }
+  out.bytes = std::move(r.body);
+  return out;
+}
+
+absl::StatusOr<ManifestHead> RegistryClient::HeadManifest(const std::string& repo,
+                                                          const std::string& reference,
+                                                          const std::vector<std::string>& accept) {
+  Request req;
+  req.method = "HEAD";
+  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.scopes = PullScope(repo);
+  req.headers.push_back(AcceptHeader(accept));
+  std::string what = absl::StrCat("HEAD manifest ", reference, " in repository ", repo);
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status != 200) return MODELFS_HTTP_ERROR(what, r);
+  ManifestHead out;
+  absl::StatusOr<Digest> d = Digest::Parse(r.Header("docker-content-digest"));
+  if (!d.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": registry ", options_.registry,
+                                                      " sent no usable Docker-Content-Digest"));
+  }
+  if (absl::StartsWith(reference, "sha256:") && d->str() != reference) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": registry ", options_.registry, " reports digest ", d->str()));
+  }
+  out.digest = *d;
+  out.media_type = MediaTypeOf(r.Header("content-type"));
+  (void)absl::SimpleAtoi(r.Header("content-length"), &out.size);
+  return out;
+}
+
+absl::StatusOr<Digest> RegistryClient::PutManifest(const std::string& repo,
+                                                   const std::string& reference,
+                                                   const std::string& bytes,
+                                                   const std::string& media_type) {
+  Request req;
+  req.method = "PUT";
+  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.scopes = PushScope(repo);
+  req.headers.push_back("Content-Type: " + media_type);
+  req.body = &bytes;
+  std::string what = absl::StrCat("PUT manifest ", reference, " in repository ", repo);
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status != 201 && r.status != 200) return MODELFS_HTTP_ERROR(what, r);
+  Digest d = Digest::Of(bytes);
+  std::string reported = r.Header("docker-content-digest");
+  if (!reported.empty() && reported != d.str()) {
+    return absl::DataLossError(absl::StrCat(what, ": registry ", options_.registry,
+                                            " stored it as ", reported, ", expected ", d.str()));
+  }
+  return d;
+}
+
+namespace {
+
+absl::StatusOr<json> ParseIndex(const std::string& bytes, const std::string& what) {
+  json doc = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
+  }
+  if (!doc.contains("manifests")) doc["manifests"] = json::array();
+  if (!doc["manifests"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": \"manifests\" is not an array"));
+  }
+  return doc;
+}
+
+json EmptyIndex() {
+  return json{
+      {"schemaVersion", 2}, {"mediaType", kMediaTypeOciIndex}, {"manifests", json::array()}};
+}
+
+void FilterByArtifactType(json* index, const std::string& artifact_type) {
+  if (artifact_type.empty()) return;
+  json kept = json::array();
+  for (const json& d : (*index)["manifests"]) {
+    if (d.is_object() && d.value("artifactType", "") == artifact_type) kept.push_back(d);
+  }
+  (*index)["manifests"] = std::move(kept);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RegistryClient::GetReferrers(const std::string& repo,
+                                                         const Digest& subject,
+                                                         const std::string& artifact_type) {
+  Request req;
+  std::string path = absl::StrCat(repo, "/referrers/", subject.str());
+  if (!artifact_type.empty()) {
+    path = AppendQuery(path, "artifactType=" + PercentEncode(artifact_type));
+  }
+  req.url = ApiUrl(path);
+  req.scopes = PullScope(repo);
+  req.headers.push_back(absl::StrCat("Accept: ", kMediaTypeOciIndex));
+  std::string what = absl::StrCat("GET referrers of ", subject.str(), " in repository ", repo);
+  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  if (r.status == 200) {
+    ASSIGN_OR_RETURN(json index, ParseIndex(r.body, what));
+    if (!absl::StrContains(r.Header("oci-filters-applied"), "artifactType")) {
+      FilterByArtifactType(&index, artifact_type);
+    }
+    return index.dump();
+  }
+  if (r.status != 404) return MODELFS_HTTP_ERROR(what, r);
+
+  // No referrers API (Distribution 2.8): the referrers tag schema.
+  std::string tag = ReferrersFallbackTag(subject);
+  absl::StatusOr<ManifestResult> m = GetManifest(repo, tag, {kMediaTypeOciIndex});
+  if (absl::IsNotFound(m.status())) return EmptyIndex().dump();
+  if (!m.ok()) return m.status();
+  ASSIGN_OR_RETURN(json index,
+                   ParseIndex(m->bytes, absl::StrCat("referrers tag ", tag, " in ", repo)));
+  FilterByArtifactType(&index, artifact_type);
+  return index.dump();
+}
+
+absl::Status RegistryClient::PutReferrersFallback(const std::string& repo, const Digest& subject,
+                                                  const std::string& descriptor_json) {
+  json desc = json::parse(descriptor_json, nullptr, /*allow_exceptions=*/false);
+  if (desc.is_discarded() || !desc.is_object() || !desc.contains("digest") ||
+      !desc["digest"].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("referrer descriptor for ", subject.str(), " is not a descriptor object"));
+  }
+  std::string tag = ReferrersFallbackTag(subject);
+  json index = EmptyIndex();
+  absl::StatusOr<ManifestResult> m = GetManifest(repo, tag, {kMediaTypeOciIndex});
+  if (m.ok()) {
+    ASSIGN_OR_RETURN(index,
+                     ParseIndex(m->bytes, absl::StrCat("referrers tag ", tag, " in ", repo)));
+  } else if (!absl::IsNotFound(m.status())) {
+    return m.status();
+  }
+  for (const json& d : index["manifests"]) {
+    if (d.is_object() && d.value("digest", "") == desc["digest"].get<std::string>()) {
+      return absl::OkStatus();
+    }
+  }
+  index["manifests"].push_back(desc);
+  index["mediaType"] = kMediaTypeOciIndex;
+  ASSIGN_OR_RETURN(Digest d, PutManifest(repo, tag, index.dump(), kMediaTypeOciIndex));
+  (void)d;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RegistryClient::ListTags(const std::string& repo) {
+  std::vector<std::string> tags;
+  std::string url = ApiUrl(absl::StrCat(repo, "/tags/list"));
+  for (int page = 0; page < 10000 && !url.empty(); ++page) {
+    Request req;
+    req.url = url;
+    req.scopes = PullScope(repo);
+    std::string what = absl::StrCat("GET tags of repository ", repo);
+    ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+    if (r.status != 200) return MODELFS_HTTP_ERROR(what, r);
+    json doc = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded() || !doc.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
+    }
+    if (doc.contains("tags") && doc["tags"].is_array()) {
+      for (const json& t : doc["tags"]) {
+        if (t.is_string()) tags.push_back(t.get<std::string>());
+      }
+    }
+    // Link: </v2/repo/tags/list?last=x&n=100>; rel="next"
+    url.clear();
+    std::string link = r.Header("link");
+    size_t lt = link.find('<');
+    size_t gt = link.find('>');
+    if (lt != std::string::npos && gt != std::string::npos && gt > lt &&
+        absl::StrContains(link, "rel=\"next\"")) {
+      url = ResolveLocation(r.url, link.substr(lt + 1, gt - lt - 1));
+    }
+  }
+  return tags;
+}
+
+}  // namespace modelfs

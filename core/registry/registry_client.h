@@ -1,0 +1,248 @@
+// RegistryClient: the OCI Distribution API (v2) over libcurl for one registry host: blobs
+// (HEAD, streaming GET, ranged GET, monolithic and chunked upload, cross-repository mount),
+// manifests (GET/HEAD/PUT, digest computed and checked), referrers (the API, or the
+// "sha256-<hex>" fallback tag on registries without it) and tags.
+//
+// Authentication: anonymous, Basic, or the Bearer token flow (a 401 challenge names a realm,
+// service and scope; a token is fetched with the credential and cached per scope until it
+// expires). Credentials and tokens never appear in Status messages.
+//
+// Manifests are raw bytes plus a media type here: parsing them is core/oci's business.
+// Blob bytes are NOT verified by GetBlob/GetBlobRange; the caller hashes them (the trust
+// chain lives in core/cache). Manifest bytes ARE checked against the digest asked for and
+// against Docker-Content-Digest.
+//
+// Retries: 5xx, 429 (honouring Retry-After) and connection errors are retried with jittered
+// exponential backoff until an overall deadline; other 4xx never are.
+//
+// Thread safety: all methods may be called concurrently. Each request uses its own curl easy
+// handle (taken from a small pool so connections are reused); the token and redirect caches
+// are guarded by absl::Mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/oci/digest.h"
+#include "core/registry/credentials.h"
+#include "core/registry/hosts.h"
+
+namespace modelfs {
+
+inline constexpr char kMediaTypeOciManifest[] = "application/vnd.oci.image.manifest.v1+json";
+inline constexpr char kMediaTypeOciIndex[] = "application/vnd.oci.image.index.v1+json";
+inline constexpr char kMediaTypeDockerManifest[] =
+    "application/vnd.docker.distribution.manifest.v2+json";
+inline constexpr char kMediaTypeDockerManifestList[] =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+
+struct RegistryClientOptions {
+  // The registry as references name it ("reg:5000", "docker.io"); used in messages.
+  std::string registry;
+  // Where to connect and how to verify TLS (see hosts.h). Empty host: DefaultHostEndpoint.
+  HostEndpoint endpoint;
+  std::optional<Credential> credential;
+
+  absl::Duration connect_timeout = absl::Seconds(15);
+  // A transfer slower than 1 KiB/s for this long is aborted (and retried). Large blobs have
+  // no fixed total timeout; small requests also have request_timeout.
+  absl::Duration stall_timeout = absl::Seconds(60);
+  absl::Duration request_timeout = absl::Minutes(2);  // requests without a blob body
+  // Retries stop when either limit is reached.
+  absl::Duration retry_deadline = absl::Minutes(2);
+  int max_attempts = 6;
+  absl::Duration initial_backoff = absl::Milliseconds(200);
+  absl::Duration max_backoff = absl::Seconds(10);
+
+  // Blobs up to this size go in one PUT; larger ones in PATCH chunks of upload_chunk_size.
+  uint64_t monolithic_upload_limit = 16ull << 20;
+  uint64_t upload_chunk_size = 16ull << 20;
+  // How long a redirect target (a presigned storage URL) is reused for range reads.
+  absl::Duration redirect_cache_ttl = absl::Seconds(60);
+  std::string user_agent = "modelfs/0.1";
+};
+
+// Counters since the client was created. Push reports "uploaded N bytes" from bytes_sent.
+struct RegistryStats {
+  uint64_t requests = 0;        // HTTP requests sent (token requests included)
+  uint64_t bytes_sent = 0;      // request body bytes
+  uint64_t bytes_received = 0;  // response body bytes
+  uint64_t retries = 0;         // attempts repeated after a 5xx, 429 or connection error
+  uint64_t token_requests = 0;  // requests to a token realm
+};
+
+struct ManifestResult {
+  std::string bytes;
+  std::string media_type;
+  Digest digest;  // SHA-256 of bytes (checked against the request and Docker-Content-Digest)
+};
+
+struct ManifestHead {
+  Digest digest;
+  std::string media_type;
+  uint64_t size = 0;
+};
+
+// Receives blob bytes in order; an error stops the transfer and is returned as is.
+using BlobSink = std::function<absl::Status(std::string_view chunk)>;
+// Reads up to `n` bytes at `offset` into `buf`; returns the count, 0 only at the end.
+// May be called again for the same offset (a retried upload).
+using BlobReadAt = std::function<absl::StatusOr<size_t>(uint64_t offset, char* buf, size_t n)>;
+
+BlobReadAt BlobReadAtString(std::shared_ptr<const std::string> bytes);
+// pread() on fd; the caller keeps fd open for the duration of the push.
+BlobReadAt BlobReadAtFd(int fd);
+
+class RegistryClient {
+ public:
+  // Errors: kInvalidArgument (no registry name), kInternal (a CA file cannot be read).
+  static absl::StatusOr<std::unique_ptr<RegistryClient>> Create(RegistryClientOptions options);
+
+  // Resolves the endpoint for `registry` from `hosts` (for `capability`) and its credential
+  // from `credentials`, then Create()s. `base` supplies timeouts and limits.
+  static absl::StatusOr<std::unique_ptr<RegistryClient>> ForRegistry(
+      const std::string& registry, HostCapability capability, const HostsOptions& hosts,
+      const CredentialStore& credentials, RegistryClientOptions base = {});
+
+  ~RegistryClient();
+  RegistryClient(const RegistryClient&) = delete;
+  RegistryClient& operator=(const RegistryClient&) = delete;
+
+  // GET /v2/. OK when the registry answers (with credentials if it asks for them).
+  absl::Status Ping();
+
+  // The blob's size, or nullopt when the registry does not have it (404).
+  absl::StatusOr<std::optional<uint64_t>> HeadBlob(const std::string& repo, const Digest& digest);
+  absl::StatusOr<bool> BlobExists(const std::string& repo, const Digest& digest);
+
+  // Streams the whole blob into `sink`. After a dropped connection the transfer resumes with
+  // a Range request, so the sink sees every byte exactly once. Not verified: hash in the sink.
+  absl::Status GetBlob(const std::string& repo, const Digest& digest, const BlobSink& sink);
+
+  // Returns exactly `length` bytes at `offset`. Requires 206: a 200 is kFailedPrecondition
+  // ("registry ignored Range"); 416 or a short body is kOutOfRange. Redirects to storage are
+  // followed (without Authorization when the host changes) and remembered per digest for
+  // redirect_cache_ttl; a failing remembered URL is dropped and the registry asked again.
+  // `deadline` caps the attempts and the retries (kDeadlineExceeded once it has passed).
+  absl::StatusOr<std::string> GetBlobRange(const std::string& repo, const Digest& digest,
+                                           uint64_t offset, uint64_t length,
+                                           absl::Time deadline = absl::InfiniteFuture());
+
+  // Uploads `size` bytes read from `source` as blob `digest` (the registry checks the digest;
+  // a mismatch is kDataLoss). Small blobs: POST then one PUT ?digest=. Larger: PATCH chunks
+  // with Content-Range, following Location each time, then PUT ?digest=. A failure that is
+  // worth retrying restarts the upload session. Does not check BlobExists first.
+  absl::Status PushBlob(const std::string& repo, const Digest& digest, uint64_t size,
+                        const BlobReadAt& source);
+
+  // Cross-repository mount: POST ?mount=<digest>&from=<from_repo>. true when mounted (201);
+  // false when the registry opened an upload session instead (202; cancelled here), and the
+  // caller should PushBlob.
+  absl::StatusOr<bool> MountBlob(const std::string& repo, const Digest& digest,
+                                 const std::string& from_repo);
+
+  // `reference` is a tag or a digest string. `accept` defaults to OCI manifest/index and
+  // Docker v2 manifest/list. Errors: kNotFound; kDataLoss when the bytes do not hash to the
+  // digest asked for or to Docker-Content-Digest; kInvalidArgument for a manifest over 4 MiB.
+  absl::StatusOr<ManifestResult> GetManifest(const std::string& repo, const std::string& reference,
+                                             const std::vector<std::string>& accept = {});
+  // HEAD: digest (Docker-Content-Digest, required), media type and size without the body.
+  absl::StatusOr<ManifestHead> HeadManifest(const std::string& repo, const std::string& reference,
+                                            const std::vector<std::string>& accept = {});
+  // PUT /v2/<repo>/manifests/<reference>; returns the digest of `bytes` (kDataLoss when the
+  // registry reports another one).
+  absl::StatusOr<Digest> PutManifest(const std::string& repo, const std::string& reference,
+                                     const std::string& bytes, const std::string& media_type);
+
+  // An OCI image index (JSON bytes) listing the manifests whose subject is `subject`,
+  // filtered by artifactType when `artifact_type` is not empty. Uses /v2/<repo>/referrers/
+  // and on 404 the fallback tag "sha256-<hex>"; neither present gives an empty index.
+  absl::StatusOr<std::string> GetReferrers(const std::string& repo, const Digest& subject,
+                                           const std::string& artifact_type = "");
+  // Adds `descriptor_json` (an OCI descriptor object for a manifest whose subject is
+  // `subject`) to the fallback tag's index, creating it if needed; a descriptor with the
+  // same digest already there is left alone. Read-modify-write: concurrent writers to the
+  // same subject can lose an entry (the referrers tag schema has no compare-and-swap).
+  absl::Status PutReferrersFallback(const std::string& repo, const Digest& subject,
+                                    const std::string& descriptor_json);
+
+  // All tags of a repository, following pagination.
+  absl::StatusOr<std::vector<std::string>> ListTags(const std::string& repo);
+
+  RegistryStats stats() const;
+  const std::string& registry() const { return options_.registry; }
+  const HostEndpoint& endpoint() const { return options_.endpoint; }
+
+  // The fallback tag for a subject: "sha256-<hex>".
+  static std::string ReferrersFallbackTag(const Digest& subject);
+
+ private:
+  struct Request;
+  struct Response;
+  struct Challenge {
+    std::string realm;
+    std::string service;
+  };
+  struct CachedToken {
+    std::string token;
+    absl::Time expires;
+  };
+  struct CachedRedirect {
+    std::string url;
+    absl::Time expires;
+  };
+  class Backoff;
+  class HandlePool;
+
+  explicit RegistryClient(RegistryClientOptions options);
+
+  std::string ApiUrl(const std::string& path) const;
+  std::string ResolveLocation(const std::string& base_url, const std::string& location) const;
+  bool SameHostAsRegistry(const std::string& url) const;
+
+  // One HTTP exchange, no auth logic, no redirects. Transport errors are kUnavailable.
+  absl::StatusOr<Response> Transport(const Request& req, const std::string& url,
+                                     const std::string& authorization);
+  // Auth (challenge/token/basic) and redirects; any HTTP status comes back as a Response.
+  absl::StatusOr<Response> Send(const Request& req);
+  // Send, retrying 5xx/429/connection errors with backoff until the deadline.
+  absl::StatusOr<Response> SendWithRetry(const Request& req);
+
+  std::string AuthorizationFor(const std::vector<std::string>& scopes);
+  absl::Status Authenticate(const Response& unauthorized, const std::vector<std::string>& scopes);
+  absl::Status FetchToken(const Challenge& challenge, const std::vector<std::string>& scopes);
+
+  absl::StatusOr<Response> GetBlobOnce(const std::string& repo, const Digest& digest, Request& req);
+  absl::Status PushBlobOnce(const std::string& repo, const Digest& digest, uint64_t size,
+                            const BlobReadAt& source, bool* retryable, absl::Duration* hint);
+
+  RegistryClientOptions options_;
+  std::string ca_blob_;  // concatenated PEM of endpoint.ca_files
+  std::unique_ptr<HandlePool> pool_;
+
+  absl::Mutex mu_;
+  std::optional<Challenge> challenge_ ABSL_GUARDED_BY(mu_);
+  bool basic_auth_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, CachedToken> tokens_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CachedRedirect> redirects_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> token_requests_{0};
+};
+
+}  // namespace modelfs

@@ -1,0 +1,95 @@
+// FuseMount: serves a ModelTree at a directory through the libfuse3 low-level API, on a
+// multithreaded session loop running on background threads. This file is protocol glue only:
+// every filesystem decision is ModelTree's, and Status becomes errno in one place
+// (StatusToErrno). The mount is read-only: options ro,nosuid,nodev,default_permissions,
+// allow_other (configurable), max_read=1 MiB, fsname=modelfs, subtype=modelfs; files open with
+// keep_cache and without direct_io, so the page cache is shared and mmap works.
+//
+// allow_other needs root or `user_allow_other` in /etc/fuse.conf.
+//
+// Thread safety: all methods may be called from any thread. Unmount is idempotent and may race
+// with Wait(); the destructor unmounts. Lock order: FuseMount::mu_ before ModelTree::mu_ (the
+// tree never calls back into FuseMount).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "fuse/model_tree.h"
+
+struct fuse_session;
+
+namespace modelfs {
+
+struct FuseMountOptions {
+  bool allow_other = true;           // other users (pods) may read; needs root or fuse.conf
+  uint32_t max_read = 1 << 20;       // bytes per FUSE read request
+  std::string fsname = "modelfs";    // first field of /proc/mounts
+  std::string subtype = "modelfs";   // type shows as fuse.<subtype>
+  double entry_timeout_s = 60;       // kernel caching of names; the content never changes
+  double attr_timeout_s = 60;
+  unsigned max_threads = 32;         // upper bound of the session loop's worker threads
+  unsigned max_idle_threads = 8;
+  bool debug = false;                // libfuse request tracing on stderr
+};
+
+class FuseMount {
+ public:
+  struct Context;  // what libfuse callbacks reach through fuse_req_userdata
+
+  // Mounts `tree` at `dir` (an existing directory) and starts serving it before returning.
+  // Errors: kInvalidArgument (options libfuse rejects), kNotFound (no such dir),
+  // kUnavailable (mount failed: no /dev/fuse, not permitted, ...), messages name `dir`.
+  static absl::StatusOr<std::unique_ptr<FuseMount>> Mount(const std::string& dir,
+                                                          std::shared_ptr<ModelTree> tree,
+                                                          const FuseMountOptions& options = {});
+  ~FuseMount();
+  FuseMount(const FuseMount&) = delete;
+  FuseMount& operator=(const FuseMount&) = delete;
+
+  // Stops serving and unmounts: umount(2), falling back to a lazy (MNT_DETACH) unmount when the
+  // mount is busy, in which case the connection is also aborted through fusectl when
+  // /sys/fs/fuse/connections is mounted (otherwise the loop ends when the last user lets go).
+  // Joins the loop threads. OK if already unmounted (also by someone else, e.g. fusermount3 -u).
+  absl::Status Unmount();
+
+  // Blocks until the session loop ends (Unmount, or an external `fusermount3 -u` / umount).
+  // Returns the loop's error, if any. For `modelfs mount`, which runs until unmounted.
+  absl::Status Wait();
+
+  // Removes a model from a multi-model tree and tells the kernel to drop its cached directory
+  // entry, so the name disappears at once instead of after entry_timeout_s. Errors as
+  // ModelTree::RemoveModel.
+  absl::Status RemoveModel(const std::string& model_name);
+
+  const std::string& mountpoint() const { return dir_; }
+  ModelTree& tree() const { return *tree_; }
+
+ private:
+
+  FuseMount(std::string dir, std::shared_ptr<ModelTree> tree, const FuseMountOptions& options);
+  void RunLoop(fuse_session* se);
+  void AbortConnection();
+
+  const std::string dir_;
+  const std::shared_ptr<ModelTree> tree_;
+  const FuseMountOptions options_;
+  std::unique_ptr<Context> ctx_;
+  unsigned fuse_conn_id_ = 0;  // minor device number of the mount: /sys/fs/fuse/connections/<id>
+  absl::Notification loop_done_;
+
+  absl::Mutex mu_;
+  fuse_session* session_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread loop_ ABSL_GUARDED_BY(mu_);
+  bool unmounted_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status loop_status_;  // written by the loop thread before loop_done_ is notified
+};
+
+}  // namespace modelfs

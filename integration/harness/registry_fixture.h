@@ -1,0 +1,116 @@
+// Test fixtures that run real services on 127.0.0.1 for end-to-end tests:
+//  - RegistryFixture: a Distribution 2.8 `docker-registry` with filesystem storage in a fresh
+//    temporary directory, optionally behind htpasswd (Basic) or token (Bearer) auth; for token
+//    auth it also runs token_server.py with a freshly generated RSA key and certificate.
+//  - FaultProxy: fault_proxy.py in front of a registry (injected 5xx/429, ignored Range,
+//    redirects to a "storage" host whose URLs expire).
+// Every process is started by the fixture and stopped by PID in its destructor; temporary
+// directories are removed.
+//
+// Thread safety: construct and destroy on one thread; const accessors may be used anywhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/oci/digest.h"
+
+namespace modelfs::testing {
+
+// A child process with stdout/stderr in a log file, stopped with SIGTERM (then SIGKILL).
+class ChildProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv,
+                                                             const std::string& log_path);
+  ~ChildProcess();
+  void Stop();
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  bool running();
+
+ private:
+  ChildProcess() = default;
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+struct RegistryFixtureOptions {
+  enum class Auth { kNone, kHtpasswd, kToken };
+  Auth auth = Auth::kNone;
+  std::string username = "modelfs";
+  std::string password = "modelfs-test-password";
+  // kToken only.
+  int token_expires_in = 300;
+  bool anonymous_pull = false;
+};
+
+class RegistryFixture {
+ public:
+  static constexpr char kTokenService[] = "modelfs-test-registry";
+  static constexpr char kTokenIssuer[] = "modelfs-test-issuer";
+
+  // Starts the registry (and token server) and waits until /v2/ answers.
+  // Errors: kFailedPrecondition when docker-registry, htpasswd or openssl is missing;
+  // kDeadlineExceeded when a process does not come up (its log is quoted).
+  static absl::StatusOr<std::unique_ptr<RegistryFixture>> Start(
+      RegistryFixtureOptions options = {});
+  ~RegistryFixture();
+
+  const std::string& host_port() const { return host_port_; }  // "127.0.0.1:PORT"
+  const std::string& storage_dir() const { return storage_dir_; }
+  const std::string& work_dir() const { return work_dir_; }
+  const RegistryFixtureOptions& options() const { return options_; }
+  // Where the registry keeps a blob's bytes (tests tamper with it).
+  std::string BlobDataPath(const Digest& digest) const;
+  // "http://127.0.0.1:PORT" of the token server; empty unless Auth::kToken.
+  const std::string& token_server_url() const { return token_url_; }
+  // Number of token requests the token server has answered.
+  absl::StatusOr<int> TokenRequestCount() const;
+
+ private:
+  RegistryFixture() = default;
+
+  RegistryFixtureOptions options_;
+  std::string work_dir_;
+  std::string storage_dir_;
+  std::string host_port_;
+  std::string token_url_;
+  std::unique_ptr<ChildProcess> token_server_;
+  std::unique_ptr<ChildProcess> registry_;
+};
+
+struct FaultProxyOptions {
+  int fail_first = 0;
+  int fail_status = 503;
+  int retry_after_seconds = 0;  // 0: no Retry-After header
+  std::string fail_path;        // substring of the path to fail; empty: any /v2/<name>/ request
+  bool ignore_range = false;
+  bool redirect_blobs = false;
+  int storage_uses = 0;  // 0: storage URLs never expire
+};
+
+class FaultProxy {
+ public:
+  static absl::StatusOr<std::unique_ptr<FaultProxy>> Start(const std::string& upstream_host_port,
+                                                           FaultProxyOptions options);
+  ~FaultProxy();
+  const std::string& host_port() const { return host_port_; }
+  // A counter from /__stats: requests, injected, redirects, storage_requests,
+  // storage_expired, storage_with_auth.
+  absl::StatusOr<int> Stat(const std::string& name) const;
+
+ private:
+  FaultProxy() = default;
+  std::string work_dir_;
+  std::string host_port_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// GET http://<host_port><path> and return the body (a tiny client for fixtures' own endpoints).
+absl::StatusOr<std::string> HttpGetForTest(const std::string& url, long* status = nullptr);
+
+}  // namespace modelfs::testing

@@ -1,0 +1,629 @@
+#include "core/cache/blob_cache.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/cache/fake_remote.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::FakeRemote;
+using ::modelfs::testing::IsOk;
+using ::modelfs::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kChunk = 4096;
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+ChunkIndex MakeIndex(const Digest& digest, const std::string& blob, uint64_t chunk_size) {
+  ChunkIndex idx;
+  idx.blob_digest = digest;
+  idx.blob_size = blob.size();
+  idx.chunk_size = chunk_size;
+  for (uint64_t off = 0; off < blob.size(); off += chunk_size) {
+    Sha256 h;
+    h.Update(std::string_view(blob).substr(off, chunk_size));
+    idx.chunks.push_back(h.Finish().raw());
+  }
+  return idx;
+}
+
+class BlobCacheTest : public ::testing::Test {
+ protected:
+  CacheOptions Options() {
+    CacheOptions o;
+    o.dir = dir_.Join("cache").string();
+    o.fetch_threads = 4;
+    o.read_deadline = absl::Seconds(20);
+    o.whole_chunk_size = kChunk;
+    o.retry.initial_backoff = absl::Milliseconds(5);
+    o.retry.max_backoff = absl::Milliseconds(20);
+    o.log = [this](absl::string_view line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.push_back(std::string(line));
+    };
+    return o;
+  }
+
+  std::unique_ptr<BlobCache> Open(CacheOptions o) {
+    auto cache = BlobCache::Open(std::move(o), &remote_);
+    EXPECT_THAT(cache, IsOk());
+    return cache.ok() ? std::move(*cache) : nullptr;
+  }
+  std::unique_ptr<BlobCache> Open() { return Open(Options()); }
+
+  // Adds a blob to the fake remote and registers it with a chunk index.
+  Digest AddChunked(BlobCache& cache, const std::string& blob, const std::string& model = "m1") {
+    Digest d = remote_.AddBlob(blob);
+    LayerSpec spec;
+    spec.digest = d;
+    spec.size = blob.size();
+    spec.index = MakeIndex(d, blob, kChunk);
+    spec.mode = VerifyMode::kChunk;
+    spec.model_ref = model;
+    EXPECT_OK(cache.RegisterLayer(spec));
+    return d;
+  }
+  Digest AddWhole(BlobCache& cache, const std::string& blob, VerifyMode mode,
+                  const std::string& model = "m1") {
+    Digest d = remote_.AddBlob(blob);
+    LayerSpec spec;
+    spec.digest = d;
+    spec.size = blob.size();
+    spec.mode = mode;
+    spec.model_ref = model;
+    EXPECT_OK(cache.RegisterLayer(spec));
+    return d;
+  }
+
+  std::string Logged() {
+    absl::MutexLock lock(&log_mu_);
+    std::string all;
+    for (const auto& l : log_) absl::StrAppend(&all, l, "\n");
+    return all;
+  }
+
+  static bool Idle(BlobCache& cache) {
+    return cache.WaitIdle(absl::Now() + absl::Seconds(20));
+  }
+
+  modelfs::testing::TempDir dir_;
+  FakeRemote remote_;
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(BlobCacheTest, RandomReadsReturnExactBytes) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024 + 123, 1);
+  Digest d = AddChunked(*cache, blob);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % blob.size();
+    uint64_t len = rng() % 20000;
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, len));
+    ASSERT_EQ(got, blob.substr(off, len)) << "offset " << off << " length " << len;
+  }
+  EXPECT_LE(remote_.bytes_served(), blob.size());
+}
+
+TEST_F(BlobCacheTest, ReadIsClippedAtTheEndOfTheLayer) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(10000, 2);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK_AND_ASSIGN(std::string tail, cache->Read(d, 9990, 100));
+  EXPECT_EQ(tail, blob.substr(9990));
+  ASSERT_OK_AND_ASSIGN(std::string past, cache->Read(d, 10000, 100));
+  EXPECT_EQ(past, "");
+}
+
+TEST_F(BlobCacheTest, ReadOfAnUnregisteredLayerIsNotFound) {
+  auto cache = Open();
+  Digest d = Digest::Of("nothing");
+  EXPECT_THAT(cache->Read(d, 0, 10),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(d.str())));
+}
+
+TEST_F(BlobCacheTest, ChunkModeWithoutIndexIsRejected) {
+  auto cache = Open();
+  LayerSpec spec;
+  spec.digest = Digest::Of("x");
+  spec.size = 1;
+  spec.mode = VerifyMode::kChunk;
+  spec.model_ref = "m";
+  EXPECT_THAT(cache->RegisterLayer(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("without index")));
+}
+
+TEST_F(BlobCacheTest, IndexOfAnotherBlobIsRejected) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(9000, 3);
+  LayerSpec spec;
+  spec.digest = Digest::Of(blob);
+  spec.size = blob.size();
+  spec.index = MakeIndex(Digest::Of("other"), blob, kChunk);
+  spec.model_ref = "m";
+  EXPECT_THAT(cache->RegisterLayer(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("chunk index describes")));
+}
+
+TEST_F(BlobCacheTest, TwoReadersOfOneChunkShareOneFetch) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 4);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Hold();
+  absl::StatusOr<std::string> a, b;
+  std::thread ta([&] { a = cache->Read(d, 100, 50); });
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  std::thread tb([&] { b = cache->Read(d, 1000, 500); });
+  // The second reader has joined the flight once it has counted its miss.
+  while (cache->stats().chunk_misses < 2) absl::SleepFor(absl::Milliseconds(1));
+  remote_.Release();
+  ta.join();
+  tb.join();
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(*a, blob.substr(100, 50));
+  EXPECT_EQ(*b, blob.substr(1000, 500));
+  EXPECT_EQ(remote_.requests(), 1);
+  EXPECT_EQ(remote_.bytes_served(), kChunk);
+}
+
+TEST_F(BlobCacheTest, AdjacentMissingChunksAreFetchedInOneRequest) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 5);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 4096 + 10, 4 * 4096));
+  EXPECT_EQ(got, blob.substr(4096 + 10, 4 * 4096));
+  auto log = remote_.log();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].offset, 4096u);
+  EXPECT_EQ(log[0].length, 5 * 4096u);
+}
+
+TEST_F(BlobCacheTest, CachedChunksSplitACoalescedRequestIntoMissingRuns) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 6);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 2 * 4096, 1));  // chunk 2 cached
+  remote_.ResetCounters();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 5 * 4096));
+  EXPECT_EQ(got, blob.substr(0, 5 * 4096));
+  auto log = remote_.log();
+  ASSERT_EQ(log.size(), 2u);
+  std::sort(log.begin(), log.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  EXPECT_EQ(log[0].offset, 0u);
+  EXPECT_EQ(log[0].length, 2 * 4096u);
+  EXPECT_EQ(log[1].offset, 3 * 4096u);
+  EXPECT_EQ(log[1].length, 2 * 4096u);
+}
+
+TEST_F(BlobCacheTest, CoalescedRequestsAreCappedAtMaxRequestBytes) {
+  CacheOptions o = Options();
+  o.max_request_bytes = 8192;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(64 * 1024, 7);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 6 * 4096));
+  EXPECT_EQ(got, blob.substr(0, 6 * 4096));
+  auto log = remote_.log();
+  ASSERT_EQ(log.size(), 3u);
+  for (const auto& r : log) EXPECT_EQ(r.length, 8192u);
+}
+
+TEST_F(BlobCacheTest, CorruptChunkIsDataLossWhileNeighboursReadFine) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 8);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 2 * 4096 + 77);
+  EXPECT_THAT(cache->Read(d, 2 * 4096, 100),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("chunk 2 "), HasSubstr(d.str()), HasSubstr("[8192, 12288)"))));
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 2 "), HasSubstr(d.str()), HasSubstr("8192")));
+  ASSERT_OK_AND_ASSIGN(std::string before, cache->Read(d, 4096, 4096));
+  EXPECT_EQ(before, blob.substr(4096, 4096));
+  ASSERT_OK_AND_ASSIGN(std::string after, cache->Read(d, 3 * 4096, 4096));
+  EXPECT_EQ(after, blob.substr(3 * 4096, 4096));
+  EXPECT_EQ(cache->stats().verification_failures, 1u);
+}
+
+TEST_F(BlobCacheTest, ReadSpanningACorruptChunkIsDataLoss) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 9);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 2 * 4096);
+  EXPECT_THAT(cache->Read(d, 4096, 3 * 4096), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 2 ")));
+}
+
+TEST_F(BlobCacheTest, CorruptChunkIsNotCachedAndRereadsCorrectlyOnceTheRemoteIsFixed) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 10);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 5 * 4096 + 1);
+  ASSERT_THAT(cache->Read(d, 5 * 4096, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 5 ")));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 0u);
+  remote_.Heal();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 5 * 4096, 4096));
+  EXPECT_EQ(got, blob.substr(5 * 4096, 4096));
+  EXPECT_EQ(remote_.requests(), 2);
+}
+
+TEST_F(BlobCacheTest, WholeLayerModeServesBytesAfterTheDigestMatches) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(40 * 1024 + 5, 11);
+  Digest d = AddWhole(*cache, blob, VerifyMode::kWholeLayer);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 30000, 5000));
+  EXPECT_EQ(got, blob.substr(30000, 5000));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_EQ(remote_.bytes_served(), blob.size());
+}
+
+TEST_F(BlobCacheTest, WholeLayerModeCorruptionQuarantinesTheLayer) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(40 * 1024, 12);
+  Digest d = AddWhole(*cache, blob, VerifyMode::kWholeLayer);
+  remote_.CorruptByte(d, 39 * 1024);
+  EXPECT_THAT(cache->Read(d, 0, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr(d.str())));
+  remote_.Heal();
+  EXPECT_THAT(cache->Read(d, 20000, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+  EXPECT_EQ(cache->stats().quarantined_layers, 1u);
+  EXPECT_EQ(cache->stats().cached_bytes, 0u);
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("quarantined layer"), HasSubstr(d.str())));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("cache") / "blobs" / "sha256" /
+                                       (std::string(d.hex()) + ".data")));
+}
+
+TEST_F(BlobCacheTest, ChunkModeLayerWhoseDigestDoesNotMatchIsQuarantinedAfterTheFullCheck) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 13);
+  Digest lie = Digest::Of("not these bytes");
+  remote_.AddBlobAs(lie, blob);
+  LayerSpec spec;
+  spec.digest = lie;
+  spec.size = blob.size();
+  spec.index = MakeIndex(lie, blob, kChunk);
+  spec.model_ref = "m";
+  ASSERT_OK(cache->RegisterLayer(spec));
+  // Every chunk matches its index entry, so reads succeed until the layer is complete.
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(lie, 0, 3 * kChunk));
+  EXPECT_EQ(got, blob.substr(0, 3 * kChunk));
+  ASSERT_OK(cache->Prefetch(lie, PrefetchPolicy::kAll));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_THAT(cache->Read(lie, 0, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+  EXPECT_EQ(cache->stats().quarantined_layers, 1u);
+}
+
+TEST_F(BlobCacheTest, ChunkModeLayerPassesTheFullCheckWhenComplete) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 14);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()));
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.quarantined);
+}
+
+TEST_F(BlobCacheTest, InsecureStreamServesUnverifiedBytesThenQuarantinesOnMismatch) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 15);
+  Digest d = AddWhole(*cache, blob, VerifyMode::kInsecureStream);
+  remote_.CorruptByte(d, 10);
+  remote_.Hold(/*min_offset=*/kChunk);  // the rest of the layer waits, so no check runs yet
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 20));
+  remote_.Release();
+  std::string want = blob.substr(0, 20);
+  want[10] ^= 0xff;
+  EXPECT_EQ(got, want);  // the opt-in: bytes served before verification
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_THAT(cache->Read(d, 0, 20), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+}
+
+TEST_F(BlobCacheTest, FailingRemoteGivesDeadlineExceededThenReadsRecover) {
+  CacheOptions o = Options();
+  o.read_deadline = absl::Seconds(1);
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(16 * 1024, 16);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::UnavailableError("registry down"));
+  EXPECT_THAT(cache->Read(d, 0, 100),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+  EXPECT_GT(remote_.requests(), 1);  // retried with backoff
+  remote_.Heal();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
+  EXPECT_EQ(got, blob.substr(0, 100));
+}
+
+TEST_F(BlobCacheTest, HungRemoteGivesDeadlineExceededNotAHang) {
+  CacheOptions o = Options();
+  o.read_deadline = absl::Seconds(1);
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(16 * 1024, 17);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Hold();
+  EXPECT_THAT(cache->Read(d, 0, 100), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+  remote_.Release();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
+  EXPECT_EQ(got, blob.substr(0, 100));
+}
+
+TEST_F(BlobCacheTest, PermanentRemoteErrorIsReturnedWithoutRetrying) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * 1024, 18);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::PermissionDeniedError("denied"));
+  EXPECT_THAT(cache->Read(d, 0, 100), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("denied")));
+  EXPECT_EQ(remote_.requests(), 1);
+}
+
+TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
+  const std::string blob = RandomBytes(32 * 1024, 19);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, 3 * 4096));
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 3u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 100, 3 * 4096 - 100));
+  EXPECT_EQ(got, blob.substr(100, 3 * 4096 - 100));
+  EXPECT_EQ(remote_.bytes_served(), 0u);
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
+  const std::string blob = RandomBytes(32 * 1024, 20);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, blob.size()));
+    ASSERT_TRUE(Idle(*cache));
+  }
+  {
+    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4 * 4096 + 9);
+    char c = static_cast<char>(blob[4 * 4096 + 9] ^ 0x01);
+    f.write(&c, 1);
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(remote_.bytes_served(), kChunk);  // only the tampered chunk
+  EXPECT_EQ(cache->stats().verification_failures, 1u);
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 4 "), HasSubstr("re-verification")));
+}
+
+TEST_F(BlobCacheTest, WholeLayerVerifiedBeforeRestartIsServedWithZeroRemoteBytes) {
+  const std::string blob = RandomBytes(20 * 1024, 21);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddWhole(*cache, blob, VerifyMode::kWholeLayer);
+    ASSERT_OK(cache->Read(d, 0, 1));
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  LayerSpec spec{d, blob.size(), std::nullopt, VerifyMode::kWholeLayer, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(BlobCacheTest, LayersWithoutVerifiedDataAndStrayFilesAreDroppedOnOpen) {
+  const std::string blob = RandomBytes(20 * 1024, 22);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddWhole(*cache, blob, VerifyMode::kWholeLayer);
+  }
+  const auto stray = dir_.WriteFile("cache/blobs/sha256/" + std::string(64, 'a') + ".data", "junk");
+  auto cache = Open();
+  EXPECT_THAT(cache->GetLayerInfo(d), StatusIs(absl::StatusCode::kNotFound, HasSubstr(d.str())));
+  EXPECT_FALSE(std::filesystem::exists(stray));
+}
+
+TEST_F(BlobCacheTest, EvictsLeastRecentlyUsedUnreferencedLayers) {
+  CacheOptions o = Options();
+  o.max_bytes = 40 * 1024;
+  auto cache = Open(o);
+  const std::string a = RandomBytes(16 * 1024, 23), b = RandomBytes(16 * 1024, 24),
+                    c = RandomBytes(16 * 1024, 25);
+  Digest da = AddChunked(*cache, a, "ma"), db = AddChunked(*cache, b, "mb"),
+         dc = AddChunked(*cache, c, "mc");
+  ASSERT_OK(cache->Read(da, 0, a.size()));
+  ASSERT_OK(cache->Read(db, 0, b.size()));
+  ASSERT_TRUE(Idle(*cache));
+  cache->UnregisterModel("ma");
+  cache->UnregisterModel("mb");
+  ASSERT_OK(cache->Read(dc, 0, c.size()));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_THAT(cache->GetLayerInfo(da), StatusIs(absl::StatusCode::kNotFound, HasSubstr(da.str())));
+  ASSERT_OK_AND_ASSIGN(auto info_b, cache->GetLayerInfo(db));
+  EXPECT_EQ(info_b.cached_chunks, 4u);
+  EXPECT_EQ(info_b.references, 0);
+  EXPECT_EQ(cache->stats().evicted_layers, 1u);
+  EXPECT_EQ(cache->stats().cached_bytes, 32 * 1024u);
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("cache") / "blobs" / "sha256" /
+                                       (std::string(da.hex()) + ".data")));
+}
+
+TEST_F(BlobCacheTest, ReferencedLayersAreNeverEvicted) {
+  CacheOptions o = Options();
+  o.max_bytes = 8 * 1024;
+  auto cache = Open(o);
+  const std::string a = RandomBytes(16 * 1024, 26);
+  Digest da = AddChunked(*cache, a, "ma");
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(da, 0, a.size()));
+  EXPECT_EQ(got, a);
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->stats().evicted_layers, 0u);
+  EXPECT_EQ(cache->stats().cached_bytes, 16 * 1024u);
+}
+
+TEST_F(BlobCacheTest, LayerSharedByTwoModelsStaysReferencedUntilBothLetGo) {
+  CacheOptions o = Options();
+  o.max_bytes = 1;
+  auto cache = Open(o);
+  const std::string a = RandomBytes(8 * 1024, 27);
+  Digest da = AddChunked(*cache, a, "m1");
+  LayerSpec again{da, a.size(), MakeIndex(da, a, kChunk), VerifyMode::kChunk, "m2"};
+  ASSERT_OK(cache->RegisterLayer(again));
+  ASSERT_OK(cache->Read(da, 0, a.size()));
+  ASSERT_TRUE(Idle(*cache));
+  cache->UnregisterModel("m1");
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(da));
+  EXPECT_EQ(info.references, 1);
+  cache->UnregisterModel("m2");
+  EXPECT_THAT(cache->GetLayerInfo(da), StatusIs(absl::StatusCode::kNotFound, HasSubstr(da.str())));
+}
+
+TEST_F(BlobCacheTest, SequentialReadaheadWindowDoublesUpToTheMaximum) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 32 * 1024;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(128 * 1024, 28);
+  Digest d = AddChunked(*cache, blob);
+  std::vector<uint64_t> windows;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, i * 4096, 4096));
+    ASSERT_EQ(got, blob.substr(i * 4096, 4096));
+    windows.push_back(cache->GetLayerInfo(d)->readahead_window);
+  }
+  EXPECT_EQ(windows, (std::vector<uint64_t>{0, 8192, 16384, 32768, 32768}));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 13u);  // chunks 0..4 read, 5..12 ahead
+  ASSERT_OK(cache->Read(d, 100 * 1024, 10));
+  EXPECT_EQ(cache->GetLayerInfo(d)->readahead_window, 0u);
+}
+
+TEST_F(BlobCacheTest, PrefetchAllFetchesTheWholeLayerInTheBackground) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 29);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Prefetch(d, PrefetchPolicy::kAll));
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 16u);
+  EXPECT_TRUE(info.whole_verified);
+  const int requests = remote_.requests();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(remote_.requests(), requests);
+}
+
+TEST_F(BlobCacheTest, PrefetchHeadersOnlyFetchesJustTheHeaderRanges) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 30);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Prefetch(d, PrefetchPolicy::kHeadersOnly, {{0, 8}, {8, 5000}}));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 2u);
+  EXPECT_EQ(remote_.bytes_served(), 2 * kChunk);
+}
+
+TEST_F(BlobCacheTest, ForegroundReadGoesAheadOfQueuedPrefetch) {
+  CacheOptions o = Options();
+  o.fetch_threads = 1;
+  o.prefetch_concurrency = 2;
+  o.max_request_bytes = kChunk;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(32 * 1024, 31);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Hold();
+  ASSERT_OK(cache->Prefetch(d, PrefetchPolicy::kAll));
+  ASSERT_TRUE(remote_.WaitForHeld(1));  // bulk chunk 0 running, chunk 1 queued
+  absl::StatusOr<std::string> got;
+  std::thread reader([&] { got = cache->Read(d, 7 * 4096, 10); });
+  while (cache->stats().chunk_misses < 1) absl::SleepFor(absl::Milliseconds(1));
+  remote_.Release();
+  reader.join();
+  ASSERT_OK(got);
+  EXPECT_EQ(*got, blob.substr(7 * 4096, 10));
+  ASSERT_TRUE(Idle(*cache));
+  auto log = remote_.log();
+  ASSERT_GE(log.size(), 2u);
+  EXPECT_EQ(log[0].offset, 0u);
+  EXPECT_EQ(log[1].offset, 7 * 4096u);
+  EXPECT_EQ(log.size(), 8u);  // every chunk exactly once
+}
+
+TEST_F(BlobCacheTest, SixteenConcurrentReadersGetExactBytesAndEachChunkIsFetchedOnce) {
+  CacheOptions o = Options();
+  o.readahead_min = 0;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(256 * 1024 + 17, 32);
+  Digest d = AddChunked(*cache, blob);
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int i = 0; i < 60; ++i) {
+        uint64_t off = rng() % blob.size();
+        uint64_t len = 1 + rng() % 12000;
+        auto got = cache->Read(d, off, len);
+        if (!got.ok()) {
+          errors++;
+        } else if (*got != blob.substr(off, len)) {
+          mismatches++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_LE(remote_.bytes_served(), blob.size());
+  EXPECT_EQ(cache->stats().bytes_fetched, remote_.bytes_served());
+}
+
+TEST_F(BlobCacheTest, StatsCountHitsMissesAndBytes) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 33);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 8192));
+  ASSERT_OK(cache->Read(d, 0, 8192));
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.chunk_misses, 2u);
+  EXPECT_EQ(s.chunk_hits, 2u);
+  EXPECT_EQ(s.bytes_served, 16384u);
+  EXPECT_EQ(s.requests, 1u);
+  EXPECT_EQ(s.bytes_fetched, 8192u);
+  EXPECT_EQ(s.cached_bytes, 8192u);
+}
+
+}  // namespace
+}  // namespace modelfs

@@ -1,0 +1,140 @@
+// FakeRemote: an in-memory RemoteBlobSource for cache tests (after EdenFS's FakeBackingStore).
+// It serves blobs added with AddBlob, counts requests and bytes, and injects faults: a
+// corrupted byte, a failure status, and a hold that blocks every fetch until Release() (or the
+// fetch's deadline), so tests can pile readers onto one in-flight fetch.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/cache/remote_blob_source.h"
+#include "core/oci/digest.h"
+
+namespace modelfs::testing {
+
+class FakeRemote : public RemoteBlobSource {
+ public:
+  struct Request {
+    Digest blob;
+    uint64_t offset;
+    uint64_t length;
+  };
+
+  Digest AddBlob(const std::string& bytes) {
+    Digest d = Digest::Of(bytes);
+    absl::MutexLock lock(&mu_);
+    blobs_[d] = bytes;
+    return d;
+  }
+
+  // Serves `bytes` under a digest that need not be theirs (a lying registry).
+  void AddBlobAs(const Digest& digest, const std::string& bytes) {
+    absl::MutexLock lock(&mu_);
+    blobs_[digest] = bytes;
+  }
+
+  // Served bytes of `blob` at `offset` are flipped (XOR 0xff) until Heal().
+  void CorruptByte(const Digest& blob, uint64_t offset) {
+    absl::MutexLock lock(&mu_);
+    corrupt_.insert({blob, offset});
+  }
+  // Every fetch fails with `status` until Heal().
+  void Fail(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    failure_ = std::move(status);
+  }
+  void Heal() {
+    absl::MutexLock lock(&mu_);
+    corrupt_.clear();
+    failure_.reset();
+  }
+
+  // From now on, fetches starting at or after `min_offset` block (after being counted) until
+  // Release() or their deadline.
+  void Hold(uint64_t min_offset = 0) {
+    absl::MutexLock lock(&mu_);
+    holding_ = true;
+    hold_from_ = min_offset;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    holding_ = false;
+  }
+  // Waits until `n` fetches are blocked by Hold(); false after `timeout`.
+  bool WaitForHeld(int n, absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+
+  int requests() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(log_.size());
+  }
+  uint64_t bytes_served() const {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
+  }
+  std::vector<Request> log() const {
+    absl::MutexLock lock(&mu_);
+    return log_;
+  }
+  void ResetCounters() {
+    absl::MutexLock lock(&mu_);
+    log_.clear();
+    bytes_ = 0;
+  }
+
+  absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
+                                         absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    log_.push_back({blob, offset, length});
+    if (holding_ && offset >= hold_from_) {
+      held_++;
+      auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !holding_; };
+      bool ok = mu_.AwaitWithDeadline(absl::Condition(&released), deadline);
+      held_--;
+      if (!ok) return absl::DeadlineExceededError("fake remote: held past the deadline");
+    }
+    if (failure_) return *failure_;
+    auto it = blobs_.find(blob);
+    if (it == blobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("fake remote: no blob ", blob.str()));
+    }
+    if (offset > it->second.size() || length > it->second.size() - offset) {
+      return absl::InvalidArgumentError("fake remote: range past the end of the blob");
+    }
+    std::string out = it->second.substr(offset, length);
+    for (const auto& [d, pos] : corrupt_) {
+      if (d == blob && pos >= offset && pos < offset + length) out[pos - offset] ^= 0xff;
+    }
+    bytes_ += out.size();
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<Digest, std::string> blobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<Digest, uint64_t>> corrupt_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t hold_from_ ABSL_GUARDED_BY(mu_) = 0;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Request> log_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace modelfs::testing

@@ -1,0 +1,147 @@
+#include "core/oci/chunk_index.h"
+
+#include <string>
+
+#include "tests/testing/status_matchers.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::IsOk;
+using ::modelfs::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr uint64_t k64K = 64 << 10;
+
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + i / 7) & 0xff);
+  return s;
+}
+
+TEST(ChunkIndexBuilderTest, HashesEachChunkAndTheWholeBlob) {
+  const std::string blob = Pattern(2 * k64K + 100);
+  ChunkIndex idx = BuildChunkIndex(blob, k64K);
+  EXPECT_EQ(idx.blob_digest, Digest::Of(blob));
+  EXPECT_EQ(idx.blob_size, blob.size());
+  EXPECT_EQ(idx.chunk_size, k64K);
+  ASSERT_EQ(idx.chunk_count(), 3u);
+  EXPECT_EQ(Digest::FromRaw(idx.chunks[0]), Digest::Of(blob.substr(0, k64K)));
+  EXPECT_EQ(Digest::FromRaw(idx.chunks[2]), Digest::Of(blob.substr(2 * k64K)));
+  EXPECT_EQ(idx.ChunkLength(2), 100u);
+  EXPECT_EQ(idx.ChunkLength(3), 0u);
+  EXPECT_EQ(idx.ChunkOffset(2), 2 * k64K);
+}
+
+TEST(ChunkIndexBuilderTest, OddSizedUpdatesGiveTheSameIndexAsOneUpdate) {
+  const std::string blob = Pattern(3 * k64K + 1);
+  ChunkIndexBuilder b(k64K);
+  for (size_t off = 0; off < blob.size(); off += 9973)
+    b.Update(std::string_view(blob).substr(off, 9973));
+  EXPECT_EQ(b.Finish(), BuildChunkIndex(blob, k64K));
+}
+
+TEST(ChunkIndexBuilderTest, EmptyBlobHasNoChunks) {
+  ChunkIndex idx = BuildChunkIndex("", k64K);
+  EXPECT_EQ(idx.chunk_count(), 0u);
+  EXPECT_EQ(idx.blob_digest.str(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST(ChunkIndexBuilderTest, ExactMultipleHasNoShortChunk) {
+  ChunkIndex idx = BuildChunkIndex(Pattern(2 * k64K), k64K);
+  EXPECT_EQ(idx.chunk_count(), 2u);
+  EXPECT_EQ(idx.ChunkLength(1), k64K);
+}
+
+TEST(ChunkIndexTest, VerifyChunkAcceptsTheRightBytes) {
+  const std::string blob = Pattern(k64K + 10);
+  ChunkIndex idx = BuildChunkIndex(blob, k64K);
+  EXPECT_THAT(idx.VerifyChunk(1, blob.substr(k64K)), IsOk());
+}
+
+TEST(ChunkIndexTest, VerifyChunkReportsDataLossWithChunkAndOffset) {
+  std::string blob = Pattern(k64K + 10);
+  ChunkIndex idx = BuildChunkIndex(blob, k64K);
+  blob[k64K + 3] ^= 1;
+  EXPECT_THAT(idx.VerifyChunk(1, blob.substr(k64K)),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("chunk 1 of " + idx.blob_digest.str() + " at offset 65536")));
+  EXPECT_THAT(idx.VerifyChunk(1, blob.substr(k64K, 5)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("got 5 bytes, want 10")));
+  EXPECT_THAT(idx.VerifyChunk(2, ""), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+}
+
+TEST(ChunkIndexFormatTest, HeaderLayoutIsAsDocumented) {
+  const std::string blob = Pattern(k64K + 1);
+  ChunkIndex idx = BuildChunkIndex(blob, k64K);
+  const std::string bytes = SerializeChunkIndex(idx);
+  ASSERT_EQ(bytes.size(), 68u + 2 * 32);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("MFSCIDX\0", 8));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x01\x00\x00\x00", 4));
+  EXPECT_EQ(bytes.substr(12, 8), std::string("\x00\x00\x01\x00\x00\x00\x00\x00", 8));  // 65536
+  EXPECT_EQ(bytes.substr(20, 8), std::string("\x01\x00\x01\x00\x00\x00\x00\x00", 8));  // 65537
+  const auto raw = idx.blob_digest.raw();
+  EXPECT_EQ(bytes.substr(28, 32), std::string(reinterpret_cast<const char*>(raw.data()), 32));
+  EXPECT_EQ(bytes.substr(60, 8), std::string("\x02\x00\x00\x00\x00\x00\x00\x00", 8));
+}
+
+TEST(ChunkIndexFormatTest, RoundTrips) {
+  ChunkIndex idx = BuildChunkIndex(Pattern(5 * k64K + 77), k64K);
+  ASSERT_OK_AND_ASSIGN(ChunkIndex back, ParseChunkIndex(SerializeChunkIndex(idx)));
+  EXPECT_EQ(back, idx);
+}
+
+TEST(ChunkIndexFormatTest, RefusesBadMagic) {
+  std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K));
+  bytes[0] = 'X';
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("magic")));
+}
+
+TEST(ChunkIndexFormatTest, RefusesUnknownVersion) {
+  std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K));
+  bytes[8] = 2;
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version is 2")));
+}
+
+TEST(ChunkIndexFormatTest, RefusesChunkSizeThatIsNotAPowerOfTwo) {
+  std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K));
+  bytes[12] = 1;  // 65537
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("chunk_size 65537")));
+}
+
+TEST(ChunkIndexFormatTest, RefusesCountThatDisagreesWithSizes) {
+  std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K));
+  bytes[60] = 2;
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("count is 2")));
+}
+
+TEST(ChunkIndexFormatTest, HugeClaimedCountIsRefusedBeforeAllocating) {
+  ChunkIndex idx;
+  idx.blob_digest = Digest::Of("x");
+  idx.blob_size = 1ull << 62;
+  idx.chunk_size = k64K;
+  std::string bytes = SerializeChunkIndex(idx);  // header says 2^46 chunks, carries none
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("count is 0")));
+  bytes.replace(60, 8, std::string("\x00\x00\x00\x00\x00\x40\x00\x00", 8));
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("truncated")));
+}
+
+TEST(ChunkIndexFormatTest, RefusesTruncationAndTrailingBytes) {
+  const std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(k64K + 1), k64K));
+  EXPECT_THAT(ParseChunkIndex(bytes.substr(0, bytes.size() - 1)),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_THAT(ParseChunkIndex(bytes.substr(0, 40)),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_THAT(ParseChunkIndex(bytes + "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("trailing")));
+}
+
+}  // namespace
+}  // namespace modelfs

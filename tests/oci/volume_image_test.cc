@@ -1,0 +1,225 @@
+#include "core/oci/volume_image.h"
+
+#include <string>
+
+#include "core/oci/media_types.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
+#include "tests/testing/status_matchers.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::IsOk;
+using ::modelfs::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr uint64_t k64K = 64 << 10;
+
+struct Fixture {
+  std::string weights;
+  std::string readme;
+  std::string config_blob;
+  Manifest model;
+  std::string model_json;
+  Descriptor model_descriptor;
+  VolumeImageInput input;
+};
+
+Fixture MakeFixture() {
+  Fixture f;
+  f.weights.resize(3 * k64K + 123);
+  for (size_t i = 0; i < f.weights.size(); ++i) f.weights[i] = static_cast<char>(i * 7);
+  f.readme = "# tiny model\n";
+  ModelPackConfig config;
+  config.descriptor.name = "tiny";
+  config.config.format = "gguf";
+  config.modelfs.diff_ids = {Digest::Of(f.weights), Digest::Of(f.readme)};
+  f.config_blob = SerializeModelPackConfig(config);
+  std::vector<ModelLayerInput> layers = {
+      {"tiny.gguf", Digest::Of(f.weights), f.weights.size(), LayerKind::kWeight,
+       LayerEncoding::kRaw, ""},
+      {"README.md", Digest::Of(f.readme), f.readme.size(), LayerKind::kDoc, LayerEncoding::kRaw,
+       ""},
+  };
+  f.model = *BuildModelManifest(f.config_blob, layers);
+  f.model_json = SerializeManifest(f.model);
+  f.model_descriptor = DescribeBlob(kOciManifestMediaType, f.model_json);
+  f.model_descriptor.artifact_type = std::string(kModelArtifactType);
+  f.input.model_manifest = f.model_descriptor;
+  f.input.model = f.model;
+  f.input.repository = "registry.local:5000/models/tiny";
+  f.input.chunk_indexes = {BuildChunkIndex(f.weights, k64K)};
+  return f;
+}
+
+TEST(BuildVolumeImageTest, LayerHoldsPointerReadmeAndChunkIndexes) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(v.layer));
+  std::vector<std::string> paths;
+  for (const TarEntry& e : entries) paths.push_back(e.path);
+  const std::string idx_path =
+      ".modelfs/chunks/" + std::string(Digest::Of(f.weights).hex()) + ".idx";
+  EXPECT_EQ(paths, (std::vector<std::string>{".modelfs", ".modelfs/README.txt",
+                                             ".modelfs/model.json", ".modelfs/chunks", idx_path}));
+  EXPECT_LT(v.layer.size(), 16u * 1024);
+  const std::string readme = v.layer.substr(entries[1].data_offset, entries[1].size);
+  EXPECT_THAT(readme, HasSubstr("only a pointer"));
+  EXPECT_THAT(readme, HasSubstr("modelfs snapshotter is not installed"));
+  EXPECT_THAT(readme,
+              HasSubstr("registry.local:5000/models/tiny@" + f.model_descriptor.digest.str()));
+}
+
+TEST(BuildVolumeImageTest, ModelJsonNamesModelLayersAndIndexDigests) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string idx_bytes = SerializeChunkIndex(f.input.chunk_indexes[0]);
+  const std::string w = Digest::Of(f.weights).str();
+  const std::string expected =
+      R"({"layers":[{"chunkIndex":{"chunkSize":65536,"digest":")" + Digest::Of(idx_bytes).str() +
+      R"(","path":".modelfs/chunks/)" + std::string(Digest::Of(f.weights).hex()) +
+      R"(.idx"},"digest":")" + w + R"(","mediaType":"application/vnd.cncf.model.weight.v1.raw",)" +
+      R"("path":"tiny.gguf","size":196731},{"digest":")" + Digest::Of(f.readme).str() +
+      R"(","mediaType":"application/vnd.cncf.model.doc.v1.raw","path":"README.md","size":13}],)" +
+      R"("manifest":{"artifactType":"application/vnd.cncf.model.manifest.v1+json","digest":")" +
+      f.model_descriptor.digest.str() +
+      R"(","mediaType":"application/vnd.oci.image.manifest.v1+json",)" + R"("size":)" +
+      std::to_string(f.model_json.size()) +
+      R"(},"repository":"registry.local:5000/models/tiny","schemaVersion":1})";
+  EXPECT_EQ(SerializeVolumeModelJson(v.model_info), expected);
+}
+
+TEST(BuildVolumeImageTest, ConfigIsAnImageConfigWhoseDiffIdIsTheLayer) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_EQ(v.config, R"({"architecture":"amd64","os":"linux","rootfs":{"diff_ids":[")" +
+                          Digest::Of(v.layer).str() + R"("],"type":"layers"}})");
+  EXPECT_EQ(v.config_descriptor.media_type, kOciConfigMediaType);
+  EXPECT_EQ(v.config_descriptor.digest, Digest::Of(v.config));
+}
+
+TEST(BuildVolumeImageTest, ManifestPointsAtTheModelAsSubjectWithSnapshotLabels) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_OK_AND_ASSIGN(Manifest m, ParseManifest(v.manifest_json));
+  EXPECT_EQ(m, v.manifest);
+  EXPECT_EQ(m.media_type, kOciManifestMediaType);
+  EXPECT_EQ(m.artifact_type, kVolumeImageArtifactType);
+  ASSERT_TRUE(m.subject.has_value());
+  EXPECT_EQ(m.subject->digest, f.model_descriptor.digest);
+  EXPECT_EQ(m.subject->size, f.model_json.size());
+  ASSERT_EQ(m.layers.size(), 1u);
+  EXPECT_EQ(m.layers[0].media_type, kOciLayerTarMediaType);
+  EXPECT_EQ(m.layers[0].digest, Digest::Of(v.layer));
+  EXPECT_EQ(
+      m.layers[0].annotations,
+      (std::map<std::string, std::string>{
+          {"containerd.io/snapshot/modelfs.model", f.model_descriptor.digest.str()},
+          {"containerd.io/snapshot/modelfs.model.mediatype", std::string(kOciManifestMediaType)},
+          {"containerd.io/snapshot/modelfs.model.size", std::to_string(f.model_json.size())},
+          {"containerd.io/snapshot/modelfs.profile", "v1"},
+          {"containerd.io/snapshot/modelfs.repository", "registry.local:5000/models/tiny"}}));
+  EXPECT_TRUE(IsVolumeImageManifest(m));
+  EXPECT_FALSE(IsVolumeImageManifest(f.model));
+  EXPECT_EQ(v.manifest_descriptor.digest, Digest::Of(v.manifest_json));
+}
+
+TEST(BuildVolumeImageTest, SameInputGivesTheSameDigest) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage a, BuildVolumeImage(f.input));
+  ASSERT_OK_AND_ASSIGN(VolumeImage b, BuildVolumeImage(MakeFixture().input));
+  EXPECT_EQ(a.manifest_descriptor.digest, b.manifest_descriptor.digest);
+  EXPECT_EQ(a.layer, b.layer);
+}
+
+TEST(BuildVolumeImageTest, RefusesAChunkIndexForNoLayerOfTheModel) {
+  Fixture f = MakeFixture();
+  f.input.chunk_indexes.push_back(BuildChunkIndex("unrelated", k64K));
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no layer")));
+}
+
+TEST(ParseVolumeLayerTest, RoundTripsModelJsonAndIndexes) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model, v.model_info);
+  ASSERT_EQ(c.chunk_indexes.size(), 1u);
+  EXPECT_EQ(c.chunk_indexes.at(Digest::Of(f.weights)), f.input.chunk_indexes[0]);
+  EXPECT_THAT(CheckVolumeMatchesModel(c.model, f.model_descriptor, f.model), IsOk());
+}
+
+TEST(ParseVolumeLayerTest, DetectsATamperedChunkIndex) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ChunkIndex evil = f.input.chunk_indexes[0];
+  evil.chunks[1][0] ^= 1;
+  TarWriter w;
+  ASSERT_OK(w.AddFile(".modelfs/model.json", SerializeVolumeModelJson(v.model_info)));
+  ASSERT_OK(w.AddFile(v.model_info.layers[0].chunk_index->path, SerializeChunkIndex(evil)));
+  EXPECT_THAT(ParseVolumeLayer(w.Finish()),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("model.json says")));
+}
+
+TEST(ParseVolumeLayerTest, RequiresModelJson) {
+  TarWriter w;
+  ASSERT_OK(w.AddFile(".modelfs/README.txt", "hi"));
+  EXPECT_THAT(ParseVolumeLayer(w.Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no .modelfs/model.json")));
+}
+
+TEST(ParseVolumeLayerTest, RequiresEveryNamedIndexFile) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  TarWriter w;
+  ASSERT_OK(w.AddFile(".modelfs/model.json", SerializeVolumeModelJson(v.model_info)));
+  EXPECT_THAT(ParseVolumeLayer(w.Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is missing")));
+}
+
+TEST(CheckVolumeMatchesModelTest, ReportsALayerThatDiffers) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  Manifest other = f.model;
+  other.layers[1].size += 1;
+  EXPECT_THAT(CheckVolumeMatchesModel(v.model_info, f.model_descriptor, other),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("model.json layer 1")));
+  Descriptor wrong = f.model_descriptor;
+  wrong.digest = Digest::Of("another manifest");
+  EXPECT_THAT(CheckVolumeMatchesModel(v.model_info, wrong, f.model),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("model.json names")));
+}
+
+TEST(VolumeLabelsTest, RoundTripThroughPrepareLabels) {
+  Fixture f = MakeFixture();
+  std::map<std::string, std::string> labels = MakeVolumeLabels(f.model_descriptor, "r/m");
+  labels["containerd.io/snapshot.ref"] = "sha256:whatever";
+  ASSERT_OK_AND_ASSIGN(std::optional<VolumeLabels> parsed, ParseVolumeLabels(labels));
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->model.digest, f.model_descriptor.digest);
+  EXPECT_EQ(parsed->model.size, f.model_json.size());
+  EXPECT_EQ(parsed->model.media_type, kOciManifestMediaType);
+  EXPECT_EQ(parsed->repository, "r/m");
+  EXPECT_EQ(parsed->profile, "v1");
+}
+
+TEST(VolumeLabelsTest, OrdinaryLayersHaveNone) {
+  ASSERT_OK_AND_ASSIGN(std::optional<VolumeLabels> parsed,
+                       ParseVolumeLabels({{"containerd.io/snapshot.ref", "x"}}));
+  EXPECT_FALSE(parsed.has_value());
+}
+
+TEST(VolumeLabelsTest, RefusesMalformedValues) {
+  EXPECT_THAT(ParseVolumeLabels({{"containerd.io/snapshot/modelfs.model", "sha256:nope"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("modelfs.model")));
+  EXPECT_THAT(ParseVolumeLabels({{"containerd.io/snapshot/modelfs.model", Digest::Of("").str()},
+                                 {"containerd.io/snapshot/modelfs.model.size", "-5"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a size")));
+  EXPECT_THAT(ParseVolumeLabels({{"containerd.io/snapshot/modelfs.model", Digest::Of("").str()},
+                                 {"containerd.io/snapshot/modelfs.profile", "v9"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("v9")));
+}
+
+}  // namespace
+}  // namespace modelfs
