@@ -25,9 +25,9 @@ absl::StatusOr<std::string> BlobRangeReader::ReadAt(uint64_t offset, uint64_t le
   ++stats_.requests;
   absl::StatusOr<std::string> got = reader_->Read(layer_, base_ + offset, length);
   if (!got.ok()) {
-    return absl::Status(got.status().code(), absl::StrCat(name_, ": reading ", length,
-                                                          " bytes at byte ", offset, ": ",
-                                                          got.status().message()));
+    return absl::Status(got.status().code(),
+                        absl::StrCat(name_, ": reading ", length, " bytes at byte ", offset, ": ",
+                                     got.status().message()));
   }
   if (got->size() != length) {
     return absl::DataLossError(absl::StrCat(name_, ": layer ", layer_.str(), " returned ",

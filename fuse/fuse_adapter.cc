@@ -421,8 +421,7 @@ absl::Status FuseMount::RemoveModel(const std::string& model_name) {
   absl::MutexLock lock(&mu_);
   if (session_ != nullptr && !loop_done_.HasBeenNotified()) {
     // ENOENT just means the kernel had not cached the name.
-    fuse_lowlevel_notify_inval_entry(session_, FUSE_ROOT_ID, model_name.c_str(),
-                                     model_name.size());
+    fuse_lowlevel_notify_inval_entry(session_, FUSE_ROOT_ID, model_name.c_str(), model_name.size());
   }
   return absl::OkStatus();
 }

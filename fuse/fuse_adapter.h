@@ -29,15 +29,15 @@ struct fuse_session;
 namespace modelfs {
 
 struct FuseMountOptions {
-  bool allow_other = true;           // other users (pods) may read; needs root or fuse.conf
-  uint32_t max_read = 1 << 20;       // bytes per FUSE read request
-  std::string fsname = "modelfs";    // first field of /proc/mounts
-  std::string subtype = "modelfs";   // type shows as fuse.<subtype>
-  double entry_timeout_s = 60;       // kernel caching of names; the content never changes
+  bool allow_other = true;          // other users (pods) may read; needs root or fuse.conf
+  uint32_t max_read = 1 << 20;      // bytes per FUSE read request
+  std::string fsname = "modelfs";   // first field of /proc/mounts
+  std::string subtype = "modelfs";  // type shows as fuse.<subtype>
+  double entry_timeout_s = 60;      // kernel caching of names; the content never changes
   double attr_timeout_s = 60;
-  unsigned max_threads = 32;         // upper bound of the session loop's worker threads
+  unsigned max_threads = 32;  // upper bound of the session loop's worker threads
   unsigned max_idle_threads = 8;
-  bool debug = false;                // libfuse request tracing on stderr
+  bool debug = false;  // libfuse request tracing on stderr
 };
 
 class FuseMount {
@@ -73,7 +73,6 @@ class FuseMount {
   ModelTree& tree() const { return *tree_; }
 
  private:
-
   FuseMount(std::string dir, std::shared_ptr<ModelTree> tree, const FuseMountOptions& options);
   void RunLoop(fuse_session* se);
   void AbortConnection();

@@ -32,8 +32,8 @@ constexpr uint32_t kFileMode = S_IFREG | 0444;
 absl::StatusOr<std::vector<std::string>> SplitSafePath(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("empty file path");
   if (path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("file path '", absl::CEscape(path),
-                                                   "' contains a NUL byte"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("file path '", absl::CEscape(path), "' contains a NUL byte"));
   }
   if (path.size() > kPathMax) {
     return absl::InvalidArgumentError(
@@ -92,7 +92,7 @@ struct ModelTree::Node {
 
   Digest layer;  // kLayer
   uint64_t offset = 0;
-  uint64_t size = 0;  // kLayer and kSynthetic
+  uint64_t size = 0;                         // kLayer and kSynthetic
   std::shared_ptr<const std::string> bytes;  // kSynthetic
 
   bool is_dir() const { return kind == Kind::kDir; }
@@ -335,8 +335,9 @@ absl::StatusOr<NodeAttr> ModelTree::Lookup(uint64_t parent, const std::string& n
     return absl::NotFoundError(absl::StrCat("lookup of '", name, "': no directory inode ", parent));
   }
   if (!dir->is_dir()) {
-    return ErrnoStatus(absl::StatusCode::kFailedPrecondition, ENOTDIR,
-                       absl::StrCat("lookup of '", name, "' in '", dir->path, "': not a directory"));
+    return ErrnoStatus(
+        absl::StatusCode::kFailedPrecondition, ENOTDIR,
+        absl::StrCat("lookup of '", name, "' in '", dir->path, "': not a directory"));
   }
   uint64_t ino = 0;
   if (name == ".") {
@@ -460,9 +461,8 @@ absl::StatusOr<std::string> ModelTree::Read(uint64_t ino, uint64_t offset, uint6
     // An unknown blob under an existing file is an I/O failure, not a missing file.
     int err = got.status().code() == absl::StatusCode::kNotFound ? EIO : 0;
     absl::Status s(got.status().code(),
-                        absl::StrCat("reading '", path, "' at offset ", offset, " (layer ",
-                                     layer.str(), " offset ", layer_offset + offset,
-                                     "): ", got.status().message()));
+                   absl::StrCat("reading '", path, "' at offset ", offset, " (layer ", layer.str(),
+                                " offset ", layer_offset + offset, "): ", got.status().message()));
     if (err != 0) s = ErrnoStatus(s.code(), err, std::string(s.message()));
     return s;
   }

@@ -116,8 +116,9 @@ class ModelTree {
   std::vector<std::string> Models() const;  // sorted
 
   // The attributes of entry `name` of directory `parent`, counting one kernel lookup of it
-  // (undone by Forget); "." and ".." resolve to the directory and its parent. Errors: kNotFound (no such entry, unknown or removed parent), kFailedPrecondition
-  // with errno ENOTDIR when `parent` is a file.
+  // (undone by Forget); "." and ".." resolve to the directory and its parent. Errors: kNotFound (no
+  // such entry, unknown or removed parent), kFailedPrecondition with errno ENOTDIR when `parent` is
+  // a file.
   absl::StatusOr<NodeAttr> Lookup(uint64_t parent, const std::string& name);
 
   // Drops `nlookup` kernel lookups of `ino`; a removed node is freed when its count reaches 0.

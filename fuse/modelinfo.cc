@@ -53,8 +53,8 @@ json StringMap(const std::map<std::string, std::string>& m) {
 
 absl::StatusOr<json> ReadConfig(BlobReader& reader, const TreeFile& f) {
   if (f.size > kMaxConfigJsonBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(f.path, ": ", f.size,
-                                                   " bytes is larger than the 16 MiB allowed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path, ": ", f.size, " bytes is larger than the 16 MiB allowed"));
   }
   BlobRangeReader r(&reader, f.layer, f.offset_in_layer, f.size, f.path);
   absl::StatusOr<std::string> bytes = r.ReadAt(0, f.size);

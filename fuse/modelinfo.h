@@ -55,8 +55,8 @@ struct TreeInspection {
 TreeInspection InspectTreeFiles(BlobReader& reader, const std::vector<TreeFile>& files);
 
 // The .modelinfo.json document (schema: docs/modelinfo.md). `files` are listed in path order.
-nlohmann::json BuildModelInfo(const std::vector<TreeFile>& files,
-                              const TreeInspection& inspection, const ModelInfoContext& context);
+nlohmann::json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& inspection,
+                              const ModelInfoContext& context);
 
 // InspectTreeFiles + BuildModelInfo, serialized with two-space indentation and a final newline:
 // the bytes to pass as synthetic file kModelInfoFileName to ModelTree.

@@ -18,6 +18,7 @@ struct Context {
 void RegisterInspect(CLI::App& app, Context& ctx);
 void RegisterMemory(CLI::App& app, Context& ctx);
 void RegisterDigest(CLI::App& app, Context& ctx);
+void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, pull
 
 // 1234567 -> "1,234,567"
 std::string WithCommas(uint64_t n);

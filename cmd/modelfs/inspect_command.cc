@@ -2,6 +2,7 @@
 // from its headers only.
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,10 +29,27 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   nlohmann::json j;
   if (o.json) j = InspectedModelToJson(model, o.tensors);
   if (!o.peek.empty()) {
+    auto holds = [&](const InspectedFile& f) {
+      for (const auto& t : f.tensors) {
+        if (t.name == o.peek) return true;
+      }
+      return false;
+    };
     const InspectedFile* owner = nullptr;
     for (const auto& f : model.files) {
-      for (const auto& t : f.tensors) {
-        if (t.name == o.peek) owner = &f;
+      if (holds(f)) owner = &f;
+    }
+    // A sharded checkpoint lists no tensors of its own: read the shards' headers to find it.
+    std::optional<InspectedFile> shard;
+    for (const auto& f : model.files) {
+      if (owner != nullptr || !f.sharded) continue;
+      for (const auto& s : f.sharded->shards) {
+        ASSIGN_OR_RETURN(InspectedFile sf, InspectLocation(s.location, io));
+        if (holds(sf)) {
+          shard = std::move(sf);
+          owner = &*shard;
+          break;
+        }
       }
     }
     if (owner == nullptr) {

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterInspect(app, ctx);
   modelfs::cli::RegisterMemory(app, ctx);
   modelfs::cli::RegisterDigest(app, ctx);
+  modelfs::cli::RegisterRegistryCommands(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -44,8 +44,8 @@ absl::Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std
     ssize_t r = pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      return absl::InternalError(absl::StrCat("reading ", what, " at offset ", offset + done, ": ",
-                                              ErrnoText(errno)));
+      return absl::InternalError(
+          absl::StrCat("reading ", what, " at offset ", offset + done, ": ", ErrnoText(errno)));
     }
     if (r == 0) {
       return absl::InternalError(
@@ -63,8 +63,8 @@ absl::Status PwriteFull(int fd, const char* buf, uint64_t n, uint64_t offset,
     ssize_t r = pwrite(fd, buf + done, n - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      return absl::InternalError(absl::StrCat("writing ", what, " at offset ", offset + done, ": ",
-                                              ErrnoText(errno)));
+      return absl::InternalError(
+          absl::StrCat("writing ", what, " at offset ", offset + done, ": ", ErrnoText(errno)));
     }
     done += static_cast<uint64_t>(r);
   }
@@ -152,8 +152,7 @@ absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
 
 absl::Status BlobCache::Init() {
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(options_.dir) / "blobs" / "sha256",
-                                      ec);
+  std::filesystem::create_directories(std::filesystem::path(options_.dir) / "blobs" / "sha256", ec);
   if (ec) {
     return absl::InternalError(
         absl::StrCat("cache: cannot create ", options_.dir, "/blobs/sha256: ", ec.message()));
@@ -161,9 +160,9 @@ absl::Status BlobCache::Init() {
   const std::string db_path = options_.dir + "/cache.db";
   {
     absl::MutexLock lock(&db_mu_);
-    int rc = sqlite3_open_v2(db_path.c_str(), &db_,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                             nullptr);
+    int rc =
+        sqlite3_open_v2(db_path.c_str(), &db_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
     if (rc != SQLITE_OK) {
       std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
       sqlite3_close(db_);
@@ -174,13 +173,13 @@ absl::Status BlobCache::Init() {
   }
   RETURN_IF_ERROR(DbExec("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(DbExec("PRAGMA synchronous=NORMAL"));
-  RETURN_IF_ERROR(DbExec(
-      "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
-      " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
-      " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
-      "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
-      " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"));
+  RETURN_IF_ERROR(
+      DbExec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
+             " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
+             " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
+             "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
+             " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"));
   RETURN_IF_ERROR(DbExec(absl::StrCat(
       "INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '", kFormatVersion, "')")));
   RETURN_IF_ERROR(LoadFromDb());
@@ -268,8 +267,8 @@ absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
   int rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat("cache database: recording layer ",
-                                            layer.digest.str(), ": ", sqlite3_errmsg(db_)));
+    return absl::InternalError(absl::StrCat("cache database: recording layer ", layer.digest.str(),
+                                            ": ", sqlite3_errmsg(db_)));
   }
   return absl::OkStatus();
 }
@@ -282,8 +281,8 @@ absl::Status BlobCache::DbRecordChunks(const std::shared_ptr<Layer>& layer, uint
   if (layer->gen.load() != gen) return absl::OkStatus();
   sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO chunks(digest, chunk) VALUES(?1, ?2)", -1,
-                         &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO chunks(digest, chunk) VALUES(?1, ?2)", -1, &st,
+                         nullptr) != SQLITE_OK) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
   }
@@ -466,19 +465,18 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
     const ChunkIndex& idx = *spec.index;
     if (idx.blob_digest != spec.digest || idx.blob_size != spec.size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cache: chunk index describes ", idx.blob_digest.str(), " (", idx.blob_size,
-          " bytes), not layer ", spec.digest.str(), " (", spec.size, " bytes)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache: chunk index describes ", idx.blob_digest.str(), " (", idx.blob_size,
+                       " bytes), not layer ", spec.digest.str(), " (", spec.size, " bytes)"));
     }
     if (idx.chunk_size == 0 || idx.chunk_size > (64ull << 20)) {
       return absl::InvalidArgumentError(absl::StrCat("cache: chunk index of ", spec.digest.str(),
                                                      " has chunk size ", idx.chunk_size));
     }
     if (idx.chunks.size() != (spec.size + idx.chunk_size - 1) / idx.chunk_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache: chunk index of ", spec.digest.str(), " has ", idx.chunks.size(),
-                       " chunks; a ", spec.size, "-byte layer needs ",
-                       (spec.size + idx.chunk_size - 1) / idx.chunk_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache: chunk index of ", spec.digest.str(), " has ", idx.chunks.size(), " chunks; a ",
+          spec.size, "-byte layer needs ", (spec.size + idx.chunk_size - 1) / idx.chunk_size));
     }
     chunk_size = idx.chunk_size;
   }
@@ -487,9 +485,9 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   std::shared_ptr<Layer> layer = FindLocked(spec.digest);
   if (layer && layer->has_spec) {
     if (layer->size != spec.size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache: layer ", spec.digest.str(), " registered with size ", spec.size,
-                       " but already known with size ", layer->size));
+      return absl::InvalidArgumentError(absl::StrCat("cache: layer ", spec.digest.str(),
+                                                     " registered with size ", spec.size,
+                                                     " but already known with size ", layer->size));
     }
     layer->refs.insert(spec.model_ref);
     layer->last_used = ++clock_;
@@ -499,8 +497,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (layer) {
     // Known from an earlier process: keep its recorded chunks if they can be re-verified.
     const bool compatible =
-        layer->size == spec.size && layer->chunk_size == chunk_size &&
-        layer->jobs == 0 &&
+        layer->size == spec.size && layer->chunk_size == chunk_size && layer->jobs == 0 &&
         (spec.mode == VerifyMode::kChunk || (layer->whole_verified && layer->expected.size() == n));
     if (!compatible) {
       layer->gen++;
@@ -631,9 +628,8 @@ void BlobCache::WorkerLoop() {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       auto it = queue_.begin();
@@ -662,8 +658,8 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       if (!layer->expected.empty()) expected.push_back(layer->expected[c]);
     }
   }
-  const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ",
-                                         offset + length, ")");
+  const std::string range =
+      absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", offset + length, ")");
 
   std::string data;
   absl::Status st;
@@ -679,9 +675,9 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       break;
     }
     if (absl::Now() >= deadline) {
-      st = absl::DeadlineExceededError(absl::StrCat(
-          "fetching ", range, ": deadline passed", st.ok() ? "" : "; last error: ",
-          st.ok() ? "" : std::string(st.message())));
+      st = absl::DeadlineExceededError(
+          absl::StrCat("fetching ", range, ": deadline passed",
+                       st.ok() ? "" : "; last error: ", st.ok() ? "" : std::string(st.message())));
       break;
     }
     counters_.requests++;
@@ -718,10 +714,10 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
         auto got = HashOf(piece, len);
         if (got != expected[i]) {
           counters_.verification_failures++;
-          chunk_status[i] = absl::DataLossError(absl::StrCat(
-              "chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs, ", ",
-              c * cs + len, ")) failed verification: got ", HexOf(got), ", want ",
-              HexOf(expected[i])));
+          chunk_status[i] = absl::DataLossError(
+              absl::StrCat("chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs,
+                           ", ", c * cs + len, ")) failed verification: got ", HexOf(got),
+                           ", want ", HexOf(expected[i])));
           Log(chunk_status[i].message());
           continue;
         }
@@ -821,10 +817,10 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   const Digest got = whole.Finish();
   if (!io.ok() || got != layer->digest) {
     if (io.ok()) counters_.verification_failures++;
-    Quarantine(layer, io.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
-                                             " bytes) failed whole-layer verification: got ",
-                                             got.str())
-                              : std::string(io.message()));
+    Quarantine(layer, io.ok()
+                          ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
+                                         " bytes) failed whole-layer verification: got ", got.str())
+                          : std::string(io.message()));
     absl::MutexLock lock(&mu_);
     layer->jobs--;
     return;
@@ -896,8 +892,9 @@ void BlobCache::PumpBulkLocked() {
     std::vector<std::shared_ptr<Flight>> created;
     uint64_t end = layer->bulk_next;
     uint64_t bytes = 0;
-    while (end < layer->count() && layer->state[end] == ChunkState::kMissing &&
-           (end == layer->bulk_next || bytes + layer->ChunkLen(end) <= options_.max_request_bytes)) {
+    while (
+        end < layer->count() && layer->state[end] == ChunkState::kMissing &&
+        (end == layer->bulk_next || bytes + layer->ChunkLen(end) <= options_.max_request_bytes)) {
       bytes += layer->ChunkLen(end);
       ++end;
     }
@@ -1011,9 +1008,10 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
       return true;
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "reading layer ", layer->digest.str(), " chunks ", first, "..", last,
-          ": not fetched within the read deadline of ", absl::FormatDuration(options_.read_deadline)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("reading layer ", layer->digest.str(), " chunks ", first, "..", last,
+                       ": not fetched within the read deadline of ",
+                       absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
       if (!w->done) continue;
@@ -1024,7 +1022,8 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
         // own deadline; verification failures and permanent refusals are reported at once.
         if (!Retryable(s.code()) || absl::Now() >= deadline) {
           if (s.code() == absl::StatusCode::kAborted) {
-            return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
+            return absl::DataLossError(
+                absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
           }
           return s;
         }
@@ -1033,8 +1032,7 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
   }
 }
 
-absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer,
-                                         absl::Time deadline) {
+absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
     if (layer->quarantined) {
@@ -1073,8 +1071,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     absl::MutexLock lock(&mu_);
     layer = FindLocked(digest);
     if (!layer || !layer->has_spec || layer->refs.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat("cache: layer ", digest.str(), " is not registered"));
+      return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
     }
     if (layer->quarantined) {
       return absl::DataLossError(
@@ -1249,9 +1246,8 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
 
 bool BlobCache::WaitIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() && running_jobs_ == 0;
-  };
+  auto idle = [this]()
+                  ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_jobs_ == 0; };
   return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 

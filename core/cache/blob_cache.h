@@ -68,11 +68,11 @@ struct RetryPolicy {
 };
 
 struct CacheOptions {
-  std::string dir;                 // created if missing; holds blobs/ and cache.db
-  uint64_t max_bytes = 0;          // 0: unbounded. Unreferenced layers are evicted LRU first.
-  int fetch_threads = 8;           // parallel range requests
-  int prefetch_concurrency = 2;    // background prefetch requests in flight at once
-  absl::Duration read_deadline = absl::Seconds(30);  // a Read never waits longer
+  std::string dir;               // created if missing; holds blobs/ and cache.db
+  uint64_t max_bytes = 0;        // 0: unbounded. Unreferenced layers are evicted LRU first.
+  int fetch_threads = 8;         // parallel range requests
+  int prefetch_concurrency = 2;  // background prefetch requests in flight at once
+  absl::Duration read_deadline = absl::Seconds(30);       // a Read never waits longer
   absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
   RetryPolicy retry;
   uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
@@ -105,9 +105,9 @@ struct CacheStats {
   uint64_t chunk_misses = 0;           // chunks a Read had to wait for
   uint64_t verification_failures = 0;  // chunks (or layers) whose hash did not match
   uint64_t quarantined_layers = 0;
-  uint64_t bytes_served = 0;           // bytes returned by Read
+  uint64_t bytes_served = 0;  // bytes returned by Read
   uint64_t evicted_layers = 0;
-  uint64_t cached_bytes = 0;           // bytes of layer data currently on disk
+  uint64_t cached_bytes = 0;  // bytes of layer data currently on disk
 };
 
 class BlobCache : public BlobReader {
@@ -135,12 +135,13 @@ class BlobCache : public BlobReader {
   // BlobReader. Errors: kNotFound (layer not registered), kDataLoss (a touched chunk failed
   // verification, or the layer is quarantined), kDeadlineExceeded (not satisfied within
   // options.read_deadline), kUnavailable / kNotFound / kPermissionDenied (remote refused).
-  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
-                                   uint64_t length) override;
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset, uint64_t length) override;
 
   // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
   // order with at most options.prefetch_concurrency requests in flight; foreground reads go
-  // first. Returns at once. Errors: kNotFound (layer not registered).
+  // first. Returns at once. For a kWholeLayer layer (nothing servable before all of it is
+  // verified) kHeadersOnly does nothing and kAll starts the whole-layer fill.
+  // Errors: kNotFound (layer not registered), kDataLoss (layer quarantined).
   absl::Status Prefetch(const Digest& digest, PrefetchPolicy policy,
                         const std::vector<ByteRange>& header_ranges = {});
 

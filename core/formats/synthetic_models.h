@@ -25,7 +25,7 @@ absl::StatusOr<GgufWriter> MakeSmolLm2Q8Writer(bool sparse_data);
 absl::Status WriteSmolLm2Q8Gguf(const std::string& path, bool sparse_data);
 
 // A small llama model with real bytes in several types: token_embd F16, attention Q8_0,
-// FFN Q4_0, norms F32, output F16. With the defaults the file is about 3.6 MB.
+// FFN Q4_0, norms F32, output F16. With the defaults the file is about 4.3 MB.
 struct TinyLlamaSpec {
   uint32_t layers = 4;
   uint32_t embedding = 256;  // multiple of 32 (Q4_0/Q8_0 rows)

@@ -102,9 +102,7 @@ class BlobCacheTest : public ::testing::Test {
     return all;
   }
 
-  static bool Idle(BlobCache& cache) {
-    return cache.WaitIdle(absl::Now() + absl::Seconds(20));
-  }
+  static bool Idle(BlobCache& cache) { return cache.WaitIdle(absl::Now() + absl::Seconds(20)); }
 
   modelfs::testing::TempDir dir_;
   FakeRemote remote_;
@@ -139,8 +137,7 @@ TEST_F(BlobCacheTest, ReadIsClippedAtTheEndOfTheLayer) {
 TEST_F(BlobCacheTest, ReadOfAnUnregisteredLayerIsNotFound) {
   auto cache = Open();
   Digest d = Digest::Of("nothing");
-  EXPECT_THAT(cache->Read(d, 0, 10),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr(d.str())));
+  EXPECT_THAT(cache->Read(d, 0, 10), StatusIs(absl::StatusCode::kNotFound, HasSubstr(d.str())));
 }
 
 TEST_F(BlobCacheTest, ChunkModeWithoutIndexIsRejected) {
@@ -210,7 +207,8 @@ TEST_F(BlobCacheTest, CachedChunksSplitACoalescedRequestIntoMissingRuns) {
   EXPECT_EQ(got, blob.substr(0, 5 * 4096));
   auto log = remote_.log();
   ASSERT_EQ(log.size(), 2u);
-  std::sort(log.begin(), log.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::sort(log.begin(), log.end(),
+            [](const auto& a, const auto& b) { return a.offset < b.offset; });
   EXPECT_EQ(log[0].offset, 0u);
   EXPECT_EQ(log[0].length, 2 * 4096u);
   EXPECT_EQ(log[1].offset, 3 * 4096u);
@@ -236,8 +234,8 @@ TEST_F(BlobCacheTest, CorruptChunkIsDataLossWhileNeighboursReadFine) {
   Digest d = AddChunked(*cache, blob);
   remote_.CorruptByte(d, 2 * 4096 + 77);
   EXPECT_THAT(cache->Read(d, 2 * 4096, 100),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr("chunk 2 "), HasSubstr(d.str()), HasSubstr("[8192, 12288)"))));
+              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("chunk 2 "), HasSubstr(d.str()),
+                                                          HasSubstr("[8192, 12288)"))));
   EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 2 "), HasSubstr(d.str()), HasSubstr("8192")));
   ASSERT_OK_AND_ASSIGN(std::string before, cache->Read(d, 4096, 4096));
   EXPECT_EQ(before, blob.substr(4096, 4096));
@@ -251,7 +249,8 @@ TEST_F(BlobCacheTest, ReadSpanningACorruptChunkIsDataLoss) {
   const std::string blob = RandomBytes(64 * 1024, 9);
   Digest d = AddChunked(*cache, blob);
   remote_.CorruptByte(d, 2 * 4096);
-  EXPECT_THAT(cache->Read(d, 4096, 3 * 4096), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 2 ")));
+  EXPECT_THAT(cache->Read(d, 4096, 3 * 4096),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 2 ")));
 }
 
 TEST_F(BlobCacheTest, CorruptChunkIsNotCachedAndRereadsCorrectlyOnceTheRemoteIsFixed) {
@@ -259,7 +258,8 @@ TEST_F(BlobCacheTest, CorruptChunkIsNotCachedAndRereadsCorrectlyOnceTheRemoteIsF
   const std::string blob = RandomBytes(64 * 1024, 10);
   Digest d = AddChunked(*cache, blob);
   remote_.CorruptByte(d, 5 * 4096 + 1);
-  ASSERT_THAT(cache->Read(d, 5 * 4096, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 5 ")));
+  ASSERT_THAT(cache->Read(d, 5 * 4096, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 5 ")));
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_EQ(info.cached_chunks, 0u);
   remote_.Heal();
@@ -286,7 +286,8 @@ TEST_F(BlobCacheTest, WholeLayerModeCorruptionQuarantinesTheLayer) {
   remote_.CorruptByte(d, 39 * 1024);
   EXPECT_THAT(cache->Read(d, 0, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr(d.str())));
   remote_.Heal();
-  EXPECT_THAT(cache->Read(d, 20000, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+  EXPECT_THAT(cache->Read(d, 20000, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
   EXPECT_EQ(cache->stats().quarantined_layers, 1u);
   EXPECT_EQ(cache->stats().cached_bytes, 0u);
   EXPECT_THAT(Logged(), AllOf(HasSubstr("quarantined layer"), HasSubstr(d.str())));
@@ -310,7 +311,8 @@ TEST_F(BlobCacheTest, ChunkModeLayerWhoseDigestDoesNotMatchIsQuarantinedAfterThe
   EXPECT_EQ(got, blob.substr(0, 3 * kChunk));
   ASSERT_OK(cache->Prefetch(lie, PrefetchPolicy::kAll));
   ASSERT_TRUE(Idle(*cache));
-  EXPECT_THAT(cache->Read(lie, 0, 10), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+  EXPECT_THAT(cache->Read(lie, 0, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
   EXPECT_EQ(cache->stats().quarantined_layers, 1u);
 }
 
@@ -337,7 +339,8 @@ TEST_F(BlobCacheTest, InsecureStreamServesUnverifiedBytesThenQuarantinesOnMismat
   want[10] ^= 0xff;
   EXPECT_EQ(got, want);  // the opt-in: bytes served before verification
   ASSERT_TRUE(Idle(*cache));
-  EXPECT_THAT(cache->Read(d, 0, 20), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
+  EXPECT_THAT(cache->Read(d, 0, 20),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quarantined")));
 }
 
 TEST_F(BlobCacheTest, FailingRemoteGivesDeadlineExceededThenReadsRecover) {
@@ -362,7 +365,8 @@ TEST_F(BlobCacheTest, HungRemoteGivesDeadlineExceededNotAHang) {
   const std::string blob = RandomBytes(16 * 1024, 17);
   Digest d = AddChunked(*cache, blob);
   remote_.Hold();
-  EXPECT_THAT(cache->Read(d, 0, 100), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+  EXPECT_THAT(cache->Read(d, 0, 100),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
   remote_.Release();
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
   EXPECT_EQ(got, blob.substr(0, 100));
@@ -373,7 +377,8 @@ TEST_F(BlobCacheTest, PermanentRemoteErrorIsReturnedWithoutRetrying) {
   const std::string blob = RandomBytes(8 * 1024, 18);
   Digest d = AddChunked(*cache, blob);
   remote_.Fail(absl::PermissionDeniedError("denied"));
-  EXPECT_THAT(cache->Read(d, 0, 100), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("denied")));
+  EXPECT_THAT(cache->Read(d, 0, 100),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("denied")));
   EXPECT_EQ(remote_.requests(), 1);
 }
 

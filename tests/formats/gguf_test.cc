@@ -51,7 +51,6 @@ class EveryTypeTest : public ::testing::TestWithParam<uint32_t> {};
 TEST_P(EveryTypeTest, WrittenTensorParsesBackWithExactByteCount) {
   const GgmlType* type = FindGgmlType(GetParam());
   ASSERT_NE(type, nullptr);
-  if (type->removed) GTEST_SKIP() << type->name << " is removed";
   GgufWriter w;
   const uint64_t row = 2ull * type->block_size;
   const uint64_t nbytes = 2ull * 3 * type->type_size;
@@ -68,7 +67,15 @@ TEST_P(EveryTypeTest, WrittenTensorParsesBackWithExactByteCount) {
   EXPECT_EQ(t.offset, f.data_offset);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypeIds, EveryTypeTest, ::testing::Range<uint32_t>(0, 43),
+std::vector<uint32_t> LiveTypeIds() {
+  std::vector<uint32_t> ids;
+  for (uint32_t id = 0; id < GgmlTypeCount(); ++id) {
+    if (!FindGgmlType(id)->removed) ids.push_back(id);
+  }
+  return ids;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLiveTypeIds, EveryTypeTest, ::testing::ValuesIn(LiveTypeIds()),
                          [](const auto& info) { return FindGgmlType(info.param)->name; });
 
 class RemovedTypeTest : public ::testing::TestWithParam<uint32_t> {};

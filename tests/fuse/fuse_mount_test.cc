@@ -172,8 +172,7 @@ TEST_F(FuseMountTest, InodeNumbersSeenByStatAreTheTreesInodes) {
 TEST_F(FuseMountTest, ReadDirListsTheModel) {
   ASSERT_NO_FATAL_FAILURE(MountSingle());
   EXPECT_THAT(ListDir(mnt_), UnorderedElementsAre(".", "..", ".modelinfo.json", "broken.bin",
-                                                  "config.json", "model.safetensors",
-                                                  "tokenizer"));
+                                                  "config.json", "model.safetensors", "tokenizer"));
   EXPECT_THAT(ListDir(Path("tokenizer")), UnorderedElementsAre(".", "..", "vocab.txt"));
 }
 

@@ -37,9 +37,9 @@ class ModelTreeTest : public ::testing::Test {
 
   std::vector<TreeFile> Files() const {
     return {
-        TreeFile{"config.json", layer_, 6, 12, ""},                // "config-bytes"
-        TreeFile{"model.safetensors", layer_, 18, 20, ""},          // "{weights-0123456789}"
-        TreeFile{"tokenizer/tokenizer.json", other_, 0, 14, ""},    // whole second layer
+        TreeFile{"config.json", layer_, 6, 12, ""},               // "config-bytes"
+        TreeFile{"model.safetensors", layer_, 18, 20, ""},        // "{weights-0123456789}"
+        TreeFile{"tokenizer/tokenizer.json", other_, 0, 14, ""},  // whole second layer
     };
   }
 
@@ -245,20 +245,21 @@ TEST_F(ModelTreeTest, EmptyPathsAndComponentsAreInvalid) {
 }
 
 TEST_F(ModelTreeTest, ADuplicatePathIsInvalid) {
-  EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"w.bin", layer_, 0, 1, ""},
-                                                TreeFile{"w.bin", layer_, 1, 1, ""}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate file path 'w.bin'")));
-  EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"w.bin", layer_, 0, 1, ""}},
-                                     {{"w.bin", "x"}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'w.bin'")));
+  EXPECT_THAT(
+      ModelTree::SingleModel(
+          &reader_, {TreeFile{"w.bin", layer_, 0, 1, ""}, TreeFile{"w.bin", layer_, 1, 1, ""}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate file path 'w.bin'")));
+  EXPECT_THAT(
+      ModelTree::SingleModel(&reader_, {TreeFile{"w.bin", layer_, 0, 1, ""}}, {{"w.bin", "x"}}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'w.bin'")));
 }
 
 TEST_F(ModelTreeTest, APathThatIsBothFileAndDirectoryIsInvalid) {
-  EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"a", layer_, 0, 1, ""},
-                                                TreeFile{"a/b", layer_, 0, 1, ""}}),
+  EXPECT_THAT(ModelTree::SingleModel(
+                  &reader_, {TreeFile{"a", layer_, 0, 1, ""}, TreeFile{"a/b", layer_, 0, 1, ""}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a/b'")));
-  EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"a/b", layer_, 0, 1, ""},
-                                                TreeFile{"a", layer_, 0, 1, ""}}),
+  EXPECT_THAT(ModelTree::SingleModel(
+                  &reader_, {TreeFile{"a/b", layer_, 0, 1, ""}, TreeFile{"a", layer_, 0, 1, ""}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a' is also a directory")));
 }
 
@@ -288,14 +289,16 @@ TEST_F(ModelTreeTest, TwoModelsLiveInSeparateDirectoriesAtTheRoot) {
 TEST_F(ModelTreeTest, AddingAModelTwiceIsAlreadyExists) {
   ModelTree tree(&reader_);
   ASSERT_OK(tree.AddModel("m", Files()));
-  EXPECT_THAT(tree.AddModel("m", Files()), StatusIs(absl::StatusCode::kAlreadyExists,
-                                                    HasSubstr("'m'")));
+  EXPECT_THAT(tree.AddModel("m", Files()),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("'m'")));
 }
 
 TEST_F(ModelTreeTest, AModelNameMustBeOneSafeComponent) {
   ModelTree tree(&reader_);
-  EXPECT_THAT(tree.AddModel("..", Files()), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'..'")));
-  EXPECT_THAT(tree.AddModel("a/b", Files()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a/b'")));
+  EXPECT_THAT(tree.AddModel("..", Files()),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'..'")));
+  EXPECT_THAT(tree.AddModel("a/b", Files()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a/b'")));
 }
 
 TEST_F(ModelTreeTest, ARefusedModelAddsNothing) {
@@ -331,8 +334,7 @@ TEST_F(ModelTreeTest, RemovedModelDisappearsButLookedUpFilesStayReadableUntilFor
   ASSERT_OK(tree.RemoveModel("m"));
 
   EXPECT_THAT(tree.Lookup(ModelTree::kRootIno, "m"), StatusIs(absl::StatusCode::kNotFound, _));
-  EXPECT_THAT(tree.Lookup(dir.ino, "model.safetensors"),
-              StatusIs(absl::StatusCode::kNotFound, _));
+  EXPECT_THAT(tree.Lookup(dir.ino, "model.safetensors"), StatusIs(absl::StatusCode::kNotFound, _));
   EXPECT_EQ(ReadOr(tree, f.ino, 0, 6), "config");
 
   tree.Forget(f.ino, 1);
@@ -377,8 +379,8 @@ TEST_F(ModelTreeTest, StatFsCountsFileBytesAndInodesOfAttachedModels) {
 }
 
 TEST_F(ModelTreeTest, ModelMtimeAppliesToEveryNode) {
-  ASSERT_OK_AND_ASSIGN(auto tree, ModelTree::SingleModel(&reader_, Files(), {},
-                                                         ModelOptions{1700000000}));
+  ASSERT_OK_AND_ASSIGN(auto tree,
+                       ModelTree::SingleModel(&reader_, Files(), {}, ModelOptions{1700000000}));
   ASSERT_OK_AND_ASSIGN(NodeAttr root, tree->GetAttr(ModelTree::kRootIno));
   ASSERT_OK_AND_ASSIGN(NodeAttr f, tree->Lookup(ModelTree::kRootIno, "config.json"));
   EXPECT_EQ(root.mtime_sec, 1700000000);

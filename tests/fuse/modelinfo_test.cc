@@ -16,8 +16,8 @@ namespace {
 
 using ::modelfs::testing::FakeBlobReader;
 using ::modelfs::testing::StatusIs;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 constexpr char kConfig[] = R"({
   "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
@@ -41,8 +41,8 @@ class SafetensorsModelInfoTest : public ::testing::Test {
     std::string layer = std::string(kConfig) + st_;
     layer_ = reader_.Add(layer);
     files_ = {
-        TreeFile{"model.safetensors", layer_, sizeof(kConfig) - 1, st_.size(), "sha256:" +
-                                                                                 std::string(64, 'a')},
+        TreeFile{"model.safetensors", layer_, sizeof(kConfig) - 1, st_.size(),
+                 "sha256:" + std::string(64, 'a')},
         TreeFile{"config.json", layer_, 0, sizeof(kConfig) - 1, ""},
     };
     context_.reference = "registry.local/models/tiny@sha256:" + std::string(64, 'b');

@@ -1,0 +1,203 @@
+// `modelfs push`, `modelfs convert` and `modelfs pull`: the publishing side (core/publish).
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "cmd/modelfs/cli.h"
+#include "core/publish/model_ref.h"
+#include "core/publish/pull.h"
+#include "core/publish/push.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs::cli {
+namespace {
+
+struct RegistryFlags {
+  bool plain_http = false;
+  std::string hosts_dir;
+  std::string docker_config;
+  bool json = false;
+};
+
+void AddRegistryFlags(CLI::App* cmd, RegistryFlags& f) {
+  cmd->add_flag("--plain-http", f.plain_http,
+                "Talk plain HTTP to this registry (only for hosts you trust, e.g. loopback)");
+  cmd->add_option("--hosts-dir", f.hosts_dir,
+                  "containerd-style certs.d directory with <host>/hosts.toml")
+      ->default_str("/etc/containerd/certs.d");
+  cmd->add_option("--docker-config", f.docker_config,
+                  "docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker)");
+  cmd->add_flag("--json", f.json, "Print JSON");
+}
+
+RegistryAccessOptions AccessOptions(const RegistryFlags& f) {
+  RegistryAccessOptions o;
+  o.hosts.plain_http = f.plain_http;
+  o.hosts.certs_dir = f.hosts_dir.empty() ? "/etc/containerd/certs.d" : f.hosts_dir;
+  o.docker_config = f.docker_config;
+  return o;
+}
+
+// A one-line progress display on stderr, only when stdout is a terminal.
+ProgressFn MakeProgress(bool json) {
+  if (json || !StdoutIsTty()) return nullptr;
+  auto last = std::make_shared<absl::Time>(absl::InfinitePast());
+  return [last](const TransferProgress& p) {
+    absl::Time now = absl::Now();
+    bool done = p.done >= p.total;
+    if (!done && now - *last < absl::Milliseconds(100)) return;
+    *last = now;
+    int pct = p.total ? static_cast<int>(100.0 * static_cast<double>(p.done) / p.total) : 100;
+    fprintf(stderr, "\r\033[K%s: %s / %s (%d%%)%s", p.name.c_str(), HumanBytes(p.done).c_str(),
+            HumanBytes(p.total).c_str(), pct, done ? "\n" : "");
+    fflush(stderr);
+  };
+}
+
+struct PushCli {
+  RegistryFlags reg;
+  std::string ref;
+  std::vector<std::string> inputs;
+  bool tar = false;
+  std::string volume_tag;
+  std::vector<std::string> annotations;
+  std::vector<std::string> mount_from;
+  std::string revision;
+  std::string name;
+};
+
+absl::Status RunPush(const PushCli& c) {
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  PushOptions o;
+  o.inputs = c.inputs;
+  o.tar = c.tar;
+  o.volume_tag = c.volume_tag;
+  o.mount_from = c.mount_from;
+  o.revision = c.revision;
+  o.name = c.name;
+  for (const auto& a : c.annotations) {
+    std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--annotation '", a, "': want KEY=VALUE"));
+    }
+    o.annotations[kv[0]] = kv[1];
+  }
+  o.progress = MakeProgress(c.reg.json);
+  ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, AccessOptions(c.reg)));
+  ASSIGN_OR_RETURN(PushResult r, PushModel(*client, ref, o));
+  if (c.reg.json) {
+    printf("%s\n", PushResultToJson(r).dump(2).c_str());
+    return absl::OkStatus();
+  }
+  for (const auto& b : r.blobs) {
+    printf("%-8s %s %14s  %s\n", b.action.c_str(), std::string(b.descriptor.digest.short_hex()).c_str(),
+           WithCommas(b.descriptor.size).c_str(), b.role.c_str());
+  }
+  printf("%d blob(s) uploaded, %d already present, %d mounted; %s bytes sent\n", r.uploaded,
+         r.present, r.mounted, WithCommas(r.bytes_uploaded).c_str());
+  printf("model  %s:%s  %s\n", r.repository.c_str(), r.model_tag.c_str(), r.model.digest.str().c_str());
+  printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
+         r.volume.digest.str().c_str());
+  printf("pin it as %s@%s (or the volume image %s@%s)\n", r.repository.c_str(),
+         r.model.digest.str().c_str(), r.repository.c_str(), r.volume.digest.str().c_str());
+  return absl::OkStatus();
+}
+
+struct ConvertCli {
+  RegistryFlags reg;
+  std::string ref;
+  std::string volume_tag;
+};
+
+absl::Status RunConvert(const ConvertCli& c) {
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  ConvertOptions o;
+  o.volume_tag = c.volume_tag;
+  o.progress = MakeProgress(c.reg.json);
+  ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, AccessOptions(c.reg)));
+  ASSIGN_OR_RETURN(PushResult r, ConvertModel(*client, ref, o));
+  if (c.reg.json) {
+    printf("%s\n", PushResultToJson(r).dump(2).c_str());
+    return absl::OkStatus();
+  }
+  printf("indexed %zu layer(s) of %s; %s bytes sent\n", r.blobs.size() - 2,
+         r.model.digest.str().c_str(), WithCommas(r.bytes_uploaded).c_str());
+  printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
+         r.volume.digest.str().c_str());
+  return absl::OkStatus();
+}
+
+struct PullCli {
+  RegistryFlags reg;
+  std::string ref;
+  std::string dest;
+  int parallel = 4;
+};
+
+absl::Status RunPull(const PullCli& c) {
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  if (c.parallel < 1 || c.parallel > 64) {
+    return absl::InvalidArgumentError("--parallel must be between 1 and 64");
+  }
+  PullOptions o;
+  o.parallel = c.parallel;
+  o.progress = MakeProgress(c.reg.json);
+  ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPull, AccessOptions(c.reg)));
+  ASSIGN_OR_RETURN(PullResult r, PullModel(*client, ref, c.dest, o));
+  if (c.reg.json) {
+    printf("%s\n", PullResultToJson(r).dump(2).c_str());
+    return absl::OkStatus();
+  }
+  for (const auto& f : r.files) {
+    printf("verified %s %14s  %s\n", std::string(f.layer.short_hex()).c_str(),
+           WithCommas(f.size).c_str(), f.path.c_str());
+  }
+  printf("pulled %s (%zu files, %s bytes) into %s\n", r.model.digest.str().c_str(), r.files.size(),
+         WithCommas(r.bytes).c_str(), c.dest.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
+  {
+    auto c = std::make_shared<PushCli>();
+    CLI::App* cmd = app.add_subcommand(
+        "push", "Publish files as a ModelPack artifact plus a modelfs volume image");
+    cmd->add_option("REF", c->ref, "Target reference, registry/repo:tag")->required();
+    cmd->add_option("FILES", c->inputs, "Files and directories")->required();
+    cmd->add_flag("--tar", c->tar, "One .tar layer per file instead of .raw");
+    cmd->add_option("--volume-tag", c->volume_tag, "Tag for the volume image (default <tag>-volume)");
+    cmd->add_option("--annotation", c->annotations, "KEY=VALUE annotation on the model manifest");
+    cmd->add_option("--mount-from", c->mount_from,
+                    "Repository on the same registry to mount existing blobs from");
+    cmd->add_option("--revision", c->revision, "Source revision (e.g. Hugging Face commit)");
+    cmd->add_option("--name", c->name, "Model name (default: the repository's last part)");
+    AddRegistryFlags(cmd, c->reg);
+    cmd->callback([c, &ctx] { ctx.status = RunPush(*c); });
+  }
+  {
+    auto c = std::make_shared<ConvertCli>();
+    CLI::App* cmd = app.add_subcommand(
+        "convert", "Write a modelfs volume image for an existing ModelPack artifact (weights are "
+                   "streamed once to verify and index them, not uploaded again)");
+    cmd->add_option("REF", c->ref, "The ModelPack artifact")->required();
+    cmd->add_option("--volume-tag", c->volume_tag, "Tag for the volume image (default <tag>-volume)");
+    AddRegistryFlags(cmd, c->reg);
+    cmd->callback([c, &ctx] { ctx.status = RunConvert(*c); });
+  }
+  {
+    auto c = std::make_shared<PullCli>();
+    CLI::App* cmd = app.add_subcommand(
+        "pull", "Download a model (ModelPack artifact or volume image) and verify every byte");
+    cmd->add_option("REF", c->ref, "registry/repo:tag or registry/repo@sha256:...")->required();
+    cmd->add_option("DEST", c->dest, "Destination directory")->required();
+    cmd->add_option("--parallel", c->parallel, "Concurrent layer downloads")->default_val(4);
+    AddRegistryFlags(cmd, c->reg);
+    cmd->callback([c, &ctx] { ctx.status = RunPull(*c); });
+  }
+}
+
+}  // namespace modelfs::cli

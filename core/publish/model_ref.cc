@@ -1,0 +1,117 @@
+#include "core/publish/model_ref.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/media_types.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+
+absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageReference& ref,
+                                                                HostCapability capability,
+                                                                const RegistryAccessOptions& o) {
+  CredentialStore creds;
+  if (!o.docker_config.empty()) {
+    ASSIGN_OR_RETURN(creds, CredentialStore::LoadDockerConfig(o.docker_config));
+  } else if (auto loaded = CredentialStore::LoadDefault(); loaded.ok()) {
+    creds = *std::move(loaded);
+  } else if (!absl::IsNotFound(loaded.status())) {
+    return loaded.status();
+  }
+  return RegistryClient::ForRegistry(ref.registry(), capability, o.hosts, creds, o.client);
+}
+
+absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,
+                                              const Descriptor& d, uint64_t max_bytes) {
+  if (d.size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("blob ", d.digest.str(), " is ", d.size,
+                                                   " bytes; refusing more than ", max_bytes));
+  }
+  std::string out;
+  Sha256 h;
+  RETURN_IF_ERROR(client.GetBlob(repo, d.digest, [&](std::string_view chunk) -> absl::Status {
+    if (out.size() + chunk.size() > d.size) {
+      return absl::DataLossError(absl::StrCat("blob ", d.digest.str(), " in ", repo,
+                                              " is longer than its descriptor's ", d.size,
+                                              " bytes"));
+    }
+    out.append(chunk);
+    h.Update(chunk);
+    return absl::OkStatus();
+  }));
+  Digest got = h.Finish();
+  if (got != d.digest || out.size() != d.size) {
+    return absl::DataLossError(absl::StrCat("blob ", d.digest.str(), " in ", repo,
+                                            " failed verification: got ", got.str(), ", ",
+                                            out.size(), " bytes"));
+  }
+  return out;
+}
+
+absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref) {
+  ResolvedModel r;
+  r.ref = ref;
+  r.repository = ref.repository();
+  ASSIGN_OR_RETURN(ManifestResult top, client.GetManifest(ref.repository(), ref.ManifestReference()));
+  if (ref.digest() && top.digest != *ref.digest()) {
+    return absl::DataLossError(absl::StrCat("manifest for ", ref.String(), " has digest ",
+                                            top.digest.str(), ", not the pinned one"));
+  }
+  if (IsIndexMediaType(top.media_type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is an image index; give the digest of a model or volume manifest"));
+  }
+  ASSIGN_OR_RETURN(Manifest m, ParseManifest(top.bytes));
+  Descriptor top_desc;
+  top_desc.media_type = top.media_type.empty() ? std::string(kOciManifestMediaType) : top.media_type;
+  top_desc.digest = top.digest;
+  top_desc.size = top.bytes.size();
+  top_desc.artifact_type = std::string(EffectiveArtifactType(m));
+
+  if (IsVolumeImageManifest(m)) {
+    r.volume_descriptor = top_desc;
+    const Descriptor& a = m.layers.at(0);
+    ASSIGN_OR_RETURN(std::string tar, FetchVerifiedBlob(client, ref.repository(), a,
+                                                         kMaxVolumeLayerBytes));
+    ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
+    // M lives in the volume's own repository unless the record names another on this registry.
+    std::string repo = ref.repository();
+    if (!contents.model.repository.empty()) {
+      std::string prefix = ref.registry() + "/";
+      if (contents.model.repository.rfind(prefix, 0) == 0) {
+        repo = contents.model.repository.substr(prefix.size());
+      }
+    }
+    r.repository = repo;
+    ASSIGN_OR_RETURN(ManifestResult mm,
+                     client.GetManifest(repo, contents.model.manifest.digest.str()));
+    if (mm.digest != contents.model.manifest.digest) {
+      return absl::DataLossError(absl::StrCat("model manifest ", mm.digest.str(),
+                                              " does not match the volume's record ",
+                                              contents.model.manifest.digest.str()));
+    }
+    ASSIGN_OR_RETURN(r.model, ParseManifest(mm.bytes));
+    r.model_manifest_json = mm.bytes;
+    r.model_descriptor = contents.model.manifest;
+    RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
+    r.chunk_indexes = std::move(contents.chunk_indexes);
+  } else {
+    r.model = std::move(m);
+    r.model_manifest_json = std::move(top.bytes);
+    r.model_descriptor = top_desc;
+  }
+  if (!IsModelManifest(r.model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is neither a ModelPack model (artifactType ", std::string(kModelArtifactType),
+        ") nor a modelfs volume image"));
+  }
+  ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
+  if (IsModelConfigMediaType(r.model.config.media_type)) {
+    ASSIGN_OR_RETURN(r.config_json,
+                     FetchVerifiedBlob(client, r.repository, r.model.config, 16u << 20));
+    auto cfg = ParseModelPackConfig(r.config_json);
+    if (cfg.ok()) r.config = *std::move(cfg);
+  }
+  return r;
+}
+
+}  // namespace modelfs

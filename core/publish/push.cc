@@ -1,0 +1,414 @@
+#include "core/publish/push.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/formats/model_inspect.h"
+#include "core/oci/manifest.h"
+#include "core/oci/media_types.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/path_safety.h"
+#include "core/oci/tar.h"
+#include "core/oci/volume_image.h"
+#include "core/publish/model_ref.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct InputFile {
+  std::string rel;   // path inside the model
+  std::string path;  // on disk
+};
+
+// An open file descriptor that closes itself.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+absl::StatusOr<std::vector<InputFile>> CollectInputs(const std::vector<std::string>& inputs) {
+  std::vector<InputFile> files;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    fs::file_status st = fs::status(in, ec);
+    if (ec || !fs::exists(st)) return absl::NotFoundError(absl::StrCat(in, ": no such file"));
+    if (fs::is_directory(st)) {
+      for (auto it = fs::recursive_directory_iterator(in, ec); it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (ec) break;
+        std::string name = it->path().filename().string();
+        if (it->is_directory() && (name == ".git" || name == ".cache")) {
+          it.disable_recursion_pending();
+          continue;
+        }
+        if (!it->is_regular_file()) continue;
+        files.push_back({fs::relative(it->path(), in).generic_string(), it->path().string()});
+      }
+      if (ec) return absl::InvalidArgumentError(absl::StrCat(in, ": ", ec.message()));
+    } else if (fs::is_regular_file(st)) {
+      files.push_back({fs::path(in).filename().string(), in});
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(in, ": not a regular file or directory"));
+    }
+  }
+  std::sort(files.begin(), files.end(),
+            [](const InputFile& a, const InputFile& b) { return a.rel < b.rel; });
+  std::set<std::string> seen;
+  for (const auto& f : files) {
+    RETURN_IF_ERROR(CheckRelativePath(f.rel));
+    if (!seen.insert(f.rel).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two inputs map to the same path '", f.rel, "'"));
+    }
+  }
+  if (files.empty()) return absl::InvalidArgumentError("nothing to push: no files found");
+  return files;
+}
+
+// Streams a file through the chunk index builder: one read gives the digest and the index.
+absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
+                                     const std::string& role, const ProgressFn& progress) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
+  posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  off_t size = lseek(fd.get(), 0, SEEK_END);
+  ChunkIndexBuilder b(chunk_size);
+  std::string buf(4 << 20, '\0');
+  uint64_t done = 0;
+  for (;;) {
+    ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
+    if (n == 0) break;
+    b.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+    done += static_cast<uint64_t>(n);
+    if (progress) progress({"hashing " + role, done, static_cast<uint64_t>(size)});
+  }
+  return b.Finish();
+}
+
+// Wraps a source so that reads report progress.
+BlobReadAt WithProgress(BlobReadAt src, std::string role, uint64_t total, const ProgressFn& p) {
+  if (!p) return src;
+  return [src = std::move(src), role = std::move(role), total, p](uint64_t off, char* buf,
+                                                                  size_t n) -> absl::StatusOr<size_t> {
+    auto r = src(off, buf, n);
+    if (r.ok()) p({role, off + *r, total});
+    return r;
+  };
+}
+
+class Uploader {
+ public:
+  Uploader(RegistryClient& client, std::string repo, const std::vector<std::string>& mount_from,
+           PushResult& result)
+      : client_(client), repo_(std::move(repo)), mount_from_(mount_from), result_(result) {}
+
+  absl::Status Upload(const std::string& role, const Descriptor& d, const BlobReadAt& source,
+                      const ProgressFn& progress) {
+    PushedBlob pb{role, d, "present"};
+    ASSIGN_OR_RETURN(bool exists, client_.BlobExists(repo_, d.digest));
+    if (!exists) {
+      pb.action = "";
+      for (const auto& from : mount_from_) {
+        if (from == repo_) continue;
+        ASSIGN_OR_RETURN(bool mounted, client_.MountBlob(repo_, d.digest, from));
+        if (mounted) {
+          pb.action = "mounted";
+          break;
+        }
+      }
+      if (pb.action.empty()) {
+        RETURN_IF_ERROR(client_.PushBlob(repo_, d.digest, d.size,
+                                         WithProgress(source, role, d.size, progress)));
+        pb.action = "uploaded";
+      }
+    }
+    if (pb.action == "uploaded") ++result_.uploaded;
+    if (pb.action == "mounted") ++result_.mounted;
+    if (pb.action == "present") ++result_.present;
+    result_.blobs.push_back(std::move(pb));
+    return absl::OkStatus();
+  }
+
+  absl::Status UploadBytes(const std::string& role, const Descriptor& d, std::string bytes) {
+    auto shared = std::make_shared<const std::string>(std::move(bytes));
+    return Upload(role, d, BlobReadAtString(shared), nullptr);
+  }
+
+ private:
+  RegistryClient& client_;
+  std::string repo_;
+  const std::vector<std::string>& mount_from_;
+  PushResult& result_;
+};
+
+std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
+  if (!given.empty()) return given;
+  if (!ref.tag().empty()) return ref.tag() + "-volume";
+  return ref.digest() ? absl::StrCat("sha256-", std::string(ref.digest()->hex()), ".volume") : "latest-volume";
+}
+
+// Builds and pushes V for M, and links V to M through the referrers fallback tag.
+absl::Status PushVolume(RegistryClient& client, const ImageReference& ref, const std::string& repo,
+                        const Descriptor& model_desc, const Manifest& model,
+                        std::vector<ChunkIndex> indexes, const std::string& volume_tag,
+                        Uploader& up, PushResult& result) {
+  VolumeImageInput vin;
+  vin.model_manifest = model_desc;
+  vin.model = model;
+  vin.repository = absl::StrCat(ref.registry(), "/", repo);
+  vin.chunk_indexes = std::move(indexes);
+  ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
+  RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
+  RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
+  ASSIGN_OR_RETURN(Digest vd, client.PutManifest(repo, volume_tag, v.manifest_json,
+                                                 std::string(kOciManifestMediaType)));
+  if (vd != v.manifest_descriptor.digest) {
+    return absl::DataLossError(absl::StrCat("registry stored the volume manifest as ", vd.str(),
+                                            ", expected ", v.manifest_descriptor.digest.str()));
+  }
+  RETURN_IF_ERROR(client.PutReferrersFallback(repo, model_desc.digest,
+                                              SerializeDescriptor(v.manifest_descriptor)));
+  result.volume = v.manifest_descriptor;
+  result.volume_tag = volume_tag;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ParamSizeLabel(uint64_t p) {
+  auto fmt = [](double v, const char* unit) {
+    std::string s = v >= 100 ? absl::StrFormat("%.0f", v) : absl::StrFormat("%.1f", v);
+    if (s.size() > 2 && s.substr(s.size() - 2) == ".0") s.resize(s.size() - 2);
+    return s + unit;
+  };
+  if (p >= 1'000'000'000ull) return fmt(p / 1e9, "b");
+  if (p >= 1'000'000ull) return fmt(p / 1e6, "m");
+  if (p >= 1'000ull) return fmt(p / 1e3, "k");
+  return std::to_string(p);
+}
+
+absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
+                                     const PushOptions& o) {
+  if (ref.digest()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ref.String(), ": push needs a tag, not a digest (the digest is computed)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
+  const std::string repo = ref.repository();
+  PushResult result;
+  result.repository = absl::StrCat(ref.registry(), "/", repo);
+  Uploader up(client, repo, o.mount_from, result);
+
+  // Inspect model files first, so a malformed file stops the push before any upload.
+  std::vector<std::string> model_paths;
+  for (const auto& f : files) {
+    SniffedFormat sf = SniffFormat(f.rel, "");
+    if (sf == SniffedFormat::kSafetensors || sf == SniffedFormat::kGguf ||
+        sf == SniffedFormat::kConfigJson) {
+      model_paths.push_back(f.path);
+    }
+  }
+  ModelPackConfig config;
+  config.descriptor.name = o.name.empty() ? repo.substr(repo.rfind('/') + 1) : o.name;
+  config.descriptor.revision = o.revision;
+  if (!model_paths.empty()) {
+    auto inspected = InspectModel(model_paths);
+    if (!inspected.ok() && !absl::IsInvalidArgument(inspected.status())) return inspected.status();
+    if (!inspected.ok() &&
+        inspected.status().message().find("no safetensors, GGUF") == std::string::npos) {
+      return inspected.status();
+    }
+    if (inspected.ok()) {
+      config.config.format = inspected->format;
+      if (inspected->parameters) config.config.param_size = ParamSizeLabel(inspected->parameters);
+      config.config.precision = inspected->precision;
+      config.config.quantization = inspected->quantization;
+      config.config.architecture =
+          inspected->architecture.empty() ? "transformer" : inspected->architecture;
+      // GGUF names its recipe ("MOSTLY_Q4_K_M"); ModelPack spells it "q4_k_m".
+      for (const auto& f : inspected->files) {
+        if (f.file_type.empty() || f.file_type == "ALL_F32") continue;
+        std::string q = f.file_type.rfind("MOSTLY_", 0) == 0 ? f.file_type.substr(7) : f.file_type;
+        for (char& ch : q) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+        config.config.quantization = q;
+      }
+    }
+  }
+
+  // Hash (and index) every layer, then upload what the registry lacks.
+  std::vector<ModelLayerInput> layers;
+  std::vector<ChunkIndex> indexes;
+  std::vector<std::string> temp_files;
+  struct TempCleanup {
+    std::vector<std::string>& files;
+    ~TempCleanup() {
+      for (const auto& f : files) unlink(f.c_str());
+    }
+  } cleanup{temp_files};
+  for (const auto& f : files) {
+    std::string blob_path = f.path;
+    LayerEncoding enc = LayerEncoding::kRaw;
+    if (o.tar) {
+      // One tar per file: header, data, padding, two zero blocks; staged on disk.
+      std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/modelfs-push-",
+                                     getpid(), "-", temp_files.size(), ".tar");
+      temp_files.push_back(tmp);
+      std::error_code ec;
+      uint64_t size = fs::file_size(f.path, ec);
+      ASSIGN_OR_RETURN(std::string header, EncodeTarHeader(f.rel, '0', size, 0644));
+      {
+        FILE* out = fopen(tmp.c_str(), "wb");
+        if (!out) return absl::InternalError(absl::StrCat(tmp, ": ", strerror(errno)));
+        FILE* in = fopen(f.path.c_str(), "rb");
+        if (!in) {
+          fclose(out);
+          return absl::NotFoundError(absl::StrCat(f.path, ": ", strerror(errno)));
+        }
+        fwrite(header.data(), 1, header.size(), out);
+        std::string buf(1 << 20, '\0');
+        size_t n;
+        while ((n = fread(buf.data(), 1, buf.size(), in)) > 0) fwrite(buf.data(), 1, n, out);
+        fclose(in);
+        std::string pad(TarPadding(size) + 2 * kTarBlockSize, '\0');
+        fwrite(pad.data(), 1, pad.size(), out);
+        if (fclose(out) != 0) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+      }
+      blob_path = tmp;
+      enc = LayerEncoding::kTar;
+    }
+    ASSIGN_OR_RETURN(ChunkIndex idx, IndexFile(blob_path, o.chunk_size, f.rel, o.progress));
+    std::error_code ec;
+    FileMetadata meta;
+    meta.name = fs::path(f.rel).filename().string();
+    meta.size = static_cast<int64_t>(fs::file_size(f.path, ec));
+    ModelLayerInput in;
+    in.path = f.rel;
+    in.digest = idx.blob_digest;
+    in.size = idx.blob_size;
+    in.kind = ClassifyFile(f.rel);
+    in.encoding = enc;
+    in.file_metadata_json = SerializeFileMetadata(meta);
+    config.modelfs.diff_ids.push_back(idx.blob_digest);
+    layers.push_back(std::move(in));
+    indexes.push_back(std::move(idx));
+
+    Descriptor d;
+    d.media_type = std::string(ModelLayerMediaType(layers.back().kind, enc));
+    d.digest = layers.back().digest;
+    d.size = layers.back().size;
+    Fd fd(open(blob_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(blob_path, ": ", strerror(errno)));
+    RETURN_IF_ERROR(up.Upload(f.rel, d, BlobReadAtFd(fd.get()), o.progress));
+  }
+
+  std::string config_json = SerializeModelPackConfig(config);
+  ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, o.annotations));
+  RETURN_IF_ERROR(up.UploadBytes("config", m.config, config_json));
+  std::string manifest_json = SerializeManifest(m);
+  ASSIGN_OR_RETURN(Digest md, client.PutManifest(repo, ref.tag(), manifest_json,
+                                                 std::string(kOciManifestMediaType)));
+  result.model = DescribeBlob(kOciManifestMediaType, manifest_json);
+  result.model.artifact_type = std::string(kModelArtifactType);
+  if (md != result.model.digest) {
+    return absl::DataLossError(absl::StrCat("registry stored the model manifest as ", md.str(),
+                                            ", expected ", result.model.digest.str()));
+  }
+  result.model_tag = ref.tag();
+  RETURN_IF_ERROR(PushVolume(client, ref, repo, result.model, m, std::move(indexes),
+                             DefaultVolumeTag(ref, o.volume_tag), up, result));
+  result.bytes_uploaded = client.stats().bytes_sent;
+  return result;
+}
+
+absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
+                                        const ConvertOptions& o) {
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
+  if (rm.volume_descriptor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is already a volume image (for model ", rm.model_descriptor.digest.str(),
+        ")"));
+  }
+  PushResult result;
+  result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
+  result.model = rm.model_descriptor;
+  result.model_tag = ref.tag();
+  std::vector<std::string> no_mounts;
+  Uploader up(client, rm.repository, no_mounts, result);
+  std::vector<ChunkIndex> indexes;
+  for (const auto& layer : rm.layers) {
+    const Descriptor& d = layer.descriptor;
+    ChunkIndexBuilder b(o.chunk_size);
+    uint64_t done = 0;
+    std::string role = layer.path.empty() ? d.digest.str() : layer.path;
+    RETURN_IF_ERROR(client.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {
+      done += chunk.size();
+      if (done > d.size) {
+        return absl::DataLossError(absl::StrCat("layer ", d.digest.str(), " (", role,
+                                                ") is longer than its descriptor's ", d.size,
+                                                " bytes"));
+      }
+      b.Update(chunk);
+      if (o.progress) o.progress({"indexing " + role, done, d.size});
+      return absl::OkStatus();
+    }));
+    ChunkIndex idx = b.Finish();
+    if (idx.blob_digest != d.digest || idx.blob_size != d.size) {
+      return absl::DataLossError(absl::StrCat("layer ", d.digest.str(), " (", role,
+                                              ") failed verification: got ", idx.blob_digest.str(),
+                                              ", ", idx.blob_size, " bytes"));
+    }
+    PushedBlob pb{role, d, "present"};
+    ++result.present;
+    result.blobs.push_back(pb);
+    indexes.push_back(std::move(idx));
+  }
+  std::string tag = o.volume_tag;
+  if (tag.empty()) tag = DefaultVolumeTag(ref, "");
+  RETURN_IF_ERROR(PushVolume(client, ref, rm.repository, rm.model_descriptor, rm.model,
+                             std::move(indexes), tag, up, result));
+  result.bytes_uploaded = client.stats().bytes_sent;
+  return result;
+}
+
+nlohmann::json PushResultToJson(const PushResult& r) {
+  nlohmann::json blobs = nlohmann::json::array();
+  for (const auto& b : r.blobs) {
+    blobs.push_back({{"role", b.role}, {"digest", b.descriptor.digest.str()},
+                     {"size", b.descriptor.size}, {"mediaType", b.descriptor.media_type},
+                     {"action", b.action}});
+  }
+  return {
+      {"repository", r.repository},
+      {"model", {{"digest", r.model.digest.str()}, {"size", r.model.size}, {"tag", r.model_tag},
+                 {"reference", absl::StrCat(r.repository, "@", r.model.digest.str())}}},
+      {"volume", {{"digest", r.volume.digest.str()}, {"size", r.volume.size}, {"tag", r.volume_tag},
+                  {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}}},
+      {"blobs", blobs},
+      {"uploaded", r.uploaded},
+      {"present", r.present},
+      {"mounted", r.mounted},
+      {"bytes_uploaded", r.bytes_uploaded},
+  };
+}
+
+}  // namespace modelfs

@@ -1,0 +1,79 @@
+// Publishing models: `modelfs push` (files -> ModelPack artifact M plus volume image V) and
+// `modelfs convert` (an existing M -> V, streaming each layer once to verify and index it).
+//
+// Both are deterministic: the same files give the same digests (no timestamps, sorted paths,
+// fixed file metadata), and blobs the registry already has are not uploaded again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/oci/chunk_index.h"
+#include "core/oci/descriptor.h"
+#include "core/registry/reference.h"
+#include "core/registry/registry_client.h"
+#include "nlohmann/json.hpp"
+
+namespace modelfs {
+
+// Progress of one blob transfer, for a TTY progress line.
+struct TransferProgress {
+  std::string name;  // file path or blob role ("config", "volume layer")
+  uint64_t done = 0;
+  uint64_t total = 0;
+};
+using ProgressFn = std::function<void(const TransferProgress&)>;
+
+struct PushOptions {
+  std::vector<std::string> inputs;  // files and directories
+  bool tar = false;                 // one .tar layer per file instead of .raw
+  std::string volume_tag;           // default "<tag>-volume"
+  std::map<std::string, std::string> annotations;  // on M
+  std::vector<std::string> mount_from;  // repositories (same registry) to mount blobs from
+  uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  std::string name;      // ModelPack descriptor.name (default: the repository's last part)
+  std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
+  ProgressFn progress;
+};
+
+struct PushedBlob {
+  std::string role;  // path, "config", "volume layer", "volume config"
+  Descriptor descriptor;
+  std::string action;  // "uploaded", "present", "mounted"
+};
+
+struct PushResult {
+  std::string repository;  // registry/repo
+  Descriptor model;        // M
+  std::string model_tag;
+  Descriptor volume;  // V
+  std::string volume_tag;
+  std::vector<PushedBlob> blobs;
+  uint64_t bytes_uploaded = 0;  // request body bytes sent to the registry
+  int uploaded = 0, present = 0, mounted = 0;
+};
+
+absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
+                                     const PushOptions& options);
+
+struct ConvertOptions {
+  std::string volume_tag;  // default "<tag>-volume", or "sha256-<hex>.volume" for a digest ref
+  uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  ProgressFn progress;
+};
+
+// Writes V for the ModelPack artifact at ref: every layer is streamed once, its digest
+// verified and its chunk index built; weights are not uploaded again.
+absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
+                                        const ConvertOptions& options);
+
+nlohmann::json PushResultToJson(const PushResult& r);
+
+// "135m", "8b", "1.5b": the ModelPack paramSize label for a parameter count.
+std::string ParamSizeLabel(uint64_t parameters);
+
+}  // namespace modelfs
