@@ -35,7 +35,8 @@ std::string Bf16Bytes(uint64_t seed, uint64_t offset_elems, uint64_t n) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     float u = (static_cast<float>(z & 0xFFFF) + static_cast<float>((z >> 16) & 0xFFFF) +
-               static_cast<float>((z >> 32) & 0xFFFF) - 98302.5f) / 65536.0f * 0.04f;
+               static_cast<float>((z >> 32) & 0xFFFF) - 98302.5f) /
+              65536.0f * 0.04f;
     uint32_t bits;
     memcpy(&bits, &u, 4);
     uint16_t b = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
@@ -64,14 +65,10 @@ absl::StatusOr<SynthModelResult> WriteSynthSafetensorsModel(const std::string& d
   auto layer = [&](uint64_t i) {
     std::string p = absl::StrCat("model.layers.", i, ".");
     return std::vector<TensorSpec>{
-        {p + "input_layernorm.weight", {h}},
-        {p + "self_attn.q_proj.weight", {h, h}},
-        {p + "self_attn.k_proj.weight", {kv, h}},
-        {p + "self_attn.v_proj.weight", {kv, h}},
-        {p + "self_attn.o_proj.weight", {h, h}},
-        {p + "post_attention_layernorm.weight", {h}},
-        {p + "mlp.gate_proj.weight", {spec.ffn, h}},
-        {p + "mlp.up_proj.weight", {spec.ffn, h}},
+        {p + "input_layernorm.weight", {h}},         {p + "self_attn.q_proj.weight", {h, h}},
+        {p + "self_attn.k_proj.weight", {kv, h}},    {p + "self_attn.v_proj.weight", {kv, h}},
+        {p + "self_attn.o_proj.weight", {h, h}},     {p + "post_attention_layernorm.weight", {h}},
+        {p + "mlp.gate_proj.weight", {spec.ffn, h}}, {p + "mlp.up_proj.weight", {spec.ffn, h}},
         {p + "mlp.down_proj.weight", {h, spec.ffn}},
     };
   };
@@ -79,7 +76,8 @@ absl::StatusOr<SynthModelResult> WriteSynthSafetensorsModel(const std::string& d
   for (const auto& t : layer(0)) per_layer += Elements(t) * 2;
   uint64_t fixed = (Elements(embed[0]) + h) * 2;
   uint64_t target = spec.target_mib << 20;
-  uint64_t layers = target > fixed ? std::max<uint64_t>(1, (target - fixed + per_layer / 2) / per_layer) : 1;
+  uint64_t layers =
+      target > fixed ? std::max<uint64_t>(1, (target - fixed + per_layer / 2) / per_layer) : 1;
 
   std::vector<TensorSpec> all = embed;
   for (uint64_t i = 0; i < layers; ++i) {
@@ -112,21 +110,21 @@ absl::StatusOr<SynthModelResult> WriteSynthSafetensorsModel(const std::string& d
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t seed_offset = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
-    std::string name = shards.size() == 1
-                           ? std::string("model.safetensors")
-                           : absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards.size());
+    std::string name = shards.size() == 1 ? std::string("model.safetensors")
+                                          : absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1,
+                                                            shards.size());
     SafetensorsWriter w;
     w.SetMetadata("format", "pt");
     for (const auto& t : shards[s]) {
       uint64_t base = seed_offset;
       seed_offset += Elements(t);
       uint64_t seed = spec.seed;
-      RETURN_IF_ERROR(w.AddTensorFromCallback(
-          t.name, "BF16", t.shape,
-          [seed, base](const SafetensorsTensor&, uint64_t offset,
-                       uint64_t length) -> absl::StatusOr<std::string> {
-            return Bf16Bytes(seed, base + offset / 2, length / 2);
-          }));
+      RETURN_IF_ERROR(
+          w.AddTensorFromCallback(t.name, "BF16", t.shape,
+                                  [seed, base](const SafetensorsTensor&, uint64_t offset,
+                                               uint64_t length) -> absl::StatusOr<std::string> {
+                                    return Bf16Bytes(seed, base + offset / 2, length / 2);
+                                  }));
       result.parameters += Elements(t);
       result.weight_bytes += Elements(t) * 2;
       weight_map[t.name] = name;

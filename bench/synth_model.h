@@ -13,8 +13,8 @@
 namespace modelfs {
 
 struct SynthModelSpec {
-  uint64_t target_mib = 256;       // approximate total weight bytes
-  uint64_t max_shard_mib = 2048;   // shard past this size, with model.safetensors.index.json
+  uint64_t target_mib = 256;      // approximate total weight bytes
+  uint64_t max_shard_mib = 2048;  // shard past this size, with model.safetensors.index.json
   uint32_t hidden = 1024;
   uint32_t heads = 16;
   uint32_t kv_heads = 4;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -19,6 +20,8 @@ void RegisterInspect(CLI::App& app, Context& ctx);
 void RegisterMemory(CLI::App& app, Context& ctx);
 void RegisterDigest(CLI::App& app, Context& ctx);
 void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, pull
+// mount, umount, stats; argv is re-executed for a background mount.
+void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv);
 
 // 1234567 -> "1,234,567"
 std::string WithCommas(uint64_t n);

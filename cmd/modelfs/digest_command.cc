@@ -48,7 +48,8 @@ absl::Status RunDigest(const DigestOptions& o) {
 
 void RegisterDigest(CLI::App& app, Context& ctx) {
   auto opts = std::make_shared<DigestOptions>();
-  CLI::App* cmd = app.add_subcommand("digest", "Print a file's OCI digest (sha256:...), optionally checking it");
+  CLI::App* cmd = app.add_subcommand(
+      "digest", "Print a file's OCI digest (sha256:...), optionally checking it");
   cmd->add_option("FILE", opts->file, "File to hash")->required();
   cmd->add_option("--expect", opts->expect, "Expected digest; a mismatch exits 1");
   cmd->add_flag("--json", opts->json, "Print JSON");

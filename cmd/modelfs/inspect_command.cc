@@ -53,9 +53,9 @@ absl::Status RunInspect(const InspectCliOptions& o) {
       }
     }
     if (owner == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no tensor named '", o.peek, "' in ",
-                                              model.files.empty() ? "the input"
-                                                                  : model.files[0].location));
+      return absl::NotFoundError(
+          absl::StrCat("no tensor named '", o.peek, "' in ",
+                       model.files.empty() ? "the input" : model.files[0].location));
     }
     ASSIGN_OR_RETURN(auto reader, OpenRangeReader(owner->location, io.http));
     ASSIGN_OR_RETURN(std::vector<float> values, PeekTensor(*reader, *owner, o.peek, o.peek_count));

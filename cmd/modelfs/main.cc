@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cmd/modelfs/cli.h"
 #include "core/status/status_macros.h"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterMemory(app, ctx);
   modelfs::cli::RegisterDigest(app, ctx);
   modelfs::cli::RegisterRegistryCommands(app, ctx);
+  modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -46,9 +46,9 @@ absl::Status RunMemory(const MemoryCliOptions& o) {
     for (const auto& f : model.files) {
       if (!f.warnings.empty()) why = absl::StrCat(": ", f.warnings.front());
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no model shape (layers, heads) found in ", o.paths.front(),
-        "; give a GGUF file or a directory/file list with config.json", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no model shape (layers, heads) found in ", o.paths.front(),
+                     "; give a GGUF file or a directory/file list with config.json", why));
   }
   MemoryRequest req;
   req.shape = *model.shape;
@@ -84,13 +84,17 @@ absl::Status RunMemory(const MemoryCliOptions& o) {
 void RegisterMemory(CLI::App& app, Context& ctx) {
   auto o = std::make_shared<MemoryCliOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "memory", "Serving memory: weight bytes per format, KV cache per token and in total, and "
-                "how many tokens fit on a GPU");
+      "memory",
+      "Serving memory: weight bytes per format, KV cache per token and in total, and "
+      "how many tokens fit on a GPU");
   cmd->add_option("PATH", o->paths, "GGUF / safetensors file, model directory, or config.json")
       ->required();
-  cmd->add_option("--params", o->params, "Parameter count (8.03e9, 8B, 134.5M); default: from the file");
-  cmd->add_option("--quant", o->quants, "Weight format(s) to size (Q4_K, Q8_0, BF16, ...; comma-separated)");
-  cmd->add_option("--ctx", o->ctx, "Context length in tokens (default: the model's trained context)");
+  cmd->add_option("--params", o->params,
+                  "Parameter count (8.03e9, 8B, 134.5M); default: from the file");
+  cmd->add_option("--quant", o->quants,
+                  "Weight format(s) to size (Q4_K, Q8_0, BF16, ...; comma-separated)");
+  cmd->add_option("--ctx", o->ctx,
+                  "Context length in tokens (default: the model's trained context)");
   cmd->add_option("--seqs", o->seqs, "Concurrent sequences")->default_val(1);
   cmd->add_option("--kv-type", o->kv_types, "KV cache dtype(s): f16, bf16, fp8, q8_0, q4_0")
       ->default_str("f16");

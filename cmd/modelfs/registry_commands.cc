@@ -27,8 +27,9 @@ void AddRegistryFlags(CLI::App* cmd, RegistryFlags& f) {
   cmd->add_option("--hosts-dir", f.hosts_dir,
                   "containerd-style certs.d directory with <host>/hosts.toml")
       ->default_str("/etc/containerd/certs.d");
-  cmd->add_option("--docker-config", f.docker_config,
-                  "docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker)");
+  cmd->add_option(
+      "--docker-config", f.docker_config,
+      "docker config.json with registry credentials (default: $DOCKER_CONFIG or ~/.docker)");
   cmd->add_flag("--json", f.json, "Print JSON");
 }
 
@@ -92,12 +93,14 @@ absl::Status RunPush(const PushCli& c) {
     return absl::OkStatus();
   }
   for (const auto& b : r.blobs) {
-    printf("%-8s %s %14s  %s\n", b.action.c_str(), std::string(b.descriptor.digest.short_hex()).c_str(),
+    printf("%-8s %s %14s  %s\n", b.action.c_str(),
+           std::string(b.descriptor.digest.short_hex()).c_str(),
            WithCommas(b.descriptor.size).c_str(), b.role.c_str());
   }
   printf("%d blob(s) uploaded, %d already present, %d mounted; %s bytes sent\n", r.uploaded,
          r.present, r.mounted, WithCommas(r.bytes_uploaded).c_str());
-  printf("model  %s:%s  %s\n", r.repository.c_str(), r.model_tag.c_str(), r.model.digest.str().c_str());
+  printf("model  %s:%s  %s\n", r.repository.c_str(), r.model_tag.c_str(),
+         r.model.digest.str().c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
   printf("pin it as %s@%s (or the volume image %s@%s)\n", r.repository.c_str(),
@@ -169,7 +172,8 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("REF", c->ref, "Target reference, registry/repo:tag")->required();
     cmd->add_option("FILES", c->inputs, "Files and directories")->required();
     cmd->add_flag("--tar", c->tar, "One .tar layer per file instead of .raw");
-    cmd->add_option("--volume-tag", c->volume_tag, "Tag for the volume image (default <tag>-volume)");
+    cmd->add_option("--volume-tag", c->volume_tag,
+                    "Tag for the volume image (default <tag>-volume)");
     cmd->add_option("--annotation", c->annotations, "KEY=VALUE annotation on the model manifest");
     cmd->add_option("--mount-from", c->mount_from,
                     "Repository on the same registry to mount existing blobs from");
@@ -181,10 +185,12 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
   {
     auto c = std::make_shared<ConvertCli>();
     CLI::App* cmd = app.add_subcommand(
-        "convert", "Write a modelfs volume image for an existing ModelPack artifact (weights are "
-                   "streamed once to verify and index them, not uploaded again)");
+        "convert",
+        "Write a modelfs volume image for an existing ModelPack artifact (weights are "
+        "streamed once to verify and index them, not uploaded again)");
     cmd->add_option("REF", c->ref, "The ModelPack artifact")->required();
-    cmd->add_option("--volume-tag", c->volume_tag, "Tag for the volume image (default <tag>-volume)");
+    cmd->add_option("--volume-tag", c->volume_tag,
+                    "Tag for the volume image (default <tag>-volume)");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunConvert(*c); });
   }

@@ -116,14 +116,13 @@ InspectedFile FromGguf(const std::string& location, const GgufFile& g) {
 
 absl::StatusOr<nlohmann::json> ReadConfigJson(const std::string& location,
                                               const InspectOptions& options) {
-  auto open = options.open ? options.open : [&](const std::string& l) {
-    return OpenRangeReader(l, options.http);
-  };
+  auto open = options.open ? options.open
+                           : [&](const std::string& l) { return OpenRangeReader(l, options.http); };
   ASSIGN_OR_RETURN(auto reader, open(location));
   ASSIGN_OR_RETURN(uint64_t size, reader->Size());
   if (size > (16u << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(location, ": config.json of ", size,
-                                                   " bytes is larger than 16 MiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(location, ": config.json of ", size, " bytes is larger than 16 MiB"));
   }
   ASSIGN_OR_RETURN(std::string bytes, reader->ReadAt(0, size));
   auto j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
@@ -137,22 +136,22 @@ absl::StatusOr<nlohmann::json> ReadConfigJson(const std::string& location,
 
 std::string GgufFileTypeName(uint64_t ft) {
   static const std::map<uint64_t, const char*> kNames = {
-      {0, "ALL_F32"},      {1, "MOSTLY_F16"},     {2, "MOSTLY_Q4_0"},    {3, "MOSTLY_Q4_1"},
-      {7, "MOSTLY_Q8_0"},  {8, "MOSTLY_Q5_0"},    {9, "MOSTLY_Q5_1"},    {10, "MOSTLY_Q2_K"},
-      {11, "MOSTLY_Q3_K_S"}, {12, "MOSTLY_Q3_K_M"}, {13, "MOSTLY_Q3_K_L"}, {14, "MOSTLY_Q4_K_S"},
-      {15, "MOSTLY_Q4_K_M"}, {16, "MOSTLY_Q5_K_S"}, {17, "MOSTLY_Q5_K_M"}, {18, "MOSTLY_Q6_K"},
-      {19, "MOSTLY_IQ2_XXS"}, {20, "MOSTLY_IQ2_XS"}, {21, "MOSTLY_Q2_K_S"}, {22, "MOSTLY_IQ3_XS"},
-      {23, "MOSTLY_IQ3_XXS"}, {24, "MOSTLY_IQ1_S"}, {25, "MOSTLY_IQ4_NL"}, {26, "MOSTLY_IQ3_S"},
-      {27, "MOSTLY_IQ3_M"}, {28, "MOSTLY_IQ2_S"},  {29, "MOSTLY_IQ2_M"},  {30, "MOSTLY_IQ4_XS"},
-      {31, "MOSTLY_IQ1_M"}, {32, "MOSTLY_BF16"},   {36, "MOSTLY_TQ1_0"},  {37, "MOSTLY_TQ2_0"},
+      {0, "ALL_F32"},          {1, "MOSTLY_F16"},     {2, "MOSTLY_Q4_0"},    {3, "MOSTLY_Q4_1"},
+      {7, "MOSTLY_Q8_0"},      {8, "MOSTLY_Q5_0"},    {9, "MOSTLY_Q5_1"},    {10, "MOSTLY_Q2_K"},
+      {11, "MOSTLY_Q3_K_S"},   {12, "MOSTLY_Q3_K_M"}, {13, "MOSTLY_Q3_K_L"}, {14, "MOSTLY_Q4_K_S"},
+      {15, "MOSTLY_Q4_K_M"},   {16, "MOSTLY_Q5_K_S"}, {17, "MOSTLY_Q5_K_M"}, {18, "MOSTLY_Q6_K"},
+      {19, "MOSTLY_IQ2_XXS"},  {20, "MOSTLY_IQ2_XS"}, {21, "MOSTLY_Q2_K_S"}, {22, "MOSTLY_IQ3_XS"},
+      {23, "MOSTLY_IQ3_XXS"},  {24, "MOSTLY_IQ1_S"},  {25, "MOSTLY_IQ4_NL"}, {26, "MOSTLY_IQ3_S"},
+      {27, "MOSTLY_IQ3_M"},    {28, "MOSTLY_IQ2_S"},  {29, "MOSTLY_IQ2_M"},  {30, "MOSTLY_IQ4_XS"},
+      {31, "MOSTLY_IQ1_M"},    {32, "MOSTLY_BF16"},   {36, "MOSTLY_TQ1_0"},  {37, "MOSTLY_TQ2_0"},
       {38, "MOSTLY_MXFP4_MOE"}};
   auto it = kNames.find(ft);
   return it == kNames.end() ? "" : it->second;
 }
 
 bool IsQuantizedDtype(const std::string& dtype) {
-  static const char* kPlain[] = {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8",
-                                 "U64", "U32", "U16", "U8",  "BOOL", "C64"};
+  static const char* kPlain[] = {"F64", "F32", "F16", "BF16", "I64", "I32",  "I16",
+                                 "I8",  "U64", "U32", "U16",  "U8",  "BOOL", "C64"};
   for (const char* p : kPlain) {
     if (dtype == p) return false;
   }
@@ -166,7 +165,8 @@ SniffedFormat SniffFormat(const std::string& name, std::string_view first) {
   if (base == "config.json") return SniffedFormat::kConfigJson;
   if (first.size() >= 9) {
     uint64_t n = 0;
-    for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(first[i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      n |= static_cast<uint64_t>(static_cast<uint8_t>(first[i])) << (8 * i);
     if (n >= 2 && first[8] == '{') return SniffedFormat::kSafetensors;
   }
   if (absl::EndsWith(base, ".safetensors")) return SniffedFormat::kSafetensors;
@@ -196,9 +196,9 @@ absl::StatusOr<InspectedFile> InspectReader(RangeReader& reader) {
     auto st = ParseSafetensors(reader);
     if (!st.ok()) {
       if (st_name) return st.status();
-      return absl::InvalidArgumentError(
-          absl::StrCat(reader.name(), ": not a model file (neither GGUF nor safetensors): ",
-                       st.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          reader.name(),
+          ": not a model file (neither GGUF nor safetensors): ", st.status().message()));
     }
     out = FromSafetensors(reader.name(), *st);
   }
@@ -229,9 +229,8 @@ absl::StatusOr<InspectedFile> InspectLocation(const std::string& location,
     FinishFile(f);
     return f;
   }
-  auto open = options.open ? options.open : [&](const std::string& l) {
-    return OpenRangeReader(l, options.http);
-  };
+  auto open = options.open ? options.open
+                           : [&](const std::string& l) { return OpenRangeReader(l, options.http); };
   ASSIGN_OR_RETURN(auto reader, open(location));
   return InspectReader(*reader);
 }
@@ -283,10 +282,14 @@ absl::StatusOr<InspectedModel> InspectModel(const std::vector<std::string>& loca
       for (const auto& e : std::filesystem::recursive_directory_iterator(loc, ec)) {
         if (!e.is_regular_file()) continue;
         std::string p = e.path().string(), b = e.path().filename().string();
-        if (absl::EndsWith(b, ".safetensors.index.json")) idx.push_back(p);
-        else if (absl::EndsWith(b, ".safetensors")) st.push_back(p);
-        else if (absl::EndsWith(b, ".gguf")) gguf.push_back(p);
-        else if (b == "config.json") configs.push_back(p);
+        if (absl::EndsWith(b, ".safetensors.index.json"))
+          idx.push_back(p);
+        else if (absl::EndsWith(b, ".safetensors"))
+          st.push_back(p);
+        else if (absl::EndsWith(b, ".gguf"))
+          gguf.push_back(p);
+        else if (b == "config.json")
+          configs.push_back(p);
       }
       if (ec) return absl::InvalidArgumentError(absl::StrCat(loc, ": ", ec.message()));
       std::sort(st.begin(), st.end());
@@ -334,12 +337,18 @@ nlohmann::json DtypesToJson(const std::map<std::string, DtypeTotals>& by_dtype) 
 
 nlohmann::json InspectedFileToJson(const InspectedFile& f, bool with_tensors) {
   nlohmann::json j = {
-      {"location", f.location},       {"format", f.format},
-      {"file_size", f.file_size},     {"header_bytes", f.header_bytes},
-      {"tensor_bytes", f.tensor_bytes}, {"padding_bytes", f.padding_bytes},
-      {"parameters", f.parameters},   {"tensor_count", f.tensor_count},
-      {"dtypes", DtypesToJson(f.by_dtype)}, {"precision", f.precision},
-      {"quantization", f.quantization}, {"metadata_count", f.metadata_count},
+      {"location", f.location},
+      {"format", f.format},
+      {"file_size", f.file_size},
+      {"header_bytes", f.header_bytes},
+      {"tensor_bytes", f.tensor_bytes},
+      {"padding_bytes", f.padding_bytes},
+      {"parameters", f.parameters},
+      {"tensor_count", f.tensor_count},
+      {"dtypes", DtypesToJson(f.by_dtype)},
+      {"precision", f.precision},
+      {"quantization", f.quantization},
+      {"metadata_count", f.metadata_count},
       {"read", {{"requests", f.read_stats.requests}, {"bytes", f.read_stats.bytes}}},
       {"warnings", f.warnings},
   };
@@ -354,8 +363,11 @@ nlohmann::json InspectedFileToJson(const InspectedFile& f, bool with_tensors) {
   if (f.sharded) {
     nlohmann::json shards = nlohmann::json::array();
     for (const auto& s : f.sharded->shards) {
-      shards.push_back({{"file", s.file}, {"file_size", s.file_size}, {"tensors", s.tensors},
-                        {"parameters", s.parameters}, {"tensor_bytes", s.tensor_bytes}});
+      shards.push_back({{"file", s.file},
+                        {"file_size", s.file_size},
+                        {"tensors", s.tensors},
+                        {"parameters", s.parameters},
+                        {"tensor_bytes", s.tensor_bytes}});
     }
     j["shards"] = shards;
     j["declared_total_size"] = f.sharded->declared_total_size
@@ -365,8 +377,12 @@ nlohmann::json InspectedFileToJson(const InspectedFile& f, bool with_tensors) {
   if (with_tensors) {
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& t : f.tensors) {
-      ts.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape},
-                    {"parameters", t.elements}, {"bytes", t.bytes}, {"offset", t.offset}});
+      ts.push_back({{"name", t.name},
+                    {"dtype", t.dtype},
+                    {"shape", t.shape},
+                    {"parameters", t.elements},
+                    {"bytes", t.bytes},
+                    {"offset", t.offset}});
     }
     j["tensors"] = ts;
   }
@@ -376,10 +392,14 @@ nlohmann::json InspectedFileToJson(const InspectedFile& f, bool with_tensors) {
 nlohmann::json InspectedModelToJson(const InspectedModel& m, bool with_tensors) {
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files) files.push_back(InspectedFileToJson(f, with_tensors));
-  nlohmann::json j = {{"format", m.format},         {"parameters", m.parameters},
-                      {"tensor_bytes", m.tensor_bytes}, {"dtypes", DtypesToJson(m.by_dtype)},
-                      {"precision", m.precision},   {"quantization", m.quantization},
-                      {"architecture", m.architecture}, {"files", files},
+  nlohmann::json j = {{"format", m.format},
+                      {"parameters", m.parameters},
+                      {"tensor_bytes", m.tensor_bytes},
+                      {"dtypes", DtypesToJson(m.by_dtype)},
+                      {"precision", m.precision},
+                      {"quantization", m.quantization},
+                      {"architecture", m.architecture},
+                      {"files", files},
                       {"warnings", m.warnings}};
   j["shape"] = m.shape ? ModelShapeToJson(*m.shape) : nlohmann::json(nullptr);
   return j;

@@ -49,8 +49,8 @@ struct InspectedFile {
   std::string quantization;                     // dominant quantized dtype, or "" if none
   std::string precision;                        // dominant dtype by bytes ("BF16", "Q8_0")
   uint32_t gguf_version = 0;
-  uint64_t metadata_count = 0;    // GGUF metadata keys, safetensors __metadata__ entries
-  nlohmann::json metadata;        // GGUF metadata (long arrays summarized) or __metadata__
+  uint64_t metadata_count = 0;      // GGUF metadata keys, safetensors __metadata__ entries
+  nlohmann::json metadata;          // GGUF metadata (long arrays summarized) or __metadata__
   std::optional<ModelShape> shape;  // from GGUF metadata (safetensors: from config.json)
   std::vector<std::string> warnings;
   RangeReadStats read_stats;  // what reading the headers cost

@@ -51,7 +51,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
   ResolvedModel r;
   r.ref = ref;
   r.repository = ref.repository();
-  ASSIGN_OR_RETURN(ManifestResult top, client.GetManifest(ref.repository(), ref.ManifestReference()));
+  ASSIGN_OR_RETURN(ManifestResult top,
+                   client.GetManifest(ref.repository(), ref.ManifestReference()));
   if (ref.digest() && top.digest != *ref.digest()) {
     return absl::DataLossError(absl::StrCat("manifest for ", ref.String(), " has digest ",
                                             top.digest.str(), ", not the pinned one"));
@@ -62,7 +63,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
   }
   ASSIGN_OR_RETURN(Manifest m, ParseManifest(top.bytes));
   Descriptor top_desc;
-  top_desc.media_type = top.media_type.empty() ? std::string(kOciManifestMediaType) : top.media_type;
+  top_desc.media_type =
+      top.media_type.empty() ? std::string(kOciManifestMediaType) : top.media_type;
   top_desc.digest = top.digest;
   top_desc.size = top.bytes.size();
   top_desc.artifact_type = std::string(EffectiveArtifactType(m));
@@ -70,8 +72,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
   if (IsVolumeImageManifest(m)) {
     r.volume_descriptor = top_desc;
     const Descriptor& a = m.layers.at(0);
-    ASSIGN_OR_RETURN(std::string tar, FetchVerifiedBlob(client, ref.repository(), a,
-                                                         kMaxVolumeLayerBytes));
+    ASSIGN_OR_RETURN(std::string tar,
+                     FetchVerifiedBlob(client, ref.repository(), a, kMaxVolumeLayerBytes));
     ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
     // M lives in the volume's own repository unless the record names another on this registry.
     std::string repo = ref.repository();
@@ -100,9 +102,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
     r.model_descriptor = top_desc;
   }
   if (!IsModelManifest(r.model)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ref.String(), " is neither a ModelPack model (artifactType ", std::string(kModelArtifactType),
-        ") nor a modelfs volume image"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(ref.String(), " is neither a ModelPack model (artifactType ",
+                     std::string(kModelArtifactType), ") nor a modelfs volume image"));
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {

@@ -23,9 +23,9 @@
 namespace modelfs {
 
 struct RegistryAccessOptions {
-  HostsOptions hosts;               // --plain-http, certs.d directory
-  std::string docker_config;        // explicit config.json; empty: $DOCKER_CONFIG / ~/.docker
-  RegistryClientOptions client;     // timeouts and retry policy
+  HostsOptions hosts;            // --plain-http, certs.d directory
+  std::string docker_config;     // explicit config.json; empty: $DOCKER_CONFIG / ~/.docker
+  RegistryClientOptions client;  // timeouts and retry policy
 };
 
 // Opens a client for ref's registry with the capability needed, credentials from the docker
@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageRefer
                                                                 const RegistryAccessOptions& o);
 
 struct ResolvedModel {
-  ImageReference ref;          // as given
-  std::string repository;      // where M lives (V's record, or ref's repository)
+  ImageReference ref;           // as given
+  std::string repository;       // where M lives (V's record, or ref's repository)
   Descriptor model_descriptor;  // M
   std::string model_manifest_json;
   Manifest model;

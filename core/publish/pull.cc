@@ -104,17 +104,16 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
         std::string target = e.linkname;
         if (e.type == TarEntryType::kSymlink) {
           if (!target.empty() && target[0] == '/') {
-            return absl::PermissionDeniedError(absl::StrCat(
-                "layer ", role, ": symlink '", rel, "' -> '", target, "' is absolute"));
+            return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": symlink '", rel,
+                                                            "' -> '", target, "' is absolute"));
           }
           std::string parent = fs::path(rel).parent_path().generic_string();
           target = parent.empty() ? target : parent + "/" + target;
         }
         auto norm = NormalizeRelativePath(target);
         if (!norm.ok() || IsRootPath(*norm)) {
-          return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": link '", rel,
-                                                          "' -> '", e.linkname,
-                                                          "' escapes the destination"));
+          return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": link '", rel, "' -> '",
+                                                          e.linkname, "' escapes the destination"));
         }
         fs::create_directories(out.parent_path(), ec);
         if (e.type == TarEntryType::kSymlink) {
@@ -127,8 +126,8 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
         break;
       }
       case TarEntryType::kOther:
-        return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": entry '", rel,
-                                                        "' is a device, FIFO or other special file"));
+        return absl::PermissionDeniedError(absl::StrCat(
+            "layer ", role, ": entry '", rel, "' is a device, FIFO or other special file"));
     }
   }
   return absl::OkStatus();
@@ -154,9 +153,9 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   }
   for (const auto& l : rm.layers) {
     if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
-      return absl::UnimplementedError(absl::StrCat(
-          "layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
-          "); pull supports .raw and .tar layers"));
+      return absl::UnimplementedError(absl::StrCat("layer ", l.descriptor.digest.str(),
+                                                   " is compressed (", l.descriptor.media_type,
+                                                   "); pull supports .raw and .tar layers"));
     }
   }
 
@@ -191,8 +190,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       std::string part = l.encoding == LayerEncoding::kRaw
                              ? absl::StrCat(staging, "/files/", l.path, ".part")
                              : absl::StrCat(staging, "/tars/", i, ".tar.part");
-      absl::Status st = DownloadVerified(client, rm.repository, l.descriptor, role, part,
-                                         o.progress, total);
+      absl::Status st =
+          DownloadVerified(client, rm.repository, l.descriptor, role, part, o.progress, total);
       if (!st.ok()) {
         std::error_code e2;
         fs::remove(part, e2);
@@ -222,8 +221,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     } else {
       std::string tar = absl::StrCat(staging, "/tars/", i, ".tar.part");
       std::vector<std::string> from_tar;
-      RETURN_IF_ERROR(ExtractTar(tar, staging + "/files", l.descriptor.digest.str(), seen,
-                                 from_tar));
+      RETURN_IF_ERROR(
+          ExtractTar(tar, staging + "/files", l.descriptor.digest.str(), seen, from_tar));
       for (const auto& p : from_tar) result.files.push_back({p, l.descriptor.digest, 0});
       created.insert(created.end(), from_tar.begin(), from_tar.end());
     }

@@ -52,8 +52,8 @@ absl::StatusOr<std::vector<InputFile>> CollectInputs(const std::vector<std::stri
     fs::file_status st = fs::status(in, ec);
     if (ec || !fs::exists(st)) return absl::NotFoundError(absl::StrCat(in, ": no such file"));
     if (fs::is_directory(st)) {
-      for (auto it = fs::recursive_directory_iterator(in, ec); it != fs::recursive_directory_iterator();
-           it.increment(ec)) {
+      for (auto it = fs::recursive_directory_iterator(in, ec);
+           it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) break;
         std::string name = it->path().filename().string();
         if (it->is_directory() && (name == ".git" || name == ".cache")) {
@@ -76,7 +76,8 @@ absl::StatusOr<std::vector<InputFile>> CollectInputs(const std::vector<std::stri
   for (const auto& f : files) {
     RETURN_IF_ERROR(CheckRelativePath(f.rel));
     if (!seen.insert(f.rel).second) {
-      return absl::InvalidArgumentError(absl::StrCat("two inputs map to the same path '", f.rel, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("two inputs map to the same path '", f.rel, "'"));
     }
   }
   if (files.empty()) return absl::InvalidArgumentError("nothing to push: no files found");
@@ -108,8 +109,8 @@ absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_siz
 // Wraps a source so that reads report progress.
 BlobReadAt WithProgress(BlobReadAt src, std::string role, uint64_t total, const ProgressFn& p) {
   if (!p) return src;
-  return [src = std::move(src), role = std::move(role), total, p](uint64_t off, char* buf,
-                                                                  size_t n) -> absl::StatusOr<size_t> {
+  return [src = std::move(src), role = std::move(role), total, p](
+             uint64_t off, char* buf, size_t n) -> absl::StatusOr<size_t> {
     auto r = src(off, buf, n);
     if (r.ok()) p({role, off + *r, total});
     return r;
@@ -164,7 +165,8 @@ class Uploader {
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
   if (!given.empty()) return given;
   if (!ref.tag().empty()) return ref.tag() + "-volume";
-  return ref.digest() ? absl::StrCat("sha256-", std::string(ref.digest()->hex()), ".volume") : "latest-volume";
+  return ref.digest() ? absl::StrCat("sha256-", std::string(ref.digest()->hex()), ".volume")
+                      : "latest-volume";
 }
 
 // Builds and pushes V for M, and links V to M through the referrers fallback tag.
@@ -270,8 +272,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     LayerEncoding enc = LayerEncoding::kRaw;
     if (o.tar) {
       // One tar per file: header, data, padding, two zero blocks; staged on disk.
-      std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/modelfs-push-",
-                                     getpid(), "-", temp_files.size(), ".tar");
+      std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/modelfs-push-", getpid(),
+                                     "-", temp_files.size(), ".tar");
       temp_files.push_back(tmp);
       std::error_code ec;
       uint64_t size = fs::file_size(f.path, ec);
@@ -344,9 +346,9 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
                                         const ConvertOptions& o) {
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
   if (rm.volume_descriptor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ref.String(), " is already a volume image (for model ", rm.model_descriptor.digest.str(),
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat(ref.String(),
+                                                   " is already a volume image (for model ",
+                                                   rm.model_descriptor.digest.str(), ")"));
   }
   PushResult result;
   result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
@@ -393,16 +395,24 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
 nlohmann::json PushResultToJson(const PushResult& r) {
   nlohmann::json blobs = nlohmann::json::array();
   for (const auto& b : r.blobs) {
-    blobs.push_back({{"role", b.role}, {"digest", b.descriptor.digest.str()},
-                     {"size", b.descriptor.size}, {"mediaType", b.descriptor.media_type},
+    blobs.push_back({{"role", b.role},
+                     {"digest", b.descriptor.digest.str()},
+                     {"size", b.descriptor.size},
+                     {"mediaType", b.descriptor.media_type},
                      {"action", b.action}});
   }
   return {
       {"repository", r.repository},
-      {"model", {{"digest", r.model.digest.str()}, {"size", r.model.size}, {"tag", r.model_tag},
-                 {"reference", absl::StrCat(r.repository, "@", r.model.digest.str())}}},
-      {"volume", {{"digest", r.volume.digest.str()}, {"size", r.volume.size}, {"tag", r.volume_tag},
-                  {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}}},
+      {"model",
+       {{"digest", r.model.digest.str()},
+        {"size", r.model.size},
+        {"tag", r.model_tag},
+        {"reference", absl::StrCat(r.repository, "@", r.model.digest.str())}}},
+      {"volume",
+       {{"digest", r.volume.digest.str()},
+        {"size", r.volume.size},
+        {"tag", r.volume_tag},
+        {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}}},
       {"blobs", blobs},
       {"uploaded", r.uploaded},
       {"present", r.present},

@@ -29,9 +29,9 @@ struct TransferProgress {
 using ProgressFn = std::function<void(const TransferProgress&)>;
 
 struct PushOptions {
-  std::vector<std::string> inputs;  // files and directories
-  bool tar = false;                 // one .tar layer per file instead of .raw
-  std::string volume_tag;           // default "<tag>-volume"
+  std::vector<std::string> inputs;                 // files and directories
+  bool tar = false;                                // one .tar layer per file instead of .raw
+  std::string volume_tag;                          // default "<tag>-volume"
   std::map<std::string, std::string> annotations;  // on M
   std::vector<std::string> mount_from;  // repositories (same registry) to mount blobs from
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;

@@ -251,7 +251,7 @@ TEST_F(Llama8bMemoryTest, F16CacheCosts131072BytesPerTokenAnd64GiBForTheRequest)
   nlohmann::json f16 = FindBy(j["kv_cache"], "kv_type", "f16");
   ASSERT_FALSE(f16.is_null()) << r.out;
   EXPECT_EQ(f16["bytes_per_token"].get<uint64_t>(), 131072u);
-  EXPECT_EQ(f16["bytes_per_sequence"].get<uint64_t>(), 131072u * 32768u);
+  EXPECT_EQ(f16["bytes_per_sequence"].get<uint64_t>(), uint64_t{131072} * 32768);
   ASSERT_TRUE(f16["bytes"].is_number_unsigned());
   EXPECT_EQ(f16["bytes"].get<uint64_t>(), 68719476736u);
 }

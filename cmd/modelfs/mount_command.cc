@@ -1,0 +1,325 @@
+// `modelfs mount REF DIR`, `modelfs umount DIR` and `modelfs stats DIR`: a lazy, verified FUSE
+// mount of one model. Without --foreground the command re-executes itself in the background
+// and returns once the mount is ready (or with the error that stopped it).
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
+#include "cmd/modelfs/cli.h"
+#include "core/cache/blob_cache.h"
+#include "core/publish/model_ref.h"
+#include "core/publish/registry_blob_source.h"
+#include "core/status/status_macros.h"
+#include "fuse/fuse_adapter.h"
+#include "fuse/model_loader.h"
+#include "nlohmann/json.hpp"
+
+namespace modelfs::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct MountCli {
+  bool plain_http = false;
+  std::string hosts_dir = "/etc/containerd/certs.d";
+  std::string docker_config;
+  std::string cache_dir;
+  bool foreground = false;
+  bool insecure_stream = false;
+  std::string prefetch = "headers";
+  double read_deadline_s = 30;
+  uint64_t cache_max_mib = 0;
+  std::string log_file;
+  int ready_fd = -1;  // internal: set when re-executed in the background
+  std::string ref;
+  std::string dir;
+};
+
+std::string DefaultCacheDir() {
+  if (geteuid() == 0) return "/var/lib/modelfs/cache";
+  const char* home = getenv("HOME");
+  return absl::StrCat(home ? home : "/tmp", "/.cache/modelfs");
+}
+
+std::string StatsDir() {
+  if (geteuid() == 0) return "/run/modelfs/mounts";
+  const char* rt = getenv("XDG_RUNTIME_DIR");
+  return absl::StrCat(rt ? rt : "/tmp", "/modelfs-mounts");
+}
+
+std::string StatsPath(const std::string& dir) {
+  std::error_code ec;
+  std::string abs = fs::weakly_canonical(dir, ec).string();
+  if (ec || abs.empty()) abs = dir;
+  return absl::StrCat(StatsDir(), "/", absl::StrReplaceAll(abs, {{"/", "_"}}), ".json");
+}
+
+nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const std::string& dir,
+                         const LoadedModel& m) {
+  CacheStats s = cache.stats();
+  return {{"reference", ref},
+          {"mountpoint", dir},
+          {"pid", getpid()},
+          {"verification", m.verification},
+          {"bytes_fetched", s.bytes_fetched},
+          {"requests", s.requests},
+          {"cache_hits", s.chunk_hits},
+          {"cache_misses", s.chunk_misses},
+          {"verification_failures", s.verification_failures},
+          {"quarantined_layers", s.quarantined_layers},
+          {"bytes_served", s.bytes_served},
+          {"cached_bytes", s.cached_bytes}};
+}
+
+void WriteAtomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+  }
+  rename(tmp.c_str(), path.c_str());
+}
+
+void Report(int fd, const absl::Status& st) {
+  if (fd < 0) return;
+  std::string msg = st.ok() ? "OK\n"
+                            : absl::StrCat("ERR ", static_cast<int>(st.code()), " ",
+                                           std::string(st.message()), "\n");
+  (void)!write(fd, msg.data(), msg.size());
+  close(fd);
+}
+
+// Runs the mount in this process until it is unmounted or signalled.
+absl::Status RunForeground(const MountCli& c) {
+  // Signals go to a dedicated thread, so block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  PrefetchPolicy policy;
+  if (c.prefetch == "all")
+    policy = PrefetchPolicy::kAll;
+  else if (c.prefetch == "headers")
+    policy = PrefetchPolicy::kHeadersOnly;
+  else if (c.prefetch == "none")
+    policy = PrefetchPolicy::kNone;
+  else
+    return absl::InvalidArgumentError("--prefetch must be all, headers or none");
+  if (c.read_deadline_s <= 0) return absl::InvalidArgumentError("--read-deadline must be > 0");
+  std::error_code ec;
+  if (!fs::is_directory(c.dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(c.dir, ": mount point is not a directory"));
+  }
+
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  RegistryAccessOptions access;
+  access.hosts.plain_http = c.plain_http;
+  access.hosts.certs_dir = c.hosts_dir;
+  access.docker_config = c.docker_config;
+  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> raw_client,
+                   ConnectRegistry(ref, HostCapability::kPull, access));
+  std::shared_ptr<RegistryClient> client(std::move(raw_client));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+
+  RegistryBlobSource source(client, rm.repository);
+  CacheOptions co;
+  co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
+  co.read_deadline = absl::Seconds(c.read_deadline_s);
+  co.max_bytes = c.cache_max_mib << 20;
+  fs::create_directories(co.dir, ec);
+  ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, BlobCache::Open(co, &source));
+  LoadOptions lo;
+  lo.insecure_stream = c.insecure_stream;
+  lo.reference = c.ref;
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache, lo));
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
+                   ModelTree::SingleModel(cache.get(), loaded.files, loaded.synthetic));
+  std::shared_ptr<ModelTree> shared_tree(std::move(tree));
+  ASSIGN_OR_RETURN(std::unique_ptr<FuseMount> mount, FuseMount::Mount(c.dir, shared_tree));
+  if (policy != PrefetchPolicy::kNone) {
+    for (const Digest& d : loaded.layers) (void)cache->Prefetch(d, policy);
+  }
+
+  fs::create_directories(StatsDir(), ec);
+  const std::string stats_path = StatsPath(c.dir);
+  WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded).dump());
+  Report(c.ready_fd, absl::OkStatus());
+  if (c.ready_fd < 0) {
+    printf("mounted %s at %s (%s verification); Ctrl-C or `modelfs umount %s` to stop\n",
+           c.ref.c_str(), c.dir.c_str(), loaded.verification.c_str(), c.dir.c_str());
+    fflush(stdout);
+  }
+
+  std::atomic<bool> stopping{false};
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (!stopping.exchange(true)) (void)mount->Unmount();
+  });
+  std::thread stats([&] {
+    while (!stopping.load()) {
+      for (int i = 0; i < 10 && !stopping.load(); ++i) usleep(100 * 1000);
+      WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded).dump());
+    }
+  });
+  absl::Status waited = mount->Wait();
+  if (!stopping.exchange(true)) pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+  stats.join();
+  unlink(stats_path.c_str());
+  mount.reset();
+  return waited;
+}
+
+// Re-executes this binary with --foreground in a new session and waits for its readiness line.
+absl::Status RunBackground(const MountCli& c, const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (pid == 0) {
+    close(fds[0]);
+    int keep = dup(fds[1]);  // without O_CLOEXEC
+    setsid();
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    int log =
+        c.log_file.empty() ? null : open(c.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(log < 0 ? null : log, 2);
+    std::vector<std::string> args = argv;
+    args.push_back("--foreground");
+    args.push_back(absl::StrCat("--ready-fd=", keep));
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv("/proc/self/exe", cargv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string line;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) line.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  if (line.rfind("OK", 0) == 0) {
+    printf("mounted %s at %s (pid %d)\n", c.ref.c_str(), c.dir.c_str(), pid);
+    return absl::OkStatus();
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (line.rfind("ERR ", 0) == 0) {
+    std::string rest = line.substr(4);
+    if (!rest.empty() && rest.back() == '\n') rest.pop_back();
+    int code = 2;
+    size_t sp = rest.find(' ');
+    (void)absl::SimpleAtoi(rest.substr(0, sp), &code);
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        sp == std::string::npos ? "" : rest.substr(sp + 1));
+  }
+  return absl::InternalError("the mount process exited before it was ready");
+}
+
+absl::Status RunUmount(const std::string& dir) {
+  if (umount2(dir.c_str(), 0) == 0) return absl::OkStatus();
+  int err = errno;
+  if (err == EPERM) {
+    std::string cmd = absl::StrCat("fusermount3 -u '", dir, "'");
+    if (system(cmd.c_str()) == 0) return absl::OkStatus();
+  }
+  if (err == EINVAL) return absl::InvalidArgumentError(absl::StrCat(dir, ": not a mount point"));
+  if (err == EBUSY) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": busy (files are open)"));
+  }
+  return absl::InternalError(absl::StrCat("umount ", dir, ": ", strerror(err)));
+}
+
+absl::Status RunStats(const std::string& dir, bool json) {
+  std::ifstream in(StatsPath(dir));
+  if (!in) return absl::NotFoundError(absl::StrCat(dir, ": no modelfs mount with live counters"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return absl::InternalError("unreadable counters file");
+  if (json) {
+    printf("%s\n", j.dump(2).c_str());
+    return absl::OkStatus();
+  }
+  for (auto& [k, v] : j.items()) printf("%-22s %s\n", k.c_str(), v.dump().c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv) {
+  {
+    auto c = std::make_shared<MountCli>();
+    CLI::App* cmd =
+        app.add_subcommand("mount",
+                           "Mount a model lazily and verified (REF: a volume image for per-chunk "
+                           "verification, or a ModelPack artifact for whole-layer verification)");
+    cmd->add_option("REF", c->ref, "registry/repo:tag or registry/repo@sha256:...")->required();
+    cmd->add_option("DIR", c->dir, "Mount point (an existing directory)")->required();
+    cmd->add_flag("--plain-http", c->plain_http,
+                  "Plain HTTP to this registry (trusted hosts only)");
+    cmd->add_option("--hosts-dir", c->hosts_dir, "containerd-style certs.d directory");
+    cmd->add_option("--docker-config", c->docker_config, "docker config.json with credentials");
+    cmd->add_option(
+        "--cache", c->cache_dir,
+        "Cache directory (default /var/lib/modelfs/cache as root, else ~/.cache/modelfs)");
+    cmd->add_option("--cache-max-mib", c->cache_max_mib,
+                    "Evict unreferenced layers past this size");
+    cmd->add_flag("--foreground", c->foreground, "Stay in the foreground until unmounted");
+    cmd->add_flag("--insecure-stream", c->insecure_stream,
+                  "Serve bytes before verification (they are still checked at the end). Unsafe.");
+    cmd->add_option("--prefetch", c->prefetch, "Background fetch: all, headers or none")
+        ->default_val("headers");
+    cmd->add_option("--read-deadline", c->read_deadline_s,
+                    "Seconds before a read that cannot be served returns EIO")
+        ->default_val(30);
+    cmd->add_option("--log", c->log_file, "Log file for a background mount");
+    cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
+    cmd->callback([c, &ctx, argv] {
+      ctx.status =
+          (c->foreground || c->ready_fd >= 0) ? RunForeground(*c) : RunBackground(*c, argv);
+      if (c->ready_fd >= 0 && !ctx.status.ok()) Report(c->ready_fd, ctx.status);
+    });
+  }
+  {
+    auto dir = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand("umount", "Unmount a modelfs mount");
+    cmd->add_option("DIR", *dir, "Mount point")->required();
+    cmd->callback([dir, &ctx] { ctx.status = RunUmount(*dir); });
+  }
+  {
+    auto dir = std::make_shared<std::string>();
+    auto json = std::make_shared<bool>(false);
+    CLI::App* cmd = app.add_subcommand(
+        "stats", "Live counters of a mount: bytes fetched, cache hits, verification failures");
+    cmd->add_option("DIR", *dir, "Mount point")->required();
+    cmd->add_flag("--json", *json, "Print JSON");
+    cmd->callback([dir, json, &ctx] { ctx.status = RunStats(*dir, *json); });
+  }
+}
+
+}  // namespace modelfs::cli

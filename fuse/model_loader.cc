@@ -1,0 +1,99 @@
+#include "fuse/model_loader.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/media_types.h"
+#include "core/oci/path_safety.h"
+#include "core/oci/tar.h"
+#include "core/status/status_macros.h"
+#include "fuse/blob_range_reader.h"
+#include "fuse/modelinfo.h"
+
+namespace modelfs {
+
+absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
+                                      const LoadOptions& o) {
+  LoadedModel out;
+  const std::string model_ref = rm.model_descriptor.digest.str();
+  out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
+  bool all_indexed = true;
+  std::set<std::string> seen;
+  for (const ModelLayer& l : rm.layers) {
+    const Descriptor& d = l.descriptor;
+    if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
+      return absl::UnimplementedError(
+          absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
+                       "); lazy mounts serve .raw and .tar layers (push without compression)"));
+    }
+    LayerSpec spec;
+    spec.digest = d.digest;
+    spec.size = d.size;
+    spec.model_ref = model_ref;
+    auto idx = rm.chunk_indexes.find(d.digest);
+    if (o.insecure_stream) {
+      spec.mode = VerifyMode::kInsecureStream;
+    } else if (idx != rm.chunk_indexes.end()) {
+      spec.mode = VerifyMode::kChunk;
+      spec.index = idx->second;
+    } else {
+      spec.mode = VerifyMode::kWholeLayer;
+      all_indexed = false;
+    }
+    RETURN_IF_ERROR(cache.RegisterLayer(spec));
+    out.layers.push_back(d.digest);
+
+    if (l.encoding == LayerEncoding::kRaw) {
+      RETURN_IF_ERROR(CheckRelativePath(l.path));
+      if (!seen.insert(l.path).second) {
+        return absl::PermissionDeniedError(absl::StrCat("two layers provide '", l.path, "'"));
+      }
+      out.files.push_back(TreeFile{l.path, d.digest, 0, d.size, d.digest.str()});
+      continue;
+    }
+    // A tar layer: index its headers by range reads through the verified cache.
+    BlobRangeReader reader(&cache, d.digest, 0, d.size, absl::StrCat("layer ", d.digest.str()));
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(reader));
+    for (const TarEntry& e : entries) {
+      if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
+      ASSIGN_OR_RETURN(std::string rel, NormalizeRelativePath(e.path));
+      if (!seen.insert(rel).second) {
+        return absl::PermissionDeniedError(absl::StrCat("layer ", d.digest.str(), ": path '", rel,
+                                                        "' appears twice in the model"));
+      }
+      out.files.push_back(TreeFile{rel, d.digest, e.data_offset, e.size, ""});
+    }
+  }
+  out.verification = o.insecure_stream ? "unverified" : all_indexed ? "chunk-index" : "whole-layer";
+
+  ModelInfoContext ctx;
+  ctx.reference = o.reference.empty() ? rm.ref.String() : o.reference;
+  ctx.digests["manifest"] = rm.model_descriptor.digest.str();
+  ctx.digests["config"] = rm.model.config.digest.str();
+  if (rm.volume_descriptor) ctx.digests["volumeManifest"] = rm.volume_descriptor->digest.str();
+  ctx.verification = out.verification;
+  ctx.provenance["repository"] = rm.repository;
+  if (rm.config) {
+    const auto& desc = rm.config->descriptor;
+    if (!desc.name.empty()) ctx.provenance["name"] = desc.name;
+    if (!desc.revision.empty()) ctx.provenance["revision"] = desc.revision;
+    if (!desc.version.empty()) ctx.provenance["version"] = desc.version;
+    if (!desc.source_url.empty()) ctx.provenance["source"] = desc.source_url;
+    if (!desc.licenses.empty()) {
+      std::string l;
+      for (const auto& x : desc.licenses) l += (l.empty() ? "" : ",") + x;
+      ctx.provenance["licenses"] = l;
+    }
+    if (desc.created_at) ctx.provenance["createdAt"] = *desc.created_at;
+    const auto& c = rm.config->config;
+    if (!c.format.empty()) ctx.provenance["format"] = c.format;
+    if (!c.param_size.empty()) ctx.provenance["paramSize"] = c.param_size;
+    if (!c.quantization.empty()) ctx.provenance["quantization"] = c.quantization;
+    if (!c.precision.empty()) ctx.provenance["precision"] = c.precision;
+  }
+  for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
+  out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
+  return out;
+}
+
+}  // namespace modelfs

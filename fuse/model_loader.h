@@ -1,0 +1,40 @@
+// ModelLoader: turns a resolved model (M, and V's chunk indexes when present) into what the
+// filesystem serves: layers registered with the verified cache, the file extents of every raw
+// and tar layer, and the synthetic .modelinfo.json. Used by `modelfs mount` and the
+// snapshotter's daemon, which mounts many models in one tree.
+//
+// Thread safety: LoadModel is a free function; the cache it is given is thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cache/blob_cache.h"
+#include "core/publish/model_ref.h"
+#include "fuse/model_tree.h"
+
+namespace modelfs {
+
+struct LoadOptions {
+  // Serve bytes before they are verified (still checked when the layer completes). Opt-in only.
+  bool insecure_stream = false;
+  std::string reference;  // shown in .modelinfo.json
+};
+
+struct LoadedModel {
+  std::string name;  // "sha256-<hex of M>": the model's directory in a multi-model tree
+  std::vector<TreeFile> files;
+  SyntheticFiles synthetic;    // .modelinfo.json
+  std::vector<Digest> layers;  // registered with the cache under model_ref = M's digest
+  std::string verification;    // "chunk-index", "whole-layer" or "unverified"
+};
+
+// Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
+// indexes tar layers by range reads through the cache (so their headers are verified too), and
+// builds .modelinfo.json from the files' headers. Errors: kUnimplemented for compressed tar
+// layers; kPermissionDenied for unsafe paths; the cache's errors.
+absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& model, BlobCache& cache,
+                                      const LoadOptions& options);
+
+}  // namespace modelfs
