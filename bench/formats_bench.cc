@@ -211,10 +211,10 @@ std::string WriteBigTokenizerGguf(const std::string& dir, int vocab, uint64_t* t
   *tokens_bytes = 0;
   for (int i = 0; i < vocab; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const int len = 2 + static_cast<int>((state >> 33) % 11);  // 2..12 letters
-    std::string t = (state >> 20) & 1 ? "\xc4\xa0" : "";       // "Ġ": a leading space
+    const int len = 1 + static_cast<int>((state >> 33) % 6);  // 1..6 letters
+    std::string t = (state >> 20) & 1 ? "\xc4\xa0" : "";      // "Ġ": a leading space
     for (int k = 0; k < len; ++k) t.push_back(static_cast<char>('a' + ((state >> (k * 4)) % 26)));
-    absl::StrAppend(&t, i);  // unique
+    absl::StrAppend(&t, absl::Hex(i));  // unique
     *tokens_bytes += 8 + t.size();
     tokens.push_back(std::move(t));
     scores.push_back(-static_cast<float>(i));
@@ -240,18 +240,23 @@ int Main(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value for " + a);
       return std::atoi(argv[++i]);
     };
-    if (a == "--runs") runs = std::max(1, next());
-    else if (a == "--tensors") tensors = std::max(1, next());
-    else if (a == "--vocab") vocab = std::max(1, next());
-    else Die("usage: formats_bench [--runs N] [--tensors N] [--vocab N]");
+    if (a == "--runs")
+      runs = std::max(1, next());
+    else if (a == "--tensors")
+      tensors = std::max(1, next());
+    else if (a == "--vocab")
+      vocab = std::max(1, next());
+    else
+      Die("usage: formats_bench [--runs N] [--tensors N] [--vocab N]");
   }
   char tmpl[] = "/tmp/formats_bench.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
   const std::string dir = tmpl;
 
-  printf("formats_bench: median of %d runs; peak RSS delta = VmHWM growth during one parse "
-         "(forked child)\n\n",
-         runs);
+  printf(
+      "formats_bench: median of %d runs; peak RSS delta = VmHWM growth during one parse "
+      "(forked child)\n\n",
+      runs);
   printf("%-34s %-28s %10s %7s %14s %7s %14s\n", "input", "parser", "median ms", "ratio",
          "peak RSS delta", "ratio", "bytes read");
 
@@ -317,11 +322,10 @@ int Main(int argc, char** argv) {
   });
   const std::string gguf_label = absl::StrCat("GGUF, ", Commas(vocab), "-token tokenizer");
   PrintRow(gguf_label, "modelfs ParseGguf", gguf_ours, gguf_base);
-  PrintRow(absl::StrCat("  header ", Commas(gguf_header), " B"), "read + sha256 (base)",
-           gguf_base, gguf_base);
+  PrintRow(absl::StrCat("  header ", Commas(gguf_header), " B"), "read + sha256 (base)", gguf_base,
+           gguf_base);
   printf("\ntoken strings array: %s bytes on disk (+ %s scores, %s token types)\n",
-         Commas(tokens_bytes).c_str(), Commas(4ull * vocab).c_str(),
-         Commas(4ull * vocab).c_str());
+         Commas(tokens_bytes).c_str(), Commas(4ull * vocab).c_str(), Commas(4ull * vocab).c_str());
 
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

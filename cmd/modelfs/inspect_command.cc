@@ -28,6 +28,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   ASSIGN_OR_RETURN(InspectedModel model, InspectModel(o.paths, io));
   nlohmann::json j;
   if (o.json) j = InspectedModelToJson(model, o.tensors);
+  std::string peek_line;  // text mode: printed after the summary
   if (!o.peek.empty()) {
     auto holds = [&](const InspectedFile& f) {
       for (const auto& t : f.tensors) {
@@ -62,13 +63,10 @@ absl::Status RunInspect(const InspectCliOptions& o) {
     if (o.json) {
       j["peek"] = {{"tensor", o.peek}, {"values", values}};
     } else {
-      std::string line = absl::StrCat("peek ", o.peek, ":");
+      peek_line = absl::StrCat("peek ", o.peek, ":");
       for (size_t i = 0; i < values.size(); ++i) {
-        absl::StrAppend(&line, i ? ", " : " ", absl::StrFormat("%g", values[i]));
+        absl::StrAppend(&peek_line, i ? ", " : " ", absl::StrFormat("%g", values[i]));
       }
-      for (const auto& f : model.files) printf("%s", RenderInspectedFile(f, o.tensors).c_str());
-      printf("%s\n", line.c_str());
-      return absl::OkStatus();
     }
   }
   if (o.json) {
@@ -92,6 +90,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
            static_cast<unsigned long long>(s.head_dim_k));
   }
   for (const auto& w : model.warnings) printf("warning: %s\n", w.c_str());
+  if (!peek_line.empty()) printf("%s\n", peek_line.c_str());
   return absl::OkStatus();
 }
 

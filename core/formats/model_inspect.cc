@@ -305,7 +305,11 @@ absl::StatusOr<InspectedModel> InspectModel(const std::vector<std::string>& loca
       models.insert(models.end(), gguf.begin(), gguf.end());
       continue;
     }
-    if (BaseName(loc) == "config.json") {
+    // A JSON file named on the command line is a config whatever its name
+    // (`memory llama31-8b.json`); in a directory only config.json is.
+    const std::string base = BaseName(loc);
+    if (base == "config.json" ||
+        (absl::EndsWith(base, ".json") && !absl::EndsWith(base, ".index.json"))) {
       configs.push_back(loc);
     } else {
       models.push_back(loc);
@@ -322,6 +326,12 @@ absl::StatusOr<InspectedModel> InspectModel(const std::vector<std::string>& loca
     ASSIGN_OR_RETURN(m.config, ReadConfigJson(configs.front(), options));
   }
   SummarizeModel(m);
+  if (m.files.empty() && !m.shape && BaseName(configs.front()) != "config.json") {
+    // Only some other JSON file (tokenizer.json, say), read as a config by its extension.
+    return absl::InvalidArgumentError(
+        absl::StrCat(configs.front(), ": not a model config and no model files given: ",
+                     ShapeFromConfigJson(*m.config).status().message()));
+  }
   return m;
 }
 

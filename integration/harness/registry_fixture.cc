@@ -145,13 +145,13 @@ absl::StatusOr<std::string> HttpGetForTest(const std::string& url, long* status)
 // ---------------------------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
-    const std::vector<std::string>& argv, const std::string& log_path) {
+    const std::vector<std::string>& argv, const std::string& log_path, bool append) {
   std::unique_ptr<ChildProcess> p(new ChildProcess());
   p->log_path_ = log_path;
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork()");
   if (pid == 0) {
-    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
@@ -252,7 +252,9 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
 
   std::string config = absl::StrCat(
       "version: 0.1\n"
-      "log:\n  level: error\n  accesslog:\n    disabled: true\n"
+      "log:\n  level: error\n  accesslog:\n    disabled: ",
+      options.access_log ? "false" : "true",
+      "\n"
       "storage:\n  filesystem:\n    rootdirectory: ",
       f->storage_dir_, "\n",
       "  delete:\n    enabled: true\n"
@@ -262,23 +264,39 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
   std::string config_path = f->work_dir_ + "/config.yml";
   std::ofstream(config_path) << config;
 
-  ASSIGN_OR_RETURN(f->registry_, ChildProcess::Spawn({registry_bin, "serve", config_path},
-                                                     f->work_dir_ + "/registry.log"));
+  RETURN_IF_ERROR(f->StartRegistryProcess(/*append=*/false));
+  return f;
+}
+
+absl::Status RegistryFixture::StartRegistryProcess(bool append) {
+  ASSIGN_OR_RETURN(registry_, ChildProcess::Spawn(
+                                  {"/usr/bin/docker-registry", "serve", work_dir_ + "/config.yml"},
+                                  log_path(), append));
   absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (true) {
     long status = 0;
     absl::StatusOr<std::string> r =
-        HttpGetForTest(absl::StrCat("http://", f->host_port_, "/v2/"), &status);
-    if (r.ok() && (status == 200 || status == 401)) break;
-    if (!f->registry_->running() || absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("docker-registry did not come up on ", f->host_port_, "; log:\n",
-                       ReadFileOrEmpty(f->work_dir_ + "/registry.log")));
+        HttpGetForTest(absl::StrCat("http://", host_port_, "/v2/"), &status);
+    if (r.ok() && (status == 200 || status == 401)) return absl::OkStatus();
+    if (!registry_->running() || absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("docker-registry did not come up on ",
+                                                      host_port_, "; log:\n",
+                                                      ReadFileOrEmpty(log_path())));
     }
     absl::SleepFor(absl::Milliseconds(25));
   }
-  return f;
 }
+
+void RegistryFixture::Stop() {
+  if (registry_ != nullptr) registry_->Stop();
+}
+
+absl::Status RegistryFixture::Restart() {
+  Stop();
+  return StartRegistryProcess(/*append=*/true);
+}
+
+bool RegistryFixture::running() const { return registry_ != nullptr && registry_->running(); }
 
 RegistryFixture::~RegistryFixture() {
   registry_.reset();

@@ -24,8 +24,10 @@ namespace modelfs::testing {
 // A child process with stdout/stderr in a log file, stopped with SIGTERM (then SIGKILL).
 class ChildProcess {
  public:
+  // `append`: add to log_path instead of truncating it.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv,
-                                                             const std::string& log_path);
+                                                             const std::string& log_path,
+                                                             bool append = false);
   ~ChildProcess();
   void Stop();
   pid_t pid() const { return pid_; }
@@ -46,6 +48,9 @@ struct RegistryFixtureOptions {
   // kToken only.
   int token_expires_in = 300;
   bool anonymous_pull = false;
+  // Write the registry's access log (one line per request: method, path, status, bytes,
+  // user agent) to log_path(), so tests can count which blobs were fetched.
+  bool access_log = false;
 };
 
 class RegistryFixture {
@@ -63,6 +68,8 @@ class RegistryFixture {
   const std::string& host_port() const { return host_port_; }  // "127.0.0.1:PORT"
   const std::string& storage_dir() const { return storage_dir_; }
   const std::string& work_dir() const { return work_dir_; }
+  // The registry's stdout and stderr (with the access log when options().access_log).
+  std::string log_path() const { return work_dir_ + "/registry.log"; }
   const RegistryFixtureOptions& options() const { return options_; }
   // Where the registry keeps a blob's bytes (tests tamper with it).
   std::string BlobDataPath(const Digest& digest) const;
@@ -71,8 +78,20 @@ class RegistryFixture {
   // Number of token requests the token server has answered.
   absl::StatusOr<int> TokenRequestCount() const;
 
+  // Stops the registry process (SIGTERM, then SIGKILL); its port and storage stay reserved
+  // for Restart. OK if already stopped.
+  void Stop();
+  // Starts the registry again on the same port with the same storage and configuration (its
+  // output appended to log_path()), and waits until /v2/ answers. Errors: kDeadlineExceeded
+  // (its log is quoted).
+  absl::Status Restart();
+  bool running() const;
+
  private:
   RegistryFixture() = default;
+  // Spawns docker-registry with config.yml, its output appended to log_path() when `append`
+  // (a restart keeps the access log of earlier runs), and waits until /v2/ answers.
+  absl::Status StartRegistryProcess(bool append);
 
   RegistryFixtureOptions options_;
   std::string work_dir_;

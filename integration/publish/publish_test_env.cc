@@ -124,6 +124,15 @@ absl::StatusOr<std::string> FetchBlob(RegistryClient& client, const std::string&
   return bytes;
 }
 
+absl::StatusOr<Digest> UploadBlob(RegistryClient& client, const std::string& repo,
+                                  std::string bytes) {
+  Digest d = Digest::Of(bytes);
+  const uint64_t size = bytes.size();
+  RETURN_IF_ERROR(client.PushBlob(repo, d, size,
+                                  BlobReadAtString(std::make_shared<const std::string>(std::move(bytes)))));
+  return d;
+}
+
 std::string DockerConfigJson(const std::string& registry, const std::string& user,
                              const std::string& password) {
   nlohmann::json j = {

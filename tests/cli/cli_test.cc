@@ -219,14 +219,13 @@ TEST_F(SmolLm2Test, MemoryJsonTakesTheWeightFigureFromTheFile) {
 class Llama8bMemoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_ = dir_.WriteFile("config.json",
-                             R"({"num_hidden_layers":32,"num_attention_heads":32,)"
-                             R"("num_key_value_heads":8,"hidden_size":4096})")
+    config_ = dir_.WriteFile("config.json", R"({"num_hidden_layers":32,"num_attention_heads":32,)"
+                                            R"("num_key_value_heads":8,"hidden_size":4096})")
                   .string();
   }
   CliRun RunJson() {
-    return RunModelfs({"memory", config_, "--params", "8.03e9", "--quant", "Q4_K", "--ctx",
-                       "32768", "--seqs", "16", "--gpu-gib", "24", "--json"});
+    return RunModelfs({"memory", config_, "--params", "8.03e9", "--quant", "Q4_K", "--ctx", "32768",
+                       "--seqs", "16", "--gpu-gib", "24", "--json"});
   }
   TempDir dir_;
   std::string config_;
@@ -272,6 +271,25 @@ TEST_F(Llama8bMemoryTest, A24GiBGpuHolds142486TokensInFourSequences) {
   EXPECT_EQ(j["gpu"]["usable_bytes"].get<uint64_t>(), 23192823398u);  // floor(24 GiB x 0.9)
 }
 
+TEST_F(Llama8bMemoryTest, AConfigUnderAnotherJsonNameIsReadAsTheConfig) {
+  // The lesson saves the config as llama31-8b.json.
+  const std::string renamed = (dir_.path() / "llama31-8b.json").string();
+  std::filesystem::rename(config_, renamed);
+  CliRun r = RunModelfs({"memory", renamed, "--params", "8.03e9", "--quant", "Q4_K", "--ctx",
+                         "32768", "--seqs", "16", "--gpu-gib", "24", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(FindBy(j["gpu"]["fits"], "weights", "Q4_K")["tokens"].get<uint64_t>(), 142486u);
+}
+
+TEST_F(Llama8bMemoryTest, AJsonFileThatIsNoModelConfigExitsTwo) {
+  const std::string tokenizer =
+      dir_.WriteFile("tokenizer.json", R"({"model":{"type":"BPE"}})").string();
+  CliRun r = RunModelfs({"inspect", tokenizer});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("tokenizer.json: not a model config"));
+}
+
 TEST_F(Llama8bMemoryTest, TextReportPrintsTheCacheLineWithSeparators) {
   CliRun r = RunModelfs({"memory", config_, "--params", "8.03e9", "--quant", "Q4_K", "--ctx",
                          "32768", "--seqs", "16", "--gpu-gib", "24"});
@@ -311,7 +329,8 @@ TEST(ExitCodeTest, GgufWithTruncatedTensorDataExitsTwo) {
   ASSERT_OK_AND_ASSIGN(GgufWriter w, MakeTinyLlamaWriter());
   ASSERT_OK_AND_ASSIGN(std::string bytes, w.Serialize());
   TempDir dir;
-  const std::string path = dir.WriteFile("short.gguf", bytes.substr(0, bytes.size() - 4096)).string();
+  const std::string path =
+      dir.WriteFile("short.gguf", bytes.substr(0, bytes.size() - 4096)).string();
   CliRun r = RunModelfs({"inspect", "--json", path});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("short.gguf"));
@@ -458,8 +477,8 @@ TEST(InspectHttpTest, SmallHeaderIsReadInOneRequest) {
   SafetensorsWriter w;
   ASSERT_OK(w.AddTensor("embed.weight", "F32", {64, 1024},
                         F32Bytes(SyntheticWeights(3, 0, 64 * 1024, 0.02f))));
-  ASSERT_OK(w.AddTensor("norm.weight", "BF16", {1024},
-                        Bf16Bytes(SyntheticWeights(3, 1, 1024, 0.02f))));
+  ASSERT_OK(
+      w.AddTensor("norm.weight", "BF16", {1024}, Bf16Bytes(SyntheticWeights(3, 1, 1024, 0.02f))));
   const std::string bytes = w.Serialize();
   ASSERT_GT(bytes.size(), 64u << 10);
   root.WriteFile("model.safetensors", bytes);
@@ -502,8 +521,8 @@ class ShardedDirTest : public ::testing::Test {
     SafetensorsWriter a;
     ASSERT_OK(a.AddTensor("model.embed_tokens.weight", "BF16", {64, 32},
                           Bf16Bytes(SyntheticWeights(5, 0, 64 * 32, 0.02f))));
-    ASSERT_OK(a.AddTensor("model.norm.weight", "F32", {32},
-                          F32Bytes(SyntheticWeights(5, 1, 32, 0.02f))));
+    ASSERT_OK(
+        a.AddTensor("model.norm.weight", "F32", {32}, F32Bytes(SyntheticWeights(5, 1, 32, 0.02f))));
     ASSERT_OK(a.WriteFile(dir_.Join("model-00001-of-00002.safetensors").string()));
     SafetensorsWriter b;
     ASSERT_OK(b.AddTensor("model.layers.0.mlp.down_proj.weight", "BF16", {32, 48},
@@ -584,8 +603,8 @@ TEST_F(ShardedDirTest, PeekFindsATensorInTheSecondShard) {
 }
 
 TEST_F(ShardedDirTest, TensorsJsonListsEveryTensorOfAShard) {
-  CliRun r = RunModelfs({"inspect", "--json", "--tensors",
-                         dir_.Join("model-00002-of-00002.safetensors").string()});
+  CliRun r = RunModelfs(
+      {"inspect", "--json", "--tensors", dir_.Join("model-00002-of-00002.safetensors").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = ParseJson(r.out);
   const nlohmann::json& ts = j["files"][0]["tensors"];
@@ -605,8 +624,8 @@ TEST_F(ShardedDirTest, TensorsJsonListsEveryTensorOfAShard) {
 }
 
 TEST_F(ShardedDirTest, TensorsTextPrintsOneLinePerTensor) {
-  CliRun r = RunModelfs(
-      {"inspect", "--tensors", dir_.Join("model-00001-of-00002.safetensors").string()});
+  CliRun r =
+      RunModelfs({"inspect", "--tensors", dir_.Join("model-00001-of-00002.safetensors").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\nmodel.embed_tokens.weight BF16 [64, 32] 4,096\n"));
   EXPECT_THAT(r.out, HasSubstr("\nmodel.norm.weight F32 [32] 128\n"));
@@ -712,13 +731,12 @@ TEST_F(TinyGgufPeekTest, Q4_0ValuesAreWithinOneStepOfTheSource) {
 }
 
 TEST_F(TinyGgufPeekTest, TextPeekPrintsTheValuesAfterTheSummary) {
-  CliRun r = RunModelfs({"inspect", *path_, "--peek", "blk.0.attn_norm.weight", "--peek-count",
-                         "2"});
+  CliRun r =
+      RunModelfs({"inspect", *path_, "--peek", "blk.0.attn_norm.weight", "--peek-count", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<float> src = SyntheticWeights(42, 1, 2, 0.05f);
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("\npeek blk.0.attn_norm.weight: ",
-                                            absl::StrFormat("%g, %g", src[0] + 1.0f,
-                                                            src[1] + 1.0f),
+                                            absl::StrFormat("%g, %g", src[0] + 1.0f, src[1] + 1.0f),
                                             "\n")));
   EXPECT_THAT(r.out, HasSubstr("tiny.gguf: GGUF v3"));
 }

@@ -1,0 +1,170 @@
+// `modelfs pull` of hostile artifacts: a layer path annotation that climbs out of DEST or is
+// absolute, and tar layers with a symlink that escapes DEST or a device node. Each pull exits 1
+// and writes nothing, neither inside DEST nor next to it.
+#include <stdio.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/manifest.h"
+#include "core/oci/media_types.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/publish/publish_test_env.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kRepo[] = "hostile/model";
+
+// A tar header block for a character device (typeflag '3'), which TarWriter never writes.
+std::string DeviceNodeTar(const std::string& path) {
+  absl::StatusOr<std::string> header = EncodeTarHeader(path, '0', 0, 0644);
+  EXPECT_OK(header.status());
+  std::string block = header.ok() ? *header : std::string(kTarBlockSize, '\0');
+  block[156] = '3';
+  for (size_t i = 148; i < 156; ++i) block[i] = ' ';
+  unsigned sum = 0;
+  for (char c : block) sum += static_cast<unsigned char>(c);
+  char chk[8];
+  snprintf(chk, sizeof(chk), "%06o", sum);
+  memcpy(block.data() + 148, chk, 7);  // six digits and a NUL; the space stays
+  return block + std::string(2 * kTarBlockSize, '\0');
+}
+
+class PullPathSafetyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto registry = RegistryFixture::Start();
+    ASSERT_OK(registry.status());
+    registry_ = registry->release();
+  }
+  static void TearDownTestSuite() { delete registry_; }
+  void SetUp() override {
+    ASSERT_NE(registry_, nullptr);
+    ASSERT_OK_AND_ASSIGN(client_, ConnectPlainHttp(registry_->host_port()));
+  }
+
+  // Pushes M with one layer holding `bytes` and the given annotations, built by hand (the
+  // project's own BuildModelManifest refuses unsafe paths); returns the tag's reference.
+  std::string PushHandBuiltModel(const std::string& tag, std::string bytes,
+                                 const std::string& media_type,
+                                 std::map<std::string, std::string> annotations) {
+    ModelPackConfig config;
+    config.descriptor.name = "hostile";
+    Descriptor layer;
+    layer.media_type = media_type;
+    layer.size = bytes.size();
+    absl::StatusOr<Digest> ld = UploadBlob(*client_, kRepo, std::move(bytes));
+    EXPECT_OK(ld.status());
+    if (ld.ok()) layer.digest = *ld;
+    layer.annotations = std::move(annotations);
+    config.modelfs.diff_ids.push_back(layer.digest);
+    std::string config_json = SerializeModelPackConfig(config);
+    EXPECT_OK(UploadBlob(*client_, kRepo, config_json).status());
+
+    Manifest m;
+    m.media_type = std::string(kOciManifestMediaType);
+    m.artifact_type = std::string(kModelArtifactType);
+    m.config = DescribeBlob(kModelConfigMediaType, config_json);
+    m.layers.push_back(layer);
+    EXPECT_OK(client_->PutManifest(kRepo, tag, SerializeManifest(m),
+                                   std::string(kOciManifestMediaType))
+                  .status());
+    return absl::StrCat(registry_->host_port(), "/", kRepo, ":", tag);
+  }
+
+  std::string PushTarModel(const std::string& tag, std::string tar) {
+    return PushHandBuiltModel(tag, std::move(tar), "application/vnd.cncf.model.weight.v1.tar",
+                              {{std::string(kAnnotationFilepath), "weights.tar"}});
+  }
+
+  // Pulls into tmp_/box/dest and returns the result; the test then checks tmp_/box.
+  ProcessResult Pull(const std::string& ref) {
+    fs::create_directories(Box());
+    absl::StatusOr<ProcessResult> r =
+        RunModelfs({"pull", "--plain-http", ref, Box() + "/dest"});
+    EXPECT_OK(r.status());
+    return r.ok() ? *r : ProcessResult{};
+  }
+  std::string Box() const { return tmp_.Join("box").string(); }
+
+  static RegistryFixture* registry_;
+  std::unique_ptr<RegistryClient> client_;
+  TempDir tmp_;
+};
+
+RegistryFixture* PullPathSafetyTest::registry_ = nullptr;
+
+TEST_F(PullPathSafetyTest, AFilepathThatClimbsOutOfDestIsRefusedAndNothingIsWritten) {
+  std::string ref =
+      PushHandBuiltModel("dotdot", "evil bytes\n", "application/vnd.cncf.model.weight.v1.raw",
+                         {{std::string(kAnnotationFilepath), "../evil"}});
+  ProcessResult r = Pull(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("../evil"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, AnAbsoluteFilepathIsRefusedAndNothingIsWritten) {
+  ASSERT_FALSE(fs::exists("/etc/x"));
+  std::string ref =
+      PushHandBuiltModel("absolute", "evil bytes\n", "application/vnd.cncf.model.weight.v1.raw",
+                         {{std::string(kAnnotationFilepath), "/etc/x"}});
+  ProcessResult r = Pull(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/etc/x"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+  EXPECT_FALSE(fs::exists("/etc/x"));
+}
+
+TEST_F(PullPathSafetyTest, ATarSymlinkThatEscapesDestIsRefusedAndNothingIsWritten) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("good.txt", "harmless\n"));
+  ASSERT_OK(tar.AddSymlink("link", "../../outside"));
+  ProcessResult r = Pull(PushTarModel("symlink-escape", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("escapes"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, ATarSymlinkToAnAbsolutePathIsRefusedAndNothingIsWritten) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddSymlink("passwd", "/etc/passwd"));
+  ProcessResult r = Pull(PushTarModel("symlink-absolute", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/etc/passwd"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, ATarDeviceNodeIsRefusedAndNothingIsWritten) {
+  ProcessResult r = Pull(PushTarModel("device", DeviceNodeTar("dev/null-ish")));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("device"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, ASafeTarLayerWithAnInsideSymlinkPullsFine) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("weights/real.bin", "0123456789"));
+  ASSERT_OK(tar.AddSymlink("weights/alias.bin", "real.bin"));
+  ProcessResult r = Pull(PushTarModel("safe", tar.Finish()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> tree = DescribeTree(Box() + "/dest");
+  EXPECT_EQ(tree["weights/alias.bin"], "symlink:real.bin");
+  EXPECT_EQ(tree["weights/real.bin"], Digest::Of("0123456789").str());
+}
+
+}  // namespace
+}  // namespace modelfs::testing
