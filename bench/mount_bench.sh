@@ -16,7 +16,7 @@
 set -euo pipefail
 
 BUILD=${1:-build-mounttest}
-MODELFS=$(realpath "$BUILD/cmd/modelfs/modelfs")
+MODELFS=$(realpath "$BUILD/cmd/modelfs")
 SYNTH=$(realpath "$BUILD/bench/modelfs-synth")
 SIZES=${SIZES:-"256 2048"}
 RUNS=${RUNS:-3}

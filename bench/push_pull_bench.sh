@@ -162,9 +162,9 @@ import statistics, sys
 model_bytes, runs, nfiles = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rows = [
     ("push", "modelfs push", sys.argv[4], int(sys.argv[5])),
-    ("push", "curl: sha256sum + POST/PUT", sys.argv[6], int(sys.argv[7])),
+    ("push", "curl: sha256sum, POST+PUT", sys.argv[6], int(sys.argv[7])),
     ("pull", "modelfs pull (verify, fsync)", sys.argv[8], int(sys.argv[9])),
-    ("pull", "curl: GET | tee | sha256sum", sys.argv[10], int(sys.argv[11])),
+    ("pull", "curl: GET, tee, sha256sum x4", sys.argv[10], int(sys.argv[11])),
 ]
 print(f"model: {model_bytes:,} bytes in {nfiles} files; median of {runs} runs; loopback registry, warm page cache")
 print()

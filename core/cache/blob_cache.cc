@@ -195,6 +195,7 @@ BlobCache::~BlobCache() {
     stopping_ = true;
   }
   for (auto& t : workers_) t.join();
+  PersistPending();  // what the dropped queue would have recorded
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, job] : queue_) {
@@ -725,17 +726,9 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       chunk_status[i] = PwriteFull(layer->fd, piece, len, c * cs, DataPath(layer->digest));
       if (chunk_status[i].ok()) good.push_back(c);
     }
-    if (!good.empty() && fdatasync(layer->fd) != 0) {
-      absl::Status err = absl::InternalError(
-          absl::StrCat("cache: fdatasync ", DataPath(layer->digest), ": ", ErrnoText(errno)));
-      for (uint64_t c : good) chunk_status[c - f->first] = err;
-      good.clear();
-    }
-    // Chunks of an unverified whole-layer fill are recorded only after the layer digest matches.
-    if (!good.empty() && !expected.empty()) {
-      absl::Status s = DbRecordChunks(layer, f->gen, good);
-      if (!s.ok()) Log(s.message());  // the bytes are verified; only crash persistence is lost
-    }
+    // Verified chunks are served from the page cache at once; their fdatasync and record are
+    // batched by PersistPending (below, under mu_). Chunks of an unverified whole-layer fill are
+    // recorded only after the layer digest matches (RunWholeVerify).
   } else if (st.code() != absl::StatusCode::kAborted) {
     Log(absl::StrCat("fetch failed: ", st.message()));
   }
@@ -761,6 +754,9 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
         layer->state[c] = ChunkState::kMissing;
         failed = true;
       }
+    }
+    if (!stale && !good.empty() && !expected.empty()) {
+      QueuePersistLocked(layer, f->gen, std::move(good));
     }
     if (failed && !stale) {
       layer->fill_epoch++;
@@ -825,8 +821,14 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     layer->jobs--;
     return;
   }
+  // The data must be on disk before the database says it is (chunk fetches defer their
+  // fdatasync to PersistPending, and whole-layer fills never did one).
   absl::Status s;
-  if (want_local) {
+  if (fdatasync(layer->fd) != 0) {
+    s = absl::InternalError(
+        absl::StrCat("cache: fdatasync ", DataPath(layer->digest), ": ", ErrnoText(errno)));
+  }
+  if (s.ok() && want_local) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
     s = DbRecordChunks(layer, gen, all);
@@ -853,6 +855,42 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
       if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
     }
   }
+}
+
+void BlobCache::QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                                   std::vector<uint64_t> chunks) {
+  layer->jobs++;  // keeps eviction (and its unlink) away until the record is written
+  persist_pending_.push_back(PendingPersist{layer, gen, std::move(chunks)});
+  if (persist_scheduled_ || stopping_) return;
+  persist_scheduled_ = true;
+  Job job;
+  job.priority = kVerify;
+  job.run = [this] { PersistPending(); };
+  EnqueueLocked(std::move(job));
+}
+
+void BlobCache::PersistPending() {
+  std::vector<PendingPersist> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(persist_pending_);
+    persist_scheduled_ = false;
+  }
+  // One fdatasync per layer for the whole batch, then its records.
+  absl::flat_hash_map<Layer*, absl::Status> synced;
+  for (const PendingPersist& p : batch) {
+    auto [it, inserted] = synced.try_emplace(p.layer.get());
+    if (inserted && fdatasync(p.layer->fd) != 0) {
+      it->second = absl::InternalError(
+          absl::StrCat("cache: fdatasync ", DataPath(p.layer->digest), ": ", ErrnoText(errno)));
+      Log(it->second.message());
+    }
+    if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost
+    absl::Status s = DbRecordChunks(p.layer, p.gen, p.chunks);
+    if (!s.ok()) Log(s.message());
+  }
+  absl::MutexLock lock(&mu_);
+  for (const PendingPersist& p : batch) p.layer->jobs--;
 }
 
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {

@@ -14,7 +14,10 @@
 //                    still fetched and checked, and a mismatch quarantines it.
 // Crash safety: a chunk is recorded (SQLite, WAL) only after its bytes are pwritten and
 // fdatasync'd; after Open, a recorded chunk is re-hashed on its first read before it is served
-// (so a torn or tampered data file is refetched, never served).
+// (so a torn or tampered data file is refetched, never served). A verified chunk is served as
+// soon as it is pwritten: the fdatasync and the record happen later, batched (one fdatasync per
+// layer per batch) in a background job and drained by the destructor, so reads never wait on
+// the disk's flush.
 //
 // Thread safety: all public methods are safe to call concurrently.
 // Lock order: mu_, then db_mu_ (db_mu_ is a leaf). No remote call and no data-file I/O
@@ -208,6 +211,10 @@ class BlobCache : public BlobReader {
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunWholeVerify(const std::shared_ptr<Layer>& layer);
+  // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
+  void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                          std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistPending();
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
   void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
@@ -235,6 +242,13 @@ class BlobCache : public BlobReader {
   int running_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
+  struct PendingPersist {
+    std::shared_ptr<Layer> layer;  // holds a job reference (Layer::jobs) until persisted
+    uint64_t gen = 0;
+    std::vector<uint64_t> chunks;
+  };
+  std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(mu_);
+  bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <set>
@@ -67,6 +68,31 @@ absl::Status DownloadVerified(RegistryClient& client, const std::string& repo, c
   return absl::OkStatus();
 }
 
+// Copies `size` bytes at `offset` of `reader` to fd, 8 MiB at a time.
+absl::Status CopyRange(RangeReader& reader, uint64_t offset, uint64_t size, int fd,
+                       const std::string& out) {
+  constexpr uint64_t kSlice = 8ull << 20;
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t n = std::min(kSlice, size - done);
+    ASSIGN_OR_RETURN(std::string data, reader.ReadAt(offset + done, n));
+    if (data.size() != n) {
+      return absl::OutOfRangeError(
+          absl::StrCat(out, ": short read from the tar at offset ", offset + done));
+    }
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      ssize_t w = write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return absl::InternalError(absl::StrCat(out, ": write: ", strerror(errno)));
+      p += w;
+      left -= static_cast<size_t>(w);
+    }
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
 // Extracts a verified tar into `root`, refusing escapes and special files.
 absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
                         const std::string& role, std::set<std::string>& seen,
@@ -88,12 +114,13 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
               absl::StrCat("layer ", role, ": path '", rel, "' appears twice in the model"));
         }
         fs::create_directories(out.parent_path(), ec);
-        ASSIGN_OR_RETURN(std::string data, reader->ReadAt(e.data_offset, e.size));
         int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0) return absl::InternalError(absl::StrCat(out.string(), ": ", strerror(errno)));
-        bool ok = write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+        // In slices: a weight file can be larger than memory, and one write() moves at most
+        // 2 GiB on Linux.
+        absl::Status copied = CopyRange(*reader, e.data_offset, e.size, fd, out.string());
         close(fd);
-        if (!ok) return absl::InternalError(absl::StrCat(out.string(), ": write failed"));
+        RETURN_IF_ERROR(copied);
         created.push_back(rel);
         break;
       }
@@ -160,8 +187,19 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   }
 
   std::error_code ec;
+  const bool dest_existed = fs::exists(dest, ec);
   fs::create_directories(dest, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(dest, ": ", ec.message()));
+  // A failed pull leaves no trace: DEST goes too when this pull created it (after the staging
+  // tree inside it; fs::remove never removes a directory that is not empty).
+  struct DestCleanup {
+    std::string dir;
+    bool armed;
+    ~DestCleanup() {
+      std::error_code ec;
+      if (armed) fs::remove(dir, ec);
+    }
+  } dest_cleanup{dest, !dest_existed};
   std::string staging = absl::StrCat(dest, "/.modelfs-pull-", getpid());
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
@@ -235,6 +273,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     if (ec) return absl::InternalError(absl::StrCat(to.string(), ": ", ec.message()));
   }
   result.bytes = total.load();
+  dest_cleanup.armed = false;
   return result;
 }
 

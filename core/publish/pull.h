@@ -1,7 +1,7 @@
 // `modelfs pull REF DEST`: downloads a model (M, or V followed to M) and verifies every byte.
 // Layers download in parallel into a staging directory inside DEST while being hashed; only
 // when every layer matched its digest and size are the files renamed into place, so a failed
-// pull leaves no file behind.
+// pull leaves no file behind (and no DEST, when the pull created it).
 #pragma once
 
 #include <string>

@@ -182,7 +182,7 @@ bool HasOption(const std::string& options, const std::string& option) {
 absl::StatusOr<std::unique_ptr<ModelMount>> ModelMount::Start(const std::string& ref,
                                                               const std::string& dir,
                                                               const MountOptions& o) {
-  std::vector<std::string> argv = {ModelfsBinary(), "mount",  "--plain-http", "--cache",
+  std::vector<std::string> argv = {ModelfsBinary(), "mount",      "--plain-http", "--cache",
                                    o.cache_dir,     "--prefetch", o.prefetch};
   if (o.read_deadline_s > 0) {
     argv.insert(argv.end(), {"--read-deadline", absl::StrCat(o.read_deadline_s)});
@@ -196,9 +196,9 @@ absl::StatusOr<std::unique_ptr<ModelMount>> ModelMount::Start(const std::string&
   int pid = 0;
   if (r->exit_code != 0 || p == std::string::npos ||
       !absl::SimpleAtoi(r->out.substr(p + 5, r->out.find(')', p) - p - 5), &pid)) {
-    return absl::FailedPreconditionError(absl::StrCat("`", absl::StrJoin(argv, " "),
-                                                      "` exited ", r->exit_code, "; stdout: ",
-                                                      r->out, "; stderr: ", r->err));
+    return absl::FailedPreconditionError(absl::StrCat("`", absl::StrJoin(argv, " "), "` exited ",
+                                                      r->exit_code, "; stdout: ", r->out,
+                                                      "; stderr: ", r->err));
   }
   std::unique_ptr<ModelMount> m(new ModelMount());
   m->dir_ = dir;

@@ -55,7 +55,7 @@ std::optional<MountInfoEntry> FindMount(const std::string& dir);
 bool HasOption(const std::string& options, const std::string& option);
 
 struct MountOptions {
-  std::string cache_dir;     // required: tests never share the default cache
+  std::string cache_dir;  // required: tests never share the default cache
   std::string prefetch = "none";
   double read_deadline_s = 0;  // 0: the default
   std::string log_file;        // the daemon's stderr

@@ -46,7 +46,8 @@ std::vector<std::string> MountsUnder(const std::string& dir) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     if (f.size() > 4 && (f[4] == dir || absl::StartsWith(f[4], dir + "/"))) out.push_back(f[4]);
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.size() > b.size(); });
   return out;
 }
 
@@ -68,10 +69,10 @@ class Containerd {
     std::unique_ptr<Containerd> c(new Containerd());
     c->socket_ = c->dir_.Join("containerd.sock").string();
     c->hosts_dir_ = c->dir_.Join("certs.d").string();
-    c->dir_.WriteFile(absl::StrCat("certs.d/", registry_host_port, "/hosts.toml"),
-                      absl::StrCat("server = \"http://", registry_host_port, "\"\n\n[host.\"http://",
-                                   registry_host_port,
-                                   "\"]\n  capabilities = [\"pull\", \"resolve\"]\n"));
+    c->dir_.WriteFile(
+        absl::StrCat("certs.d/", registry_host_port, "/hosts.toml"),
+        absl::StrCat("server = \"http://", registry_host_port, "\"\n\n[host.\"http://",
+                     registry_host_port, "\"]\n  capabilities = [\"pull\", \"resolve\"]\n"));
     std::string root = c->dir_.Join("root").string();
     std::string config = absl::StrCat(
         "version = 2\n", "root = \"", root, "\"\n", "state = \"", c->dir_.Join("state").string(),
@@ -82,9 +83,8 @@ class Containerd {
         "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"", c->dir_.Join("opt").string(),
         "\"\n");
     std::string config_path = c->dir_.WriteFile("config.toml", config).string();
-    ASSIGN_OR_RETURN(c->process_,
-                     ChildProcess::Spawn({kContainerd, "--config", config_path},
-                                              c->dir_.Join("containerd.log").string()));
+    ASSIGN_OR_RETURN(c->process_, ChildProcess::Spawn({kContainerd, "--config", config_path},
+                                                      c->dir_.Join("containerd.log").string()));
     absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (true) {
       if (fs::exists(c->socket_)) {
@@ -92,9 +92,9 @@ class Containerd {
         if (v.ok() && v->exit_code == 0) break;
       }
       if (!c->process_->running() || absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "containerd did not come up; log:\n",
-            ReadFileOrDie(c->dir_.Join("containerd.log").string())));
+        return absl::DeadlineExceededError(
+            absl::StrCat("containerd did not come up; log:\n",
+                         ReadFileOrDie(c->dir_.Join("containerd.log").string())));
       }
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -126,9 +126,11 @@ class Containerd {
 
 // "GET /v2/<repo>/blobs/<digest>" lines with status 200 in the registry's access log after
 // `offset`, as digests.
-std::multiset<std::string> BlobGets(const std::string& log, size_t offset, const std::string& repo) {
+std::multiset<std::string> BlobGets(const std::string& log, size_t offset,
+                                    const std::string& repo) {
   std::multiset<std::string> out;
-  std::regex re(absl::StrCat("\"GET /v2/", repo, "/blobs/(sha256:[0-9a-f]{64}) HTTP/[0-9.]+\" 200 "));
+  std::regex re(
+      absl::StrCat("\"GET /v2/", repo, "/blobs/(sha256:[0-9a-f]{64}) HTTP/[0-9.]+\" 200 "));
   std::string tail = log.substr(std::min(offset, log.size()));
   for (std::sregex_iterator it(tail.begin(), tail.end(), re), end; it != end; ++it) {
     out.insert((*it)[1].str());
@@ -145,9 +147,8 @@ class ContainerdFallbackTest : public ::testing::Test {
     o.access_log = true;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(o));
     ASSERT_OK(WriteTestModel(tmp_.Join("model").string(), /*seed=*/31).status());
-    ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                         RunModelfs({"push", "--plain-http", Ref("v1"),
-                                     tmp_.Join("model").string(), "--json"}));
+    ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", Ref("v1"),
+                                                         tmp_.Join("model").string(), "--json"}));
     ASSERT_EQ(push.exit_code, 0) << push.err;
     push_ = ParseJsonOutput(push.out);
     absl::StatusOr<std::unique_ptr<Containerd>> c = Containerd::Start(registry_->host_port());
@@ -182,8 +183,8 @@ TEST_F(ContainerdFallbackTest, PullingTheVolumeImageFetchesOnlyItsSmallLayerAndS
   // The registry served V's config and V's layer A, once each, and nothing else.
   std::multiset<std::string> gets =
       BlobGets(ReadFileOrDie(registry_->log_path()), log_offset, kRepo);
-  EXPECT_EQ(gets, (std::multiset<std::string>{BlobDigest("volume layer"),
-                                              BlobDigest("volume config")}));
+  EXPECT_EQ(gets,
+            (std::multiset<std::string>{BlobDigest("volume layer"), BlobDigest("volume config")}));
   for (const auto& b : push_["blobs"]) {
     std::string role = b["role"];
     if (role == "volume layer" || role == "volume config") continue;

@@ -94,7 +94,8 @@ class ConvertTest : public ::testing::Test {
   // Converts once per test suite (the first test that needs V does it).
   static const nlohmann::json& Converted() {
     if (convert_ == nullptr) {
-      absl::StatusOr<ProcessResult> r = RunModelfs({"convert", "--plain-http", Ref("v1"), "--json"});
+      absl::StatusOr<ProcessResult> r =
+          RunModelfs({"convert", "--plain-http", Ref("v1"), "--json"});
       EXPECT_OK(r.status());
       if (r.ok()) EXPECT_EQ(r->exit_code, 0) << r->err;
       convert_ = new nlohmann::json(r.ok() ? ParseJsonOutput(r->out) : nlohmann::json());
@@ -162,6 +163,21 @@ TEST_F(ConvertTest, VolumeChunkIndexesAreTheIndexesOfTheModelLayers) {
     ASSERT_NE(it, contents.chunk_indexes.end()) << rec.path;
     EXPECT_EQ(it->second, want) << rec.path;
   }
+}
+
+TEST_F(ConvertTest, ConvertWithAVolumeTagWritesTheSameVolumeImageUnderThatTag) {
+  ASSERT_FALSE(Converted().is_null());
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"convert", "--plain-http", Ref("v1"),
+                                                    "--volume-tag", "pinned-volume", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJsonOutput(r.out);
+  EXPECT_EQ(j["volume"]["tag"], "pinned-volume");
+  EXPECT_EQ(j["volume"]["digest"], Converted()["volume"]["digest"]);
+  EXPECT_EQ(j["uploaded"], 0);  // V's blobs are already there
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> client,
+                       ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestHead head, client->HeadManifest(kRepo, "pinned-volume"));
+  EXPECT_EQ(head.digest.str(), Converted()["volume"]["digest"]);
 }
 
 TEST_F(ConvertTest, ConvertOfAVolumeImageIsRefusedAsBadInput) {

@@ -13,7 +13,7 @@ namespace {
 using nlohmann::json;
 
 const std::set<std::string>& AnnotationKeywords() {
-  static const std::set<std::string> k = {"$schema", "$id",    "title",   "description",
+  static const std::set<std::string> k = {"$schema", "$id",      "title",    "description",
                                           "format",  "$comment", "examples", "$defs"};
   return k;
 }
@@ -63,7 +63,8 @@ class Checker {
         if (!v.is_object()) continue;
         for (const auto& name : sub) {
           if (!v.contains(name.get<std::string>())) {
-            Fail(path, absl::StrCat("required property '", name.get<std::string>(), "' is missing"));
+            Fail(path,
+                 absl::StrCat("required property '", name.get<std::string>(), "' is missing"));
           }
         }
       } else if (key == "properties") {
@@ -76,7 +77,8 @@ class Checker {
         for (const auto& [pattern, prop_schema] : sub.items()) {
           std::regex re(pattern, std::regex::ECMAScript);
           for (const auto& [name, value] : v.items()) {
-            if (std::regex_search(name, re)) Check(prop_schema, value, absl::StrCat(path, ".", name));
+            if (std::regex_search(name, re))
+              Check(prop_schema, value, absl::StrCat(path, ".", name));
           }
         }
       } else if (key == "additionalProperties") {
@@ -116,6 +118,10 @@ class Checker {
         if (!std::regex_search(v.get<std::string>(), re)) {
           Fail(path, absl::StrCat(v.dump(), " does not match ", sub.get<std::string>()));
         }
+      } else if (key == "maximum") {
+        if (v.is_number() && v.get<double>() > sub.get<double>()) {
+          Fail(path, absl::StrCat(v.dump(), " is more than ", sub.dump()));
+        }
       } else if (key == "minimum") {
         if (v.is_number() && v.get<double>() < sub.get<double>()) {
           Fail(path, absl::StrCat(v.dump(), " is less than ", sub.dump()));
@@ -146,7 +152,8 @@ class Checker {
     size_t pos = 2;
     while (pos <= ref.size()) {
       size_t next = ref.find('/', pos);
-      std::string token = ref.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+      std::string token =
+          ref.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
       if (!cur->is_object() || !cur->contains(token)) return nullptr;
       cur = &(*cur)[token];
       if (next == std::string::npos) break;

@@ -62,9 +62,10 @@ std::map<std::string, std::string> DescribeTree(const std::string& dir) {
   std::map<std::string, std::string> out;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    std::string rel = fs::relative(it->path(), dir).generic_string();
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    // lexically: fs::relative would resolve a symlink to its target.
+    std::string rel = it->path().lexically_relative(dir).generic_string();
     if (it->is_symlink()) {
       out[rel] = "symlink:" + fs::read_symlink(it->path(), ec).string();
     } else if (it->is_directory()) {
@@ -128,8 +129,8 @@ absl::StatusOr<Digest> UploadBlob(RegistryClient& client, const std::string& rep
                                   std::string bytes) {
   Digest d = Digest::Of(bytes);
   const uint64_t size = bytes.size();
-  RETURN_IF_ERROR(client.PushBlob(repo, d, size,
-                                  BlobReadAtString(std::make_shared<const std::string>(std::move(bytes)))));
+  RETURN_IF_ERROR(client.PushBlob(
+      repo, d, size, BlobReadAtString(std::make_shared<const std::string>(std::move(bytes)))));
   return d;
 }
 

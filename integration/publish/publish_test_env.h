@@ -55,7 +55,8 @@ absl::StatusOr<std::string> FetchBlob(RegistryClient& client, const std::string&
                                       const std::string& digest);
 
 // Uploads `bytes` as a blob of repo (monolithic) and returns its digest.
-absl::StatusOr<Digest> UploadBlob(RegistryClient& client, const std::string& repo, std::string bytes);
+absl::StatusOr<Digest> UploadBlob(RegistryClient& client, const std::string& repo,
+                                  std::string bytes);
 
 // A docker config.json with one `auths` entry for `registry` (base64 "user:pass").
 std::string DockerConfigJson(const std::string& registry, const std::string& user,

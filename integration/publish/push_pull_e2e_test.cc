@@ -134,8 +134,8 @@ TEST_F(PushPullTest, PullByPinnedVolumeDigestFollowsItToTheModel) {
   TempDir tmp;
   std::string v = (*first_push_)["volume"]["digest"];
   std::string dest = tmp.Join("dest").string();
-  ASSERT_OK_AND_ASSIGN(ProcessResult pull,
-                       RunModelfs({"pull", "--plain-http", Ref("demo/llama@" + v), dest, "--json"}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult pull, RunModelfs({"pull", "--plain-http",
+                                                       Ref("demo/llama@" + v), dest, "--json"}));
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   nlohmann::json j = ParseJsonOutput(pull.out);
   EXPECT_EQ(j["model"]["digest"], (*first_push_)["model"]["digest"]);
@@ -153,15 +153,29 @@ TEST_F(PushPullTest, PullLeavesNoStagingOrPartFilesBehind) {
 }
 
 TEST_F(PushPullTest, SecondPushOfTheSameFilesUploadsNothingAndGivesTheSameDigests) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                       RunModelfs({"push", "--plain-http", Ref("demo/llama:v1"),
-                                   model_dir_->path().string(), "--json"}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", Ref("demo/llama:v1"),
+                                                       model_dir_->path().string(), "--json"}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   nlohmann::json j = ParseJsonOutput(push.out);
   EXPECT_EQ(j["uploaded"], 0);
   EXPECT_EQ(j["present"], files_->size() + 3);
   EXPECT_EQ(j["model"]["digest"], (*first_push_)["model"]["digest"]);
   EXPECT_EQ(j["volume"]["digest"], (*first_push_)["volume"]["digest"]);
+}
+
+TEST_F(PushPullTest, PushWithAVolumeTagPublishesTheSameVolumeImageUnderThatTag) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", Ref("demo/llama:v2"),
+                                                       model_dir_->path().string(), "--volume-tag",
+                                                       "v2-vol", "--json"}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  nlohmann::json j = ParseJsonOutput(push.out);
+  EXPECT_EQ(j["volume"]["tag"], "v2-vol");
+  // Same files, same repository: the same M and so the same V, whatever the tags.
+  EXPECT_EQ(j["model"]["digest"], (*first_push_)["model"]["digest"]);
+  EXPECT_EQ(j["volume"]["digest"], (*first_push_)["volume"]["digest"]);
+  TempDir tmp;
+  std::string dest = PullOrFail(Ref("demo/llama:v2-vol"), tmp);
+  EXPECT_EQ(DescribeFiles(dest), ModelFiles());
 }
 
 TEST_F(PushPullTest, PushWithMountFromSendsNoWeightBytes) {
@@ -183,10 +197,9 @@ TEST_F(PushPullTest, PushWithMountFromSendsNoWeightBytes) {
 }
 
 TEST_F(PushPullTest, ARepositoryFilledByMountsPullsBitForBit) {
-  ASSERT_OK_AND_ASSIGN(
-      ProcessResult push,
-      RunModelfs({"push", "--plain-http", Ref("other/mounted:v1"), model_dir_->path().string(),
-                  "--mount-from", "demo/llama"}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                       RunModelfs({"push", "--plain-http", Ref("other/mounted:v1"),
+                                   model_dir_->path().string(), "--mount-from", "demo/llama"}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   TempDir tmp;
   std::string dest = PullOrFail(Ref("other/mounted:v1-volume"), tmp);

@@ -2,6 +2,7 @@
 // Bearer token flow, with the credential in a docker config.json given by --docker-config. A
 // wrong password fails with exit 1, and the password never appears in any output.
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -33,17 +34,31 @@ void WriteSmallModel(const TempDir& tmp) {
 
 class AuthTest : public ::testing::TestWithParam<Auth> {
  protected:
+  // One registry per auth mode for the whole suite (the token server's key generation is the
+  // slow part); every test pushes the same files, so the tests stay independent.
+  static void TearDownTestSuite() {
+    if (registries_ == nullptr) return;
+    for (auto& [auth, r] : *registries_) delete r;
+    delete registries_;
+    registries_ = nullptr;
+  }
   void SetUp() override {
     RegistryFixtureOptions o;
     o.auth = GetParam();
     o.password = kPassword;
-    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(o));
+    if (registries_ == nullptr) registries_ = new std::map<Auth, RegistryFixture*>();
+    RegistryFixture*& r = (*registries_)[GetParam()];
+    if (r == nullptr) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> started, RegistryFixture::Start(o));
+      r = started.release();
+    }
+    registry_ = r;
     WriteSmallModel(tmp_);
     good_config_ =
         tmp_.WriteFile("good.json", DockerConfigJson(registry_->host_port(), o.username, kPassword))
             .string();
     bad_config_ = tmp_.WriteFile("bad.json", DockerConfigJson(registry_->host_port(), o.username,
-                                                               kWrongPassword))
+                                                              kWrongPassword))
                       .string();
   }
 
@@ -52,11 +67,14 @@ class AuthTest : public ::testing::TestWithParam<Auth> {
   }
   std::string ModelDir() const { return tmp_.Join("model").string(); }
 
-  std::unique_ptr<RegistryFixture> registry_;
+  static std::map<Auth, RegistryFixture*>* registries_;
+  RegistryFixture* registry_ = nullptr;
   TempDir tmp_;
   std::string good_config_;
   std::string bad_config_;
 };
+
+std::map<Auth, RegistryFixture*>* AuthTest::registries_ = nullptr;
 
 TEST_P(AuthTest, PushAndPullWithTheDockerConfigCredentialRoundTrip) {
   ASSERT_OK_AND_ASSIGN(ProcessResult push,
@@ -64,9 +82,8 @@ TEST_P(AuthTest, PushAndPullWithTheDockerConfigCredentialRoundTrip) {
                                    Ref("v1"), ModelDir(), "--json"}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   std::string dest = tmp_.Join("dest").string();
-  ASSERT_OK_AND_ASSIGN(ProcessResult pull,
-                       RunModelfs({"pull", "--plain-http", "--docker-config", good_config_,
-                                   Ref("v1-volume"), dest}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult pull, RunModelfs({"pull", "--plain-http", "--docker-config",
+                                                       good_config_, Ref("v1-volume"), dest}));
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   EXPECT_EQ(DescribeFiles(dest), DescribeFiles(ModelDir()));
   if (GetParam() == Auth::kToken) {
@@ -82,23 +99,20 @@ TEST_P(AuthTest, PushWithoutCredentialsFailsWithExitOne) {
 }
 
 TEST_P(AuthTest, PushWithAWrongPasswordFailsWithExitOneAndNeverPrintsIt) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                       RunModelfs({"push", "--plain-http", "--docker-config", bad_config_,
-                                   Ref("v1"), ModelDir()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", "--docker-config",
+                                                       bad_config_, Ref("v1"), ModelDir()}));
   EXPECT_EQ(push.exit_code, 1) << push.err;
   EXPECT_THAT(push.out + push.err, Not(HasSubstr(kWrongPassword)));
   EXPECT_THAT(push.out + push.err, Not(HasSubstr(kPassword)));
 }
 
 TEST_P(AuthTest, PullWithAWrongPasswordFailsWithExitOneAndNeverPrintsIt) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                       RunModelfs({"push", "--plain-http", "--docker-config", good_config_,
-                                   Ref("v1"), ModelDir()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", "--docker-config",
+                                                       good_config_, Ref("v1"), ModelDir()}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   std::string dest = tmp_.Join("dest").string();
-  ASSERT_OK_AND_ASSIGN(ProcessResult pull,
-                       RunModelfs({"pull", "--plain-http", "--docker-config", bad_config_,
-                                   Ref("v1"), dest}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult pull, RunModelfs({"pull", "--plain-http", "--docker-config",
+                                                       bad_config_, Ref("v1"), dest}));
   EXPECT_EQ(pull.exit_code, 1) << pull.err;
   EXPECT_THAT(pull.out + pull.err, Not(HasSubstr(kWrongPassword)));
   EXPECT_THAT(pull.out + pull.err, Not(HasSubstr(kPassword)));
@@ -106,9 +120,8 @@ TEST_P(AuthTest, PullWithAWrongPasswordFailsWithExitOneAndNeverPrintsIt) {
 }
 
 TEST_P(AuthTest, SuccessfulCommandsNeverPrintThePassword) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                       RunModelfs({"push", "--plain-http", "--docker-config", good_config_,
-                                   Ref("v1"), ModelDir()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", "--docker-config",
+                                                       good_config_, Ref("v1"), ModelDir()}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   ASSERT_OK_AND_ASSIGN(ProcessResult pull,
                        RunModelfs({"pull", "--plain-http", "--docker-config", good_config_,

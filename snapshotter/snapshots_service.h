@@ -1,0 +1,54 @@
+// SnapshotsService: the containerd.services.snapshots.v1.Snapshots gRPC service (what a
+// containerd proxy plugin talks to) over an OverlaySnapshotter. The only place where
+// absl::Status becomes grpc::Status (ToGrpcStatus).
+//
+// Thread-safety: gRPC calls handlers concurrently; the snapshotter is thread-safe and the
+// service holds no other state.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
+#include "snapshotter/overlay_snapshotter.h"
+
+namespace modelfs::snapshotter {
+
+// Maps canonical codes one to one (they are the gRPC codes) and keeps the message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class SnapshotsService final : public containerd::services::snapshots::v1::Snapshots::Service {
+ public:
+  // `snapshotter` must outlive the service. List streams at most `list_batch` infos per message.
+  explicit SnapshotsService(OverlaySnapshotter* snapshotter, int list_batch = 100)
+      : snapshotter_(snapshotter), list_batch_(list_batch) {}
+
+  using Ctx = grpc::ServerContext;
+  grpc::Status Prepare(Ctx*, const containerd::services::snapshots::v1::PrepareSnapshotRequest*,
+                       containerd::services::snapshots::v1::PrepareSnapshotResponse*) override;
+  grpc::Status View(Ctx*, const containerd::services::snapshots::v1::ViewSnapshotRequest*,
+                    containerd::services::snapshots::v1::ViewSnapshotResponse*) override;
+  grpc::Status Mounts(Ctx*, const containerd::services::snapshots::v1::MountsRequest*,
+                      containerd::services::snapshots::v1::MountsResponse*) override;
+  grpc::Status Commit(Ctx*, const containerd::services::snapshots::v1::CommitSnapshotRequest*,
+                      google::protobuf::Empty*) override;
+  grpc::Status Remove(Ctx*, const containerd::services::snapshots::v1::RemoveSnapshotRequest*,
+                      google::protobuf::Empty*) override;
+  grpc::Status Stat(Ctx*, const containerd::services::snapshots::v1::StatSnapshotRequest*,
+                    containerd::services::snapshots::v1::StatSnapshotResponse*) override;
+  grpc::Status Update(Ctx*, const containerd::services::snapshots::v1::UpdateSnapshotRequest*,
+                      containerd::services::snapshots::v1::UpdateSnapshotResponse*) override;
+  grpc::Status List(
+      Ctx*, const containerd::services::snapshots::v1::ListSnapshotsRequest*,
+      grpc::ServerWriter<containerd::services::snapshots::v1::ListSnapshotsResponse>*) override;
+  grpc::Status Usage(Ctx*, const containerd::services::snapshots::v1::UsageRequest*,
+                     containerd::services::snapshots::v1::UsageResponse*) override;
+  grpc::Status Cleanup(Ctx*, const containerd::services::snapshots::v1::CleanupRequest*,
+                       google::protobuf::Empty*) override;
+
+ private:
+  OverlaySnapshotter* snapshotter_;
+  int list_batch_;
+};
+
+}  // namespace modelfs::snapshotter
