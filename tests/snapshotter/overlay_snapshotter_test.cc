@@ -1,1 +1,154 @@
+// Unit tests for OverlaySnapshotter: directory layout, mount shapes, Cleanup and Usage, on a
+// temporary root (no mounting; snapshots_service_e2e_test mounts for real).
+#include "snapshotter/overlay_snapshotter.h"
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+using ::modelfs::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class OverlaySnapshotterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto sn = OverlaySnapshotter::Open(dir_.path());
+    ASSERT_OK(sn);
+    sn_ = std::move(sn).value();
+  }
+
+  int64_t IdOf(const std::string& upper_or_bind_source) {
+    // <root>/snapshots/<id>/fs
+    return std::stoll(fs::path(upper_or_bind_source).parent_path().filename().string());
+  }
+
+  // Prepares `key` on `parent`, writes `file` with `bytes` into it, commits it as `name`.
+  int64_t MakeLayer(const std::string& name, const std::string& parent, const std::string& file,
+                    const std::string& bytes) {
+    auto mounts = sn_->Prepare(name + "-active", parent, {});
+    EXPECT_OK(mounts);
+    if (!mounts.ok()) return -1;
+    std::string upper;
+    for (const std::string& o : mounts->front().options) {
+      if (o.rfind("upperdir=", 0) == 0) upper = o.substr(9);
+    }
+    if (upper.empty()) upper = mounts->front().source;
+    std::ofstream(fs::path(upper) / file) << bytes;
+    EXPECT_OK(sn_->Commit(name, name + "-active", {}));
+    return IdOf(upper);
+  }
+
+  std::string Snap(int64_t id) { return (dir_.path() / "snapshots" / std::to_string(id)).string(); }
+
+  modelfs::testing::TempDir dir_;
+  std::unique_ptr<OverlaySnapshotter> sn_;
+};
+
+TEST_F(OverlaySnapshotterTest, ActiveBaseSnapshotIsARwBindOfItsFsDirectory) {
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->Prepare("k", "", {}));
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0].type, "bind");
+  EXPECT_EQ(mounts[0].source, Snap(1) + "/fs");
+  EXPECT_THAT(mounts[0].options, ElementsAre("rw", "rbind"));
+  EXPECT_TRUE(fs::is_directory(Snap(1) + "/fs"));
+  EXPECT_TRUE(fs::is_directory(Snap(1) + "/work"));
+}
+
+TEST_F(OverlaySnapshotterTest, ViewWithoutParentIsARoBindAndHasNoWorkDirectory) {
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->View("v", "", {}));
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0], (Mount{"bind", Snap(1) + "/fs", "", {"ro", "rbind"}}));
+  EXPECT_FALSE(fs::exists(Snap(1) + "/work"));
+}
+
+TEST_F(OverlaySnapshotterTest, ViewOfOneCommittedLayerIsARoBindOfThatLayer) {
+  int64_t base = MakeLayer("base", "", "a", "A");
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->View("v", "base", {}));
+  EXPECT_THAT(mounts, ElementsAre(Mount{"bind", Snap(base) + "/fs", "", {"ro", "rbind"}}));
+}
+
+TEST_F(OverlaySnapshotterTest, ActiveOnAChainIsOverlayWithLowerdirsNewestFirst) {
+  int64_t l1 = MakeLayer("l1", "", "a", "A");
+  int64_t l2 = MakeLayer("l2", "l1", "b", "B");
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->Prepare("top", "l2", {}));
+  ASSERT_OK_AND_ASSIGN(auto again, sn_->Mounts("top"));
+  EXPECT_EQ(mounts, again);
+  ASSERT_EQ(mounts.size(), 1u);
+  int64_t top = l2 + 1;
+  EXPECT_EQ(mounts[0].type, "overlay");
+  EXPECT_EQ(mounts[0].source, "overlay");
+  EXPECT_THAT(mounts[0].options,
+              ElementsAre("workdir=" + Snap(top) + "/work", "upperdir=" + Snap(top) + "/fs",
+                          "lowerdir=" + Snap(l2) + "/fs:" + Snap(l1) + "/fs"));
+}
+
+TEST_F(OverlaySnapshotterTest, ViewOfAChainIsOverlayWithOnlyLowerdirs) {
+  int64_t l1 = MakeLayer("l1", "", "a", "A");
+  int64_t l2 = MakeLayer("l2", "l1", "b", "B");
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->View("v", "l2", {}));
+  EXPECT_THAT(mounts, ElementsAre(Mount{"overlay", "overlay", "",
+                                        {"lowerdir=" + Snap(l2) + "/fs:" + Snap(l1) + "/fs"}}));
+}
+
+TEST_F(OverlaySnapshotterTest, MountsOfACommittedSnapshotIsFailedPrecondition) {
+  MakeLayer("base", "", "a", "A");
+  EXPECT_THAT(sn_->Mounts("base"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("'base'")));
+}
+
+TEST_F(OverlaySnapshotterTest, FailedPrepareLeavesNoDirectoryBehind) {
+  EXPECT_THAT(sn_->Prepare("k", "missing", {}), StatusIs(absl::StatusCode::kNotFound, HasSubstr("'missing'")));
+  EXPECT_TRUE(fs::is_empty(dir_.path() / "snapshots"));
+}
+
+TEST_F(OverlaySnapshotterTest, RemoveIsLogicalAndCleanupReclaimsTheDirectory) {
+  ASSERT_OK(sn_->Prepare("keep", "", {}));
+  ASSERT_OK(sn_->Prepare("gone", "", {}));
+  fs::create_directory(dir_.path() / "snapshots" / "new-stale");
+  ASSERT_OK(sn_->Remove("gone"));
+  EXPECT_TRUE(fs::exists(Snap(2)));
+  ASSERT_OK(sn_->Cleanup());
+  EXPECT_FALSE(fs::exists(Snap(2)));
+  EXPECT_FALSE(fs::exists(dir_.path() / "snapshots" / "new-stale"));
+  EXPECT_TRUE(fs::exists(Snap(1) + "/fs"));
+}
+
+TEST_F(OverlaySnapshotterTest, UsageOfActiveIsMeasuredAndOfCommittedIsRecorded) {
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->Prepare("k", "", {}));
+  std::string fsdir = mounts[0].source;
+  std::ofstream(fs::path(fsdir) / "f") << std::string(10000, 'x');
+  fs::create_directory(fs::path(fsdir) / "d");
+  fs::create_hard_link(fs::path(fsdir) / "f", fs::path(fsdir) / "d" / "link");
+  ASSERT_OK_AND_ASSIGN(Usage active, sn_->GetUsage("k"));
+  ASSERT_OK_AND_ASSIGN(Usage direct, DiskUsage(fsdir));
+  EXPECT_EQ(active.inodes, 3);  // fs root, d, and f counted once despite the hard link
+  EXPECT_GE(active.size, 10000);
+  EXPECT_EQ(active.size, direct.size);
+  ASSERT_OK(sn_->Commit("c", "k", {}));
+  std::ofstream(fs::path(fsdir) / "after-commit") << "y";
+  ASSERT_OK_AND_ASSIGN(Usage committed, sn_->GetUsage("c"));
+  EXPECT_EQ(committed.inodes, 3);
+  EXPECT_EQ(committed.size, active.size);
+}
+
+TEST_F(OverlaySnapshotterTest, SnapshotsSurviveReopeningTheRoot) {
+  int64_t base = MakeLayer("base", "", "a", "A");
+  ASSERT_OK(sn_->Prepare("top", "base", {}));
+  sn_.reset();
+  ASSERT_OK_AND_ASSIGN(sn_, OverlaySnapshotter::Open(dir_.path()));
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->Mounts("top"));
+  EXPECT_EQ(mounts[0].options.back(), "lowerdir=" + Snap(base) + "/fs");
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter
