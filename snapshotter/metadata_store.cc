@@ -139,8 +139,7 @@ absl::StatusOr<Labels> LabelsFromJson(const std::string& key, const std::string&
 
 int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
 
-constexpr char kSelectInfo[] =
-    "SELECT key, parent, kind, labels, created, updated FROM snapshots";
+constexpr char kSelectInfo[] = "SELECT key, parent, kind, labels, created, updated FROM snapshots";
 
 absl::StatusOr<SnapshotInfo> ReadInfo(Stmt& s) {
   SnapshotInfo info;
@@ -292,8 +291,8 @@ MetadataStore::~MetadataStore() {
 absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(
     const std::filesystem::path& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                      nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return absl::InternalError(absl::StrCat("metadata: open ", path.string(), ": ", msg));
@@ -347,8 +346,8 @@ absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
           absl::StrCat("snapshot '", key, "': parent '", parent, "' does not exist"));
     }
     if (s.Text(0) != "committed") {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "snapshot '", key, "': parent '", parent, "' is not a committed snapshot"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("snapshot '", key, "': parent '", parent, "' is not a committed snapshot"));
     }
   }
   {
@@ -397,8 +396,8 @@ absl::StatusOr<SnapshotInfo> MetadataStore::UpdateInfo(const SnapshotInfo& info,
         current.labels[k] = it->second;
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("snapshot '", info.name,
-                                                     "': cannot update field path '", path, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("snapshot '", info.name, "': cannot update field path '", path, "'"));
     }
   }
   current.updated = absl::FromUnixNanos(NowNanos());
@@ -413,9 +412,8 @@ absl::StatusOr<SnapshotInfo> MetadataStore::UpdateInfo(const SnapshotInfo& info,
   return current;
 }
 
-absl::StatusOr<int64_t> MetadataStore::CommitActive(const std::string& key,
-                                                    const std::string& name, const Usage& usage,
-                                                    const Labels& labels) {
+absl::StatusOr<int64_t> MetadataStore::CommitActive(const std::string& key, const std::string& name,
+                                                    const Usage& usage, const Labels& labels) {
   if (name.empty()) return absl::InvalidArgumentError("committed snapshot name must not be empty");
   absl::MutexLock lock(&mu_);
   Txn txn(db_);

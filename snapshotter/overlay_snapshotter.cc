@@ -43,7 +43,8 @@ absl::StatusOr<Usage> DiskUsage(const fs::path& dir) {
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     RETURN_IF_ERROR(account(it->path()));
   }
-  if (ec) return absl::InternalError(absl::StrCat("usage: walk ", dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("usage: walk ", dir.string(), ": ", ec.message()));
   return usage;
 }
 
@@ -216,7 +217,8 @@ absl::Status OverlaySnapshotter::Cleanup() {
   }
   for (const fs::path& p : orphans) {
     fs::remove_all(p, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cleanup: remove ", p.string(), ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(absl::StrCat("cleanup: remove ", p.string(), ": ", ec.message()));
   }
   return absl::OkStatus();
 }

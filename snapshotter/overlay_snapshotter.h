@@ -38,7 +38,8 @@ struct Mount {
 class OverlaySnapshotter {
  public:
   // Creates <root>/snapshots and opens <root>/metadata.db.
-  static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(const std::filesystem::path& root);
+  static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(
+      const std::filesystem::path& root);
 
   // Creates an active (writable) snapshot `key` on top of committed `parent` (may be empty)
   // and returns its mounts. Errors as MetadataStore::CreateSnapshot.

@@ -56,8 +56,7 @@ grpc::Status SnapshotsService::Prepare(Ctx*, const v1::PrepareSnapshotRequest* r
 
 grpc::Status SnapshotsService::View(Ctx*, const v1::ViewSnapshotRequest* req,
                                     v1::ViewSnapshotResponse* resp) {
-  return FillMounts(snapshotter_->View(req->key(), req->parent(), FromProto(req->labels())),
-                    resp);
+  return FillMounts(snapshotter_->View(req->key(), req->parent(), FromProto(req->labels())), resp);
 }
 
 grpc::Status SnapshotsService::Mounts(Ctx*, const v1::MountsRequest* req,

@@ -276,9 +276,9 @@ absl::StatusOr<SafetensorsFile> ParseHeader(std::string_view header, uint64_t fi
   // is still disabled), so we do too; anything else must be the object itself.
   size_t first = header.find_first_not_of(" \t\n\r");
   if (first == std::string_view::npos || header[first] != '{') {
-    return Invalid(name, absl::StrCat("safetensors header must start with '{' (byte ",
-                                      8 + (first == std::string_view::npos ? 0 : first),
-                                      " of the file)"));
+    return Invalid(
+        name, absl::StrCat("safetensors header must start with '{' (byte ",
+                           8 + (first == std::string_view::npos ? 0 : first), " of the file)"));
   }
   auto parsed = ParseStrictJson(header, "safetensors header");
   if (!parsed.ok()) return Invalid(name, std::string(parsed.status().message()));

@@ -38,8 +38,8 @@ class FileRangeReader final : public RangeReader {
       ssize_t n = pread(fd_, out.data() + done, length - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return absl::InternalError(absl::StrCat(path_, ": read at byte ", offset + done, ": ",
-                                                strerror(errno)));
+        return absl::InternalError(
+            absl::StrCat(path_, ": read at byte ", offset + done, ": ", strerror(errno)));
       }
       if (n == 0) return OutOfRange(path_, offset, length, offset + done);
       done += static_cast<uint64_t>(n);

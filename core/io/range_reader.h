@@ -44,9 +44,9 @@ std::unique_ptr<RangeReader> MakeMemoryRangeReader(std::string name, std::string
 struct HttpReaderOptions {
   long connect_timeout_ms = 10'000;
   long request_timeout_ms = 60'000;
-  bool verify_tls = true;          // only false for a host explicitly configured as insecure
+  bool verify_tls = true;  // only false for a host explicitly configured as insecure
   std::string user_agent = "modelfs/0.1";
-  std::string bearer_token;        // optional "Authorization: Bearer" value; never logged
+  std::string bearer_token;  // optional "Authorization: Bearer" value; never logged
 };
 
 // Reads an http(s) URL with Range requests through libcurl (implemented in http_range_reader.cc).
@@ -54,8 +54,8 @@ absl::StatusOr<std::unique_ptr<RangeReader>> OpenHttpRangeReader(const std::stri
                                                                  const HttpReaderOptions& options);
 
 // A path or URL: "http://" and "https://" go to OpenHttpRangeReader, anything else is a file.
-absl::StatusOr<std::unique_ptr<RangeReader>> OpenRangeReader(
-    const std::string& path_or_url, const HttpReaderOptions& options = {});
+absl::StatusOr<std::unique_ptr<RangeReader>> OpenRangeReader(const std::string& path_or_url,
+                                                             const HttpReaderOptions& options = {});
 
 bool IsHttpUrl(const std::string& s);
 

@@ -33,9 +33,8 @@ absl::StatusOr<Digest> Digest::Parse(std::string_view s) {
 
 Digest Digest::FromRaw(const std::array<uint8_t, 32>& raw) {
   Digest d;
-  d.str_ = absl::StrCat(
-      "sha256:", absl::BytesToHexString(std::string(reinterpret_cast<const char*>(raw.data()),
-                                                         raw.size())));
+  d.str_ = absl::StrCat("sha256:", absl::BytesToHexString(std::string(
+                                       reinterpret_cast<const char*>(raw.data()), raw.size())));
   return d;
 }
 

@@ -24,7 +24,7 @@ class Digest {
   // SHA-256 of bytes.
   static Digest Of(std::string_view bytes);
 
-  const std::string& str() const { return str_; }     // "sha256:abc..."
+  const std::string& str() const { return str_; }  // "sha256:abc..."
   std::string_view hex() const { return std::string_view(str_).substr(7); }
   std::string_view short_hex() const { return hex().substr(0, 12); }
   bool empty() const { return str_.empty(); }

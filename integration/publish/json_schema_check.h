@@ -2,9 +2,9 @@
 // is packaged for this project). It knows the keywords those schemas use: type, required,
 // properties, additionalProperties (bool or schema), patternProperties, items, minItems,
 // maxItems, enum, const, minLength, pattern (ECMAScript regex via std::regex), minimum,
-// maximum and local $ref ("#/$defs/Name"). Keywords that only annotate ($schema, $id, title, description,
-// format, $comment, examples) are ignored; any other keyword is reported as unsupported, so a
-// schema can never silently check less than it says.
+// maximum and local $ref ("#/$defs/Name"). Keywords that only annotate ($schema, $id, title,
+// description, format, $comment, examples) are ignored; any other keyword is reported as
+// unsupported, so a schema can never silently check less than it says.
 //
 // Thread safety: pure functions.
 #pragma once

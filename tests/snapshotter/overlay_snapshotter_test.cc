@@ -96,8 +96,9 @@ TEST_F(OverlaySnapshotterTest, ViewOfAChainIsOverlayWithOnlyLowerdirs) {
   int64_t l1 = MakeLayer("l1", "", "a", "A");
   int64_t l2 = MakeLayer("l2", "l1", "b", "B");
   ASSERT_OK_AND_ASSIGN(auto mounts, sn_->View("v", "l2", {}));
-  EXPECT_THAT(mounts, ElementsAre(Mount{"overlay", "overlay", "",
-                                        {"lowerdir=" + Snap(l2) + "/fs:" + Snap(l1) + "/fs"}}));
+  EXPECT_THAT(mounts,
+              ElementsAre(Mount{
+                  "overlay", "overlay", "", {"lowerdir=" + Snap(l2) + "/fs:" + Snap(l1) + "/fs"}}));
 }
 
 TEST_F(OverlaySnapshotterTest, MountsOfACommittedSnapshotIsFailedPrecondition) {
@@ -107,7 +108,8 @@ TEST_F(OverlaySnapshotterTest, MountsOfACommittedSnapshotIsFailedPrecondition) {
 }
 
 TEST_F(OverlaySnapshotterTest, FailedPrepareLeavesNoDirectoryBehind) {
-  EXPECT_THAT(sn_->Prepare("k", "missing", {}), StatusIs(absl::StatusCode::kNotFound, HasSubstr("'missing'")));
+  EXPECT_THAT(sn_->Prepare("k", "missing", {}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'missing'")));
   EXPECT_TRUE(fs::is_empty(dir_.path() / "snapshots"));
 }
 

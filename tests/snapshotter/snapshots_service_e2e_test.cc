@@ -1,1 +1,428 @@
+// containerd snapshotter testsuite behaviours (snapshots/testsuite), run against the
+// Snapshots gRPC service over a real channel on a unix socket. The mount tests mount the
+// returned overlays for real when running as root.
+#include "snapshotter/snapshots_service.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_join.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = containerd::services::snapshots::v1;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Mounts containerd mounts at a target and unmounts them when destroyed.
+class ScopedMount {
+ public:
+  ScopedMount(const std::vector<containerd::types::Mount>& mounts, const fs::path& target)
+      : target_(target) {
+    fs::create_directories(target);
+    if (mounts.size() != 1) {
+      error_ = "expected one mount";
+      return;
+    }
+    const containerd::types::Mount& m = mounts[0];
+    std::vector<std::string> opts(m.options().begin(), m.options().end());
+    bool ro = std::find(opts.begin(), opts.end(), "ro") != opts.end();
+    int rc;
+    if (m.type() == "bind") {
+      rc = ::mount(m.source().c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr);
+      if (rc == 0 && ro) {
+        mounted_ = true;
+        rc = ::mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr);
+      }
+    } else {
+      std::string data = absl::StrJoin(opts, ",");
+      rc = ::mount(m.source().c_str(), target.c_str(), m.type().c_str(), 0, data.c_str());
+    }
+    if (rc != 0) {
+      error_ = std::string("mount ") + m.type() + ": " + std::strerror(errno);
+    } else {
+      mounted_ = true;
+    }
+  }
+  ~ScopedMount() {
+    if (mounted_) ::umount2(target_.c_str(), MNT_DETACH);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  fs::path target_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+class SnapshotsServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer(/*list_batch=*/100); }
+
+  void StartServer(int list_batch) {
+    auto sn = OverlaySnapshotter::Open(dir_.Join("root"));
+    ASSERT_OK(sn);
+    snapshotter_ = std::move(sn).value();
+    service_ = std::make_unique<SnapshotsService>(snapshotter_.get(), list_batch);
+    std::string address = "unix:" + dir_.Join("snapshotter.sock").string();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr) << "cannot listen on " << address;
+    stub_ =
+        v1::Snapshots::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  grpc::Status Prepare(const std::string& key, const std::string& parent,
+                       std::vector<containerd::types::Mount>* mounts = nullptr,
+                       std::map<std::string, std::string> labels = {}) {
+    grpc::ClientContext ctx;
+    v1::PrepareSnapshotRequest req;
+    req.set_snapshotter("modelfs");
+    req.set_key(key);
+    req.set_parent(parent);
+    req.mutable_labels()->insert(labels.begin(), labels.end());
+    v1::PrepareSnapshotResponse resp;
+    grpc::Status st = stub_->Prepare(&ctx, req, &resp);
+    if (mounts) mounts->assign(resp.mounts().begin(), resp.mounts().end());
+    return st;
+  }
+
+  grpc::Status View(const std::string& key, const std::string& parent,
+                    std::vector<containerd::types::Mount>* mounts = nullptr) {
+    grpc::ClientContext ctx;
+    v1::ViewSnapshotRequest req;
+    req.set_key(key);
+    req.set_parent(parent);
+    v1::ViewSnapshotResponse resp;
+    grpc::Status st = stub_->View(&ctx, req, &resp);
+    if (mounts) mounts->assign(resp.mounts().begin(), resp.mounts().end());
+    return st;
+  }
+
+  grpc::Status Commit(const std::string& name, const std::string& key,
+                      std::map<std::string, std::string> labels = {}) {
+    grpc::ClientContext ctx;
+    v1::CommitSnapshotRequest req;
+    req.set_name(name);
+    req.set_key(key);
+    req.mutable_labels()->insert(labels.begin(), labels.end());
+    google::protobuf::Empty resp;
+    return stub_->Commit(&ctx, req, &resp);
+  }
+
+  grpc::Status Remove(const std::string& key) {
+    grpc::ClientContext ctx;
+    v1::RemoveSnapshotRequest req;
+    req.set_key(key);
+    google::protobuf::Empty resp;
+    return stub_->Remove(&ctx, req, &resp);
+  }
+
+  grpc::Status Stat(const std::string& key, v1::Info* info) {
+    grpc::ClientContext ctx;
+    v1::StatSnapshotRequest req;
+    req.set_key(key);
+    v1::StatSnapshotResponse resp;
+    grpc::Status st = stub_->Stat(&ctx, req, &resp);
+    *info = resp.info();
+    return st;
+  }
+
+  // Returns the names listed and the number of stream messages they came in.
+  std::pair<std::vector<std::string>, int> List(const std::vector<std::string>& filters) {
+    grpc::ClientContext ctx;
+    v1::ListSnapshotsRequest req;
+    for (const std::string& f : filters) req.add_filters(f);
+    auto reader = stub_->List(&ctx, req);
+    v1::ListSnapshotsResponse resp;
+    std::vector<std::string> names;
+    int messages = 0;
+    while (reader->Read(&resp)) {
+      messages++;
+      for (const v1::Info& info : resp.info()) names.push_back(info.name());
+    }
+    grpc::Status st = reader->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return {names, messages};
+  }
+
+  // Prepares `name`-active on parent, lets `fill` write into its mounted (or bind source)
+  // directory, and commits it as `name`.
+  void CommitLayer(const std::string& name, const std::string& parent,
+                   const std::function<void(const fs::path&)>& fill) {
+    std::vector<containerd::types::Mount> mounts;
+    ASSERT_TRUE(Prepare(name + "-active", parent, &mounts).ok());
+    fs::path target = dir_.Join("mnt-" + name);
+    {
+      ScopedMount m(mounts, target);
+      ASSERT_EQ(m.error(), "");
+      fill(target);
+    }
+    ASSERT_TRUE(Commit(name, name + "-active").ok());
+  }
+
+  bool CanMount() { return ::geteuid() == 0; }
+
+  modelfs::testing::TempDir dir_;
+  std::unique_ptr<OverlaySnapshotter> snapshotter_;
+  std::unique_ptr<SnapshotsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Snapshots::Stub> stub_;
+};
+
+TEST_F(SnapshotsServiceTest, PrepareReturnsARwBindMountForABaseSnapshot) {
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(Prepare("base", "", &mounts).ok());
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0].type(), "bind");
+  EXPECT_EQ(mounts[0].source(), dir_.Join("root").string() + "/snapshots/1/fs");
+  EXPECT_THAT(mounts[0].options(), ElementsAre("rw", "rbind"));
+}
+
+TEST_F(SnapshotsServiceTest, StatOfAnActiveSnapshotReportsItsParentKindAndLabels) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("base", "k1").ok());
+  ASSERT_TRUE(Prepare("child", "base", nullptr, {{"containerd.io/gc.root", "x"}}).ok());
+  v1::Info info;
+  ASSERT_TRUE(Stat("child", &info).ok());
+  EXPECT_EQ(info.name(), "child");
+  EXPECT_EQ(info.parent(), "base");
+  EXPECT_EQ(info.kind(), v1::ACTIVE);
+  EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("containerd.io/gc.root", "x")));
+  EXPECT_GT(info.created_at().seconds(), 1700000000);
+}
+
+TEST_F(SnapshotsServiceTest, StatOfACommittedSnapshotReportsCommittedWithCommitLabels) {
+  ASSERT_TRUE(Prepare("k1", "", nullptr, {{"prepare", "1"}}).ok());
+  ASSERT_TRUE(Commit("base", "k1", {{"commit", "2"}}).ok());
+  v1::Info info;
+  ASSERT_TRUE(Stat("base", &info).ok());
+  EXPECT_EQ(info.kind(), v1::COMMITTED);
+  EXPECT_EQ(info.parent(), "");
+  EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("commit", "2")));
+  EXPECT_EQ(Stat("k1", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SnapshotsServiceTest, PrepareOfAKeyUsedByAViewIsAlreadyExists) {
+  ASSERT_TRUE(View("k", "").ok());
+  grpc::Status st = Prepare("k", "");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(st.error_message(), HasSubstr("'k'"));
+}
+
+TEST_F(SnapshotsServiceTest, PrepareOnAMissingParentIsNotFound) {
+  EXPECT_EQ(Prepare("k", "nope").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SnapshotsServiceTest, PrepareOnAnActiveParentIsFailedPrecondition) {
+  ASSERT_TRUE(Prepare("p", "").ok());
+  EXPECT_EQ(Prepare("k", "p").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(SnapshotsServiceTest, CommitOfAViewIsFailedPrecondition) {
+  ASSERT_TRUE(View("v", "").ok());
+  EXPECT_EQ(Commit("c", "v").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(SnapshotsServiceTest, CommitOfAMissingKeyIsNotFound) {
+  EXPECT_EQ(Commit("c", "missing").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SnapshotsServiceTest, CommitToAnExistingNameIsAlreadyExists) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("c", "k1").ok());
+  ASSERT_TRUE(Prepare("k2", "").ok());
+  EXPECT_EQ(Commit("c", "k2").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+}
+
+TEST_F(SnapshotsServiceTest, RemoveOfAParentIsFailedPreconditionUntilItsChildIsRemoved) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("base", "k1").ok());
+  ASSERT_TRUE(Prepare("child", "base").ok());
+  EXPECT_EQ(Remove("base").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(Remove("child").ok());
+  EXPECT_TRUE(Remove("base").ok());
+  EXPECT_EQ(Remove("base").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SnapshotsServiceTest, MountsOfAViewOnTwoLayersIsAnOverlayOfBothLowerdirs) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("l1", "k1").ok());
+  ASSERT_TRUE(Prepare("k2", "l1").ok());
+  ASSERT_TRUE(Commit("l2", "k2").ok());
+  ASSERT_TRUE(View("v", "l2").ok());
+  grpc::ClientContext ctx;
+  v1::MountsRequest req;
+  req.set_key("v");
+  v1::MountsResponse resp;
+  ASSERT_TRUE(stub_->Mounts(&ctx, req, &resp).ok());
+  std::string snaps = dir_.Join("root").string() + "/snapshots/";
+  ASSERT_EQ(resp.mounts_size(), 1);
+  EXPECT_EQ(resp.mounts(0).type(), "overlay");
+  EXPECT_THAT(resp.mounts(0).options(),
+              ElementsAre("lowerdir=" + snaps + "2/fs:" + snaps + "1/fs"));
+}
+
+TEST_F(SnapshotsServiceTest, UpdateWithALabelMaskChangesOnlyThatLabel) {
+  ASSERT_TRUE(Prepare("k", "", nullptr, {{"a", "1"}, {"b", "2"}}).ok());
+  grpc::ClientContext ctx;
+  v1::UpdateSnapshotRequest req;
+  req.mutable_info()->set_name("k");
+  (*req.mutable_info()->mutable_labels())["a"] = "10";
+  (*req.mutable_info()->mutable_labels())["b"] = "ignored";
+  req.mutable_update_mask()->add_paths("labels.a");
+  v1::UpdateSnapshotResponse resp;
+  ASSERT_TRUE(stub_->Update(&ctx, req, &resp).ok());
+  EXPECT_THAT(resp.info().labels(), UnorderedElementsAre(Pair("a", "10"), Pair("b", "2")));
+  v1::Info info;
+  ASSERT_TRUE(Stat("k", &info).ok());
+  EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("a", "10"), Pair("b", "2")));
+}
+
+TEST_F(SnapshotsServiceTest, UpdateOfAMissingSnapshotIsNotFound) {
+  grpc::ClientContext ctx;
+  v1::UpdateSnapshotRequest req;
+  req.mutable_info()->set_name("missing");
+  v1::UpdateSnapshotResponse resp;
+  EXPECT_EQ(stub_->Update(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(SnapshotsServiceTest, ListStreamsEverySnapshotInBatches) {
+  server_->Shutdown();
+  server_.reset();
+  snapshotter_.reset();
+  StartServer(/*list_batch=*/2);
+  for (const char* key : {"a", "b", "c", "d", "e"}) ASSERT_TRUE(Prepare(key, "").ok());
+  auto [names, messages] = List({});
+  EXPECT_THAT(names, ElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_EQ(messages, 3);
+}
+
+TEST_F(SnapshotsServiceTest, ListWithFiltersReturnsOnlyMatchingSnapshots) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("base", "k1").ok());
+  ASSERT_TRUE(Prepare("a", "base", nullptr, {{"team", "ml"}}).ok());
+  ASSERT_TRUE(View("v", "base").ok());
+  EXPECT_THAT(List({"kind==view", "labels.team==ml"}).first, ElementsAre("a", "v"));
+  EXPECT_THAT(List({"kind==committed"}).first, ElementsAre("base"));
+}
+
+TEST_F(SnapshotsServiceTest, ListWithABadFilterIsInvalidArgument) {
+  grpc::ClientContext ctx;
+  v1::ListSnapshotsRequest req;
+  req.add_filters("bogus==1");
+  auto reader = stub_->List(&ctx, req);
+  v1::ListSnapshotsResponse resp;
+  while (reader->Read(&resp)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(SnapshotsServiceTest, UsageCountsTheFilesOfAnActiveSnapshot) {
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(Prepare("k", "", &mounts).ok());
+  std::ofstream(fs::path(mounts[0].source()) / "f") << std::string(8192, 'x');
+  grpc::ClientContext ctx;
+  v1::UsageRequest req;
+  req.set_key("k");
+  v1::UsageResponse resp;
+  ASSERT_TRUE(stub_->Usage(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.inodes(), 2);
+  EXPECT_GE(resp.size(), 8192);
+}
+
+TEST_F(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(Prepare("k", "", &mounts).ok());
+  fs::path snap_dir = fs::path(mounts[0].source()).parent_path();
+  ASSERT_TRUE(Remove("k").ok());
+  EXPECT_TRUE(fs::exists(snap_dir));
+  grpc::ClientContext ctx;
+  v1::CleanupRequest req;
+  google::protobuf::Empty resp;
+  ASSERT_TRUE(stub_->Cleanup(&ctx, req, &resp).ok());
+  EXPECT_FALSE(fs::exists(snap_dir));
+}
+
+TEST_F(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) {
+    std::ofstream(root / "a.txt") << "A";
+    std::ofstream(root / "c.txt") << "C";
+  });
+  CommitLayer("l2", "l1", [](const fs::path& root) {
+    EXPECT_EQ(ReadFile(root / "c.txt"), "C");  // the lower layer shows through
+    std::ofstream(root / "a.txt", std::ios::trunc) << "A2";
+    std::ofstream(root / "b.txt") << "B";
+    fs::remove(root / "c.txt");
+  });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l2", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  EXPECT_EQ(ReadFile(target / "a.txt"), "A2");
+  EXPECT_EQ(ReadFile(target / "b.txt"), "B");
+  EXPECT_FALSE(fs::exists(target / "c.txt"));
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(target)) names.insert(e.path().filename().string());
+  EXPECT_THAT(names, ElementsAre("a.txt", "b.txt"));
+}
+
+TEST_F(SnapshotsServiceTest, AMountedViewIsReadOnly) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l1", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  EXPECT_EQ(ReadFile(target / "a.txt"), "A");
+  std::ofstream out(target / "new.txt");
+  EXPECT_FALSE(out.is_open());
+}
+
+TEST_F(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
+  CommitLayer("l2", "l1", [](const fs::path& root) {
+    std::ofstream(root / "a.txt", std::ios::trunc) << "changed";
+  });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l1", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  EXPECT_EQ(ReadFile(target / "a.txt"), "A");
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter

@@ -39,7 +39,7 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
 #define EXPECT_OK(expr) EXPECT_THAT((expr), ::modelfs::testing::IsOk())
 #define ASSERT_OK_AND_ASSIGN(lhs, expr) \
   ASSERT_OK_AND_ASSIGN_IMPL(MODELFS_TESTING_CONCAT(statusor_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, expr)          \
-  auto tmp = (expr);                                       \
+#define ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, expr)        \
+  auto tmp = (expr);                                     \
   ASSERT_TRUE(tmp.ok()) << "status is " << tmp.status(); \
   lhs = std::move(tmp).value()
