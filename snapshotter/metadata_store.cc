@@ -137,6 +137,20 @@ absl::StatusOr<Labels> LabelsFromJson(const std::string& key, const std::string&
   return labels;
 }
 
+// containerd's labels.Validate: a key plus its value may not exceed 4096 bytes.
+constexpr size_t kMaxLabelSize = 4096;
+
+absl::Status ValidateLabels(const std::string& key, const Labels& labels) {
+  for (const auto& [k, v] : labels) {
+    if (k.size() + v.size() > kMaxLabelSize) {
+      return absl::InvalidArgumentError(absl::StrCat("snapshot '", key, "': label '",
+                                                     k.substr(0, 64), "' is longer than ",
+                                                     kMaxLabelSize, " bytes with its value"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
 
 constexpr char kSelectInfo[] = "SELECT key, parent, kind, labels, created, updated FROM snapshots";
@@ -320,12 +334,14 @@ absl::Status MetadataStore::Exec(const char* sql) {
 absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
                                                              const std::string& key,
                                                              const std::string& parent,
-                                                             const Labels& labels) {
+                                                             const Labels& labels,
+                                                             const BeforeCommit& before_commit) {
   if (key.empty()) return absl::InvalidArgumentError("snapshot key must not be empty");
   if (kind != SnapshotKind::kActive && kind != SnapshotKind::kView) {
     return absl::InvalidArgumentError(
         absl::StrCat("snapshot '", key, "': cannot create a ", KindName(kind), " snapshot"));
   }
+  RETURN_IF_ERROR(ValidateLabels(key, labels));
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
   RETURN_IF_ERROR(txn.Begin());
@@ -361,6 +377,7 @@ absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
     RETURN_IF_ERROR(s.Step().status());
   }
   ASSIGN_OR_RETURN(SnapshotRecord rec, QueryRecord(db_, key));
+  if (before_commit) RETURN_IF_ERROR(before_commit(rec));
   RETURN_IF_ERROR(txn.Commit());
   return rec;
 }
@@ -400,6 +417,7 @@ absl::StatusOr<SnapshotInfo> MetadataStore::UpdateInfo(const SnapshotInfo& info,
           absl::StrCat("snapshot '", info.name, "': cannot update field path '", path, "'"));
     }
   }
+  RETURN_IF_ERROR(ValidateLabels(info.name, current.labels));
   current.updated = absl::FromUnixNanos(NowNanos());
   {
     Stmt s(db_, "UPDATE snapshots SET labels = ?1, updated = ?2 WHERE key = ?3");
@@ -415,6 +433,7 @@ absl::StatusOr<SnapshotInfo> MetadataStore::UpdateInfo(const SnapshotInfo& info,
 absl::StatusOr<int64_t> MetadataStore::CommitActive(const std::string& key, const std::string& name,
                                                     const Usage& usage, const Labels& labels) {
   if (name.empty()) return absl::InvalidArgumentError("committed snapshot name must not be empty");
+  RETURN_IF_ERROR(ValidateLabels(name, labels));
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
   RETURN_IF_ERROR(txn.Begin());

@@ -60,11 +60,18 @@ class MetadataStore {
   MetadataStore(const MetadataStore&) = delete;
   MetadataStore& operator=(const MetadataStore&) = delete;
 
-  // Records a new view or active snapshot. kInvalidArgument for an empty key or a committed
-  // kind, kAlreadyExists if `key` is taken, kNotFound if `parent` is missing,
-  // kFailedPrecondition if `parent` is not committed.
+  // Runs inside CreateSnapshot's transaction, after the record exists and before it commits;
+  // an error rolls the record back. The snapshotter renames the staged directory here, so a
+  // crash leaves at worst an unreferenced directory (which Cleanup removes), never a record
+  // without its directory. It runs under the store's lock: it must not call the store.
+  using BeforeCommit = std::function<absl::Status(const SnapshotRecord&)>;
+
+  // Records a new view or active snapshot. kInvalidArgument for an empty key, a committed
+  // kind or an oversized label, kAlreadyExists if `key` is taken, kNotFound if `parent` is
+  // missing, kFailedPrecondition if `parent` is not committed.
   absl::StatusOr<SnapshotRecord> CreateSnapshot(SnapshotKind kind, const std::string& key,
-                                                const std::string& parent, const Labels& labels);
+                                                const std::string& parent, const Labels& labels,
+                                                const BeforeCommit& before_commit = nullptr);
 
   // kNotFound if `key` is missing.
   absl::StatusOr<SnapshotInfo> GetInfo(const std::string& key);

@@ -48,10 +48,22 @@ absl::StatusOr<Usage> DiskUsage(const fs::path& dir) {
   return usage;
 }
 
-OverlaySnapshotter::OverlaySnapshotter(fs::path root, std::unique_ptr<MetadataStore> store)
-    : root_(std::move(root)), snapshots_dir_(root_ / "snapshots"), store_(std::move(store)) {}
+OverlayOptions DetectOverlayOptions() {
+  std::error_code ec;
+  OverlayOptions options;
+  options.index_off = fs::exists("/sys/module/overlay/parameters/index", ec);
+  return options;
+}
 
-absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(const fs::path& root) {
+OverlaySnapshotter::OverlaySnapshotter(fs::path root, OverlayOptions options,
+                                       std::unique_ptr<MetadataStore> store)
+    : root_(std::move(root)),
+      snapshots_dir_(root_ / "snapshots"),
+      options_(options),
+      store_(std::move(store)) {}
+
+absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(
+    const fs::path& root, OverlayOptions options) {
   std::error_code ec;
   fs::create_directories(root / "snapshots", ec);
   if (ec) {
@@ -62,7 +74,8 @@ absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(con
   ::chmod(root.c_str(), 0700);
   ::chmod((root / "snapshots").c_str(), 0700);
   ASSIGN_OR_RETURN(auto store, MetadataStore::Open(root / "metadata.db"));
-  return std::unique_ptr<OverlaySnapshotter>(new OverlaySnapshotter(root, std::move(store)));
+  return std::unique_ptr<OverlaySnapshotter>(
+      new OverlaySnapshotter(root, options, std::move(store)));
 }
 
 fs::path OverlaySnapshotter::UpperPath(int64_t id) const {
@@ -81,6 +94,7 @@ std::vector<Mount> OverlaySnapshotter::MountsFor(const SnapshotRecord& rec) cons
                   {rec.kind == SnapshotKind::kView ? "ro" : "rw", "rbind"}}};
   }
   std::vector<std::string> options;
+  if (options_.index_off) options.push_back("index=off");
   if (rec.kind == SnapshotKind::kActive) {
     options.push_back("workdir=" + WorkPath(rec.id).string());
     options.push_back("upperdir=" + UpperPath(rec.id).string());
@@ -106,7 +120,9 @@ absl::StatusOr<std::vector<Mount>> OverlaySnapshotter::CreateSnapshot(SnapshotKi
     std::error_code ec;
     fs::remove_all(staging, ec);
   };
-  if (::mkdir((staging / "fs").c_str(), 0755) != 0) {
+  // chmod as well: the umask must not change the root directory containers see (0755).
+  if (::mkdir((staging / "fs").c_str(), 0755) != 0 ||
+      ::chmod((staging / "fs").c_str(), 0755) != 0) {
     int err = errno;
     cleanup_staging();
     return ErrnoStatus("snapshotter: mkdir", staging / "fs", err);
@@ -116,30 +132,34 @@ absl::StatusOr<std::vector<Mount>> OverlaySnapshotter::CreateSnapshot(SnapshotKi
     cleanup_staging();
     return ErrnoStatus("snapshotter: mkdir", staging / "work", err);
   }
-  absl::StatusOr<SnapshotRecord> rec = store_->CreateSnapshot(kind, key, parent, labels);
-  if (!rec.ok()) {
-    cleanup_staging();
-    return rec.status();
-  }
-  if (!rec->parent_ids.empty()) {
-    // Like containerd: the new layer's root takes its owner from the parent's root so
-    // user-namespaced containers see a consistent tree.
-    struct stat st;
-    if (::stat(UpperPath(rec->parent_ids[0]).c_str(), &st) == 0) {
-      if (::lchown((staging / "fs").c_str(), st.st_uid, st.st_gid) != 0 && errno != EPERM) {
-        int err = errno;
-        cleanup_staging();
-        (void)store_->Remove(key);
-        return ErrnoStatus("snapshotter: lchown", staging / "fs", err);
+  fs::path final_dir;
+  auto move_into_place = [&](const SnapshotRecord& rec) -> absl::Status {
+    if (!rec.parent_ids.empty()) {
+      // Like containerd: the new layer's root takes its owner from the parent's root so
+      // user-namespaced containers see a consistent tree.
+      struct stat st;
+      if (::stat(UpperPath(rec.parent_ids[0]).c_str(), &st) == 0 &&
+          ::lchown((staging / "fs").c_str(), st.st_uid, st.st_gid) != 0 && errno != EPERM) {
+        return ErrnoStatus("snapshotter: lchown", staging / "fs", errno);
       }
     }
-  }
-  fs::path final_dir = snapshots_dir_ / std::to_string(rec->id);
-  if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
-    int err = errno;
+    fs::path target = snapshots_dir_ / std::to_string(rec.id);
+    if (::rename(staging.c_str(), target.c_str()) != 0) {
+      return ErrnoStatus("snapshotter: rename into", target, errno);
+    }
+    final_dir = target;
+    return absl::OkStatus();
+  };
+  absl::StatusOr<SnapshotRecord> rec =
+      store_->CreateSnapshot(kind, key, parent, labels, move_into_place);
+  if (!rec.ok()) {
+    // The record was rolled back: whichever directory holds the staged snapshot is unowned.
     cleanup_staging();
-    (void)store_->Remove(key);
-    return ErrnoStatus("snapshotter: rename into", final_dir, err);
+    if (!final_dir.empty()) {
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);
+    }
+    return rec.status();
   }
   return MountsFor(*rec);
 }

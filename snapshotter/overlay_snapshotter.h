@@ -35,11 +35,21 @@ struct Mount {
   bool operator==(const Mount&) const = default;
 };
 
+// Kernel-dependent overlay mount options, as containerd's overlay snapshotter chooses them.
+struct OverlayOptions {
+  // Prepend "index=off" to overlay mounts: with the inode index on, overlayfs ties an upper
+  // directory to the lower layers it was first mounted with and refuses reuse.
+  bool index_off = false;
+};
+
+// What containerd 1.6 does: index=off whenever the kernel has the overlay `index` parameter.
+OverlayOptions DetectOverlayOptions();
+
 class OverlaySnapshotter {
  public:
   // Creates <root>/snapshots and opens <root>/metadata.db.
-  static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(
-      const std::filesystem::path& root);
+  static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(const std::filesystem::path& root,
+                                                                  OverlayOptions options = {});
 
   // Creates an active (writable) snapshot `key` on top of committed `parent` (may be empty)
   // and returns its mounts. Errors as MetadataStore::CreateSnapshot.
@@ -70,7 +80,8 @@ class OverlaySnapshotter {
   std::filesystem::path WorkPath(int64_t id) const;
 
  private:
-  OverlaySnapshotter(std::filesystem::path root, std::unique_ptr<MetadataStore> store);
+  OverlaySnapshotter(std::filesystem::path root, OverlayOptions options,
+                     std::unique_ptr<MetadataStore> store);
   absl::StatusOr<std::vector<Mount>> CreateSnapshot(SnapshotKind kind, const std::string& key,
                                                     const std::string& parent,
                                                     const Labels& labels);
@@ -78,6 +89,7 @@ class OverlaySnapshotter {
 
   const std::filesystem::path root_;
   const std::filesystem::path snapshots_dir_;
+  const OverlayOptions options_;
   std::unique_ptr<MetadataStore> store_;
   // Serializes directory staging, commit measurement and Cleanup.
   absl::Mutex dirs_mu_;

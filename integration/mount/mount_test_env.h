@@ -19,15 +19,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "integration/harness/process_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::testing {
 
-struct CommandResult {
-  int exit_code = -1;  // exit status, or 128 + signal
-  std::string out;
-  std::string err;
-};
+using CommandResult = ProcessResult;
 
 // Runs argv (argv[0] looked up in PATH) with stdin from /dev/null, stdout and stderr captured.
 // Errors: kInternal (cannot start), kDeadlineExceeded (killed after `timeout`).

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/registry/registry_client.h"
-#include "integration/publish/process_runner.h"
+#include "integration/harness/process_runner.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::testing {

@@ -205,5 +205,34 @@ TEST_F(MetadataStoreTest, SnapshotsSurviveReopeningTheDatabase) {
   EXPECT_THAT(info.labels, ElementsAre(Pair("x", "y")));
 }
 
+TEST_F(MetadataStoreTest, ALabelLongerThan4096BytesIsInvalidArgument) {
+  Labels big = {{"k", std::string(4096, 'v')}};
+  EXPECT_THAT(store_->CreateSnapshot(SnapshotKind::kActive, "a", "", big),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label 'k'")));
+  ASSERT_OK(
+      store_->CreateSnapshot(SnapshotKind::kActive, "a", "", {{"k", std::string(4095, 'v')}}));
+  SnapshotInfo change;
+  change.name = "a";
+  change.labels = big;
+  EXPECT_THAT(store_->UpdateInfo(change, {"labels.k"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4096")));
+  EXPECT_THAT(store_->CommitActive("a", "c", {}, big),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'c'")));
+}
+
+TEST_F(MetadataStoreTest, AFailingBeforeCommitHookRollsTheSnapshotBack) {
+  int64_t seen_id = 0;
+  auto fail = [&](const SnapshotRecord& rec) {
+    seen_id = rec.id;
+    return absl::InternalError("rename failed");
+  };
+  EXPECT_THAT(store_->CreateSnapshot(SnapshotKind::kActive, "k", "", {}, fail),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("rename failed")));
+  EXPECT_EQ(seen_id, 1);
+  EXPECT_THAT(store_->GetInfo("k"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("'k'")));
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> ids, store_->Ids());
+  EXPECT_THAT(ids, IsEmpty());
+}
+
 }  // namespace
 }  // namespace modelfs::snapshotter

@@ -152,5 +152,56 @@ TEST_F(OverlaySnapshotterTest, SnapshotsSurviveReopeningTheRoot) {
   EXPECT_EQ(mounts[0].options.back(), "lowerdir=" + Snap(base) + "/fs");
 }
 
+TEST_F(OverlaySnapshotterTest, StatInsideWalkSeesTheWalkedSnapshot) {
+  MakeLayer("base", "", "a", "A");
+  ASSERT_OK(sn_->Prepare("k", "base", {}));
+  std::vector<std::string> parents;
+  ASSERT_OK(sn_->Walk({}, [&](const SnapshotInfo& info) -> absl::Status {
+    absl::StatusOr<SnapshotInfo> stat = sn_->Stat(info.name);
+    if (!stat.ok()) return stat.status();
+    parents.push_back(stat->parent);
+    return absl::OkStatus();
+  }));
+  EXPECT_THAT(parents, ElementsAre("", "base"));
+}
+
+TEST_F(OverlaySnapshotterTest, ARemovedKeyCanBePreparedAgainInANewDirectory) {
+  ASSERT_OK_AND_ASSIGN(auto first, sn_->Prepare("k", "", {}));
+  ASSERT_OK(sn_->Remove("k"));
+  ASSERT_OK_AND_ASSIGN(auto second, sn_->Prepare("k", "", {}));
+  EXPECT_EQ(first[0].source, Snap(1) + "/fs");
+  EXPECT_EQ(second[0].source, Snap(2) + "/fs");
+}
+
+TEST_F(OverlaySnapshotterTest, IndexOffComesFirstInOverlayOptionsWhenEnabled) {
+  int64_t l1 = MakeLayer("l1", "", "a", "A");
+  sn_.reset();
+  ASSERT_OK_AND_ASSIGN(sn_,
+                       OverlaySnapshotter::Open(dir_.path(), OverlayOptions{.index_off = true}));
+  ASSERT_OK_AND_ASSIGN(auto mounts, sn_->Prepare("top", "l1", {}));
+  int64_t top = l1 + 1;
+  EXPECT_THAT(mounts, ElementsAre(Mount{
+                          "overlay",
+                          "overlay",
+                          "",
+                          {"index=off", "workdir=" + Snap(top) + "/work",
+                           "upperdir=" + Snap(top) + "/fs", "lowerdir=" + Snap(l1) + "/fs"}}));
+  ASSERT_OK_AND_ASSIGN(auto base, sn_->Prepare("base", "", {}));
+  EXPECT_THAT(base[0].options, ElementsAre("rw", "rbind"));
+}
+
+TEST_F(OverlaySnapshotterTest, APrepareThatCannotRenameLeavesNoRecordAndNoDirectory) {
+  // A plain file where snapshot 1's directory would go makes rename(2) fail.
+  std::ofstream(dir_.path() / "snapshots" / "1") << "blocker";
+  EXPECT_THAT(sn_->Prepare("k", "", {}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("rename into")));
+  EXPECT_THAT(sn_->Stat("k"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("'k'")));
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir_.path() / "snapshots")) {
+    entries.push_back(e.path().filename().string());
+  }
+  EXPECT_THAT(entries, ElementsAre("1"));
+}
+
 }  // namespace
 }  // namespace modelfs::snapshotter

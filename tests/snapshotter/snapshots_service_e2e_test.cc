@@ -7,13 +7,16 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_join.h"
 #include "tests/testing/status_matchers.h"
@@ -82,7 +85,7 @@ class SnapshotsServiceTest : public ::testing::Test {
   void SetUp() override { StartServer(/*list_batch=*/100); }
 
   void StartServer(int list_batch) {
-    auto sn = OverlaySnapshotter::Open(dir_.Join("root"));
+    auto sn = OverlaySnapshotter::Open(dir_.Join("root"), DetectOverlayOptions());
     ASSERT_OK(sn);
     snapshotter_ = std::move(sn).value();
     service_ = std::make_unique<SnapshotsService>(snapshotter_.get(), list_batch);
@@ -287,8 +290,10 @@ TEST_F(SnapshotsServiceTest, MountsOfAViewOnTwoLayersIsAnOverlayOfBothLowerdirs)
   std::string snaps = dir_.Join("root").string() + "/snapshots/";
   ASSERT_EQ(resp.mounts_size(), 1);
   EXPECT_EQ(resp.mounts(0).type(), "overlay");
-  EXPECT_THAT(resp.mounts(0).options(),
-              ElementsAre("lowerdir=" + snaps + "2/fs:" + snaps + "1/fs"));
+  std::vector<std::string> expected;
+  if (DetectOverlayOptions().index_off) expected.push_back("index=off");
+  expected.push_back("lowerdir=" + snaps + "2/fs:" + snaps + "1/fs");
+  EXPECT_THAT(resp.mounts(0).options(), ::testing::ElementsAreArray(expected));
 }
 
 TEST_F(SnapshotsServiceTest, UpdateWithALabelMaskChangesOnlyThatLabel) {
@@ -422,6 +427,128 @@ TEST_F(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) 
   ScopedMount m(mounts, target);
   ASSERT_EQ(m.error(), "");
   EXPECT_EQ(ReadFile(target / "a.txt"), "A");
+}
+
+TEST_F(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(Prepare("k", "", &mounts).ok());
+  fs::path target = dir_.Join("mnt-k");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  struct stat st;
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
+TEST_F(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) {
+    fs::create_directory(root / "dir");
+    ASSERT_EQ(::chmod((root / "dir").c_str(), 0750), 0);
+    std::ofstream(root / "dir" / "f") << "F";
+    ASSERT_EQ(::chown((root / "dir" / "f").c_str(), 1000, 1001), 0);
+  });
+  CommitLayer("l2", "l1", [](const fs::path& root) { std::ofstream(root / "g") << "G"; });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l2", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  struct stat st;
+  ASSERT_EQ(::stat((target / "dir").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(::stat((target / "dir" / "f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1001u);
+}
+
+TEST_F(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerContents) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) {
+    fs::create_directory(root / "dir");
+    std::ofstream(root / "dir" / "old") << "old";
+  });
+  CommitLayer("l2", "l1", [](const fs::path& root) {
+    fs::remove_all(root / "dir");
+    fs::create_directory(root / "dir");
+    std::ofstream(root / "dir" / "new") << "new";
+  });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l2", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(target / "dir")) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_THAT(names, ElementsAre("new"));
+}
+
+TEST_F(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "from") << "data"; });
+  CommitLayer("l2", "l1", [](const fs::path& root) { fs::rename(root / "from", root / "to"); });
+  CommitLayer("l3", "l2", [](const fs::path& root) { std::ofstream(root / "x") << "x"; });
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", "l3", &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  EXPECT_FALSE(fs::exists(target / "from"));
+  EXPECT_EQ(ReadFile(target / "to"), "data");
+}
+
+TEST_F(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
+  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  std::string parent;
+  for (int i = 0; i < 20; ++i) {
+    std::string name = "layer" + std::to_string(i);
+    CommitLayer(name, parent, [i](const fs::path& root) {
+      std::ofstream(root / ("f" + std::to_string(i))) << i;
+    });
+    parent = name;
+  }
+  std::vector<containerd::types::Mount> mounts;
+  ASSERT_TRUE(View("view", parent, &mounts).ok());
+  fs::path target = dir_.Join("mnt-view");
+  ScopedMount m(mounts, target);
+  ASSERT_EQ(m.error(), "");
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(ReadFile(target / ("f" + std::to_string(i))), std::to_string(i)) << "layer " << i;
+  }
+}
+
+TEST_F(SnapshotsServiceTest, ConcurrentPreparesOfDistinctKeysAllSucceed) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      if (Prepare("k" + std::to_string(i), "").ok()) ok++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(List({}).first.size(), 8u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.Join("root") / "snapshots"),
+                          fs::directory_iterator()),
+            8);
+}
+
+TEST_F(SnapshotsServiceTest, SnapshotsSurviveARestartOfTheService) {
+  ASSERT_TRUE(Prepare("k1", "").ok());
+  ASSERT_TRUE(Commit("base", "k1", {{"keep", "me"}}).ok());
+  ASSERT_TRUE(Prepare("active", "base").ok());
+  server_->Shutdown();
+  server_.reset();
+  snapshotter_.reset();
+  StartServer(/*list_batch=*/100);
+  EXPECT_THAT(List({}).first, ElementsAre("active", "base"));
+  v1::Info info;
+  ASSERT_TRUE(Stat("base", &info).ok());
+  EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("keep", "me")));
+  EXPECT_EQ(Prepare("active", "base").error_code(), grpc::StatusCode::ALREADY_EXISTS);
 }
 
 }  // namespace

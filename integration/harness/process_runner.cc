@@ -1,4 +1,4 @@
-#include "integration/publish/process_runner.h"
+#include "integration/harness/process_runner.h"
 
 #include <errno.h>
 #include <fcntl.h>
