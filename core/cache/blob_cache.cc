@@ -17,6 +17,11 @@
 #include "core/status/status_macros.h"
 
 namespace modelfs {
+
+// See stalled_until_ in the header: how long after a timed-out read the short deadline holds,
+// and how long a read that needs the network may then wait.
+constexpr absl::Duration kStalledWindow = absl::Seconds(2);
+constexpr absl::Duration kStalledReadDeadline = absl::Milliseconds(250);
 namespace {
 
 constexpr int kFormatVersion = 1;
@@ -1103,10 +1108,13 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
-  const absl::Time deadline = absl::Now() + options_.read_deadline;
+  absl::Time deadline = absl::Now() + options_.read_deadline;
   std::shared_ptr<Layer> layer;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Now() < stalled_until_) {
+      deadline = std::min(deadline, absl::Now() + kStalledReadDeadline);
+    }
     layer = FindLocked(digest);
     if (!layer || !layer->has_spec || layer->refs.empty()) {
       return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
@@ -1161,6 +1169,10 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
       }
     }
     s = EnsureChunks(layer, first, last, deadline, /*count=*/true);
+  }
+  if (absl::IsDeadlineExceeded(s)) {
+    absl::MutexLock lock(&mu_);
+    stalled_until_ = absl::Now() + std::min(options_.read_deadline, kStalledWindow);
   }
   if (!s.ok()) return s;
 

@@ -251,6 +251,10 @@ class BlobCache : public BlobReader {
   bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
+  // After a foreground read timed out, reads that need the network get a short deadline
+  // until this time: the kernel retries a failed read at once (readahead, then one page), and
+  // each retry waiting the full deadline would double the time to EIO.
+  absl::Time stalled_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 

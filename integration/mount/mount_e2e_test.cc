@@ -455,8 +455,9 @@ TEST_F(MountE2eTest, ReadFailsWithEioNearTheDeadlineWhileTheRegistryIsDownAndWor
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(err, EIO);
+  // EIO arrives about one deadline (3 s) after the read began, not one per kernel retry.
   EXPECT_GT(seconds, 0.0);
-  EXPECT_LT(seconds, 15.0);
+  EXPECT_LT(seconds, 4.5) << "EIO after " << seconds << " s";
   RecordProperty("eio_after_seconds", std::to_string(seconds));
 
   ASSERT_OK(env->registry->Restart());
