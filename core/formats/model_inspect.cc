@@ -185,7 +185,7 @@ absl::StatusOr<InspectedFile> InspectReader(RangeReader& reader) {
   std::string base = BaseName(reader.name());
   bool gguf_name = absl::EndsWith(base, ".gguf");
   bool st_name = absl::EndsWith(base, ".safetensors");
-  absl::StatusOr<InspectedFile> out = absl::InvalidArgumentError("unreachable");
+  InspectedFile out;
   if (gguf_name || (!st_name && [&] {
         auto head = reader.ReadAt(0, 4);
         return head.ok() && *head == "GGUF";
@@ -202,7 +202,7 @@ absl::StatusOr<InspectedFile> InspectReader(RangeReader& reader) {
     }
     out = FromSafetensors(reader.name(), *st);
   }
-  out->read_stats = reader.stats();
+  out.read_stats = reader.stats();
   return out;
 }
 

@@ -222,38 +222,34 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   Uploader up(client, repo, o.mount_from, result);
 
   // Inspect model files first, so a malformed file stops the push before any upload.
-  std::vector<std::string> model_paths;
+  // config.json only describes weights, so it is read only when weights are pushed too.
+  std::vector<std::string> model_paths, config_paths;
   for (const auto& f : files) {
     SniffedFormat sf = SniffFormat(f.rel, "");
-    if (sf == SniffedFormat::kSafetensors || sf == SniffedFormat::kGguf ||
-        sf == SniffedFormat::kConfigJson) {
+    if (sf == SniffedFormat::kSafetensors || sf == SniffedFormat::kGguf) {
       model_paths.push_back(f.path);
+    } else if (sf == SniffedFormat::kConfigJson) {
+      config_paths.push_back(f.path);
     }
   }
   ModelPackConfig config;
   config.descriptor.name = o.name.empty() ? repo.substr(repo.rfind('/') + 1) : o.name;
   config.descriptor.revision = o.revision;
   if (!model_paths.empty()) {
-    auto inspected = InspectModel(model_paths);
-    if (!inspected.ok() && !absl::IsInvalidArgument(inspected.status())) return inspected.status();
-    if (!inspected.ok() &&
-        inspected.status().message().find("no safetensors, GGUF") == std::string::npos) {
-      return inspected.status();
-    }
-    if (inspected.ok()) {
-      config.config.format = inspected->format;
-      if (inspected->parameters) config.config.param_size = ParamSizeLabel(inspected->parameters);
-      config.config.precision = inspected->precision;
-      config.config.quantization = inspected->quantization;
-      config.config.architecture =
-          inspected->architecture.empty() ? "transformer" : inspected->architecture;
-      // GGUF names its recipe ("MOSTLY_Q4_K_M"); ModelPack spells it "q4_k_m".
-      for (const auto& f : inspected->files) {
-        if (f.file_type.empty() || f.file_type == "ALL_F32") continue;
-        std::string q = f.file_type.rfind("MOSTLY_", 0) == 0 ? f.file_type.substr(7) : f.file_type;
-        for (char& ch : q) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
-        config.config.quantization = q;
-      }
+    model_paths.insert(model_paths.end(), config_paths.begin(), config_paths.end());
+    ASSIGN_OR_RETURN(InspectedModel inspected, InspectModel(model_paths));
+    config.config.format = inspected.format;
+    if (inspected.parameters) config.config.param_size = ParamSizeLabel(inspected.parameters);
+    config.config.precision = inspected.precision;
+    config.config.quantization = inspected.quantization;
+    config.config.architecture =
+        inspected.architecture.empty() ? "transformer" : inspected.architecture;
+    // GGUF names its recipe ("MOSTLY_Q4_K_M"); ModelPack spells it "q4_k_m".
+    for (const auto& f : inspected.files) {
+      if (f.file_type.empty() || f.file_type == "ALL_F32") continue;
+      std::string q = f.file_type.rfind("MOSTLY_", 0) == 0 ? f.file_type.substr(7) : f.file_type;
+      for (char& ch : q) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+      config.config.quantization = q;
     }
   }
 

@@ -1,5 +1,7 @@
 #include "core/registry/registry_client.h"
 
+#include "core/oci/descriptor.h"
+
 #include <curl/curl.h>
 #include <unistd.h>
 
@@ -324,10 +326,6 @@ RegistryStats RegistryClient::stats() const {
   s.retries = retries_.load();
   s.token_requests = token_requests_.load();
   return s;
-}
-
-std::string RegistryClient::ReferrersFallbackTag(const Digest& subject) {
-  return absl::StrCat("sha256-", AV(subject.hex()));
 }
 
 std::string RegistryClient::ApiUrl(const std::string& path) const {
@@ -1252,7 +1250,7 @@ absl::StatusOr<std::string> RegistryClient::GetReferrers(const std::string& repo
   if (r.status != 404) return MODELFS_HTTP_ERROR(what, r);
 
   // No referrers API (Distribution 2.8): the referrers tag schema.
-  std::string tag = ReferrersFallbackTag(subject);
+  std::string tag = ::modelfs::ReferrersFallbackTag(subject);
   absl::StatusOr<ManifestResult> m = GetManifest(repo, tag, {kMediaTypeOciIndex});
   if (absl::IsNotFound(m.status())) return EmptyIndex().dump();
   if (!m.ok()) return m.status();
@@ -1270,7 +1268,7 @@ absl::Status RegistryClient::PutReferrersFallback(const std::string& repo, const
     return absl::InvalidArgumentError(
         absl::StrCat("referrer descriptor for ", subject.str(), " is not a descriptor object"));
   }
-  std::string tag = ReferrersFallbackTag(subject);
+  std::string tag = ::modelfs::ReferrersFallbackTag(subject);
   json index = EmptyIndex();
   absl::StatusOr<ManifestResult> m = GetManifest(repo, tag, {kMediaTypeOciIndex});
   if (m.ok()) {

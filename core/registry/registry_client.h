@@ -185,9 +185,6 @@ class RegistryClient {
   const std::string& registry() const { return options_.registry; }
   const HostEndpoint& endpoint() const { return options_.endpoint; }
 
-  // The fallback tag for a subject: "sha256-<hex>".
-  static std::string ReferrersFallbackTag(const Digest& subject);
-
  private:
   struct Request;
   struct Response;

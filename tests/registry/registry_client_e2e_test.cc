@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/oci/descriptor.h"
 #include "core/registry/registry_client.h"
 #include "integration/harness/registry_fixture.h"
 #include "nlohmann/json.hpp"
@@ -304,8 +305,8 @@ TEST_F(RegistryClientE2E, ReferrersFallBackToTheDigestTag) {
       client_->GetManifest("e2e/referrers", "sha256-" + std::string(subject.hex())));
   EXPECT_EQ(tag.media_type, kMediaTypeOciIndex);
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> tags, client_->ListTags("e2e/referrers"));
-  EXPECT_THAT(tags, ::testing::UnorderedElementsAre("model", "volume",
-                                                    RegistryClient::ReferrersFallbackTag(subject)));
+  EXPECT_THAT(tags,
+              ::testing::UnorderedElementsAre("model", "volume", ReferrersFallbackTag(subject)));
 }
 
 TEST_F(RegistryClientE2E, ReferrersOfASubjectWithoutAnyAreAnEmptyIndex) {
