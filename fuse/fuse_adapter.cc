@@ -29,6 +29,7 @@ struct FuseMount::Context {
   double entry_timeout = 0;
   double attr_timeout = 0;
   uint32_t max_read = 0;
+  std::function<void(absl::Duration, bool)> on_read;
 };
 
 namespace {
@@ -167,8 +168,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
   Guarded(req, "read", [&] {
     if (off < 0) return fuse_reply_err(req, EINVAL), void();
+    const Context& ctx = Ctx(req);
+    absl::Time start = ctx.on_read ? absl::Now() : absl::InfinitePast();
     absl::StatusOr<std::string> bytes =
-        Ctx(req).tree->Read(ino, static_cast<uint64_t>(off), static_cast<uint64_t>(size));
+        ctx.tree->Read(ino, static_cast<uint64_t>(off), static_cast<uint64_t>(size));
+    if (ctx.on_read) ctx.on_read(absl::Now() - start, bytes.ok());
     if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
     fuse_reply_buf(req, bytes->data(), bytes->size());
   });
@@ -308,6 +312,7 @@ FuseMount::FuseMount(std::string dir, std::shared_ptr<ModelTree> tree,
   ctx_->entry_timeout = options_.entry_timeout_s;
   ctx_->attr_timeout = options_.attr_timeout_s;
   ctx_->max_read = options_.max_read;
+  ctx_->on_read = options_.on_read;
 }
 
 absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& dir,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "fuse/model_tree.h"
 
 struct fuse_session;
@@ -38,6 +40,9 @@ struct FuseMountOptions {
   unsigned max_threads = 32;  // upper bound of the session loop's worker threads
   unsigned max_idle_threads = 8;
   bool debug = false;  // libfuse request tracing on stderr
+  // Called after every read request with its duration and outcome (the daemon's latency
+  // histogram). Must be thread-safe and fast.
+  std::function<void(absl::Duration latency, bool ok)> on_read;
 };
 
 class FuseMount {

@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev
   libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
+  libmicrohttpd-dev
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
   docker-registry containerd skopeo apache2-utils curl python3 util-linux procps

@@ -85,6 +85,17 @@ fs::path OverlaySnapshotter::WorkPath(int64_t id) const {
   return snapshots_dir_ / std::to_string(id) / "work";
 }
 
+std::string OverlaySnapshotter::LowerPath(int64_t id) const {
+  if (lower_resolver_) {
+    if (std::optional<std::string> p = lower_resolver_(id)) return *p;
+  }
+  return UpperPath(id).string();
+}
+
+absl::StatusOr<SnapshotRecord> OverlaySnapshotter::Record(const std::string& key) {
+  return store_->GetSnapshot(key);
+}
+
 std::vector<Mount> OverlaySnapshotter::MountsFor(const SnapshotRecord& rec) const {
   if (rec.parent_ids.empty()) {
     // A base snapshot is its own directory, bind mounted.
@@ -100,10 +111,10 @@ std::vector<Mount> OverlaySnapshotter::MountsFor(const SnapshotRecord& rec) cons
     options.push_back("upperdir=" + UpperPath(rec.id).string());
   } else if (rec.parent_ids.size() == 1) {
     // overlayfs needs two lower layers when there is no upper; one is just a read-only bind.
-    return {Mount{"bind", UpperPath(rec.parent_ids[0]).string(), "", {"ro", "rbind"}}};
+    return {Mount{"bind", LowerPath(rec.parent_ids[0]), "", {"ro", "rbind"}}};
   }
   std::vector<std::string> lowers;
-  for (int64_t id : rec.parent_ids) lowers.push_back(UpperPath(id).string());
+  for (int64_t id : rec.parent_ids) lowers.push_back(LowerPath(id));
   options.push_back("lowerdir=" + absl::StrJoin(lowers, ":"));
   return {Mount{"overlay", "overlay", "", std::move(options)}};
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,18 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "snapshotter/metadata_store.h"
+#include "snapshotter/snapshotter.h"
 
 namespace modelfs::snapshotter {
-
-// containerd.types.Mount.
-struct Mount {
-  std::string type;
-  std::string source;
-  std::string target;
-  std::vector<std::string> options;
-
-  bool operator==(const Mount&) const = default;
-};
 
 // Kernel-dependent overlay mount options, as containerd's overlay snapshotter chooses them.
 struct OverlayOptions {
@@ -45,7 +37,7 @@ struct OverlayOptions {
 // What containerd 1.6 does: index=off whenever the kernel has the overlay `index` parameter.
 OverlayOptions DetectOverlayOptions();
 
-class OverlaySnapshotter {
+class OverlaySnapshotter final : public Snapshotter {
  public:
   // Creates <root>/snapshots and opens <root>/metadata.db.
   static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(const std::filesystem::path& root,
@@ -54,26 +46,35 @@ class OverlaySnapshotter {
   // Creates an active (writable) snapshot `key` on top of committed `parent` (may be empty)
   // and returns its mounts. Errors as MetadataStore::CreateSnapshot.
   absl::StatusOr<std::vector<Mount>> Prepare(const std::string& key, const std::string& parent,
-                                             const Labels& labels);
+                                             const Labels& labels) override;
   // Like Prepare, but the snapshot is a read-only view.
   absl::StatusOr<std::vector<Mount>> View(const std::string& key, const std::string& parent,
-                                          const Labels& labels);
+                                          const Labels& labels) override;
   // The mounts of an existing active snapshot or view; kNotFound if missing.
-  absl::StatusOr<std::vector<Mount>> Mounts(const std::string& key);
+  absl::StatusOr<std::vector<Mount>> Mounts(const std::string& key) override;
   // Records the contents of active snapshot `key` as committed snapshot `name`.
-  absl::Status Commit(const std::string& name, const std::string& key, const Labels& labels);
+  absl::Status Commit(const std::string& name, const std::string& key,
+                      const Labels& labels) override;
   // Logical removal; the directory goes at the next Cleanup.
-  absl::Status Remove(const std::string& key);
-  absl::StatusOr<SnapshotInfo> Stat(const std::string& key);
+  absl::Status Remove(const std::string& key) override;
+  absl::StatusOr<SnapshotInfo> Stat(const std::string& key) override;
   absl::StatusOr<SnapshotInfo> Update(const SnapshotInfo& info,
-                                      const std::vector<std::string>& paths);
+                                      const std::vector<std::string>& paths) override;
   absl::Status Walk(const std::vector<std::string>& filters,
-                    const std::function<absl::Status(const SnapshotInfo&)>& fn);
+                    const std::function<absl::Status(const SnapshotInfo&)>& fn) override;
   // Active snapshots: measured now from their fs directory; committed: recorded at commit;
   // views: zero.
-  absl::StatusOr<Usage> GetUsage(const std::string& key);
+  absl::StatusOr<Usage> GetUsage(const std::string& key) override;
   // Deletes every directory under <root>/snapshots that no snapshot references.
-  absl::Status Cleanup();
+  absl::Status Cleanup() override;
+
+  // The storage record of `key` (id, kind, ancestors). kNotFound if missing.
+  absl::StatusOr<SnapshotRecord> Record(const std::string& key);
+
+  // Where the contents of committed snapshot `id` live when it is not its own fs directory
+  // (a lazily mounted model); nullopt for an ordinary snapshot. Set once, before first use.
+  using LowerResolver = std::function<std::optional<std::string>(int64_t id)>;
+  void set_lower_resolver(LowerResolver resolver) { lower_resolver_ = std::move(resolver); }
 
   const std::filesystem::path& root() const { return root_; }
   std::filesystem::path UpperPath(int64_t id) const;
@@ -86,11 +87,13 @@ class OverlaySnapshotter {
                                                     const std::string& parent,
                                                     const Labels& labels);
   std::vector<Mount> MountsFor(const SnapshotRecord& rec) const;
+  std::string LowerPath(int64_t id) const;
 
   const std::filesystem::path root_;
   const std::filesystem::path snapshots_dir_;
   const OverlayOptions options_;
   std::unique_ptr<MetadataStore> store_;
+  LowerResolver lower_resolver_;
   // Serializes directory staging, commit measurement and Cleanup.
   absl::Mutex dirs_mu_;
 };

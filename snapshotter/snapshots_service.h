@@ -1,5 +1,5 @@
 // SnapshotsService: the containerd.services.snapshots.v1.Snapshots gRPC service (what a
-// containerd proxy plugin talks to) over an OverlaySnapshotter. The only place where
+// containerd proxy plugin talks to) over a Snapshotter. The only place where
 // absl::Status becomes grpc::Status (ToGrpcStatus).
 //
 // Thread-safety: gRPC calls handlers concurrently; the snapshotter is thread-safe and the
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
-#include "snapshotter/overlay_snapshotter.h"
+#include "snapshotter/snapshotter.h"
 
 namespace modelfs::snapshotter {
 
@@ -20,7 +20,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 class SnapshotsService final : public containerd::services::snapshots::v1::Snapshots::Service {
  public:
   // `snapshotter` must outlive the service. List streams at most `list_batch` infos per message.
-  explicit SnapshotsService(OverlaySnapshotter* snapshotter, int list_batch = 100)
+  explicit SnapshotsService(Snapshotter* snapshotter, int list_batch = 100)
       : snapshotter_(snapshotter), list_batch_(list_batch) {}
 
   using Ctx = grpc::ServerContext;
@@ -47,7 +47,7 @@ class SnapshotsService final : public containerd::services::snapshots::v1::Snaps
                        google::protobuf::Empty*) override;
 
  private:
-  OverlaySnapshotter* snapshotter_;
+  Snapshotter* snapshotter_;
   int list_batch_;
 };
 

@@ -47,7 +47,22 @@ absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std:
   return out;
 }
 
+absl::StatusOr<ManifestResult> RegistryModelFetcher::GetManifest(const std::string& repository,
+                                                                 const std::string& reference) {
+  return client_.GetManifest(repository, reference);
+}
+
+absl::StatusOr<std::string> RegistryModelFetcher::GetBlob(const std::string& repository,
+                                                          const Descriptor& d, uint64_t max_bytes) {
+  return FetchVerifiedBlob(client_, repository, d, max_bytes);
+}
+
 absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref) {
+  RegistryModelFetcher fetcher(client);
+  return ResolveModel(fetcher, ref);
+}
+
+absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageReference& ref) {
   ResolvedModel r;
   r.ref = ref;
   r.repository = ref.repository();
@@ -72,8 +87,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
   if (IsVolumeImageManifest(m)) {
     r.volume_descriptor = top_desc;
     const Descriptor& a = m.layers.at(0);
-    ASSIGN_OR_RETURN(std::string tar,
-                     FetchVerifiedBlob(client, ref.repository(), a, kMaxVolumeLayerBytes));
+    ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
     ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
     // M lives in the volume's own repository unless the record names another on this registry.
     std::string repo = ref.repository();
@@ -96,6 +110,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
     r.model_descriptor = contents.model.manifest;
     RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
     r.chunk_indexes = std::move(contents.chunk_indexes);
+    r.volume_manifest_json = std::move(top.bytes);
+    r.volume_layer_tar = std::move(tar);
   } else {
     r.model = std::move(m);
     r.model_manifest_json = std::move(top.bytes);
@@ -108,8 +124,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {
-    ASSIGN_OR_RETURN(r.config_json,
-                     FetchVerifiedBlob(client, r.repository, r.model.config, 16u << 20));
+    ASSIGN_OR_RETURN(r.config_json, client.GetBlob(r.repository, r.model.config, 16u << 20));
     auto cfg = ParseModelPackConfig(r.config_json);
     if (cfg.ok()) r.config = *std::move(cfg);
   }

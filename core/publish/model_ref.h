@@ -45,7 +45,35 @@ struct ResolvedModel {
   std::string config_json;
   // Present when ref named a volume image:
   std::optional<Descriptor> volume_descriptor;
+  std::string volume_manifest_json;
+  std::string volume_layer_tar;                // A, verified
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+};
+
+// Where ResolveModel gets manifests and small blobs: a registry, or the copies the snapshotter
+// keeps so a restart does not need the registry.
+class ModelFetcher {
+ public:
+  virtual ~ModelFetcher() = default;
+  // `reference` is a tag or a digest string. The result's digest is the SHA-256 of its bytes.
+  virtual absl::StatusOr<ManifestResult> GetManifest(const std::string& repository,
+                                                     const std::string& reference) = 0;
+  // The whole blob, verified against d.digest and d.size; more than max_bytes is refused.
+  virtual absl::StatusOr<std::string> GetBlob(const std::string& repository, const Descriptor& d,
+                                              uint64_t max_bytes) = 0;
+};
+
+// A ModelFetcher over a registry client.
+class RegistryModelFetcher final : public ModelFetcher {
+ public:
+  explicit RegistryModelFetcher(RegistryClient& client) : client_(client) {}
+  absl::StatusOr<ManifestResult> GetManifest(const std::string& repository,
+                                             const std::string& reference) override;
+  absl::StatusOr<std::string> GetBlob(const std::string& repository, const Descriptor& d,
+                                      uint64_t max_bytes) override;
+
+ private:
+  RegistryClient& client_;
 };
 
 // Fetches ref. A pinned digest is verified; a volume image's layer is fetched whole and
@@ -53,6 +81,7 @@ struct ResolvedModel {
 // Errors: kNotFound, kDataLoss (digest mismatch), kInvalidArgument (not a model / not a
 // volume image), kPermissionDenied (a layer path that escapes).
 absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref);
+absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& fetcher, const ImageReference& ref);
 
 // Fetches a whole blob into memory, refusing more than max_bytes, and verifies its digest.
 absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,

@@ -175,7 +175,9 @@ absl::StatusOr<std::vector<HostEndpoint>> ParseHostsToml(std::string_view regist
 absl::StatusOr<std::vector<HostEndpoint>> ResolveHosts(std::string_view registry,
                                                        const HostsOptions& options) {
   std::vector<HostEndpoint> out;
-  if (options.plain_http) {
+  const bool listed = std::find(options.plain_http_hosts.begin(), options.plain_http_hosts.end(),
+                                std::string(registry)) != options.plain_http_hosts.end();
+  if (options.plain_http || listed) {
     HostEndpoint ep = DefaultHostEndpoint(registry);
     ep.scheme = "http";
     out.push_back(std::move(ep));

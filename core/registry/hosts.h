@@ -43,6 +43,9 @@ struct HostEndpoint {
 struct HostsOptions {
   // Talk plain HTTP to every registry (the `--plain-http` flag). Overrides certs.d.
   bool plain_http = false;
+  // Registries ("host[:port]" as written in references) reached over plain HTTP; every other
+  // registry keeps TLS. The snapshotter's `insecure_hosts`.
+  std::vector<std::string> plain_http_hosts;
   // containerd's certs.d layout; empty means no per-host configuration.
   std::string certs_dir;
 };

@@ -1,6 +1,7 @@
 // containerd snapshotter testsuite behaviours (snapshots/testsuite), run against the
 // Snapshots gRPC service over a real channel on a unix socket. The mount tests mount the
 // returned overlays for real when running as root.
+#include "snapshotter/overlay_snapshotter.h"
 #include "snapshotter/snapshots_service.h"
 
 #include <gmock/gmock.h>

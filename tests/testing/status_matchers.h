@@ -31,6 +31,13 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
          ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
+// StatusIs(code): any message.
+MATCHER_P(StatusIs, code, "") {
+  const absl::Status& s = GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code;
+}
+
 }  // namespace modelfs::testing
 
 #define MODELFS_TESTING_CONCAT_INNER(a, b) a##b

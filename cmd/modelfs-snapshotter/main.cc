@@ -1,0 +1,187 @@
+// modelfs-snapshotter: the containerd proxy snapshotter daemon. It serves
+// containerd.services.snapshots.v1 on a unix socket, mounts models lazily under <root>/mnt and
+// exports Prometheus metrics. Everything it does lives in snapshotter/; this file wires flags,
+// config, signals, systemd readiness and the gRPC server together.
+//
+// Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags or config, 1 when it cannot start.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status/status_macros.h"
+#include "snapshotter/daemon_config.h"
+#include "snapshotter/metrics.h"
+#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/snapshots_service.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Flags {
+  std::string config;
+  std::string root;
+  std::string address;
+  std::string hosts_dir;
+  std::string metrics_address;
+  std::string log_level;
+};
+
+void LogLine(const std::string& line) {
+  // One write per line, so concurrent lines do not interleave in the journal.
+  std::string out = absl::StrCat("modelfs-snapshotter: ", line, "\n");
+  (void)!write(2, out.data(), out.size());
+}
+
+absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
+  DaemonConfig c;
+  const bool explicit_config = !f.config.empty();
+  const std::string path = explicit_config ? f.config : kDefaultConfigPath;
+  if (absl::Status st = LoadDaemonConfig(path, c); !st.ok()) {
+    if (!absl::IsNotFound(st) || explicit_config) return st;
+  }
+  if (!f.root.empty()) c.root = f.root;
+  if (!f.address.empty()) c.address = f.address;
+  if (!f.hosts_dir.empty()) c.hosts_dir = f.hosts_dir;
+  if (!f.metrics_address.empty()) c.metrics_address = f.metrics_address;
+  if (!f.log_level.empty()) c.log_level = f.log_level;
+  RETURN_IF_ERROR(ValidateDaemonConfig(c));
+  return c;
+}
+
+PrefetchPolicy PolicyOf(const std::string& name) {
+  if (name == "all") return PrefetchPolicy::kAll;
+  if (name == "none") return PrefetchPolicy::kNone;
+  return PrefetchPolicy::kHeadersOnly;
+}
+
+absl::Status Run(const DaemonConfig& c) {
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto reads = std::make_shared<LatencyHistogram>();
+  auto read_errors = std::make_shared<std::atomic<uint64_t>>(0);
+
+  ModelSnapshotterOptions o;
+  o.root = c.root;
+  o.registry.hosts.certs_dir = c.hosts_dir;
+  o.registry.hosts.plain_http_hosts = c.insecure_hosts;
+  o.registry.docker_config = c.docker_config;
+  o.cache.max_bytes = c.cache_max_size_gib << 30;
+  o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
+  o.cache.log = [](absl::string_view line) { LogLine(std::string(line)); };
+  o.prefetch = PolicyOf(c.prefetch);
+  o.insecure_stream = c.insecure_stream;
+  o.fuse.allow_other = c.allow_other;
+  o.fuse.on_read = [reads, read_errors](absl::Duration d, bool ok) {
+    reads->Observe(d);
+    if (!ok) read_errors->fetch_add(1, std::memory_order_relaxed);
+  };
+  o.log = LogLine;
+  if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
+
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelSnapshotter> snapshotter, ModelSnapshotter::Open(o));
+
+  std::unique_ptr<MetricsServer> metrics;
+  if (!c.metrics_address.empty()) {
+    ASSIGN_OR_RETURN(auto hp, SplitHostPort(c.metrics_address));
+    ModelSnapshotter* s = snapshotter.get();
+    ASSIGN_OR_RETURN(metrics, MetricsServer::Start(hp.first, hp.second, [s, reads, read_errors] {
+                       DaemonCounters counters;
+                       counters.cache = s->cache_stats();
+                       RemotePrepareCounts r = s->remote_counts();
+                       counters.remote_mounted = r.mounted;
+                       counters.remote_fallback = r.fallback;
+                       counters.remote_error = r.error;
+                       counters.active_models = s->ActiveModels().size();
+                       counters.read_errors = read_errors->load();
+                       return RenderPrometheus(counters, *reads);
+                     }));
+    LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
+  }
+
+  std::error_code ec;
+  fs::create_directories(fs::path(c.address).parent_path(), ec);
+  // A socket file left by a previous run would make bind fail.
+  if (fs::is_socket(c.address, ec)) fs::remove(c.address, ec);
+  SnapshotsService service(snapshotter.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", c.address), grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", c.address));
+  }
+  // Only root (containerd) may talk to the snapshotter.
+  ::chmod(c.address.c_str(), 0600);
+  LogLine(absl::StrCat("serving snapshots on ", c.address, ", models under ",
+                       snapshotter->mount_dir().string()));
+  sd_notify(0, "READY=1\nSTATUS=serving snapshots");
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  LogLine(absl::StrCat("signal ", sig, ": stopping"));
+  sd_notify(0, "STOPPING=1");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server.reset();
+  metrics.reset();
+  absl::Status st = snapshotter->Shutdown();
+  if (!st.ok()) LogLine(absl::StrCat("shutdown: ", st.ToString()));
+  fs::remove(c.address, ec);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter
+
+int main(int argc, char** argv) {
+  using namespace modelfs::snapshotter;
+  CLI::App app{
+      "modelfs-snapshotter: containerd proxy snapshotter that mounts model weights lazily "
+      "from OCI registries, verifying every byte.\nExit codes: 0 stopped by a signal, 1 could "
+      "not start, 2 bad flags or config."};
+  Flags f;
+  app.add_option("--config", f.config,
+                 absl::StrCat("TOML config file (default ", kDefaultConfigPath, " when present)"));
+  app.add_option("--root", f.root, "State directory (default /var/lib/modelfs)");
+  app.add_option("--address", f.address,
+                 "gRPC unix socket for containerd (default /run/modelfs/snapshotter.sock)");
+  app.add_option("--hosts-dir", f.hosts_dir,
+                 "containerd-style certs.d directory (default /etc/containerd/certs.d)");
+  app.add_option("--metrics-address", f.metrics_address,
+                 "host:port for Prometheus /metrics (default: off)");
+  app.add_option("--log-level", f.log_level, "info or debug");
+  app.set_version_flag("--version", std::string("modelfs-snapshotter ") + MODELFS_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  absl::StatusOr<DaemonConfig> config = BuildConfig(f);
+  if (!config.ok()) {
+    fprintf(stderr, "modelfs-snapshotter: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  absl::Status st = Run(*config);
+  if (!st.ok()) {
+    fprintf(stderr, "modelfs-snapshotter: %s\n", st.ToString().c_str());
+    return absl::IsInvalidArgument(st) ? 2 : 1;
+  }
+  return 0;
+}

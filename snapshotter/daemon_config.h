@@ -1,0 +1,51 @@
+// DaemonConfig: modelfs-snapshotter's settings, from /etc/modelfs/snapshotter.toml and flags.
+// Every key is optional; unknown keys are refused so that a typo does not silently keep a
+// default. The reference is docs/snapshotter.md.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace modelfs::snapshotter {
+
+inline constexpr char kDefaultConfigPath[] = "/etc/modelfs/snapshotter.toml";
+
+struct DaemonConfig {
+  std::string root = "/var/lib/modelfs";
+  std::string address = "/run/modelfs/snapshotter.sock";
+  std::string hosts_dir = "/etc/containerd/certs.d";
+  std::vector<std::string> insecure_hosts;  // plain HTTP to exactly these registries
+  std::string docker_config;                // credentials; empty: none
+  std::string metrics_address;              // "host:port"; empty: no metrics endpoint
+  std::string log_level = "info";           // info | debug
+
+  uint64_t cache_max_size_gib = 0;   // 0: unbounded
+  std::string prefetch = "headers";  // all | headers | none
+  double read_deadline_s = 30;
+
+  bool allow_other = true;
+  bool insecure_stream = false;
+};
+
+// Parses TOML text into `config` (keys absent from the text keep their values). `source` names
+// the file in errors. Errors: kInvalidArgument naming the file and key.
+absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
+                               DaemonConfig& config);
+
+// Reads `path` into `config`. A missing file is kNotFound (the daemon ignores that for the
+// default path only).
+absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
+
+// Checks values that parsing alone cannot: prefetch and log_level names, a positive read
+// deadline, absolute paths, a "host:port" metrics address. Errors: kInvalidArgument.
+absl::Status ValidateDaemonConfig(const DaemonConfig& config);
+
+// "host:port" -> (host, port). Errors: kInvalidArgument.
+absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);
+
+}  // namespace modelfs::snapshotter

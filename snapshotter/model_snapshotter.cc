@@ -1,0 +1,477 @@
+// Lazily mounted model layers over the overlay snapshotter (see model_snapshotter.h).
+#include "snapshotter/model_snapshotter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status/status_macros.h"
+#include "fuse/model_loader.h"
+#include "snapshotter/model_records.h"
+
+namespace modelfs::snapshotter {
+namespace fs = std::filesystem;
+
+// The cache's remote side for many models: each layer digest is fetched from the registry and
+// repository of the model that registered it (any one will do: content is addressed by digest).
+class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
+ public:
+  void Add(const Digest& layer, std::shared_ptr<RegistryClient> client,
+           const std::string& repository) {
+    absl::MutexLock lock(&mu_);
+    routes_[layer.str()] = Route{std::move(client), repository};
+  }
+
+  absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
+                                         absl::Time deadline) override {
+    Route route;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = routes_.find(blob.str());
+      if (it == routes_.end()) {
+        return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
+      }
+      route = it->second;
+    }
+    return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
+  }
+
+ private:
+  struct Route {
+    std::shared_ptr<RegistryClient> client;
+    std::string repository;
+  };
+  absl::Mutex mu_;
+  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+std::string ModelName(const Digest& model) {
+  return absl::StrCat("sha256-", std::string(model.hex()));
+}
+
+// A FUSE mount whose daemon died answers ENOTCONN; it must be detached before mounting again.
+void DetachStaleMount(const fs::path& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 && errno == ENOTCONN) ::umount2(dir.c_str(), MNT_DETACH);
+}
+
+}  // namespace
+
+ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options)
+    : options_(std::move(options)),
+      mnt_dir_(options_.root / "mnt"),
+      models_dir_(options_.root / "models") {}
+
+void ModelSnapshotter::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    fprintf(stderr, "modelfs-snapshotter: %s\n", line.c_str());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
+    ModelSnapshotterOptions options) {
+  if (options.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
+  std::unique_ptr<ModelSnapshotter> s(new ModelSnapshotter(std::move(options)));
+  const ModelSnapshotterOptions& o = s->options_;
+  std::error_code ec;
+  fs::create_directories(o.root, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("snapshotter: create ", o.root.string(), ": ", ec.message()));
+  }
+  // One daemon per root: two would share the database and fight over <root>/mnt.
+  const fs::path lock_path = o.root / "lock";
+  s->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (s->lock_fd_ < 0 || ::flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("snapshotter: ", o.root.string(),
+                                                      " is in use by another modelfs-snapshotter (",
+                                                      lock_path.string(), " is locked)"));
+  }
+  ASSIGN_OR_RETURN(s->base_, OverlaySnapshotter::Open(o.root, o.overlay));
+  s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
+
+  CacheOptions co = o.cache;
+  if (co.dir.empty()) co.dir = (o.root / "cache").string();
+  fs::create_directories(co.dir, ec);
+  s->source_ = std::make_unique<RoutingSource>();
+  ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
+  s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
+
+  fs::create_directories(s->mnt_dir_, ec);
+  DetachStaleMount(s->mnt_dir_);
+  ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+
+  // Models that committed snapshots still use; records nobody uses are dropped.
+  std::map<std::string, std::set<int64_t>> used;
+  RETURN_IF_ERROR(s->base_->Walk({absl::StrCat("labels.\"", kLabelRemoteModel, "\"")},
+                                 [&](const SnapshotInfo& info) -> absl::Status {
+                                   auto it = info.labels.find(kLabelRemoteModel);
+                                   if (info.kind != SnapshotKind::kCommitted ||
+                                       it == info.labels.end()) {
+                                     return absl::OkStatus();
+                                   }
+                                   absl::StatusOr<SnapshotRecord> rec = s->base_->Record(info.name);
+                                   if (rec.ok()) used[it->second].insert(rec->id);
+                                   return absl::OkStatus();
+                                 }));
+  for (const std::string& name : ListModelRecords(s->models_dir_)) {
+    if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
+  }
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&s->mu_);
+    for (auto& [name, ids] : used) {
+      ModelEntry& e = s->models_[name];
+      e.snapshot_ids = ids;
+      for (int64_t id : ids) s->model_of_snapshot_[id] = name;
+      names.push_back(name);
+    }
+  }
+  if (!names.empty()) {
+    s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+  }
+  return s;
+}
+
+ModelSnapshotter::~ModelSnapshotter() {
+  (void)Shutdown();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+absl::Status ModelSnapshotter::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::OkStatus();
+    shut_down_ = true;
+    changed_.SignalAll();
+  }
+  stopping_ = true;
+  if (restorer_.joinable()) restorer_.join();
+  absl::Status st;
+  if (fuse_) st = fuse_->Unmount();
+  return st;
+}
+
+std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = model_of_snapshot_.find(id);
+  if (it == model_of_snapshot_.end()) return std::nullopt;
+  return (mnt_dir_ / it->second).string();
+}
+
+absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
+    const ImageReference& ref) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = clients_.find(ref.registry());
+    if (it != clients_.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
+                   ConnectRegistry(ref, HostCapability::kPull, options_.registry));
+  std::shared_ptr<RegistryClient> client(std::move(made));
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = clients_.emplace(ref.registry(), client);
+  return it->second;
+}
+
+absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
+                                             std::shared_ptr<RegistryClient> client) {
+  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
+  LoadOptions lo;
+  lo.insecure_stream = options_.insecure_stream;
+  lo.reference = rm.ref.String();
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
+  absl::Status added = tree_->AddModel(name, loaded.files, loaded.synthetic);
+  if (!added.ok() && !absl::IsAlreadyExists(added)) {
+    cache_->UnregisterModel(rm.model_descriptor.digest.str());
+    return added;
+  }
+  if (options_.prefetch != PrefetchPolicy::kNone) {
+    for (const Digest& d : loaded.layers) (void)cache_->Prefetch(d, options_.prefetch);
+  }
+  Log(absl::StrCat("model ", rm.model_descriptor.digest.str(), " from ", rm.ref.String(),
+                   " registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(),
+                   " files, ", loaded.verification, " verification)"));
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
+                                           std::shared_ptr<RegistryClient> client, bool save) {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time deadline = absl::Now() + options_.model_wait;
+    while (true) {
+      auto it = models_.find(name);
+      if (it == models_.end() || it->second.state == ModelState::kFailed) break;
+      if (it->second.state == ModelState::kReady) return absl::OkStatus();
+      if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
+      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("model ", name, " is still being registered"));
+      }
+    }
+    ModelEntry& e = models_[name];
+    e.state = ModelState::kLoading;
+    e.error = absl::OkStatus();
+    e.model_ref = rm.model_descriptor.digest.str();
+  }
+  absl::Status st = save ? SaveModelRecord(models_dir_, name, rm) : absl::OkStatus();
+  if (st.ok()) st = RegisterModel(name, rm, std::move(client));
+  absl::MutexLock lock(&mu_);
+  ModelEntry& e = models_[name];
+  e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
+  e.error = st;
+  if (!st.ok() && e.snapshot_ids.empty()) models_.erase(name);
+  changed_.SignalAll();
+  return st;
+}
+
+void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
+  for (const std::string& name : names) {
+    if (stopping_) return;
+    absl::Status st;
+    absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
+    if (rm.ok()) {
+      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->ref);
+      st = client.ok() ? RegisterModel(name, *rm, *client) : client.status();
+    } else {
+      st = rm.status();
+    }
+    if (!st.ok())
+      Log(absl::StrCat("model ", name, " could not be registered again: ", st.ToString()));
+    absl::MutexLock lock(&mu_);
+    ModelEntry& e = models_[name];
+    if (rm.ok()) e.model_ref = rm->model_descriptor.digest.str();
+    e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
+    e.error = st;
+    changed_.SignalAll();
+  }
+}
+
+bool ModelSnapshotter::WaitRestored(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  absl::Time deadline = absl::Now() + timeout;
+  auto loading = [&] {
+    for (const auto& [name, e] : models_) {
+      if (e.state == ModelState::kLoading) return true;
+    }
+    return false;
+  };
+  while (loading()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return !loading();
+  }
+  return true;
+}
+
+std::vector<std::string> ModelSnapshotter::ActiveModels() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, e] : models_) {
+    if (e.state == ModelState::kReady) out.push_back(name);
+  }
+  return out;
+}
+
+RemotePrepareCounts ModelSnapshotter::remote_counts() const {
+  absl::MutexLock lock(&mu_);
+  return counts_;
+}
+
+absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) {
+  absl::MutexLock lock(&mu_);
+  absl::Time deadline = absl::Now() + options_.model_wait;
+  for (int64_t id : ids) {
+    auto sit = model_of_snapshot_.find(id);
+    if (sit == model_of_snapshot_.end()) continue;
+    const std::string name = sit->second;
+    while (true) {
+      auto it = models_.find(name);
+      if (it == models_.end()) {
+        return absl::UnavailableError(absl::StrCat("model ", name, " is not registered"));
+      }
+      if (it->second.state == ModelState::kReady) break;
+      if (it->second.state == ModelState::kFailed) {
+        return absl::UnavailableError(
+            absl::StrCat("model ", name, " is not available: ", it->second.error.ToString()));
+      }
+      if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
+      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("model ", name, " is still being registered after a restart"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
+  if (parent.empty()) return absl::OkStatus();
+  absl::StatusOr<SnapshotRecord> rec = base_->Record(parent);
+  if (!rec.ok()) return absl::OkStatus();  // the overlay snapshotter reports it
+  std::vector<int64_t> ids = {rec->id};
+  ids.insert(ids.end(), rec->parent_ids.begin(), rec->parent_ids.end());
+  return WaitForModelIds(ids);
+}
+
+absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::string& parent,
+                                             const std::string& target, const VolumeLabels& volume,
+                                             const Labels& labels) {
+  if (base_->Stat(target).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat("target snapshot \"", target, "\" exists"));
+  }
+  auto image = labels.find(kLabelCriImageRef);
+  if (image == labels.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", kLabelCriImageRef,
+                     " label (CRI pulls with disable_snapshot_annotations = false pass it)"));
+  }
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
+  auto pinned = labels.find(kLabelCriManifestDigest);
+  if (pinned != labels.end()) {
+    ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+  if (rm.model_descriptor.digest != volume.model.digest) {
+    return absl::DataLossError(absl::StrCat(
+        "volume image ", ref.String(), " points to model ", rm.model_descriptor.digest.str(),
+        ", but its layer annotation says ", volume.model.digest.str()));
+  }
+  const std::string name = ModelName(rm.model_descriptor.digest);
+  RETURN_IF_ERROR(EnsureModel(name, rm, client, /*save=*/true));
+
+  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
+  Labels committed = labels;
+  committed[kLabelRemoteModel] = name;
+  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
+    (void)base_->Remove(key);
+    return st;
+  }
+  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
+  {
+    absl::MutexLock lock(&mu_);
+    model_of_snapshot_[rec.id] = name;
+    models_[name].snapshot_ids.insert(rec.id);
+  }
+  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
+  return absl::AlreadyExistsError(
+      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
+}
+
+absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& key,
+                                                             const std::string& parent,
+                                                             const Labels& labels) {
+  auto target = labels.find(kLabelTargetRef);
+  if (target != labels.end()) {
+    absl::StatusOr<std::optional<VolumeLabels>> volume = ParseVolumeLabels(labels);
+    if (!volume.ok()) {
+      Log(absl::StrCat("snapshot ", key, ": malformed modelfs labels (", volume.status().ToString(),
+                       "); unpacking it as an ordinary layer"));
+      absl::MutexLock lock(&mu_);
+      counts_.fallback++;
+    } else if (volume->has_value()) {
+      absl::Status st = PrepareRemote(key, parent, target->second, **volume, labels);
+      absl::MutexLock lock(&mu_);
+      if (absl::IsAlreadyExists(st)) {
+        counts_.mounted++;
+        return st;
+      }
+      if (absl::IsDataLoss(st)) {
+        counts_.error++;
+        return st;
+      }
+      counts_.fallback++;
+      Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),
+                       " not mounted lazily (", st.ToString(),
+                       "); unpacking the volume layer instead"));
+    }
+  }
+  RETURN_IF_ERROR(WaitForModelsBelow(parent));
+  return base_->Prepare(key, parent, labels);
+}
+
+absl::StatusOr<std::vector<Mount>> ModelSnapshotter::View(const std::string& key,
+                                                          const std::string& parent,
+                                                          const Labels& labels) {
+  RETURN_IF_ERROR(WaitForModelsBelow(parent));
+  return base_->View(key, parent, labels);
+}
+
+absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Mounts(const std::string& key) {
+  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
+  RETURN_IF_ERROR(WaitForModelIds(rec.parent_ids));
+  return base_->Mounts(key);
+}
+
+absl::Status ModelSnapshotter::Commit(const std::string& name, const std::string& key,
+                                      const Labels& labels) {
+  return base_->Commit(name, key, labels);
+}
+
+absl::Status ModelSnapshotter::Remove(const std::string& key) {
+  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
+  RETURN_IF_ERROR(base_->Remove(key));
+  std::string name;
+  std::string model_ref;
+  {
+    absl::MutexLock lock(&mu_);
+    auto sit = model_of_snapshot_.find(rec.id);
+    if (sit == model_of_snapshot_.end()) return absl::OkStatus();
+    name = sit->second;
+    model_of_snapshot_.erase(sit);
+    auto it = models_.find(name);
+    if (it == models_.end()) return absl::OkStatus();
+    it->second.snapshot_ids.erase(rec.id);
+    if (!it->second.snapshot_ids.empty()) return absl::OkStatus();
+    model_ref = it->second.model_ref;
+    models_.erase(it);
+  }
+  // The last snapshot of the model is gone: take it out of the tree and the cache's references.
+  if (absl::Status st = fuse_->RemoveModel(name); !st.ok() && !absl::IsNotFound(st)) {
+    Log(absl::StrCat("model ", name, ": ", st.ToString()));
+  }
+  if (!model_ref.empty()) cache_->UnregisterModel(model_ref);
+  (void)DeleteModelRecord(models_dir_, name);
+  Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SnapshotInfo> ModelSnapshotter::Stat(const std::string& key) {
+  return base_->Stat(key);
+}
+
+absl::StatusOr<SnapshotInfo> ModelSnapshotter::Update(const SnapshotInfo& info,
+                                                      const std::vector<std::string>& paths) {
+  return base_->Update(info, paths);
+}
+
+absl::Status ModelSnapshotter::Walk(const std::vector<std::string>& filters,
+                                    const std::function<absl::Status(const SnapshotInfo&)>& fn) {
+  return base_->Walk(filters, fn);
+}
+
+absl::StatusOr<Usage> ModelSnapshotter::GetUsage(const std::string& key) {
+  return base_->GetUsage(key);
+}
+
+absl::Status ModelSnapshotter::Cleanup() {
+  RETURN_IF_ERROR(base_->Cleanup());
+  cache_->EnforceSizeLimit();
+  return absl::OkStatus();
+}
+
+}  // namespace modelfs::snapshotter

@@ -1,0 +1,168 @@
+// ModelSnapshotter: the snapshotter the daemon serves. Ordinary layers get containerd's
+// overlayfs semantics (OverlaySnapshotter). A layer of a modelfs volume image V becomes a lazily
+// mounted model instead:
+//
+//   Prepare(key, parent, labels) with labels
+//     containerd.io/snapshot.ref            the chain ID containerd wants committed
+//     containerd.io/snapshot/modelfs.model  M's digest (V's layer annotation, forwarded)
+//     containerd.io/snapshot/cri.image-ref  the image being pulled (CRI, snapshot annotations on)
+//   resolves V -> M at the registry (V's small layer A carries the chunk indexes), registers M
+//   in the daemon's single FUSE mount at <root>/mnt/sha256-<hex of M>, commits an empty
+//   snapshot named by the chain ID (label modelfs.remote = the model's directory) and answers
+//   ALREADY_EXISTS, so containerd fetches none of the model. When that cannot be done (no image
+//   reference, registry unreachable), it logs why and falls back to the ordinary path:
+//   containerd unpacks A and the container sees the `.modelfs/` pointer files.
+//
+//   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
+//   overlay for active snapshots, a read-only bind for views (what image volumes mount).
+//
+// Restart: snapshot metadata is in SQLite; each model's manifests are kept under
+// <root>/models/ (model_records.h), so Open re-registers models in the background without the
+// registry (uncached bytes are still fetched on demand). Mounts on top of a model wait until it
+// is registered again.
+//
+// Thread-safety: every method may be called concurrently. Lock order: OverlaySnapshotter's
+// locks before mu_ (the lower-directory resolver takes mu_); mu_ is never held across a call
+// into the overlay snapshotter, the cache or the registry.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/cache/blob_cache.h"
+#include "core/oci/volume_image.h"
+#include "core/publish/model_ref.h"
+#include "fuse/fuse_adapter.h"
+#include "fuse/model_tree.h"
+#include "snapshotter/overlay_snapshotter.h"
+#include "snapshotter/snapshotter.h"
+
+namespace modelfs::snapshotter {
+
+inline constexpr char kLabelTargetRef[] = "containerd.io/snapshot.ref";
+inline constexpr char kLabelCriImageRef[] = "containerd.io/snapshot/cri.image-ref";
+inline constexpr char kLabelCriManifestDigest[] = "containerd.io/snapshot/cri.manifest-digest";
+// On a committed model snapshot: the model's directory under <root>/mnt.
+inline constexpr char kLabelRemoteModel[] = "containerd.io/snapshot/modelfs.remote";
+
+struct ModelSnapshotterOptions {
+  std::filesystem::path root;  // metadata.db, snapshots/, mnt/, models/, cache/
+  RegistryAccessOptions registry;
+  CacheOptions cache;  // cache.dir defaults to <root>/cache
+  PrefetchPolicy prefetch = PrefetchPolicy::kHeadersOnly;
+  bool insecure_stream = false;
+  FuseMountOptions fuse;
+  OverlayOptions overlay = DetectOverlayOptions();
+  // How long a mount on top of a model waits for the model to be registered after a restart.
+  absl::Duration model_wait = absl::Seconds(60);
+  // One line per notable event (fallbacks, registrations, failures). Default: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+struct RemotePrepareCounts {
+  uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
+  uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
+  uint64_t error = 0;     // refused (verification failure)
+};
+
+class ModelSnapshotter final : public Snapshotter {
+ public:
+  // Opens the metadata and cache under options.root, mounts <root>/mnt (cleaning up a stale
+  // mount a crashed daemon left) and starts re-registering stored models in the background.
+  // Errors: kFailedPrecondition (another daemon holds the root), kUnavailable (FUSE mount
+  // failed), kInternal (I/O, SQLite).
+  static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Open(ModelSnapshotterOptions options);
+  ~ModelSnapshotter() override;
+
+  // Stops background work and unmounts <root>/mnt (lazily when containers still use it).
+  // Idempotent.
+  absl::Status Shutdown();
+
+  absl::StatusOr<std::vector<Mount>> Prepare(const std::string& key, const std::string& parent,
+                                             const Labels& labels) override;
+  absl::StatusOr<std::vector<Mount>> View(const std::string& key, const std::string& parent,
+                                          const Labels& labels) override;
+  absl::StatusOr<std::vector<Mount>> Mounts(const std::string& key) override;
+  absl::Status Commit(const std::string& name, const std::string& key,
+                      const Labels& labels) override;
+  absl::Status Remove(const std::string& key) override;
+  absl::StatusOr<SnapshotInfo> Stat(const std::string& key) override;
+  absl::StatusOr<SnapshotInfo> Update(const SnapshotInfo& info,
+                                      const std::vector<std::string>& paths) override;
+  absl::Status Walk(const std::vector<std::string>& filters,
+                    const std::function<absl::Status(const SnapshotInfo&)>& fn) override;
+  absl::StatusOr<Usage> GetUsage(const std::string& key) override;
+  absl::Status Cleanup() override;
+
+  // Waits until the models found at Open are registered (or failed). False on timeout.
+  bool WaitRestored(absl::Duration timeout);
+  // Names (sha256-<hex>) of registered models.
+  std::vector<std::string> ActiveModels() const;
+  CacheStats cache_stats() const { return cache_->stats(); }
+  RemotePrepareCounts remote_counts() const;
+  std::filesystem::path mount_dir() const { return mnt_dir_; }
+
+ private:
+  class RoutingSource;
+  enum class ModelState { kLoading, kReady, kFailed };
+  struct ModelEntry {
+    ModelState state = ModelState::kLoading;
+    absl::Status error;
+    std::string model_ref;  // M's digest: the cache's reference
+    std::set<int64_t> snapshot_ids;
+  };
+
+  explicit ModelSnapshotter(ModelSnapshotterOptions options);
+  void Log(const std::string& line) const;
+  absl::Status PrepareRemote(const std::string& key, const std::string& parent,
+                             const std::string& target, const VolumeLabels& volume,
+                             const Labels& labels);
+  absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const ImageReference& ref);
+  // Registers rm (stored first when `save`) unless it is already; waits for a registration of
+  // the same model in progress elsewhere.
+  absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
+                           std::shared_ptr<RegistryClient> client, bool save);
+  absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,
+                             std::shared_ptr<RegistryClient> client);
+  void RestoreModels(std::vector<std::string> names);
+  // Waits until every model below `parent` (itself included) is registered.
+  absl::Status WaitForModelsBelow(const std::string& parent);
+  absl::Status WaitForModelIds(const std::vector<int64_t>& ids);
+  std::optional<std::string> ModelDirFor(int64_t id);
+
+  const ModelSnapshotterOptions options_;
+  const std::filesystem::path mnt_dir_;
+  const std::filesystem::path models_dir_;
+  int lock_fd_ = -1;
+
+  std::unique_ptr<RoutingSource> source_;
+  std::unique_ptr<BlobCache> cache_;
+  std::shared_ptr<ModelTree> tree_;
+  std::unique_ptr<FuseMount> fuse_;
+  std::unique_ptr<OverlaySnapshotter> base_;
+  std::thread restorer_;
+  std::atomic<bool> stopping_{false};
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // a model's state changed
+  std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
+  RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace modelfs::snapshotter

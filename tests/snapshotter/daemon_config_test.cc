@@ -1,0 +1,116 @@
+#include "snapshotter/daemon_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+using ::modelfs::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
+  DaemonConfig c;
+  EXPECT_EQ(c.root, "/var/lib/modelfs");
+  EXPECT_EQ(c.address, "/run/modelfs/snapshotter.sock");
+  EXPECT_EQ(c.hosts_dir, "/etc/containerd/certs.d");
+  EXPECT_EQ(c.prefetch, "headers");
+  EXPECT_OK(ValidateDaemonConfig(c));
+}
+
+TEST(DaemonConfigTest, EveryKeyIsRead) {
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(R"(
+root = "/srv/modelfs"
+address = "/run/x.sock"
+hosts_dir = "/etc/certs.d"
+insecure_hosts = ["127.0.0.1:5000", "registry.local"]
+docker_config = "/etc/modelfs/config.json"
+metrics_address = "127.0.0.1:9464"
+log_level = "debug"
+[cache]
+max_size_gib = 200
+prefetch = "all"
+read_deadline_s = 12.5
+[fuse]
+allow_other = false
+insecure_stream = true
+)",
+                              "test.toml", c));
+  EXPECT_EQ(c.root, "/srv/modelfs");
+  EXPECT_EQ(c.address, "/run/x.sock");
+  EXPECT_EQ(c.hosts_dir, "/etc/certs.d");
+  EXPECT_THAT(c.insecure_hosts, ElementsAre("127.0.0.1:5000", "registry.local"));
+  EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
+  EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.cache_max_size_gib, 200u);
+  EXPECT_EQ(c.prefetch, "all");
+  EXPECT_DOUBLE_EQ(c.read_deadline_s, 12.5);
+  EXPECT_FALSE(c.allow_other);
+  EXPECT_TRUE(c.insecure_stream);
+  EXPECT_OK(ValidateDaemonConfig(c));
+}
+
+TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
+  DaemonConfig c;
+  c.root = "/from/flag";
+  ASSERT_OK(ParseDaemonConfig("[cache]\nprefetch = \"none\"\n", "t.toml", c));
+  EXPECT_EQ(c.root, "/from/flag");
+  EXPECT_EQ(c.prefetch, "none");
+}
+
+TEST(DaemonConfigTest, AnUnknownKeyIsRefusedByName) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("[cache]\nmax_size = 3\n", "node.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node.toml: cache.max_size")));
+}
+
+TEST(DaemonConfigTest, AWrongTypeNamesTheKey) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("insecure_hosts = \"127.0.0.1:5000\"\n", "n.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("insecure_hosts")));
+}
+
+TEST(DaemonConfigTest, ATomlSyntaxErrorNamesTheFileAndLine) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("root = \"/a\"\nroot = = 3\n", "bad.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.toml:2")));
+}
+
+TEST(DaemonConfigTest, AnUnknownPrefetchPolicyFailsValidation) {
+  DaemonConfig c;
+  c.prefetch = "some";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.prefetch")));
+}
+
+TEST(DaemonConfigTest, ARelativeRootFailsValidation) {
+  DaemonConfig c;
+  c.root = "var/lib/modelfs";
+  EXPECT_THAT(ValidateDaemonConfig(c), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(DaemonConfigTest, AMetricsAddressWithoutPortFailsValidation) {
+  DaemonConfig c;
+  c.metrics_address = "127.0.0.1";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metrics_address")));
+}
+
+TEST(DaemonConfigTest, SplitHostPortAcceptsBracketedIpv6) {
+  ASSERT_OK_AND_ASSIGN(auto hp, SplitHostPort("[::1]:9464"));
+  EXPECT_EQ(hp.first, "::1");
+  EXPECT_EQ(hp.second, 9464);
+}
+
+TEST(DaemonConfigTest, LoadingAMissingFileIsNotFound) {
+  DaemonConfig c;
+  EXPECT_THAT(LoadDaemonConfig("/nonexistent/modelfs.toml", c),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter

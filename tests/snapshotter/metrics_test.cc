@@ -1,0 +1,85 @@
+#include "snapshotter/metrics.h"
+
+#include <curl/curl.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(LatencyHistogramTest, BucketsAreCumulativeAndCountIncludesOverflow) {
+  LatencyHistogram h;
+  h.Observe(absl::Microseconds(300));  // <= 0.0005
+  h.Observe(absl::Milliseconds(3));    // <= 0.005
+  h.Observe(absl::Seconds(60));        // +Inf only
+  std::string text = h.Render("x_seconds", "help");
+  EXPECT_THAT(text, HasSubstr("x_seconds_bucket{le=\"0.0005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_bucket{le=\"0.0025\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_bucket{le=\"0.005\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_bucket{le=\"10\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_bucket{le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_sum 60.003300000\n"));
+  EXPECT_THAT(text, HasSubstr("x_seconds_count 3\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE x_seconds histogram\n"));
+}
+
+TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
+  DaemonCounters c;
+  c.cache.bytes_fetched = 1234;
+  c.cache.requests = 5;
+  c.cache.chunk_hits = 7;
+  c.cache.chunk_misses = 3;
+  c.cache.verification_failures = 1;
+  c.cache.quarantined_layers = 1;
+  c.active_models = 2;
+  c.remote_mounted = 4;
+  c.remote_fallback = 1;
+  LatencyHistogram h;
+  std::string text = RenderPrometheus(c, h);
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_bytes_fetched_total 1234\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_registry_requests_total 5\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_hits_total 7\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_misses_total 3\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_verification_failures_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_quarantined_layers 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_active_models 2\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_remote_prepares_total{result=\"mounted\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_remote_prepares_total{result=\"fallback\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_read_latency_seconds_count 0\n"));
+}
+
+size_t Append(char* p, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(p, size * n);
+  return size * n;
+}
+
+TEST(MetricsServerTest, ServesTheRenderedTextAtSlashMetricsOnLoopback) {
+  ASSERT_OK_AND_ASSIGN(auto server,
+                       MetricsServer::Start("127.0.0.1", 0, [] { return "modelfs_up 1\n"; }));
+  ASSERT_NE(server->port(), 0);
+  CURL* curl = curl_easy_init();
+  std::string body;
+  std::string url = absl::StrCat("http://127.0.0.1:", server->port(), "/metrics");
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  ASSERT_EQ(curl_easy_perform(curl), CURLE_OK);
+  long code = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_cleanup(curl);
+  EXPECT_EQ(code, 200);
+  EXPECT_EQ(body, "modelfs_up 1\n");
+}
+
+TEST(MetricsServerTest, AnUnknownHostIsInvalidArgument) {
+  EXPECT_THAT(MetricsServer::Start("no-such-host.invalid", 0, [] { return ""; }).status(),
+              modelfs::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter

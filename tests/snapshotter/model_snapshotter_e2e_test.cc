@@ -1,0 +1,291 @@
+// ModelSnapshotter against a real docker-registry and the kernel's FUSE and overlayfs: the
+// remote Prepare of a volume image's layer, the snapshots on top of it, the fallbacks, and a
+// restart that re-registers the model while the registry is down.
+#include "snapshotter/model_snapshotter.h"
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/publish/publish_test_env.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+using ::modelfs::testing::RegistryFixture;
+using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::TempDir;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every regular file under `dir`, relative path -> bytes.
+std::map<std::string, std::string> FilesUnder(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadAll(e.path());
+  }
+  return out;
+}
+
+class ModelSnapshotterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    modelfs::testing::RegistryFixtureOptions ro;
+    ro.access_log = true;
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
+    model_dir_ = tmp_.Join("model");
+    ASSERT_OK(modelfs::testing::WriteTestModel(model_dir_.string(), /*seed=*/41).status());
+    ASSERT_OK_AND_ASSIGN(auto push, modelfs::testing::RunModelfs({"push", "--plain-http", Ref("v1"),
+                                                                  model_dir_.string(), "--json"}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    nlohmann::json j = modelfs::testing::ParseJsonOutput(push.out);
+    model_digest_ = j["model"]["digest"];
+    volume_digest_ = j["volume"]["digest"];
+
+    ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(registry_->host_port()));
+    ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest(kRepo, volume_digest_));
+    ASSERT_OK_AND_ASSIGN(Manifest vm, ParseManifest(v.bytes));
+    ASSERT_EQ(vm.layers.size(), 1u);
+    // One uncompressed layer: its chain ID is its diff ID, which is its digest.
+    chain_id_ = vm.layers[0].digest.str();
+    labels_ = Labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
+    labels_[kLabelTargetRef] = chain_id_;
+    labels_[kLabelCriImageRef] = Ref("v1-volume");
+    labels_[kLabelCriManifestDigest] = volume_digest_;
+    labels_["containerd.io/snapshot/cri.layer-digest"] = chain_id_;
+    ASSERT_OK(Open());
+  }
+
+  void TearDown() override {
+    for (const std::string& m : mounted_) umount2(m.c_str(), MNT_DETACH);
+    if (snapshotter_) (void)snapshotter_->Shutdown();
+    snapshotter_.reset();
+  }
+
+  absl::Status Open() {
+    ModelSnapshotterOptions o;
+    o.root = tmp_.Join("root");
+    o.registry.hosts.plain_http_hosts = {registry_->host_port()};
+    o.prefetch = PrefetchPolicy::kNone;
+    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
+    if (!s.ok()) return s.status();
+    snapshotter_ = *std::move(s);
+    return absl::OkStatus();
+  }
+
+  std::string Ref(const std::string& tag) const {
+    return absl::StrCat(registry_->host_port(), "/", kRepo, ":", tag);
+  }
+  std::string ModelName() const { return "sha256-" + model_digest_.substr(7); }
+
+  // Mounts what a Prepare or View returned at a fresh directory.
+  absl::StatusOr<std::string> MountAll(const std::vector<Mount>& mounts) {
+    if (mounts.size() != 1) return absl::InternalError("want one mount");
+    const Mount& m = mounts[0];
+    std::string target = tmp_.Join(absl::StrCat("mnt", mounted_.size())).string();
+    fs::create_directories(target);
+    std::string data;
+    unsigned long flags = 0;
+    for (const std::string& o : m.options) {
+      if (o == "ro")
+        flags |= MS_RDONLY;
+      else if (o == "rbind")
+        flags |= MS_BIND | MS_REC;
+      else if (o == "rw")
+        continue;
+      else
+        data += (data.empty() ? "" : ",") + o;
+    }
+    if (::mount(m.source.c_str(), target.c_str(), m.type.c_str(), flags & ~MS_RDONLY,
+                data.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("mount ", m.type, ": ", strerror(errno)));
+    }
+    if ((flags & MS_BIND) && (flags & MS_RDONLY)) {
+      ::mount("", target.c_str(), "", MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr);
+    }
+    mounted_.push_back(target);
+    return target;
+  }
+
+  static constexpr char kRepo[] = "snap/llama";
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> registry_;
+  fs::path model_dir_;
+  std::string model_digest_;
+  std::string volume_digest_;
+  std::string chain_id_;
+  Labels labels_;
+  std::string log_;
+  std::vector<std::string> mounted_;
+  std::unique_ptr<ModelSnapshotter> snapshotter_;
+};
+
+TEST_F(ModelSnapshotterTest, PrepareOfAVolumeLayerCommitsTheChainIdAndAnswersAlreadyExists) {
+  EXPECT_THAT(snapshotter_->Prepare("k8s.io/1/extract-1 " + chain_id_, "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat(chain_id_));
+  EXPECT_EQ(info.kind, SnapshotKind::kCommitted);
+  EXPECT_EQ(info.parent, "");
+  EXPECT_EQ(info.labels[kLabelRemoteModel], ModelName());
+  EXPECT_EQ(info.labels[kLabelTargetRef], chain_id_);
+  EXPECT_THAT(snapshotter_->Stat("k8s.io/1/extract-1 " + chain_id_).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 1u);
+}
+
+TEST_F(ModelSnapshotterTest, ContainerdsTargetWalkFindsTheCommittedModelSnapshot) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  // The filter containerd's metadata snapshotter uses after ALREADY_EXISTS.
+  std::vector<std::string> names;
+  ASSERT_OK(snapshotter_->Walk(
+      {absl::StrCat("labels.\"containerd.io/snapshot.ref\"==", chain_id_, ",parent==\"\"")},
+      [&](const SnapshotInfo& i) {
+        names.push_back(i.name);
+        return absl::OkStatus();
+      }));
+  EXPECT_THAT(names, ElementsAre(chain_id_));
+}
+
+TEST_F(ModelSnapshotterTest, ASecondPrepareOfTheSameChainAnswersAlreadyExistsAtOnce) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(snapshotter_->Prepare("extract-2", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(snapshotter_->Stat("extract-2").status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ModelSnapshotterTest, AViewOnTheModelIsAReadOnlyBindOfItsDirectoryWithExactBytes) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol-1", chain_id_, {}));
+  const std::string model_mnt = (snapshotter_->mount_dir() / ModelName()).string();
+  EXPECT_THAT(mounts, ElementsAre(Mount{"bind", model_mnt, "", {"ro", "rbind"}}));
+  ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
+  std::map<std::string, std::string> got = FilesUnder(dir);
+  ASSERT_TRUE(got.count(".modelinfo.json"));
+  nlohmann::json info = nlohmann::json::parse(got[".modelinfo.json"]);
+  EXPECT_EQ(info["digests"]["manifest"], model_digest_);
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, FilesUnder(model_dir_));
+}
+
+TEST_F(ModelSnapshotterTest, AnActiveSnapshotOnTheModelIsAnOverlayThatKeepsWritesInItsUpper) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("ctr-1", chain_id_, {}));
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0].type, "overlay");
+  const std::string model_mnt = (snapshotter_->mount_dir() / ModelName()).string();
+  EXPECT_THAT(mounts[0].options, Contains("lowerdir=" + model_mnt));
+  ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
+  std::map<std::string, std::string> want = FilesUnder(model_dir_);
+  for (const auto& [path, bytes] : want) EXPECT_EQ(ReadAll(fs::path(dir) / path), bytes) << path;
+  std::ofstream(fs::path(dir) / "scratch.txt") << "written by the container";
+  EXPECT_FALSE(fs::exists(fs::path(model_mnt) / "scratch.txt"));
+  EXPECT_EQ(ReadAll(fs::path(dir) / "scratch.txt"), "written by the container");
+}
+
+TEST_F(ModelSnapshotterTest, WithoutTheCriImageReferenceItFallsBackToAnOrdinarySnapshot) {
+  Labels labels = labels_;
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0].type, "bind");
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat("extract-1"));
+  EXPECT_EQ(info.kind, SnapshotKind::kActive);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(log_, HasSubstr("cri.image-ref"));
+}
+
+TEST_F(ModelSnapshotterTest, ALayerAnnotationNamingAnotherModelIsDataLossAndLeavesNoSnapshot) {
+  Labels labels = labels_;
+  labels[std::string(kLabelModel)] = Digest::Of("another model").str();
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(model_digest_)));
+  EXPECT_THAT(snapshotter_->Stat(chain_id_).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->Stat("extract-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
+}
+
+TEST_F(ModelSnapshotterTest, WhenTheRegistryIsDownItFallsBackAndLogsWhy) {
+  registry_->Stop();
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels_));
+  EXPECT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(log_, HasSubstr("not mounted lazily"));
+}
+
+TEST_F(ModelSnapshotterTest, ARestartRegistersTheModelAgainWithoutTheRegistry) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  {
+    // Read everything once, so the cache holds it.
+    ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("warm", chain_id_, {}));
+    ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
+    FilesUnder(dir);
+    umount2(dir.c_str(), MNT_DETACH);
+    mounted_.pop_back();
+    ASSERT_OK(snapshotter_->Remove("warm"));
+  }
+  ASSERT_OK(snapshotter_->Shutdown());
+  snapshotter_.reset();
+  registry_->Stop();
+
+  ASSERT_OK(Open());
+  ASSERT_TRUE(snapshotter_->WaitRestored(absl::Seconds(30)));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat(chain_id_));
+  EXPECT_EQ(info.kind, SnapshotKind::kCommitted);
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol-2", chain_id_, {}));
+  ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
+  std::map<std::string, std::string> got = FilesUnder(dir);
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, FilesUnder(model_dir_));
+}
+
+TEST_F(ModelSnapshotterTest, RemovingTheLastSnapshotOfAModelUnregistersIt) {
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK(snapshotter_->Remove(chain_id_));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_FALSE(fs::exists(tmp_.Join("root/models/" + ModelName())));
+  EXPECT_FALSE(fs::exists(snapshotter_->mount_dir() / ModelName()));
+}
+
+TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {
+  ModelSnapshotterOptions o;
+  o.root = tmp_.Join("root");
+  EXPECT_THAT(ModelSnapshotter::Open(o).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter
