@@ -256,8 +256,9 @@ bool Matches(const std::vector<Condition>& conds, const SnapshotInfo& info) {
     if (c.field == "name") {
       value = info.name;
     } else if (c.field == "parent") {
+      // Always present, as in containerd's adaptor: `parent==""` selects base snapshots (the
+      // filter containerd's metadata snapshotter sends after a remote ALREADY_EXISTS).
       value = info.parent;
-      present = !value.empty();
     } else if (c.field == "kind") {
       value = KindName(info.kind);
     } else {

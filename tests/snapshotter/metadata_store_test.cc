@@ -190,6 +190,18 @@ TEST_F(MetadataStoreTest, WalkWithFiltersReturnsSnapshotsMatchingAnyFilter) {
   EXPECT_THAT(WalkNames({"labels.team"}), ElementsAre("a", "v"));
 }
 
+TEST_F(MetadataStoreTest, AnEmptyParentFilterSelectsBaseSnapshots) {
+  ASSERT_OK(store_->CreateSnapshot(SnapshotKind::kActive, "base", "", {}).status());
+  ASSERT_OK(store_->CommitActive("base", "base-c", {}, {}).status());
+  ASSERT_OK(store_->CreateSnapshot(SnapshotKind::kActive, "child", "base-c", {}).status());
+  std::vector<std::string> names;
+  ASSERT_OK(store_->Walk({"parent==\"\""}, [&](const SnapshotInfo& i) {
+    names.push_back(i.name);
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(names, std::vector<std::string>{"base-c"});
+}
+
 TEST_F(MetadataStoreTest, WalkWithAnUnknownFilterFieldIsInvalidArgument) {
   EXPECT_THAT(store_->Walk({"colour==red"}, [](const SnapshotInfo&) { return absl::OkStatus(); }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'colour'")));
