@@ -1,6 +1,7 @@
 // containerd snapshotter testsuite behaviours (snapshots/testsuite), run against the
 // Snapshots gRPC service over a real channel on a unix socket. The mount tests mount the
 // returned overlays for real when running as root.
+#include "snapshotter/model_snapshotter.h"
 #include "snapshotter/overlay_snapshotter.h"
 #include "snapshotter/snapshots_service.h"
 
@@ -81,14 +82,29 @@ class ScopedMount {
   std::string error_;
 };
 
-class SnapshotsServiceTest : public ::testing::Test {
+// Every behaviour runs against both the overlay snapshotter and the daemon's ModelSnapshotter
+// (which must treat ordinary layers exactly the same way).
+class SnapshotsServiceTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { StartServer(/*list_batch=*/100); }
+  void SetUp() override {
+    if (GetParam() == "modelfs" && (::geteuid() != 0 || !fs::exists("/dev/fuse"))) {
+      GTEST_SKIP() << "the modelfs snapshotter needs root and /dev/fuse";
+    }
+    StartServer(/*list_batch=*/100);
+  }
 
   void StartServer(int list_batch) {
-    auto sn = OverlaySnapshotter::Open(dir_.Join("root"), DetectOverlayOptions());
-    ASSERT_OK(sn);
-    snapshotter_ = std::move(sn).value();
+    if (GetParam() == "modelfs") {
+      ModelSnapshotterOptions o;
+      o.root = dir_.Join("root");
+      auto sn = ModelSnapshotter::Open(o);
+      ASSERT_OK(sn);
+      snapshotter_ = std::move(sn).value();
+    } else {
+      auto sn = OverlaySnapshotter::Open(dir_.Join("root"), DetectOverlayOptions());
+      ASSERT_OK(sn);
+      snapshotter_ = std::move(sn).value();
+    }
     service_ = std::make_unique<SnapshotsService>(snapshotter_.get(), list_batch);
     std::string address = "unix:" + dir_.Join("snapshotter.sock").string();
     grpc::ServerBuilder builder;
@@ -196,13 +212,13 @@ class SnapshotsServiceTest : public ::testing::Test {
   bool CanMount() { return ::geteuid() == 0; }
 
   modelfs::testing::TempDir dir_;
-  std::unique_ptr<OverlaySnapshotter> snapshotter_;
+  std::unique_ptr<Snapshotter> snapshotter_;
   std::unique_ptr<SnapshotsService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Snapshots::Stub> stub_;
 };
 
-TEST_F(SnapshotsServiceTest, PrepareReturnsARwBindMountForABaseSnapshot) {
+TEST_P(SnapshotsServiceTest, PrepareReturnsARwBindMountForABaseSnapshot) {
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("base", "", &mounts).ok());
   ASSERT_EQ(mounts.size(), 1u);
@@ -211,7 +227,7 @@ TEST_F(SnapshotsServiceTest, PrepareReturnsARwBindMountForABaseSnapshot) {
   EXPECT_THAT(mounts[0].options(), ElementsAre("rw", "rbind"));
 }
 
-TEST_F(SnapshotsServiceTest, StatOfAnActiveSnapshotReportsItsParentKindAndLabels) {
+TEST_P(SnapshotsServiceTest, StatOfAnActiveSnapshotReportsItsParentKindAndLabels) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("base", "k1").ok());
   ASSERT_TRUE(Prepare("child", "base", nullptr, {{"containerd.io/gc.root", "x"}}).ok());
@@ -224,7 +240,7 @@ TEST_F(SnapshotsServiceTest, StatOfAnActiveSnapshotReportsItsParentKindAndLabels
   EXPECT_GT(info.created_at().seconds(), 1700000000);
 }
 
-TEST_F(SnapshotsServiceTest, StatOfACommittedSnapshotReportsCommittedWithCommitLabels) {
+TEST_P(SnapshotsServiceTest, StatOfACommittedSnapshotReportsCommittedWithCommitLabels) {
   ASSERT_TRUE(Prepare("k1", "", nullptr, {{"prepare", "1"}}).ok());
   ASSERT_TRUE(Commit("base", "k1", {{"commit", "2"}}).ok());
   v1::Info info;
@@ -235,39 +251,39 @@ TEST_F(SnapshotsServiceTest, StatOfACommittedSnapshotReportsCommittedWithCommitL
   EXPECT_EQ(Stat("k1", &info).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(SnapshotsServiceTest, PrepareOfAKeyUsedByAViewIsAlreadyExists) {
+TEST_P(SnapshotsServiceTest, PrepareOfAKeyUsedByAViewIsAlreadyExists) {
   ASSERT_TRUE(View("k", "").ok());
   grpc::Status st = Prepare("k", "");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_THAT(st.error_message(), HasSubstr("'k'"));
 }
 
-TEST_F(SnapshotsServiceTest, PrepareOnAMissingParentIsNotFound) {
+TEST_P(SnapshotsServiceTest, PrepareOnAMissingParentIsNotFound) {
   EXPECT_EQ(Prepare("k", "nope").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(SnapshotsServiceTest, PrepareOnAnActiveParentIsFailedPrecondition) {
+TEST_P(SnapshotsServiceTest, PrepareOnAnActiveParentIsFailedPrecondition) {
   ASSERT_TRUE(Prepare("p", "").ok());
   EXPECT_EQ(Prepare("k", "p").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_F(SnapshotsServiceTest, CommitOfAViewIsFailedPrecondition) {
+TEST_P(SnapshotsServiceTest, CommitOfAViewIsFailedPrecondition) {
   ASSERT_TRUE(View("v", "").ok());
   EXPECT_EQ(Commit("c", "v").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_F(SnapshotsServiceTest, CommitOfAMissingKeyIsNotFound) {
+TEST_P(SnapshotsServiceTest, CommitOfAMissingKeyIsNotFound) {
   EXPECT_EQ(Commit("c", "missing").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(SnapshotsServiceTest, CommitToAnExistingNameIsAlreadyExists) {
+TEST_P(SnapshotsServiceTest, CommitToAnExistingNameIsAlreadyExists) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("c", "k1").ok());
   ASSERT_TRUE(Prepare("k2", "").ok());
   EXPECT_EQ(Commit("c", "k2").error_code(), grpc::StatusCode::ALREADY_EXISTS);
 }
 
-TEST_F(SnapshotsServiceTest, RemoveOfAParentIsFailedPreconditionUntilItsChildIsRemoved) {
+TEST_P(SnapshotsServiceTest, RemoveOfAParentIsFailedPreconditionUntilItsChildIsRemoved) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("base", "k1").ok());
   ASSERT_TRUE(Prepare("child", "base").ok());
@@ -277,7 +293,7 @@ TEST_F(SnapshotsServiceTest, RemoveOfAParentIsFailedPreconditionUntilItsChildIsR
   EXPECT_EQ(Remove("base").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(SnapshotsServiceTest, MountsOfAViewOnTwoLayersIsAnOverlayOfBothLowerdirs) {
+TEST_P(SnapshotsServiceTest, MountsOfAViewOnTwoLayersIsAnOverlayOfBothLowerdirs) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("l1", "k1").ok());
   ASSERT_TRUE(Prepare("k2", "l1").ok());
@@ -297,7 +313,7 @@ TEST_F(SnapshotsServiceTest, MountsOfAViewOnTwoLayersIsAnOverlayOfBothLowerdirs)
   EXPECT_THAT(resp.mounts(0).options(), ::testing::ElementsAreArray(expected));
 }
 
-TEST_F(SnapshotsServiceTest, UpdateWithALabelMaskChangesOnlyThatLabel) {
+TEST_P(SnapshotsServiceTest, UpdateWithALabelMaskChangesOnlyThatLabel) {
   ASSERT_TRUE(Prepare("k", "", nullptr, {{"a", "1"}, {"b", "2"}}).ok());
   grpc::ClientContext ctx;
   v1::UpdateSnapshotRequest req;
@@ -313,7 +329,7 @@ TEST_F(SnapshotsServiceTest, UpdateWithALabelMaskChangesOnlyThatLabel) {
   EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("a", "10"), Pair("b", "2")));
 }
 
-TEST_F(SnapshotsServiceTest, UpdateOfAMissingSnapshotIsNotFound) {
+TEST_P(SnapshotsServiceTest, UpdateOfAMissingSnapshotIsNotFound) {
   grpc::ClientContext ctx;
   v1::UpdateSnapshotRequest req;
   req.mutable_info()->set_name("missing");
@@ -321,7 +337,7 @@ TEST_F(SnapshotsServiceTest, UpdateOfAMissingSnapshotIsNotFound) {
   EXPECT_EQ(stub_->Update(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(SnapshotsServiceTest, ListStreamsEverySnapshotInBatches) {
+TEST_P(SnapshotsServiceTest, ListStreamsEverySnapshotInBatches) {
   server_->Shutdown();
   server_.reset();
   snapshotter_.reset();
@@ -332,7 +348,7 @@ TEST_F(SnapshotsServiceTest, ListStreamsEverySnapshotInBatches) {
   EXPECT_EQ(messages, 3);
 }
 
-TEST_F(SnapshotsServiceTest, ListWithFiltersReturnsOnlyMatchingSnapshots) {
+TEST_P(SnapshotsServiceTest, ListWithFiltersReturnsOnlyMatchingSnapshots) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("base", "k1").ok());
   ASSERT_TRUE(Prepare("a", "base", nullptr, {{"team", "ml"}}).ok());
@@ -341,7 +357,7 @@ TEST_F(SnapshotsServiceTest, ListWithFiltersReturnsOnlyMatchingSnapshots) {
   EXPECT_THAT(List({"kind==committed"}).first, ElementsAre("base"));
 }
 
-TEST_F(SnapshotsServiceTest, ListWithABadFilterIsInvalidArgument) {
+TEST_P(SnapshotsServiceTest, ListWithABadFilterIsInvalidArgument) {
   grpc::ClientContext ctx;
   v1::ListSnapshotsRequest req;
   req.add_filters("bogus==1");
@@ -352,7 +368,7 @@ TEST_F(SnapshotsServiceTest, ListWithABadFilterIsInvalidArgument) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST_F(SnapshotsServiceTest, UsageCountsTheFilesOfAnActiveSnapshot) {
+TEST_P(SnapshotsServiceTest, UsageCountsTheFilesOfAnActiveSnapshot) {
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("k", "", &mounts).ok());
   std::ofstream(fs::path(mounts[0].source()) / "f") << std::string(8192, 'x');
@@ -365,7 +381,7 @@ TEST_F(SnapshotsServiceTest, UsageCountsTheFilesOfAnActiveSnapshot) {
   EXPECT_GE(resp.size(), 8192);
 }
 
-TEST_F(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
+TEST_P(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("k", "", &mounts).ok());
   fs::path snap_dir = fs::path(mounts[0].source()).parent_path();
@@ -378,7 +394,7 @@ TEST_F(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
   EXPECT_FALSE(fs::exists(snap_dir));
 }
 
-TEST_F(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted) {
+TEST_P(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) {
     std::ofstream(root / "a.txt") << "A";
@@ -403,7 +419,7 @@ TEST_F(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted
   EXPECT_THAT(names, ElementsAre("a.txt", "b.txt"));
 }
 
-TEST_F(SnapshotsServiceTest, AMountedViewIsReadOnly) {
+TEST_P(SnapshotsServiceTest, AMountedViewIsReadOnly) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   std::vector<containerd::types::Mount> mounts;
@@ -416,7 +432,7 @@ TEST_F(SnapshotsServiceTest, AMountedViewIsReadOnly) {
   EXPECT_FALSE(out.is_open());
 }
 
-TEST_F(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) {
+TEST_P(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   CommitLayer("l2", "l1", [](const fs::path& root) {
@@ -430,7 +446,7 @@ TEST_F(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) 
   EXPECT_EQ(ReadFile(target / "a.txt"), "A");
 }
 
-TEST_F(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
+TEST_P(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("k", "", &mounts).ok());
@@ -442,7 +458,7 @@ TEST_F(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
-TEST_F(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
+TEST_P(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
@@ -464,7 +480,7 @@ TEST_F(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
   EXPECT_EQ(st.st_gid, 1001u);
 }
 
-TEST_F(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerContents) {
+TEST_P(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerContents) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
@@ -487,7 +503,7 @@ TEST_F(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerC
   EXPECT_THAT(names, ElementsAre("new"));
 }
 
-TEST_F(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
+TEST_P(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "from") << "data"; });
   CommitLayer("l2", "l1", [](const fs::path& root) { fs::rename(root / "from", root / "to"); });
@@ -501,7 +517,7 @@ TEST_F(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
   EXPECT_EQ(ReadFile(target / "to"), "data");
 }
 
-TEST_F(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
+TEST_P(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
   if (!CanMount()) GTEST_SKIP() << "mounting needs root";
   std::string parent;
   for (int i = 0; i < 20; ++i) {
@@ -521,7 +537,7 @@ TEST_F(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
   }
 }
 
-TEST_F(SnapshotsServiceTest, ConcurrentPreparesOfDistinctKeysAllSucceed) {
+TEST_P(SnapshotsServiceTest, ConcurrentPreparesOfDistinctKeysAllSucceed) {
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int i = 0; i < 8; ++i) {
@@ -537,7 +553,7 @@ TEST_F(SnapshotsServiceTest, ConcurrentPreparesOfDistinctKeysAllSucceed) {
             8);
 }
 
-TEST_F(SnapshotsServiceTest, SnapshotsSurviveARestartOfTheService) {
+TEST_P(SnapshotsServiceTest, SnapshotsSurviveARestartOfTheService) {
   ASSERT_TRUE(Prepare("k1", "").ok());
   ASSERT_TRUE(Commit("base", "k1", {{"keep", "me"}}).ok());
   ASSERT_TRUE(Prepare("active", "base").ok());
@@ -551,6 +567,10 @@ TEST_F(SnapshotsServiceTest, SnapshotsSurviveARestartOfTheService) {
   EXPECT_THAT(info.labels(), UnorderedElementsAre(Pair("keep", "me")));
   EXPECT_EQ(Prepare("active", "base").error_code(), grpc::StatusCode::ALREADY_EXISTS);
 }
+
+INSTANTIATE_TEST_SUITE_P(Snapshotters, SnapshotsServiceTest,
+                         ::testing::Values("overlay", "modelfs"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace modelfs::snapshotter
