@@ -1,61 +1,151 @@
 #!/usr/bin/env bash
-# The main job, end to end on loopback: installs what it needs, builds modelfs, starts a local
-# docker-registry, generates a model, pushes it as a ModelPack artifact plus volume image,
-# mounts it lazily, prints .modelinfo.json, and reads one file back verified. Cleans up after.
-# Usage: scripts/demo.sh [--mib N]   (size of the generated model, default 64)
+# The main job, as a Kubernetes node does it, end to end on loopback:
+#   a local docker-registry; a generated model pushed as a ModelPack artifact M plus volume
+#   image V; the modelfs-snapshotter daemon; a containerd 1.6 with modelfs as its proxy
+#   snapshotter and the CRI plugin using it; a CRI PullImage of V (what kubelet does for an
+#   image volume); then the image-volume step, Prepare(key, parent = V's chain ID) mounted
+#   and read back: .modelinfo.json printed, a weight file verified against the source.
+# Installs what it needs and builds modelfs first. Everything runs in a temporary directory
+# and is stopped (by PID) and unmounted at the end.
+# Usage: sudo scripts/demo.sh [--mib N]   (size of the generated model, default 64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIB=64
 [ "${1:-}" = "--mib" ] && MIB=${2:?}
+[ "$(id -u)" -eq 0 ] || { echo "demo: run as root (containerd, FUSE and overlay mounts)" >&2; exit 2; }
 
 ./scripts/install-deps.sh
 ./scripts/build.sh >/dev/null
 BIN=$PWD/${BUILD_DIR:-build}
 MODELFS=$BIN/cmd/modelfs
+SNAPSHOTTER=$BIN/cmd/modelfs-snapshotter
 SYNTH=$BIN/bench/modelfs-synth
+CRI=$BIN/integration/cri/modelfs-cri-client
 
 WORK=$(mktemp -d /tmp/modelfs-demo.XXXXXX)
-REG_PID=""
-MNT=$WORK/mnt
+PIDS=()
 cleanup() {
-  if mountpoint -q "$MNT" 2>/dev/null; then "$MODELFS" umount "$MNT" || fusermount3 -u "$MNT" || true; fi
-  [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null || true
+  set +e
+  # Unmount what we and containerd mounted (deepest first), then stop the daemons by PID.
+  for m in $(awk -v d="$WORK" '$5 == d || index($5, d "/") == 1 {print length($5), $5}' \
+      /proc/self/mountinfo | sort -rn | cut -d' ' -f2); do
+    umount -l "$m" 2>/dev/null
+  done
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    kill "${PIDS[$i]}" 2>/dev/null && wait "${PIDS[$i]}" 2>/dev/null
+  done
+  for m in $(awk -v d="$WORK" 'index($5, d "/") == 1 {print $5}' /proc/self/mountinfo); do
+    umount -l "$m" 2>/dev/null
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { for _ in $(seq 300); do eval "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "demo: timed out: $1" >&2; exit 1; }
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 cat > "$WORK/registry.yml" <<YML
 version: 0.1
-log: {level: error}
+log: {level: error, accesslog: {disabled: false}}
 storage: {filesystem: {rootdirectory: $WORK/registry}, delete: {enabled: true}}
 http: {addr: 127.0.0.1:$PORT}
 YML
 docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
-REG_PID=$!
-for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$PORT/v2/" >/dev/null 2>&1 && break; sleep 0.1; done
-echo "== registry on 127.0.0.1:$PORT (pid $REG_PID)"
+PIDS+=($!)
+wait_for "curl -fsS http://127.0.0.1:$PORT/v2/"
+echo "== registry on 127.0.0.1:$PORT"
 
 echo "== generating a ${MIB} MiB llama-shaped model"
 "$SYNTH" safetensors "$WORK/model" --mib "$MIB"
 "$SYNTH" tiny-gguf "$WORK/model/tiny-q8.gguf"
 
-echo "== modelfs inspect / memory (headers only)"
-"$MODELFS" inspect "$WORK/model/model.safetensors" | head -8
-"$MODELFS" memory "$WORK/model" --ctx 8192 --seqs 4 --gpu-gib 24
-
 REF=127.0.0.1:$PORT/demo/llama:v1
-echo "== modelfs push $REF"
+echo "== modelfs push $REF (writes M, and V as $REF-volume)"
 "$MODELFS" push --plain-http "$REF" "$WORK/model"
 
-echo "== modelfs mount (lazy) $REF-volume -> $MNT"
-mkdir -p "$MNT"
-"$MODELFS" mount --plain-http --cache "$WORK/cache" "$REF-volume" "$MNT"
-echo "== $MNT/.modelinfo.json"
-cat "$MNT/.modelinfo.json"
+echo "== modelfs-snapshotter (root $WORK/modelfs)"
+MPORT=$(free_port)
+cat > "$WORK/snapshotter.toml" <<TOML
+root = "$WORK/modelfs"
+address = "$WORK/modelfs.sock"
+insecure_hosts = ["127.0.0.1:$PORT"]
+metrics_address = "127.0.0.1:$MPORT"
+TOML
+"$SNAPSHOTTER" --config "$WORK/snapshotter.toml" 2>"$WORK/snapshotter.log" &
+PIDS+=($!)
+wait_for "test -S $WORK/modelfs.sock"
+
+echo "== containerd $(containerd --version | awk '{print $3}') with proxy snapshotter modelfs and CRI"
+mkdir -p "$WORK/certs.d/127.0.0.1:$PORT" "$WORK/cni/bin" "$WORK/cni/conf"
+cat > "$WORK/certs.d/127.0.0.1:$PORT/hosts.toml" <<TOML
+server = "http://127.0.0.1:$PORT"
+[host."http://127.0.0.1:$PORT"]
+  capabilities = ["pull", "resolve"]
+TOML
+cat > "$WORK/containerd.toml" <<TOML
+version = 2
+root = "$WORK/containerd/root"
+state = "$WORK/containerd/state"
+[grpc]
+  address = "$WORK/containerd.sock"
+[ttrpc]
+  address = "$WORK/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$WORK/containerd/opt"
+[proxy_plugins.modelfs]
+  type = "snapshot"
+  address = "$WORK/modelfs.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_cgroup = true
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "modelfs"
+    disable_snapshot_annotations = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$WORK/cni/bin"
+    conf_dir = "$WORK/cni/conf"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$WORK/certs.d"
+TOML
+containerd --config "$WORK/containerd.toml" >"$WORK/containerd.log" 2>&1 &
+PIDS+=($!)
+wait_for "ctr --address $WORK/containerd.sock plugins ls | grep -E 'grpc.v1 +cri .* ok'"
+
+C=("$CRI" --address "$WORK/containerd.sock" --namespace k8s.io --snapshotter modelfs)
+echo "== CRI PullImage $REF-volume (what kubelet does for an image volume)"
+"${C[@]}" pull "$REF-volume"
+# V has one uncompressed layer, so its chain ID is that layer's digest.
+CHAIN=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+  "http://127.0.0.1:$PORT/v2/demo/llama/manifests/v1-volume" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"])')
+"${C[@]}" stat "$CHAIN"
+
+echo "== image volume: Prepare(demo-volume, parent $CHAIN), mounted at $WORK/volume"
+mkdir -p "$WORK/volume"
+"${C[@]}" prepare-mount demo-volume "$CHAIN" "$WORK/volume"
+ls -la "$WORK/volume"
+echo "== $WORK/volume/.modelinfo.json"
+cat "$WORK/volume/.modelinfo.json"
 echo
-echo "== reading model.safetensors through the mount and comparing with the source"
-a=$(sha256sum < "$MNT/model.safetensors" | cut -d' ' -f1)
+echo "== reading model.safetensors through the volume and comparing with the source"
+a=$(sha256sum < "$WORK/volume/model.safetensors" | cut -d' ' -f1)
 b=$(sha256sum < "$WORK/model/model.safetensors" | cut -d' ' -f1)
 [ "$a" = "$b" ] && echo "verified: sha256:$a" || { echo "MISMATCH: $a != $b"; exit 1; }
-"$MODELFS" stats "$MNT" 2>/dev/null || true
+echo "== registry blob traffic by client (containerd fetched V's config; modelfs read the rest by Range)"
+python3 - "$WORK/registry.log" <<'PY'
+import re, sys, collections
+totals = collections.defaultdict(lambda: [0, 0])
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r'"GET /v2/\S+/blobs/\S+ HTTP/[0-9.]+" (\d+) (\d+) "[^"]*" "([^"/ ]+)', line)
+    if m:
+        t = totals[(m.group(3), m.group(1))]
+        t[0] += 1
+        t[1] += int(m.group(2))
+for (agent, status), (n, b) in sorted(totals.items()):
+    print(f"  {agent:<12} HTTP {status}: {n:3d} requests, {b:>12,} bytes")
+PY
+echo "== modelfs-snapshotter metrics"
+curl -fsS "http://127.0.0.1:$MPORT/metrics" | grep -E '^modelfs_(bytes_fetched_total|active_models|remote_prepares_total|cache_(hits|misses)_total)'
