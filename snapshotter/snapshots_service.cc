@@ -48,30 +48,48 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+grpc::Status SnapshotsService::Logged(const char* method, const std::string& key,
+                                      const std::string& parent, grpc::Status status) const {
+  if (call_log_) {
+    std::string line = std::string(method) + " key=\"" + key + "\"";
+    if (!parent.empty()) line += " parent=\"" + parent + "\"";
+    line += status.ok() ? std::string(" ok")
+                        : " -> code " + std::to_string(static_cast<int>(status.error_code())) +
+                              ": " + status.error_message();
+    call_log_(line);
+  }
+  return status;
+}
+
 grpc::Status SnapshotsService::Prepare(Ctx*, const v1::PrepareSnapshotRequest* req,
                                        v1::PrepareSnapshotResponse* resp) {
-  return FillMounts(snapshotter_->Prepare(req->key(), req->parent(), FromProto(req->labels())),
-                    resp);
+  return Logged(
+      "Prepare", req->key(), req->parent(),
+      FillMounts(snapshotter_->Prepare(req->key(), req->parent(), FromProto(req->labels())), resp));
 }
 
 grpc::Status SnapshotsService::View(Ctx*, const v1::ViewSnapshotRequest* req,
                                     v1::ViewSnapshotResponse* resp) {
-  return FillMounts(snapshotter_->View(req->key(), req->parent(), FromProto(req->labels())), resp);
+  return Logged(
+      "View", req->key(), req->parent(),
+      FillMounts(snapshotter_->View(req->key(), req->parent(), FromProto(req->labels())), resp));
 }
 
 grpc::Status SnapshotsService::Mounts(Ctx*, const v1::MountsRequest* req,
                                       v1::MountsResponse* resp) {
-  return FillMounts(snapshotter_->Mounts(req->key()), resp);
+  return Logged("Mounts", req->key(), "", FillMounts(snapshotter_->Mounts(req->key()), resp));
 }
 
 grpc::Status SnapshotsService::Commit(Ctx*, const v1::CommitSnapshotRequest* req,
                                       google::protobuf::Empty*) {
-  return ToGrpcStatus(snapshotter_->Commit(req->name(), req->key(), FromProto(req->labels())));
+  return Logged(
+      "Commit", req->key(), "",
+      ToGrpcStatus(snapshotter_->Commit(req->name(), req->key(), FromProto(req->labels()))));
 }
 
 grpc::Status SnapshotsService::Remove(Ctx*, const v1::RemoveSnapshotRequest* req,
                                       google::protobuf::Empty*) {
-  return ToGrpcStatus(snapshotter_->Remove(req->key()));
+  return Logged("Remove", req->key(), "", ToGrpcStatus(snapshotter_->Remove(req->key())));
 }
 
 grpc::Status SnapshotsService::Stat(Ctx*, const v1::StatSnapshotRequest* req,

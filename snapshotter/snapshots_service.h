@@ -8,6 +8,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
+#include <string>
+
 #include "absl/status/status.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
 #include "snapshotter/snapshotter.h"
@@ -22,6 +25,10 @@ class SnapshotsService final : public containerd::services::snapshots::v1::Snaps
   // `snapshotter` must outlive the service. List streams at most `list_batch` infos per message.
   explicit SnapshotsService(Snapshotter* snapshotter, int list_batch = 100)
       : snapshotter_(snapshotter), list_batch_(list_batch) {}
+
+  // Receives one line per call (method, key, parent, outcome) when set: the daemon's
+  // --log-level debug. Set before serving.
+  void set_call_log(std::function<void(const std::string&)> log) { call_log_ = std::move(log); }
 
   using Ctx = grpc::ServerContext;
   grpc::Status Prepare(Ctx*, const containerd::services::snapshots::v1::PrepareSnapshotRequest*,
@@ -47,8 +54,12 @@ class SnapshotsService final : public containerd::services::snapshots::v1::Snaps
                        google::protobuf::Empty*) override;
 
  private:
+  grpc::Status Logged(const char* method, const std::string& key, const std::string& parent,
+                      grpc::Status status) const;
+
   Snapshotter* snapshotter_;
   int list_batch_;
+  std::function<void(const std::string&)> call_log_;
 };
 
 }  // namespace modelfs::snapshotter

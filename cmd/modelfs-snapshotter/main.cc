@@ -120,6 +120,7 @@ absl::Status Run(const DaemonConfig& c) {
   // A socket file left by a previous run would make bind fail.
   if (fs::is_socket(c.address, ec)) fs::remove(c.address, ec);
   SnapshotsService service(snapshotter.get());
+  if (c.log_level == "debug") service.set_call_log(LogLine);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", c.address), grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
