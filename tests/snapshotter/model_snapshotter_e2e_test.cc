@@ -86,10 +86,20 @@ class ModelSnapshotterTest : public ::testing::Test {
     snapshotter_.reset();
   }
 
-  absl::Status Open() {
+  absl::Status Open(bool use_hosts_dir = false) {
     ModelSnapshotterOptions o;
     o.root = tmp_.Join("root");
-    o.registry.hosts.plain_http_hosts = {registry_->host_port()};
+    if (use_hosts_dir) {
+      // containerd's certs.d layout, as a node shares it between containerd and modelfs.
+      const std::string& r = registry_->host_port();
+      fs::create_directories(tmp_.Join("certs.d/" + r));
+      std::ofstream(tmp_.Join("certs.d/" + r + "/hosts.toml"))
+          << "server = \"http://" << r << "\"\n[host.\"http://" << r
+          << "\"]\n  capabilities = [\"pull\", \"resolve\"]\n";
+      o.registry.hosts.certs_dir = tmp_.Join("certs.d").string();
+    } else {
+      o.registry.hosts.plain_http_hosts = {registry_->host_port()};
+    }
     o.prefetch = PrefetchPolicy::kNone;
     o.log = [this](const std::string& line) { log_ += line + "\n"; };
     absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
@@ -278,6 +288,27 @@ TEST_F(ModelSnapshotterTest, RemovingTheLastSnapshotOfAModelUnregistersIt) {
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
   EXPECT_FALSE(fs::exists(tmp_.Join("root/models/" + ModelName())));
   EXPECT_FALSE(fs::exists(snapshotter_->mount_dir() / ModelName()));
+}
+
+TEST_F(ModelSnapshotterTest, APlainHttpRegistryDeclaredInHostsTomlIsReached) {
+  ASSERT_OK(snapshotter_->Shutdown());
+  snapshotter_.reset();
+  ASSERT_OK(Open(/*use_hosts_dir=*/true));
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
+}
+
+TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndItFallsBack) {
+  ASSERT_OK(snapshotter_->Shutdown());
+  snapshotter_.reset();
+  ModelSnapshotterOptions o;
+  o.root = tmp_.Join("root");
+  o.log = [this](const std::string& line) { log_ += line + "\n"; };
+  ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
+  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels_).status());
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
 }
 
 TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {
