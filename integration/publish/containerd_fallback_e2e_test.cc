@@ -1,12 +1,8 @@
-// The graceful path on a node without modelfs: a real containerd 1.6 (CRI disabled, overlayfs
-// snapshotter, its own root, state and socket) pulls the volume image V that `modelfs push`
-// wrote. It unpacks only V's small layer, the mounted image shows the `.modelfs/` pointer
-// files, and the registry's access log shows that no byte of the model's layers was fetched.
-#include <sys/mount.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
+// The graceful path on a node without modelfs: a real containerd 1.6 (integration/harness/
+// containerd_fixture.h: CRI disabled, overlayfs snapshotter, its own root, state and socket) pulls
+// the volume image V that `modelfs push` wrote. It unpacks only V's small layer, the mounted image
+// shows the `.modelfs/` pointer files, and the registry's access log shows that no byte of the
+// model's layers was fetched.
 #include <memory>
 #include <regex>
 #include <set>
@@ -15,12 +11,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "core/oci/volume_image.h"
-#include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/harness/containerd_fixture.h"
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "tests/testing/status_matchers.h"
@@ -29,100 +23,8 @@
 namespace modelfs::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-constexpr char kContainerd[] = "/usr/bin/containerd";
-constexpr char kCtr[] = "/usr/bin/ctr";
-constexpr char kNamespace[] = "modelfs-e2e";
-
-// Mount points at or below `dir`, deepest first (so they can be unmounted in that order).
-std::vector<std::string> MountsUnder(const std::string& dir) {
-  std::vector<std::string> out;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f = absl::StrSplit(line, ' ');
-    if (f.size() > 4 && (f[4] == dir || absl::StartsWith(f[4], dir + "/"))) out.push_back(f[4]);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  return out;
-}
-
-// Why this machine cannot run containerd for the test, or "" when it can.
-std::string WhyNoContainerd() {
-  if (geteuid() != 0) return "containerd needs root (overlay mounts)";
-  if (!fs::exists(kContainerd) || !fs::exists(kCtr)) return "containerd 1.6 / ctr not installed";
-  std::ifstream fss("/proc/filesystems");
-  std::string all((std::istreambuf_iterator<char>(fss)), std::istreambuf_iterator<char>());
-  if (!absl::StrContains(all, "overlay")) return "the kernel has no overlay filesystem";
-  return "";
-}
-
-// A containerd of our own: root, state, socket and hosts directory in a temporary directory,
-// the CRI plugin disabled. Stopped by PID and unmounted in the destructor.
-class Containerd {
- public:
-  static absl::StatusOr<std::unique_ptr<Containerd>> Start(const std::string& registry_host_port) {
-    std::unique_ptr<Containerd> c(new Containerd());
-    c->socket_ = c->dir_.Join("containerd.sock").string();
-    c->hosts_dir_ = c->dir_.Join("certs.d").string();
-    c->dir_.WriteFile(
-        absl::StrCat("certs.d/", registry_host_port, "/hosts.toml"),
-        absl::StrCat("server = \"http://", registry_host_port, "\"\n\n[host.\"http://",
-                     registry_host_port, "\"]\n  capabilities = [\"pull\", \"resolve\"]\n"));
-    std::string root = c->dir_.Join("root").string();
-    std::string config = absl::StrCat(
-        "version = 2\n", "root = \"", root, "\"\n", "state = \"", c->dir_.Join("state").string(),
-        "\"\n", "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n", "[grpc]\n  address = \"",
-        c->socket_, "\"\n", "[ttrpc]\n  address = \"", c->socket_, ".ttrpc\"\n",
-        "[debug]\n  address = \"\"\n", "[metrics]\n  address = \"\"\n",
-        // The opt plugin would otherwise create /opt/containerd on the host.
-        "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"", c->dir_.Join("opt").string(),
-        "\"\n");
-    std::string config_path = c->dir_.WriteFile("config.toml", config).string();
-    ASSIGN_OR_RETURN(c->process_, ChildProcess::Spawn({kContainerd, "--config", config_path},
-                                                      c->dir_.Join("containerd.log").string()));
-    absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (true) {
-      if (fs::exists(c->socket_)) {
-        absl::StatusOr<ProcessResult> v = RunProcess({kCtr, "--address", c->socket_, "version"});
-        if (v.ok() && v->exit_code == 0) break;
-      }
-      if (!c->process_->running() || absl::Now() > deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("containerd did not come up; log:\n",
-                         ReadFileOrDie(c->dir_.Join("containerd.log").string())));
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return c;
-  }
-
-  ~Containerd() {
-    // Unmount what a failed test may have left, stop the daemon, then unmount what it left.
-    for (const auto& m : MountsUnder(dir_.path().string())) umount2(m.c_str(), MNT_DETACH);
-    if (process_) process_->Stop();
-    for (const auto& m : MountsUnder(dir_.path().string())) umount2(m.c_str(), MNT_DETACH);
-  }
-
-  absl::StatusOr<ProcessResult> Ctr(std::vector<std::string> args) {
-    std::vector<std::string> argv = {kCtr, "--address", socket_, "--namespace", kNamespace};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunProcess(argv, {}, absl::Seconds(90));
-  }
-  const std::string& hosts_dir() const { return hosts_dir_; }
-  std::string MountPoint() const { return dir_.Join("mnt").string(); }
-
- private:
-  Containerd() = default;
-  TempDir dir_;
-  std::string socket_;
-  std::string hosts_dir_;
-  std::unique_ptr<ChildProcess> process_;
-};
 
 // "GET /v2/<repo>/blobs/<digest>" lines with status 200 in the registry's access log after
 // `offset`, as digests.
@@ -141,7 +43,7 @@ std::multiset<std::string> BlobGets(const std::string& log, size_t offset,
 class ContainerdFallbackTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string why = WhyNoContainerd();
+    std::string why = Containerd::WhyUnavailable();
     if (!why.empty()) GTEST_SKIP() << why;
     RegistryFixtureOptions o;
     o.access_log = true;
@@ -151,7 +53,9 @@ class ContainerdFallbackTest : public ::testing::Test {
                                                          tmp_.Join("model").string(), "--json"}));
     ASSERT_EQ(push.exit_code, 0) << push.err;
     push_ = ParseJsonOutput(push.out);
-    absl::StatusOr<std::unique_ptr<Containerd>> c = Containerd::Start(registry_->host_port());
+    ContainerdOptions co;
+    co.registry_host_port = registry_->host_port();
+    absl::StatusOr<std::unique_ptr<Containerd>> c = Containerd::Start(co);
     ASSERT_OK(c.status());
     containerd_ = std::move(*c);
   }
@@ -192,7 +96,6 @@ TEST_F(ContainerdFallbackTest, PullingTheVolumeImageFetchesOnlyItsSmallLayerAndS
   }
 
   std::string mnt = containerd_->MountPoint();
-  fs::create_directories(mnt);
   ASSERT_OK_AND_ASSIGN(ProcessResult mount,
                        containerd_->Ctr({"images", "mount", "--snapshotter", "overlayfs",
                                          "--rw=false", Ref("v1-volume"), mnt}));
