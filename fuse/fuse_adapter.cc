@@ -7,22 +7,39 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>  // the kernel protocol: Adopt speaks it directly
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <exception>
+#include <random>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace modelfs {
+namespace {
+
+// A snapshot of a directory listing taken at opendir, so that paging through it with offsets
+// is stable even if models are added or removed meanwhile.
+struct DirHandle {
+  std::vector<DirEntry> entries;
+};
+
+}  // namespace
 
 struct FuseMount::Context {
   std::shared_ptr<ModelTree> tree;
@@ -30,17 +47,25 @@ struct FuseMount::Context {
   double attr_timeout = 0;
   uint32_t max_read = 0;
   std::function<void(absl::Duration, bool)> on_read;
+  std::atomic<bool> initialized{false};  // libfuse called init (FUSE_INIT, real or synthetic)
+
+  // Open directories by the handle the kernel holds. Handles are ids, not pointers, because the
+  // kernel keeps a directory open across a daemon restart and then hands the new process a
+  // handle the old one made: an id can be looked up and found missing, a stale pointer cannot.
+  // Ids start at a random number so that the old process's ids are (almost surely) not ours.
+  absl::Mutex dirs_mu;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const DirHandle>> dirs ABSL_GUARDED_BY(dirs_mu);
+  uint64_t next_dir_id ABSL_GUARDED_BY(dirs_mu) = std::random_device{}() * 0x100000000ull;
 };
 
 namespace {
 
 using Context = FuseMount::Context;
 
-// A snapshot of a directory listing taken at opendir, so that paging through it with offsets
-// is stable even if models are added or removed meanwhile.
-struct DirHandle {
-  std::vector<DirEntry> entries;
-};
+// Linux /dev/fuse is character device 10:229.
+constexpr unsigned kFuseDevMajor = 10;
+constexpr unsigned kFuseDevMinor = 229;
+constexpr long kFuseSuperMagic = 0x65735546;
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
@@ -113,11 +138,13 @@ fuse_entry_param ToEntry(const Context& ctx, const NodeAttr& a) {
 }
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
+  Context& ctx = *static_cast<Context*>(userdata);
   // libfuse refuses INIT unless this repeats the max_read mount option.
-  conn->max_read = static_cast<Context*>(userdata)->max_read;
+  conn->max_read = ctx.max_read;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   // Nothing ever changes under a file, so there is no reason to drop cached pages on getattr.
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  ctx.initialized = true;
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -184,19 +211,51 @@ void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, "opendir", [&] {
-    absl::StatusOr<std::vector<DirEntry>> entries = Ctx(req).tree->ReadDir(ino, 0);
+    Context& ctx = Ctx(req);
+    absl::StatusOr<std::vector<DirEntry>> entries = ctx.tree->ReadDir(ino, 0);
     if (!entries.ok()) return ReplyStatus(req, "opendir", entries.status());
-    auto handle = std::make_unique<DirHandle>();
+    auto handle = std::make_shared<DirHandle>();
     handle->entries = std::move(*entries);
-    fi->fh = reinterpret_cast<uint64_t>(handle.get());
+    uint64_t id;
+    {
+      // Registered before the reply: the kernel may send readdir on another thread at once.
+      absl::MutexLock lock(&ctx.dirs_mu);
+      id = ctx.next_dir_id++;
+      ctx.dirs[id] = std::move(handle);
+    }
+    fi->fh = id;
     fi->keep_cache = 1;
-    if (fuse_reply_open(req, fi) == 0) handle.release();  // releasedir frees it
+    if (fuse_reply_open(req, fi) != 0) {  // no releasedir will come
+      absl::MutexLock lock(&ctx.dirs_mu);
+      ctx.dirs.erase(id);
+    }
   });
 }
 
 void OpReleaseDir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  Context& ctx = Ctx(req);
+  {
+    absl::MutexLock lock(&ctx.dirs_mu);
+    ctx.dirs.erase(fi->fh);  // unknown when opened by a previous process: nothing to free
+  }
   fuse_reply_err(req, 0);
+}
+
+// The listing behind a directory handle. A handle we do not know was opened by a previous
+// process of the daemon, before a restart; a fresh listing stands in for its snapshot (same
+// offsets, as long as the directory did not change meanwhile).
+absl::StatusOr<std::shared_ptr<const DirHandle>> FindDir(Context& ctx, fuse_ino_t ino,
+                                                         uint64_t fh) {
+  {
+    absl::MutexLock lock(&ctx.dirs_mu);
+    auto it = ctx.dirs.find(fh);
+    if (it != ctx.dirs.end()) return it->second;
+  }
+  absl::StatusOr<std::vector<DirEntry>> entries = ctx.tree->ReadDir(ino, 0);
+  if (!entries.ok()) return entries.status();
+  auto handle = std::make_shared<DirHandle>();
+  handle->entries = std::move(*entries);
+  return handle;
 }
 
 void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
@@ -204,11 +263,11 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
   const char* op = plus ? "readdirplus" : "readdir";
   Guarded(req, op, [&] {
     Context& ctx = Ctx(req);
-    auto* handle = reinterpret_cast<DirHandle*>(fi->fh);
-    if (handle == nullptr) return fuse_reply_err(req, EBADF), void();
+    absl::StatusOr<std::shared_ptr<const DirHandle>> handle = FindDir(ctx, ino, fi->fh);
+    if (!handle.ok()) return ReplyStatus(req, op, handle.status());
     std::string buf(size, '\0');
     size_t used = 0;
-    for (const DirEntry& entry : handle->entries) {
+    for (const DirEntry& entry : (*handle)->entries) {
       if (entry.next_offset <= static_cast<uint64_t>(off)) continue;
       size_t room = size - used;
       size_t need = 0;
@@ -302,6 +361,122 @@ std::string MountOptionString(const FuseMountOptions& o) {
   return absl::StrJoin(opts, ",");
 }
 
+absl::Status CheckMountPoint(const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("mount point ", dir, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("mount point ", dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// Mount and Adopt must build identical sessions: the adopted connection was negotiated with
+// these options (max_read above all, which libfuse checks again at INIT).
+fuse_session* NewSession(const FuseMountOptions& options, Context* ctx) {
+  std::vector<std::string> argv_s = {"modelfs", "-o", MountOptionString(options)};
+  if (options.debug) argv_s.push_back("-d");
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  static const fuse_lowlevel_ops kOps = MakeOps();
+  fuse_session* se = fuse_session_new(&args, &kOps, sizeof(kOps), ctx);
+  fuse_opt_free_args(&args);
+  return se;
+}
+
+// An id the kernel never gives a request of its own: it counts up from 2 in steps of 2, and
+// uses bit 0 for interrupts and bit 63 for resent requests. A reply to it is refused (ENOENT),
+// which libfuse ignores silently.
+constexpr uint64_t kSyntheticInitUnique = uint64_t{1} << 62;
+
+// The kernel sends FUSE_INIT once per connection, to the process that mounted; libfuse answers
+// every request with EIO until it has seen one (its session's got_init). So Adopt feeds it an
+// INIT the kernel never sent, which sets up what libfuse derives from INIT the way the real one
+// did at mount time:
+//  - proto_minor, which decides reply sizes (compat layouts below 7.23; the same from 7.23 on),
+//    and gates notifications. 7.36 is the first with flags2 (FUSE_INIT_EXT), which libfuse
+//    3.14 reads; any kernel new enough for this daemon speaks at least that.
+//  - the capability flags a current kernel offers (Linux 6.x sends these bits 0-30), so
+//    libfuse's `capable` and our OpInit's `want` come out as at mount time. FUSE_MAX_PAGES
+//    matters most: without it libfuse shrinks its read buffer to 128 KiB, below the 1 MiB
+//    max_write the kernel agreed to, and the kernel then refuses every read of the device.
+// libfuse's INIT reply goes to the device and is refused (unknown unique): the kernel keeps
+// the parameters it negotiated with the first process, so nothing in it can change them.
+void InjectSyntheticInit(fuse_session* se) {
+  struct {
+    fuse_in_header header;
+    fuse_init_in init;
+  } msg;
+  static_assert(sizeof(msg) == sizeof(fuse_in_header) + sizeof(fuse_init_in));
+  memset(&msg, 0, sizeof(msg));
+  msg.header.len = sizeof(msg);
+  msg.header.opcode = FUSE_INIT;
+  msg.header.unique = kSyntheticInitUnique;
+  msg.init.major = FUSE_KERNEL_VERSION;
+  msg.init.minor = std::min(FUSE_KERNEL_MINOR_VERSION, 36);
+  msg.init.max_readahead = 128 * 1024;  // the kernel's default; libfuse only echoes it
+  uint64_t flags = FUSE_ASYNC_READ | FUSE_POSIX_LOCKS | FUSE_ATOMIC_O_TRUNC | FUSE_EXPORT_SUPPORT |
+                   FUSE_BIG_WRITES | FUSE_DONT_MASK | FUSE_SPLICE_WRITE | FUSE_SPLICE_MOVE |
+                   FUSE_SPLICE_READ | FUSE_FLOCK_LOCKS | FUSE_HAS_IOCTL_DIR | FUSE_AUTO_INVAL_DATA |
+                   FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_ASYNC_DIO |
+                   FUSE_WRITEBACK_CACHE | FUSE_NO_OPEN_SUPPORT | FUSE_PARALLEL_DIROPS |
+                   FUSE_HANDLE_KILLPRIV | FUSE_POSIX_ACL | FUSE_ABORT_ERROR | FUSE_MAX_PAGES |
+                   FUSE_CACHE_SYMLINKS | FUSE_NO_OPENDIR_SUPPORT | FUSE_EXPLICIT_INVAL_DATA |
+                   FUSE_HANDLE_KILLPRIV_V2 | FUSE_SETXATTR_EXT | FUSE_INIT_EXT;
+  msg.init.flags = static_cast<uint32_t>(flags);
+  msg.init.flags2 = static_cast<uint32_t>(flags >> 32);
+
+  fuse_buf buf;
+  memset(&buf, 0, sizeof(buf));
+  buf.size = sizeof(msg);
+  buf.mem = &msg;
+  fuse_session_process_buf(se, &buf);
+}
+
+// FUSE_NOTIFY_RESEND (protocol 7.40, Linux 6.9): the kernel puts every request that was read
+// from the device but not answered back in the queue. Those are the requests a crashed
+// process had taken; without this their callers would wait forever. libfuse 3.14 predates it,
+// so the notification (unique 0, the code in `error`) is written here. Returns 0 or an errno.
+int RequestResend(int fd) {
+  constexpr int32_t kFuseNotifyResend = 7;
+  fuse_out_header header;
+  memset(&header, 0, sizeof(header));
+  header.len = sizeof(header);
+  header.error = kFuseNotifyResend;
+  return write(fd, &header, sizeof(header)) < 0 ? errno : 0;
+}
+
+// The signal that interrupts the loop thread's wait in Detach. A real-time signal near the top,
+// which nothing in this program uses; its handler does nothing, the interruption is the point.
+int WakeSignal() { return SIGRTMAX - 1; }
+
+void IgnoreWake(int) {}
+
+// Process-wide, so installed once; refuses to take over a signal someone else handles.
+absl::Status InstallWakeSignal() {
+  static const absl::Status* const installed = [] {
+    struct sigaction old;
+    if (sigaction(WakeSignal(), nullptr, &old) != 0) {
+      return new absl::Status(absl::InternalError(absl::StrCat("sigaction: ", strerror(errno))));
+    }
+    if (old.sa_handler != SIG_DFL) {
+      return new absl::Status(absl::FailedPreconditionError(
+          absl::StrCat("signal ", WakeSignal(), ", which FuseMount::Detach needs, is in use")));
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = IgnoreWake;  // no SA_RESTART: sem_wait must return EINTR
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(WakeSignal(), &sa, nullptr) != 0) {
+      return new absl::Status(absl::InternalError(absl::StrCat("sigaction: ", strerror(errno))));
+    }
+    return new absl::Status();
+  }();
+  return *installed;
+}
+
 }  // namespace
 
 FuseMount::FuseMount(std::string dir, std::shared_ptr<ModelTree> tree,
@@ -319,48 +494,119 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& d
                                                             std::shared_ptr<ModelTree> tree,
                                                             const FuseMountOptions& options) {
   if (tree == nullptr) return absl::InvalidArgumentError("mount of " + dir + ": no tree");
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat("mount point ", dir, ": ", strerror(errno)));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("mount point ", dir, " is not a directory"));
-  }
+  absl::Status dir_ok = CheckMountPoint(dir);
+  if (!dir_ok.ok()) return dir_ok;
   std::unique_ptr<FuseMount> m(new FuseMount(dir, std::move(tree), options));
 
-  std::vector<std::string> argv_s = {"modelfs", "-o", MountOptionString(options)};
-  if (options.debug) argv_s.push_back("-d");
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  static const fuse_lowlevel_ops kOps = MakeOps();
-  fuse_session* se = fuse_session_new(&args, &kOps, sizeof(kOps), m->ctx_.get());
-  fuse_opt_free_args(&args);
+  fuse_session* se = NewSession(options, m->ctx_.get());
   if (se == nullptr) {
+    m->MarkStopped();
     return absl::InvalidArgumentError(
         absl::StrCat("mount of ", dir, ": libfuse rejected options ", MountOptionString(options)));
   }
   if (fuse_session_mount(se, dir.c_str()) != 0) {
     fuse_session_destroy(se);
+    m->MarkStopped();
     return absl::UnavailableError(absl::StrCat(
         "mount of ", dir, " failed (needs /dev/fuse and root or fusermount3; see stderr)"));
   }
+  absl::Status serving = m->StartServing(se);
+  if (!serving.ok()) {
+    m->Unmount().IgnoreError();
+    return serving;
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Adopt(int fuse_fd, const std::string& dir,
+                                                            std::shared_ptr<ModelTree> tree,
+                                                            const FuseMountOptions& options) {
+  if (tree == nullptr) return absl::InvalidArgumentError("adopting " + dir + ": no tree");
+  struct stat st;
+  if (fstat(fuse_fd, &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adopting ", dir, ": fd ", fuse_fd, ": ", strerror(errno)));
+  }
+  if (!S_ISCHR(st.st_mode) || st.st_rdev != makedev(kFuseDevMajor, kFuseDevMinor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adopting ", dir, ": fd ", fuse_fd, " is not /dev/fuse"));
+  }
+  absl::Status dir_ok = CheckMountPoint(dir);
+  if (!dir_ok.ok()) return dir_ok;
+  std::unique_ptr<FuseMount> m(new FuseMount(dir, std::move(tree), options));
+  // Until it serves, a failure must leave the mount alone (the destructor would unmount).
+  m->MarkStopped();
+
+  fuse_session* se = NewSession(options, m->ctx_.get());
+  if (se == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adopting ", dir, ": libfuse rejected options ", MountOptionString(options)));
+  }
+  // The session closes its fd when destroyed; the caller's stays theirs.
+  int fd = fcntl(fuse_fd, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) {
+    int err = errno;
+    fuse_session_destroy(se);
+    return absl::UnavailableError(
+        absl::StrCat("adopting ", dir, ": dup of fd ", fuse_fd, ": ", strerror(err)));
+  }
+  // libfuse takes "/dev/fd/N" as "serve this open device; someone else mounted it".
+  std::string dev = absl::StrCat("/dev/fd/", fd);
+  if (fuse_session_mount(se, dev.c_str()) != 0) {
+    close(fd);
+    fuse_session_destroy(se);
+    return absl::UnavailableError(absl::StrCat("adopting ", dir, ": libfuse refused ", dev));
+  }
+  InjectSyntheticInit(se);
+  if (!m->ctx_->initialized || fuse_session_exited(se)) {
+    fuse_session_destroy(se);  // closes fd
+    return absl::InternalError(
+        absl::StrCat("adopting ", dir, ": libfuse refused the synthetic FUSE_INIT (see stderr)"));
+  }
+  // Best effort: kernels before 6.9 answer EINVAL, and then a request the previous process
+  // took but did not answer stays unanswered.
+  RequestResend(fd);
+
+  absl::Status serving = m->StartServing(se);
+  if (serving.ok()) {
+    // A stat of a directory that is not our mount proves nothing, so check the kind of file
+    // system too (answered by our loop: a FUSE statfs is never cached).
+    struct statfs fs;
+    if (statfs(dir.c_str(), &fs) != 0) {
+      serving = absl::UnavailableError(
+          absl::StrCat("adopted mount ", dir, " does not answer: ", strerror(errno)));
+    } else if (fs.f_type != kFuseSuperMagic) {
+      serving = absl::UnavailableError(absl::StrCat("adopting ", dir, ": not a FUSE mount"));
+    }
+  }
+  if (!serving.ok()) {
+    m->Detach().IgnoreError();  // the mount was never ours to remove
+    return serving;
+  }
+  return m;
+}
+
+void FuseMount::MarkStopped() {
+  absl::MutexLock lock(&mu_);
+  unmounted_ = true;
+}
+
+absl::Status FuseMount::StartServing(fuse_session* se) {
   {
-    absl::MutexLock lock(&m->mu_);
-    m->session_ = se;
-    m->loop_ = std::thread([raw = m.get(), se] { raw->RunLoop(se); });
+    absl::MutexLock lock(&mu_);
+    unmounted_ = false;
+    session_ = se;
+    loop_ = std::thread([this, se] { RunLoop(se); });
   }
   // The first stat is served by the loop, which proves the mount answers; its device number
   // names the connection in /sys/fs/fuse/connections.
-  if (stat(dir.c_str(), &st) == 0) {
-    m->fuse_conn_id_ = minor(st.st_dev);
-  } else {
-    absl::Status s = absl::UnavailableError(
-        absl::StrCat("mount of ", dir, " does not answer: ", strerror(errno)));
-    m->Unmount().IgnoreError();
-    return s;
+  struct stat st;
+  if (stat(dir_.c_str(), &st) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("mount of ", dir_, " does not answer: ", strerror(errno)));
   }
-  return m;
+  fuse_conn_id_ = minor(st.st_dev);
+  return absl::OkStatus();
 }
 
 void FuseMount::RunLoop(fuse_session* se) {
@@ -413,6 +659,37 @@ absl::Status FuseMount::Unmount() {
   }
   unmounted_ = true;
   return absl::OkStatus();
+}
+
+absl::Status FuseMount::Detach() {
+  absl::MutexLock lock(&mu_);
+  if (unmounted_) return absl::OkStatus();
+  if (!loop_done_.HasBeenNotified()) {
+    // libfuse 3.14's loop thread waits in sem_wait() for a worker to finish, and the workers
+    // block in read(2) on the device; only unmounting or a signal ends that. So: flag the
+    // session as exiting and interrupt sem_wait with a signal until the loop notices. It then
+    // cancels its workers and returns. (A signal sent just before sem_wait is lost, hence the
+    // repeats.)
+    absl::Status wake = InstallWakeSignal();
+    if (!wake.ok()) return wake;
+    fuse_session_exit(session_);
+    while (!loop_done_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+      pthread_kill(loop_.native_handle(), WakeSignal());
+    }
+  }
+  if (loop_.joinable()) loop_.join();
+  if (session_ != nullptr) {
+    // No fuse_session_unmount: it would unmount. Destroying closes our fd, nothing more.
+    fuse_session_destroy(session_);
+    session_ = nullptr;
+  }
+  unmounted_ = true;
+  return absl::OkStatus();
+}
+
+int FuseMount::fuse_fd() const {
+  absl::MutexLock lock(&mu_);
+  return session_ == nullptr ? -1 : fuse_session_fd(session_);
 }
 
 absl::Status FuseMount::Wait() {

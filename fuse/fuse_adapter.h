@@ -7,9 +7,17 @@
 //
 // allow_other needs root or `user_allow_other` in /etc/fuse.conf.
 //
-// Thread safety: all methods may be called from any thread. Unmount is idempotent and may race
-// with Wait(); the destructor unmounts. Lock order: FuseMount::mu_ before ModelTree::mu_ (the
-// tree never calls back into FuseMount).
+// Surviving a restart of the serving process (systemd's file descriptor store): the kernel
+// keeps a FUSE connection, its mount and every inode and open file on it alive for as long as
+// some process holds the /dev/fuse file open. So a daemon hands fuse_fd() to a keeper (systemd
+// with FDSTORE=1, or a parent process); when it dies or Detach()es, requests simply queue in
+// the kernel, and its successor calls Adopt() with the kept fd to serve the same connection
+// again: same mount, same inode numbers (ModelTree's are hashed from paths), no remount.
+//
+// Thread safety: all methods may be called from any thread. Unmount and Detach are idempotent
+// and may race with Wait() and with each other (the first one decides); the destructor
+// unmounts unless detached. Lock order: FuseMount::mu_ before ModelTree::mu_ (the tree never
+// calls back into FuseMount).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +63,21 @@ class FuseMount {
   static absl::StatusOr<std::unique_ptr<FuseMount>> Mount(const std::string& dir,
                                                           std::shared_ptr<ModelTree> tree,
                                                           const FuseMountOptions& options = {});
+
+  // Serves `tree` on an existing, initialized FUSE connection mounted at `dir`: `fuse_fd` is a
+  // /dev/fuse fd inherited from a previous process of this program (which mounted with the
+  // same `options` and served a tree with the same paths). Mounts nothing. The kernel will not
+  // send FUSE_INIT again, so a synthetic one primes libfuse; then, where the kernel supports it
+  // (Linux >= 6.9), requests the previous process had taken but not answered are queued again
+  // (FUSE_NOTIFY_RESEND), so that a crash loses none. Does not take `fuse_fd`: it serves a
+  // duplicate, and the caller may close or keep its own. No other process may be serving the
+  // connection. Errors: kInvalidArgument (not an open /dev/fuse fd, options libfuse rejects),
+  // kNotFound (no such dir), kUnavailable (the connection is gone or does not answer at dir),
+  // kInternal (libfuse refused the synthetic INIT; it says why on stderr).
+  static absl::StatusOr<std::unique_ptr<FuseMount>> Adopt(int fuse_fd, const std::string& dir,
+                                                          std::shared_ptr<ModelTree> tree,
+                                                          const FuseMountOptions& options = {});
+
   ~FuseMount();
   FuseMount(const FuseMount&) = delete;
   FuseMount& operator=(const FuseMount&) = delete;
@@ -69,6 +92,21 @@ class FuseMount {
   // Returns the loop's error, if any. For `modelfs mount`, which runs until unmounted.
   absl::Status Wait();
 
+  // Stops serving, joins the loop threads and closes this process's /dev/fuse fd, but leaves
+  // the mount in place and does not abort the connection, for a process about to be replaced
+  // by one that will Adopt(). The connection survives only if another process still holds the
+  // device open (a dup of fuse_fd() in the fd store); if none does, closing ours aborts it, as
+  // a crash would. A request a worker thread took from the kernel as it stopped stays unanswered
+  // until the adopter asks the kernel to resend it (see Adopt). Afterwards Unmount and the
+  // destructor do nothing. OK if already unmounted or detached. The first call installs a no-op
+  // handler for signal SIGRTMAX-1, with which it interrupts the loop thread's wait;
+  // kFailedPrecondition if the program handles that signal itself.
+  absl::Status Detach();
+
+  // The session's /dev/fuse fd, to hand to the fd store (which keeps its own duplicate); -1
+  // after Unmount or Detach. Owned by this object: do not close it.
+  int fuse_fd() const;
+
   // Removes a model from a multi-model tree and tells the kernel to drop its cached directory
   // entry, so the name disappears at once instead of after entry_timeout_s. Errors as
   // ModelTree::RemoveModel.
@@ -79,6 +117,10 @@ class FuseMount {
 
  private:
   FuseMount(std::string dir, std::shared_ptr<ModelTree> tree, const FuseMountOptions& options);
+  // Mount and Adopt after they have a session: start the loop, prove the mount answers.
+  absl::Status StartServing(fuse_session* se);
+  // Makes Unmount, Detach and the destructor no-ops, for a mount that failed before serving.
+  void MarkStopped();
   void RunLoop(fuse_session* se);
   void AbortConnection();
 
@@ -89,7 +131,7 @@ class FuseMount {
   unsigned fuse_conn_id_ = 0;  // minor device number of the mount: /sys/fs/fuse/connections/<id>
   absl::Notification loop_done_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   fuse_session* session_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread loop_ ABSL_GUARDED_BY(mu_);
   bool unmounted_ ABSL_GUARDED_BY(mu_) = false;

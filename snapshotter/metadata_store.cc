@@ -363,7 +363,7 @@ absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
           absl::StrCat("snapshot '", key, "': parent '", parent, "' does not exist"));
     }
     if (s.Text(0) != "committed") {
-      return absl::FailedPreconditionError(
+      return absl::InvalidArgumentError(
           absl::StrCat("snapshot '", key, "': parent '", parent, "' is not a committed snapshot"));
     }
   }

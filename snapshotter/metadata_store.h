@@ -68,7 +68,7 @@ class MetadataStore {
 
   // Records a new view or active snapshot. kInvalidArgument for an empty key, a committed
   // kind or an oversized label, kAlreadyExists if `key` is taken, kNotFound if `parent` is
-  // missing, kFailedPrecondition if `parent` is not committed.
+  // missing, kInvalidArgument if `parent` is not committed (as containerd).
   absl::StatusOr<SnapshotRecord> CreateSnapshot(SnapshotKind kind, const std::string& key,
                                                 const std::string& parent, const Labels& labels,
                                                 const BeforeCommit& before_commit = nullptr);

@@ -112,8 +112,6 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
 
   fs::create_directories(s->mnt_dir_, ec);
-  DetachStaleMount(s->mnt_dir_);
-  ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -141,8 +139,34 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
       names.push_back(name);
     }
   }
-  if (!names.empty()) {
-    s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+
+  if (o.inherited_fuse_fd >= 0) {
+    // The kernel still holds the inode numbers and open files of the previous process; they
+    // must resolve before the first request is answered, so register every model first. Until
+    // then containers' requests wait in the kernel's queue. (Nothing may touch <root>/mnt here:
+    // with no one serving it yet, a stat would block.)
+    s->RestoreModels(names);
+    absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
+        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, o.fuse);
+    if (adopted.ok()) {
+      s->fuse_ = *std::move(adopted);
+      s->Log(absl::StrCat("serving the inherited FUSE connection of ", s->mnt_dir_.string(), " (",
+                          names.size(), " models)"));
+    } else {
+      // A connection that cannot be resumed must not keep the daemon down: mount afresh
+      // (containers holding the old mount see errors, as without a store).
+      s->Log(absl::StrCat("cannot resume the inherited FUSE connection (",
+                          adopted.status().ToString(), "); mounting afresh"));
+      ::close(o.inherited_fuse_fd);
+      ::umount2(s->mnt_dir_.c_str(), MNT_DETACH);
+      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+    }
+  } else {
+    DetachStaleMount(s->mnt_dir_);
+    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+    if (!names.empty()) {
+      s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+    }
   }
   return s;
 }
@@ -152,7 +176,7 @@ ModelSnapshotter::~ModelSnapshotter() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-absl::Status ModelSnapshotter::Shutdown() {
+absl::Status ModelSnapshotter::Shutdown(bool keep_mount) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return absl::OkStatus();
@@ -162,7 +186,7 @@ absl::Status ModelSnapshotter::Shutdown() {
   stopping_ = true;
   if (restorer_.joinable()) restorer_.join();
   absl::Status st;
-  if (fuse_) st = fuse_->Unmount();
+  if (fuse_) st = keep_mount ? fuse_->Detach() : fuse_->Unmount();
   return st;
 }
 

@@ -70,6 +70,11 @@ struct ModelSnapshotterOptions {
   absl::Duration model_wait = absl::Seconds(60);
   // One line per notable event (fallbacks, registrations, failures). Default: stderr.
   std::function<void(const std::string&)> log;
+  // The /dev/fuse fd of <root>/mnt kept by a previous process of the daemon (systemd's file
+  // descriptor store): Open registers the stored models first, then serves that same
+  // connection, so containers' mounts of models survive a daemon crash or restart. -1: mount
+  // afresh.
+  int inherited_fuse_fd = -1;
 };
 
 struct RemotePrepareCounts {
@@ -87,9 +92,13 @@ class ModelSnapshotter final : public Snapshotter {
   static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Open(ModelSnapshotterOptions options);
   ~ModelSnapshotter() override;
 
-  // Stops background work and unmounts <root>/mnt (lazily when containers still use it).
-  // Idempotent.
-  absl::Status Shutdown();
+  // Stops background work and unmounts <root>/mnt (lazily when containers still use it), or,
+  // with keep_mount (the fd is kept in a file descriptor store for the next process), stops
+  // serving and leaves the mount and its connection in place. Idempotent.
+  absl::Status Shutdown(bool keep_mount = false);
+
+  // The /dev/fuse fd of <root>/mnt, to hand to a file descriptor store.
+  int fuse_fd() const { return fuse_->fuse_fd(); }
 
   absl::StatusOr<std::vector<Mount>> Prepare(const std::string& key, const std::string& parent,
                                              const Labels& labels) override;

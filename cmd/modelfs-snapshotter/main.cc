@@ -6,6 +6,7 @@
 // Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags or config, 1 when it cannot start.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -60,6 +61,28 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
   return c;
 }
 
+// The /dev/fuse fd a previous process left in systemd's file descriptor store (passed back
+// with LISTEN_FDS / LISTEN_FDNAMES=fuse), or -1. Other passed fds are closed.
+int InheritedFuseFd() {
+  char** names = nullptr;
+  int n = sd_listen_fds_with_names(/*unset_environment=*/1, &names);
+  int fuse_fd = -1;
+  for (int i = 0; i < n; ++i) {
+    int fd = SD_LISTEN_FDS_START + i;
+    if (fuse_fd < 0 && names != nullptr && names[i] != nullptr && std::string(names[i]) == "fuse") {
+      fuse_fd = fd;
+    } else {
+      close(fd);
+    }
+  }
+  if (names != nullptr) {
+    for (int i = 0; i < n; ++i) free(names[i]);
+    free(names);
+  }
+  if (fuse_fd >= 0) LogLine(absl::StrCat("inherited the FUSE connection as fd ", fuse_fd));
+  return fuse_fd;
+}
+
 PrefetchPolicy PolicyOf(const std::string& name) {
   if (name == "all") return PrefetchPolicy::kAll;
   if (name == "none") return PrefetchPolicy::kNone;
@@ -94,8 +117,17 @@ absl::Status Run(const DaemonConfig& c) {
   };
   o.log = LogLine;
   if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
+  o.inherited_fuse_fd = InheritedFuseFd();
 
   ASSIGN_OR_RETURN(std::unique_ptr<ModelSnapshotter> snapshotter, ModelSnapshotter::Open(o));
+  // Hand the FUSE connection to systemd's file descriptor store (FileDescriptorStoreMax=1 in
+  // the unit): after a crash or restart the next process serves the same mount, so containers
+  // using models keep working. Without a store, a stop unmounts.
+  bool fd_stored = false;
+  if (getenv("NOTIFY_SOCKET") != nullptr) {
+    int fd = snapshotter->fuse_fd();
+    fd_stored = sd_pid_notify_with_fds(0, 0, "FDSTORE=1\nFDNAME=fuse", &fd, 1) > 0;
+  }
 
   std::unique_ptr<MetricsServer> metrics;
   if (!c.metrics_address.empty()) {
@@ -138,10 +170,12 @@ absl::Status Run(const DaemonConfig& c) {
   sigwait(&sigs, &sig);
   LogLine(absl::StrCat("signal ", sig, ": stopping"));
   sd_notify(0, "STOPPING=1");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server.reset();
   metrics.reset();
-  absl::Status st = snapshotter->Shutdown();
+  // With the fd in the store, leave the mount for the next process (if the unit is stopped
+  // for good, systemd closes the stored fd and the next start clears the stale mount).
+  absl::Status st = snapshotter->Shutdown(/*keep_mount=*/fd_stored);
   if (!st.ok()) LogLine(absl::StrCat("shutdown: ", st.ToString()));
   fs::remove(c.address, ec);
   return absl::OkStatus();

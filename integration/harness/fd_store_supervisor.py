@@ -4,9 +4,9 @@
 Runs COMMAND with NOTIFY_SOCKET set, and implements the parts of sd_notify(3) a restart test
 needs: READY=1 (writes STATE_DIR/ready with the daemon's pid), FDSTORE=1 with FDNAME= (keeps the
 passed file descriptors, as FileDescriptorStoreMax= does) and STOPPING=1. On SIGUSR1 it kills the
-daemon with SIGKILL (a crash) and starts it again with the stored fds passed back as LISTEN_FDS,
-LISTEN_FDNAMES and LISTEN_PID, as systemd does on an automatic restart. On SIGTERM it stops the
-daemon with SIGTERM and exits.
+daemon with SIGKILL (a crash), on SIGUSR2 it stops it with SIGTERM (a restart), and either way
+starts it again with the stored fds passed back as LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID, as
+systemd does. On SIGTERM it stops the daemon with SIGTERM and exits.
 
 Usage: fd_store_supervisor.py STATE_DIR COMMAND [ARGS...]
 """
@@ -88,15 +88,16 @@ def receive():
                 os.replace(tmp, os.path.join(state_dir, "ready"))
 
 
-def crash(_sig, _frame):
+def restart(sig, _frame):
     with lock:
         try:
             os.unlink(os.path.join(state_dir, "ready"))
         except FileNotFoundError:
             pass
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
-        log("killed the daemon (SIGKILL)")
+        kind = signal.SIGKILL if sig == signal.SIGUSR1 else signal.SIGTERM
+        os.kill(child, kind)
+        _, status = os.waitpid(child, 0)
+        log(f"stopped the daemon with {signal.Signals(kind).name} (status {status})")
         spawn()
 
 
@@ -118,7 +119,8 @@ def stop(_sig, _frame):
 
 
 threading.Thread(target=receive, daemon=True).start()
-signal.signal(signal.SIGUSR1, crash)
+signal.signal(signal.SIGUSR1, restart)
+signal.signal(signal.SIGUSR2, restart)
 signal.signal(signal.SIGTERM, stop)
 with lock:
     spawn()

@@ -1,17 +1,30 @@
 // FuseMount end to end: a real FUSE mount of a ModelTree over in-memory blobs, exercised with
 // plain POSIX calls (stat, readdir, read, pread, mmap, statvfs) as a model loader would.
 // Needs /dev/fuse and root (allow_other); skipped without /dev/fuse.
+//
+// The restart tests (FuseRestartTest) play the daemon, systemd's fd store and a pod with
+// processes: servers run in freshly forked children (never FuseMount work in a process that
+// has threads), the test process keeps a dup of /dev/fuse as the fd store would and reads
+// through the mount as a pod would, and a "crash" is SIGKILL.
 #include "fuse/fuse_adapter.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +46,7 @@ namespace modelfs {
 namespace {
 
 using ::modelfs::testing::FakeBlobReader;
+using ::modelfs::testing::StatusIs;
 using ::modelfs::testing::TempDir;
 using ::testing::Contains;
 using ::testing::UnorderedElementsAre;
@@ -370,6 +384,420 @@ TEST_F(FuseMountTest, TwoModelsShareOneMountAndARemovedModelVanishesAtOnce) {
   ASSERT_OK(tree->AddModel("sha256-cccc", {TreeFile{"w", layer_, 0, 16, ""}}));
   ASSERT_EQ(stat(Path("sha256-cccc/w").c_str(), &st), 0) << strerror(errno);
   EXPECT_EQ(st.st_size, 16);
+}
+
+TEST_F(FuseMountTest, FuseFdIsTheOpenDeviceUntilUnmount) {
+  ASSERT_NO_FATAL_FAILURE(MountSingle());
+  int fd = mount_->fuse_fd();
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0) << strerror(errno);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(10, 229));
+  EXPECT_OK(mount_->Unmount());
+  EXPECT_EQ(mount_->fuse_fd(), -1);
+}
+
+TEST_F(FuseMountTest, AdoptRejectsAnFdThatIsNotTheFuseDevice) {
+  auto tree = std::make_shared<ModelTree>(&reader_);
+  int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_THAT(FuseMount::Adopt(fd, mnt_, tree).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  close(fd);
+  EXPECT_THAT(FuseMount::Adopt(fd, mnt_, tree).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(FindMount(mnt_).has_value());
+}
+
+TEST_F(FuseMountTest, DetachLeavesNothingForUnmountToDo) {
+  ASSERT_NO_FATAL_FAILURE(MountSingle());
+  // Nobody else holds the device: closing ours ends the connection, as a crash would.
+  EXPECT_OK(mount_->Detach());
+  EXPECT_EQ(mount_->fuse_fd(), -1);
+  EXPECT_OK(mount_->Detach());
+  EXPECT_OK(mount_->Unmount());
+  EXPECT_TRUE(FindMount(mnt_).has_value());  // still listed, but dead
+  struct stat st;
+  errno = 0;
+  EXPECT_EQ(stat(Path("config.json").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  ASSERT_EQ(umount2(mnt_.c_str(), MNT_DETACH), 0) << strerror(errno);
+}
+
+// --- Restart: crash or detach, then adopt ---------------------------------------------------
+
+void SendFd(int sock, int fd) {
+  char byte = 'F';
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (sendmsg(sock, &msg, 0) != 1) _exit(4);
+}
+
+// -1 on failure.
+int ReceiveFd(int sock) {
+  char byte;
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
+}
+
+// Whether `fd` has something to read (or hung up) within `timeout_ms`.
+bool WaitReadable(int fd, int timeout_ms) {
+  pollfd p = {fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) == 1;
+}
+
+// Reads one byte; '\0' on EOF or error.
+char ReadByte(int fd) {
+  char c = 0;
+  return read(fd, &c, 1) == 1 ? c : '\0';
+}
+
+bool KernelAtLeast(int major, int minor) {
+  utsname u;
+  if (uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+// A BlobReader that, for one blob, says so on a pipe and then never returns: a server caught
+// in the middle of a request when it dies.
+class HangingBlobReader : public BlobReader {
+ public:
+  HangingBlobReader(BlobReader* inner, Digest hang, int notify_fd)
+      : inner_(inner), hang_(std::move(hang)), notify_fd_(notify_fd) {}
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
+                                   uint64_t length) override {
+    if (digest == hang_) {
+      if (write(notify_fd_, "H", 1) != 1) _exit(5);
+      for (;;) pause();
+    }
+    return inner_->Read(digest, offset, length);
+  }
+
+ private:
+  BlobReader* inner_;
+  Digest hang_;
+  int notify_fd_;
+};
+
+class FuseRestartTest : public FuseMountTest {
+ protected:
+  struct Server {
+    pid_t pid = -1;
+    int sock = -1;  // our end: the fd comes back over it, commands go out
+  };
+
+  void TearDown() override {
+    // A process that dies with a file open on the mount flushes it on the way out, and the
+    // kernel waits for that answer without timeout or signal. So once the servers are gone,
+    // end the connection (our kept fd is the last device fd: children close theirs) before
+    // reaping the pod processes and closing our own files.
+    for (Server& s : servers_) {
+      if (s.pid > 0) kill(s.pid, SIGKILL);
+    }
+    for (Server& s : servers_) {
+      if (s.pid > 0) waitpid(s.pid, nullptr, 0);
+      if (s.sock >= 0) close(s.sock);
+    }
+    for (pid_t pid : helpers_) kill(pid, SIGKILL);
+    if (kept_fd_ >= 0) close(kept_fd_);
+    for (pid_t pid : helpers_) waitpid(pid, nullptr, 0);
+    for (int fd : open_fds_) close(fd);
+    if (!mnt_.empty() && FindMount(mnt_).has_value()) umount2(mnt_.c_str(), MNT_DETACH);
+    FuseMountTest::TearDown();
+  }
+
+  // In a freshly forked child: the fds it inherited, but stdio and `keep`. The child must close
+  // them: files open on the mount would be flushed when it dies (and a server must be serving
+  // by then, or the flush waits forever), and a copy of the device fd would keep alive a
+  // connection that TearDown means to end.
+  static std::vector<int> InheritedFds(const std::vector<int>& keep) {
+    std::vector<int> fds;
+    DIR* d = opendir("/proc/self/fd");
+    if (d == nullptr) _exit(9);
+    while (dirent* e = readdir(d)) {
+      int fd = atoi(e->d_name);
+      if (fd > 2 && fd != dirfd(d) && std::find(keep.begin(), keep.end(), fd) == keep.end()) {
+        fds.push_back(fd);
+      }
+    }
+    closedir(d);
+    return fds;
+  }
+
+  static void CloseAll(const std::vector<int>& fds) {
+    for (int fd : fds) close(fd);
+  }
+
+  // Forks a daemon: it serves the fixture's files through `reader`, by Mount (adopt_fd < 0;
+  // it then sends us a dup of its fuse_fd, which we keep like an fd store) or by Adopt of
+  // adopt_fd (it then says 'R'). Afterwards it obeys 'D' (Detach, answer 'd' and exit) and
+  // 'U' (Unmount and exit).
+  Server StartServer(int adopt_fd, BlobReader* reader) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return {};
+    pid_t pid = fork();
+    if (pid == 0) {
+      ServeInChild(sv[1], adopt_fd, reader, InheritedFds({sv[1], hang_notify_fd_}));
+    }
+    close(sv[1]);
+    Server s{pid, sv[0]};
+    servers_.push_back(s);
+    return s;
+  }
+
+  [[noreturn]] void ServeInChild(int sock, int adopt_fd, BlobReader* reader,
+                                 const std::vector<int>& inherited) {
+    absl::StatusOr<std::unique_ptr<ModelTree>> tree =
+        ModelTree::SingleModel(reader, Files(), {{".modelinfo.json", "{}\n"}});
+    if (!tree.ok()) _exit(2);
+    absl::StatusOr<std::unique_ptr<FuseMount>> m =
+        adopt_fd < 0 ? FuseMount::Mount(mnt_, std::move(*tree))
+                     : FuseMount::Adopt(adopt_fd, mnt_, std::move(*tree));
+    if (!m.ok()) {
+      fprintf(stderr, "server: %s\n", std::string(m.status().ToString()).c_str());
+      _exit(3);
+    }
+    CloseAll(inherited);  // adopt_fd too: Adopt serves its own duplicate
+    if (adopt_fd < 0) {
+      SendFd(sock, (*m)->fuse_fd());
+    } else if (write(sock, "R", 1) != 1) {
+      _exit(4);
+    }
+    for (;;) {
+      char cmd = ReadByte(sock);
+      if (cmd == 'D') {
+        absl::Status s = (*m)->Detach();
+        if (!s.ok()) fprintf(stderr, "server: %s\n", std::string(s.ToString()).c_str());
+        _exit(write(sock, s.ok() ? "d" : "e", 1) == 1 && s.ok() ? 0 : 6);
+      }
+      if (cmd == 'U') _exit((*m)->Unmount().ok() ? 0 : 7);
+      if (cmd == '\0') _exit(8);  // the test is gone; the kernel closes our fd
+    }
+  }
+
+  // The first daemon: mounts, and we keep its fd.
+  void StartFirst(BlobReader* reader) {
+    first_ = StartServer(-1, reader);
+    ASSERT_GT(first_.pid, 0);
+    ASSERT_TRUE(WaitReadable(first_.sock, 10000)) << "first server did not start";
+    kept_fd_ = ReceiveFd(first_.sock);
+    ASSERT_GE(kept_fd_, 0) << "first server failed (see stderr)";
+  }
+
+  void CrashFirst() {
+    ASSERT_EQ(kill(first_.pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(first_.pid, &status, 0), first_.pid);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    first_.pid = -1;
+    servers_.front().pid = -1;
+  }
+
+  // The successor: adopts the kept fd.
+  void StartSecond() {
+    second_ = StartServer(kept_fd_, &reader_);
+    ASSERT_GT(second_.pid, 0);
+    ASSERT_TRUE(WaitReadable(second_.sock, 10000)) << "adopting server did not start";
+    ASSERT_EQ(ReadByte(second_.sock), 'R') << "adopting server failed (see stderr)";
+  }
+
+  // Forks a pod process that reads all of `rel` (opening it: lookup and open go through the
+  // mount too) and reports on the returned pipe 'Y' when it got exactly `want`, else 'N'.
+  int ReadInChild(const std::string& rel, const std::string& want) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+      CloseAll(InheritedFds({p[1]}));
+      int fd = open(Path(rel).c_str(), O_RDONLY);
+      std::string got(want.size() + 1, '\0');
+      ssize_t n = fd < 0 ? -1 : pread(fd, got.data(), got.size(), 0);
+      bool same = n == static_cast<ssize_t>(want.size()) && got.substr(0, want.size()) == want;
+      if (fd >= 0) close(fd);  // its flush is answered while the server still runs
+      _exit(write(p[1], same ? "Y" : "N", 1) == 1 ? 0 : 1);
+    }
+    close(p[1]);
+    helpers_.push_back(pid);
+    open_fds_.push_back(p[0]);
+    return p[0];
+  }
+
+  int OpenTracked(const std::string& rel) {
+    int fd = open(Path(rel).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) open_fds_.push_back(fd);
+    return fd;
+  }
+
+  std::string PreadString(int fd, uint64_t offset, size_t size) {
+    std::string buf(size, '\0');
+    size_t done = 0;
+    while (done < size) {
+      ssize_t n = pread(fd, buf.data() + done, size - done, static_cast<off_t>(offset + done));
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    buf.resize(done);
+    return buf;
+  }
+
+  Server first_;
+  Server second_;
+  int kept_fd_ = -1;         // the fd store's dup
+  int hang_notify_fd_ = -1;  // kept open in servers for HangingBlobReader
+  std::vector<Server> servers_;
+  std::vector<pid_t> helpers_;
+  std::vector<int> open_fds_;
+};
+
+TEST_F(FuseRestartTest, AMountAdoptedByANewProcessKeepsServingTheSameFiles) {
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  int model = OpenTracked("model.safetensors");
+  ASSERT_GE(model, 0) << strerror(errno);
+  ASSERT_TRUE(PreadString(model, 0, 4096) == weights_.substr(0, 4096));
+  struct stat before_model, before_vocab;
+  ASSERT_EQ(stat(Path("model.safetensors").c_str(), &before_model), 0);
+  ASSERT_EQ(stat(Path("tokenizer/vocab.txt").c_str(), &before_vocab), 0);
+
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  ASSERT_TRUE(FindMount(mnt_).has_value());
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+
+  // The file opened before the crash: bytes never read yet (past any readahead), then the whole
+  // file again after dropping its cached pages, so that every byte comes from the new process.
+  const uint64_t off = 2 * 1024 * 1024;
+  EXPECT_TRUE(PreadString(model, off, 65536) == weights_.substr(off, 65536));
+  ASSERT_EQ(posix_fadvise(model, 0, 0, POSIX_FADV_DONTNEED), 0);
+  EXPECT_TRUE(PreadString(model, 0, weights_.size() + 1) == weights_);
+
+  struct stat after_model, after_vocab;
+  ASSERT_EQ(stat(Path("model.safetensors").c_str(), &after_model), 0) << strerror(errno);
+  ASSERT_EQ(stat(Path("tokenizer/vocab.txt").c_str(), &after_vocab), 0) << strerror(errno);
+  EXPECT_EQ(after_model.st_ino, before_model.st_ino);
+  EXPECT_EQ(after_model.st_dev, before_model.st_dev);
+  EXPECT_EQ(after_vocab.st_ino, before_vocab.st_ino);
+  EXPECT_EQ(static_cast<uint64_t>(after_model.st_size), weights_.size());
+
+  int config = OpenTracked("config.json");
+  ASSERT_GE(config, 0) << strerror(errno);
+  EXPECT_EQ(PreadString(config, 0, 100), "{\"architectures\":[\"LlamaForCausalLM\"]}");
+  EXPECT_EQ(PreadString(OpenTracked("tokenizer/vocab.txt"), 0, 100), layer_bytes_.substr(0, 16));
+  EXPECT_THAT(ListDir(mnt_), UnorderedElementsAre(".", "..", ".modelinfo.json", "broken.bin",
+                                                  "config.json", "model.safetensors", "tokenizer"));
+  struct statvfs vfs;
+  ASSERT_EQ(statvfs(mnt_.c_str(), &vfs), 0) << strerror(errno);
+  EXPECT_EQ(vfs.f_files, 7u);
+}
+
+TEST_F(FuseRestartTest, AnAdoptedMountUnmountsLikeAMountedOne) {
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  ASSERT_EQ(write(second_.sock, "U", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(second_.pid, &status, 0), second_.pid);
+  servers_.back().pid = -1;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(FindMount(mnt_).has_value());
+}
+
+TEST_F(FuseRestartTest, ARequestIssuedWhileNobodyServesCompletesAfterTheAdopt) {
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  int result = ReadInChild("config.json", "{\"architectures\":[\"LlamaForCausalLM\"]}");
+  ASSERT_GE(result, 0);
+  // It waits in the kernel's queue: neither an answer nor an error (ENOTCONN) while nobody
+  // serves.
+  EXPECT_FALSE(WaitReadable(result, 500));
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  ASSERT_TRUE(WaitReadable(result, 10000)) << "the queued read never completed";
+  EXPECT_EQ(ReadByte(result), 'Y');
+}
+
+TEST_F(FuseRestartTest, ARequestInFlightWhenTheServerDiesIsResentToTheAdopter) {
+  if (!KernelAtLeast(6, 9)) GTEST_SKIP() << "FUSE_NOTIFY_RESEND needs Linux 6.9";
+  int hung[2];
+  ASSERT_EQ(pipe2(hung, O_CLOEXEC), 0);
+  open_fds_.push_back(hung[0]);
+  open_fds_.push_back(hung[1]);
+  hang_notify_fd_ = hung[1];
+  HangingBlobReader hanging(&reader_, layer_, hung[1]);
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&hanging));
+  // The first server takes the read and hangs in it; then it dies without answering.
+  int result = ReadInChild("tokenizer/vocab.txt", layer_bytes_.substr(0, 16));
+  ASSERT_GE(result, 0);
+  ASSERT_TRUE(WaitReadable(hung[0], 10000)) << "the read never reached the first server";
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  EXPECT_FALSE(WaitReadable(result, 200));
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  ASSERT_TRUE(WaitReadable(result, 10000)) << "the read taken by the dead server was lost";
+  EXPECT_EQ(ReadByte(result), 'Y');
+}
+
+TEST_F(FuseRestartTest, ADetachedMountStaysMountedAndIsAdoptedByTheNextProcess) {
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  struct stat before;
+  ASSERT_EQ(stat(Path("config.json").c_str(), &before), 0);
+  ASSERT_EQ(write(first_.sock, "D", 1), 1);
+  ASSERT_TRUE(WaitReadable(first_.sock, 10000)) << "Detach did not return";
+  EXPECT_EQ(ReadByte(first_.sock), 'd');
+  int status = 0;
+  ASSERT_EQ(waitpid(first_.pid, &status, 0), first_.pid);
+  servers_.front().pid = -1;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(FindMount(mnt_).has_value());
+
+  int result = ReadInChild("config.json", "{\"architectures\":[\"LlamaForCausalLM\"]}");
+  ASSERT_GE(result, 0);
+  EXPECT_FALSE(WaitReadable(result, 300));
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  ASSERT_TRUE(WaitReadable(result, 10000));
+  EXPECT_EQ(ReadByte(result), 'Y');
+  struct stat after;
+  ASSERT_EQ(stat(Path("config.json").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+}
+
+TEST_F(FuseRestartTest, ADirectoryOpenAcrossTheRestartListsAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  DIR* d = opendir(Path("tokenizer").c_str());
+  ASSERT_NE(d, nullptr) << strerror(errno);
+  std::set<std::string> before;
+  while (dirent* e = readdir(d)) before.insert(e->d_name);
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  // The kernel now sends the new process a directory handle the old one made.
+  rewinddir(d);
+  std::set<std::string> after;
+  while (dirent* e = readdir(d)) after.insert(e->d_name);
+  closedir(d);
+  EXPECT_THAT(before, UnorderedElementsAre(".", "..", "vocab.txt"));
+  EXPECT_EQ(after, before);
 }
 
 }  // namespace

@@ -66,10 +66,10 @@ TEST_F(MetadataStoreTest, CreatingOnAMissingParentIsNotFound) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("parent 'nope'")));
 }
 
-TEST_F(MetadataStoreTest, CreatingOnAnActiveParentIsFailedPrecondition) {
+TEST_F(MetadataStoreTest, CreatingOnAnActiveParentIsInvalidArgument) {
   ASSERT_OK(store_->CreateSnapshot(SnapshotKind::kActive, "p", "", {}));
   EXPECT_THAT(store_->CreateSnapshot(SnapshotKind::kActive, "k", "p", {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a committed")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a committed")));
 }
 
 TEST_F(MetadataStoreTest, CreatingWithAnEmptyKeyIsInvalidArgument) {

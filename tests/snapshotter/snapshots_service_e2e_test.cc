@@ -262,9 +262,9 @@ TEST_P(SnapshotsServiceTest, PrepareOnAMissingParentIsNotFound) {
   EXPECT_EQ(Prepare("k", "nope").error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_P(SnapshotsServiceTest, PrepareOnAnActiveParentIsFailedPrecondition) {
+TEST_P(SnapshotsServiceTest, PrepareOnAnActiveParentIsInvalidArgumentAsInContainerd) {
   ASSERT_TRUE(Prepare("p", "").ok());
-  EXPECT_EQ(Prepare("k", "p").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Prepare("k", "p").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_P(SnapshotsServiceTest, CommitOfAViewIsFailedPrecondition) {

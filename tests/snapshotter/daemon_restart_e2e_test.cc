@@ -1,0 +1,196 @@
+// The modelfs-snapshotter binary under a stand-in for systemd (fd_store_supervisor.py) that
+// keeps the FUSE connection in a file descriptor store: a container's mount of a model keeps
+// reading exact bytes across a crash (SIGKILL) of the daemon, including from a file that was
+// open before the crash.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
+#include "core/oci/manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/publish/publish_test_env.h"
+#include "nlohmann/json.hpp"
+#include "snapshotter/model_snapshotter.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = containerd::services::snapshots::v1;
+using ::modelfs::testing::ChildProcess;
+using ::modelfs::testing::RegistryFixture;
+using ::modelfs::testing::TempDir;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::map<std::string, std::string> FilesUnder(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadAll(e.path());
+  }
+  return out;
+}
+
+class DaemonRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
+    model_dir_ = tmp_.Join("model");
+    ASSERT_OK(modelfs::testing::WriteTestModel(model_dir_.string(), /*seed=*/53).status());
+    const std::string ref = absl::StrCat(registry_->host_port(), "/restart/llama:v1");
+    ASSERT_OK_AND_ASSIGN(auto push, modelfs::testing::RunModelfs({"push", "--plain-http", ref,
+                                                                  model_dir_.string(), "--json"}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    nlohmann::json j = modelfs::testing::ParseJsonOutput(push.out);
+    const std::string volume_digest = j["volume"]["digest"];
+    ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(registry_->host_port()));
+    ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest("restart/llama", volume_digest));
+    ASSERT_OK_AND_ASSIGN(Manifest vm, ParseManifest(v.bytes));
+    chain_id_ = vm.layers[0].digest.str();
+    labels_ = Labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
+    labels_[kLabelTargetRef] = chain_id_;
+    labels_[kLabelCriImageRef] = ref + "-volume";
+
+    socket_ = tmp_.Join("modelfs.sock").string();
+    const std::string config = tmp_.Join("snapshotter.toml").string();
+    std::ofstream(config) << "insecure_hosts = [\"" << registry_->host_port() << "\"]\n";
+    ASSERT_OK_AND_ASSIGN(supervisor_,
+                         ChildProcess::Spawn({"python3", MODELFS_SUPERVISOR, StateDir(),
+                                              MODELFS_SNAPSHOTTER_BIN, "--config", config, "--root",
+                                              tmp_.Join("root").string(), "--address", socket_},
+                                             tmp_.Join("daemon.log").string()));
+    ASSERT_TRUE(WaitReady(1)) << ReadAll(tmp_.Join("daemon.log"));
+    stub_ = v1::Snapshots::NewStub(
+        grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    for (auto it = mounted_.rbegin(); it != mounted_.rend(); ++it) umount2(it->c_str(), MNT_DETACH);
+    if (supervisor_) supervisor_->Stop();
+    // The stored connection is gone with the supervisor; clear the mount it leaves behind.
+    umount2(tmp_.Join("root/mnt").c_str(), MNT_DETACH);
+  }
+
+  std::string StateDir() const { return tmp_.Join("supervisor").string(); }
+
+  // Prepares the model, mounts a view as a pod would, opens a file, has the supervisor stop
+  // the daemon with `signal`'s meaning and start it again, then reads through the same mount.
+  void ExpectMountSurvives(int signal);
+
+  // Waits until the supervisor reports READY=1 from the given generation of the daemon.
+  bool WaitReady(int generation) {
+    absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      std::string r = ReadAll(fs::path(StateDir()) / "ready");
+      int pid = 0;
+      int gen = 0;
+      if (sscanf(r.c_str(), "%d %d", &pid, &gen) == 2 && gen == generation) return true;
+      if (!supervisor_->running()) return false;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  grpc::Status Prepare(const std::string& key, const std::string& parent, const Labels& labels) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::PrepareSnapshotRequest req;
+    req.set_snapshotter("modelfs");
+    req.set_key(key);
+    req.set_parent(parent);
+    req.mutable_labels()->insert(labels.begin(), labels.end());
+    v1::PrepareSnapshotResponse resp;
+    return stub_->Prepare(&ctx, req, &resp);
+  }
+
+  // A view of the model mounted where a pod's image volume would be.
+  std::string MountView(const std::string& key) {
+    grpc::ClientContext ctx;
+    v1::ViewSnapshotRequest req;
+    req.set_snapshotter("modelfs");
+    req.set_key(key);
+    req.set_parent(chain_id_);
+    v1::ViewSnapshotResponse resp;
+    grpc::Status st = stub_->View(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    if (!st.ok() || resp.mounts_size() != 1) return "";
+    std::string target = tmp_.Join(key).string();
+    fs::create_directories(target);
+    EXPECT_EQ(::mount(resp.mounts(0).source().c_str(), target.c_str(), nullptr, MS_BIND, nullptr),
+              0)
+        << strerror(errno);
+    mounted_.push_back(target);
+    return target;
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> registry_;
+  fs::path model_dir_;
+  std::string chain_id_;
+  Labels labels_;
+  std::string socket_;
+  std::unique_ptr<ChildProcess> supervisor_;
+  std::unique_ptr<v1::Snapshots::Stub> stub_;
+  std::vector<std::string> mounted_;
+};
+
+void DaemonRestartTest::ExpectMountSurvives(int signal) {
+  ASSERT_EQ(Prepare("extract-1", "", labels_).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  std::string volume = MountView("pod-volume");
+  ASSERT_FALSE(volume.empty());
+  const std::map<std::string, std::string> want = FilesUnder(model_dir_);
+  ASSERT_FALSE(want.empty());
+  const std::string first = want.begin()->first;
+  int fd = ::open((fs::path(volume) / first).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  char byte = 0;
+  ASSERT_EQ(::pread(fd, &byte, 1, 0), 1);
+
+  ::kill(supervisor_->pid(), signal);  // stop the daemon, start it again with the fd
+  ASSERT_TRUE(WaitReady(2)) << ReadAll(tmp_.Join("daemon.log"));
+
+  // The file opened before the crash, then every file through the same mount.
+  const std::string& bytes = want.at(first);
+  std::string got(bytes.size(), '\0');
+  ASSERT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  ::close(fd);
+  EXPECT_EQ(got, bytes);
+  std::map<std::string, std::string> all = FilesUnder(volume);
+  all.erase(".modelinfo.json");
+  EXPECT_EQ(all, want);
+  EXPECT_NE(ReadAll(tmp_.Join("daemon.log")).find("inherited the FUSE connection"),
+            std::string::npos);
+}
+
+TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossADaemonCrash) {
+  ExpectMountSurvives(SIGUSR1);  // the supervisor SIGKILLs the daemon
+}
+
+TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARestart) {
+  ExpectMountSurvives(SIGUSR2);  // the supervisor SIGTERMs the daemon, which leaves the mount
+  EXPECT_NE(ReadAll(tmp_.Join("daemon.log")).find("signal 15: stopping"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter
