@@ -256,6 +256,38 @@ TEST_F(SnapshotterContainerdTest, OrdinaryImagePulledWithCtrShowsItsFilesByteFor
   EXPECT_EQ(top.parent, image.diff_ids[0]);
 }
 
+// Without CRI's snapshot labels (ctr passes none), V's layer takes the ordinary path: the
+// image unpacks to the `.modelfs/` pointer files, nothing large is fetched and no model is
+// registered.
+TEST_F(SnapshotterContainerdTest, CtrPullOfVolumeImageUnpacksOnlyThePointerFiles) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t offset = ReadFileOrDie(registry_->log_path()).size();
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult pull,
+      containerd_->Ctr({"images", "pull", "--snapshotter", "modelfs", "--hosts-dir",
+                        containerd_->hosts_dir(), Ref(kModelRepo, "v1-volume")}));
+  ASSERT_EQ(pull.exit_code, 0) << pull.out << pull.err;
+  std::string mnt = containerd_->MountPoint("ctr-volume-view");
+  ASSERT_OK_AND_ASSIGN(ProcessResult mount,
+                       containerd_->Ctr({"images", "mount", "--snapshotter", "modelfs",
+                                         "--rw=false", Ref(kModelRepo, "v1-volume"), mnt}));
+  ASSERT_EQ(mount.exit_code, 0) << mount.out << mount.err;
+  mounted_.push_back(mnt);
+  std::map<std::string, std::string> files = DescribeFiles(mnt);
+  ASSERT_OK_AND_ASSIGN(ProcessResult unmount, containerd_->Ctr({"images", "unmount", "--rm", mnt}));
+  EXPECT_EQ(unmount.exit_code, 0) << unmount.out << unmount.err;
+
+  EXPECT_TRUE(files.count(".modelfs/model.json")) << "pointer files missing";
+  EXPECT_TRUE(files.count(".modelfs/README.txt"));
+  EXPECT_FALSE(files.count("config.json")) << "model files must not appear without modelfs";
+  const std::string log = ReadFileOrDie(registry_->log_path());
+  std::map<std::string, int> gets = BlobGetsInAccessLog(log, offset, kModelRepo);
+  for (const std::string& w : WeightBlobs()) EXPECT_EQ(gets.count(w), 0u) << w;
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshots_->Stat(volume_chain_id_));
+  EXPECT_EQ(info.labels.count(kRemoteLabel), 0u);
+}
+
 // (b) CRI pull of V: the daemon resolves M and commits the model snapshot; no weight blob is
 // downloaded (no whole-blob GET), and only V's blobs and M's config are fetched whole.
 TEST_F(SnapshotterContainerdTest, CriPullOfVolumeImageDownloadsNoWeightBlob) {
