@@ -277,12 +277,24 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     }
     if (!st.ok())
       Log(absl::StrCat("model ", name, " could not be registered again: ", st.ToString()));
-    absl::MutexLock lock(&mu_);
-    ModelEntry& e = models_[name];
-    if (rm.ok()) e.model_ref = rm->model_descriptor.digest.str();
-    e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
-    e.error = st;
-    changed_.SignalAll();
+    bool orphaned = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = models_.find(name);
+      if (it == models_.end()) {
+        // Its last snapshot was removed while it was being registered.
+        orphaned = true;
+      } else {
+        if (rm.ok()) it->second.model_ref = rm->model_descriptor.digest.str();
+        it->second.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
+        it->second.error = st;
+      }
+      changed_.SignalAll();
+    }
+    if (orphaned && st.ok()) {
+      (void)tree_->RemoveModel(name);
+      cache_->UnregisterModel(rm->model_descriptor.digest.str());
+    }
   }
 }
 
