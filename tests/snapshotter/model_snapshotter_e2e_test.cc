@@ -318,5 +318,86 @@ TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
 }
 
+// A registry behind htpasswd: the daemon reads its credentials from docker_config, and never
+// writes the password to its log.
+class ModelSnapshotterAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    modelfs::testing::RegistryFixtureOptions ro;
+    ro.auth = modelfs::testing::RegistryFixtureOptions::Auth::kHtpasswd;
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
+    docker_config_ = tmp_.Join("config.json").string();
+    std::ofstream(docker_config_) << modelfs::testing::DockerConfigJson(registry_->host_port(),
+                                                                        ro.username, ro.password);
+    password_ = ro.password;
+    model_dir_ = tmp_.Join("model");
+    ASSERT_OK(modelfs::testing::WriteTestModel(model_dir_.string(), /*seed=*/61).status());
+    const std::string ref = absl::StrCat(registry_->host_port(), "/private/llama:v1");
+    ASSERT_OK_AND_ASSIGN(auto push, modelfs::testing::RunModelfs(
+                                        {"push", "--plain-http", "--docker-config", docker_config_,
+                                         ref, model_dir_.string(), "--json"}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    nlohmann::json j = modelfs::testing::ParseJsonOutput(push.out);
+    const std::string volume_digest = j["volume"]["digest"];
+
+    ASSERT_OK_AND_ASSIGN(ImageReference parsed, ImageReference::Parse(ref));
+    RegistryAccessOptions access;
+    access.hosts.plain_http = true;
+    access.docker_config = docker_config_;
+    ASSERT_OK_AND_ASSIGN(auto client, ConnectRegistry(parsed, HostCapability::kPull, access));
+    ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest("private/llama", volume_digest));
+    ASSERT_OK_AND_ASSIGN(Manifest vm, ParseManifest(v.bytes));
+    chain_id_ = vm.layers[0].digest.str();
+    labels_ = Labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
+    labels_[kLabelTargetRef] = chain_id_;
+    labels_[kLabelCriImageRef] = ref + "-volume";
+  }
+
+  void TearDown() override {
+    if (snapshotter_) (void)snapshotter_->Shutdown();
+  }
+
+  void Open(const std::string& docker_config) {
+    ModelSnapshotterOptions o;
+    o.root = tmp_.Join("root");
+    o.registry.hosts.plain_http_hosts = {registry_->host_port()};
+    o.registry.docker_config = docker_config;
+    o.prefetch = PrefetchPolicy::kNone;
+    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> registry_;
+  std::string docker_config_;
+  std::string password_;
+  fs::path model_dir_;
+  std::string chain_id_;
+  Labels labels_;
+  std::string log_;
+  std::unique_ptr<ModelSnapshotter> snapshotter_;
+};
+
+TEST_F(ModelSnapshotterAuthTest, CredentialsFromDockerConfigMountThePrivateModel) {
+  Open(docker_config_);
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol", chain_id_, {}));
+  ASSERT_EQ(mounts.size(), 1u);
+  std::map<std::string, std::string> got = FilesUnder(mounts[0].source);
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, FilesUnder(model_dir_));
+  EXPECT_EQ(log_.find(password_), std::string::npos);
+}
+
+TEST_F(ModelSnapshotterAuthTest, WithoutCredentialsItFallsBackAndNeverLogsASecret) {
+  Open("");
+  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels_).status());
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(log_, HasSubstr("not mounted lazily"));
+  EXPECT_EQ(log_.find(password_), std::string::npos);
+}
+
 }  // namespace
 }  // namespace modelfs::snapshotter
