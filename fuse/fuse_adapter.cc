@@ -22,13 +22,17 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace modelfs {
 namespace {
@@ -372,6 +376,40 @@ absl::Status CheckMountPoint(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Adopt's check of `dir`, made from /proc/self/mountinfo alone: a stat of a FUSE mount that
+// nobody serves yet blocks once the kernel's cached attributes expire (attr_timeout), so Adopt
+// must not touch the mount before its loop runs.
+absl::Status CheckFuseMountListed(const std::string& dir) {
+  std::string want = std::filesystem::path(dir).lexically_normal().string();
+  while (want.size() > 1 && want.back() == '/') want.pop_back();
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "id parent major:minor root mountpoint options [optional...] - fstype source super"
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f.size() < 5) continue;
+    // Mount points escape space, tab, newline and backslash as octal (\040 ...).
+    std::string point;
+    for (size_t i = 0; i < f[4].size(); ++i) {
+      const std::string& p = f[4];
+      auto octal = [&](size_t j) { return p[j] >= '0' && p[j] <= '7'; };
+      if (p[i] == '\\' && i + 3 < p.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+        point.push_back(
+            static_cast<char>((p[i + 1] - '0') * 64 + (p[i + 2] - '0') * 8 + (p[i + 3] - '0')));
+        i += 3;
+      } else {
+        point.push_back(f[4][i]);
+      }
+    }
+    if (point != want) continue;
+    auto dash = std::find(f.begin() + 5, f.end(), "-");
+    if (dash != f.end() && dash + 1 != f.end() && absl::StartsWith(*(dash + 1), "fuse")) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("adopting ", dir, ": no FUSE mount there"));
+}
+
 // Mount and Adopt must build identical sessions: the adopted connection was negotiated with
 // these options (max_read above all, which libfuse checks again at INIT).
 fuse_session* NewSession(const FuseMountOptions& options, Context* ctx) {
@@ -531,7 +569,7 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Adopt(int fuse_fd, const s
     return absl::InvalidArgumentError(
         absl::StrCat("adopting ", dir, ": fd ", fuse_fd, " is not /dev/fuse"));
   }
-  absl::Status dir_ok = CheckMountPoint(dir);
+  absl::Status dir_ok = CheckFuseMountListed(dir);
   if (!dir_ok.ok()) return dir_ok;
   std::unique_ptr<FuseMount> m(new FuseMount(dir, std::move(tree), options));
   // Until it serves, a failure must leave the mount alone (the destructor would unmount).

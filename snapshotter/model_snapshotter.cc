@@ -111,8 +111,6 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
   s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
 
-  fs::create_directories(s->mnt_dir_, ec);
-
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
   RETURN_IF_ERROR(s->base_->Walk({absl::StrCat("labels.\"", kLabelRemoteModel, "\"")},
@@ -159,9 +157,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
                           adopted.status().ToString(), "); mounting afresh"));
       ::close(o.inherited_fuse_fd);
       ::umount2(s->mnt_dir_.c_str(), MNT_DETACH);
+      fs::create_directories(s->mnt_dir_, ec);
       ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
     }
   } else {
+    fs::create_directories(s->mnt_dir_, ec);
     DetachStaleMount(s->mnt_dir_);
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
     if (!names.empty()) {

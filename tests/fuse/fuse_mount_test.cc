@@ -575,8 +575,8 @@ class FuseRestartTest : public FuseMountTest {
         ModelTree::SingleModel(reader, Files(), {{".modelinfo.json", "{}\n"}});
     if (!tree.ok()) _exit(2);
     absl::StatusOr<std::unique_ptr<FuseMount>> m =
-        adopt_fd < 0 ? FuseMount::Mount(mnt_, std::move(*tree))
-                     : FuseMount::Adopt(adopt_fd, mnt_, std::move(*tree));
+        adopt_fd < 0 ? FuseMount::Mount(mnt_, std::move(*tree), options_)
+                     : FuseMount::Adopt(adopt_fd, mnt_, std::move(*tree), options_);
     if (!m.ok()) {
       fprintf(stderr, "server: %s\n", std::string(m.status().ToString()).c_str());
       _exit(3);
@@ -671,6 +671,7 @@ class FuseRestartTest : public FuseMountTest {
   std::vector<Server> servers_;
   std::vector<pid_t> helpers_;
   std::vector<int> open_fds_;
+  FuseMountOptions options_;  // both servers mount or adopt with these
 };
 
 TEST_F(FuseRestartTest, AMountAdoptedByANewProcessKeepsServingTheSameFiles) {
@@ -710,6 +711,20 @@ TEST_F(FuseRestartTest, AMountAdoptedByANewProcessKeepsServingTheSameFiles) {
   struct statvfs vfs;
   ASSERT_EQ(statvfs(mnt_.c_str(), &vfs), 0) << strerror(errno);
   EXPECT_EQ(vfs.f_files, 7u);
+}
+
+TEST_F(FuseRestartTest, AdoptingAfterTheKernelsCachedAttributesExpiredDoesNotBlock) {
+  // With attributes expired, any stat of the mount root is a request that only the adopter
+  // can answer: Adopt must not make one before it serves.
+  options_.attr_timeout_s = 0.1;
+  options_.entry_timeout_s = 0.1;
+  ASSERT_NO_FATAL_FAILURE(StartFirst(&reader_));
+  ASSERT_NO_FATAL_FAILURE(CrashFirst());
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_NO_FATAL_FAILURE(StartSecond());
+  int config = OpenTracked("config.json");
+  ASSERT_GE(config, 0) << strerror(errno);
+  EXPECT_EQ(PreadString(config, 0, 100), "{\"architectures\":[\"LlamaForCausalLM\"]}");
 }
 
 TEST_F(FuseRestartTest, AnAdoptedMountUnmountsLikeAMountedOne) {
