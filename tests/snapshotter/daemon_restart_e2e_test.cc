@@ -31,25 +31,12 @@ namespace modelfs::snapshotter {
 namespace {
 
 namespace fs = std::filesystem;
+using ::modelfs::testing::DescribeFiles;
+using ::modelfs::testing::ReadFileOrDie;
 namespace v1 = containerd::services::snapshots::v1;
 using ::modelfs::testing::ChildProcess;
 using ::modelfs::testing::RegistryFixture;
 using ::modelfs::testing::TempDir;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::map<std::string, std::string> FilesUnder(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadAll(e.path());
-  }
-  return out;
-}
 
 class DaemonRestartTest : public ::testing::Test {
  protected:
@@ -80,7 +67,7 @@ class DaemonRestartTest : public ::testing::Test {
                                               MODELFS_SNAPSHOTTER_BIN, "--config", config, "--root",
                                               tmp_.Join("root").string(), "--address", socket_},
                                              tmp_.Join("daemon.log").string()));
-    ASSERT_TRUE(WaitReady(1)) << ReadAll(tmp_.Join("daemon.log"));
+    ASSERT_TRUE(WaitReady(1)) << ReadFileOrDie(tmp_.Join("daemon.log").string());
     stub_ = v1::Snapshots::NewStub(
         grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
   }
@@ -102,7 +89,7 @@ class DaemonRestartTest : public ::testing::Test {
   bool WaitReady(int generation) {
     absl::Time deadline = absl::Now() + absl::Seconds(60);
     while (absl::Now() < deadline) {
-      std::string r = ReadAll(fs::path(StateDir()) / "ready");
+      std::string r = ReadFileOrDie(StateDir() + "/ready");
       int pid = 0;
       int gen = 0;
       if (sscanf(r.c_str(), "%d %d", &pid, &gen) == 2 && gen == generation) return true;
@@ -159,7 +146,7 @@ void DaemonRestartTest::ExpectMountSurvives(int signal) {
   ASSERT_EQ(Prepare("extract-1", "", labels_).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   std::string volume = MountView("pod-volume");
   ASSERT_FALSE(volume.empty());
-  const std::map<std::string, std::string> want = FilesUnder(model_dir_);
+  const std::map<std::string, std::string> want = DescribeFiles(model_dir_.string());
   ASSERT_FALSE(want.empty());
   const std::string first = want.begin()->first;
   int fd = ::open((fs::path(volume) / first).c_str(), O_RDONLY);
@@ -168,18 +155,18 @@ void DaemonRestartTest::ExpectMountSurvives(int signal) {
   ASSERT_EQ(::pread(fd, &byte, 1, 0), 1);
 
   ::kill(supervisor_->pid(), signal);  // stop the daemon, start it again with the fd
-  ASSERT_TRUE(WaitReady(2)) << ReadAll(tmp_.Join("daemon.log"));
+  ASSERT_TRUE(WaitReady(2)) << ReadFileOrDie(tmp_.Join("daemon.log").string());
 
   // The file opened before the crash, then every file through the same mount.
-  const std::string& bytes = want.at(first);
+  const std::string bytes = ReadFileOrDie((model_dir_ / first).string());
   std::string got(bytes.size(), '\0');
   ASSERT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
   ::close(fd);
   EXPECT_EQ(got, bytes);
-  std::map<std::string, std::string> all = FilesUnder(volume);
+  std::map<std::string, std::string> all = DescribeFiles(volume);
   all.erase(".modelinfo.json");
   EXPECT_EQ(all, want);
-  EXPECT_NE(ReadAll(tmp_.Join("daemon.log")).find("inherited the FUSE connection"),
+  EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("inherited the FUSE connection"),
             std::string::npos);
 }
 
@@ -189,7 +176,8 @@ TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossADaem
 
 TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARestart) {
   ExpectMountSurvives(SIGUSR2);  // the supervisor SIGTERMs the daemon, which leaves the mount
-  EXPECT_NE(ReadAll(tmp_.Join("daemon.log")).find("signal 15: stopping"), std::string::npos);
+  EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("signal 15: stopping"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -26,6 +26,8 @@ namespace modelfs::snapshotter {
 namespace {
 
 namespace fs = std::filesystem;
+using ::modelfs::testing::DescribeFiles;
+using ::modelfs::testing::ReadFileOrDie;
 using ::modelfs::testing::RegistryFixture;
 using ::modelfs::testing::StatusIs;
 using ::modelfs::testing::TempDir;
@@ -33,22 +35,6 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Every regular file under `dir`, relative path -> bytes.
-std::map<std::string, std::string> FilesUnder(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadAll(e.path());
-  }
-  return out;
-}
 
 class ModelSnapshotterTest : public ::testing::Test {
  protected:
@@ -198,12 +184,12 @@ TEST_F(ModelSnapshotterTest, AViewOnTheModelIsAReadOnlyBindOfItsDirectoryWithExa
   const std::string model_mnt = (snapshotter_->mount_dir() / ModelName()).string();
   EXPECT_THAT(mounts, ElementsAre(Mount{"bind", model_mnt, "", {"ro", "rbind"}}));
   ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
-  std::map<std::string, std::string> got = FilesUnder(dir);
+  std::map<std::string, std::string> got = DescribeFiles(dir);
   ASSERT_TRUE(got.count(".modelinfo.json"));
-  nlohmann::json info = nlohmann::json::parse(got[".modelinfo.json"]);
+  nlohmann::json info = nlohmann::json::parse(ReadFileOrDie(dir + "/.modelinfo.json"));
   EXPECT_EQ(info["digests"]["manifest"], model_digest_);
   got.erase(".modelinfo.json");
-  EXPECT_EQ(got, FilesUnder(model_dir_));
+  EXPECT_EQ(got, DescribeFiles(model_dir_.string()));
 }
 
 TEST_F(ModelSnapshotterTest, AnActiveSnapshotOnTheModelIsAnOverlayThatKeepsWritesInItsUpper) {
@@ -215,11 +201,12 @@ TEST_F(ModelSnapshotterTest, AnActiveSnapshotOnTheModelIsAnOverlayThatKeepsWrite
   const std::string model_mnt = (snapshotter_->mount_dir() / ModelName()).string();
   EXPECT_THAT(mounts[0].options, Contains("lowerdir=" + model_mnt));
   ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
-  std::map<std::string, std::string> want = FilesUnder(model_dir_);
-  for (const auto& [path, bytes] : want) EXPECT_EQ(ReadAll(fs::path(dir) / path), bytes) << path;
+  std::map<std::string, std::string> want = DescribeFiles(model_dir_.string());
+  std::map<std::string, std::string> got = DescribeFiles(dir);
+  for (const auto& [path, digest] : want) EXPECT_EQ(got[path], digest) << path;
   std::ofstream(fs::path(dir) / "scratch.txt") << "written by the container";
   EXPECT_FALSE(fs::exists(fs::path(model_mnt) / "scratch.txt"));
-  EXPECT_EQ(ReadAll(fs::path(dir) / "scratch.txt"), "written by the container");
+  EXPECT_EQ(ReadFileOrDie(dir + "/scratch.txt"), "written by the container");
 }
 
 TEST_F(ModelSnapshotterTest, WithoutTheCriImageReferenceItFallsBackToAnOrdinarySnapshot) {
@@ -260,7 +247,7 @@ TEST_F(ModelSnapshotterTest, ARestartRegistersTheModelAgainWithoutTheRegistry) {
     // Read everything once, so the cache holds it.
     ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("warm", chain_id_, {}));
     ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
-    FilesUnder(dir);
+    DescribeFiles(dir);
     umount2(dir.c_str(), MNT_DETACH);
     mounted_.pop_back();
     ASSERT_OK(snapshotter_->Remove("warm"));
@@ -276,9 +263,9 @@ TEST_F(ModelSnapshotterTest, ARestartRegistersTheModelAgainWithoutTheRegistry) {
   EXPECT_EQ(info.kind, SnapshotKind::kCommitted);
   ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol-2", chain_id_, {}));
   ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
-  std::map<std::string, std::string> got = FilesUnder(dir);
+  std::map<std::string, std::string> got = DescribeFiles(dir);
   got.erase(".modelinfo.json");
-  EXPECT_EQ(got, FilesUnder(model_dir_));
+  EXPECT_EQ(got, DescribeFiles(model_dir_.string()));
 }
 
 TEST_F(ModelSnapshotterTest, RemovingTheLastSnapshotOfAModelUnregistersIt) {
@@ -385,9 +372,9 @@ TEST_F(ModelSnapshotterAuthTest, CredentialsFromDockerConfigMountThePrivateModel
               StatusIs(absl::StatusCode::kAlreadyExists));
   ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol", chain_id_, {}));
   ASSERT_EQ(mounts.size(), 1u);
-  std::map<std::string, std::string> got = FilesUnder(mounts[0].source);
+  std::map<std::string, std::string> got = DescribeFiles(mounts[0].source);
   got.erase(".modelinfo.json");
-  EXPECT_EQ(got, FilesUnder(model_dir_));
+  EXPECT_EQ(got, DescribeFiles(model_dir_.string()));
   EXPECT_EQ(log_.find(password_), std::string::npos);
 }
 
