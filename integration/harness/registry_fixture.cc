@@ -49,24 +49,6 @@ absl::StatusOr<std::string> MakeWorkDir(const std::string& prefix) {
   return tmpl;
 }
 
-absl::StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket()");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError("bind/getsockname on 127.0.0.1:0");
-  }
-  int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
 // Runs a command to completion with its stdout captured. Arguments are not secrets here
 // (test-only passwords), so a failure may quote the command.
 absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& argv) {
@@ -117,6 +99,24 @@ absl::StatusOr<int> WaitForPortFile(const std::string& port_file, ChildProcess* 
 }
 
 }  // namespace
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket()");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return absl::InternalError("bind/getsockname on 127.0.0.1:0");
+  }
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
 
 absl::StatusOr<std::string> HttpGetForTest(const std::string& url, long* status) {
   CURL* h = curl_easy_init();
@@ -212,7 +212,7 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
   ASSIGN_OR_RETURN(f->work_dir_, MakeWorkDir("modelfs-registry"));
   f->storage_dir_ = f->work_dir_ + "/storage";
   fs::create_directories(f->storage_dir_);
-  ASSIGN_OR_RETURN(int port, FreePort());
+  ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
   f->host_port_ = absl::StrCat("127.0.0.1:", port);
 
   std::string auth_yaml;

@@ -21,6 +21,9 @@
 
 namespace modelfs::testing {
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, read back, closed).
+absl::StatusOr<int> FreeLoopbackPort();
+
 // A child process with stdout/stderr in a log file, stopped with SIGTERM (then SIGKILL).
 class ChildProcess {
  public:

@@ -38,30 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-absl::StatusOr<int> FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket()");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return absl::InternalError("bind/getsockname on 127.0.0.1:0");
-  }
-  int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
 bool UnixSocketAccepts(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -159,11 +135,12 @@ absl::Status SnapshotterDaemon::WaitReady() {
   while (!UnixSocketAccepts(socket_)) {
     if (!running()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "modelfs-snapshotter exited before it was ready; log:\n", ReadAll(log_path())));
+          "modelfs-snapshotter exited before it was ready; log:\n", ReadFileOrDie(log_path())));
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("modelfs-snapshotter not ready after 30 s (",
-                                                      socket_, "); log:\n", ReadAll(log_path())));
+                                                      socket_, "); log:\n",
+                                                      ReadFileOrDie(log_path())));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
