@@ -234,7 +234,7 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
 }
 
 absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
-                                           std::shared_ptr<RegistryClient> client, bool save) {
+                                           std::shared_ptr<RegistryClient> client) {
   {
     absl::MutexLock lock(&mu_);
     absl::Time deadline = absl::Now() + options_.model_wait;
@@ -253,7 +253,7 @@ absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const Resolv
     e.error = absl::OkStatus();
     e.model_ref = rm.model_descriptor.digest.str();
   }
-  absl::Status st = save ? SaveModelRecord(models_dir_, name, rm) : absl::OkStatus();
+  absl::Status st = SaveModelRecord(models_dir_, name, rm);
   if (st.ok()) st = RegisterModel(name, rm, std::move(client));
   absl::MutexLock lock(&mu_);
   ModelEntry& e = models_[name];
@@ -388,7 +388,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         ", but its layer annotation says ", volume.model.digest.str()));
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
-  RETURN_IF_ERROR(EnsureModel(name, rm, client, /*save=*/true));
+  RETURN_IF_ERROR(EnsureModel(name, rm, client));
 
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;

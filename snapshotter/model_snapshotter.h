@@ -140,10 +140,10 @@ class ModelSnapshotter final : public Snapshotter {
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
   absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const ImageReference& ref);
-  // Registers rm (stored first when `save`) unless it is already; waits for a registration of
+  // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
-                           std::shared_ptr<RegistryClient> client, bool save);
+                           std::shared_ptr<RegistryClient> client);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,
                              std::shared_ptr<RegistryClient> client);
   void RestoreModels(std::vector<std::string> names);
