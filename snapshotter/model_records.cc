@@ -99,9 +99,7 @@ class StoredFetcher final : public ModelFetcher {
           absl::StrCat("models: ", p.string(), " is larger than ", max_bytes, " bytes"));
     }
     ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(p));
-    Sha256 h;
-    h.Update(bytes);
-    Digest got = h.Finish();
+    Digest got = Digest::Of(bytes);
     if (got != d) {
       return absl::DataLossError(
           absl::StrCat("models: ", p.string(), " has digest ", got.str(), ", not ", d.str()));
@@ -112,12 +110,6 @@ class StoredFetcher final : public ModelFetcher {
   fs::path dir_;
   std::map<std::string, std::string> media_types_;
 };
-
-Digest DigestOf(const std::string& bytes) {
-  Sha256 h;
-  h.Update(bytes);
-  return h.Finish();
-}
 
 }  // namespace
 
@@ -141,7 +133,7 @@ absl::Status SaveModelRecord(const fs::path& models_dir, const std::string& name
 
   nlohmann::json media_types = nlohmann::json::object();
   auto put = [&](const std::string& bytes, const std::string& media_type) -> absl::Status {
-    Digest d = DigestOf(bytes);
+    Digest d = Digest::Of(bytes);
     if (!media_type.empty()) media_types[d.str()] = media_type;
     return WriteFileSynced(staging / "blobs" / std::string(d.hex()), bytes);
   };
