@@ -363,6 +363,25 @@ absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
   return WaitForModelIds(ids);
 }
 
+absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
+                                            const std::string& parent, const std::string& target) {
+  if (!rm.volume_descriptor) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(rm.ref.String(), " is not a volume image; only a volume layer is mounted"));
+  }
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
+  // V's config is small; 1 MiB bounds what a hostile one can make us hold.
+  ASSIGN_OR_RETURN(std::string config,
+                   FetchVerifiedBlob(client, rm.ref.repository(), v.config, 1u << 20));
+  ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(config));
+  absl::Status st = CheckVolumeSnapshotBinding(v, diff_ids, parent, target);
+  if (!st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "volume image ", rm.ref.String(), " does not bind to this snapshot: ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::string& parent,
                                              const std::string& target, const VolumeLabels& volume,
                                              const Labels& labels) {
@@ -375,13 +394,19 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         absl::StrCat("no ", kLabelCriImageRef,
                      " label (CRI pulls with disable_snapshot_annotations = false pass it)"));
   }
-  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
+  // The binding is checked against V's manifest fetched by the digest containerd pinned, never
+  // by a tag that may have moved since containerd resolved it.
   auto pinned = labels.find(kLabelCriManifestDigest);
-  if (pinned != labels.end()) {
-    ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
+  if (pinned == labels.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", kLabelCriManifestDigest,
+                     " label: the layer cannot be bound to a verified volume manifest"));
   }
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
+  ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+  RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(
         "volume image ", ref.String(), " points to model ", rm.model_descriptor.digest.str(),

@@ -6,11 +6,17 @@
 //     containerd.io/snapshot.ref            the chain ID containerd wants committed
 //     containerd.io/snapshot/modelfs.model  M's digest (V's layer annotation, forwarded)
 //     containerd.io/snapshot/cri.image-ref  the image being pulled (CRI, snapshot annotations on)
-//   resolves V -> M at the registry (V's small layer A carries the chunk indexes), registers M
+//     containerd.io/snapshot/cri.manifest-digest  V's digest, as containerd resolved it
+//   fetches V by that digest and its config, and goes on only when the chain ID is A's own:
+//   A is V's volume layer, V's config rootfs.diff_ids names A at A's position, the parent is
+//   the chain below A and the target the chain up to A (CheckVolumeSnapshotBinding), so no
+//   image can bind a model to another image's chain ID. It then resolves V -> M (V's small
+//   layer A carries the chunk indexes), registers M
 //   in the daemon's single FUSE mount at <root>/mnt/sha256-<hex of M>, commits an empty
 //   snapshot named by the chain ID (label modelfs.remote = the model's directory) and answers
 //   ALREADY_EXISTS, so containerd fetches none of the model. When that cannot be done (no image
-//   reference, registry unreachable), it logs why and falls back to the ordinary path:
+//   reference or pinned digest, a binding that does not hold, registry unreachable), it logs
+//   why and falls back to the ordinary path:
 //   containerd unpacks A and the container sees the `.modelfs/` pointer files.
 //
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
@@ -139,6 +145,11 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
+  // Commits a remote snapshot only where V's verified manifest and config make `target` the
+  // chain ID of its volume layer on `parent` (CheckVolumeSnapshotBinding). Errors:
+  // kFailedPrecondition (the caller then unpacks the layer the ordinary way), registry errors.
+  absl::Status CheckBinding(RegistryClient& client, const ResolvedModel& rm,
+                            const std::string& parent, const std::string& target);
   absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const ImageReference& ref);
   // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/oci/media_types.h"
@@ -323,6 +324,101 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
 bool IsVolumeImageManifest(const Manifest& v) {
   if (v.artifact_type == kVolumeImageArtifactType) return true;
   return v.layers.size() == 1 && v.layers[0].Annotation(kLabelModel) != nullptr;
+}
+
+absl::StatusOr<size_t> VolumeLayerIndex(const Manifest& v) {
+  std::optional<size_t> found;
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    if (v.layers[i].Annotation(kLabelModel) == nullptr) continue;
+    if (found) {
+      return absl::InvalidArgumentError(absl::StrCat("volume image has two layers annotated ",
+                                                     AV(kLabelModel), " (", *found, " and ", i,
+                                                     ")"));
+    }
+    found = i;
+  }
+  if (!found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("volume image has no layer annotated ", AV(kLabelModel)));
+  }
+  return *found;
+}
+
+Digest ChainIdOf(const std::vector<Digest>& diff_ids) {
+  Digest chain = diff_ids.at(0);
+  for (size_t i = 1; i < diff_ids.size(); ++i) {
+    chain = Digest::Of(absl::StrCat(chain.str(), " ", diff_ids[i].str()));
+  }
+  return chain;
+}
+
+absl::StatusOr<std::vector<Digest>> ParseImageConfigDiffIds(std::string_view config_json) {
+  Json j = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError("image config is not a JSON object");
+  auto rootfs = j.find("rootfs");
+  if (rootfs == j.end() || !rootfs->is_object()) {
+    return absl::InvalidArgumentError("image config has no rootfs object");
+  }
+  auto ids = rootfs->find("diff_ids");
+  if (ids == rootfs->end() || !ids->is_array()) {
+    return absl::InvalidArgumentError("image config has no rootfs.diff_ids array");
+  }
+  std::vector<Digest> out;
+  for (const Json& id : *ids) {
+    if (!id.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image config rootfs.diff_ids[", out.size(), "] is not a string"));
+    }
+    absl::StatusOr<Digest> d = Digest::Parse(id.get<std::string>());
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image config rootfs.diff_ids[", out.size(), "]: ", d.status().message()));
+    }
+    out.push_back(*std::move(d));
+  }
+  return out;
+}
+
+absl::Status CheckVolumeSnapshotBinding(const Manifest& v, const std::vector<Digest>& diff_ids,
+                                        std::string_view parent, std::string_view target) {
+  absl::StatusOr<size_t> index = VolumeLayerIndex(v);
+  if (!index.ok()) return absl::FailedPreconditionError(index.status().message());
+  const size_t i = *index;
+  const Descriptor& a = v.layers[i];
+  if (a.media_type != kOciLayerTarMediaType) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("volume layer ", a.digest.str(), " has media type ", a.media_type, ", not ",
+                     AV(kOciLayerTarMediaType), " (its diff ID would not be its digest)"));
+  }
+  if (diff_ids.size() != v.layers.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "image config lists ", diff_ids.size(), " diff_ids for ", v.layers.size(), " layers"));
+  }
+  if (diff_ids[i] != a.digest) {
+    return absl::FailedPreconditionError(absl::StrCat("image config rootfs.diff_ids[", i, "] is ",
+                                                      diff_ids[i].str(), ", not the volume layer ",
+                                                      a.digest.str()));
+  }
+  std::vector<Digest> below(diff_ids.begin(), diff_ids.begin() + i);
+  const std::string want_parent = below.empty() ? "" : ChainIdOf(below).str();
+  // containerd's metadata store names a backend snapshot "<namespace>/<id>/<its own name>", and
+  // its own name for a committed layer is the chain ID.
+  const bool parent_ok = want_parent.empty() ? parent.empty()
+                                             : (parent == want_parent ||
+                                                absl::EndsWith(AV(parent), "/" + want_parent));
+  if (!parent_ok) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("parent snapshot \"", AV(parent),
+                     "\" is not the chain ID below the volume layer (\"", want_parent, "\")"));
+  }
+  below.push_back(a.digest);
+  const std::string want_target = ChainIdOf(below).str();
+  if (target != want_target) {
+    return absl::FailedPreconditionError(absl::StrCat("target snapshot \"", AV(target),
+                                                      "\" is not the chain ID of volume layer ",
+                                                      a.digest.str(), " (", want_target, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckVolumeMatchesModel(const VolumeModelInfo& info, const Descriptor& model_manifest,

@@ -129,6 +129,31 @@ absl::StatusOr<std::optional<VolumeLabels>> ParseVolumeLabels(
 // kLabelModel.
 bool IsVolumeImageManifest(const Manifest& v);
 
+// The index of V's volume layer A: the one layer annotated with kLabelModel. Errors:
+// kInvalidArgument when no layer, or more than one, carries it.
+absl::StatusOr<size_t> VolumeLayerIndex(const Manifest& v);
+
+// The chain ID of a stack of diff IDs (OCI image spec, config.md): chainID(L0) = diffID(L0),
+// chainID(L0..n) = sha256(chainID(L0..n-1) + " " + diffID(n)). `diff_ids` must not be empty.
+Digest ChainIdOf(const std::vector<Digest>& diff_ids);
+
+// rootfs.diff_ids of an OCI image config. Errors: kInvalidArgument naming the field.
+absl::StatusOr<std::vector<Digest>> ParseImageConfigDiffIds(std::string_view config_json);
+
+// What must hold before a snapshotter answers "already exists" for `target` with the model
+// that V's layer A points to (DESIGN.md "The volume image profile"): that answer promises
+// containerd the snapshot holds A's content, so a wrong binding would let one image take over
+// another image's chain ID. Given V's verified manifest and the diff_ids of its verified
+// config:
+//   - A is a layer of V, uncompressed (so its diff ID is its digest), and diff_ids has one
+//     entry per layer with diff_ids[i] = A's digest;
+//   - `parent` is the chain ID of the layers below A ("" when A is the first), as it is or as
+//     containerd's metadata store names it in the backend ("<namespace>/<id>/<chain ID>");
+//   - `target` is the chain ID of the layers up to and including A.
+// Errors: kFailedPrecondition naming the first condition that fails.
+absl::Status CheckVolumeSnapshotBinding(const Manifest& v, const std::vector<Digest>& diff_ids,
+                                        std::string_view parent, std::string_view target);
+
 // Checks model.json against the verified M: same digest as `model_manifest` and the same layers
 // (digest, size, media type) in the same order. Errors: kDataLoss naming the first difference.
 absl::Status CheckVolumeMatchesModel(const VolumeModelInfo& info, const Descriptor& model_manifest,

@@ -86,7 +86,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
 
   if (IsVolumeImageManifest(m)) {
     r.volume_descriptor = top_desc;
-    const Descriptor& a = m.layers.at(0);
+    ASSIGN_OR_RETURN(size_t a_index, VolumeLayerIndex(m));
+    const Descriptor& a = m.layers[a_index];
     ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
     ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
     // M lives in the volume's own repository unless the record names another on this registry.

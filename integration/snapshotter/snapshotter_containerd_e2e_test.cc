@@ -178,12 +178,14 @@ class SnapshotterContainerdTest : public ::testing::Test {
   // Prepare (rw) or View (ro) `key` on V's chain ID through containerd, mounted on a fresh
   // directory; "" (with a test failure) when that fails.
   std::string MountSnapshot(const std::string& key, bool view) {
+    return MountSnapshotOn(key, volume_chain_id_, view);
+  }
+  std::string MountSnapshotOn(const std::string& key, const std::string& parent, bool view) {
     // A GC root, as a runtime's lease or container would be: otherwise containerd's garbage
     // collector (run after the pull) removes the unreferenced snapshot under the mount.
     const std::map<std::string, std::string> labels = {{kGcRootLabel, "modelfs-e2e"}};
     absl::StatusOr<std::vector<SnapshotMount>> mounts =
-        view ? snapshots_->View(key, volume_chain_id_, labels)
-             : snapshots_->Prepare(key, volume_chain_id_, labels);
+        view ? snapshots_->View(key, parent, labels) : snapshots_->Prepare(key, parent, labels);
     EXPECT_OK(mounts.status());
     if (!mounts.ok()) return "";
     std::string target = containerd_->MountPoint("mnt-" + key);
@@ -374,6 +376,49 @@ TEST_F(SnapshotterContainerdTest, ViewOfTheModelIsReadOnlyAndShowsEveryFileByteF
   if (fd >= 0) close(fd);
   EXPECT_LT(fd, 0);
   EXPECT_EQ(err, EROFS);
+}
+
+// Snapshot poisoning: an image P whose config lists the diff ID of an ordinary image B's base
+// layer, while P's one layer is V's volume layer A with its modelfs annotations. containerd
+// asks the snapshotter to commit B's chain ID from A. Pulled before B, P must not make that
+// chain ID hold the model: a container of B sees B's files, and B's snapshot is no model.
+TEST_F(SnapshotterContainerdTest, AnImageClaimingAnotherImagesChainIdCannotPoisonItsSnapshot) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::vector<LayerFile> base_files = {{"etc/os-release", "ID=modelfs-base\n"},
+                                             {"usr/bin/tool", PseudoRandomBytes(4096, 9)}};
+  ASSERT_OK_AND_ASSIGN(PushedImage base,
+                       PushOrdinaryImage(registry_->host_port(), kModelRepo, "base", {base_files}));
+  // P = V's manifest (layer A, annotations and all) with a config that claims B's layer.
+  ASSERT_OK_AND_ASSIGN(auto client, ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest(kModelRepo, "v1-volume"));
+  nlohmann::json poison = nlohmann::json::parse(v.bytes);
+  const std::string config =
+      nlohmann::json({{"architecture", "amd64"},
+                      {"os", "linux"},
+                      {"rootfs", {{"type", "layers"}, {"diff_ids", {base.diff_ids[0]}}}}})
+          .dump();
+  poison["config"]["size"] = config.size();
+  ASSERT_OK_AND_ASSIGN(Digest config_digest, UploadBlob(*client, kModelRepo, config));
+  poison["config"]["digest"] = config_digest.str();
+  ASSERT_OK(client
+                ->PutManifest(kModelRepo, "poison", poison.dump(),
+                              "application/vnd.oci.image.manifest.v1+json")
+                .status());
+
+  // containerd unpacks A the ordinary way and refuses it: its diff ID is not B's.
+  absl::StatusOr<std::string> poisoned = cri_->PullImage(Ref(kModelRepo, "poison"));
+  EXPECT_FALSE(poisoned.ok()) << "the colliding image was pulled as " << *poisoned;
+  ASSERT_OK(cri_->PullImage(base.reference).status());
+
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshots_->Stat(base.chain_id));
+  EXPECT_EQ(info.labels.count(kRemoteLabel), 0u) << "B's chain ID was committed as a model";
+  std::string rootfs = MountSnapshotOn("poison-check", base.chain_id, /*view=*/false);
+  ASSERT_FALSE(rootfs.empty());
+  std::map<std::string, std::string> want;
+  for (const LayerFile& f : base_files) want[f.path] = Digest::Of(f.content).str();
+  EXPECT_EQ(DescribeFiles(rootfs), want);
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), ::testing::HasSubstr("does not bind"));
 }
 
 // (c) Metadata and models survive a restart of the daemon on the same root.

@@ -221,5 +221,118 @@ TEST(VolumeLabelsTest, RefusesMalformedValues) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("v9")));
 }
 
+// --- Binding a remote snapshot to V (DESIGN.md "The volume image profile") ------------------
+
+TEST(ChainIdOfTest, FollowsTheImageSpecDefinition) {
+  const Digest a = Digest::Of("layer a");
+  const Digest b = Digest::Of("layer b");
+  const Digest c = Digest::Of("layer c");
+  EXPECT_EQ(ChainIdOf({a}), a);
+  const Digest ab = Digest::Of(a.str() + " " + b.str());
+  EXPECT_EQ(ChainIdOf({a, b}), ab);
+  EXPECT_EQ(ChainIdOf({a, b, c}), Digest::Of(ab.str() + " " + c.str()));
+}
+
+TEST(ParseImageConfigDiffIdsTest, ReadsRootfsDiffIds) {
+  const Digest a = Digest::Of("a");
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<Digest> ids,
+      ParseImageConfigDiffIds(R"({"rootfs":{"type":"layers","diff_ids":[")" + a.str() + R"("]}})"));
+  EXPECT_EQ(ids, std::vector<Digest>{a});
+}
+
+TEST(ParseImageConfigDiffIdsTest, RefusesConfigsWithoutValidDiffIds) {
+  EXPECT_THAT(ParseImageConfigDiffIds("not json"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseImageConfigDiffIds(R"({"rootfs":{}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diff_ids")));
+  EXPECT_THAT(ParseImageConfigDiffIds(R"({"rootfs":{"diff_ids":["sha256:xyz"]}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diff_ids[0]")));
+}
+
+struct BindingFixture {
+  VolumeImage v;
+  std::vector<Digest> diff_ids;
+  std::string chain;  // A's chain ID (A is V's only layer)
+};
+
+BindingFixture MakeBinding() {
+  Fixture f = MakeFixture();
+  BindingFixture b;
+  b.v = *BuildVolumeImage(f.input);
+  b.diff_ids = *ParseImageConfigDiffIds(b.v.config);
+  b.chain = b.v.layer_descriptor.digest.str();
+  return b;
+}
+
+TEST(CheckVolumeSnapshotBindingTest, HoldsForTheChainIdOfTheVolumeLayer) {
+  BindingFixture b = MakeBinding();
+  EXPECT_OK(CheckVolumeSnapshotBinding(b.v.manifest, b.diff_ids, "", b.chain));
+}
+
+// The poisoning case: an image whose config names a common base layer's diff ID while its
+// layer is a modelfs volume layer. The target containerd computes is the base layer's chain ID.
+TEST(CheckVolumeSnapshotBindingTest, RefusesAConfigThatNamesAnotherLayersDiffId) {
+  BindingFixture b = MakeBinding();
+  const Digest base = Digest::Of("a common base layer");
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, {base}, "", base.str()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("diff_ids[0]")));
+}
+
+TEST(CheckVolumeSnapshotBindingTest, RefusesATargetThatIsNotTheVolumeLayersChainId) {
+  BindingFixture b = MakeBinding();
+  const std::string other = Digest::Of("a common base layer").str();
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, b.diff_ids, "", other),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(other)));
+}
+
+TEST(CheckVolumeSnapshotBindingTest, RefusesAParentThatIsNotTheChainBelowTheLayer) {
+  BindingFixture b = MakeBinding();
+  const Digest parent = Digest::Of("some parent");
+  const std::string target = ChainIdOf({parent, b.v.layer_descriptor.digest}).str();
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, b.diff_ids, parent.str(), target),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("parent")));
+}
+
+TEST(CheckVolumeSnapshotBindingTest, RefusesACompressedVolumeLayer) {
+  BindingFixture b = MakeBinding();
+  b.v.manifest.layers[0].media_type = std::string(kOciLayerTarGzipMediaType);
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, b.diff_ids, "", b.chain),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("media type")));
+}
+
+TEST(CheckVolumeSnapshotBindingTest, RefusesAConfigWithADifferentNumberOfDiffIds) {
+  BindingFixture b = MakeBinding();
+  std::vector<Digest> ids = b.diff_ids;
+  ids.push_back(Digest::Of("extra"));
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, ids, "", b.chain),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("2 diff_ids for 1")));
+}
+
+TEST(CheckVolumeSnapshotBindingTest, BindsAVolumeLayerAboveAnotherLayerToItsFullChain) {
+  BindingFixture b = MakeBinding();
+  Descriptor base;
+  base.media_type = std::string(kOciLayerTarMediaType);
+  base.digest = Digest::Of("base layer");
+  base.size = 10;
+  b.v.manifest.layers.insert(b.v.manifest.layers.begin(), base);
+  const std::vector<Digest> ids = {base.digest, b.v.layer_descriptor.digest};
+  EXPECT_OK(CheckVolumeSnapshotBinding(b.v.manifest, ids, base.digest.str(), ChainIdOf(ids).str()));
+  // The parent as containerd's metadata store names it in the backend.
+  EXPECT_OK(CheckVolumeSnapshotBinding(b.v.manifest, ids, "k8s.io/7/" + base.digest.str(),
+                                       ChainIdOf(ids).str()));
+  EXPECT_THAT(CheckVolumeSnapshotBinding(b.v.manifest, ids, "", b.chain),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(VolumeLayerIndexTest, RefusesAManifestWithoutOrWithTwoAnnotatedLayers) {
+  BindingFixture b = MakeBinding();
+  Manifest two = b.v.manifest;
+  two.layers.push_back(two.layers[0]);
+  EXPECT_THAT(VolumeLayerIndex(two), StatusIs(absl::StatusCode::kInvalidArgument));
+  Manifest none = b.v.manifest;
+  none.layers[0].annotations.clear();
+  EXPECT_THAT(VolumeLayerIndex(none), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace modelfs

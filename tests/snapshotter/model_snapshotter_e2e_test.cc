@@ -222,6 +222,47 @@ TEST_F(ModelSnapshotterTest, WithoutTheCriImageReferenceItFallsBackToAnOrdinaryS
   EXPECT_THAT(log_, HasSubstr("cri.image-ref"));
 }
 
+// Snapshot poisoning: the labels of a volume layer with the chain ID of another image's layer
+// as target. The model must not be committed under that chain ID; the layer is unpacked the
+// ordinary way (where containerd's diff ID check then fails the pull).
+TEST_F(ModelSnapshotterTest, ATargetThatIsNotTheVolumeLayersChainIdIsUnpackedNotCommitted) {
+  const std::string base_chain = Digest::Of("a common base layer").str();
+  Labels labels = labels_;
+  labels[kLabelTargetRef] = base_chain;
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
+  EXPECT_EQ(mounts.size(), 1u);
+  EXPECT_THAT(snapshotter_->Stat(base_chain).status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat("extract-1"));
+  EXPECT_EQ(info.kind, SnapshotKind::kActive);
+  EXPECT_EQ(info.labels.count(kLabelRemoteModel), 0u);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(log_, HasSubstr("does not bind"));
+}
+
+TEST_F(ModelSnapshotterTest, AParentBelowTheVolumeLayerThatItsConfigDoesNotListIsUnpacked) {
+  ASSERT_OK(snapshotter_->Prepare("base-extract", "", {}).status());
+  const std::string base = Digest::Of("base").str();
+  ASSERT_OK(snapshotter_->Commit(base, "base-extract", {}));
+  Labels labels = labels_;
+  labels[kLabelTargetRef] = Digest::Of(base + " " + chain_id_).str();
+  ASSERT_OK(snapshotter_->Prepare("extract-1", base, labels).status());
+  EXPECT_THAT(snapshotter_->Stat(labels[kLabelTargetRef]).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(log_, HasSubstr("parent snapshot"));
+}
+
+TEST_F(ModelSnapshotterTest, WithoutThePinnedManifestDigestItFallsBackToAnOrdinarySnapshot) {
+  Labels labels = labels_;
+  labels.erase(kLabelCriManifestDigest);
+  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels).status());
+  EXPECT_THAT(snapshotter_->Stat(chain_id_).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(log_, HasSubstr("cri.manifest-digest"));
+}
+
 TEST_F(ModelSnapshotterTest, ALayerAnnotationNamingAnotherModelIsDataLossAndLeavesNoSnapshot) {
   Labels labels = labels_;
   labels[std::string(kLabelModel)] = Digest::Of("another model").str();
@@ -339,6 +380,7 @@ class ModelSnapshotterAuthTest : public ::testing::Test {
     labels_ = Labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
     labels_[kLabelTargetRef] = chain_id_;
     labels_[kLabelCriImageRef] = ref + "-volume";
+    labels_[kLabelCriManifestDigest] = volume_digest;
   }
 
   void TearDown() override {
