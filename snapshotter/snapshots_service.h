@@ -26,8 +26,10 @@ class SnapshotsService final : public containerd::services::snapshots::v1::Snaps
   explicit SnapshotsService(Snapshotter* snapshotter, int list_batch = 100)
       : snapshotter_(snapshotter), list_batch_(list_batch) {}
 
-  // Receives one line per call (method, key, parent, outcome) when set: the daemon's
-  // --log-level debug. Set before serving.
+  // Receives one line per call of every method when set (the daemon's --log-level debug): the
+  // method, its arguments and labels, and the outcome. Every string from the caller is quoted
+  // with control characters escaped, so a key holding a newline cannot forge a log line. Set
+  // before serving.
   void set_call_log(std::function<void(const std::string&)> log) { call_log_ = std::move(log); }
 
   using Ctx = grpc::ServerContext;
@@ -54,7 +56,9 @@ class SnapshotsService final : public containerd::services::snapshots::v1::Snaps
                        google::protobuf::Empty*) override;
 
  private:
-  grpc::Status Logged(const char* method, const std::string& key, const std::string& parent,
+  // Logs `method` with the arguments `describe` renders (only called when logging) and the
+  // outcome; returns `status`.
+  grpc::Status Logged(const char* method, const std::function<std::string()>& describe,
                       grpc::Status status) const;
 
   Snapshotter* snapshotter_;

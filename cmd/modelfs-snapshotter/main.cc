@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/daemon_config.h"
+#include "snapshotter/inherited_listener.h"
 #include "snapshotter/metrics.h"
 #include "snapshotter/model_snapshotter.h"
 #include "snapshotter/snapshots_service.h"
@@ -61,16 +62,26 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
   return c;
 }
 
-// The /dev/fuse fd a previous process left in systemd's file descriptor store (passed back
-// with LISTEN_FDS / LISTEN_FDNAMES=fuse), or -1. Other passed fds are closed.
-int InheritedFuseFd() {
+// What systemd passes with LISTEN_FDS: the /dev/fuse fd a previous process left in the file
+// descriptor store (FDNAME=fuse), and the listening socket of modelfs-snapshotter.socket.
+// Anything else passed is closed. -1 where absent.
+struct InheritedFds {
+  int fuse = -1;
+  int listener = -1;
+};
+
+InheritedFds TakeInheritedFds() {
   char** names = nullptr;
   int n = sd_listen_fds_with_names(/*unset_environment=*/1, &names);
-  int fuse_fd = -1;
+  InheritedFds out;
   for (int i = 0; i < n; ++i) {
     int fd = SD_LISTEN_FDS_START + i;
-    if (fuse_fd < 0 && names != nullptr && names[i] != nullptr && std::string(names[i]) == "fuse") {
-      fuse_fd = fd;
+    const bool named_fuse =
+        names != nullptr && names[i] != nullptr && std::string(names[i]) == "fuse";
+    if (out.fuse < 0 && named_fuse) {
+      out.fuse = fd;
+    } else if (out.listener < 0 && !named_fuse && IsListeningUnixSocket(fd)) {
+      out.listener = fd;
     } else {
       close(fd);
     }
@@ -79,8 +90,8 @@ int InheritedFuseFd() {
     for (int i = 0; i < n; ++i) free(names[i]);
     free(names);
   }
-  if (fuse_fd >= 0) LogLine(absl::StrCat("inherited the FUSE connection as fd ", fuse_fd));
-  return fuse_fd;
+  if (out.fuse >= 0) LogLine(absl::StrCat("inherited the FUSE connection as fd ", out.fuse));
+  return out;
 }
 
 PrefetchPolicy PolicyOf(const std::string& name) {
@@ -117,7 +128,8 @@ absl::Status Run(const DaemonConfig& c) {
   };
   o.log = LogLine;
   if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
-  o.inherited_fuse_fd = InheritedFuseFd();
+  const InheritedFds inherited = TakeInheritedFds();
+  o.inherited_fuse_fd = inherited.fuse;
 
   ASSIGN_OR_RETURN(std::unique_ptr<ModelSnapshotter> snapshotter, ModelSnapshotter::Open(o));
   // Hand the FUSE connection to systemd's file descriptor store (FileDescriptorStoreMax=1 in
@@ -148,28 +160,41 @@ absl::Status Run(const DaemonConfig& c) {
   }
 
   std::error_code ec;
-  fs::create_directories(fs::path(c.address).parent_path(), ec);
-  // A socket file left by a previous run would make bind fail.
-  if (fs::is_socket(c.address, ec)) fs::remove(c.address, ec);
   SnapshotsService service(snapshotter.get());
   if (c.log_level == "debug") service.set_call_log(LogLine);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("unix:", c.address), grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", c.address));
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<InheritedListener> listener;
+  if (inherited.listener >= 0) {
+    // Socket activation: systemd owns the socket and its path, and keeps both across restarts.
+    server = builder.BuildAndStart();
+    if (!server) return absl::UnavailableError("cannot start the gRPC server");
+    ASSIGN_OR_RETURN(listener, InheritedListener::Start(inherited.listener, server.get()));
+    LogLine(absl::StrCat("serving snapshots on the socket systemd passed (fd ", inherited.listener,
+                         "), models under ", snapshotter->mount_dir().string()));
+  } else {
+    fs::create_directories(fs::path(c.address).parent_path(), ec);
+    // A socket file left by a previous run would make bind fail.
+    if (fs::is_socket(c.address, ec)) fs::remove(c.address, ec);
+    builder.AddListeningPort(absl::StrCat("unix:", c.address), grpc::InsecureServerCredentials());
+    server = builder.BuildAndStart();
+    if (!server) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", c.address));
+    }
+    // Only root (containerd) may talk to the snapshotter.
+    ::chmod(c.address.c_str(), 0600);
+    LogLine(absl::StrCat("serving snapshots on ", c.address, ", models under ",
+                         snapshotter->mount_dir().string()));
   }
-  // Only root (containerd) may talk to the snapshotter.
-  ::chmod(c.address.c_str(), 0600);
-  LogLine(absl::StrCat("serving snapshots on ", c.address, ", models under ",
-                       snapshotter->mount_dir().string()));
   sd_notify(0, "READY=1\nSTATUS=serving snapshots");
 
   int sig = 0;
   sigwait(&sigs, &sig);
   LogLine(absl::StrCat("signal ", sig, ": stopping"));
   sd_notify(0, "STOPPING=1");
+  // Connections not yet accepted stay in the socket's queue for the next process.
+  listener.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server.reset();
   metrics.reset();
@@ -177,7 +202,7 @@ absl::Status Run(const DaemonConfig& c) {
   // for good, systemd closes the stored fd and the next start clears the stale mount).
   absl::Status st = snapshotter->Shutdown(/*keep_mount=*/fd_stored);
   if (!st.ok()) LogLine(absl::StrCat("shutdown: ", st.ToString()));
-  fs::remove(c.address, ec);
+  if (inherited.listener < 0) fs::remove(c.address, ec);
   return absl::OkStatus();
 }
 

@@ -8,7 +8,11 @@ daemon with SIGKILL (a crash), on SIGUSR2 it stops it with SIGTERM (a restart), 
 starts it again with the stored fds passed back as LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID, as
 systemd does. On SIGTERM it stops the daemon with SIGTERM and exits.
 
-Usage: fd_store_supervisor.py STATE_DIR COMMAND [ARGS...]
+With --listen PATH it also holds a listening unix socket at PATH, as a socket unit does, and
+passes it to every daemon it starts (LISTEN_FDNAMES "snapshotter.socket"): connections made
+while the daemon restarts wait in the socket's queue.
+
+Usage: fd_store_supervisor.py [--listen PATH] STATE_DIR COMMAND [ARGS...]
 """
 import os
 import signal
@@ -17,8 +21,19 @@ import sys
 import threading
 import time
 
-state_dir = sys.argv[1]
-command = sys.argv[2:]
+args = sys.argv[1:]
+listener = None
+if args[:1] == ["--listen"]:
+    listen_path = args[1]
+    args = args[2:]
+    if os.path.exists(listen_path):
+        os.unlink(listen_path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(listen_path)
+    os.chmod(listen_path, 0o600)
+    listener.listen(1024)
+state_dir = args[0]
+command = args[1:]
 os.makedirs(state_dir, exist_ok=True)
 notify_path = os.path.join(state_dir, "notify.sock")
 if os.path.exists(notify_path):
@@ -42,6 +57,9 @@ def spawn():
     generation += 1
     names = sorted(stored)
     fds = [stored[n] for n in names]
+    if listener is not None:
+        names.append("snapshotter.socket")
+        fds.append(listener.fileno())
     pid = os.fork()
     if pid == 0:
         env = dict(os.environ)

@@ -58,15 +58,16 @@ class DaemonRestartTest : public ::testing::Test {
     labels_ = Labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
     labels_[kLabelTargetRef] = chain_id_;
     labels_[kLabelCriImageRef] = ref + "-volume";
+    labels_[kLabelCriManifestDigest] = volume_digest;
 
     socket_ = tmp_.Join("modelfs.sock").string();
     const std::string config = tmp_.Join("snapshotter.toml").string();
     std::ofstream(config) << "insecure_hosts = [\"" << registry_->host_port() << "\"]\n";
-    ASSERT_OK_AND_ASSIGN(supervisor_,
-                         ChildProcess::Spawn({"python3", MODELFS_SUPERVISOR, StateDir(),
-                                              MODELFS_SNAPSHOTTER_BIN, "--config", config, "--root",
-                                              tmp_.Join("root").string(), "--address", socket_},
-                                             tmp_.Join("daemon.log").string()));
+    std::vector<std::string> argv = {"python3", MODELFS_SUPERVISOR};
+    if (SocketUnit()) argv.insert(argv.end(), {"--listen", socket_});
+    argv.insert(argv.end(), {StateDir(), MODELFS_SNAPSHOTTER_BIN, "--config", config, "--root",
+                             tmp_.Join("root").string(), "--address", socket_});
+    ASSERT_OK_AND_ASSIGN(supervisor_, ChildProcess::Spawn(argv, tmp_.Join("daemon.log").string()));
     ASSERT_TRUE(WaitReady(1)) << ReadFileOrDie(tmp_.Join("daemon.log").string());
     stub_ = v1::Snapshots::NewStub(
         grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
@@ -80,6 +81,35 @@ class DaemonRestartTest : public ::testing::Test {
   }
 
   std::string StateDir() const { return tmp_.Join("supervisor").string(); }
+  // Whether the supervisor holds the gRPC socket and passes it, as modelfs-snapshotter.socket.
+  virtual bool SocketUnit() const { return false; }
+  // The pid of the daemon that reported READY=1 last (0 when none has).
+  pid_t ReadyPid() {
+    int pid = 0;
+    int gen = 0;
+    return sscanf(ReadFileOrDie(StateDir() + "/ready").c_str(), "%d %d", &pid, &gen) == 2 ? pid : 0;
+  }
+  grpc::Status StatOn(v1::Snapshots::Stub& stub, const std::string& key, v1::Info* info) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::StatSnapshotRequest req;
+    req.set_snapshotter("modelfs");
+    req.set_key(key);
+    v1::StatSnapshotResponse resp;
+    grpc::Status st = stub.Stat(&ctx, req, &resp);
+    *info = resp.info();
+    return st;
+  }
+  // Has the supervisor SIGKILL the daemon and waits until that process is gone (the next one
+  // is being started), with the restart's gap still open.
+  void KillDaemonAndWaitUntilGone() {
+    const pid_t old = ReadyPid();
+    ASSERT_GT(old, 0);
+    ::kill(supervisor_->pid(), SIGUSR1);
+    absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (::kill(old, 0) == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_NE(::kill(old, 0), 0) << "the daemon " << old << " did not die";
+  }
 
   // Prepares the model, mounts a view as a pod would, opens a file, has the supervisor stop
   // the daemon with `signal`'s meaning and start it again, then reads through the same mount.
@@ -179,6 +209,37 @@ TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARest
   EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("signal 15: stopping"),
             std::string::npos);
 }
+
+class SocketActivatedDaemonTest : public DaemonRestartTest {
+ protected:
+  bool SocketUnit() const override { return true; }
+};
+
+// With the socket held by the supervisor (modelfs-snapshotter.socket), the same call waits in
+// the socket's queue and the next process answers it: containerd never sees the restart.
+TEST_F(SocketActivatedDaemonTest, ACallDuringTheRestartGapIsAnsweredByTheNextProcess) {
+  ASSERT_EQ(Prepare("extract-1", "", labels_).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  KillDaemonAndWaitUntilGone();
+  // A new connection, dialled in the gap (a local subchannel pool keeps gRPC from reusing the
+  // connection to the dead process, which fails whatever the socket does).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Snapshots::NewStub(
+      grpc::CreateCustomChannel("unix:" + socket_, grpc::InsecureChannelCredentials(), args));
+  v1::Info info;
+  grpc::Status st = StatOn(*stub, chain_id_, &info);
+  const bool ready = WaitReady(2);
+  ASSERT_TRUE(st.ok()) << st.error_code() << ": " << st.error_message() << "\n"
+                       << ReadFileOrDie(tmp_.Join("daemon.log").string());
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(info.kind(), v1::Kind::COMMITTED);
+  EXPECT_EQ(info.labels().at(kLabelRemoteModel),
+            "sha256-" + labels_.at(std::string(kLabelModel)).substr(7));
+  EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("on the socket systemd passed"),
+            std::string::npos);
+}
+
+TEST_F(SocketActivatedDaemonTest, TheModelMountSurvivesACrashToo) { ExpectMountSurvives(SIGUSR1); }
 
 }  // namespace
 }  // namespace modelfs::snapshotter

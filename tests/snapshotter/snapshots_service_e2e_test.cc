@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -106,6 +107,10 @@ class SnapshotsServiceTest : public ::testing::TestWithParam<std::string> {
       snapshotter_ = std::move(sn).value();
     }
     service_ = std::make_unique<SnapshotsService>(snapshotter_.get(), list_batch);
+    service_->set_call_log([this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.push_back(line);
+    });
     std::string address = "unix:" + dir_.Join("snapshotter.sock").string();
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials());
@@ -211,7 +216,14 @@ class SnapshotsServiceTest : public ::testing::TestWithParam<std::string> {
 
   bool CanMount() { return ::geteuid() == 0; }
 
+  std::vector<std::string> Log() {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return log_;
+  }
+
   modelfs::testing::TempDir dir_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;  // the service's call log (--log-level debug)
   std::unique_ptr<Snapshotter> snapshotter_;
   std::unique_ptr<SnapshotsService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -379,6 +391,32 @@ TEST_P(SnapshotsServiceTest, UsageCountsTheFilesOfAnActiveSnapshot) {
   ASSERT_TRUE(stub_->Usage(&ctx, req, &resp).ok());
   EXPECT_EQ(resp.inodes(), 2);
   EXPECT_GE(resp.size(), 8192);
+}
+
+TEST_P(SnapshotsServiceTest, EveryCallIsLoggedOnOneLineWithItsLabelsAndCallerStringsEscaped) {
+  ASSERT_TRUE(Prepare("k\nUpdate key=\"forged\" ok", "", nullptr, {{"team", "ml\x1b[31m"}}).ok());
+  v1::Info info;
+  EXPECT_EQ(Stat("missing", &info).error_code(), grpc::StatusCode::NOT_FOUND);
+  List({"kind==active"});
+  {
+    grpc::ClientContext ctx;
+    v1::UsageRequest req;
+    req.set_key("k\nUpdate key=\"forged\" ok");
+    v1::UsageResponse resp;
+    ASSERT_TRUE(stub_->Usage(&ctx, req, &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CleanupRequest req;
+    google::protobuf::Empty resp;
+    ASSERT_TRUE(stub_->Cleanup(&ctx, req, &resp).ok());
+  }
+  EXPECT_THAT(
+      Log(),
+      ElementsAre(R"(Prepare key="k\nUpdate key=\"forged\" ok" labels={"team"="ml\x1b[31m"} ok)",
+                  R"(Stat key="missing" -> code 5: "snapshot \'missing\' does not exist")",
+                  R"(List filters="kind==active" 1 snapshots ok)",
+                  R"(Usage key="k\nUpdate key=\"forged\" ok" ok)", "Cleanup ok"));
 }
 
 TEST_P(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
