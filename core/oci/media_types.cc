@@ -47,6 +47,20 @@ std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_
   if (media_type == kOciLayerTarZstdMediaType) {
     return LayerMediaTypeInfo{LayerKind::kImage, LayerEncoding::kTarZstd};
   }
+  if (media_type == kDockerGgufMediaType || media_type == kDockerGgufLoraMediaType ||
+      media_type == kDockerGgufMmprojMediaType || media_type == kDockerSafetensorsMediaType ||
+      media_type == kDockerDdufMediaType || media_type == kDockerMmprojMediaType) {
+    return LayerMediaTypeInfo{LayerKind::kWeight, LayerEncoding::kRaw};
+  }
+  if (media_type == kDockerChatTemplateMediaType) {
+    return LayerMediaTypeInfo{LayerKind::kWeightConfig, LayerEncoding::kRaw};
+  }
+  if (media_type == kDockerLicenseMediaType || media_type == kDockerModelFileMediaType) {
+    return LayerMediaTypeInfo{LayerKind::kDoc, LayerEncoding::kRaw};
+  }
+  if (media_type == kDockerDirTarMediaType || media_type == kDockerVllmConfigTarMediaType) {
+    return LayerMediaTypeInfo{LayerKind::kWeightConfig, LayerEncoding::kTar};
+  }
   std::string_view rest = media_type;
   bool legacy = false;
   if (!ConsumePrefix(rest, "application/vnd.cncf.model.")) {
@@ -172,6 +186,9 @@ bool IsModelArtifactType(std::string_view s) {
 }
 bool IsModelConfigMediaType(std::string_view s) {
   return s == kModelConfigMediaType || s == kLegacyModelConfigMediaType;
+}
+bool IsDockerModelConfigMediaType(std::string_view s) {
+  return s == kDockerModelConfigV01MediaType || s == kDockerModelConfigV02MediaType;
 }
 bool IsManifestMediaType(std::string_view s) {
   return s == kOciManifestMediaType || s == kDockerManifestMediaType;

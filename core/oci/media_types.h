@@ -37,6 +37,33 @@ inline constexpr std::string_view kDockerConfigMediaType =
 inline constexpr std::string_view kDockerLayerTarGzipMediaType =
     "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
+// --- Docker model artifacts (`docker model package`, Docker Hub's ai/ catalogue) -----------------
+// Config v0.1 lays files out by media type (docker/model-runner's bundle: model.gguf,
+// model-00001-of-00002.gguf, model.mmproj, template.jinja, ...); v0.2 names each file with
+// org.cncf.model.filepath. Facts from docker/model-runner pkg/distribution/types and
+// modelpack/model-spec compat/docker/v0.
+inline constexpr std::string_view kDockerModelConfigV01MediaType =
+    "application/vnd.docker.ai.model.config.v0.1+json";
+inline constexpr std::string_view kDockerModelConfigV02MediaType =
+    "application/vnd.docker.ai.model.config.v0.2+json";
+inline constexpr std::string_view kDockerGgufMediaType = "application/vnd.docker.ai.gguf.v3";
+inline constexpr std::string_view kDockerGgufLoraMediaType =
+    "application/vnd.docker.ai.gguf.v3.lora";
+inline constexpr std::string_view kDockerGgufMmprojMediaType =
+    "application/vnd.docker.ai.gguf.v3.mmproj";
+inline constexpr std::string_view kDockerSafetensorsMediaType =
+    "application/vnd.docker.ai.safetensors";
+inline constexpr std::string_view kDockerDdufMediaType = "application/vnd.docker.ai.dduf";
+inline constexpr std::string_view kDockerMmprojMediaType = "application/vnd.docker.ai.mmproj";
+inline constexpr std::string_view kDockerLicenseMediaType = "application/vnd.docker.ai.license";
+inline constexpr std::string_view kDockerChatTemplateMediaType =
+    "application/vnd.docker.ai.chat.template.jinja";
+inline constexpr std::string_view kDockerDirTarMediaType = "application/vnd.docker.ai.dir.tar";
+inline constexpr std::string_view kDockerVllmConfigTarMediaType =
+    "application/vnd.docker.ai.vllm.config.tar";
+inline constexpr std::string_view kDockerModelFileMediaType =
+    "application/vnd.docker.ai.model.file";
+
 // --- ModelPack (model-spec v1) --------------------------------------------------------------
 inline constexpr std::string_view kModelArtifactType =
     "application/vnd.cncf.model.manifest.v1+json";
@@ -82,8 +109,9 @@ struct LayerMediaTypeInfo {
   friend bool operator==(const LayerMediaTypeInfo&, const LayerMediaTypeInfo&) = default;
 };
 
-// Maps any accepted layer media type (ModelPack cncf or cnai, OCI layer, Docker rootfs.diff)
-// to its kind and encoding; nullopt for anything else (configs, unknown types).
+// Maps any accepted layer media type (ModelPack cncf or cnai, OCI layer, Docker rootfs.diff,
+// Docker model artifact layers) to its kind and encoding; nullopt for anything else (configs,
+// unknown types).
 std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_type);
 
 // The cncf media type for a ModelPack layer. kImage gives the OCI image layer type.
@@ -94,9 +122,10 @@ std::string_view LayerKindName(LayerKind kind);
 // "raw", "tar", "tar+gzip", "tar+zstd".
 std::string_view LayerEncodingName(LayerEncoding encoding);
 
-bool IsModelArtifactType(std::string_view s);     // cncf or cnai manifest artifactType
-bool IsModelConfigMediaType(std::string_view s);  // cncf or cnai config
-bool IsManifestMediaType(std::string_view s);     // OCI manifest or Docker v2 manifest
-bool IsIndexMediaType(std::string_view s);        // OCI index or Docker manifest list
+bool IsModelArtifactType(std::string_view s);           // cncf or cnai manifest artifactType
+bool IsModelConfigMediaType(std::string_view s);        // cncf or cnai config
+bool IsDockerModelConfigMediaType(std::string_view s);  // Docker model config v0.1 or v0.2
+bool IsManifestMediaType(std::string_view s);           // OCI manifest or Docker v2 manifest
+bool IsIndexMediaType(std::string_view s);              // OCI index or Docker manifest list
 
 }  // namespace modelfs

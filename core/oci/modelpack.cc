@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/oci/oci_json.h"
 #include "core/oci/path_safety.h"
 #include "core/status/status_macros.h"
@@ -276,18 +277,68 @@ absl::StatusOr<Manifest> BuildModelManifest(std::string_view config_blob,
 }
 
 bool IsModelManifest(const Manifest& m) {
-  return IsModelArtifactType(m.artifact_type) || IsModelConfigMediaType(m.config.media_type);
+  return IsModelArtifactType(m.artifact_type) || IsModelConfigMediaType(m.config.media_type) ||
+         IsDockerModelConfigMediaType(m.config.media_type);
+}
+
+std::vector<std::string> DockerLayerPaths(const Manifest& m) {
+  std::vector<std::string> out(m.layers.size());
+  if (!IsDockerModelConfigMediaType(m.config.media_type)) return out;
+  // docker/model-runner's bundle layout: one weight file is model.<ext>, shards are
+  // model-00001-of-0000N.<ext> in layer order; the projector is model.mmproj and the chat
+  // template template.jinja. Licenses are not part of that layout; they become LICENSE
+  // (LICENSE-2, ... when there are several). A layer with a path annotation keeps its path.
+  struct Family {
+    std::vector<std::string_view> media_types;
+    const char* stem;
+    const char* ext;
+  };
+  const Family families[] = {
+      {{kDockerGgufMediaType}, "model", ".gguf"},
+      {{kDockerSafetensorsMediaType}, "model", ".safetensors"},
+      {{kDockerDdufMediaType}, "model", ".dduf"},
+      {{kDockerGgufLoraMediaType}, "adapter", ".gguf"},
+      {{kDockerMmprojMediaType, kDockerGgufMmprojMediaType}, "model", ".mmproj"},
+      {{kDockerChatTemplateMediaType}, "template", ".jinja"},
+  };
+  auto annotated = [](const Descriptor& d) {
+    return d.Annotation(kAnnotationFilepath) != nullptr ||
+           d.Annotation(kLegacyAnnotationFilepath) != nullptr ||
+           d.Annotation(kAnnotationTitle) != nullptr;
+  };
+  for (const Family& f : families) {
+    std::vector<size_t> members;
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      for (std::string_view mt : f.media_types) {
+        if (m.layers[i].media_type == mt && !annotated(m.layers[i])) members.push_back(i);
+      }
+    }
+    for (size_t n = 0; n < members.size(); ++n) {
+      out[members[n]] = members.size() == 1 ? absl::StrCat(f.stem, f.ext)
+                                            : absl::StrFormat("%s-%05d-of-%05d%s", f.stem, n + 1,
+                                                              members.size(), f.ext);
+    }
+  }
+  int licenses = 0;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (m.layers[i].media_type == kDockerLicenseMediaType && !annotated(m.layers[i])) {
+      out[i] = ++licenses == 1 ? "LICENSE" : absl::StrCat("LICENSE-", licenses);
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<ModelLayer>> ResolveModelLayers(const Manifest& m) {
   std::vector<ModelLayer> out;
   std::set<std::string> raw_paths;
+  const std::vector<std::string> docker_paths = DockerLayerPaths(m);
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const Descriptor& d = m.layers[i];
     const std::string where = absl::StrCat("manifest.layers[", i, "] (", d.digest.str(), ")");
     const std::string* path = d.Annotation(kAnnotationFilepath);
     if (path == nullptr) path = d.Annotation(kLegacyAnnotationFilepath);
     if (path == nullptr) path = d.Annotation(kAnnotationTitle);
+    if (path == nullptr && !docker_paths[i].empty()) path = &docker_paths[i];
     ModelLayer layer;
     layer.descriptor = d;
     std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(d.media_type);

@@ -133,7 +133,8 @@ absl::StatusOr<Manifest> BuildModelManifest(
     std::string_view config_blob, const std::vector<ModelLayerInput>& layers,
     const std::map<std::string, std::string>& annotations = {});
 
-// True when M is a ModelPack artifact (artifactType or config media type, cncf or cnai).
+// True when M is a ModelPack artifact (artifactType or config media type, cncf or cnai) or a
+// Docker model artifact (config v0.1 or v0.2).
 bool IsModelManifest(const Manifest& m);
 
 // One layer of M as the filesystem sees it.
@@ -147,10 +148,17 @@ struct ModelLayer {
   std::string path;
 };
 
-// The layers of a ModelPack manifest, in order. A layer whose media type is not a known one but
-// which has a path annotation is treated as a .raw doc layer (oras-style artifacts).
-// Errors: kPermissionDenied naming an unsafe path; kInvalidArgument naming the layer for a .raw
-// or unknown layer without a path, a duplicate .raw path, or an unknown media type without one.
+// Where docker/model-runner lays out each layer of a Docker model artifact (config v0.1 or
+// v0.2) that has no path annotation: model.gguf, model-00001-of-00003.gguf, model.safetensors,
+// model.mmproj, template.jinja, LICENSE, ...; "" for annotated layers, tar layers and layers
+// of any other manifest. One entry per layer.
+std::vector<std::string> DockerLayerPaths(const Manifest& m);
+
+// The layers of a ModelPack manifest (or a Docker model artifact), in order. A layer whose media
+// type is not a known one but which has a path annotation is treated as a .raw doc layer
+// (oras-style artifacts). Errors: kPermissionDenied naming an unsafe path; kInvalidArgument naming
+// the layer for a .raw or unknown layer without a path, a duplicate .raw path, or an unknown media
+// type without one.
 absl::StatusOr<std::vector<ModelLayer>> ResolveModelLayers(const Manifest& m);
 
 }  // namespace modelfs

@@ -119,9 +119,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_descriptor = top_desc;
   }
   if (!IsModelManifest(r.model)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ref.String(), " is neither a ModelPack model (artifactType ",
-                     std::string(kModelArtifactType), ") nor a modelfs volume image"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is not a ModelPack model (artifactType ", std::string(kModelArtifactType),
+        "), a Docker model artifact or a modelfs volume image"));
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {

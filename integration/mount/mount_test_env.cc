@@ -22,10 +22,6 @@
 #include "absl/time/clock.h"
 #include "core/oci/digest.h"
 
-#ifndef MODELFS_BIN
-#error "MODELFS_BIN must name the modelfs binary"
-#endif
-
 namespace modelfs::testing {
 namespace {
 
@@ -83,11 +79,6 @@ std::optional<std::string> FindStatsFile(pid_t pid) {
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          absl::Duration timeout) {
   return RunProcess(argv, {}, timeout);
-}
-
-std::string ModelfsBinary() {
-  const char* env = getenv("MODELFS_BIN");
-  return env && *env ? env : MODELFS_BIN;
 }
 
 void BecomeSubreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }

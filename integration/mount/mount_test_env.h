@@ -31,7 +31,7 @@ using CommandResult = ProcessResult;
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          absl::Duration timeout = absl::Seconds(120));
 
-// $MODELFS_BIN, else the path compiled in.
+// $MODELFS_BIN, else the path compiled in (defined in integration/publish/publish_test_env.cc).
 std::string ModelfsBinary();
 
 // Makes this process the reaper of its orphaned descendants (prctl PR_SET_CHILD_SUBREAPER).

@@ -24,7 +24,10 @@ namespace modelfs::testing {
 
 namespace fs = std::filesystem;
 
-std::string ModelfsBinary() { return MODELFS_BIN; }
+std::string ModelfsBinary() {
+  const char* env = getenv("MODELFS_BIN");
+  return env != nullptr && *env != '\0' ? env : MODELFS_BIN;
+}
 
 std::string SchemaDir() { return MODELFS_SCHEMA_DIR; }
 

@@ -8,6 +8,7 @@ namespace modelfs {
 namespace {
 
 using ::modelfs::testing::StatusIs;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 Digest D(char c) { return *Digest::Parse("sha256:" + std::string(64, c)); }
@@ -180,6 +181,64 @@ TEST(ResolveModelLayersTest, ReadsCncfLegacyAndTitleOnlyPaths) {
   EXPECT_EQ(layers[2].path, "notes.txt");
   EXPECT_EQ(layers[2].kind, LayerKind::kDoc);
   EXPECT_EQ(layers[2].encoding, LayerEncoding::kRaw);
+}
+
+// Docker model artifacts: files laid out as docker/model-runner's bundle lays them out.
+TEST(ResolveModelLayersTest, NamesDockerV01LayersAsTheDockerToolsLayThemOut) {
+  Manifest m;
+  m.config.media_type = "application/vnd.docker.ai.model.config.v0.1+json";
+  auto layer = [](std::string mt, char c) { return Descriptor{std::move(mt), D(c), 10}; };
+  m.layers = {layer("application/vnd.docker.ai.gguf.v3", 'a'),
+              layer("application/vnd.docker.ai.gguf.v3", 'b'),
+              layer("application/vnd.docker.ai.license", 'c'),
+              layer("application/vnd.docker.ai.mmproj", 'd'),
+              layer("application/vnd.docker.ai.chat.template.jinja", 'e'),
+              layer("application/vnd.docker.ai.license", 'f'),
+              layer("application/vnd.docker.ai.dir.tar", '1')};
+  EXPECT_TRUE(IsModelManifest(m));
+  ASSERT_OK_AND_ASSIGN(std::vector<ModelLayer> layers, ResolveModelLayers(m));
+  std::vector<std::string> paths;
+  for (const ModelLayer& l : layers) paths.push_back(l.path);
+  EXPECT_THAT(paths, ElementsAre("model-00001-of-00002.gguf", "model-00002-of-00002.gguf",
+                                 "LICENSE", "model.mmproj", "template.jinja", "LICENSE-2", ""));
+  EXPECT_EQ(layers[0].kind, LayerKind::kWeight);
+  EXPECT_EQ(layers[2].kind, LayerKind::kDoc);
+  EXPECT_EQ(layers[4].kind, LayerKind::kWeightConfig);
+  EXPECT_EQ(layers[6].encoding, LayerEncoding::kTar);
+}
+
+TEST(ResolveModelLayersTest, NamesASingleDockerSafetensorsLayerModelSafetensors) {
+  Manifest m;
+  m.config.media_type = "application/vnd.docker.ai.model.config.v0.1+json";
+  m.layers = {Descriptor{"application/vnd.docker.ai.safetensors", D('a'), 10}};
+  ASSERT_OK_AND_ASSIGN(std::vector<ModelLayer> layers, ResolveModelLayers(m));
+  EXPECT_EQ(layers[0].path, "model.safetensors");
+}
+
+TEST(ResolveModelLayersTest, KeepsTheFilepathAnnotationsOfDockerV02Layers) {
+  Manifest m;
+  m.config.media_type = "application/vnd.docker.ai.model.config.v0.2+json";
+  m.layers = {Descriptor{"application/vnd.docker.ai.safetensors",
+                         D('a'),
+                         10,
+                         {},
+                         {{"org.cncf.model.filepath", "weights/model-00001-of-00001.safetensors"}}},
+              Descriptor{"application/vnd.docker.ai.model.file",
+                         D('b'),
+                         10,
+                         {},
+                         {{"org.cncf.model.filepath", "tokenizer.json"}}}};
+  ASSERT_OK_AND_ASSIGN(std::vector<ModelLayer> layers, ResolveModelLayers(m));
+  EXPECT_EQ(layers[0].path, "weights/model-00001-of-00001.safetensors");
+  EXPECT_EQ(layers[1].path, "tokenizer.json");
+}
+
+TEST(ResolveModelLayersTest, DockerNamesApplyOnlyToDockerModelArtifacts) {
+  Manifest m;
+  m.artifact_type = std::string(kModelArtifactType);
+  m.layers = {Descriptor{"application/vnd.docker.ai.gguf.v3", D('a'), 10}};
+  EXPECT_THAT(ResolveModelLayers(m),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("raw layer has no")));
 }
 
 TEST(ResolveModelLayersTest, RefusesAnAbsolutePathAnnotationNamingTheLayer) {
