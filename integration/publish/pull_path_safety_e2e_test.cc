@@ -4,6 +4,8 @@
 #include <stdio.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -42,6 +44,22 @@ std::string DeviceNodeTar(const std::string& path) {
   memcpy(block.data() + 148, chk, 7);  // six digits and a NUL; the space stays
   return block + std::string(2 * kTarBlockSize, '\0');
 }
+
+// A tar header block for a hard link `path` -> `target` (TarWriter writes none).
+std::string HardLinkHeader(const std::string& path, const std::string& target) {
+  absl::StatusOr<std::string> header = EncodeTarHeader(path, '1', 0, 0644, target);
+  EXPECT_OK(header.status());
+  return header.ok() ? *header : std::string();
+}
+
+// Data entries written by hand, in the given order, then the end blocks.
+std::string FileEntry(const std::string& path, const std::string& data) {
+  absl::StatusOr<std::string> header = EncodeTarHeader(path, '0', data.size(), 0644);
+  EXPECT_OK(header.status());
+  return (header.ok() ? *header : std::string()) + data +
+         std::string(TarPadding(data.size()), '\0');
+}
+std::string EndOfTar() { return std::string(2 * kTarBlockSize, '\0'); }
 
 class PullPathSafetyTest : public ::testing::Test {
  protected:
@@ -96,6 +114,13 @@ class PullPathSafetyTest : public ::testing::Test {
     absl::StatusOr<ProcessResult> r = RunModelfs({"pull", "--plain-http", ref, Box() + "/dest"});
     EXPECT_OK(r.status());
     return r.ok() ? *r : ProcessResult{};
+  }
+  // DEST exists beforehand with these files.
+  void FillDest(const std::map<std::string, std::string>& files) {
+    for (const auto& [rel, bytes] : files) {
+      fs::create_directories(fs::path(Box() + "/dest/" + rel).parent_path());
+      std::ofstream(Box() + "/dest/" + rel, std::ios::binary) << bytes;
+    }
   }
   std::string Box() const { return tmp_.Join("box").string(); }
 
@@ -175,6 +200,91 @@ TEST_F(PullPathSafetyTest, ATarFileLargerThanOneCopySliceIsExtractedBitForBit) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(DescribeTree(Box() + "/dest"),
             (std::map<std::string, std::string>{{"big.bin", Digest::Of(big).str()}}));
+}
+
+TEST_F(PullPathSafetyTest, AHardLinkThenAFileOfTheSameNameIsRefusedAndNothingIsWritten) {
+  std::string tar = FileEntry("a.bin", "first file\n") + HardLinkHeader("b.bin", "a.bin") +
+                    FileEntry("b.bin", "written through the link\n") + EndOfTar();
+  ProcessResult r = Pull(PushTarModel("hardlink-then-file", tar));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("path 'b.bin' appears twice in the model"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, AFileWrittenThroughASymlinkToADirectoryIsRefusedAndNothingIsWritten) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddDirectory("real"));
+  ASSERT_OK(tar.AddSymlink("alias", "real"));
+  ASSERT_OK(tar.AddFile("alias/weights.bin", "through the symlink\n"));
+  ProcessResult r = Pull(PushTarModel("through-symlink", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("'alias/weights.bin' would be written through the link 'alias'"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, AHardLinkToAPathNotYetExtractedIsRefusedAndNothingIsWritten) {
+  std::string tar = HardLinkHeader("early.bin", "later.bin") +
+                    FileEntry("later.bin", "the target comes after the link\n") + EndOfTar();
+  ProcessResult r = Pull(PushTarModel("hardlink-forward", tar));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("hard link 'early.bin' -> 'later.bin' does not name a file "
+                               "extracted before it"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, AFailedPullIntoAnExistingDestLeavesItsFilesExactlyAsTheyWere) {
+  FillDest({{"keep.txt", "mine\n"}, {"good.txt", "older bytes\n"}});
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("good.txt", "harmless\n"));
+  ASSERT_OK(tar.AddSymlink("link", "../../outside"));
+  ProcessResult r = Pull(PushTarModel("existing-dest", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(DescribeTree(Box()), (std::map<std::string, std::string>{
+                                     {"dest", "dir"},
+                                     {"dest/good.txt", Digest::Of("older bytes\n").str()},
+                                     {"dest/keep.txt", Digest::Of("mine\n").str()}}));
+}
+
+TEST_F(PullPathSafetyTest, AMoveIntoDestThatMeetsAConflictPutsBackEveryFileItReplacedOrAdded) {
+  // Entries move in name order: a.txt replaces DEST's copy, b.txt is new, then z/ meets DEST's
+  // file z and the whole move is undone.
+  FillDest({{"a.txt", "older a\n"}, {"z", "a file where the model has a directory\n"}});
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("a.txt", "new a\n"));
+  ASSERT_OK(tar.AddFile("b.txt", "new b\n"));
+  ASSERT_OK(tar.AddFile("z/inner.txt", "inside\n"));
+  ProcessResult r = Pull(PushTarModel("merge-conflict", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("already exists as a file; the model has a directory there"));
+  EXPECT_EQ(DescribeTree(Box()),
+            (std::map<std::string, std::string>{
+                {"dest", "dir"},
+                {"dest/a.txt", Digest::Of("older a\n").str()},
+                {"dest/z", Digest::Of("a file where the model has a directory\n").str()}}));
+}
+
+TEST_F(PullPathSafetyTest, APullIntoAnExistingDestReplacesItsFilesAndKeepsTheOthers) {
+  FillDest({{"keep.txt", "mine\n"}, {"sub/a.txt", "older a\n"}});
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("sub/a.txt", "new a\n"));
+  ASSERT_OK(tar.AddFile("sub/b.txt", "new b\n"));
+  ProcessResult r = Pull(PushTarModel("merge-ok", tar.Finish()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(DescribeTree(Box()),
+            (std::map<std::string, std::string>{{"dest", "dir"},
+                                                {"dest/keep.txt", Digest::Of("mine\n").str()},
+                                                {"dest/sub", "dir"},
+                                                {"dest/sub/a.txt", Digest::Of("new a\n").str()},
+                                                {"dest/sub/b.txt", Digest::Of("new b\n").str()}}));
+}
+
+TEST_F(PullPathSafetyTest, ATarEntryAtTheModelInfoPathIsRefusedWithUsageErrorLikeMount) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile(".modelinfo.json", "{}\n"));
+  ProcessResult r = Pull(PushTarModel("reserved", tar.Finish()));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("path '.modelinfo.json' is reserved"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
 }
 
 }  // namespace
