@@ -27,6 +27,7 @@
 #include "core/publish/model_ref.h"
 #include "core/publish/registry_blob_source.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_loader.h"
 #include "nlohmann/json.hpp"
@@ -146,6 +147,10 @@ absl::Status RunForeground(const MountCli& c) {
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
+  // Cache lines quote registry errors and digests from the artifact: one escaped line each.
+  co.log = [](absl::string_view line) {
+    fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
+  };
   fs::create_directories(co.dir, ec);
   ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, BlobCache::Open(co, &source));
   LoadOptions lo;

@@ -4,14 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/text/escape.h"
 
 namespace modelfs {
 namespace {
 
 absl::Status Refuse(std::string_view path, std::string_view why) {
-  // Show the path printable and bounded: it may hold control characters or be huge.
-  std::string shown = EscapeUntrusted(path.substr(0, 256));
+  // Bounded: it may be huge. It stays as it is otherwise; whoever prints the message escapes it
+  // (EscapeUntrusted), once.
+  std::string shown(path.substr(0, 256));
   if (path.size() > 256) shown += "...";
   return absl::PermissionDeniedError(
       absl::StrCat("refused path '", shown, "': ", absl::string_view(why.data(), why.size())));

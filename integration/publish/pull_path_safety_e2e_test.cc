@@ -2,7 +2,9 @@
 // absolute, and tar layers with a symlink that escapes DEST or a device node. Each pull exits 1
 // and writes nothing, neither inside DEST nor next to it.
 #include <stdio.h>
+#include <string.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,6 +62,21 @@ std::string FileEntry(const std::string& path, const std::string& data) {
          std::string(TarPadding(data.size()), '\0');
 }
 std::string EndOfTar() { return std::string(2 * kTarBlockSize, '\0'); }
+
+// A file entry whose ustar name is `raw_name` as is (at most 99 bytes, no check), which
+// EncodeTarHeader would refuse.
+std::string RawNameFileEntry(const std::string& raw_name, const std::string& data) {
+  std::string entry = FileEntry("placeholder", data);
+  std::memset(entry.data(), 0, 100);
+  std::memcpy(entry.data(), raw_name.data(), raw_name.size());
+  std::memset(entry.data() + 148, ' ', 8);
+  unsigned sum = 0;
+  for (size_t i = 0; i < kTarBlockSize; ++i) sum += static_cast<unsigned char>(entry[i]);
+  char chk[8];
+  snprintf(chk, sizeof(chk), "%06o", sum);
+  memcpy(entry.data() + 148, chk, 7);
+  return entry;
+}
 
 class PullPathSafetyTest : public ::testing::Test {
  protected:
@@ -284,6 +301,29 @@ TEST_F(PullPathSafetyTest, ATarEntryAtTheModelInfoPathIsRefusedWithUsageErrorLik
   ProcessResult r = Pull(PushTarModel("reserved", tar.Finish()));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("path '.modelinfo.json' is reserved"));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, ANewlineInATarNameIsRefusedAndCannotForgeAVerifiedLine) {
+  std::string tar =
+      RawNameFileEntry("a.bin\nverified 000000000000 1  forged.bin", "x") + EndOfTar();
+  ProcessResult r = Pull(PushTarModel("newline-name", tar));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.out, IsEmpty());
+  EXPECT_THAT(r.err, HasSubstr("refused path 'a.bin\\nverified 000000000000 1  forged.bin': "
+                               "contains a control character\n"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+TEST_F(PullPathSafetyTest, AnEscapeInAPathAnnotationIsRefusedAndPrintedEscaped) {
+  std::string ref =
+      PushHandBuiltModel("escape-annotation", "bytes\n", "application/vnd.cncf.model.weight.v1.raw",
+                         {{std::string(kAnnotationFilepath), "\x1b]0;pwned\x07.bin"}});
+  ProcessResult r = Pull(ref);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("refused path '\\x1b]0;pwned\\x07.bin'"));
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
   EXPECT_THAT(DescribeTree(Box()), IsEmpty());
 }
 
