@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "fuse/model_loader.h"
 #include "snapshotter/model_records.h"
 
@@ -78,7 +79,7 @@ void ModelSnapshotter::Log(const std::string& line) const {
   if (options_.log) {
     options_.log(line);
   } else {
-    fprintf(stderr, "modelfs-snapshotter: %s\n", line.c_str());
+    fprintf(stderr, "modelfs-snapshotter: %s\n", EscapeUntrusted(line).c_str());
   }
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "snapshotter/daemon_config.h"
 #include "snapshotter/metrics.h"
 #include "snapshotter/model_snapshotter.h"
@@ -40,8 +41,10 @@ struct Flags {
 };
 
 void LogLine(const std::string& line) {
-  // One write per line, so concurrent lines do not interleave in the journal.
-  std::string out = absl::StrCat("modelfs-snapshotter: ", line, "\n");
+  // One write per line, so concurrent lines do not interleave in the journal. Lines quote
+  // snapshot keys, labels and registry errors that others chose: escaped, so none can forge a
+  // line or hold a terminal escape.
+  std::string out = absl::StrCat("modelfs-snapshotter: ", EscapeUntrusted(line), "\n");
   (void)!write(2, out.data(), out.size());
 }
 

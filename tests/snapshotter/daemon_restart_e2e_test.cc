@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
 #include "core/oci/manifest.h"
@@ -178,6 +179,19 @@ TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARest
   ExpectMountSurvives(SIGUSR2);  // the supervisor SIGTERMs the daemon, which leaves the mount
   EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("signal 15: stopping"),
             std::string::npos);
+}
+
+TEST_F(DaemonRestartTest, ASnapshotKeyWithANewlineCannotForgeADaemonLogLine) {
+  const std::string forged = "modelfs-snapshotter: model sha256:0000 FORGED registered";
+  Labels labels;
+  labels[kLabelTargetRef] = "forged-target";
+  labels[std::string(kLabelModel)] = "not-a-digest";  // logged as malformed, with the key
+  Prepare("extract\n" + forged, "", labels);
+  const std::string log = ReadFileOrDie(tmp_.Join("daemon.log").string());
+  EXPECT_NE(log.find("extract\\n" + forged), std::string::npos) << log;
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(log, '\n'))) {
+    EXPECT_NE(line.rfind(forged, 0), 0u) << log;
+  }
 }
 
 }  // namespace
