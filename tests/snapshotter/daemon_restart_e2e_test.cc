@@ -25,6 +25,7 @@
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
 #include "snapshotter/model_snapshotter.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -42,7 +43,8 @@ using ::modelfs::testing::TempDir;
 class DaemonRestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
     model_dir_ = tmp_.Join("model");
     ASSERT_OK(modelfs::testing::WriteTestModel(model_dir_.string(), /*seed=*/53).status());

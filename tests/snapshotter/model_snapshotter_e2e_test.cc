@@ -19,6 +19,7 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -39,7 +40,8 @@ using ::testing::IsEmpty;
 class ModelSnapshotterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     modelfs::testing::RegistryFixtureOptions ro;
     ro.access_log = true;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
@@ -310,7 +312,8 @@ TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {
 class ModelSnapshotterAuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     modelfs::testing::RegistryFixtureOptions ro;
     ro.auth = modelfs::testing::RegistryFixtureOptions::Auth::kHtpasswd;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -87,9 +88,10 @@ class ScopedMount {
 class SnapshotsServiceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "modelfs" && (::geteuid() != 0 || !fs::exists("/dev/fuse"))) {
-      GTEST_SKIP() << "the modelfs snapshotter needs root and /dev/fuse";
-    }
+    SKIP_OR_FAIL_IF_UNAVAILABLE(GetParam() == "modelfs" &&
+                                        (::geteuid() != 0 || !fs::exists("/dev/fuse"))
+                                    ? "the modelfs snapshotter needs root and /dev/fuse"
+                                    : "");
     StartServer(/*list_batch=*/100);
   }
 
@@ -395,7 +397,7 @@ TEST_P(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
 }
 
 TEST_P(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     std::ofstream(root / "a.txt") << "A";
     std::ofstream(root / "c.txt") << "C";
@@ -420,7 +422,7 @@ TEST_P(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted
 }
 
 TEST_P(SnapshotsServiceTest, AMountedViewIsReadOnly) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(View("view", "l1", &mounts).ok());
@@ -433,7 +435,7 @@ TEST_P(SnapshotsServiceTest, AMountedViewIsReadOnly) {
 }
 
 TEST_P(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   CommitLayer("l2", "l1", [](const fs::path& root) {
     std::ofstream(root / "a.txt", std::ios::trunc) << "changed";
@@ -447,7 +449,7 @@ TEST_P(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) 
 }
 
 TEST_P(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("k", "", &mounts).ok());
   fs::path target = dir_.Join("mnt-k");
@@ -459,7 +461,7 @@ TEST_P(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
 }
 
 TEST_P(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
     ASSERT_EQ(::chmod((root / "dir").c_str(), 0750), 0);
@@ -481,7 +483,7 @@ TEST_P(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
 }
 
 TEST_P(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerContents) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
     std::ofstream(root / "dir" / "old") << "old";
@@ -504,7 +506,7 @@ TEST_P(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerC
 }
 
 TEST_P(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "from") << "data"; });
   CommitLayer("l2", "l1", [](const fs::path& root) { fs::rename(root / "from", root / "to"); });
   CommitLayer("l3", "l2", [](const fs::path& root) { std::ofstream(root / "x") << "x"; });
@@ -518,7 +520,7 @@ TEST_P(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
 }
 
 TEST_P(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   std::string parent;
   for (int i = 0; i < 20; ++i) {
     std::string name = "layer" + std::to_string(i);
