@@ -18,6 +18,7 @@
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/model_loader.h"
+#include "fuse/stale_mount.h"
 #include "snapshotter/model_records.h"
 
 namespace modelfs::snapshotter {
@@ -60,12 +61,6 @@ namespace {
 
 std::string ModelName(const Digest& model) {
   return absl::StrCat("sha256-", std::string(model.hex()));
-}
-
-// A FUSE mount whose daemon died answers ENOTCONN; it must be detached before mounting again.
-void DetachStaleMount(const fs::path& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 && errno == ENOTCONN) ::umount2(dir.c_str(), MNT_DETACH);
 }
 
 }  // namespace
@@ -163,7 +158,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
-    DetachStaleMount(s->mnt_dir_);
+    RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
     if (!names.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });

@@ -30,6 +30,7 @@
 #include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_loader.h"
+#include "fuse/stale_mount.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::cli {
@@ -127,6 +128,9 @@ absl::Status RunForeground(const MountCli& c) {
   else
     return absl::InvalidArgumentError("--prefetch must be all, headers or none");
   if (c.read_deadline_s <= 0) return absl::InvalidArgumentError("--read-deadline must be > 0");
+  // A previous mount here whose process died answers ENOTCONN: clear it, or this mount would
+  // stack on it and the dead one would outlive `umount`.
+  RETURN_IF_ERROR(DetachStaleMount(c.dir));
   std::error_code ec;
   if (!fs::is_directory(c.dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(c.dir, ": mount point is not a directory"));
