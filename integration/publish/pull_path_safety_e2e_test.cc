@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -92,15 +93,17 @@ class PullPathSafetyTest : public ::testing::Test {
   }
 
   // Pushes M with one layer holding `bytes` and the given annotations, built by hand (the
-  // project's own BuildModelManifest refuses unsafe paths); returns the tag's reference.
+  // project's own BuildModelManifest refuses unsafe paths); the layer's descriptor declares
+  // `declared_size` when given. Returns the tag's reference.
   std::string PushHandBuiltModel(const std::string& tag, std::string bytes,
                                  const std::string& media_type,
-                                 std::map<std::string, std::string> annotations) {
+                                 std::map<std::string, std::string> annotations,
+                                 std::optional<uint64_t> declared_size = std::nullopt) {
     ModelPackConfig config;
     config.descriptor.name = "hostile";
     Descriptor layer;
     layer.media_type = media_type;
-    layer.size = bytes.size();
+    layer.size = declared_size.value_or(bytes.size());
     absl::StatusOr<Digest> ld = UploadBlob(*client_, kRepo, std::move(bytes));
     EXPECT_OK(ld.status());
     if (ld.ok()) layer.digest = *ld;
@@ -325,6 +328,31 @@ TEST_F(PullPathSafetyTest, AnEscapeInAPathAnnotationIsRefusedAndPrintedEscaped) 
   EXPECT_THAT(r.err, HasSubstr("refused path '\\x1b]0;pwned\\x07.bin'"));
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
   EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+}
+
+// Not a pull, but the same hostile artifact: `mount` refuses it before touching the cache.
+TEST_F(PullPathSafetyTest, AnAbsurdLayerSizeMakesPullAndMountExitTwoNamingTheLayerAndSize) {
+  std::string ref =
+      PushHandBuiltModel("absurd-size", "tiny\n", "application/vnd.cncf.model.weight.v1.raw",
+                         {{std::string(kAnnotationFilepath), "huge.bin"}}, 9223372036854775807ull);
+  const std::string want = absl::StrCat("manifest.layers[0] (", Digest::Of("tiny\n").str(),
+                                        ") 'huge.bin': declared size 9223372036854775807 bytes");
+  ProcessResult pull = Pull(ref);
+  EXPECT_EQ(pull.exit_code, 2) << pull.err;
+  EXPECT_THAT(pull.err, HasSubstr(want));
+  EXPECT_THAT(DescribeTree(Box()), IsEmpty());
+
+  const std::string mnt = tmp_.Join("mnt").string();
+  fs::create_directories(mnt);
+  absl::StatusOr<ProcessResult> mount =
+      RunModelfs({"mount", "--plain-http", "--cache", tmp_.Join("cache").string(), "--prefetch",
+                  "none", ref, mnt});
+  ASSERT_OK(mount.status());
+  if (mount->exit_code == 0) (void)RunModelfs({"umount", mnt});
+  EXPECT_EQ(mount->exit_code, 2) << mount->err;
+  EXPECT_THAT(mount->err, HasSubstr(want));
+  EXPECT_THAT(mount->err, ::testing::Not(HasSubstr("bad_alloc")));
+  EXPECT_THAT(DescribeTree(mnt), IsEmpty());
 }
 
 }  // namespace
