@@ -18,13 +18,14 @@ endfunction()
 
 # modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s])
 # Unit tests carry the label "unit"; slow end-to-end tests carry "e2e" so
-# `ctest -L unit` stays fast.
+# `ctest -L unit` stays fast. A binary whose tests were all skipped (tests/testing/skip.h)
+# prints a marker line (tests/testing/test_main.cc) and CTest reports it as skipped, not passed.
 function(modelfs_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES})
+  add_executable(${name} ${ARG_SOURCES} $<TARGET_OBJECTS:modelfs_test_main>)
   target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} modelfs_testing GTest::gtest GTest::gmock GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} modelfs_testing GTest::gtest GTest::gmock)
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
@@ -33,6 +34,7 @@ function(modelfs_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    SKIP_REGULAR_EXPRESSION "modelfs-test: every test was skipped"
     ENVIRONMENT "MODELFS_SOURCE_DIR=${PROJECT_SOURCE_DIR};MODELFS_BINARY_DIR=${PROJECT_BINARY_DIR}")
 endfunction()
 

@@ -1,6 +1,7 @@
 #include "fuse/model_loader.h"
 
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/media_types.h"
@@ -12,10 +13,34 @@
 
 namespace modelfs {
 
+namespace {
+
+// Takes back the references a load took unless it is dismissed: every early return and any
+// exception leave the cache as it was.
+class CacheRollback {
+ public:
+  CacheRollback(BlobCache& cache, std::string model_ref)
+      : cache_(cache), model_ref_(std::move(model_ref)) {}
+  ~CacheRollback() {
+    if (armed_) cache_.UnregisterModel(model_ref_);
+  }
+  CacheRollback(const CacheRollback&) = delete;
+  CacheRollback& operator=(const CacheRollback&) = delete;
+  void Dismiss() { armed_ = false; }
+
+ private:
+  BlobCache& cache_;
+  const std::string model_ref_;
+  bool armed_ = true;
+};
+
+}  // namespace
+
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
                                       const LoadOptions& o) {
   LoadedModel out;
   const std::string model_ref = rm.model_descriptor.digest.str();
+  CacheRollback rollback(cache, model_ref);
   out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   bool all_indexed = true;
   std::set<std::string> seen;
@@ -57,6 +82,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
     for (const TarEntry& e : entries) {
       if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
       ASSIGN_OR_RETURN(std::string rel, NormalizeRelativePath(e.path));
+      RETURN_IF_ERROR(CheckNotReservedModelPath(rel, absl::StrCat("layer ", d.digest.str())));
       if (!seen.insert(rel).second) {
         return absl::PermissionDeniedError(absl::StrCat("layer ", d.digest.str(), ": path '", rel,
                                                         "' appears twice in the model"));
@@ -93,6 +119,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   }
   for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
   out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
+  rollback.Dismiss();
   return out;
 }
 

@@ -34,6 +34,9 @@ struct LoadedModel {
 // indexes tar layers by range reads through the cache (so their headers are verified too), and
 // builds .modelinfo.json from the files' headers. Errors: kUnimplemented for compressed tar
 // layers; kPermissionDenied for unsafe paths; the cache's errors.
+// A failed load takes back every cache reference held under M's digest (UnregisterModel), so
+// the caller is left with nothing to undo; a caller must not load a model that is still
+// registered in the same cache.
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& model, BlobCache& cache,
                                       const LoadOptions& options);
 

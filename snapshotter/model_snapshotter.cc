@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "fuse/model_loader.h"
+#include "fuse/stale_mount.h"
 #include "snapshotter/model_records.h"
 
 namespace modelfs::snapshotter {
@@ -61,12 +63,6 @@ std::string ModelName(const Digest& model) {
   return absl::StrCat("sha256-", std::string(model.hex()));
 }
 
-// A FUSE mount whose daemon died answers ENOTCONN; it must be detached before mounting again.
-void DetachStaleMount(const fs::path& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 && errno == ENOTCONN) ::umount2(dir.c_str(), MNT_DETACH);
-}
-
 }  // namespace
 
 ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options)
@@ -78,7 +74,7 @@ void ModelSnapshotter::Log(const std::string& line) const {
   if (options_.log) {
     options_.log(line);
   } else {
-    fprintf(stderr, "modelfs-snapshotter: %s\n", line.c_str());
+    fprintf(stderr, "modelfs-snapshotter: %s\n", EscapeUntrusted(line).c_str());
   }
 }
 
@@ -162,7 +158,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
-    DetachStaleMount(s->mnt_dir_);
+    RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
     if (!names.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });

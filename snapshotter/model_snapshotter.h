@@ -127,6 +127,11 @@ class ModelSnapshotter final : public Snapshotter {
   // Names (sha256-<hex>) of registered models.
   std::vector<std::string> ActiveModels() const;
   CacheStats cache_stats() const { return cache_->stats(); }
+  // One layer as the cache knows it (references held by registered models). kNotFound when the
+  // cache knows nothing about it.
+  absl::StatusOr<BlobCache::LayerInfo> cache_layer_info(const Digest& layer) const {
+    return cache_->GetLayerInfo(layer);
+  }
   RemotePrepareCounts remote_counts() const;
   std::filesystem::path mount_dir() const { return mnt_dir_; }
 

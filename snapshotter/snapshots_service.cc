@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "core/text/escape.h"
 
 namespace modelfs::snapshotter {
 namespace v1 = containerd::services::snapshots::v1;
@@ -32,8 +33,15 @@ void ToProto(const SnapshotInfo& info, v1::Info* out) {
   out->mutable_labels()->insert(info.labels.begin(), info.labels.end());
 }
 
-// A caller's string in a log line: quoted, control characters and quotes escaped.
-std::string Quoted(absl::string_view s) { return absl::StrCat("\"", absl::CHexEscape(s), "\""); }
+// A caller's string in a log line: quoted, escaped as EscapeUntrusted does (so it holds no
+// control character), and its quotes escaped too (after the backslashes, so it stays
+// unambiguous).
+std::string Quoted(absl::string_view s) {
+  return absl::StrCat(
+      "\"",
+      absl::StrReplaceAll(EscapeUntrusted(std::string_view(s.data(), s.size())), {{"\"", "\\\""}}),
+      "\"");
+}
 
 // key="..." parent="..." labels={"k"="v", ...}; empty arguments are left out.
 std::string Args(std::initializer_list<std::pair<const char*, absl::string_view>> fields,

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "snapshotter/daemon_config.h"
 #include "snapshotter/inherited_listener.h"
 #include "snapshotter/metrics.h"
@@ -40,10 +41,16 @@ struct Flags {
   std::string log_level;
 };
 
-void LogLine(const std::string& line) {
-  // One write per line, so concurrent lines do not interleave in the journal.
-  std::string out = absl::StrCat("modelfs-snapshotter: ", line, "\n");
+// One write per line, so concurrent lines do not interleave in the journal.
+void WriteLogLine(const std::string& escaped) {
+  std::string out = absl::StrCat("modelfs-snapshotter: ", escaped, "\n");
   (void)!write(2, out.data(), out.size());
+}
+
+void LogLine(const std::string& line) {
+  // Lines quote snapshot keys, labels and registry errors that others chose: escaped, so none
+  // can forge a line or hold a terminal escape.
+  WriteLogLine(EscapeUntrusted(line));
 }
 
 absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
@@ -161,7 +168,10 @@ absl::Status Run(const DaemonConfig& c) {
 
   std::error_code ec;
   SnapshotsService service(snapshotter.get());
-  if (c.log_level == "debug") service.set_call_log(LogLine);
+  // The service escapes every caller string in its call lines itself (and quotes them).
+  if (c.log_level == "debug") {
+    service.set_call_log([](const std::string& line) { WriteLogLine(line); });
+  }
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server;

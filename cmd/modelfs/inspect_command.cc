@@ -9,6 +9,7 @@
 #include "cmd/modelfs/cli.h"
 #include "core/formats/model_inspect.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 
 namespace modelfs::cli {
 namespace {
@@ -63,7 +64,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
     if (o.json) {
       j["peek"] = {{"tensor", o.peek}, {"values", values}};
     } else {
-      peek_line = absl::StrCat("peek ", o.peek, ":");
+      peek_line = absl::StrCat("peek ", EscapeUntrusted(o.peek), ":");
       for (size_t i = 0; i < values.size(); ++i) {
         absl::StrAppend(&peek_line, i ? ", " : " ", absl::StrFormat("%g", values[i]));
       }
@@ -85,11 +86,11 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   if (model.config && model.shape) {
     const ModelShape& s = *model.shape;
     printf("config.json: %s, %llu layers, %llu heads, %llu KV heads, head dim %llu\n",
-           s.architecture.c_str(), static_cast<unsigned long long>(s.layers),
+           EscapeUntrusted(s.architecture).c_str(), static_cast<unsigned long long>(s.layers),
            static_cast<unsigned long long>(s.heads), static_cast<unsigned long long>(s.kv_heads),
            static_cast<unsigned long long>(s.head_dim_k));
   }
-  for (const auto& w : model.warnings) printf("warning: %s\n", w.c_str());
+  for (const auto& w : model.warnings) printf("warning: %s\n", EscapeUntrusted(w).c_str());
   if (!peek_line.empty()) printf("%s\n", peek_line.c_str());
   return absl::OkStatus();
 }

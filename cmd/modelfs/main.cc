@@ -8,6 +8,7 @@
 
 #include "cmd/modelfs/cli.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -34,11 +35,13 @@ int main(int argc, char** argv) {
     app.exit(e);
     return modelfs::kExitUsage;
   } catch (const std::exception& e) {
-    fprintf(stderr, "modelfs: internal error: %s\n", e.what());
+    fprintf(stderr, "modelfs: internal error: %s\n", modelfs::EscapeUntrusted(e.what()).c_str());
     return modelfs::kExitVerify;
   }
   if (!ctx.status.ok()) {
-    fprintf(stderr, "modelfs: %s\n", std::string(ctx.status.message()).c_str());
+    // Messages quote names from artifacts and registries: one escaped line.
+    fprintf(stderr, "modelfs: %s\n",
+            modelfs::EscapeUntrusted(std::string(ctx.status.message())).c_str());
     return modelfs::ExitCodeFor(ctx.status);
   }
   return modelfs::kExitOk;

@@ -27,8 +27,10 @@
 #include "core/publish/model_ref.h"
 #include "core/publish/registry_blob_source.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_loader.h"
+#include "fuse/stale_mount.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::cli {
@@ -126,6 +128,9 @@ absl::Status RunForeground(const MountCli& c) {
   else
     return absl::InvalidArgumentError("--prefetch must be all, headers or none");
   if (c.read_deadline_s <= 0) return absl::InvalidArgumentError("--read-deadline must be > 0");
+  // A previous mount here whose process died answers ENOTCONN: clear it, or this mount would
+  // stack on it and the dead one would outlive `umount`.
+  RETURN_IF_ERROR(DetachStaleMount(c.dir));
   std::error_code ec;
   if (!fs::is_directory(c.dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(c.dir, ": mount point is not a directory"));
@@ -146,6 +151,10 @@ absl::Status RunForeground(const MountCli& c) {
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
+  // Cache lines quote registry errors and digests from the artifact: one escaped line each.
+  co.log = [](absl::string_view line) {
+    fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
+  };
   fs::create_directories(co.dir, ec);
   ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, BlobCache::Open(co, &source));
   LoadOptions lo;

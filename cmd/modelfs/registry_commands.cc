@@ -10,6 +10,7 @@
 #include "core/publish/pull.h"
 #include "core/publish/push.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 
 namespace modelfs::cli {
 namespace {
@@ -51,8 +52,8 @@ ProgressFn MakeProgress(bool json) {
     if (!done && now - *last < absl::Milliseconds(100)) return;
     *last = now;
     int pct = p.total ? static_cast<int>(100.0 * static_cast<double>(p.done) / p.total) : 100;
-    fprintf(stderr, "\r\033[K%s: %s / %s (%d%%)%s", p.name.c_str(), HumanBytes(p.done).c_str(),
-            HumanBytes(p.total).c_str(), pct, done ? "\n" : "");
+    fprintf(stderr, "\r\033[K%s: %s / %s (%d%%)%s", EscapeUntrusted(p.name).c_str(),
+            HumanBytes(p.done).c_str(), HumanBytes(p.total).c_str(), pct, done ? "\n" : "");
     fflush(stderr);
   };
 }
@@ -95,7 +96,7 @@ absl::Status RunPush(const PushCli& c) {
   for (const auto& b : r.blobs) {
     printf("%-8s %s %14s  %s\n", b.action.c_str(),
            std::string(b.descriptor.digest.short_hex()).c_str(),
-           WithCommas(b.descriptor.size).c_str(), b.role.c_str());
+           WithCommas(b.descriptor.size).c_str(), EscapeUntrusted(b.role).c_str());
   }
   printf("%d blob(s) uploaded, %d already present, %d mounted; %s bytes sent\n", r.uploaded,
          r.present, r.mounted, WithCommas(r.bytes_uploaded).c_str());
@@ -154,8 +155,10 @@ absl::Status RunPull(const PullCli& c) {
     return absl::OkStatus();
   }
   for (const auto& f : r.files) {
+    // Paths are checked for control characters, and escaped all the same: this line is what
+    // a reader trusts.
     printf("verified %s %14s  %s\n", std::string(f.layer.short_hex()).c_str(),
-           WithCommas(f.size).c_str(), f.path.c_str());
+           WithCommas(f.size).c_str(), EscapeUntrusted(f.path).c_str());
   }
   printf("pulled %s (%zu files, %s bytes) into %s\n", r.model.digest.str().c_str(), r.files.size(),
          WithCommas(r.bytes).c_str(), c.dest.c_str());

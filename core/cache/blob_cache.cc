@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -462,6 +463,13 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (spec.model_ref.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache: layer ", spec.digest.str(), " registered without a model_ref"));
+  }
+  // The per-chunk state below is sized from spec.size: a declared size from an untrusted
+  // manifest must not turn into an allocation that throws.
+  if (spec.size > kMaxModelLayerBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cache: layer ", spec.digest.str(), " declares ",
+                                                   spec.size, " bytes, over the limit of ",
+                                                   kMaxModelLayerBytes));
   }
   uint64_t chunk_size = options_.whole_chunk_size;
   if (spec.mode == VerifyMode::kChunk) {

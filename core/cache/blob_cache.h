@@ -128,7 +128,8 @@ class BlobCache : public BlobReader {
   // reference (the first spec's mode and index stay in force). Chunks recorded by an earlier
   // process are kept when the chunking matches and re-verified on first read.
   // Errors: kInvalidArgument (kChunk without index, index not matching digest/size/chunk
-  // count, size conflicting with an earlier registration, empty model_ref), kInternal (I/O).
+  // count, size conflicting with an earlier registration or over kMaxModelLayerBytes, empty
+  // model_ref), kInternal (I/O).
   absl::Status RegisterLayer(const LayerSpec& spec);
   // Drops `model_ref`'s reference to `digest` / to every layer. Cached data stays until
   // eviction needs the space. Unknown digests or refs are not an error.

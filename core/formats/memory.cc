@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "core/formats/ggml_types.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 
 namespace modelfs {
 namespace {
@@ -468,8 +469,10 @@ nlohmann::json MemoryReportToJson(const MemoryReport& r) {
 std::string RenderMemoryReport(const MemoryReport& r) {
   const ModelShape& s = r.shape;
   std::string out;
-  absl::StrAppend(&out, "shape ", s.architecture.empty() ? "model" : s.architecture, ": ", s.layers,
-                  " layers");
+  // The architecture and notes come from the model's files: escaped, one line each.
+  absl::StrAppend(&out, "shape ",
+                  s.architecture.empty() ? "model" : EscapeUntrusted(s.architecture), ": ",
+                  s.layers, " layers");
   if (s.attention_layers != s.layers)
     absl::StrAppend(&out, " (", s.attention_layers, " with KV cache)");
   absl::StrAppend(&out, ", ", s.heads, " heads, ", s.kv_heads, " KV heads, head dim ",
@@ -529,7 +532,7 @@ std::string RenderMemoryReport(const MemoryReport& r) {
       }
     }
   }
-  for (const std::string& n : r.notes) absl::StrAppend(&out, "note: ", n, "\n");
+  for (const std::string& n : r.notes) absl::StrAppend(&out, "note: ", EscapeUntrusted(n), "\n");
   return out;
 }
 

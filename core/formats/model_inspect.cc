@@ -14,6 +14,7 @@
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 
 namespace modelfs {
 namespace {
@@ -416,14 +417,16 @@ nlohmann::json InspectedModelToJson(const InspectedModel& m, bool with_tensors) 
 }
 
 std::string RenderInspectedFile(const InspectedFile& f, bool with_tensors) {
+  // Names, metadata strings and warnings come from the file: escaped so none can forge a line
+  // or drive the terminal.
   std::ostringstream out;
-  std::string name = BaseName(f.location);
+  std::string name = EscapeUntrusted(BaseName(f.location));
   if (f.format == "gguf") {
     out << name << ": GGUF v" << f.gguf_version << ", " << f.metadata_count << " metadata keys, "
         << Commas(f.tensor_count) << " tensors, data at byte " << Commas(f.header_bytes) << "\n";
-    out << "model " << (f.architecture.empty() ? "?" : f.architecture);
-    if (!f.model_name.empty()) out << " '" << f.model_name << "'";
-    if (!f.file_type.empty()) out << ", file type " << f.file_type;
+    out << "model " << (f.architecture.empty() ? "?" : EscapeUntrusted(f.architecture));
+    if (!f.model_name.empty()) out << " '" << EscapeUntrusted(f.model_name) << "'";
+    if (!f.file_type.empty()) out << ", file type " << EscapeUntrusted(f.file_type);
     out << "\n";
   } else if (f.format == "safetensors-index") {
     out << name << ": sharded safetensors, " << f.sharded->shards.size() << " shards, "
@@ -451,8 +454,8 @@ std::string RenderInspectedFile(const InspectedFile& f, bool with_tensors) {
     return params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
   };
   for (const auto& [k, v] : rows) {
-    out << absl::StrFormat("%-10s %8d %16s %16s %12.2f\n", k, v.tensors, Commas(v.parameters),
-                           Commas(v.bytes), bits(v.bytes, v.parameters));
+    out << absl::StrFormat("%-10s %8d %16s %16s %12.2f\n", EscapeUntrusted(k), v.tensors,
+                           Commas(v.parameters), Commas(v.bytes), bits(v.bytes, v.parameters));
   }
   out << absl::StrFormat("%-10s %8d %16s %16s %12.2f\n", "total", f.tensor_count,
                          Commas(f.parameters), Commas(f.tensor_bytes),
@@ -465,7 +468,7 @@ std::string RenderInspectedFile(const InspectedFile& f, bool with_tensors) {
           << Commas(f.tensor_bytes) << "\n";
     }
   }
-  for (const auto& w : f.warnings) out << "warning: " << w << "\n";
+  for (const auto& w : f.warnings) out << "warning: " << EscapeUntrusted(w) << "\n";
   if (with_tensors) {
     for (const auto& t : f.tensors) {
       std::string shape = "[";
@@ -473,7 +476,8 @@ std::string RenderInspectedFile(const InspectedFile& f, bool with_tensors) {
         shape += (i ? ", " : "") + std::to_string(t.shape[i]);
       }
       shape += "]";
-      out << t.name << " " << t.dtype << " " << shape << " " << Commas(t.bytes) << "\n";
+      out << EscapeUntrusted(t.name) << " " << EscapeUntrusted(t.dtype) << " " << shape << " "
+          << Commas(t.bytes) << "\n";
     }
   }
   if (f.read_stats.requests > 0) {

@@ -6,6 +6,7 @@ modelfs_library(modelfs_shape
     memory.cc
   DEPS
     modelfs_status
+    modelfs_text
     modelfs_gguf  # the ggml type table (ggml_types.cc)
     nlohmann_json::nlohmann_json
     absl::strings

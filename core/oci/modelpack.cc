@@ -328,6 +328,18 @@ std::vector<std::string> DockerLayerPaths(const Manifest& m) {
   return out;
 }
 
+absl::Status CheckNotReservedModelPath(std::string_view path, std::string_view where) {
+  if (path == kReservedModelInfoPath ||
+      (path.size() > kReservedModelInfoPath.size() &&
+       path.substr(0, kReservedModelInfoPath.size()) == kReservedModelInfoPath &&
+       path[kReservedModelInfoPath.size()] == '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AV(where), ": path '", AV(path), "' is reserved: modelfs serves its own ",
+                     AV(kReservedModelInfoPath), " at the root of a mounted model"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ModelLayer>> ResolveModelLayers(const Manifest& m) {
   std::vector<ModelLayer> out;
   std::set<std::string> raw_paths;
@@ -359,7 +371,13 @@ absl::StatusOr<std::vector<ModelLayer>> ResolveModelLayers(const Manifest& m) {
       }
       layer.path = *std::move(norm);
     }
+    if (d.size > kMaxModelLayerBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, layer.path.empty() ? "" : absl::StrCat(" '", layer.path, "'"), ": declared size ",
+          d.size, " bytes is over the limit of ", kMaxModelLayerBytes, " bytes (4 TiB) per layer"));
+    }
     if (layer.encoding == LayerEncoding::kRaw) {
+      RETURN_IF_ERROR(CheckNotReservedModelPath(layer.path, where));
       if (layer.path.empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": raw layer has no org.cncf.model.filepath or title annotation"));

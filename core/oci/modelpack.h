@@ -137,6 +137,19 @@ absl::StatusOr<Manifest> BuildModelManifest(
 // Docker model artifact (config v0.1 or v0.2).
 bool IsModelManifest(const Manifest& m);
 
+// The largest layer modelfs accepts (4 TiB, several times the largest single weight file
+// published today). A manifest is untrusted input: a declared size is only bytes on the wire,
+// and the cache sizes its per-chunk state from it, so an absurd one must stop at parsing.
+inline constexpr uint64_t kMaxModelLayerBytes = 4ull << 40;
+
+// The file at the root of a mounted model that modelfs itself writes (see docs/modelinfo.md).
+// No layer may provide it, or a directory of that name: `pull` and `mount` refuse such a model
+// alike, so both always give the same tree.
+inline constexpr std::string_view kReservedModelInfoPath = ".modelinfo.json";
+// Errors: kInvalidArgument "<where>: path '<path>' is reserved ..." when `path` (canonical,
+// relative) is kReservedModelInfoPath or lies under it.
+absl::Status CheckNotReservedModelPath(std::string_view path, std::string_view where);
+
 // One layer of M as the filesystem sees it.
 struct ModelLayer {
   Descriptor descriptor;
@@ -156,9 +169,10 @@ std::vector<std::string> DockerLayerPaths(const Manifest& m);
 
 // The layers of a ModelPack manifest (or a Docker model artifact), in order. A layer whose media
 // type is not a known one but which has a path annotation is treated as a .raw doc layer
-// (oras-style artifacts). Errors: kPermissionDenied naming an unsafe path; kInvalidArgument naming
-// the layer for a .raw or unknown layer without a path, a duplicate .raw path, or an unknown media
-// type without one.
+// (oras-style artifacts). Errors: kPermissionDenied naming an unsafe path; kInvalidArgument
+// naming the layer for a .raw or unknown layer without a path, a duplicate .raw path, an unknown
+// media type without one, a size over kMaxModelLayerBytes, or a .raw path that is
+// kReservedModelInfoPath.
 absl::StatusOr<std::vector<ModelLayer>> ResolveModelLayers(const Manifest& m);
 
 }  // namespace modelfs

@@ -9,15 +9,9 @@ namespace modelfs {
 namespace {
 
 absl::Status Refuse(std::string_view path, std::string_view why) {
-  // Show the path printable and bounded: it may hold NULs or be huge.
-  std::string shown;
-  for (char c : path.substr(0, 256)) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      absl::StrAppend(&shown, "\\x", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-    } else {
-      shown.push_back(c);
-    }
-  }
+  // Bounded: it may be huge. It stays as it is otherwise; whoever prints the message escapes it
+  // (EscapeUntrusted), once.
+  std::string shown(path.substr(0, 256));
   if (path.size() > 256) shown += "...";
   return absl::PermissionDeniedError(
       absl::StrCat("refused path '", shown, "': ", absl::string_view(why.data(), why.size())));
@@ -29,6 +23,12 @@ absl::Status CheckCharacters(std::string_view path) {
   if (path.size() > kMaxPathBytes) return Refuse(path, "longer than 4096 bytes");
   if (path.find('\0') != std::string_view::npos) return Refuse(path, "contains NUL");
   if (path.find('\\') != std::string_view::npos) return Refuse(path, "contains a backslash");
+  // A newline or ESC in a name forges lines of output and logs and drives terminals.
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Refuse(path, "contains a control character");
+    }
+  }
   if (path.front() == '/') return Refuse(path, "absolute");
   return absl::OkStatus();
 }

@@ -17,8 +17,9 @@ inline constexpr size_t kMaxPathBytes = 4096;      // PATH_MAX
 inline constexpr size_t kMaxComponentBytes = 255;  // NAME_MAX
 
 // OK only for a canonical relative path: non-empty, not absolute, no "", "." or ".."
-// component (so no "//", no trailing "/"), no NUL, no backslash (Windows separators that other
-// tools would honour), at most kMaxPathBytes with components of at most kMaxComponentBytes.
+// component (so no "//", no trailing "/"), no NUL or other control character (0x00-0x1f,
+// 0x7f), no backslash (Windows separators that other tools would honour), at most
+// kMaxPathBytes with components of at most kMaxComponentBytes.
 // Errors: kPermissionDenied "refused path '<path>': <why>".
 absl::Status CheckRelativePath(std::string_view path);
 

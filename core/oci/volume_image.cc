@@ -88,6 +88,11 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
     ASSIGN_OR_RETURN(l.digest, oci_json::GetDigest(lj, "digest", w));
     ASSIGN_OR_RETURN(std::optional<uint64_t> size, oci_json::GetSize(lj, "size", w, true));
     l.size = *size;
+    if (l.size > kMaxModelLayerBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(w, " (", l.digest.str(), "): size ", l.size,
+                                                     " bytes is over the limit of ",
+                                                     kMaxModelLayerBytes, " bytes (4 TiB)"));
+    }
     ASSIGN_OR_RETURN(l.media_type, oci_json::GetString(lj, "mediaType", w, true));
     ASSIGN_OR_RETURN(l.path, oci_json::GetString(lj, "path", w, false));
     if (!l.path.empty()) {

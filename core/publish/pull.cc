@@ -2,14 +2,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <set>
+#include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -93,28 +96,61 @@ absl::Status CopyRange(RangeReader& reader, uint64_t offset, uint64_t size, int 
   return absl::OkStatus();
 }
 
-// Extracts a verified tar into `root`, refusing escapes and special files.
+// What the pull has placed at each relative path of the staged tree, across every layer.
+enum class Placed { kDirectory, kFile, kLink };
+using PlacedMap = std::map<std::string, Placed>;
+
+// Claims `rel` for an entry of type `type`: every proper prefix must be (or becomes) a
+// directory the pull made, so nothing is ever written through a link or into a file, and a
+// path is used once (a directory may be declared again). Errors: kPermissionDenied.
+absl::Status Claim(PlacedMap& placed, const std::string& rel, Placed type,
+                   const std::string& where) {
+  for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
+    const std::string prefix = rel.substr(0, slash);
+    auto [it, inserted] = placed.emplace(prefix, Placed::kDirectory);
+    if (it->second == Placed::kLink) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          where, ": '", rel, "' would be written through the link '", prefix, "'; refused"));
+    }
+    if (it->second == Placed::kFile) {
+      return absl::PermissionDeniedError(absl::StrCat(where, ": '", rel, "' needs '", prefix,
+                                                      "' to be a directory, but it is a file"));
+    }
+  }
+  auto [it, inserted] = placed.emplace(rel, type);
+  if (!inserted && !(type == Placed::kDirectory && it->second == Placed::kDirectory)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where, ": path '", rel, "' appears twice in the model"));
+  }
+  return absl::OkStatus();
+}
+
+// Extracts a verified tar into `root` (a fresh staging tree), refusing escapes, special files,
+// repeated names and anything written through a link. Appends the files and links it made.
 absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
-                        const std::string& role, std::set<std::string>& seen,
+                        const std::string& role, PlacedMap& placed,
                         std::vector<std::string>& created) {
   ASSIGN_OR_RETURN(auto reader, OpenFileRangeReader(tar_path));
   ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(*reader));
+  const std::string where = absl::StrCat("layer ", role);
   for (const auto& e : entries) {
     ASSIGN_OR_RETURN(std::string rel, NormalizeRelativePath(e.path));
     if (IsRootPath(rel)) continue;
+    RETURN_IF_ERROR(CheckNotReservedModelPath(rel, where));
     fs::path out = fs::path(root) / rel;
     std::error_code ec;
     switch (e.type) {
       case TarEntryType::kDirectory:
+        RETURN_IF_ERROR(Claim(placed, rel, Placed::kDirectory, where));
         fs::create_directories(out, ec);
+        if (ec) return absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
         break;
       case TarEntryType::kFile: {
-        if (!seen.insert(rel).second) {
-          return absl::PermissionDeniedError(
-              absl::StrCat("layer ", role, ": path '", rel, "' appears twice in the model"));
-        }
+        RETURN_IF_ERROR(Claim(placed, rel, Placed::kFile, where));
         fs::create_directories(out.parent_path(), ec);
-        int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        // O_EXCL: the name is new to the staged tree (Claim), so an existing one is a bug, and
+        // opening it would write through whatever it is.
+        int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0) return absl::InternalError(absl::StrCat(out.string(), ": ", strerror(errno)));
         // In slices: a weight file can be larger than memory, and one write() moves at most
         // 2 GiB on Linux.
@@ -131,17 +167,28 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
         std::string target = e.linkname;
         if (e.type == TarEntryType::kSymlink) {
           if (!target.empty() && target[0] == '/') {
-            return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": symlink '", rel,
-                                                            "' -> '", target, "' is absolute"));
+            return absl::PermissionDeniedError(
+                absl::StrCat(where, ": symlink '", rel, "' -> '", target, "' is absolute"));
           }
           std::string parent = fs::path(rel).parent_path().generic_string();
           target = parent.empty() ? target : parent + "/" + target;
         }
         auto norm = NormalizeRelativePath(target);
         if (!norm.ok() || IsRootPath(*norm)) {
-          return absl::PermissionDeniedError(absl::StrCat("layer ", role, ": link '", rel, "' -> '",
+          return absl::PermissionDeniedError(absl::StrCat(where, ": link '", rel, "' -> '",
                                                           e.linkname, "' escapes the destination"));
         }
+        if (e.type == TarEntryType::kHardLink) {
+          // Only to a regular file this pull extracted before: never to a directory, a link or
+          // a name that is not there yet.
+          auto it = placed.find(*norm);
+          if (it == placed.end() || it->second != Placed::kFile) {
+            return absl::PermissionDeniedError(
+                absl::StrCat(where, ": hard link '", rel, "' -> '", e.linkname,
+                             "' does not name a file extracted before it"));
+          }
+        }
+        RETURN_IF_ERROR(Claim(placed, rel, Placed::kLink, where));
         fs::create_directories(out.parent_path(), ec);
         if (e.type == TarEntryType::kSymlink) {
           fs::create_symlink(e.linkname, out, ec);
@@ -153,12 +200,78 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
         break;
       }
       case TarEntryType::kOther:
-        return absl::PermissionDeniedError(absl::StrCat(
-            "layer ", role, ": entry '", rel, "' is a device, FIFO or other special file"));
+        return absl::PermissionDeniedError(
+            absl::StrCat(where, ": entry '", rel, "' is a device, FIFO or other special file"));
     }
   }
   return absl::OkStatus();
 }
+
+// Moves a staged tree into an existing DEST, merging directories and replacing files DEST
+// already has; Rollback() puts DEST back as it was (replaced files come back from `backup`).
+class TreeMerger {
+ public:
+  explicit TreeMerger(fs::path backup) : backup_(std::move(backup)) {}
+
+  absl::Status Merge(const fs::path& from, const fs::path& to) {
+    std::error_code ec;
+    std::vector<fs::path> names;
+    for (const auto& e : fs::directory_iterator(from, ec)) names.push_back(e.path().filename());
+    if (ec) return absl::InternalError(absl::StrCat(from.string(), ": ", ec.message()));
+    std::sort(names.begin(), names.end());
+    for (const fs::path& name : names) {
+      const fs::path src = from / name;
+      const fs::path dst = to / name;
+      const fs::file_status s = fs::symlink_status(src, ec);
+      const fs::file_status d = fs::symlink_status(dst, ec);
+      if (!fs::exists(d)) {
+        RETURN_IF_ERROR(Rename(src, dst));
+        undo_.push_back({dst, {}});
+      } else if (fs::is_directory(s) && fs::is_directory(d)) {
+        RETURN_IF_ERROR(Merge(src, dst));
+      } else if (fs::is_directory(s) || fs::is_directory(d)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            dst.string(), " already exists as a ", fs::is_directory(d) ? "directory" : "file",
+            "; the model has a ", fs::is_directory(s) ? "directory" : "file", " there"));
+      } else {
+        const fs::path kept = backup_ / std::to_string(undo_.size());
+        RETURN_IF_ERROR(Rename(dst, kept));
+        if (absl::Status st = Rename(src, dst); !st.ok()) {
+          (void)Rename(kept, dst);
+          return st;
+        }
+        undo_.push_back({dst, kept});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void Rollback() {
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+      std::error_code ec;
+      fs::remove_all(it->placed, ec);
+      if (!it->kept.empty()) fs::rename(it->kept, it->placed, ec);
+    }
+    undo_.clear();
+  }
+
+ private:
+  struct Undo {
+    fs::path placed;
+    fs::path kept;  // what DEST had there before, or empty
+  };
+  static absl::Status Rename(const fs::path& from, const fs::path& to) {
+    std::error_code ec;
+    fs::rename(from, to, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("rename ", from.string(), " to ", to.string(), ": ", ec.message()));
+    }
+    return absl::OkStatus();
+  }
+  fs::path backup_;
+  std::vector<Undo> undo_;
+};
 
 }  // namespace
 
@@ -170,13 +283,13 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   result.volume = rm.volume_descriptor;
 
   // Check every raw path before anything is downloaded.
-  std::set<std::string> seen;
+  PlacedMap placed;
   for (const auto& l : rm.layers) {
     if (l.encoding != LayerEncoding::kRaw) continue;
+    const std::string where = absl::StrCat("layer ", l.descriptor.digest.str());
     RETURN_IF_ERROR(CheckRelativePath(l.path));
-    if (!seen.insert(l.path).second) {
-      return absl::PermissionDeniedError(absl::StrCat("two layers write '", l.path, "'"));
-    }
+    RETURN_IF_ERROR(CheckNotReservedModelPath(l.path, where));
+    RETURN_IF_ERROR(Claim(placed, l.path, Placed::kFile, where));
   }
   for (const auto& l : rm.layers) {
     if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
@@ -186,23 +299,39 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     }
   }
 
+  // Everything is staged next to DEST and moved into it only when every layer verified and
+  // unpacked, so a failed pull leaves DEST as it found it (or absent, and no parent this pull
+  // created).
   std::error_code ec;
-  const bool dest_existed = fs::exists(dest, ec);
-  fs::create_directories(dest, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(dest, ": ", ec.message()));
-  // A failed pull leaves no trace: DEST goes too when this pull created it (after the staging
-  // tree inside it; fs::remove never removes a directory that is not empty).
-  struct DestCleanup {
-    std::string dir;
-    bool armed;
-    ~DestCleanup() {
+  fs::path dest_path = fs::absolute(fs::path(dest), ec).lexically_normal();
+  if (dest_path.filename().empty()) dest_path = dest_path.parent_path();
+  const fs::file_status dest_status = fs::status(dest_path, ec);
+  const bool dest_existed = fs::exists(dest_status);
+  if (dest_existed && !fs::is_directory(dest_status)) {
+    return absl::InvalidArgumentError(absl::StrCat(dest, ": exists and is not a directory"));
+  }
+  const fs::path parent = dest_path.parent_path();
+  fs::path first_created;  // the topmost missing ancestor of DEST, removed on failure
+  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    first_created = p;
+    if (p == p.root_path()) break;
+  }
+  fs::create_directories(parent, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(parent.string(), ": ", ec.message()));
+  struct CreatedCleanup {
+    fs::path dir;
+    bool armed = true;
+    ~CreatedCleanup() {
       std::error_code ec;
-      if (armed) fs::remove(dir, ec);
+      if (armed && !dir.empty()) fs::remove_all(dir, ec);
     }
-  } dest_cleanup{dest, !dest_existed};
-  std::string staging = absl::StrCat(dest, "/.modelfs-pull-", getpid());
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
+  } created_cleanup{first_created};
+  std::string staging_template = (parent / ".modelfs-pull-XXXXXX").string();
+  if (mkdtemp(staging_template.data()) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot stage the pull next to ", dest, " in ",
+                                                   parent.string(), ": ", strerror(errno)));
+  }
+  const std::string staging = staging_template;
   struct StagingCleanup {
     std::string dir;
     ~StagingCleanup() {
@@ -210,11 +339,20 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       fs::remove_all(dir, ec);
     }
   } cleanup{staging};
+  const std::string tree = staging + "/files";
+  fs::create_directories(tree, ec);
+  if (ec) return absl::InternalError(absl::StrCat(tree, ": ", ec.message()));
 
   std::atomic<uint64_t> total{0};
   std::atomic<size_t> next{0};
   absl::Mutex mu;
   absl::Status first_error;
+  // Downloads go outside the staged tree, so no tar entry can collide with a partial file.
+  auto part_of = [&](size_t i) {
+    return rm.layers[i].encoding == LayerEncoding::kRaw
+               ? absl::StrCat(staging, "/raw/", i, ".part")
+               : absl::StrCat(staging, "/tars/", i, ".tar.part");
+  };
   auto worker = [&] {
     for (;;) {
       size_t i = next++;
@@ -225,9 +363,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       }
       const ModelLayer& l = rm.layers[i];
       std::string role = l.path.empty() ? l.descriptor.digest.str() : l.path;
-      std::string part = l.encoding == LayerEncoding::kRaw
-                             ? absl::StrCat(staging, "/files/", l.path, ".part")
-                             : absl::StrCat(staging, "/tars/", i, ".tar.part");
+      const std::string part = part_of(i);
       absl::Status st =
           DownloadVerified(client, rm.repository, l.descriptor, role, part, o.progress, total);
       if (!st.ok()) {
@@ -245,35 +381,41 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   for (auto& t : threads) t.join();
   RETURN_IF_ERROR(first_error);
 
-  // Everything verified: unpack tars into the staging tree, then move files into place.
-  std::vector<std::string> created;
+  // Everything verified: raw files into the staged tree first (a tar's hard link may name
+  // one), then the tars unpacked on top.
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    const ModelLayer& l = rm.layers[i];
+    if (l.encoding != LayerEncoding::kRaw) continue;
+    fs::path final_path = fs::path(tree) / l.path;
+    fs::create_directories(final_path.parent_path(), ec);
+    fs::rename(part_of(i), final_path, ec);
+    if (ec) return absl::InternalError(absl::StrCat(final_path.string(), ": ", ec.message()));
+  }
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     if (l.encoding == LayerEncoding::kRaw) {
-      std::string part = absl::StrCat(staging, "/files/", l.path, ".part");
-      fs::path final_path = fs::path(staging) / "files" / l.path;
-      fs::rename(part, final_path, ec);
-      if (ec) return absl::InternalError(absl::StrCat(part, ": ", ec.message()));
-      created.push_back(l.path);
       result.files.push_back({l.path, l.descriptor.digest, l.descriptor.size});
-    } else {
-      std::string tar = absl::StrCat(staging, "/tars/", i, ".tar.part");
-      std::vector<std::string> from_tar;
-      RETURN_IF_ERROR(
-          ExtractTar(tar, staging + "/files", l.descriptor.digest.str(), seen, from_tar));
-      for (const auto& p : from_tar) result.files.push_back({p, l.descriptor.digest, 0});
-      created.insert(created.end(), from_tar.begin(), from_tar.end());
+      continue;
+    }
+    std::vector<std::string> from_tar;
+    RETURN_IF_ERROR(ExtractTar(part_of(i), tree, l.descriptor.digest.str(), placed, from_tar));
+    for (const auto& p : from_tar) result.files.push_back({p, l.descriptor.digest, 0});
+  }
+
+  if (!dest_existed) {
+    fs::rename(tree, dest_path, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dest, ": ", ec.message()));
+  } else {
+    const fs::path backup = fs::path(staging) / "backup";
+    fs::create_directories(backup, ec);
+    TreeMerger merger(backup);
+    if (absl::Status st = merger.Merge(tree, dest_path); !st.ok()) {
+      merger.Rollback();
+      return st;
     }
   }
-  for (const auto& rel : created) {
-    fs::path from = fs::path(staging) / "files" / rel;
-    fs::path to = fs::path(dest) / rel;
-    fs::create_directories(to.parent_path(), ec);
-    fs::rename(from, to, ec);
-    if (ec) return absl::InternalError(absl::StrCat(to.string(), ": ", ec.message()));
-  }
   result.bytes = total.load();
-  dest_cleanup.armed = false;
+  created_cleanup.armed = false;
   return result;
 }
 

@@ -1,7 +1,9 @@
 // `modelfs pull REF DEST`: downloads a model (M, or V followed to M) and verifies every byte.
-// Layers download in parallel into a staging directory inside DEST while being hashed; only
-// when every layer matched its digest and size are the files renamed into place, so a failed
-// pull leaves no file behind (and no DEST, when the pull created it).
+// Layers download in parallel into a staging directory next to DEST (in its parent) while being
+// hashed, and are unpacked there; only when every layer matched its digest and size and every
+// tar unpacked cleanly is the tree moved into place: renamed to DEST when DEST did not exist,
+// else merged into it (a file DEST already has is replaced; a failed merge puts back everything
+// it moved). So a failed pull leaves DEST as it was, or absent with no parent it created.
 #pragma once
 
 #include <string>
@@ -33,8 +35,11 @@ struct PullResult {
 };
 
 // Errors: kDataLoss naming the blob whose digest or size did not match; kPermissionDenied for a
-// path that is absolute, has "..", repeats another, or (tar) a link that escapes DEST or a
-// device node; the registry's errors.
+// path that is absolute, has "..", repeats another, or (tar) a link that escapes DEST, an entry
+// written through a link, a hard link to anything but a file extracted before it, or a device
+// node; kInvalidArgument for a path at .modelinfo.json (kReservedModelInfoPath);
+// kFailedPrecondition when DEST has a file where the model has a directory or the reverse; the
+// registry's errors.
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
                                      const std::string& dest, const PullOptions& options);
 

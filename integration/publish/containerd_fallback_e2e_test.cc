@@ -17,6 +17,7 @@
 #include "integration/harness/containerd_fixture.h"
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -44,7 +45,7 @@ class ContainerdFallbackTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why = Containerd::WhyUnavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
+    SKIP_OR_FAIL_IF_UNAVAILABLE(why);
     RegistryFixtureOptions o;
     o.access_log = true;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(o));

@@ -18,6 +18,7 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "integration/snapshotter/snapshotter_daemon.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs::testing {
@@ -32,7 +33,7 @@ class CriOverlayfsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why = Containerd::WhyUnavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
+    SKIP_OR_FAIL_IF_UNAVAILABLE(why);
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
     ContainerdOptions co;
     co.registry_host_port = registry_->host_port();

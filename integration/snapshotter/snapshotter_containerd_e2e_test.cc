@@ -32,6 +32,7 @@
 #include "integration/publish/publish_test_env.h"
 #include "integration/snapshotter/snapshotter_daemon.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -63,7 +64,7 @@ class SnapshotterContainerdTest : public ::testing::Test {
   void SetUp() override {
     for (const std::string& why :
          {Containerd::WhyUnavailable(), SnapshotterDaemon::WhyUnavailable()}) {
-      if (!why.empty()) GTEST_SKIP() << why;
+      SKIP_OR_FAIL_IF_UNAVAILABLE(why);
     }
     RegistryFixtureOptions ro;
     ro.access_log = true;

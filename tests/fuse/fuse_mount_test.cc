@@ -39,6 +39,7 @@
 
 #include "absl/strings/str_split.h"
 #include "tests/fuse/fake_blob_reader.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -103,7 +104,7 @@ class FuseMountTest : public ::testing::Test {
   static constexpr uint64_t kWeightsOffset = 4096 + 7;
 
   void SetUp() override {
-    if (access("/dev/fuse", R_OK | W_OK) != 0) GTEST_SKIP() << "no /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(access("/dev/fuse", R_OK | W_OK) != 0 ? "no /dev/fuse" : "");
     mnt_ = std::filesystem::canonical(tmp_.path()).string() + "/mnt";
     std::filesystem::create_directories(mnt_);
 

@@ -275,6 +275,52 @@ TEST(ResolveModelLayersTest, RefusesTwoRawLayersAtOnePath) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("used by an earlier layer")));
 }
 
+TEST(ResolveModelLayersTest, RefusesALayerDeclaringAnAbsurdSizeNamingItsDigestPathAndSize) {
+  Manifest m;
+  m.layers = {Descriptor{"application/vnd.cncf.model.weight.v1.raw",
+                         D('a'),
+                         9223372036854775807ull,
+                         {},
+                         {{"org.cncf.model.filepath", "model.gguf"}}}};
+  EXPECT_THAT(ResolveModelLayers(m),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("manifest.layers[0] (sha256:aaaa" + std::string(60, 'a') +
+                                 ") 'model.gguf': declared size 9223372036854775807 bytes is "
+                                 "over the limit of 4398046511104 bytes (4 TiB) per layer")));
+}
+
+TEST(ResolveModelLayersTest, AcceptsALayerOfExactlyTheSizeLimit) {
+  Manifest m;
+  m.layers = {Descriptor{"application/vnd.cncf.model.weight.v1.raw",
+                         D('a'),
+                         kMaxModelLayerBytes,
+                         {},
+                         {{"org.cncf.model.filepath", "model.gguf"}}}};
+  ASSERT_OK_AND_ASSIGN(std::vector<ModelLayer> layers, ResolveModelLayers(m));
+  EXPECT_EQ(layers[0].descriptor.size, 4398046511104ull);
+}
+
+TEST(ResolveModelLayersTest, RefusesARawLayerAtTheModelInfoPathTheMountServes) {
+  Manifest m;
+  m.layers = {Descriptor{"application/vnd.cncf.model.doc.v1.raw",
+                         D('a'),
+                         2,
+                         {},
+                         {{"org.cncf.model.filepath", "./.modelinfo.json"}}}};
+  EXPECT_THAT(ResolveModelLayers(m),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("path '.modelinfo.json' is reserved: modelfs serves its own "
+                                 ".modelinfo.json at the root of a mounted model")));
+}
+
+TEST(CheckNotReservedModelPathTest, RefusesPathsUnderTheModelInfoNameButNotLookalikes) {
+  EXPECT_THAT(CheckNotReservedModelPath(".modelinfo.json/x", "layer 1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("layer 1: path '.modelinfo.json/x' is reserved")));
+  EXPECT_OK(CheckNotReservedModelPath(".modelinfo.json.bak", "layer 1"));
+  EXPECT_OK(CheckNotReservedModelPath("sub/.modelinfo.json", "layer 1"));
+}
+
 TEST(FileMetadataTest, RoundTrips) {
   FileMetadata fm{"config.json", 0600, 1000, 1000, 5, "2024-01-01T00:00:00Z", '0'};
   ASSERT_OK_AND_ASSIGN(FileMetadata back, ParseFileMetadata(SerializeFileMetadata(fm)));

@@ -36,9 +36,36 @@ TEST(CheckRelativePathTest, RefusesDotDotAnywhere) {
   }
 }
 
-TEST(CheckRelativePathTest, RefusesNulAndShowsItEscaped) {
+TEST(CheckRelativePathTest, RefusesNulNamingThePathAsItIs) {
   EXPECT_THAT(CheckRelativePath(std::string("a\0b", 3)),
-              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'a\\x00b': contains NUL")));
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr(std::string("'a\0b': contains NUL", 19))));
+}
+
+TEST(CheckRelativePathTest, RefusesEveryControlCharacter) {
+  EXPECT_THAT(CheckRelativePath("a.bin\nverified sha256:00 1 b.bin"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("refused path 'a.bin\nverified sha256:00 1 b.bin': contains a "
+                                 "control character")));
+  EXPECT_THAT(CheckRelativePath("\x1b[2Jclear"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("refused path '\x1b[2Jclear': contains a control character")));
+  for (int c = 1; c < 0x20; ++c) {
+    EXPECT_THAT(CheckRelativePath(std::string("dir/a") + static_cast<char>(c)),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("control character")))
+        << c;
+  }
+  EXPECT_THAT(CheckRelativePath("del\x7f"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("control character")));
+}
+
+TEST(NormalizeRelativePathTest, RefusesControlCharactersInsteadOfRewritingThem) {
+  EXPECT_THAT(NormalizeRelativePath("./weights/a\tb"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("control character")));
+}
+
+TEST(CheckRelativePathTest, AcceptsUtf8Names) {
+  EXPECT_THAT(CheckRelativePath("模型/权重.gguf"), IsOk());
 }
 
 TEST(CheckRelativePathTest, RefusesBackslashes) {

@@ -215,6 +215,33 @@ TEST(TarReaderTest, RefusesEscapingNames) {
   EXPECT_EQ(entries[0].path, "../../etc/passwd");
 }
 
+TEST(TarReaderTest, RefusesANewlineInAUstarNameNamingTheEntryOffset) {
+  ASSERT_OK_AND_ASSIGN(std::string first, EncodeTarHeader("ok.txt", '0', 0, 0644));
+  ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("x", '0', 0, 0644));
+  std::memcpy(&hdr[0], "a\nverified\0", 11);
+  FixChecksum(hdr, 0);
+  EXPECT_THAT(IndexTarBytes(first + hdr + std::string(1024, '\0')),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("tar entry at offset 512: refused path 'a\nverified': contains "
+                                 "a control character")));
+}
+
+TEST(TarReaderTest, RefusesAnEscapeCharacterInAPaxPath) {
+  // A pax record "path=dir/\x1b[2Jx": its length field counts itself.
+  const std::string record = "22 path=dir/\x1b[2Jx.bin\n";
+  ASSERT_EQ(record.size(), 22u);
+  ASSERT_OK_AND_ASSIGN(std::string pax, EncodeTarHeader("pax", '0', record.size(), 0644));
+  pax[156] = 'x';
+  FixChecksum(pax, 0);
+  ASSERT_OK_AND_ASSIGN(std::string file, EncodeTarHeader("placeholder", '0', 0, 0644));
+  const std::string tar =
+      pax + record + std::string(512 - record.size(), '\0') + file + std::string(1024, '\0');
+  EXPECT_THAT(IndexTarBytes(tar),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("refused path 'dir/\x1b[2Jx.bin': contains a control "
+                                 "character")));
+}
+
 TEST(TarReaderTest, NormalizesDotSlashNamesAndSkipsTheRootEntry) {
   ASSERT_OK_AND_ASSIGN(std::string root, EncodeTarHeader("x", '5', 0, 0755));
   std::memcpy(&root[0], "./\0", 3);

@@ -178,6 +178,18 @@ TEST(ParseVolumeLayerTest, RequiresEveryNamedIndexFile) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is missing")));
 }
 
+TEST(ParseVolumeModelJsonTest, RefusesALayerDeclaringAnAbsurdSizeNamingItAndTheSize) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.layers[1].size = 9223372036854775807ull;
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("model.json.layers[1] (" + Digest::Of(f.readme).str() +
+                                 "): size 9223372036854775807 bytes is over the limit of "
+                                 "4398046511104 bytes (4 TiB)")));
+}
+
 TEST(CheckVolumeMatchesModelTest, ReportsALayerThatDiffers) {
   Fixture f = MakeFixture();
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));

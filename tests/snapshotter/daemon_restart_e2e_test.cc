@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
 #include "core/oci/manifest.h"
@@ -24,6 +25,7 @@
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
 #include "snapshotter/model_snapshotter.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -41,7 +43,8 @@ using ::modelfs::testing::TempDir;
 class DaemonRestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
     model_dir_ = tmp_.Join("model");
     ASSERT_OK(modelfs::testing::WriteTestModel(model_dir_.string(), /*seed=*/53).status());
@@ -240,6 +243,19 @@ TEST_F(SocketActivatedDaemonTest, ACallDuringTheRestartGapIsAnsweredByTheNextPro
 }
 
 TEST_F(SocketActivatedDaemonTest, TheModelMountSurvivesACrashToo) { ExpectMountSurvives(SIGUSR1); }
+
+TEST_F(DaemonRestartTest, ASnapshotKeyWithANewlineCannotForgeADaemonLogLine) {
+  const std::string forged = "modelfs-snapshotter: model sha256:0000 FORGED registered";
+  Labels labels;
+  labels[kLabelTargetRef] = "forged-target";
+  labels[std::string(kLabelModel)] = "not-a-digest";  // logged as malformed, with the key
+  Prepare("extract\n" + forged, "", labels);
+  const std::string log = ReadFileOrDie(tmp_.Join("daemon.log").string());
+  EXPECT_NE(log.find("extract\\n" + forged), std::string::npos) << log;
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(log, '\n'))) {
+    EXPECT_NE(line.rfind(forged, 0), 0u) << log;
+  }
+}
 
 }  // namespace
 }  // namespace modelfs::snapshotter

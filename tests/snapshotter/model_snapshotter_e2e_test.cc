@@ -14,11 +14,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/manifest.h"
+#include "core/oci/media_types.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
+#include "core/oci/volume_image.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -39,7 +44,8 @@ using ::testing::IsEmpty;
 class ModelSnapshotterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     modelfs::testing::RegistryFixtureOptions ro;
     ro.access_log = true;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
@@ -126,6 +132,76 @@ class ModelSnapshotterTest : public ::testing::Test {
     }
     mounted_.push_back(target);
     return target;
+  }
+
+  // Pushes a hand-built model M (one layer per {descriptor, bytes}; the descriptor's size is
+  // kept as given, so it may lie) and its volume image V under `tag`; returns the labels a CRI
+  // pull of V passes to Prepare for V's layer.
+  Labels PushHandBuiltVolume(const std::string& tag,
+                             std::vector<std::pair<Descriptor, std::string>> layers) {
+    absl::StatusOr<std::unique_ptr<RegistryClient>> client =
+        modelfs::testing::ConnectPlainHttp(registry_->host_port());
+    EXPECT_OK(client.status());
+    if (!client.ok()) return {};
+    ModelPackConfig config;
+    config.descriptor.name = "hand-built";
+    Manifest m;
+    m.media_type = std::string(kOciManifestMediaType);
+    m.artifact_type = std::string(kModelArtifactType);
+    for (auto& [d, bytes] : layers) {
+      absl::StatusOr<Digest> ld = modelfs::testing::UploadBlob(**client, kRepo, bytes);
+      EXPECT_OK(ld.status());
+      if (ld.ok()) d.digest = *ld;
+      config.modelfs.diff_ids.push_back(d.digest);
+      m.layers.push_back(d);
+    }
+    const std::string config_json = SerializeModelPackConfig(config);
+    EXPECT_OK(modelfs::testing::UploadBlob(**client, kRepo, config_json).status());
+    m.config = DescribeBlob(kModelConfigMediaType, config_json);
+    const std::string m_json = SerializeManifest(m);
+    Descriptor m_desc = DescribeBlob(kOciManifestMediaType, m_json);
+    m_desc.artifact_type = std::string(kModelArtifactType);
+    EXPECT_OK(
+        (*client)
+            ->PutManifest(kRepo, m_desc.digest.str(), m_json, std::string(kOciManifestMediaType))
+            .status());
+    // V by hand, as BuildVolumeImage would write it (which refuses the hostile M): layer A
+    // with model.json, an image config naming A, and A's modelfs annotations.
+    const std::string repository = absl::StrCat(registry_->host_port(), "/", kRepo);
+    VolumeModelInfo info;
+    info.manifest = m_desc;
+    info.repository = repository;
+    for (const Descriptor& d : m.layers) {
+      const std::string* path = d.Annotation(kAnnotationFilepath);
+      info.layers.push_back({d.digest, d.size, d.media_type, path ? *path : "", std::nullopt});
+    }
+    TarWriter tar;
+    EXPECT_OK(tar.AddDirectory(".modelfs"));
+    EXPECT_OK(tar.AddFile(".modelfs/model.json", SerializeVolumeModelJson(info)));
+    const std::string a = tar.Finish();
+    Descriptor a_desc = DescribeBlob(kOciLayerTarMediaType, a);
+    for (const auto& [k, val] : MakeVolumeLabels(m_desc, repository)) a_desc.annotations[k] = val;
+    const std::string v_config =
+        nlohmann::json{{"architecture", "amd64"},
+                       {"os", "linux"},
+                       {"rootfs", {{"type", "layers"}, {"diff_ids", {a_desc.digest.str()}}}}}
+            .dump();
+    Manifest v;
+    v.media_type = std::string(kOciManifestMediaType);
+    v.config = DescribeBlob(kOciConfigMediaType, v_config);
+    v.layers = {a_desc};
+    v.subject = m_desc;
+    const std::string v_json = SerializeManifest(v);
+    EXPECT_OK(modelfs::testing::UploadBlob(**client, kRepo, a).status());
+    EXPECT_OK(modelfs::testing::UploadBlob(**client, kRepo, v_config).status());
+    EXPECT_OK(
+        (*client)->PutManifest(kRepo, tag, v_json, std::string(kOciManifestMediaType)).status());
+    Labels labels(a_desc.annotations.begin(), a_desc.annotations.end());
+    labels[kLabelTargetRef] = a_desc.digest.str();
+    labels[kLabelCriImageRef] = Ref(tag);
+    labels[kLabelCriManifestDigest] = Digest::Of(v_json).str();
+    labels["containerd.io/snapshot/cri.layer-digest"] = a_desc.digest.str();
+    return labels;
   }
 
   static constexpr char kRepo[] = "snap/llama";
@@ -273,6 +349,37 @@ TEST_F(ModelSnapshotterTest, ALayerAnnotationNamingAnotherModelIsDataLossAndLeav
   EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
 }
 
+TEST_F(ModelSnapshotterTest, AModelThatFailsToLoadFallsBackAndHoldsNoCacheReference) {
+  // The raw layer is registered with the cache before the compressed one makes the load fail.
+  Descriptor raw{"application/vnd.cncf.model.doc.v1.raw", {}, 6, {}, {}};
+  raw.annotations[std::string(kAnnotationFilepath)] = "notes.txt";
+  Descriptor gz{"application/vnd.cncf.model.weight.v1.tar+gzip", {}, 9, {}, {}};
+  Labels labels = PushHandBuiltVolume("fails-to-load", {{raw, "notes\n"}, {gz, "not gzip\n"}});
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
+  EXPECT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(log_, HasSubstr("is compressed"));
+  absl::StatusOr<BlobCache::LayerInfo> info =
+      snapshotter_->cache_layer_info(Digest::Of(std::string("notes\n")));
+  EXPECT_EQ(info.ok() ? info->references : 0, 0);
+}
+
+TEST_F(ModelSnapshotterTest, AnAbsurdLayerSizeFallsBackNamingTheLayerAndTheNextPrepareToo) {
+  Descriptor huge{"application/vnd.cncf.model.weight.v1.raw", {}, 9223372036854775807ull, {}, {}};
+  huge.annotations[std::string(kAnnotationFilepath)] = "huge.bin";
+  Labels labels = PushHandBuiltVolume("absurd-size", {{huge, "tiny\n"}});
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> first, snapshotter_->Prepare("extract-1", "", labels));
+  EXPECT_EQ(first.size(), 1u);
+  EXPECT_THAT(log_, HasSubstr(Digest::Of(std::string("tiny\n")).str()));
+  EXPECT_THAT(log_, HasSubstr("9223372036854775807"));
+  // Nothing was left half-registered: a second Prepare of the same layer falls back too.
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> second, snapshotter_->Prepare("extract-2", "", labels));
+  EXPECT_EQ(second.size(), 1u);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 2u);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
 TEST_F(ModelSnapshotterTest, WhenTheRegistryIsDownItFallsBackAndLogsWhy) {
   registry_->Stop();
   ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels_));
@@ -351,7 +458,8 @@ TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {
 class ModelSnapshotterAuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (geteuid() != 0 || !fs::exists("/dev/fuse")) GTEST_SKIP() << "needs root and /dev/fuse";
+    SKIP_OR_FAIL_IF_UNAVAILABLE(
+        geteuid() != 0 || !fs::exists("/dev/fuse") ? "needs root and /dev/fuse" : "");
     modelfs::testing::RegistryFixtureOptions ro;
     ro.auth = modelfs::testing::RegistryFixtureOptions::Auth::kHtpasswd;
     ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -88,9 +89,10 @@ class ScopedMount {
 class SnapshotsServiceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "modelfs" && (::geteuid() != 0 || !fs::exists("/dev/fuse"))) {
-      GTEST_SKIP() << "the modelfs snapshotter needs root and /dev/fuse";
-    }
+    SKIP_OR_FAIL_IF_UNAVAILABLE(GetParam() == "modelfs" &&
+                                        (::geteuid() != 0 || !fs::exists("/dev/fuse"))
+                                    ? "the modelfs snapshotter needs root and /dev/fuse"
+                                    : "");
     StartServer(/*list_batch=*/100);
   }
 
@@ -414,7 +416,7 @@ TEST_P(SnapshotsServiceTest, EveryCallIsLoggedOnOneLineWithItsLabelsAndCallerStr
   EXPECT_THAT(
       Log(),
       ElementsAre(R"(Prepare key="k\nUpdate key=\"forged\" ok" labels={"team"="ml\x1b[31m"} ok)",
-                  R"(Stat key="missing" -> code 5: "snapshot \'missing\' does not exist")",
+                  R"(Stat key="missing" -> code 5: "snapshot 'missing' does not exist")",
                   R"(List filters="kind==active" 1 snapshots ok)",
                   R"(Usage key="k\nUpdate key=\"forged\" ok" ok)", "Cleanup ok"));
 }
@@ -433,7 +435,7 @@ TEST_P(SnapshotsServiceTest, CleanupRemovesTheDirectoryOfARemovedSnapshot) {
 }
 
 TEST_P(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     std::ofstream(root / "a.txt") << "A";
     std::ofstream(root / "c.txt") << "C";
@@ -458,7 +460,7 @@ TEST_P(SnapshotsServiceTest, ViewOfACommittedChainShowsTheMergedFilesWhenMounted
 }
 
 TEST_P(SnapshotsServiceTest, AMountedViewIsReadOnly) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(View("view", "l1", &mounts).ok());
@@ -471,7 +473,7 @@ TEST_P(SnapshotsServiceTest, AMountedViewIsReadOnly) {
 }
 
 TEST_P(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "a.txt") << "A"; });
   CommitLayer("l2", "l1", [](const fs::path& root) {
     std::ofstream(root / "a.txt", std::ios::trunc) << "changed";
@@ -485,7 +487,7 @@ TEST_P(SnapshotsServiceTest, ACommittedLayerDoesNotChangeWhenItsChildIsWritten) 
 }
 
 TEST_P(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   std::vector<containerd::types::Mount> mounts;
   ASSERT_TRUE(Prepare("k", "", &mounts).ok());
   fs::path target = dir_.Join("mnt-k");
@@ -497,7 +499,7 @@ TEST_P(SnapshotsServiceTest, ANewSnapshotRootIsMode0755WhenMounted) {
 }
 
 TEST_P(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
     ASSERT_EQ(::chmod((root / "dir").c_str(), 0750), 0);
@@ -519,7 +521,7 @@ TEST_P(SnapshotsServiceTest, OwnershipAndModesSurviveCommitIntoAView) {
 }
 
 TEST_P(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerContents) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) {
     fs::create_directory(root / "dir");
     std::ofstream(root / "dir" / "old") << "old";
@@ -542,7 +544,7 @@ TEST_P(SnapshotsServiceTest, ADirectoryRemovedAndRecreatedInAChildHidesTheLowerC
 }
 
 TEST_P(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   CommitLayer("l1", "", [](const fs::path& root) { std::ofstream(root / "from") << "data"; });
   CommitLayer("l2", "l1", [](const fs::path& root) { fs::rename(root / "from", root / "to"); });
   CommitLayer("l3", "l2", [](const fs::path& root) { std::ofstream(root / "x") << "x"; });
@@ -556,7 +558,7 @@ TEST_P(SnapshotsServiceTest, AFileRenamedInAChildMovesInTheView) {
 }
 
 TEST_P(SnapshotsServiceTest, AViewOfTwentyLayersShowsAFileFromEachLayer) {
-  if (!CanMount()) GTEST_SKIP() << "mounting needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(CanMount() ? "" : "mounting needs root");
   std::string parent;
   for (int i = 0; i < 20; ++i) {
     std::string name = "layer" + std::to_string(i);

@@ -1,0 +1,125 @@
+// LoadModel against a real BlobCache over an in-memory remote: what it registers, and that a
+// failed load leaves no cache reference behind whatever step failed.
+#include "fuse/model_loader.h"
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cache/blob_cache.h"
+#include "core/oci/media_types.h"
+#include "core/oci/tar.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cache/fake_remote.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::FakeRemote;
+using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::TempDir;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class ModelLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CacheOptions o;
+    o.dir = tmp_.Join("cache").string();
+    o.log = [](absl::string_view) {};
+    ASSERT_OK_AND_ASSIGN(cache_, BlobCache::Open(o, &remote_));
+    ASSERT_OK_AND_ASSIGN(model_.ref, ImageReference::Parse("registry.test/models/m:v1"));
+    model_.repository = "models/m";
+    model_.model_descriptor.media_type = std::string(kOciManifestMediaType);
+    model_.model_descriptor.digest = Digest::Of("the model manifest");
+    model_.model_descriptor.size = 18;
+    model_.model.config.digest = Digest::Of("the model config");
+  }
+
+  // A layer served by the fake remote, appended to the model.
+  Digest AddLayer(const std::string& bytes, LayerEncoding encoding, const std::string& path,
+                  const std::string& media_type) {
+    ModelLayer l;
+    l.descriptor.media_type = media_type;
+    l.descriptor.digest = remote_.AddBlob(bytes);
+    l.descriptor.size = bytes.size();
+    l.kind = LayerKind::kDoc;
+    l.encoding = encoding;
+    l.path = path;
+    model_.layers.push_back(l);
+    return l.descriptor.digest;
+  }
+  Digest AddRawLayer(const std::string& bytes, const std::string& path) {
+    return AddLayer(bytes, LayerEncoding::kRaw, path, "application/vnd.cncf.model.doc.v1.raw");
+  }
+
+  int References(const Digest& layer) const {
+    absl::StatusOr<BlobCache::LayerInfo> info = cache_->GetLayerInfo(layer);
+    return info.ok() ? info->references : 0;
+  }
+
+  TempDir tmp_;
+  FakeRemote remote_;
+  std::unique_ptr<BlobCache> cache_;
+  ResolvedModel model_;
+};
+
+TEST_F(ModelLoaderTest, ASuccessfulLoadKeepsOneReferencePerLayer) {
+  Digest a = AddRawLayer("first file\n", "a.txt");
+  Digest b = AddRawLayer("second file\n", "b.txt");
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  EXPECT_EQ(loaded.layers, (std::vector<Digest>{a, b}));
+  EXPECT_EQ(References(a), 1);
+  EXPECT_EQ(References(b), 1);
+}
+
+TEST_F(ModelLoaderTest, ACompressedLayerAfterARegisteredOneLeavesNoReference) {
+  Digest raw = AddRawLayer("registered before the failure\n", "a.txt");
+  AddLayer("not really gzip", LayerEncoding::kTarGzip, "",
+           "application/vnd.cncf.model.weight.v1.tar+gzip");
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("compressed")));
+  EXPECT_EQ(References(raw), 0);
+}
+
+TEST_F(ModelLoaderTest, ATarLayerRepeatingARawPathLeavesNoReferenceOnEitherLayer) {
+  Digest raw = AddRawLayer("raw bytes\n", "weights.bin");
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("weights.bin", "tar bytes\n"));
+  Digest tar_layer =
+      AddLayer(tar.Finish(), LayerEncoding::kTar, "", "application/vnd.cncf.model.weight.v1.tar");
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("path 'weights.bin' appears twice in the model")));
+  EXPECT_EQ(References(raw), 0);
+  EXPECT_EQ(References(tar_layer), 0);
+}
+
+TEST_F(ModelLoaderTest, AnAbsurdLayerSizeIsInvalidArgumentNamingTheLayerAndLeavesNoReference) {
+  Digest raw = AddRawLayer("a sane layer\n", "a.txt");
+  const uint64_t absurd = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  Digest huge = AddRawLayer("declares far more than it has\n", "huge.bin");
+  model_.layers.back().descriptor.size = absurd;
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(huge.str()), HasSubstr("9223372036854775807"))));
+  EXPECT_EQ(References(raw), 0);
+}
+
+TEST_F(ModelLoaderTest, AFailedLoadCanBeRetriedAndThenHoldsItsReferences) {
+  Digest raw = AddRawLayer("kept after the retry\n", "a.txt");
+  AddLayer("not really zstd", LayerEncoding::kTarZstd, "",
+           "application/vnd.cncf.model.weight.v1.tar+zstd");
+  ASSERT_FALSE(LoadModel(model_, *cache_, {}).ok());
+  model_.layers.pop_back();
+  ASSERT_OK(LoadModel(model_, *cache_, {}).status());
+  EXPECT_EQ(References(raw), 1);
+}
+
+}  // namespace
+}  // namespace modelfs
