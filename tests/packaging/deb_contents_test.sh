@@ -84,7 +84,11 @@ cmp -s "$WORK/root$CONFDIR/snapshotter.toml" "$(dirname "$0")/../../packaging/sn
 if command -v systemd-analyze >/dev/null && [ "$HAS_DAEMON" = ON ]; then
   sed "s#^ExecStart=[^ ]*#ExecStart=$WORK/root${PREFIX%/}/bin/modelfs-snapshotter#" "$unit" \
     >"$WORK/modelfs-snapshotter.service"
-  out=$(cd "$WORK" && systemd-analyze verify ./modelfs-snapshotter.service 2>&1) || fail "systemd-analyze verify: $out"
+  # The service requires its socket unit (socket activation); both are packaged side by side.
+  socket_unit="$(dirname "$unit")/modelfs-snapshotter.socket"
+  [ -f "$socket_unit" ] || fail "modelfs-snapshotter.socket is not packaged"
+  cp "$socket_unit" "$WORK/modelfs-snapshotter.socket"
+  out=$(cd "$WORK" && systemd-analyze verify ./modelfs-snapshotter.socket ./modelfs-snapshotter.service 2>&1) || fail "systemd-analyze verify: $out"
   [ -z "$out" ] || fail "systemd-analyze verify warns: $out"
 fi
 
