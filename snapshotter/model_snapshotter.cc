@@ -46,6 +46,14 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
     return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
   }
 
+  // The cache keeps health and fetch threads per registry, so one model's registry outage
+  // does not touch reads of models from other registries.
+  std::string EndpointOf(const Digest& blob) override {
+    absl::MutexLock lock(&mu_);
+    auto it = routes_.find(blob.str());
+    return it == routes_.end() ? std::string() : it->second.client->registry();
+  }
+
  private:
   struct Route {
     std::shared_ptr<RegistryClient> client;

@@ -18,10 +18,6 @@
 
 namespace modelfs {
 
-// See stalled_until_ in the header: how long after a timed-out read the short deadline holds,
-// and how long a read that needs the network may then wait.
-constexpr absl::Duration kStalledWindow = absl::Seconds(2);
-constexpr absl::Duration kStalledReadDeadline = absl::Milliseconds(250);
 namespace {
 
 constexpr int kFormatVersion = 1;
@@ -91,6 +87,7 @@ struct BlobCache::Layer {
   uint64_t size = 0;
   uint64_t chunk_size = 1;
   VerifyMode mode = VerifyMode::kChunk;
+  std::string endpoint;   // the registry that serves it (RemoteBlobSource::EndpointOf)
   bool has_spec = false;  // registered in this process (else only known from the database)
   // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
   // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
@@ -133,12 +130,15 @@ struct BlobCache::Flight {
   bool queued = false;
   bool bulk = false;
   absl::Time deadline;
+  std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
   std::vector<absl::Status> chunk_status;
 };
 
 BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
-    : options_(std::move(options)), remote_(remote) {}
+    : options_(std::move(options)),
+      remote_(remote),
+      time_(options_.clock != nullptr ? options_.clock : Clock::Real()) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
                                                            RemoteBlobSource* remote) {
@@ -188,18 +188,19 @@ absl::Status BlobCache::Init() {
   RETURN_IF_ERROR(DbExec(absl::StrCat(
       "INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '", kFormatVersion, "')")));
   RETURN_IF_ERROR(LoadFromDb());
-  for (int i = 0; i < options_.fetch_threads; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
-  }
+  absl::MutexLock lock(&mu_);
+  StartPoolLocked("");
   return absl::OkStatus();
 }
 
 BlobCache::~BlobCache() {
+  std::vector<std::thread> workers;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    workers.swap(workers_);
   }
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers) t.join();
   PersistPending();  // what the dropped queue would have recorded
   {
     absl::MutexLock lock(&mu_);
@@ -486,6 +487,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
     chunk_size = idx.chunk_size;
   }
+  const std::string endpoint = remote_->EndpointOf(spec.digest);
 
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Layer> layer = FindLocked(spec.digest);
@@ -496,6 +498,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
                                                      " but already known with size ", layer->size));
     }
     layer->refs.insert(spec.model_ref);
+    layer->endpoint = endpoint;
     layer->last_used = ++clock_;
     return absl::OkStatus();
   }
@@ -530,6 +533,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     RETURN_IF_ERROR(OpenDataFileLocked(*layer, /*truncate=*/true));
   }
   layer->has_spec = true;
+  layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
   layer->last_used = ++clock_;
   std::string local;
@@ -573,7 +577,16 @@ std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) co
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
+void BlobCache::StartPoolLocked(const std::string& endpoint) {
+  if (stopping_ || !pools_.insert(endpoint).second) return;
+  for (int i = 0; i < options_.fetch_threads; ++i) {
+    workers_.emplace_back([this, endpoint] { WorkerLoop(endpoint); });
+  }
+}
+
 void BlobCache::EnqueueLocked(Job job) {
+  StartPoolLocked(job.endpoint);
+  queued_[job.endpoint]++;
   std::pair<int, uint64_t> key(job.priority, next_seq_++);
   if (job.flight) {
     job.flight->key = key;
@@ -622,6 +635,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
     layer->jobs++;
     Job job;
     job.priority = priority;
+    job.endpoint = f->endpoint = layer->endpoint;
     job.flight = f;
     job.run = [this, f] { RunFlight(f); };
     EnqueueLocked(std::move(job));
@@ -629,16 +643,21 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-void BlobCache::WorkerLoop() {
+void BlobCache::WorkerLoop(std::string endpoint) {
   while (true) {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      auto ready = [this, &endpoint]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        if (stopping_) return true;
+        auto q = queued_.find(endpoint);
+        return q != queued_.end() && q->second > 0;
+      };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       auto it = queue_.begin();
+      while (it->second.endpoint != endpoint) ++it;  // queued_ says there is one
+      queued_[endpoint]--;
       job = std::move(it->second);
       queue_.erase(it);
       if (job.flight) job.flight->queued = false;
@@ -669,8 +688,8 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
 
   std::string data;
   absl::Status st;
-  absl::Duration backoff = options_.retry.initial_backoff;
-  for (int attempt = 1;; ++attempt) {
+  Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
+  while (true) {
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
@@ -680,7 +699,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       st = absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
       break;
     }
-    if (absl::Now() >= deadline) {
+    if (time_->Now() >= deadline) {
       st = absl::DeadlineExceededError(
           absl::StrCat("fetching ", range, ": deadline passed",
                        st.ok() ? "" : "; last error: ", st.ok() ? "" : std::string(st.message())));
@@ -693,6 +712,10 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       if (r->size() == length) {
         data = std::move(*r);
         st = absl::OkStatus();
+        if (health_.RecordSuccess(f->endpoint)) {
+          Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
+                           " answers again; reads that need it get the full deadline"));
+        }
         break;
       }
       st = absl::UnavailableError(
@@ -701,9 +724,11 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       st = r.status();
     }
     if (!Retryable(st.code())) break;
-    if (options_.retry.max_attempts > 0 && attempt >= options_.retry.max_attempts) break;
-    absl::SleepFor(std::min(backoff, std::max(absl::ZeroDuration(), deadline - absl::Now())));
-    backoff = std::min(backoff * 2, options_.retry.max_backoff);
+    std::optional<absl::Duration> wait = backoff.Next();
+    if (!wait) break;
+    // The reader's deadline may move later (another reader joins), so the loop checks it
+    // itself rather than giving the Backoff a fixed one.
+    time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
 
   const uint64_t n = f->last - f->first + 1;
@@ -942,7 +967,7 @@ void BlobCache::PumpBulkLocked() {
       ++end;
     }
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
-                          absl::Now() + options_.background_deadline, &created);
+                          time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) f->bulk = true;
     bulk_in_flight_ += static_cast<int>(created.size());
     layer->bulk_next = end;
@@ -998,7 +1023,8 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
 }
 
 absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64_t first,
-                                     uint64_t last, absl::Time deadline, bool count) {
+                                     uint64_t last, absl::Time deadline, absl::Time fetch_deadline,
+                                     bool count) {
   while (true) {
     std::vector<std::shared_ptr<Flight>> waits;
     std::vector<uint64_t> recheck;
@@ -1029,10 +1055,10 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
         count = false;
       }
       if (recheck.empty()) {
-        ScheduleMissingLocked(layer, first, last, kForeground, deadline, &waits);
+        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, &waits);
         for (const auto& w : waits) {
           PromoteLocked(w, kForeground);
-          w->deadline = std::max(w->deadline, deadline);
+          w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
     }
@@ -1050,7 +1076,7 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
       }
       return true;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&done), deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("reading layer ", layer->digest.str(), " chunks ", first, "..", last,
                        ": not fetched within the read deadline of ",
@@ -1063,7 +1089,7 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
         if (s.ok()) continue;
         // A transient failure of a request started for another reader is retried within our
         // own deadline; verification failures and permanent refusals are reported at once.
-        if (!Retryable(s.code()) || absl::Now() >= deadline) {
+        if (!Retryable(s.code()) || time_->Now() >= deadline) {
           if (s.code() == absl::StatusCode::kAborted) {
             return absl::DataLossError(
                 absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
@@ -1085,14 +1111,14 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
     if (layer->whole_verified) return absl::OkStatus();
     if (layer->count() > 0) {
       ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                            absl::Now() + options_.background_deadline, nullptr);
+                            time_->Now() + options_.background_deadline, nullptr);
     }
     AfterChunksLandedLocked(layer);
     const uint64_t epoch = layer->fill_epoch;
     auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "reading layer ", layer->digest.str(), ": whole-layer fetch and verification (",
           layer->size, " bytes) not done within the read deadline of ",
@@ -1108,13 +1134,13 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
-  absl::Time deadline = absl::Now() + options_.read_deadline;
+  const std::string endpoint = remote_->EndpointOf(digest);
+  const absl::Time start = time_->Now();
+  const absl::Time fetch_deadline = start + options_.read_deadline;
+  const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
   std::shared_ptr<Layer> layer;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Now() < stalled_until_) {
-      deadline = std::min(deadline, absl::Now() + kStalledReadDeadline);
-    }
     layer = FindLocked(digest);
     if (!layer || !layer->has_spec || layer->refs.empty()) {
       return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
@@ -1125,6 +1151,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
     layer->pins++;
     layer->last_used = ++clock_;
+    layer->endpoint = endpoint;
   }
   struct Unpin {
     BlobCache* cache;
@@ -1149,7 +1176,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
       (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
     }
     s = EnsureWholeLayer(layer, deadline);
-    if (s.ok()) s = EnsureChunks(layer, first, last, deadline, /*count=*/false);
+    if (s.ok()) s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/false);
   } else {
     {
       absl::MutexLock lock(&mu_);
@@ -1158,21 +1185,26 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
         if (layer->window > 0 && end < layer->size) {
           const uint64_t ra_end = std::min(layer->size, end + layer->window);
           ScheduleMissingLocked(layer, end / cs, (ra_end - 1) / cs, kReadahead,
-                                absl::Now() + options_.background_deadline, nullptr);
+                                time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {
         // kInsecureStream: serve what is fetched, but still fetch and check everything. The
         // reader's own chunks go first, in their own request.
-        ScheduleMissingLocked(layer, first, last, kForeground, deadline, nullptr);
+        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, nullptr);
         ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                              absl::Now() + options_.background_deadline, nullptr);
+                              time_->Now() + options_.background_deadline, nullptr);
       }
     }
-    s = EnsureChunks(layer, first, last, deadline, /*count=*/true);
+    s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/true);
   }
-  if (absl::IsDeadlineExceeded(s)) {
-    absl::MutexLock lock(&mu_);
-    stalled_until_ = absl::Now() + std::min(options_.read_deadline, kStalledWindow);
+  // Only a read that was given the whole deadline says the registry is not answering; a
+  // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
+  if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
+      health_.RecordTimeout(endpoint, time_->Now())) {
+    Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
+                     " did not serve layer ", digest.str(), " within the read deadline of ",
+                     absl::FormatDuration(options_.read_deadline),
+                     "; reads that need it fail fast until it answers again"));
   }
   if (!s.ok()) return s;
 
@@ -1200,7 +1232,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
   if (policy == PrefetchPolicy::kNone || layer->count() == 0) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + options_.background_deadline;
+  const absl::Time deadline = time_->Now() + options_.background_deadline;
   if (layer->mode == VerifyMode::kWholeLayer) {
     // Nothing of such a layer is servable before all of it is verified: headers alone do not
     // help, so only kAll starts the fill.
