@@ -22,19 +22,8 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-bool Retryable(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kUnknown:
-      return true;
-    default:
-      return false;
-  }
-}
+// The one retry rule (core/base/backoff.h): kInternal is not worth a second attempt.
+bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
 
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
 

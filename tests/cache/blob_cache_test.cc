@@ -384,6 +384,30 @@ TEST_F(BlobCacheTest, PermanentRemoteErrorIsReturnedWithoutRetrying) {
   EXPECT_EQ(remote_.requests(), 1);
 }
 
+TEST_F(BlobCacheTest, InternalErrorFromTheRemoteIsReturnedWithoutRetrying) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * 1024, 48);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::InternalError("remote bug"));
+  EXPECT_THAT(cache->Read(d, 0, 100),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("remote bug")));
+  EXPECT_EQ(remote_.requests(), 1);
+}
+
+TEST_F(BlobCacheTest, TooManyRequestsFromTheRemoteIsRetried) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * 1024, 49);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::ResourceExhaustedError("HTTP 429"));
+  absl::StatusOr<std::string> got;
+  std::thread reader([&] { got = cache->Read(d, 0, 100); });
+  EXPECT_TRUE(remote_.WaitForRequests(d, 2));
+  remote_.Heal();
+  reader.join();
+  ASSERT_OK(got.status());
+  EXPECT_EQ(*got, blob.substr(0, 100));
+}
+
 TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
   const std::string blob = RandomBytes(32 * 1024, 19);
   Digest d;
