@@ -704,6 +704,8 @@ class RegistryHealthTest : public BlobCacheTest {
     ASSERT_TRUE(remote_.WaitForHeld(1));
     clock_.Advance(kDeadline);
     EXPECT_THAT(read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+    // The held fetch gives up on its own (same deadline); later WaitForHeld counts start at 0.
+    ASSERT_TRUE(remote_.WaitForNoneHeld());
     remote_.Release();
   }
 
@@ -779,6 +781,7 @@ TEST_F(RegistryHealthTest, AShortenedReadThatFailsDoesNotExtendTheWindow) {
   EXPECT_THAT(short_read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded));
   clock_.Advance(absl::Milliseconds(100));
   remote_.Release();
+  ASSERT_TRUE(remote_.WaitForNoneHeld());  // before the latency applies to it too
   remote_.SetLatency(absl::Milliseconds(800));
   auto read = StartRead(*cache, d, 4 * kChunk, 100);
   ASSERT_TRUE(remote_.WaitForRequests(d, 3));

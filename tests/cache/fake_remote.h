@@ -119,6 +119,13 @@ class FakeRemote : public RemoteBlobSource {
     return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
   }
 
+  // Waits until no fetch is blocked by Hold(); false after `timeout`.
+  bool WaitForNoneHeld(absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_ == 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
+  }
+
   int requests() const {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(log_.size());
