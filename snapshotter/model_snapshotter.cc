@@ -309,7 +309,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
 bool ModelSnapshotter::WaitRestored(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   absl::Time deadline = absl::Now() + timeout;
-  auto loading = [&] {
+  auto loading = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& [name, e] : models_) {
       if (e.state == ModelState::kLoading) return true;
     }
