@@ -1252,11 +1252,10 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
-  const std::string endpoint = remote_->EndpointOf(digest);
   const absl::Time start = time_->Now();
   const absl::Time fetch_deadline = start + options_.read_deadline;
-  const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
   std::shared_ptr<Layer> layer;
+  std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
     layer = FindLocked(digest);
@@ -1269,8 +1268,9 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
     layer->pins++;
     layer->last_used = ++clock_;
-    layer->endpoint = endpoint;
+    endpoint = layer->endpoint;
   }
+  const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
   struct Unpin {
     BlobCache* cache;
     Layer* layer;

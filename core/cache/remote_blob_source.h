@@ -29,8 +29,9 @@ class RemoteBlobSource {
   virtual absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset,
                                                  uint64_t length, absl::Time deadline) = 0;
 
-  // The registry endpoint that serves `blob` ("" when there is one source). The cache tracks
-  // health per endpoint, so one registry's outage never changes reads of another's layers.
+  // The registry endpoint that serves `blob` ("" when there is one source), asked when the
+  // layer is registered. The cache keeps health and fetch threads per endpoint, so one
+  // registry's outage never changes reads of another's layers.
   virtual std::string EndpointOf(const Digest& blob) { return std::string(); }
 };
 

@@ -732,10 +732,10 @@ TEST_F(RegistryHealthTest, ASlowRegistryServesAReaderThatRetriesASecondAfterATim
 TEST_F(RegistryHealthTest, OneRegistrysTimeoutDoesNotShortenReadsFromAnother) {
   auto cache = OpenOnFakeClock();
   const std::string a = RandomBytes(4 * kChunk, 41), b = RandomBytes(4 * kChunk, 42);
+  remote_.SetEndpoint(Digest::Of(a), "registry-a");  // before registering: the cache asks then
   Digest da = AddChunked(*cache, a, "model-a");
+  remote_.SetEndpoint(Digest::Of(b), "registry-b");  // before registering: the cache asks then
   Digest db = AddChunked(*cache, b, "model-b");
-  remote_.SetEndpoint(da, "registry-a");
-  remote_.SetEndpoint(db, "registry-b");
   TimeOut(*cache, da);
   remote_.SetLatency(absl::Milliseconds(800));
   auto read = StartRead(*cache, db, 0, 100);
@@ -796,10 +796,10 @@ TEST_F(RegistryHealthTest, AShortenedReadThatFailsDoesNotExtendTheWindow) {
 TEST_F(RegistryHealthTest, AHungRegistryCannotTakeTheFetchThreadsOfAnother) {
   auto cache = OpenOnFakeClock();  // 4 fetch threads
   const std::string a = RandomBytes(16 * kChunk, 46), b = RandomBytes(4 * kChunk, 47);
+  remote_.SetEndpoint(Digest::Of(a), "registry-a");  // before registering: the cache asks then
   Digest da = AddChunked(*cache, a, "model-a");
+  remote_.SetEndpoint(Digest::Of(b), "registry-b");  // before registering: the cache asks then
   Digest db = AddChunked(*cache, b, "model-b");
-  remote_.SetEndpoint(da, "registry-a");
-  remote_.SetEndpoint(db, "registry-b");
   remote_.HoldOnly(da);
   remote_.Hold();
   std::vector<std::unique_ptr<PendingRead>> stuck;
