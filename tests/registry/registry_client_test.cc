@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/http_fixture.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -42,14 +43,17 @@ class RegistryClientTest : public ::testing::Test {
     server_->ClearLog();
   }
 
-  std::unique_ptr<RegistryClient> Client() {
+  static RegistryClientOptions Options() {
     RegistryClientOptions o;
     o.registry = absl::StrCat("127.0.0.1:", server_->port());
     o.endpoint.scheme = "http";
     o.endpoint.host = o.registry;
     o.initial_backoff = absl::Milliseconds(1);
     o.max_backoff = absl::Milliseconds(2);
-    auto client = RegistryClient::Create(o);
+    return o;
+  }
+  std::unique_ptr<RegistryClient> Client() {
+    auto client = RegistryClient::Create(Options());
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }
@@ -93,6 +97,25 @@ TEST_F(RegistryClientTest, ManifestAndHeadRequestsStillRetryA503) {
   ASSERT_OK_AND_ASSIGN(std::optional<uint64_t> size, client->HeadBlob("models/m", *digest_));
   EXPECT_EQ(size, std::optional<uint64_t>(blob_->size()));
   EXPECT_EQ(server_->ReadLog().size(), 3u);
+}
+
+// Token expiry runs on the client's clock: a FakeClock moves it, nothing sleeps.
+TEST_F(RegistryClientTest, ABearerTokenIsReusedUntilItExpiresAndThenRenewed) {
+  dir_->WriteFile("token.json", R"({"token": "T1", "expires_in": 60})");
+  ASSERT_OK(server_->SetFaults({.require_token = "T1", .token_realm = "/token.json"}));
+  modelfs::testing::FakeClock clock;
+  RegistryClientOptions o = Options();
+  o.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 0, 10));
+  EXPECT_EQ(client->stats().token_requests, 1u);
+  clock.Advance(absl::Seconds(49));  // renewed 10 s early: good until 50 s
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 10, 10));
+  EXPECT_EQ(client->stats().token_requests, 1u);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange("models/m", *digest_, 20, 10));
+  EXPECT_EQ(got, blob_->substr(20, 10));
+  EXPECT_EQ(client->stats().token_requests, 2u);
 }
 
 TEST(RetryableCodeTest, InternalIsNotRetryable) {
