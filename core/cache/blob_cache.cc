@@ -1320,12 +1320,15 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
   }
   // Only a read that was given the whole deadline says the registry is not answering; a
   // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
+  // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
   if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
-      health_.RecordTimeout(endpoint, time_->Now())) {
+      layer->mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
     Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
                      " did not serve layer ", digest.str(), " within the read deadline of ",
-                     absl::FormatDuration(options_.read_deadline),
-                     "; reads that need it fail fast until it answers again"));
+                     absl::FormatDuration(options_.read_deadline), "; for the next ",
+                     absl::FormatDuration(EndpointHealthOptions().retry_window),
+                     " (or until it answers) reads that need it wait at most ",
+                     absl::FormatDuration(EndpointHealthOptions().fail_fast_wait)));
   }
   if (!s.ok()) return s;
 
