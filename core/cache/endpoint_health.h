@@ -24,8 +24,10 @@
 namespace modelfs {
 
 struct EndpointHealthOptions {
-  absl::Duration retry_window = absl::Seconds(1);
-  absl::Duration fail_fast_wait = absl::Milliseconds(250);
+  // 1 s: a registry restarting, or answering its first request on a new connection, still
+  // makes it; the kernel's immediate retry of a failed read then costs 1 s, not a deadline.
+  absl::Duration retry_window = absl::Seconds(2);
+  absl::Duration fail_fast_wait = absl::Seconds(1);
 };
 
 class EndpointHealth {

@@ -666,8 +666,8 @@ namespace modelfs {
 namespace {
 
 // Registry health (issue 9 §2): reads run on a FakeClock, so deadlines and windows are exact
-// and nothing sleeps. The read deadline is 5 s; a timed-out read opens a 1 s window in which
-// reads of that registry wait at most 250 ms.
+// and nothing sleeps. The read deadline is 5 s; a timed-out read opens a 2 s window in which
+// reads of that registry wait at most 1 s.
 class RegistryHealthTest : public BlobCacheTest {
  protected:
   static constexpr absl::Duration kDeadline = absl::Seconds(5);
@@ -767,7 +767,7 @@ TEST_F(RegistryHealthTest, AReadRightAfterATimeoutWaitsOnlyTheShortDeadline) {
   remote_.Hold();
   auto read = StartRead(*cache, d, 2 * kChunk, 100);
   ASSERT_TRUE(remote_.WaitForHeld(1));
-  clock_.Advance(absl::Milliseconds(250));
+  clock_.Advance(absl::Seconds(1));
   EXPECT_THAT(read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
   remote_.Release();
 }
@@ -780,15 +780,15 @@ TEST_F(RegistryHealthTest, AShortenedReadThatFailsDoesNotExtendTheWindow) {
   remote_.Hold();
   auto short_read = StartRead(*cache, d, 2 * kChunk, 100);
   ASSERT_TRUE(remote_.WaitForHeld(1));
-  clock_.Advance(absl::Milliseconds(900));  // fails 250 ms in, 100 ms before the window ends
+  clock_.Advance(absl::Milliseconds(1900));  // fails 1 s in, 100 ms before the window ends
   EXPECT_THAT(short_read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded));
   clock_.Advance(absl::Milliseconds(100));
   remote_.Release();
-  ASSERT_TRUE(remote_.WaitForNoneHeld());  // before the latency applies to it too
-  remote_.SetLatency(absl::Milliseconds(800));
+  ASSERT_TRUE(remote_.WaitForNoneHeld());        // before the latency applies to it too
+  remote_.SetLatency(absl::Milliseconds(1500));  // longer than a shortened read waits
   auto read = StartRead(*cache, d, 4 * kChunk, 100);
   ASSERT_TRUE(remote_.WaitForRequests(d, 3));
-  clock_.Advance(absl::Milliseconds(800));
+  clock_.Advance(absl::Milliseconds(1500));
   ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
   EXPECT_EQ(got, blob.substr(4 * kChunk, 100));
 }

@@ -14,17 +14,17 @@ TEST(EndpointHealthTest, AnEndpointNeverTimedOutGetsTheFullDeadline) {
   EXPECT_EQ(h.ReadDeadline("reg-a", kT0, kDeadline), kT0 + kDeadline);
 }
 
-TEST(EndpointHealthTest, ReadsWithinOneSecondOfATimeoutWaitAtMost250Ms) {
+TEST(EndpointHealthTest, ReadsWithinTwoSecondsOfATimeoutWaitAtMostOneSecond) {
   EndpointHealth h;
   EXPECT_TRUE(h.RecordTimeout("reg-a", kT0));
-  const absl::Time t = kT0 + absl::Milliseconds(999);
-  EXPECT_EQ(h.ReadDeadline("reg-a", t, kDeadline), t + absl::Milliseconds(250));
+  const absl::Time t = kT0 + absl::Milliseconds(1999);
+  EXPECT_EQ(h.ReadDeadline("reg-a", t, kDeadline), t + absl::Seconds(1));
 }
 
-TEST(EndpointHealthTest, TheWindowEndsOneSecondAfterTheTimeout) {
+TEST(EndpointHealthTest, TheWindowEndsTwoSecondsAfterTheTimeout) {
   EndpointHealth h;
   h.RecordTimeout("reg-a", kT0);
-  const absl::Time t = kT0 + absl::Seconds(1);
+  const absl::Time t = kT0 + absl::Seconds(2);
   EXPECT_EQ(h.ReadDeadline("reg-a", t, kDeadline), t + kDeadline);
 }
 
