@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/oci/path_safety.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -22,42 +23,14 @@ namespace modelfs {
 namespace {
 
 constexpr char kErrnoPayloadUrl[] = "modelfs.dev/errno";
-constexpr size_t kNameMax = 255;
-constexpr size_t kPathMax = 4095;
 constexpr uint32_t kDirMode = S_IFDIR | 0555;
 constexpr uint32_t kFileMode = S_IFREG | 0444;
 
-// Splits a model-relative path into components, refusing anything that could name a place
-// outside the model or be read two ways.
+// Splits a model-relative path into components after the one path check that pull and
+// mount share (core/oci/path_safety.h), so both accept and refuse exactly the same names.
 absl::StatusOr<std::vector<std::string>> SplitSafePath(const std::string& path) {
-  if (path.empty()) return absl::InvalidArgumentError("empty file path");
-  if (path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("file path '", absl::CEscape(path), "' contains a NUL byte"));
-  }
-  if (path.size() > kPathMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("file path '", path.substr(0, 64), "...' is longer than ", kPathMax));
-  }
-  if (path.front() == '/') {
-    return absl::PermissionDeniedError(absl::StrCat("absolute file path '", path, "' refused"));
-  }
-  std::vector<std::string> parts = absl::StrSplit(path, '/');
-  for (const std::string& part : parts) {
-    if (part == "." || part == "..") {
-      return absl::PermissionDeniedError(
-          absl::StrCat("file path '", path, "' has a '", part, "' component; refused"));
-    }
-    if (part.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("file path '", path, "' has an empty component"));
-    }
-    if (part.size() > kNameMax) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("file path '", path, "' has a component longer than ", kNameMax));
-    }
-  }
-  return parts;
+  RETURN_IF_ERROR(CheckRelativePath(path));
+  return std::vector<std::string>(absl::StrSplit(path, '/'));
 }
 
 uint64_t HashIno(const std::string& full_path, uint64_t salt) {

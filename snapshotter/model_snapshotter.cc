@@ -48,6 +48,14 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
     return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
   }
 
+  // The cache keeps health and fetch threads per registry, so one model's registry outage
+  // does not touch reads of models from other registries.
+  std::string EndpointOf(const Digest& blob) override {
+    absl::MutexLock lock(&mu_);
+    auto it = routes_.find(blob.str());
+    return it == routes_.end() ? std::string() : it->second.client->registry();
+  }
+
  private:
   struct Route {
     std::shared_ptr<RegistryClient> client;
@@ -297,7 +305,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
 bool ModelSnapshotter::WaitRestored(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   absl::Time deadline = absl::Now() + timeout;
-  auto loading = [&] {
+  auto loading = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& [name, e] : models_) {
       if (e.state == ModelState::kLoading) return true;
     }

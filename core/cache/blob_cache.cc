@@ -19,27 +19,12 @@
 
 namespace modelfs {
 
-// See stalled_until_ in the header: how long after a timed-out read the short deadline holds,
-// and how long a read that needs the network may then wait.
-constexpr absl::Duration kStalledWindow = absl::Seconds(2);
-constexpr absl::Duration kStalledReadDeadline = absl::Milliseconds(250);
 namespace {
 
 constexpr int kFormatVersion = 1;
 
-bool Retryable(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kUnknown:
-      return true;
-    default:
-      return false;
-  }
-}
+// The one retry rule (core/base/backoff.h): kInternal is not worth a second attempt.
+bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
 
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
 
@@ -62,21 +47,6 @@ absl::Status PreadFull(int fd, char* buf, uint64_t n, uint64_t offset, const std
   return absl::OkStatus();
 }
 
-absl::Status PwriteFull(int fd, const char* buf, uint64_t n, uint64_t offset,
-                        const std::string& what) {
-  uint64_t done = 0;
-  while (done < n) {
-    ssize_t r = pwrite(fd, buf + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      return absl::InternalError(
-          absl::StrCat("writing ", what, " at offset ", offset + done, ": ", ErrnoText(errno)));
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
-}
-
 std::array<uint8_t, 32> HashOf(const char* data, size_t n) {
   Sha256 h;
   h.Update(data, n);
@@ -92,6 +62,7 @@ struct BlobCache::Layer {
   uint64_t size = 0;
   uint64_t chunk_size = 1;
   VerifyMode mode = VerifyMode::kChunk;
+  std::string endpoint;   // the registry that serves it (RemoteBlobSource::EndpointOf)
   bool has_spec = false;  // registered in this process (else only known from the database)
   // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
   // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
@@ -114,6 +85,9 @@ struct BlobCache::Layer {
   uint64_t window = 0;
   bool bulk_active = false;
   uint64_t bulk_next = 0;
+  bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
+  // Verified chunks the full disk could not take (state kInMemory).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
 
   ~Layer() {
     if (fd >= 0) close(fd);
@@ -134,12 +108,18 @@ struct BlobCache::Flight {
   bool queued = false;
   bool bulk = false;
   absl::Time deadline;
+  std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
   std::vector<absl::Status> chunk_status;
+  // Verified chunks that only memory holds (the disk is full), for the readers that waited:
+  // the memory budget may drop them from the layer before those readers look again.
+  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
 };
 
 BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
-    : options_(std::move(options)), remote_(remote) {}
+    : options_(std::move(options)),
+      remote_(remote),
+      time_(options_.clock != nullptr ? options_.clock : Clock::Real()) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
                                                            RemoteBlobSource* remote) {
@@ -164,43 +144,29 @@ absl::Status BlobCache::Init() {
         absl::StrCat("cache: cannot create ", options_.dir, "/blobs/sha256: ", ec.message()));
   }
   const std::string db_path = options_.dir + "/cache.db";
-  {
-    absl::MutexLock lock(&db_mu_);
-    int rc =
-        sqlite3_open_v2(db_path.c_str(), &db_,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-    if (rc != SQLITE_OK) {
-      std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-      sqlite3_close(db_);
-      db_ = nullptr;
-      return absl::InternalError(absl::StrCat("cache: cannot open ", db_path, ": ", msg));
-    }
-    sqlite3_busy_timeout(db_, 5000);
+  if (absl::Status s = OpenDatabase(db_path); !s.ok()) {
+    // A full disk ("database or disk is full") must not stop the filesystem from mounting:
+    // serve without a persistent record. Data files it vouched for cannot be trusted without
+    // it and are removed (LoadFromDb), which also gives the disk back.
+    Log(absl::StrCat(s.message(),
+                     "; running without a persistent record: data cached earlier "
+                     "is dropped and nothing cached now survives a restart"));
+    RETURN_IF_ERROR(OpenDatabase(":memory:"));
   }
-  RETURN_IF_ERROR(DbExec("PRAGMA journal_mode=WAL"));
-  RETURN_IF_ERROR(DbExec("PRAGMA synchronous=NORMAL"));
-  RETURN_IF_ERROR(
-      DbExec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-             "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
-             " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
-             " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
-             "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
-             " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"));
-  RETURN_IF_ERROR(DbExec(absl::StrCat(
-      "INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '", kFormatVersion, "')")));
   RETURN_IF_ERROR(LoadFromDb());
-  for (int i = 0; i < options_.fetch_threads; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
-  }
+  absl::MutexLock lock(&mu_);
+  StartPoolLocked("");
   return absl::OkStatus();
 }
 
 BlobCache::~BlobCache() {
+  std::vector<std::thread> workers;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    workers.swap(workers_);
   }
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers) t.join();
   PersistPending();  // what the dropped queue would have recorded
   {
     absl::MutexLock lock(&mu_);
@@ -230,6 +196,45 @@ void BlobCache::Log(absl::string_view line) const {
 
 std::string BlobCache::DataPath(const Digest& digest) const {
   return absl::StrCat(options_.dir, "/blobs/sha256/", std::string(digest.hex()), ".data");
+}
+
+absl::Status BlobCache::OpenDatabase(const std::string& path) {
+  {
+    absl::MutexLock lock(&db_mu_);
+    if (db_ != nullptr) sqlite3_close(db_);
+    db_ = nullptr;
+    int rc =
+        sqlite3_open_v2(path.c_str(), &db_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close(db_);
+      db_ = nullptr;
+      return absl::InternalError(absl::StrCat("cache: cannot open ", path, ": ", msg));
+    }
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  absl::Status s = DbExec("PRAGMA journal_mode=WAL");
+  if (s.ok()) s = DbExec("PRAGMA synchronous=NORMAL");
+  if (s.ok()) {
+    s = DbExec(
+        "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
+        " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
+        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
+        "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
+        " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;");
+  }
+  if (s.ok()) {
+    s = DbExec(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
+                            kFormatVersion, "')"));
+  }
+  if (!s.ok()) {
+    absl::MutexLock lock(&db_mu_);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -494,6 +499,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
     chunk_size = idx.chunk_size;
   }
+  const std::string endpoint = remote_->EndpointOf(spec.digest);
 
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Layer> layer = FindLocked(spec.digest);
@@ -504,6 +510,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
                                                      " but already known with size ", layer->size));
     }
     layer->refs.insert(spec.model_ref);
+    layer->endpoint = endpoint;
     layer->last_used = ++clock_;
     return absl::OkStatus();
   }
@@ -538,13 +545,17 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     RETURN_IF_ERROR(OpenDataFileLocked(*layer, /*truncate=*/true));
   }
   layer->has_spec = true;
+  layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
   layer->last_used = ++clock_;
   std::string local;
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
-  RETURN_IF_ERROR(DbUpsertLayer(*layer, layer->whole_verified, local));
+  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local); !s.ok()) {
+    // The layer still serves (a full disk, say); it is only not remembered across restarts.
+    Log(s.message());
+  }
   layers_[spec.digest] = layer;
   return absl::OkStatus();
 }
@@ -581,7 +592,16 @@ std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) co
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
+void BlobCache::StartPoolLocked(const std::string& endpoint) {
+  if (stopping_ || !pools_.insert(endpoint).second) return;
+  for (int i = 0; i < options_.fetch_threads; ++i) {
+    workers_.emplace_back([this, endpoint] { WorkerLoop(endpoint); });
+  }
+}
+
 void BlobCache::EnqueueLocked(Job job) {
+  StartPoolLocked(job.endpoint);
+  queued_[job.endpoint]++;
   std::pair<int, uint64_t> key(job.priority, next_seq_++);
   if (job.flight) {
     job.flight->key = key;
@@ -630,6 +650,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
     layer->jobs++;
     Job job;
     job.priority = priority;
+    job.endpoint = f->endpoint = layer->endpoint;
     job.flight = f;
     job.run = [this, f] { RunFlight(f); };
     EnqueueLocked(std::move(job));
@@ -637,16 +658,21 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-void BlobCache::WorkerLoop() {
+void BlobCache::WorkerLoop(std::string endpoint) {
   while (true) {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      auto ready = [this, &endpoint]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        if (stopping_) return true;
+        auto q = queued_.find(endpoint);
+        return q != queued_.end() && q->second > 0;
+      };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       auto it = queue_.begin();
+      while (it->second.endpoint != endpoint) ++it;  // queued_ says there is one
+      queued_[endpoint]--;
       job = std::move(it->second);
       queue_.erase(it);
       if (job.flight) job.flight->queued = false;
@@ -677,8 +703,8 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
 
   std::string data;
   absl::Status st;
-  absl::Duration backoff = options_.retry.initial_backoff;
-  for (int attempt = 1;; ++attempt) {
+  Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
+  while (true) {
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
@@ -688,7 +714,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       st = absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
       break;
     }
-    if (absl::Now() >= deadline) {
+    if (time_->Now() >= deadline) {
       st = absl::DeadlineExceededError(
           absl::StrCat("fetching ", range, ": deadline passed",
                        st.ok() ? "" : "; last error: ", st.ok() ? "" : std::string(st.message())));
@@ -701,6 +727,10 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       if (r->size() == length) {
         data = std::move(*r);
         st = absl::OkStatus();
+        if (health_.RecordSuccess(f->endpoint)) {
+          Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
+                           " answers again; reads that need it get the full deadline"));
+        }
         break;
       }
       st = absl::UnavailableError(
@@ -709,14 +739,18 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       st = r.status();
     }
     if (!Retryable(st.code())) break;
-    if (options_.retry.max_attempts > 0 && attempt >= options_.retry.max_attempts) break;
-    absl::SleepFor(std::min(backoff, std::max(absl::ZeroDuration(), deadline - absl::Now())));
-    backoff = std::min(backoff * 2, options_.retry.max_backoff);
+    std::optional<absl::Duration> wait = backoff.Next();
+    if (!wait) break;
+    // The reader's deadline may move later (another reader joins), so the loop checks it
+    // itself rather than giving the Backoff a fixed one.
+    time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
 
   const uint64_t n = f->last - f->first + 1;
   std::vector<absl::Status> chunk_status(n, st);
   std::vector<uint64_t> good;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory_chunks;
+  bool wrote = false, disk_full = false;
   if (st.ok()) {
     uint64_t pos = 0;
     for (uint64_t i = 0; i < n; ++i) {
@@ -736,8 +770,25 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
           continue;
         }
       }
-      chunk_status[i] = PwriteFull(layer->fd, piece, len, c * cs, DataPath(layer->digest));
-      if (chunk_status[i].ok()) good.push_back(c);
+      const int err = WriteData(layer->fd, piece, len, c * cs);
+      if (err == 0) {
+        good.push_back(c);
+        wrote = true;
+      } else if (err == ENOSPC || err == EDQUOT) {
+        disk_full = true;
+        if (expected.empty()) {
+          // Nothing of a whole-layer fill is servable before all of it is verified on disk.
+          chunk_status[i] = absl::ResourceExhaustedError(absl::StrCat(
+              "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
+              " has no chunk index, so it must be cached whole before it is served"));
+        } else {
+          // Verified: hand the bytes to the readers without recording them.
+          memory_chunks.emplace_back(i, std::make_shared<const std::string>(piece, len));
+        }
+      } else {
+        chunk_status[i] = absl::InternalError(absl::StrCat(
+            "writing ", DataPath(layer->digest), " at offset ", c * cs, ": ", ErrnoText(err)));
+      }
     }
     // Verified chunks are served from the page cache at once; their fdatasync and record are
     // batched by PersistPending (below, under mu_). Chunks of an unverified whole-layer fill are
@@ -747,10 +798,12 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   }
 
   bool over_budget = false;
+  bool became_full = false;
   {
     absl::MutexLock lock(&mu_);
     const bool stale = layer->gen.load() != f->gen;
     bool failed = false;
+    size_t next_memory = 0;
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t c = f->first + i;
       if (layer->flight[c] == f) layer->flight[c] = nullptr;
@@ -759,22 +812,34 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
             absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
         continue;
       }
-      if (chunk_status[i].ok()) {
+      if (next_memory < memory_chunks.size() && memory_chunks[next_memory].first == i) {
+        f->memory.emplace_back(c, memory_chunks[next_memory].second);
+        KeepInMemoryLocked(layer, c, std::move(memory_chunks[next_memory++].second));
+      } else if (chunk_status[i].ok()) {
         layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
         layer->cached_bytes += layer->ChunkLen(c);
         cached_bytes_ += layer->ChunkLen(c);
       } else {
         layer->state[c] = ChunkState::kMissing;
+        if (!failed) {
+          layer->fill_error = chunk_status[i];
+          layer->fill_disk_full = absl::IsResourceExhausted(chunk_status[i]);
+        }
         failed = true;
       }
+    }
+    if (disk_full && !disk_full_) {
+      disk_full_ = became_full = true;
+      // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
+      for (auto& l : bulk_layers_) l->bulk_active = false;
+      bulk_layers_.clear();
+    } else if (wrote && !disk_full) {
+      disk_full_ = false;
     }
     if (!stale && !good.empty() && !expected.empty()) {
       QueuePersistLocked(layer, f->gen, std::move(good));
     }
-    if (failed && !stale) {
-      layer->fill_epoch++;
-      layer->fill_error = st.ok() ? absl::DataLossError("chunk failed verification") : st;
-    }
+    if (failed && !stale) layer->fill_epoch++;
     f->chunk_status = std::move(chunk_status);
     f->done = true;
     layer->jobs--;
@@ -785,7 +850,60 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     if (!stale) AfterChunksLandedLocked(layer);
     over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
   }
-  if (over_budget) EnforceSizeLimit();
+  if (became_full) {
+    // Make room for the models in use: what no model references goes first, all of it.
+    auto [layers, bytes] = EvictUnreferenced(0);
+    Log(absl::StrCat("cache directory ", options_.dir,
+                     " is full (no space left on device): serving verified bytes from the "
+                     "network without caching them, readahead and prefetch paused; evicted ",
+                     layers, " unreferenced layer(s), ", bytes, " bytes"));
+  } else if (over_budget) {
+    EnforceSizeLimit();
+  }
+}
+
+int BlobCache::WriteData(int fd, const char* data, uint64_t n, uint64_t offset) const {
+  if (options_.write_data) return options_.write_data(fd, data, n, offset);
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = pwrite(fd, data + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    done += static_cast<uint64_t>(r);
+  }
+  return 0;
+}
+
+void BlobCache::KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
+                                   std::shared_ptr<const std::string> bytes) {
+  memory_bytes_ += bytes->size();
+  auto& slot = layer->in_memory[chunk];
+  if (slot) memory_bytes_ -= slot->size();
+  slot = std::move(bytes);
+  layer->state[chunk] = ChunkState::kInMemory;
+  memory_order_.emplace_back(layer, chunk);
+  // Readers that got a chunk hold their own reference, so dropping one here is always safe.
+  while (memory_bytes_ > options_.memory_fallback_bytes && !memory_order_.empty()) {
+    auto [weak, c] = memory_order_.front();
+    memory_order_.pop_front();
+    std::shared_ptr<Layer> l = weak.lock();
+    if (!l) continue;
+    auto it = l->in_memory.find(c);
+    if (it == l->in_memory.end()) continue;
+    memory_bytes_ -= it->second->size();
+    l->in_memory.erase(it);
+    if (l->state[c] == ChunkState::kInMemory) l->state[c] = ChunkState::kMissing;
+  }
+}
+
+void BlobCache::DropFromMemoryLocked(Layer& layer) {
+  for (const auto& [c, bytes] : layer.in_memory) memory_bytes_ -= bytes->size();
+  layer.in_memory.clear();
+}
+
+bool BlobCache::disk_full() const {
+  absl::MutexLock lock(&mu_);
+  return disk_full_;
 }
 
 void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
@@ -919,6 +1037,7 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
     }
     cached_bytes_ -= layer->cached_bytes;
     layer->cached_bytes = 0;
+    DropFromMemoryLocked(*layer);
     // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
     counters_.quarantined_layers++;
     Log(absl::StrCat("quarantined layer ", layer->digest.str(), ": ", reason));
@@ -928,6 +1047,7 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
 }
 
 void BlobCache::PumpBulkLocked() {
+  if (disk_full_) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
     auto current = FindLocked(layer->digest);
@@ -950,7 +1070,7 @@ void BlobCache::PumpBulkLocked() {
       ++end;
     }
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
-                          absl::Now() + options_.background_deadline, &created);
+                          time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) f->bulk = true;
     bulk_in_flight_ += static_cast<int>(created.size());
     layer->bulk_next = end;
@@ -1005,11 +1125,16 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   return ok;
 }
 
-absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64_t first,
-                                     uint64_t last, absl::Time deadline, bool count) {
+absl::Status BlobCache::EnsureChunks(
+    const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last, absl::Time deadline,
+    absl::Time fetch_deadline, bool count,
+    std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>>* memory) {
+  // Chunks the flights we waited for left only in memory; taken even if the layer dropped them.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> from_flights;
   while (true) {
     std::vector<std::shared_ptr<Flight>> waits;
     std::vector<uint64_t> recheck;
+    memory->clear();
     {
       absl::MutexLock lock(&mu_);
       if (layer->quarantined) {
@@ -1020,6 +1145,12 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
       for (uint64_t c = first; c <= last; ++c) {
         if (layer->Servable(c)) {
           hits++;
+        } else if (layer->state[c] == ChunkState::kInMemory) {
+          hits++;
+          memory->emplace_back(c, layer->in_memory.at(c));
+        } else if (auto it = from_flights.find(c); it != from_flights.end()) {
+          hits++;
+          memory->emplace_back(c, it->second);
         } else if (layer->state[c] == ChunkState::kRecorded) {
           hits++;
           recheck.push_back(c);
@@ -1037,10 +1168,20 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
         count = false;
       }
       if (recheck.empty()) {
-        ScheduleMissingLocked(layer, first, last, kForeground, deadline, &waits);
+        // Fetch the runs of chunks that no flight left us in memory.
+        for (uint64_t c = first; c <= last;) {
+          if (from_flights.contains(c)) {
+            ++c;
+            continue;
+          }
+          uint64_t run_end = c;
+          while (run_end < last && !from_flights.contains(run_end + 1)) ++run_end;
+          ScheduleMissingLocked(layer, c, run_end, kForeground, fetch_deadline, &waits);
+          c = run_end + 1;
+        }
         for (const auto& w : waits) {
           PromoteLocked(w, kForeground);
-          w->deadline = std::max(w->deadline, deadline);
+          w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
     }
@@ -1058,7 +1199,7 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
       }
       return true;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&done), deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("reading layer ", layer->digest.str(), " chunks ", first, "..", last,
                        ": not fetched within the read deadline of ",
@@ -1066,12 +1207,15 @@ absl::Status BlobCache::EnsureChunks(const std::shared_ptr<Layer>& layer, uint64
     }
     for (const auto& w : waits) {
       if (!w->done) continue;
+      for (const auto& [c, bytes] : w->memory) {
+        if (c >= first && c <= last) from_flights[c] = bytes;
+      }
       for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last); ++c) {
         const absl::Status& s = w->chunk_status[c - w->first];
         if (s.ok()) continue;
         // A transient failure of a request started for another reader is retried within our
         // own deadline; verification failures and permanent refusals are reported at once.
-        if (!Retryable(s.code()) || absl::Now() >= deadline) {
+        if (!Retryable(s.code()) || time_->Now() >= deadline) {
           if (s.code() == absl::StatusCode::kAborted) {
             return absl::DataLossError(
                 absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
@@ -1093,22 +1237,22 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
     if (layer->whole_verified) return absl::OkStatus();
     if (layer->count() > 0) {
       ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                            absl::Now() + options_.background_deadline, nullptr);
+                            time_->Now() + options_.background_deadline, nullptr);
     }
     AfterChunksLandedLocked(layer);
     const uint64_t epoch = layer->fill_epoch;
     auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "reading layer ", layer->digest.str(), ": whole-layer fetch and verification (",
           layer->size, " bytes) not done within the read deadline of ",
           absl::FormatDuration(options_.read_deadline), "; it continues in the background"));
     }
     if (!layer->quarantined && !layer->whole_verified && layer->fill_epoch != epoch &&
-        !Retryable(layer->fill_error.code()) &&
-        layer->fill_error.code() != absl::StatusCode::kDataLoss) {
+        (layer->fill_disk_full || (!Retryable(layer->fill_error.code()) &&
+                                   layer->fill_error.code() != absl::StatusCode::kDataLoss))) {
       return layer->fill_error;
     }
   }
@@ -1116,13 +1260,12 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
-  absl::Time deadline = absl::Now() + options_.read_deadline;
+  const absl::Time start = time_->Now();
+  const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
+  std::string endpoint;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Now() < stalled_until_) {
-      deadline = std::min(deadline, absl::Now() + kStalledReadDeadline);
-    }
     layer = FindLocked(digest);
     if (!layer || !layer->has_spec || layer->refs.empty()) {
       return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
@@ -1133,7 +1276,9 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
     layer->pins++;
     layer->last_used = ++clock_;
+    endpoint = layer->endpoint;
   }
+  const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
   struct Unpin {
     BlobCache* cache;
     Layer* layer;
@@ -1149,6 +1294,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
   const uint64_t first = offset / cs, last = (end - 1) / cs;
 
   absl::Status s;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
   if (layer->mode == VerifyMode::kWholeLayer) {
     bool verified;
     {
@@ -1157,35 +1303,59 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
       (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
     }
     s = EnsureWholeLayer(layer, deadline);
-    if (s.ok()) s = EnsureChunks(layer, first, last, deadline, /*count=*/false);
+    if (s.ok()) {
+      s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/false, &memory);
+    }
   } else {
     {
       absl::MutexLock lock(&mu_);
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadaheadLocked(*layer, offset, end);
-        if (layer->window > 0 && end < layer->size) {
+        if (layer->window > 0 && end < layer->size && !disk_full_) {
           const uint64_t ra_end = std::min(layer->size, end + layer->window);
           ScheduleMissingLocked(layer, end / cs, (ra_end - 1) / cs, kReadahead,
-                                absl::Now() + options_.background_deadline, nullptr);
+                                time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {
         // kInsecureStream: serve what is fetched, but still fetch and check everything. The
         // reader's own chunks go first, in their own request.
-        ScheduleMissingLocked(layer, first, last, kForeground, deadline, nullptr);
+        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, nullptr);
         ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                              absl::Now() + options_.background_deadline, nullptr);
+                              time_->Now() + options_.background_deadline, nullptr);
       }
     }
-    s = EnsureChunks(layer, first, last, deadline, /*count=*/true);
+    s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/true, &memory);
   }
-  if (absl::IsDeadlineExceeded(s)) {
-    absl::MutexLock lock(&mu_);
-    stalled_until_ = absl::Now() + std::min(options_.read_deadline, kStalledWindow);
+  // Only a read that was given the whole deadline says the registry is not answering; a
+  // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
+  // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
+  if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
+      layer->mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
+    Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
+                     " did not serve layer ", digest.str(), " within the read deadline of ",
+                     absl::FormatDuration(options_.read_deadline), "; for the next ",
+                     absl::FormatDuration(EndpointHealthOptions().retry_window),
+                     " (or until it answers) reads that need it wait at most ",
+                     absl::FormatDuration(EndpointHealthOptions().fail_fast_wait)));
   }
   if (!s.ok()) return s;
 
   std::string out(end - offset, '\0');
-  RETURN_IF_ERROR(PreadFull(layer->fd, out.data(), out.size(), offset, DataPath(digest)));
+  if (memory.empty()) {
+    RETURN_IF_ERROR(PreadFull(layer->fd, out.data(), out.size(), offset, DataPath(digest)));
+  } else {
+    // Some chunks live only in memory (the disk is full): copy those, pread the rest.
+    size_t next = 0;
+    for (uint64_t c = first; c <= last; ++c) {
+      const uint64_t from = std::max(offset, c * cs), to = std::min(end, (c + 1) * cs);
+      char* dst = out.data() + (from - offset);
+      if (next < memory.size() && memory[next].first == c) {
+        memcpy(dst, memory[next++].second->data() + (from - c * cs), to - from);
+      } else {
+        RETURN_IF_ERROR(PreadFull(layer->fd, dst, to - from, from, DataPath(digest)));
+      }
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     if (layer->quarantined) {
@@ -1208,7 +1378,9 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
   if (policy == PrefetchPolicy::kNone || layer->count() == 0) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + options_.background_deadline;
+  // Bytes that cannot be cached would be fetched for nothing: prefetch waits for space.
+  if (disk_full_) return absl::OkStatus();
+  const absl::Time deadline = time_->Now() + options_.background_deadline;
   if (layer->mode == VerifyMode::kWholeLayer) {
     // Nothing of such a layer is servable before all of it is verified: headers alone do not
     // help, so only kAll starts the fill.
@@ -1237,10 +1409,14 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
 
 void BlobCache::EnforceSizeLimit() {
   if (options_.max_bytes == 0) return;
+  EvictUnreferenced(options_.max_bytes);
+}
+
+std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
   std::vector<std::shared_ptr<Layer>> victims;
   {
     absl::MutexLock lock(&mu_);
-    if (cached_bytes_ <= options_.max_bytes) return;
+    if (cached_bytes_ <= target) return {0, 0};
     std::vector<std::shared_ptr<Layer>> candidates;
     for (const auto& [digest, layer] : layers_) {
       if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
@@ -1250,20 +1426,24 @@ void BlobCache::EnforceSizeLimit() {
     std::sort(candidates.begin(), candidates.end(),
               [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
     for (auto& layer : candidates) {
-      if (cached_bytes_ <= options_.max_bytes) break;
+      if (cached_bytes_ <= target) break;
       layer->gen++;
       cached_bytes_ -= layer->cached_bytes;
+      DropFromMemoryLocked(*layer);
       layers_.erase(layer->digest);
       victims.push_back(std::move(layer));
     }
   }
+  uint64_t bytes = 0;
   for (const auto& layer : victims) {
     counters_.evicted_layers++;
+    bytes += layer->cached_bytes;
     Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer->cached_bytes,
                      " bytes cached, unreferenced)"));
     DbForgetLayer(layer->digest);
     unlink(DataPath(layer->digest).c_str());
   }
+  return {victims.size(), bytes};
 }
 
 CacheStats BlobCache::stats() const {

@@ -46,7 +46,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/backoff.h"
+#include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/cache/endpoint_health.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
@@ -63,12 +66,9 @@ enum class VerifyMode {
 
 enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
 
-// Retries of a failed range request, always bounded by the request's deadline.
-struct RetryPolicy {
-  int max_attempts = 0;  // 0: retry until the deadline
-  absl::Duration initial_backoff = absl::Milliseconds(20);
-  absl::Duration max_backoff = absl::Seconds(2);
-};
+// Retries of a failed range request, always bounded by the request's deadline. The cache owns
+// the read deadline, so it owns the only retry loop on the read path (core/base/backoff.h).
+using RetryPolicy = BackoffPolicy;
 
 struct CacheOptions {
   std::string dir;               // created if missing; holds blobs/ and cache.db
@@ -82,6 +82,14 @@ struct CacheOptions {
   uint64_t readahead_min = 4ull << 20;       // first window once a reader is sequential
   uint64_t readahead_max = 64ull << 20;      // the window doubles up to this
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
+  // While the cache disk is full, verified chunks are served from memory instead of the data
+  // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
+  uint64_t memory_fallback_bytes = 64ull << 20;
+  // Test seam for a failing disk: writes `n` bytes at `offset` of a data file and returns 0 or
+  // an errno (ENOSPC, EDQUOT: the disk is full). Null: pwrite.
+  std::function<int(int fd, const char* data, uint64_t n, uint64_t offset)> write_data;
+  // Time for deadlines, backoff and registry health; null: Clock::Real(). Must outlive the cache.
+  Clock* clock = nullptr;
   // Receives one line per notable event (verification failure, quarantine, eviction).
   // Default: stderr.
   std::function<void(absl::string_view)> log;
@@ -172,13 +180,26 @@ class BlobCache : public BlobReader {
   // Evicts unreferenced layers (least recently used first) until the cache fits max_bytes.
   // Runs automatically after fetches; public so a daemon can call it after unregistering.
   void EnforceSizeLimit();
+  // Whether the last write to the cache disk failed for want of space (reads are then served
+  // from the network and memory without caching).
+  bool disk_full() const;
 
  private:
-  enum class ChunkState : uint8_t { kMissing, kInFlight, kPresent, kRecorded, kVerified };
+  // kInMemory: verified, but the data file could not take it (disk full); the bytes are held
+  // in Layer::in_memory until memory_fallback_bytes pushes them out.
+  enum class ChunkState : uint8_t {
+    kMissing,
+    kInFlight,
+    kPresent,
+    kRecorded,
+    kVerified,
+    kInMemory
+  };
   struct Layer;
   struct Flight;
   struct Job {
-    int priority = 0;  // lower runs first
+    int priority = 0;      // lower runs first
+    std::string endpoint;  // whose fetch threads run it ("" for fetches without one and local work)
     std::function<void()> run;
     std::shared_ptr<Flight> flight;  // set for fetches, so a waiting reader can promote it
   };
@@ -191,14 +212,33 @@ class BlobCache : public BlobReader {
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
+  // Opens `path` (or ":memory:") as db_ with the schema. Errors: kInternal naming the path.
+  absl::Status OpenDatabase(const std::string& path);
   absl::Status LoadFromDb();
-  void WorkerLoop();
+  // Runs the jobs of one endpoint. Each registry endpoint gets its own options.fetch_threads
+  // threads, so requests hung on one registry never hold up another's (issue 9 §2).
+  void WorkerLoop(std::string endpoint);
   void Log(absl::string_view line) const;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
-  absl::Status EnsureChunks(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
-                            absl::Time deadline, bool count);
+  // `deadline` bounds the wait; fetches started for it get `fetch_deadline` (later when the
+  // wait was shortened by EndpointHealth, so a slow registry's answer still lands).
+  // Chunks that are servable only from memory are returned in `memory` (chunk, bytes).
+  absl::Status EnsureChunks(
+      const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last, absl::Time deadline,
+      absl::Time fetch_deadline, bool count,
+      std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>>* memory);
+  // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
+  // are cached. Returns the layers and bytes evicted.
+  std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
+  // Writes chunk bytes to a data file (options.write_data or pwrite); 0 or an errno.
+  int WriteData(int fd, const char* data, uint64_t n, uint64_t offset) const;
+  // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
+  void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
+                          std::shared_ptr<const std::string> bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
   // Creates flights for the missing chunks in [first, last] (coalesced) and queues them.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
@@ -206,6 +246,7 @@ class BlobCache : public BlobReader {
                              std::vector<std::shared_ptr<Flight>>* created)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueLocked(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPoolLocked(const std::string& endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
@@ -235,6 +276,7 @@ class BlobCache : public BlobReader {
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
+  Clock* const time_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
@@ -251,13 +293,19 @@ class BlobCache : public BlobReader {
   std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(mu_);
   bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set when a data-file write fails with ENOSPC/EDQUOT, cleared by the next one that works.
+  bool disk_full_ ABSL_GUARDED_BY(mu_) = false;
+  // Chunks held in memory while the disk is full, oldest first, and their bytes.
+  std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
-  // After a foreground read timed out, reads that need the network get a short deadline
-  // until this time: the kernel retries a failed read at once (readahead, then one page), and
-  // each retry waiting the full deadline would double the time to EIO.
-  absl::Time stalled_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Jobs queued per endpoint, and the endpoints that have their fetch threads.
+  absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
+  EndpointHealth health_;
 
   absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(mu_);
   sqlite3* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;

@@ -21,11 +21,18 @@ class RemoteBlobSource {
 
   // Returns exactly bytes [offset, offset + length) of `blob` (the cache never asks past the
   // blob's end). Must give up by `deadline`.
-  // Errors: kDeadlineExceeded (deadline passed), kUnavailable / kInternal / kResourceExhausted /
-  // kAborted (transient: the cache retries with backoff until its own deadline), kNotFound /
-  // kPermissionDenied / kInvalidArgument (permanent: not retried).
+  // One attempt: the cache owns the read deadline and so the only retry loop (RetryableCode in
+  // core/base/backoff.h says which codes it retries).
+  // Errors: kDeadlineExceeded (deadline passed), kUnavailable / kResourceExhausted / kAborted
+  // (transient: retried with backoff until the cache's own deadline); anything else, kInternal
+  // included, is not retried.
   virtual absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset,
                                                  uint64_t length, absl::Time deadline) = 0;
+
+  // The registry endpoint that serves `blob` ("" when there is one source), asked when the
+  // layer is registered. The cache keeps health and fetch threads per endpoint, so one
+  // registry's outage never changes reads of another's layers.
+  virtual std::string EndpointOf(const Digest& blob) { return std::string(); }
 };
 
 }  // namespace modelfs

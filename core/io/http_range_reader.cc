@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/io/curl_global.h"
 #include "core/io/header_cursor.h"
 #include "core/io/range_reader.h"
 #include "core/status/status_macros.h"
@@ -28,11 +28,6 @@ namespace {
 
 // Bodies of error responses are not kept; this bounds how much of one we sit through.
 constexpr uint64_t kMaxErrorBody = 64 * 1024;
-
-void GlobalInitOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 // "https://user:pass@host/p?sig=x" -> "https://host/p?<query redacted>": userinfo and query
 // strings (pre-signed URLs carry signatures there) must never reach a message or a log.
@@ -366,7 +361,7 @@ absl::StatusOr<std::unique_ptr<RangeReader>> OpenHttpRangeReader(const std::stri
   if (!IsHttpUrl(url)) {
     return absl::InvalidArgumentError(absl::StrCat(RedactUrl(url), ": not an http(s) URL"));
   }
-  GlobalInitOnce();
+  EnsureCurlGlobalInit();
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return absl::ResourceExhaustedError("curl_easy_init failed");
   auto reader = std::make_unique<HttpRangeReader>(url, options, curl);

@@ -22,6 +22,8 @@ class RegistryBlobSource final : public RemoteBlobSource {
     return client_->GetBlobRange(repository_, blob, offset, length, deadline);
   }
 
+  std::string EndpointOf(const Digest& blob) override { return client_->registry(); }
+
   RegistryClient& client() { return *client_; }
 
  private:

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -20,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/io/curl_global.h"
 #include "core/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -183,6 +183,8 @@ struct RegistryClient::Request {
   bool long_transfer = false;  // blob bodies: no total timeout, only the stall timeout
   // The caller's deadline: caps every attempt's timeout and the retry loop.
   absl::Time deadline = absl::InfiniteFuture();
+  // One attempt (auth and redirects included), no retries: the caller retries.
+  bool single_attempt = false;
 };
 
 struct RegistryClient::Response {
@@ -216,33 +218,15 @@ struct RegistryClient::Response {
   }
 };
 
-class RegistryClient::Backoff {
- public:
-  explicit Backoff(const RegistryClientOptions& o, absl::Time deadline = absl::InfiniteFuture())
-      : o_(o), deadline_(std::min(absl::Now() + o.retry_deadline, deadline)) {}
-
-  // Sleeps before the next attempt. False when the attempts or the deadline are used up
-  // (a Retry-After past the deadline gives up at once rather than overshooting it).
-  bool Wait(absl::Duration hint) {
-    if (attempts_ >= o_.max_attempts) return false;
-    absl::Duration cap =
-        o_.initial_backoff * static_cast<double>(1u << std::min(attempts_ - 1, 20));
-    cap = std::min(cap, o_.max_backoff);
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    absl::Duration d = std::max(cap * jitter(rng), hint);
-    if (absl::Now() + d > deadline_) return false;
-    absl::SleepFor(d);
-    ++attempts_;
-    return true;
-  }
-  int attempts() const { return attempts_; }
-
- private:
-  const RegistryClientOptions& o_;
-  absl::Time deadline_;
-  int attempts_ = 1;
-};
+// The client's retry loops use the project's one policy (core/base/backoff.h), bounded by
+// retry_deadline and the caller's deadline.
+Backoff RegistryClient::MakeBackoff(absl::Time deadline) const {
+  BackoffPolicy policy;
+  policy.max_attempts = options_.max_attempts;
+  policy.initial_backoff = options_.initial_backoff;
+  policy.max_backoff = options_.max_backoff;
+  return Backoff(policy, clock_, std::min(clock_->Now() + options_.retry_deadline, deadline));
+}
 
 // Idle curl easy handles; a reset handle keeps its connection cache, so keep-alive
 // connections survive between requests.
@@ -281,8 +265,7 @@ class RegistryClient::HandlePool {
 
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
     RegistryClientOptions options) {
-  static std::once_flag curl_once;
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  EnsureCurlGlobalInit();
   if (options.registry.empty()) {
     return absl::InvalidArgumentError("RegistryClient needs a registry name");
   }
@@ -314,7 +297,9 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
 }
 
 RegistryClient::RegistryClient(RegistryClientOptions options)
-    : options_(std::move(options)), pool_(std::make_unique<HandlePool>()) {}
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      pool_(std::make_unique<HandlePool>()) {}
 
 RegistryClient::~RegistryClient() = default;
 
@@ -493,7 +478,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
       static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
   absl::Duration timeout = req.long_transfer ? absl::InfiniteDuration() : options_.request_timeout;
   if (req.deadline != absl::InfiniteFuture()) {
-    absl::Duration left = req.deadline - absl::Now();
+    absl::Duration left = req.deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(
           absl::StrCat(req.method, " ", Origin(url), ": deadline passed before the request"));
@@ -572,7 +557,7 @@ std::string RegistryClient::AuthorizationFor(const std::vector<std::string>& sco
     absl::MutexLock l(&mu_);
     if (challenge_.has_value()) {
       auto it = tokens_.find(key);
-      if (it != tokens_.end() && it->second.expires > absl::Now()) {
+      if (it != tokens_.end() && it->second.expires > clock_->Now()) {
         return "Bearer " + it->second.token;
       }
       challenge = challenge_;
@@ -661,7 +646,7 @@ absl::Status RegistryClient::FetchToken(const Challenge& challenge,
     }
     req.url = url;
   }
-  Backoff backoff(options_);
+  Backoff backoff = MakeBackoff(absl::InfiniteFuture());
   while (true) {
     ++token_requests_;
     absl::StatusOr<Response> r = Transport(req, req.url, authorization);
@@ -715,7 +700,7 @@ absl::Status RegistryClient::FetchToken(const Challenge& challenge,
     absl::Duration life = absl::Seconds(expires_in);
     absl::Duration margin = std::min(absl::Seconds(10), life / 5);
     absl::MutexLock l(&mu_);
-    tokens_[absl::StrJoin(scopes, " ")] = CachedToken{token, absl::Now() + life - margin};
+    tokens_[absl::StrJoin(scopes, " ")] = CachedToken{token, clock_->Now() + life - margin};
     return absl::OkStatus();
   }
 }
@@ -768,9 +753,11 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& ori
 }
 
 absl::StatusOr<RegistryClient::Response> RegistryClient::SendWithRetry(const Request& req) {
-  Backoff backoff(options_, req.deadline);
+  Backoff backoff = MakeBackoff(req.deadline);
   while (true) {
     absl::StatusOr<Response> r = Send(req);
+    // The caller owns the deadline and the retries (the blob cache on the read path).
+    if (req.single_attempt) return r;
     absl::Duration hint = absl::ZeroDuration();
     if (r.ok()) {
       if (r->status < 500 && r->status != 429) {
@@ -820,7 +807,8 @@ absl::Status StatusFromResponse(const std::string& what, const std::string& regi
   if (status == 403) return absl::PermissionDeniedError(msg);
   if (status == 416) return absl::OutOfRangeError(msg);
   if (status == 405) return absl::UnimplementedError(msg);
-  if (status >= 500 || status == 429) return absl::UnavailableError(msg);
+  if (status == 429) return absl::ResourceExhaustedError(msg);
+  if (status >= 500) return absl::UnavailableError(msg);
   if (status == 400) return absl::InvalidArgumentError(msg);
   return absl::FailedPreconditionError(msg);
 }
@@ -886,7 +874,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::GetBlobOnce(const std::
     absl::MutexLock l(&mu_);
     auto it = redirects_.find(digest.str());
     if (it != redirects_.end()) {
-      if (it->second.expires > absl::Now()) {
+      if (it->second.expires > clock_->Now()) {
         cached = it->second.url;
       } else {
         redirects_.erase(it);
@@ -906,7 +894,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::GetBlobOnce(const std::
   if (r.ok() && r->redirected && r->status >= 200 && r->status < 300 &&
       !SameHostAsRegistry(r->url)) {
     absl::MutexLock l(&mu_);
-    redirects_[digest.str()] = CachedRedirect{r->url, absl::Now() + options_.redirect_cache_ttl};
+    redirects_[digest.str()] = CachedRedirect{r->url, clock_->Now() + options_.redirect_cache_ttl};
   }
   return r;
 }
@@ -957,6 +945,7 @@ absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo
   req.scopes = PullScope(repo);
   req.long_transfer = true;
   req.headers.push_back(absl::StrCat("Range: bytes=", offset, "-", offset + length - 1));
+  req.single_attempt = true;
   std::string what =
       absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
   req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
@@ -1058,7 +1047,7 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
 
 absl::Status RegistryClient::PushBlob(const std::string& repo, const Digest& digest, uint64_t size,
                                       const BlobReadAt& source) {
-  Backoff backoff(options_);
+  Backoff backoff = MakeBackoff(absl::InfiniteFuture());
   while (true) {
     bool retryable = false;
     absl::Duration hint = absl::ZeroDuration();

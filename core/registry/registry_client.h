@@ -13,7 +13,10 @@
 // against Docker-Content-Digest.
 //
 // Retries: 5xx, 429 (honouring Retry-After) and connection errors are retried with jittered
-// exponential backoff until an overall deadline; other 4xx never are.
+// exponential backoff (core/base/backoff.h) until an overall deadline; other 4xx never are.
+// GetBlobRange is the exception: it serves the blob cache, which owns the read deadline and
+// the retry loop, so it makes one attempt and says by its code whether another is worth it
+// (kUnavailable for 5xx and connection errors, kResourceExhausted for 429).
 //
 // Thread safety: all methods may be called concurrently. Each request uses its own curl easy
 // handle (taken from a small pool so connections are reused); the token and redirect caches
@@ -35,6 +38,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/backoff.h"
+#include "core/base/clock.h"
 #include "core/oci/digest.h"
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
@@ -72,6 +77,9 @@ struct RegistryClientOptions {
   // How long a redirect target (a presigned storage URL) is reused for range reads.
   absl::Duration redirect_cache_ttl = absl::Seconds(60);
   std::string user_agent = "modelfs/0.1";
+  // Time for backoff, token expiry and the redirect cache; null: Clock::Real(). Must outlive
+  // the client.
+  Clock* clock = nullptr;
 };
 
 // Counters since the client was created. Push reports "uploaded N bytes" from bytes_sent.
@@ -135,7 +143,8 @@ class RegistryClient {
   // ("registry ignored Range"); 416 or a short body is kOutOfRange. Redirects to storage are
   // followed (without Authorization when the host changes) and remembered per digest for
   // redirect_cache_ttl; a failing remembered URL is dropped and the registry asked again.
-  // `deadline` caps the attempts and the retries (kDeadlineExceeded once it has passed).
+  // One attempt, bounded by `deadline` (kDeadlineExceeded once it has passed): the caller
+  // retries. 5xx and connection errors are kUnavailable, 429 is kResourceExhausted.
   absl::StatusOr<std::string> GetBlobRange(const std::string& repo, const Digest& digest,
                                            uint64_t offset, uint64_t length,
                                            absl::Time deadline = absl::InfiniteFuture());
@@ -200,10 +209,10 @@ class RegistryClient {
     std::string url;
     absl::Time expires;
   };
-  class Backoff;
   class HandlePool;
 
   explicit RegistryClient(RegistryClientOptions options);
+  Backoff MakeBackoff(absl::Time deadline) const;
 
   std::string ApiUrl(const std::string& path) const;
   std::string ResolveLocation(const std::string& base_url, const std::string& location) const;
@@ -226,6 +235,7 @@ class RegistryClient {
                             const BlobReadAt& source, bool* retryable, absl::Duration* hint);
 
   RegistryClientOptions options_;
+  Clock* const clock_;
   std::string ca_blob_;  // concatenated PEM of endpoint.ca_files
   std::unique_ptr<HandlePool> pool_;
 

@@ -12,6 +12,9 @@ Fault modes (combine freely):
   --delay-ms N            sleep N ms before answering each request (after logging it)
   --fail-first N          answer --fail-status (503) to the first N requests
   --require-token T       answer 401 unless the request carries "Authorization: Bearer T"
+  --token-realm PATH      with --require-token: the 401 names http://<Host>PATH as the Bearer
+                          realm, and PATH itself is served without a token (put a token
+                          response, {"token": "T", "expires_in": N}, in a file there)
   --redirect-host H       answer 302 to http://H:<port><path> unless the Host header names H
                           (a cross-host redirect: 127.0.0.1 -> localhost, say)
   --log FILE              one JSON line per request: method, path, range, status, bytes
@@ -23,7 +26,7 @@ Fault modes (combine freely):
 
 Faults can also be changed while the server runs: `PUT /__faults` with a JSON object whose
 keys are the fault flags with underscores (ignore_range, corrupt_offset, reset_after_bytes,
-delay_ms, fail_first, fail_status, require_token, redirect_host) replaces all of them (absent
+delay_ms, fail_first, fail_status, require_token, token_realm, redirect_host) replaces all of them (absent
 keys are off) and restarts the fail_first count. Control requests are neither logged nor faulted.
 
 Only the Python 3 standard library is used.
@@ -49,6 +52,7 @@ FAULT_DEFAULTS = {
     "fail_first": 0,
     "fail_status": 503,
     "require_token": None,
+    "token_realm": None,
     "redirect_host": None,
 }
 
@@ -196,9 +200,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 target = "http://%s:%d%s" % (faults["redirect_host"], port, self.path)
                 self.simple(302, b"", [("Location", target)])
                 return
-        if faults["require_token"]:
+        realm_path = faults["token_realm"]
+        is_realm = realm_path and urllib.parse.urlsplit(self.path).path == realm_path
+        if faults["require_token"] and not is_realm:
             if self.headers.get("Authorization") != "Bearer " + faults["require_token"]:
-                self.simple(401, b"unauthorized\n", [("WWW-Authenticate", 'Bearer realm="test"')])
+                realm = "test"
+                if realm_path:
+                    realm = "http://%s%s" % (self.headers.get("Host") or "127.0.0.1", realm_path)
+                self.simple(401, b"unauthorized\n", [("WWW-Authenticate", 'Bearer realm="%s"' % realm)])
                 return
 
         rel = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
@@ -288,6 +297,7 @@ def main():
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--fail-status", type=int, default=503)
     p.add_argument("--require-token")
+    p.add_argument("--token-realm")
     p.add_argument("--redirect-host")
     p.add_argument("--log")
     p.add_argument("--exit-on-stdin-eof", action="store_true")

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -13,12 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "tests/cache/fake_remote.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {
 
+using ::modelfs::testing::FakeClock;
 using ::modelfs::testing::FakeRemote;
 using ::modelfs::testing::IsOk;
 using ::modelfs::testing::StatusIs;
@@ -382,6 +387,30 @@ TEST_F(BlobCacheTest, PermanentRemoteErrorIsReturnedWithoutRetrying) {
   EXPECT_EQ(remote_.requests(), 1);
 }
 
+TEST_F(BlobCacheTest, InternalErrorFromTheRemoteIsReturnedWithoutRetrying) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * 1024, 48);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::InternalError("remote bug"));
+  EXPECT_THAT(cache->Read(d, 0, 100),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("remote bug")));
+  EXPECT_EQ(remote_.requests(), 1);
+}
+
+TEST_F(BlobCacheTest, TooManyRequestsFromTheRemoteIsRetried) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * 1024, 49);
+  Digest d = AddChunked(*cache, blob);
+  remote_.Fail(absl::ResourceExhaustedError("HTTP 429"));
+  absl::StatusOr<std::string> got;
+  std::thread reader([&] { got = cache->Read(d, 0, 100); });
+  EXPECT_TRUE(remote_.WaitForRequests(d, 2));
+  remote_.Heal();
+  reader.join();
+  ASSERT_OK(got.status());
+  EXPECT_EQ(*got, blob.substr(0, 100));
+}
+
 TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
   const std::string blob = RandomBytes(32 * 1024, 19);
   Digest d;
@@ -628,6 +657,318 @@ TEST_F(BlobCacheTest, StatsCountHitsMissesAndBytes) {
   EXPECT_EQ(s.requests, 1u);
   EXPECT_EQ(s.bytes_fetched, 8192u);
   EXPECT_EQ(s.cached_bytes, 8192u);
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// Registry health (issue 9 §2): reads run on a FakeClock, so deadlines and windows are exact
+// and nothing sleeps. The read deadline is 5 s; a timed-out read opens a 2 s window in which
+// reads of that registry wait at most 1 s.
+class RegistryHealthTest : public BlobCacheTest {
+ protected:
+  static constexpr absl::Duration kDeadline = absl::Seconds(5);
+
+  void SetUp() override { remote_.set_clock(&clock_); }
+
+  std::unique_ptr<BlobCache> OpenOnFakeClock() {
+    CacheOptions o = Options();
+    o.clock = &clock_;
+    o.read_deadline = kDeadline;
+    return Open(o);
+  }
+
+  // Runs cache.Read on another thread; the test moves the clock and then joins it.
+  struct PendingRead {
+    std::thread thread;
+    absl::StatusOr<std::string> result = absl::UnknownError("not run");
+    absl::StatusOr<std::string> Join() {
+      thread.join();
+      return result;
+    }
+  };
+  std::unique_ptr<PendingRead> StartRead(BlobCache& cache, const Digest& d, uint64_t offset,
+                                         uint64_t length) {
+    auto p = std::make_unique<PendingRead>();
+    PendingRead* raw = p.get();
+    p->thread = std::thread(
+        [&cache, raw, d, offset, length] { raw->result = cache.Read(d, offset, length); });
+    return p;
+  }
+
+  // A read of chunk 0 of `d` against a hung registry, waited out: the registry's first timeout.
+  void TimeOut(BlobCache& cache, const Digest& d) {
+    remote_.HoldOnly(d);
+    remote_.Hold();
+    auto read = StartRead(cache, d, 0, 100);
+    ASSERT_TRUE(remote_.WaitForHeld(1));
+    clock_.Advance(kDeadline);
+    EXPECT_THAT(read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+    // The held fetch gives up on its own (same deadline); later WaitForHeld counts start at 0.
+    ASSERT_TRUE(remote_.WaitForNoneHeld());
+    remote_.Release();
+  }
+
+  FakeClock clock_;
+};
+
+TEST_F(RegistryHealthTest, ASlowRegistryServesAReaderThatRetriesASecondAfterATimeout) {
+  auto cache = OpenOnFakeClock();
+  const std::string blob = RandomBytes(8 * kChunk, 40);
+  Digest d = AddChunked(*cache, blob);
+  TimeOut(*cache, d);
+  clock_.Advance(absl::Seconds(1));
+  remote_.SetLatency(absl::Milliseconds(800));
+  auto read = StartRead(*cache, d, 2 * kChunk, 100);
+  ASSERT_TRUE(remote_.WaitForRequests(d, 2));
+  clock_.Advance(absl::Milliseconds(800));
+  ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
+  EXPECT_EQ(got, blob.substr(2 * kChunk, 100));
+}
+
+TEST_F(RegistryHealthTest, OneRegistrysTimeoutDoesNotShortenReadsFromAnother) {
+  auto cache = OpenOnFakeClock();
+  const std::string a = RandomBytes(4 * kChunk, 41), b = RandomBytes(4 * kChunk, 42);
+  remote_.SetEndpoint(Digest::Of(a), "registry-a");  // before registering: the cache asks then
+  Digest da = AddChunked(*cache, a, "model-a");
+  remote_.SetEndpoint(Digest::Of(b), "registry-b");  // before registering: the cache asks then
+  Digest db = AddChunked(*cache, b, "model-b");
+  TimeOut(*cache, da);
+  remote_.SetLatency(absl::Milliseconds(800));
+  auto read = StartRead(*cache, db, 0, 100);
+  ASSERT_TRUE(remote_.WaitForRequests(db, 1));
+  clock_.Advance(absl::Milliseconds(800));
+  ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
+  EXPECT_EQ(got, b.substr(0, 100));
+}
+
+TEST_F(RegistryHealthTest, TheFirstSuccessRestoresTheFullDeadline) {
+  auto cache = OpenOnFakeClock();
+  const std::string blob = RandomBytes(8 * kChunk, 43);
+  Digest d = AddChunked(*cache, blob);
+  TimeOut(*cache, d);
+  ASSERT_OK(cache->Read(d, kChunk, 100));  // the registry is back and answers at once
+  remote_.SetLatency(absl::Milliseconds(800));
+  auto read = StartRead(*cache, d, 2 * kChunk, 100);
+  ASSERT_TRUE(remote_.WaitForRequests(d, 3));
+  clock_.Advance(absl::Milliseconds(800));
+  ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
+  EXPECT_EQ(got, blob.substr(2 * kChunk, 100));
+}
+
+TEST_F(RegistryHealthTest, AReadRightAfterATimeoutWaitsOnlyTheShortDeadline) {
+  auto cache = OpenOnFakeClock();
+  const std::string blob = RandomBytes(8 * kChunk, 44);
+  Digest d = AddChunked(*cache, blob);
+  TimeOut(*cache, d);
+  remote_.Hold();
+  auto read = StartRead(*cache, d, 2 * kChunk, 100);
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(d.str())));
+  remote_.Release();
+}
+
+TEST_F(RegistryHealthTest, AShortenedReadThatFailsDoesNotExtendTheWindow) {
+  auto cache = OpenOnFakeClock();
+  const std::string blob = RandomBytes(8 * kChunk, 45);
+  Digest d = AddChunked(*cache, blob);
+  TimeOut(*cache, d);
+  remote_.Hold();
+  auto short_read = StartRead(*cache, d, 2 * kChunk, 100);
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  clock_.Advance(absl::Milliseconds(1900));  // fails 1 s in, 100 ms before the window ends
+  EXPECT_THAT(short_read->Join(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  clock_.Advance(absl::Milliseconds(100));
+  remote_.Release();
+  ASSERT_TRUE(remote_.WaitForNoneHeld());        // before the latency applies to it too
+  remote_.SetLatency(absl::Milliseconds(1500));  // longer than a shortened read waits
+  auto read = StartRead(*cache, d, 4 * kChunk, 100);
+  ASSERT_TRUE(remote_.WaitForRequests(d, 3));
+  clock_.Advance(absl::Milliseconds(1500));
+  ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
+  EXPECT_EQ(got, blob.substr(4 * kChunk, 100));
+}
+
+TEST_F(RegistryHealthTest, AHungRegistryCannotTakeTheFetchThreadsOfAnother) {
+  auto cache = OpenOnFakeClock();  // 4 fetch threads
+  const std::string a = RandomBytes(16 * kChunk, 46), b = RandomBytes(4 * kChunk, 47);
+  remote_.SetEndpoint(Digest::Of(a), "registry-a");  // before registering: the cache asks then
+  Digest da = AddChunked(*cache, a, "model-a");
+  remote_.SetEndpoint(Digest::Of(b), "registry-b");  // before registering: the cache asks then
+  Digest db = AddChunked(*cache, b, "model-b");
+  remote_.HoldOnly(da);
+  remote_.Hold();
+  std::vector<std::unique_ptr<PendingRead>> stuck;
+  for (uint64_t c = 0; c < 8; c += 2) stuck.push_back(StartRead(*cache, da, c * kChunk, 100));
+  ASSERT_TRUE(remote_.WaitForHeld(4));
+  auto read = StartRead(*cache, db, 0, 100);
+  const bool fetched = remote_.WaitForRequests(db, 1);
+  remote_.Release();
+  for (auto& r : stuck) EXPECT_OK(r->Join());
+  EXPECT_TRUE(fetched) << "registry-b was not asked while registry-a held every fetch thread";
+  if (!fetched) clock_.Advance(kDeadline);
+  ASSERT_OK_AND_ASSIGN(std::string got, read->Join());
+  EXPECT_EQ(got, b.substr(0, 100));
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// A full cache disk (issue 9 §4), injected at the data-file writer: every write fails with
+// ENOSPC while `full` is set.
+class DiskFullTest : public BlobCacheTest {
+ protected:
+  CacheOptions FullDiskOptions() {
+    CacheOptions o = Options();
+    o.write_data = [this](int fd, const char* data, uint64_t n, uint64_t offset) {
+      if (full_.load()) return ENOSPC;
+      return pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n) ? 0 : EIO;
+    };
+    return o;
+  }
+  std::atomic<bool> full_{true};
+};
+
+TEST_F(DiskFullTest, VerifiedBytesAreServedWithoutBeingCached) {
+  auto cache = Open(FullDiskOptions());
+  const std::string blob = RandomBytes(16 * kChunk, 60);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, kChunk - 10, 2 * kChunk));
+  EXPECT_EQ(got, blob.substr(kChunk - 10, 2 * kChunk));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 0u);
+  EXPECT_EQ(cache->stats().cached_bytes, 0u);
+  EXPECT_TRUE(cache->disk_full());
+}
+
+TEST_F(DiskFullTest, ASequentialReaderFetchesEachByteOnce) {
+  auto cache = Open(FullDiskOptions());
+  const std::string blob = RandomBytes(16 * kChunk, 61);
+  Digest d = AddChunked(*cache, blob);
+  std::string all;
+  for (uint64_t off = 0; off < blob.size(); off += 1000) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, 1000));
+    all += got;
+  }
+  EXPECT_EQ(all, blob);
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(remote_.bytes_served(), blob.size());
+}
+
+TEST_F(DiskFullTest, PrefetchWaitsForSpace) {
+  auto cache = Open(FullDiskOptions());
+  const std::string blob = RandomBytes(16 * kChunk, 62);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 100));
+  remote_.ResetCounters();
+  ASSERT_OK(cache->Prefetch(d, PrefetchPolicy::kAll));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(DiskFullTest, UnreferencedLayersAreEvictedAndTheLogSaysWhy) {
+  full_ = false;
+  auto cache = Open(FullDiskOptions());
+  const std::string old_blob = RandomBytes(8 * kChunk, 63), blob = RandomBytes(8 * kChunk, 64);
+  Digest old_layer = AddChunked(*cache, old_blob, "old-model");
+  ASSERT_OK(cache->Read(old_layer, 0, old_blob.size()));
+  ASSERT_TRUE(Idle(*cache));
+  cache->UnregisterModel("old-model");
+  ASSERT_OK(cache->GetLayerInfo(old_layer).status());  // no size limit: kept until needed
+  full_ = true;
+  Digest d = AddChunked(*cache, blob, "new-model");
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
+  EXPECT_EQ(got, blob.substr(0, 100));
+  ASSERT_TRUE(Idle(*cache));  // the fetch logs and evicts after handing the bytes over
+  EXPECT_THAT(cache->GetLayerInfo(old_layer), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache->stats().cached_bytes, 0u);
+  EXPECT_THAT(Logged(), HasSubstr(absl::StrCat("cache directory ", Options().dir,
+                                               " is full (no space left on device): serving "
+                                               "verified bytes from the network without caching")));
+  EXPECT_THAT(Logged(), HasSubstr("evicted 1 unreferenced layer(s), 32768 bytes"));
+}
+
+TEST_F(DiskFullTest, CachingResumesOnceAWriteSucceeds) {
+  auto cache = Open(FullDiskOptions());
+  const std::string blob = RandomBytes(8 * kChunk, 65);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 100));
+  full_ = false;
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 4 * kChunk, 100));
+  EXPECT_EQ(got, blob.substr(4 * kChunk, 100));
+  EXPECT_FALSE(cache->disk_full());
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 1u);
+}
+
+TEST_F(DiskFullTest, ALayerWithoutAChunkIndexFailsAtOnceNamingTheFullDisk) {
+  auto cache = Open(FullDiskOptions());
+  const std::string blob = RandomBytes(8 * kChunk, 66);
+  Digest d = AddWhole(*cache, blob, VerifyMode::kWholeLayer);
+  EXPECT_THAT(cache->Read(d, 0, 100), StatusIs(absl::StatusCode::kResourceExhausted,
+                                               AllOf(HasSubstr("is full"), HasSubstr(d.str()))));
+}
+
+// The real thing: the cache directory on a tmpfs that is full. Needs root (mount).
+TEST_F(DiskFullTest, OnAFullTmpfsReadsAreServedOnceEachAndTheCacheReopens) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::filesystem::path mnt = dir_.Join("tmpfs");
+  std::filesystem::create_directories(mnt);
+  ASSERT_EQ(mount("tmpfs", mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=512k"), 0)
+      << strerror(errno);
+  struct Unmount {
+    std::filesystem::path dir;
+    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  CacheOptions o = Options();
+  o.dir = (mnt / "cache").string();
+  const std::string blob = RandomBytes(64 * kChunk, 68);
+  Digest d;
+  {
+    auto cache = Open(o);
+    ASSERT_NE(cache, nullptr);
+    {
+      // Fill what is left, as other files on the disk would.
+      std::ofstream filler(mnt / "filler", std::ios::binary);
+      const std::string mib(1 << 20, 'x');
+      for (int i = 0; i < 4 && filler; ++i) filler.write(mib.data(), mib.size());
+    }
+    d = AddChunked(*cache, blob);
+    std::string all;
+    for (uint64_t off = 0; off < blob.size(); off += 16 * 1024) {
+      ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, 16 * 1024));
+      all += got;
+    }
+    EXPECT_EQ(all, blob);
+    ASSERT_TRUE(Idle(*cache));
+    EXPECT_LE(remote_.bytes_served(), 2 * blob.size());
+  }
+  auto cache = Open(o);  // a remount on the full disk
+  ASSERT_NE(cache, nullptr);
+  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 5 * kChunk, 100));
+  EXPECT_EQ(got, blob.substr(5 * kChunk, 100));
+}
+
+TEST_F(DiskFullTest, ACacheWhoseDatabaseCannotBeOpenedStillServes) {
+  // What a full disk does to SQLite ("database or disk is full") stood in for by a database
+  // path that cannot be a database at all.
+  std::filesystem::create_directories(std::filesystem::path(Options().dir) / "cache.db");
+  auto cache = Open(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string blob = RandomBytes(4 * kChunk, 67);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
+  EXPECT_EQ(got, blob.substr(0, 100));
+  EXPECT_THAT(Logged(), HasSubstr("without a persistent record"));
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // FakeRemote: an in-memory RemoteBlobSource for cache tests (after EdenFS's FakeBackingStore).
 // It serves blobs added with AddBlob, counts requests and bytes, and injects faults: a
 // corrupted byte, a failure status, and a hold that blocks every fetch until Release() (or the
-// fetch's deadline), so tests can pile readers onto one in-flight fetch.
+// fetch's deadline), so tests can pile readers onto one in-flight fetch. Blobs can be put
+// behind named endpoints (registries) and a latency, both on an injectable Clock, so health
+// rules are tested with a FakeClock.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/digest.h"
 
@@ -31,7 +35,42 @@ class FakeRemote : public RemoteBlobSource {
     Digest blob;
     uint64_t offset;
     uint64_t length;
+    absl::Time deadline;
   };
+
+  // The clock that holds and latency wait on (default: the real one). Set before fetching.
+  void set_clock(Clock* clock) { clock_ = clock; }
+
+  // `blob` is served by registry `endpoint` (default "").
+  void SetEndpoint(const Digest& blob, const std::string& endpoint) {
+    absl::MutexLock lock(&mu_);
+    endpoints_[blob] = endpoint;
+  }
+  std::string EndpointOf(const Digest& blob) override {
+    absl::MutexLock lock(&mu_);
+    auto it = endpoints_.find(blob);
+    return it == endpoints_.end() ? "" : it->second;
+  }
+  // Every fetch answers `latency` after it starts (on the clock), or fails at its deadline.
+  void SetLatency(absl::Duration latency) {
+    absl::MutexLock lock(&mu_);
+    latency_ = latency;
+  }
+  // Only fetches of `blob` block on Hold() (default: all).
+  void HoldOnly(const Digest& blob) {
+    absl::MutexLock lock(&mu_);
+    hold_blob_ = blob;
+  }
+  // Waits (real time, at most `timeout`) until `n` fetches of `blob` were made.
+  bool WaitForRequests(const Digest& blob, int n, absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, &blob, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      int got = 0;
+      for (const Request& r : log_) got += r.blob == blob;
+      return got >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
 
   Digest AddBlob(const std::string& bytes) {
     Digest d = Digest::Of(bytes);
@@ -80,6 +119,13 @@ class FakeRemote : public RemoteBlobSource {
     return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
   }
 
+  // Waits until no fetch is blocked by Hold(); false after `timeout`.
+  bool WaitForNoneHeld(absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return held_ == 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
+  }
+
   int requests() const {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(log_.size());
@@ -101,13 +147,21 @@ class FakeRemote : public RemoteBlobSource {
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
                                          absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
-    log_.push_back({blob, offset, length});
-    if (holding_ && offset >= hold_from_) {
+    log_.push_back({blob, offset, length, deadline});
+    if (holding_ && offset >= hold_from_ && (hold_blob_.empty() || hold_blob_ == blob)) {
       held_++;
       auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !holding_; };
-      bool ok = mu_.AwaitWithDeadline(absl::Condition(&released), deadline);
+      bool ok = clock_->AwaitWithDeadline(mu_, absl::Condition(&released), deadline);
       held_--;
       if (!ok) return absl::DeadlineExceededError("fake remote: held past the deadline");
+    }
+    if (latency_ > absl::ZeroDuration()) {
+      const absl::Time answer = clock_->Now() + latency_;
+      auto never = []() { return false; };
+      clock_->AwaitWithDeadline(mu_, absl::Condition(&never), std::min(answer, deadline));
+      if (answer > deadline) {
+        return absl::DeadlineExceededError("fake remote: would answer after the deadline");
+      }
     }
     if (failure_) return *failure_;
     auto it = blobs_.find(blob);
@@ -126,7 +180,11 @@ class FakeRemote : public RemoteBlobSource {
   }
 
  private:
+  Clock* clock_ = Clock::Real();
   mutable absl::Mutex mu_;
+  std::map<Digest, std::string> endpoints_ ABSL_GUARDED_BY(mu_);
+  absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  Digest hold_blob_ ABSL_GUARDED_BY(mu_);
   std::map<Digest, std::string> blobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<Digest, uint64_t>> corrupt_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/oci/path_safety.h"
 #include "tests/fuse/fake_blob_reader.h"
 #include "tests/testing/status_matchers.h"
 
@@ -235,13 +236,29 @@ TEST_F(ModelTreeTest, ADotDotComponentIsRefused) {
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'./x'")));
 }
 
-TEST_F(ModelTreeTest, EmptyPathsAndComponentsAreInvalid) {
+TEST_F(ModelTreeTest, EmptyPathsAndComponentsAreRefused) {
   EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"a//b", layer_, 0, 1, ""}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'a//b'")));
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'a//b'")));
   EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"dir/", layer_, 0, 1, ""}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'dir/'")));
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("'dir/'")));
   EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"", layer_, 0, 1, ""}}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("empty")));
+}
+
+// Mount and pull share core/oci/path_safety.h: a name pull refuses is refused here too, and
+// one it accepts is accepted.
+TEST_F(ModelTreeTest, ABackslashInAPathIsRefusedAsPullRefusesIt) {
+  EXPECT_THAT(ModelTree::SingleModel(&reader_, {TreeFile{"a\\b.bin", layer_, 0, 1, ""}}),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("backslash")));
+}
+
+TEST_F(ModelTreeTest, AFourThousandNinetySixBytePathIsAcceptedAsPullAcceptsIt) {
+  std::string path;
+  while (path.size() + 201 <= 4096) path += std::string(200, 'd') + "/";
+  path += std::string(4096 - path.size(), 'f');
+  ASSERT_EQ(path.size(), 4096u);
+  ASSERT_OK(CheckRelativePath(path));
+  EXPECT_OK(ModelTree::SingleModel(&reader_, {TreeFile{path, layer_, 0, 1, ""}}).status());
 }
 
 TEST_F(ModelTreeTest, ADuplicatePathIsInvalid) {

@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<RangeServer>> RangeServer::Start(const RangeServe
                              std::to_string(f.fail_status)});
   }
   if (!f.require_token.empty()) args.insert(args.end(), {"--require-token", f.require_token});
+  if (!f.token_realm.empty()) args.insert(args.end(), {"--token-realm", f.token_realm});
   if (!f.redirect_host.empty()) args.insert(args.end(), {"--redirect-host", f.redirect_host});
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   std::vector<char*> argv;
@@ -197,6 +198,7 @@ absl::Status RangeServer::SetFaults(const RangeFaults& f) {
   if (f.corrupt_offset) j["corrupt_offset"] = *f.corrupt_offset;
   if (f.reset_after_bytes) j["reset_after_bytes"] = *f.reset_after_bytes;
   if (!f.require_token.empty()) j["require_token"] = f.require_token;
+  if (!f.token_realm.empty()) j["token_realm"] = f.token_realm;
   if (!f.redirect_host.empty()) j["redirect_host"] = f.redirect_host;
   const std::string body = j.dump();
   const std::string request = absl::StrCat(

@@ -43,6 +43,7 @@ struct RangeFaults {
   int fail_first = 0;                         // answer fail_status to the next N requests
   int fail_status = 503;
   std::string require_token;  // non-empty: 401 unless "Authorization: Bearer <token>"
+  std::string token_realm;    // with require_token: the 401's Bearer realm path, served freely
   std::string redirect_host;  // non-empty: 302 to http://<host>:<port><path> from other hosts
 };
 

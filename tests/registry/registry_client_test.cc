@@ -1,0 +1,130 @@
+// RegistryClient against the fault-injecting HTTP server (tests/testing/http_fixture.h) posing
+// as a registry: what a range read does when the registry fails. The blob cache owns the read
+// deadline and the retries, so GetBlobRange must make one attempt and classify the failure.
+#include "core/registry/registry_client.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/backoff.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/http_fixture.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::RangeFaults;
+using ::modelfs::testing::RangeServer;
+using ::modelfs::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class RegistryClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new modelfs::testing::TempDir();
+    blob_ = new std::string(64 * 1024, 'w');
+    digest_ = new Digest(Digest::Of(*blob_));
+    dir_->WriteFile(absl::StrCat("v2/models/m/blobs/", digest_->str()), *blob_);
+    auto server = RangeServer::Start({.root = dir_->path()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete digest_;
+    delete blob_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_OK(server_->SetFaults({}));
+    server_->ClearLog();
+  }
+
+  static RegistryClientOptions Options() {
+    RegistryClientOptions o;
+    o.registry = absl::StrCat("127.0.0.1:", server_->port());
+    o.endpoint.scheme = "http";
+    o.endpoint.host = o.registry;
+    o.initial_backoff = absl::Milliseconds(1);
+    o.max_backoff = absl::Milliseconds(2);
+    return o;
+  }
+  std::unique_ptr<RegistryClient> Client() {
+    auto client = RegistryClient::Create(Options());
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  static modelfs::testing::TempDir* dir_;
+  static std::string* blob_;
+  static Digest* digest_;
+  static RangeServer* server_;
+};
+
+modelfs::testing::TempDir* RegistryClientTest::dir_ = nullptr;
+std::string* RegistryClientTest::blob_ = nullptr;
+Digest* RegistryClientTest::digest_ = nullptr;
+RangeServer* RegistryClientTest::server_ = nullptr;
+
+TEST_F(RegistryClientTest, RangeReadReturnsTheExactBytes) {
+  auto client = Client();
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange("models/m", *digest_, 100, 200));
+  EXPECT_EQ(got, blob_->substr(100, 200));
+}
+
+TEST_F(RegistryClientTest, RangeReadMakesOneAttemptWhenTheRegistryAnswers503) {
+  auto client = Client();
+  ASSERT_OK(server_->SetFaults({.fail_first = 1, .fail_status = 503}));
+  EXPECT_THAT(client->GetBlobRange("models/m", *digest_, 0, 100),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("HTTP 503")));
+  EXPECT_EQ(server_->ReadLog().size(), 1u);
+}
+
+TEST_F(RegistryClientTest, RangeReadAnswered429IsResourceExhausted) {
+  auto client = Client();
+  ASSERT_OK(server_->SetFaults({.fail_first = 1, .fail_status = 429}));
+  absl::StatusOr<std::string> got = client->GetBlobRange("models/m", *digest_, 0, 100);
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("HTTP 429")));
+  EXPECT_TRUE(RetryableCode(got.status().code()));
+}
+
+TEST_F(RegistryClientTest, ManifestAndHeadRequestsStillRetryA503) {
+  auto client = Client();
+  ASSERT_OK(server_->SetFaults({.fail_first = 2, .fail_status = 503}));
+  ASSERT_OK_AND_ASSIGN(std::optional<uint64_t> size, client->HeadBlob("models/m", *digest_));
+  EXPECT_EQ(size, std::optional<uint64_t>(blob_->size()));
+  EXPECT_EQ(server_->ReadLog().size(), 3u);
+}
+
+// Token expiry runs on the client's clock: a FakeClock moves it, nothing sleeps.
+TEST_F(RegistryClientTest, ABearerTokenIsReusedUntilItExpiresAndThenRenewed) {
+  dir_->WriteFile("token.json", R"({"token": "T1", "expires_in": 60})");
+  ASSERT_OK(server_->SetFaults({.require_token = "T1", .token_realm = "/token.json"}));
+  modelfs::testing::FakeClock clock;
+  RegistryClientOptions o = Options();
+  o.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 0, 10));
+  EXPECT_EQ(client->stats().token_requests, 1u);
+  clock.Advance(absl::Seconds(49));  // renewed 10 s early: good until 50 s
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 10, 10));
+  EXPECT_EQ(client->stats().token_requests, 1u);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange("models/m", *digest_, 20, 10));
+  EXPECT_EQ(got, blob_->substr(20, 10));
+  EXPECT_EQ(client->stats().token_requests, 2u);
+}
+
+TEST(RetryableCodeTest, InternalIsNotRetryable) {
+  EXPECT_FALSE(RetryableCode(absl::StatusCode::kInternal));
+  EXPECT_FALSE(RetryableCode(absl::StatusCode::kUnknown));
+  EXPECT_TRUE(RetryableCode(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(RetryableCode(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_TRUE(RetryableCode(absl::StatusCode::kResourceExhausted));
+}
+
+}  // namespace
+}  // namespace modelfs
