@@ -49,19 +49,16 @@ absl::StatusOr<std::string> Containerd21ReleaseDir() {
     return absl::NotFoundError(absl::StrCat("containerd 2.1.4 release tarball not found at ",
                                             tarball, " (set MODELFS_CONTAINERD21_TARBALL)"));
   }
-  const std::string dir = MODELFS_CONTAINERD21_DIR;
-  const std::string stamp = dir + "/.sha256";
-  // The stamp names the tarball the directory came from, so a replaced tarball is extracted
-  // (and checked) again.
-  if (ReadAll(stamp) == kContainerd21Sha256 && fs::exists(dir + "/containerd") &&
-      fs::exists(dir + "/containerd-shim-runc-v2") && fs::exists(dir + "/ctr")) {
-    return dir;
-  }
+  // Checked on every call (a fraction of a second), so a replaced tarball is never trusted
+  // because of an earlier extraction.
   const std::string digest = Digest::Of(ReadAll(tarball)).str();
   if (digest != absl::StrCat("sha256:", kContainerd21Sha256)) {
     return absl::DataLossError(
         absl::StrCat(tarball, " has ", digest, ", want sha256:", kContainerd21Sha256));
   }
+  const std::string dir = MODELFS_CONTAINERD21_DIR;
+  // The stamp is written last: a directory without it is a torn extraction.
+  if (ReadAll(dir + "/.sha256") == kContainerd21Sha256) return dir;
   const std::string staging = absl::StrCat(dir, ".tmp-", getpid());
   std::error_code ec;
   fs::remove_all(staging, ec);

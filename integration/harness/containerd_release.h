@@ -5,8 +5,8 @@
 // the build tree (never onto the system). The directory holds containerd, ctr and
 // containerd-shim-runc-v2 at its top level.
 //
-// Thread safety: one process at a time extracts (a stamp file is written last, and the
-// directory is renamed into place), so concurrent test binaries at worst both extract.
+// Thread safety: extraction goes to a directory of the process's own, renamed into place with
+// a stamp file inside, so concurrent test binaries at worst both extract.
 #pragma once
 
 #include <string>

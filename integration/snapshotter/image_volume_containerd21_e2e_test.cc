@@ -172,15 +172,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   }
 
   void TearDown() override {
-    // As the kubelet tears a pod down: containers first, then the sandbox.
-    for (const std::string& id : containers_) {
-      EXPECT_OK(runtime_->StopContainer(id, absl::Seconds(5)));
-      EXPECT_OK(runtime_->RemoveContainer(id));
-    }
-    for (const std::string& id : sandboxes_) {
-      EXPECT_OK(runtime_->StopPodSandbox(id));
-      EXPECT_OK(runtime_->RemovePodSandbox(id));
-    }
+    DeletePods();
     if (HasFailure() && daemon_ != nullptr) {
       std::cerr << "--- modelfs-snapshotter log (tail) ---\n" << Tail(daemon_->log_path(), 12000);
     }
@@ -311,6 +303,21 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     return ParseCriLog(log);
   }
 
+  // StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox for the pods started so far,
+  // as the kubelet deletes a pod.
+  void DeletePods() {
+    for (const std::string& id : containers_) {
+      EXPECT_OK(runtime_->StopContainer(id, absl::Seconds(5)));
+      EXPECT_OK(runtime_->RemoveContainer(id));
+    }
+    containers_.clear();
+    for (const std::string& id : sandboxes_) {
+      EXPECT_OK(runtime_->StopPodSandbox(id));
+      EXPECT_OK(runtime_->RemovePodSandbox(id));
+    }
+    sandboxes_.clear();
+  }
+
   // Runs kHashEveryFile in a new pod on `volume_ref` and checks every model file's digest
   // against the source; returns the access-log offset taken before the pod started.
   size_t RunPodThatHashesEveryFile(const std::string& name, const std::string& volume_ref) {
@@ -327,10 +334,29 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     return offset;
   }
 
+  // Per blob of the model's repository: which client fetched it, with which status, how many
+  // bytes, named by its role in `modelfs push` (for the record).
+  std::string DescribeModelBlobs(const std::vector<Request>& requests) const {
+    std::map<std::string, std::string> roles;
+    for (const auto& b : push_["blobs"]) roles[b["digest"]] = b["role"];
+    std::string out;
+    for (const char* client : {"containerd", "modelfs"}) {
+      for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, client)) {
+        for (const auto& [status, bytes] : by_status) {
+          absl::StrAppend(&out, "  ", client, " ", roles[digest], " ", status, ": ", bytes,
+                          " bytes\n");
+        }
+      }
+    }
+    return out;
+  }
+
   // containerd fetched V's config and nothing else of the model's repository (not V's layer,
   // not M); modelfs fetched every weight file by range only, each byte once.
   void ExpectLazyTraffic(const std::vector<Request>& requests) {
-    std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+    std::cout << "[registry] traffic of the pod:\n"
+              << DescribeTraffic(requests) << "[registry] blobs of the model's repository:\n"
+              << DescribeModelBlobs(requests);
     auto containerd = BlobBytes(requests, kModelRepo, "containerd");
     std::set<std::string> containerd_blobs;
     for (const auto& [digest, by_status] : containerd) containerd_blobs.insert(digest);
@@ -419,10 +445,29 @@ TEST_F(ImageVolumeContainerd21Test, ColdPodReadingASliceFetchesOnlyTheChunkHoldi
   EXPECT_EQ(exit_code, 0);
   EXPECT_EQ(out, absl::StrCat(want.substr(7), "  -\n"));
   const std::vector<Request> requests = RequestsSince(offset);
-  std::cout << "[registry] traffic while the slice was read:\n" << DescribeTraffic(requests);
+  std::cout << "[registry] traffic while the slice was read:\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
   std::map<std::string, std::map<int, uint64_t>> expected = {{shard_digest, {{206, kChunk}}}};
   EXPECT_EQ(BlobBytes(requests, kModelRepo, "modelfs"), expected);
   EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+}
+
+// Deleting the pod unmounts everything containerd mounted for it (the image volume's overlay
+// on the model, the sandbox's and the container's root filesystems); modelfs's own FUSE mount
+// stays for the next pod.
+TEST_F(ImageVolumeContainerd21Test, DeletingThePodLeavesNothingMountedUnderContainerd) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("delete-me", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  int exit_code = -1;
+  EXPECT_EQ(RunReader(pod, "cat /models/config.json", &exit_code),
+            ReadFileOrDie(source_ + "/config.json"));
+  EXPECT_EQ(exit_code, 0);
+  ASSERT_FALSE(MountsUnder(containerd_->dir()).empty()) << "the pod mounted nothing?";
+  DeletePods();
+  EXPECT_EQ(MountsUnder(containerd_->dir()), std::vector<std::string>{});
+  EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
 }
 
 }  // namespace
