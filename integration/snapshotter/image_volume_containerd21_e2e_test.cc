@@ -242,6 +242,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     CriPodSpec spec;
     std::string sandbox_id;
     std::string volume_image_ref;  // PullImage's image_ref for V
+    std::string reader_image_ref;  // and for the reader (busybox)
   };
 
   // RunPodSandbox, then PullImage of V and of the reader, as the kubelet does for a pod whose
@@ -264,7 +265,9 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     if (!volume.ok()) return pod;
     pod.volume_image_ref = *volume;
     absl::Time t2 = absl::Now();
-    EXPECT_OK(images_->PullImageForPod(busybox_.reference, pod.spec).status());
+    absl::StatusOr<std::string> reader = images_->PullImageForPod(busybox_.reference, pod.spec);
+    EXPECT_OK(reader.status());
+    if (reader.ok()) pod.reader_image_ref = *reader;
     std::cout << "[cri] " << name << ": RunPodSandbox " << absl::FormatDuration(t1 - t0)
               << ", PullImage(V) " << absl::FormatDuration(t2 - t1) << ", PullImage(reader) "
               << absl::FormatDuration(absl::Now() - t2) << "\n";
@@ -277,7 +280,8 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     *exit_code = -1;
     CriContainerSpec c;
     c.name = "reader";
-    c.image = busybox_.reference;
+    // The kubelet names the image by the image_ref PullImage returned.
+    c.image = pod.reader_image_ref;
     c.command = {"/bin/sh", "-c", script};
     c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
     c.log_path = "reader.log";
