@@ -1,5 +1,6 @@
 #include "integration/harness/containerd_fixture.h"
 
+#include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -274,8 +275,47 @@ void Containerd::Stop() {
   if (process_) process_->Stop();
 }
 
+// PIDs of processes whose command line has "-address <socket>": the shims containerd started
+// for this fixture (the socket path is unique to it).
+std::vector<pid_t> ShimsOf(const std::string& socket) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::vector<std::string> args =
+        absl::StrSplit(ReadAll(entry.path().string() + "/cmdline"), '\0');
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "-address" && args[i + 1] == socket) {
+        out.push_back(static_cast<pid_t>(std::stol(name)));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void Containerd::KillLeftoverPods() {
+  if (options_.release_dir.empty() || !options_.cri) return;
+  // The runc shim keeps containers under <Root>/<namespace>.
+  std::error_code ec;
+  for (const auto& ns_root : fs::directory_iterator(dir_.Join("runc"), ec)) {
+    const std::string root = ns_root.path().string();
+    absl::StatusOr<ProcessResult> list =
+        RunProcess({kRuncBinary, "--root", root, "list", "-q"}, {}, absl::Seconds(20));
+    if (!list.ok() || list->exit_code != 0) continue;
+    for (absl::string_view id : absl::StrSplit(list->out, '\n', absl::SkipEmpty())) {
+      (void)RunProcess({kRuncBinary, "--root", root, "delete", "--force", std::string(id)}, {},
+                       absl::Seconds(20));
+    }
+  }
+  for (pid_t pid : ShimsOf(socket_)) kill(pid, SIGKILL);
+}
+
 Containerd::~Containerd() {
-  // Unmount what a failed test may have left, stop the daemon, then unmount what it left.
+  // Pods a failed test did not delete, then mounts it may have left; stop the daemon, then
+  // unmount what it left.
+  KillLeftoverPods();
   DetachMountsUnder(dir_.path().string());
   Stop();
   DetachMountsUnder(dir_.path().string());

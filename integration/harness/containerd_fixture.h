@@ -3,7 +3,10 @@
 // snapshot plugin (the modelfs snapshotter) and with or without the CRI plugin. The CRI plugin
 // serves runtime.v1 on the same socket; with it the default namespace is "k8s.io", as under a
 // kubelet. Started and stopped by PID; the destructor detaches every mount left under the
-// directory (before and after stopping the daemon) so a failed test leaves nothing mounted.
+// directory (before and after stopping the daemon) so a failed test leaves nothing mounted,
+// and (2.x) first kills the pods a failed test left running: their containers in the
+// fixture's own runc root, and their shims (found by the fixture's socket on their command
+// line; shims outlive containerd by design).
 //
 // Two versions: Debian's containerd 1.6 (config version 2; CRI image service only, no pods),
 // or a containerd 2.x release directory (ContainerdOptions::release_dir, containerd_release.h)
@@ -91,6 +94,7 @@ class Containerd {
 
  private:
   Containerd() = default;
+  void KillLeftoverPods();
   ContainerdOptions options_;
   TempDir dir_;
   std::string socket_;
