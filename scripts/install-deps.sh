@@ -14,6 +14,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
   docker-registry containerd skopeo apache2-utils curl python3 util-linux procps
+  # pause and reader images of the containerd 2.1 image-volume tests
+  busybox-static
 )
 
 missing=()

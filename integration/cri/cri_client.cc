@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "runtime/v1/api.grpc.pb.h"
@@ -52,7 +53,35 @@ bool IsMounted(const std::string& target) {
   return false;
 }
 
+void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+void FillSandboxConfig(const CriPodSpec& pod, runtime::v1::PodSandboxConfig& c) {
+  auto* m = c.mutable_metadata();
+  m->set_name(pod.name);
+  m->set_uid(pod.uid);
+  m->set_namespace_(pod.ns);
+  m->set_attempt(0);
+  c.set_log_directory(pod.log_directory);
+  auto* ns = c.mutable_linux()->mutable_security_context()->mutable_namespace_options();
+  ns->set_network(runtime::v1::NODE);
+  ns->set_pid(runtime::v1::CONTAINER);
+  ns->set_ipc(runtime::v1::POD);
+}
+
 }  // namespace
+
+std::string ParseCriLog(const std::string& log, const std::string& stream) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::MaxSplits(' ', 3));
+    if (f.size() < 3 || f[1] != stream) continue;
+    if (f.size() == 4) out.append(f[3].data(), f[3].size());
+    if (f[2] == "F") out.push_back('\n');
+  }
+  return out;
+}
 
 std::string DescribeMounts(const std::vector<SnapshotMount>& mounts) {
   std::vector<std::string> parts;
@@ -92,6 +121,20 @@ absl::StatusOr<std::string> CriImageClient::PullImage(const std::string& image,
   return resp.image_ref();
 }
 
+absl::StatusOr<std::string> CriImageClient::PullImageForPod(const std::string& image,
+                                                            const CriPodSpec& pod,
+                                                            absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::PullImageRequest req;
+  req.mutable_image()->set_image(image);
+  FillSandboxConfig(pod, *req.mutable_sandbox_config());
+  runtime::v1::PullImageResponse resp;
+  absl::Status s = FromGrpc(impl_->stub->PullImage(&ctx, req, &resp), "CRI PullImage " + image);
+  if (!s.ok()) return s;
+  return resp.image_ref();
+}
+
 absl::StatusOr<std::optional<CriImage>> CriImageClient::ImageStatus(const std::string& image,
                                                                     absl::Duration timeout) {
   grpc::ClientContext ctx;
@@ -116,6 +159,162 @@ absl::Status CriImageClient::RemoveImage(const std::string& image, absl::Duratio
   req.mutable_image()->set_image(image);
   runtime::v1::RemoveImageResponse resp;
   return FromGrpc(impl_->stub->RemoveImage(&ctx, req, &resp), "CRI RemoveImage " + image);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct CriRuntimeClient::Impl {
+  std::unique_ptr<runtime::v1::RuntimeService::Stub> stub;
+};
+
+CriRuntimeClient::CriRuntimeClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CriRuntimeClient::~CriRuntimeClient() = default;
+
+absl::StatusOr<std::unique_ptr<CriRuntimeClient>> CriRuntimeClient::Connect(
+    const std::string& target) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  if (channel == nullptr) return absl::InternalError(absl::StrCat("gRPC channel to ", target));
+  auto impl = std::make_unique<Impl>();
+  impl->stub = runtime::v1::RuntimeService::NewStub(channel);
+  return std::unique_ptr<CriRuntimeClient>(new CriRuntimeClient(std::move(impl)));
+}
+
+absl::StatusOr<std::string> CriRuntimeClient::RunPodSandbox(const CriPodSpec& pod,
+                                                            absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::RunPodSandboxRequest req;
+  FillSandboxConfig(pod, *req.mutable_config());
+  runtime::v1::RunPodSandboxResponse resp;
+  absl::Status s =
+      FromGrpc(impl_->stub->RunPodSandbox(&ctx, req, &resp), "CRI RunPodSandbox " + pod.name);
+  if (!s.ok()) return s;
+  return resp.pod_sandbox_id();
+}
+
+absl::Status CriRuntimeClient::StopPodSandbox(const std::string& sandbox_id,
+                                              absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::StopPodSandboxRequest req;
+  req.set_pod_sandbox_id(sandbox_id);
+  runtime::v1::StopPodSandboxResponse resp;
+  return FromGrpc(impl_->stub->StopPodSandbox(&ctx, req, &resp),
+                  "CRI StopPodSandbox " + sandbox_id);
+}
+
+absl::Status CriRuntimeClient::RemovePodSandbox(const std::string& sandbox_id,
+                                                absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::RemovePodSandboxRequest req;
+  req.set_pod_sandbox_id(sandbox_id);
+  runtime::v1::RemovePodSandboxResponse resp;
+  return FromGrpc(impl_->stub->RemovePodSandbox(&ctx, req, &resp),
+                  "CRI RemovePodSandbox " + sandbox_id);
+}
+
+absl::StatusOr<std::string> CriRuntimeClient::CreateContainer(const std::string& sandbox_id,
+                                                              const CriContainerSpec& container,
+                                                              const CriPodSpec& pod,
+                                                              absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::CreateContainerRequest req;
+  req.set_pod_sandbox_id(sandbox_id);
+  FillSandboxConfig(pod, *req.mutable_sandbox_config());
+  auto* c = req.mutable_config();
+  c->mutable_metadata()->set_name(container.name);
+  c->mutable_image()->set_image(container.image);
+  for (const auto& a : container.command) c->add_command(a);
+  for (const auto& a : container.args) c->add_args(a);
+  for (const auto& m : container.mounts) {
+    auto* pm = c->add_mounts();
+    pm->set_container_path(m.container_path);
+    pm->set_host_path(m.host_path);
+    pm->set_readonly(m.readonly);
+    if (!m.image.empty()) pm->mutable_image()->set_image(m.image);
+  }
+  c->set_log_path(container.log_path);
+  // The kubelet repeats the pod's namespaces in each container's security context.
+  *c->mutable_linux()->mutable_security_context()->mutable_namespace_options() =
+      req.sandbox_config().linux().security_context().namespace_options();
+  runtime::v1::CreateContainerResponse resp;
+  absl::Status s =
+      FromGrpc(impl_->stub->CreateContainer(&ctx, req, &resp),
+               absl::StrCat("CRI CreateContainer ", container.name, " in ", sandbox_id));
+  if (!s.ok()) return s;
+  return resp.container_id();
+}
+
+absl::Status CriRuntimeClient::StartContainer(const std::string& container_id,
+                                              absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::StartContainerRequest req;
+  req.set_container_id(container_id);
+  runtime::v1::StartContainerResponse resp;
+  return FromGrpc(impl_->stub->StartContainer(&ctx, req, &resp),
+                  "CRI StartContainer " + container_id);
+}
+
+absl::Status CriRuntimeClient::StopContainer(const std::string& container_id,
+                                             absl::Duration grace) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, grace + absl::Minutes(1));
+  runtime::v1::StopContainerRequest req;
+  req.set_container_id(container_id);
+  req.set_timeout(absl::ToInt64Seconds(grace));
+  runtime::v1::StopContainerResponse resp;
+  return FromGrpc(impl_->stub->StopContainer(&ctx, req, &resp),
+                  "CRI StopContainer " + container_id);
+}
+
+absl::Status CriRuntimeClient::RemoveContainer(const std::string& container_id,
+                                               absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::RemoveContainerRequest req;
+  req.set_container_id(container_id);
+  runtime::v1::RemoveContainerResponse resp;
+  return FromGrpc(impl_->stub->RemoveContainer(&ctx, req, &resp),
+                  "CRI RemoveContainer " + container_id);
+}
+
+absl::StatusOr<CriContainerStatus> CriRuntimeClient::ContainerStatus(
+    const std::string& container_id, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout);
+  runtime::v1::ContainerStatusRequest req;
+  req.set_container_id(container_id);
+  runtime::v1::ContainerStatusResponse resp;
+  absl::Status s = FromGrpc(impl_->stub->ContainerStatus(&ctx, req, &resp),
+                            "CRI ContainerStatus " + container_id);
+  if (!s.ok()) return s;
+  const auto& st = resp.status();
+  CriContainerStatus out;
+  out.id = st.id();
+  out.state = static_cast<CriContainerStatus::State>(st.state());
+  out.exit_code = st.exit_code();
+  out.reason = st.reason();
+  out.message = st.message();
+  out.log_path = st.log_path();
+  return out;
+}
+
+absl::StatusOr<CriContainerStatus> CriRuntimeClient::WaitForExit(const std::string& container_id,
+                                                                 absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<CriContainerStatus> st = ContainerStatus(container_id);
+    if (!st.ok() || st->state == CriContainerStatus::State::kExited) return st;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("container ", container_id, " still in state ", static_cast<int>(st->state),
+                       " after ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 // tests and benchmarks of the modelfs snapshotter:
 //  - CriImageClient: the CRI image service (runtime.v1, integration/cri/runtime/v1/api.proto)
 //    served by containerd's CRI plugin on containerd's socket.
+//  - CriRuntimeClient: the CRI runtime service for the pod and container lifecycle a kubelet
+//    drives (sandbox on the host network, containers with host-path and image volume mounts,
+//    their status and log file).
 //  - SnapshotsClient: containerd's own Snapshots service (containerd.services.snapshots.v1) on
 //    containerd's socket, for one snapshotter (request.snapshotter) in one namespace (gRPC
 //    metadata `containerd-namespace`), so keys and parents are containerd's, as CRI sees them.
@@ -33,6 +36,17 @@ struct CriImage {
   uint64_t size = 0;
 };
 
+// A pod sandbox as the kubelet describes it, reduced to what the tests need. The sandbox is
+// always on the node's network (NamespaceMode NODE) with an empty hostname, so no CNI plugin is
+// needed and runc is not asked for a hostname without a UTS namespace.
+struct CriPodSpec {
+  std::string name;
+  std::string uid;
+  std::string ns = "default";
+  // Host directory for the containers' log files (PodSandboxConfig.log_directory); must exist.
+  std::string log_directory;
+};
+
 class CriImageClient {
  public:
   // `target`: a gRPC target, "unix:///run/containerd/containerd.sock".
@@ -42,6 +56,10 @@ class CriImageClient {
   // PullImage; returns image_ref (the image ID). Errors: the gRPC code, message naming image.
   absl::StatusOr<std::string> PullImage(const std::string& image,
                                         absl::Duration timeout = absl::Minutes(5));
+  // PullImage with the pod's sandbox config, as a kubelet pulls for a pod (containerd picks
+  // the snapshotter of the pod's runtime handler from it).
+  absl::StatusOr<std::string> PullImageForPod(const std::string& image, const CriPodSpec& pod,
+                                              absl::Duration timeout = absl::Minutes(5));
   // nullopt when the image is not present.
   absl::StatusOr<std::optional<CriImage>> ImageStatus(const std::string& image,
                                                       absl::Duration timeout = absl::Seconds(30));
@@ -52,6 +70,80 @@ class CriImageClient {
   explicit CriImageClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// One entry of ContainerConfig.mounts: a host path, or (when `image` is set) an image volume
+// whose `image` is the image_ref PullImage returned, as the kubelet sets it.
+struct CriMountSpec {
+  std::string container_path;
+  std::string host_path;
+  std::string image;
+  bool readonly = true;
+};
+
+struct CriContainerSpec {
+  std::string name;
+  std::string image;  // an image reference or ID the runtime has pulled
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  std::vector<CriMountSpec> mounts;
+  // Relative to CriPodSpec::log_directory; the runtime writes stdout and stderr there in the
+  // CRI log format (ParseCriLog).
+  std::string log_path;
+};
+
+struct CriContainerStatus {
+  enum class State { kCreated = 0, kRunning = 1, kExited = 2, kUnknown = 3 };
+  std::string id;
+  State state = State::kUnknown;
+  int exit_code = 0;
+  std::string reason;
+  std::string message;
+  std::string log_path;  // absolute, on the host
+};
+
+class CriRuntimeClient {
+ public:
+  // `target`: a gRPC target, "unix:///run/containerd/containerd.sock".
+  static absl::StatusOr<std::unique_ptr<CriRuntimeClient>> Connect(const std::string& target);
+  ~CriRuntimeClient();
+
+  // RunPodSandbox with the default runtime handler; returns the sandbox ID. The runtime pulls
+  // its sandbox (pause) image if needed.
+  absl::StatusOr<std::string> RunPodSandbox(const CriPodSpec& pod,
+                                            absl::Duration timeout = absl::Minutes(3));
+  absl::Status StopPodSandbox(const std::string& sandbox_id,
+                              absl::Duration timeout = absl::Minutes(1));
+  absl::Status RemovePodSandbox(const std::string& sandbox_id,
+                                absl::Duration timeout = absl::Minutes(1));
+  // CreateContainer in `sandbox_id` (created with `pod`); returns the container ID.
+  absl::StatusOr<std::string> CreateContainer(const std::string& sandbox_id,
+                                              const CriContainerSpec& container,
+                                              const CriPodSpec& pod,
+                                              absl::Duration timeout = absl::Minutes(3));
+  absl::Status StartContainer(const std::string& container_id,
+                              absl::Duration timeout = absl::Minutes(1));
+  // Stops within `grace` (then SIGKILL); idempotent.
+  absl::Status StopContainer(const std::string& container_id,
+                             absl::Duration grace = absl::Seconds(10));
+  absl::Status RemoveContainer(const std::string& container_id,
+                               absl::Duration timeout = absl::Minutes(1));
+  absl::StatusOr<CriContainerStatus> ContainerStatus(const std::string& container_id,
+                                                     absl::Duration timeout = absl::Seconds(30));
+  // Polls ContainerStatus until the container has exited. Errors: kDeadlineExceeded (with the
+  // last state) after `timeout`, or the ContainerStatus error.
+  absl::StatusOr<CriContainerStatus> WaitForExit(const std::string& container_id,
+                                                 absl::Duration timeout = absl::Minutes(2));
+
+ private:
+  struct Impl;
+  explicit CriRuntimeClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The stdout (or stderr) text of a container log file in the CRI format: lines
+// "<RFC3339Nano time> <stdout|stderr> <F|P> <text>", where P marks a partial line continued by
+// the next one. Lines that do not parse are skipped.
+std::string ParseCriLog(const std::string& log, const std::string& stream = "stdout");
 
 // containerd.types.Mount.
 struct SnapshotMount {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -204,21 +205,27 @@ std::string ChainId(const std::vector<std::string>& diff_ids) {
 
 absl::StatusOr<PushedImage> PushOrdinaryImage(const std::string& host_port, const std::string& repo,
                                               const std::string& tag,
-                                              const std::vector<std::vector<LayerFile>>& layers) {
+                                              const std::vector<std::vector<LayerFile>>& layers,
+                                              const std::vector<std::string>& cmd) {
   ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> client, ConnectPlainHttp(host_port));
   PushedImage out;
   nlohmann::json layer_descs = nlohmann::json::array();
   for (const auto& files : layers) {
     TarWriter w;
+    std::set<std::string> dirs;
     for (const auto& f : files) {
       fs::path p(f.path);
-      // Parent directories first, as image builders write them.
+      // Parent directories first (once each), as image builders write them.
       std::string prefix;
       for (auto it = p.begin(); std::next(it) != p.end(); ++it) {
         prefix = prefix.empty() ? it->string() : prefix + "/" + it->string();
-        RETURN_IF_ERROR(w.AddDirectory(prefix));
+        if (dirs.insert(prefix).second) RETURN_IF_ERROR(w.AddDirectory(prefix));
       }
-      RETURN_IF_ERROR(w.AddFile(f.path, f.content));
+      if (!f.symlink_target.empty()) {
+        RETURN_IF_ERROR(w.AddSymlink(f.path, f.symlink_target));
+      } else {
+        RETURN_IF_ERROR(w.AddFile(f.path, f.content, f.mode));
+      }
     }
     std::string tar = w.Finish();
     const uint64_t size = tar.size();
@@ -228,9 +235,11 @@ absl::StatusOr<PushedImage> PushOrdinaryImage(const std::string& host_port, cons
                            {"digest", d.str()},
                            {"size", size}});
   }
+  nlohmann::json runtime_config = nlohmann::json::object();
+  if (!cmd.empty()) runtime_config["Cmd"] = cmd;
   nlohmann::json config = {{"architecture", "amd64"},
                            {"os", "linux"},
-                           {"config", nlohmann::json::object()},
+                           {"config", runtime_config},
                            {"rootfs", {{"type", "layers"}, {"diff_ids", out.diff_ids}}}};
   std::string config_bytes = config.dump();
   const uint64_t config_size = config_bytes.size();

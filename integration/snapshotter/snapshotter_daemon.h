@@ -76,10 +76,13 @@ class SnapshotterDaemon {
   pid_t pid_ = -1;
 };
 
-// One file of an ordinary image layer.
+// One file of an ordinary image layer: a regular file with `content` and `mode`, or a
+// symbolic link to `symlink_target` when that is set.
 struct LayerFile {
   std::string path;
   std::string content;
+  uint32_t mode = 0644;
+  std::string symlink_target;
 };
 
 struct PushedImage {
@@ -90,10 +93,12 @@ struct PushedImage {
   std::string chain_id;               // of the top layer
 };
 
-// Pushes an OCI image (linux/amd64) with one uncompressed tar layer per entry of `layers`.
+// Pushes an OCI image (linux/amd64) with one uncompressed tar layer per entry of `layers`;
+// `cmd` becomes the config's Cmd (what a container runs when CRI gives no command).
 absl::StatusOr<PushedImage> PushOrdinaryImage(const std::string& host_port, const std::string& repo,
                                               const std::string& tag,
-                                              const std::vector<std::vector<LayerFile>>& layers);
+                                              const std::vector<std::vector<LayerFile>>& layers,
+                                              const std::vector<std::string>& cmd = {});
 
 // The chain ID of a stack of diff IDs (OCI image spec: chainID(L0) = diffID(L0),
 // chainID(L0..n) = sha256(chainID(L0..n-1) + " " + diffID(n))).

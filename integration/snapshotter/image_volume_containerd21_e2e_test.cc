@@ -1,0 +1,478 @@
+// Pods with an image volume of the volume image V, on a real containerd 2.1.4 driven through
+// CRI as a kubelet drives it: RunPodSandbox (host network, busybox as the pause image),
+// PullImage of V with the pod's sandbox config, CreateContainer with `mounts[].image` set to
+// the image_ref PullImage returned, StartContainer, ContainerStatus until it exits, and the
+// container's stdout read from its CRI log file. containerd uses the modelfs proxy snapshotter
+// configured as docs/install.md says (integration/harness/containerd_fixture.h); the registry's
+// access log tells which client fetched what, by user agent.
+//
+// The containerd release comes from ../shared/tools (containerd_release.h). Without it, or
+// without root, FUSE or the daemon binary, the tests skip, except with CI=true, where they fail:
+// CI must run them.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "core/oci/digest.h"
+#include "gtest/gtest.h"
+#include "integration/cri/cri_client.h"
+#include "integration/harness/containerd_fixture.h"
+#include "integration/harness/containerd_release.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/publish/publish_test_env.h"
+#include "integration/snapshotter/snapshotter_daemon.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kModelRepo[] = "e2e/llama";
+constexpr char kBusyboxRepo[] = "e2e/busybox";
+constexpr char kBusyboxBinary[] = "/bin/busybox";  // Debian package busybox-static
+constexpr char kMountPath[] = "/models";
+constexpr uint64_t kChunk = 1 << 20;  // `modelfs push` default chunk size
+
+// One request in the registry's access log (Distribution's combined log format).
+struct Request {
+  std::string method;
+  std::string path;
+  int status = 0;
+  uint64_t bytes = 0;
+  std::string agent;
+};
+
+std::vector<Request> RequestsInAccessLog(const std::string& log, size_t offset) {
+  std::vector<Request> out;
+  static const std::regex re(
+      "\"(GET|HEAD) (/v2/[^ ]*) HTTP/[0-9.]+\" ([0-9]{3}) ([0-9]+|-) \"[^\"]*\" \"([^\"]*)\"");
+  std::string tail = log.substr(std::min(offset, log.size()));
+  for (std::sregex_iterator it(tail.begin(), tail.end(), re), end; it != end; ++it) {
+    const std::string bytes = (*it)[4].str();
+    out.push_back({(*it)[1].str(), (*it)[2].str(), std::stoi((*it)[3].str()),
+                   bytes == "-" ? 0 : std::stoull(bytes), (*it)[5].str()});
+  }
+  return out;
+}
+
+// "containerd" or "modelfs" from a user agent ("containerd/v2.1.4", "modelfs/0.1").
+std::string Client(const Request& r) {
+  if (absl::StartsWith(r.agent, "containerd/")) return "containerd";
+  if (absl::StartsWith(r.agent, "modelfs/")) return "modelfs";
+  return r.agent;
+}
+
+// Blob GETs of `repo` by `client` ("containerd" or "modelfs"): digest -> {status -> bytes}.
+std::map<std::string, std::map<int, uint64_t>> BlobBytes(const std::vector<Request>& requests,
+                                                         const std::string& repo,
+                                                         const std::string& client) {
+  std::map<std::string, std::map<int, uint64_t>> out;
+  const std::string prefix = absl::StrCat("/v2/", repo, "/blobs/");
+  for (const Request& r : requests) {
+    if (r.method != "GET" || !absl::StartsWith(r.path, prefix) || Client(r) != client) continue;
+    out[r.path.substr(prefix.size())][r.status] += r.bytes;
+  }
+  return out;
+}
+
+// A table of requests and response bytes per client and kind, printed for the record.
+std::string DescribeTraffic(const std::vector<Request>& requests) {
+  std::map<std::string, std::pair<int, uint64_t>> rows;
+  for (const Request& r : requests) {
+    std::string kind = absl::StrContains(r.path, "/blobs/")       ? "blob"
+                       : absl::StrContains(r.path, "/manifests/") ? "manifest"
+                                                                  : "other";
+    auto& row = rows[absl::StrCat(Client(r), " ", r.method, " ", kind, " ", r.status)];
+    ++row.first;
+    row.second += r.bytes;
+  }
+  std::string out;
+  for (const auto& [k, v] : rows)
+    absl::StrAppend(&out, "  ", k, ": ", v.first, " requests, ", v.second, " bytes\n");
+  return out;
+}
+
+// `sha256sum` output ("<hex>  ./path" per line) as DescribeFiles gives it.
+std::map<std::string, std::string> ParseSha256sum(const std::string& out) {
+  std::map<std::string, std::string> files;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits("  ", 1));
+    if (f.size() != 2) continue;
+    std::string path = f[1];
+    if (absl::StartsWith(path, "./")) path = path.substr(2);
+    files[path] = "sha256:" + f[0];
+  }
+  return files;
+}
+
+// Every file under the mount, hashed inside the container.
+constexpr char kHashEveryFile[] =
+    "cd /models && find . -type f | sort | while read -r f; do sha256sum \"$f\"; done";
+
+class ImageVolumeContainerd21Test : public ::testing::Test {
+ protected:
+  // A missing component skips the test on a developer's machine and fails it in CI.
+  void MissingComponent(const std::string& why) {
+    if (RunningInCi()) {
+      FAIL() << why << " (CI=true: this test must run in CI)";
+    }
+    GTEST_SKIP() << why;
+  }
+
+  void SetUp() override {
+    absl::StatusOr<std::string> release = Containerd21ReleaseDir();
+    if (!release.ok() && release.status().code() == absl::StatusCode::kNotFound) {
+      MissingComponent(std::string(release.status().message()));
+      return;
+    }
+    ASSERT_OK(release.status());
+    for (const std::string& why :
+         {Containerd::WhyUnavailable(*release), SnapshotterDaemon::WhyUnavailable(),
+          std::string(access(kBusyboxBinary, X_OK) == 0
+                          ? ""
+                          : "no /bin/busybox (package busybox-static)")}) {
+      if (!why.empty()) {
+        MissingComponent(why);
+        return;
+      }
+    }
+    RegistryFixtureOptions ro;
+    ro.access_log = true;
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
+    PushBusybox();
+    ASSERT_FALSE(HasFatalFailure());
+    SnapshotterDaemonOptions so;
+    so.insecure_hosts = {registry_->host_port()};
+    ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
+    ContainerdOptions co;
+    co.release_dir = *release;
+    co.registry_host_port = registry_->host_port();
+    co.proxy_snapshotter_name = "modelfs";
+    co.proxy_snapshotter_address = daemon_->socket_path();
+    co.cri = true;
+    co.cri_snapshotter = "modelfs";
+    co.sandbox_image = busybox_.reference;
+    ASSERT_OK_AND_ASSIGN(containerd_, Containerd::Start(co));
+    ASSERT_OK_AND_ASSIGN(images_, CriImageClient::Connect(containerd_->grpc_target()));
+    ASSERT_OK_AND_ASSIGN(runtime_, CriRuntimeClient::Connect(containerd_->grpc_target()));
+  }
+
+  void TearDown() override {
+    DeletePods();
+    if (HasFailure() && daemon_ != nullptr) {
+      std::cerr << "--- modelfs-snapshotter log (tail) ---\n" << Tail(daemon_->log_path(), 12000);
+    }
+    if (HasFailure() && containerd_ != nullptr) {
+      std::cerr << "--- containerd log (tail) ---\n" << Tail(containerd_->log_path(), 12000);
+    }
+  }
+
+  static std::string Tail(const std::string& path, size_t n) {
+    std::string s = ReadFileOrDie(path);
+    return s.substr(s.size() > n ? s.size() - n : 0) + "\n";
+  }
+
+  std::string Ref(const std::string& repo, const std::string& tag) const {
+    return absl::StrCat(registry_->host_port(), "/", repo, ":", tag);
+  }
+
+  // A single-layer image of Debian's static busybox and the applets the tests run, as links
+  // to it. It serves as the pause image (its Cmd sleeps) and as the reader.
+  void PushBusybox() {
+    std::vector<LayerFile> files = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""}};
+    for (const char* applet : {"sh", "cat", "sha256sum", "sleep", "find", "sort", "head", "dd",
+                               "ls", "wc", "echo", "true"}) {
+      files.push_back({absl::StrCat("bin/", applet), "", 0777, "busybox"});
+    }
+    ASSERT_OK_AND_ASSIGN(busybox_, PushOrdinaryImage(registry_->host_port(), kBusyboxRepo, "1.35",
+                                                     {files}, {"/bin/sleep", "86400"}));
+  }
+
+  // `modelfs push` of the test model: M at tag v1, V at v1-volume.
+  void PushModel() {
+    source_ = tmp_.Join("model").string();
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(source_, /*seed=*/43));
+    ASSERT_OK_AND_ASSIGN(
+        ProcessResult push,
+        RunModelfs({"push", "--plain-http", Ref(kModelRepo, "v1"), source_, "--json"}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    push_ = ParseJsonOutput(push.out);
+    ASSERT_TRUE(push_.is_object()) << push.out;
+  }
+
+  std::string BlobDigest(const std::string& role) const {
+    for (const auto& b : push_["blobs"]) {
+      if (b["role"] == role) return b["digest"];
+    }
+    return "";
+  }
+
+  // The weight files' layers (safetensors shards and the GGUF): digest -> (file, size).
+  std::map<std::string, std::pair<std::string, uint64_t>> WeightBlobs() const {
+    std::map<std::string, std::pair<std::string, uint64_t>> out;
+    for (const auto& b : push_["blobs"]) {
+      std::string role = b["role"];
+      if (absl::EndsWith(role, ".safetensors") || absl::EndsWith(role, ".gguf")) {
+        out[b["digest"].get<std::string>()] = {role, b["size"].get<uint64_t>()};
+      }
+    }
+    return out;
+  }
+
+  size_t LogOffset() const { return ReadFileOrDie(registry_->log_path()).size(); }
+  std::vector<Request> RequestsSince(size_t offset) const {
+    return RequestsInAccessLog(ReadFileOrDie(registry_->log_path()), offset);
+  }
+
+  struct Pod {
+    CriPodSpec spec;
+    std::string sandbox_id;
+    std::string volume_image_ref;  // PullImage's image_ref for V
+    std::string reader_image_ref;  // and for the reader (busybox)
+  };
+
+  // RunPodSandbox, then PullImage of V and of the reader, as the kubelet does for a pod whose
+  // container mounts an image volume. Times each call.
+  Pod StartPodAndPullVolume(const std::string& name, const std::string& volume_ref) {
+    Pod pod;
+    pod.spec.name = name;
+    pod.spec.uid = name + "-uid";
+    pod.spec.log_directory = tmp_.Join("pods/" + name).string();
+    fs::create_directories(pod.spec.log_directory);
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<std::string> sandbox = runtime_->RunPodSandbox(pod.spec);
+    EXPECT_OK(sandbox.status());
+    if (!sandbox.ok()) return pod;
+    pod.sandbox_id = *sandbox;
+    sandboxes_.push_back(*sandbox);
+    absl::Time t1 = absl::Now();
+    absl::StatusOr<std::string> volume = images_->PullImageForPod(volume_ref, pod.spec);
+    EXPECT_OK(volume.status());
+    if (!volume.ok()) return pod;
+    pod.volume_image_ref = *volume;
+    absl::Time t2 = absl::Now();
+    absl::StatusOr<std::string> reader = images_->PullImageForPod(busybox_.reference, pod.spec);
+    EXPECT_OK(reader.status());
+    if (reader.ok()) pod.reader_image_ref = *reader;
+    std::cout << "[cri] " << name << ": RunPodSandbox " << absl::FormatDuration(t1 - t0)
+              << ", PullImage(V) " << absl::FormatDuration(t2 - t1) << ", PullImage(reader) "
+              << absl::FormatDuration(absl::Now() - t2) << "\n";
+    return pod;
+  }
+
+  // CreateContainer (the reader, with V mounted read-only at /models), StartContainer, wait for
+  // it to exit; returns its stdout, and its exit code in `exit_code`.
+  std::string RunReader(const Pod& pod, const std::string& script, int* exit_code) {
+    *exit_code = -1;
+    CriContainerSpec c;
+    c.name = "reader";
+    // The kubelet names the image by the image_ref PullImage returned.
+    c.image = pod.reader_image_ref;
+    c.command = {"/bin/sh", "-c", script};
+    c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+    c.log_path = "reader.log";
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
+    EXPECT_OK(id.status());
+    if (!id.ok()) return "";
+    containers_.push_back(*id);
+    absl::Time t1 = absl::Now();
+    absl::Status started = runtime_->StartContainer(*id);
+    EXPECT_OK(started);
+    if (!started.ok()) return "";
+    absl::Time t2 = absl::Now();
+    absl::StatusOr<CriContainerStatus> st = runtime_->WaitForExit(*id, absl::Minutes(3));
+    EXPECT_OK(st.status());
+    if (!st.ok()) return "";
+    std::cout << "[cri] " << pod.spec.name << ": CreateContainer " << absl::FormatDuration(t1 - t0)
+              << ", StartContainer " << absl::FormatDuration(t2 - t1) << ", run until exit "
+              << absl::FormatDuration(absl::Now() - t2) << "\n";
+    *exit_code = st->exit_code;
+    const std::string log = ReadFileOrDie(pod.spec.log_directory + "/reader.log");
+    if (st->exit_code != 0) std::cerr << "reader log:\n" << log << "\n";
+    return ParseCriLog(log);
+  }
+
+  // StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox for the pods started so far,
+  // as the kubelet deletes a pod.
+  void DeletePods() {
+    for (const std::string& id : containers_) {
+      EXPECT_OK(runtime_->StopContainer(id, absl::Seconds(5)));
+      EXPECT_OK(runtime_->RemoveContainer(id));
+    }
+    containers_.clear();
+    for (const std::string& id : sandboxes_) {
+      EXPECT_OK(runtime_->StopPodSandbox(id));
+      EXPECT_OK(runtime_->RemovePodSandbox(id));
+    }
+    sandboxes_.clear();
+  }
+
+  // Runs kHashEveryFile in a new pod on `volume_ref` and checks every model file's digest
+  // against the source; returns the access-log offset taken before the pod started.
+  size_t RunPodThatHashesEveryFile(const std::string& name, const std::string& volume_ref) {
+    const size_t offset = LogOffset();
+    Pod pod = StartPodAndPullVolume(name, volume_ref);
+    if (pod.volume_image_ref.empty()) return offset;
+    EXPECT_EQ(pod.volume_image_ref, BlobDigest("volume config"));
+    int exit_code = -1;
+    std::map<std::string, std::string> seen =
+        ParseSha256sum(RunReader(pod, kHashEveryFile, &exit_code));
+    EXPECT_EQ(exit_code, 0);
+    EXPECT_EQ(seen.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in the volume";
+    EXPECT_EQ(seen, DescribeFiles(source_));
+    return offset;
+  }
+
+  // Per blob of the model's repository: which client fetched it, with which status, how many
+  // bytes, named by its role in `modelfs push` (for the record).
+  std::string DescribeModelBlobs(const std::vector<Request>& requests) const {
+    std::map<std::string, std::string> roles;
+    for (const auto& b : push_["blobs"]) roles[b["digest"]] = b["role"];
+    std::string out;
+    for (const char* client : {"containerd", "modelfs"}) {
+      for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, client)) {
+        for (const auto& [status, bytes] : by_status) {
+          absl::StrAppend(&out, "  ", client, " ", roles[digest], " ", status, ": ", bytes,
+                          " bytes\n");
+        }
+      }
+    }
+    return out;
+  }
+
+  // containerd fetched V's config and nothing else of the model's repository (not V's layer,
+  // not M); modelfs fetched every weight file by range only, each byte once.
+  void ExpectLazyTraffic(const std::vector<Request>& requests) {
+    std::cout << "[registry] traffic of the pod:\n"
+              << DescribeTraffic(requests) << "[registry] blobs of the model's repository:\n"
+              << DescribeModelBlobs(requests);
+    auto containerd = BlobBytes(requests, kModelRepo, "containerd");
+    std::set<std::string> containerd_blobs;
+    for (const auto& [digest, by_status] : containerd) containerd_blobs.insert(digest);
+    EXPECT_EQ(containerd_blobs, std::set<std::string>{BlobDigest("volume config")});
+    auto modelfs = BlobBytes(requests, kModelRepo, "modelfs");
+    for (const auto& [digest, file] : WeightBlobs()) {
+      std::map<int, uint64_t> want = {{206, file.second}};
+      EXPECT_EQ(modelfs[digest], want) << file.first << " (" << digest << ")";
+    }
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> registry_;
+  std::unique_ptr<SnapshotterDaemon> daemon_;
+  std::unique_ptr<Containerd> containerd_;  // destroyed before the daemon
+  std::unique_ptr<CriImageClient> images_;
+  std::unique_ptr<CriRuntimeClient> runtime_;
+  std::vector<std::string> sandboxes_;
+  std::vector<std::string> containers_;
+  PushedImage busybox_;
+  std::string source_;
+  nlohmann::json push_;
+};
+
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByTagReadsEveryModelFileExactly) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t offset = RunPodThatHashesEveryFile("by-tag", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  ExpectLazyTraffic(RequestsSince(offset));
+}
+
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModelFileExactly) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string by_digest = absl::StrCat(registry_->host_port(), "/", kModelRepo, "@",
+                                             push_["volume"]["digest"].get<std::string>());
+  const size_t offset = RunPodThatHashesEveryFile("by-digest", by_digest);
+  ASSERT_FALSE(HasFailure());
+  ExpectLazyTraffic(RequestsSince(offset));
+}
+
+// A second pod on a model another pod has read: the weights come from modelfs's verified
+// cache, and containerd already holds V, so neither client fetches a blob of the model again.
+TEST_F(ImageVolumeContainerd21Test, SecondPodOnTheSameModelFetchesNoBlobAgain) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashesEveryFile("first", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  const size_t offset = RunPodThatHashesEveryFile("second", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the second pod:\n" << DescribeTraffic(requests);
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "modelfs").empty());
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+}
+
+// A cold pod that reads 4 KiB from the middle of one shard: while the container runs, modelfs
+// fetches the one chunk holding those bytes and nothing else.
+TEST_F(ImageVolumeContainerd21Test, ColdPodReadingASliceFetchesOnlyTheChunkHoldingIt) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  std::string shard_digest, shard_file;
+  for (const auto& [digest, file] : WeightBlobs()) {
+    if (absl::EndsWith(file.first, ".safetensors") && file.second >= 3 * kChunk) {
+      shard_digest = digest;
+      shard_file = file.first;
+      break;
+    }
+  }
+  ASSERT_FALSE(shard_file.empty()) << "the test model has no shard of 3 MiB or more";
+  constexpr uint64_t kOffset = 2 * kChunk + kChunk / 2;
+  constexpr uint64_t kLength = 4096;
+  const std::string want =
+      Digest::Of(ReadFileOrDie(source_ + "/" + shard_file).substr(kOffset, kLength)).str();
+
+  Pod pod = StartPodAndPullVolume("slice", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  const size_t offset = LogOffset();
+  int exit_code = -1;
+  const std::string out =
+      RunReader(pod,
+                absl::StrCat("dd if=/models/", shard_file, " bs=", kLength,
+                             " skip=", kOffset / kLength, " count=1 2>/dev/null | sha256sum"),
+                &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_EQ(out, absl::StrCat(want.substr(7), "  -\n"));
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic while the slice was read:\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
+  std::map<std::string, std::map<int, uint64_t>> expected = {{shard_digest, {{206, kChunk}}}};
+  EXPECT_EQ(BlobBytes(requests, kModelRepo, "modelfs"), expected);
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+}
+
+// Deleting the pod unmounts everything containerd mounted for it (the image volume's overlay
+// on the model, the sandbox's and the container's root filesystems); modelfs's own FUSE mount
+// stays for the next pod.
+TEST_F(ImageVolumeContainerd21Test, DeletingThePodLeavesNothingMountedUnderContainerd) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("delete-me", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  int exit_code = -1;
+  EXPECT_EQ(RunReader(pod, "cat /models/config.json", &exit_code),
+            ReadFileOrDie(source_ + "/config.json"));
+  EXPECT_EQ(exit_code, 0);
+  ASSERT_FALSE(MountsUnder(containerd_->dir()).empty()) << "the pod mounted nothing?";
+  DeletePods();
+  EXPECT_EQ(MountsUnder(containerd_->dir()), std::vector<std::string>{});
+  EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
+}
+
+}  // namespace
+}  // namespace modelfs::testing
