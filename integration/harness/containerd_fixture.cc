@@ -16,18 +16,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/status/status_macros.h"
+#include "integration/harness/process_runner.h"
 
 namespace modelfs::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // TOML basic strings: the paths here are mkdtemp names, but quote defensively.
 std::string Quote(const std::string& s) {

@@ -20,6 +20,9 @@ struct ProcessResult {
   std::string err;     // stderr
 };
 
+// The whole file at `path`, or "" when it cannot be read (logs and state files of services).
+std::string ReadAll(const std::string& path);
+
 // Runs argv[0] (looked up in PATH) with stdin from /dev/null. Errors: kInternal when the
 // process cannot be started; kDeadlineExceeded (after SIGKILL) when it runs past `timeout`.
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
