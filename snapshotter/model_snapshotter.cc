@@ -142,6 +142,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     }
   }
 
+  // The open-file table goes with the connection to the next process (fuse/passthrough.h).
+  FuseMountOptions fuse_options = o.fuse;
+  if (fuse_options.open_files_state.empty()) {
+    fuse_options.open_files_state = (o.root / "fuse-open-files").string();
+  }
   if (o.inherited_fuse_fd >= 0) {
     // The kernel still holds the inode numbers and open files of the previous process; they
     // must resolve before the first request is answered, so register every model first. Until
@@ -149,7 +154,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
     absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
-        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, o.fuse);
+        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
       s->fuse_ = *std::move(adopted);
       s->Log(absl::StrCat("serving the inherited FUSE connection of ", s->mnt_dir_.string(), " (",
@@ -162,12 +167,12 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
       ::close(o.inherited_fuse_fd);
       ::umount2(s->mnt_dir_.c_str(), MNT_DETACH);
       fs::create_directories(s->mnt_dir_, ec);
-      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
     RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
-    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     if (!names.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
     }

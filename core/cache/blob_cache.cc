@@ -55,6 +55,17 @@ std::array<uint8_t, 32> HashOf(const char* data, size_t n) {
 
 std::string HexOf(const std::array<uint8_t, 32>& raw) { return Digest::FromRaw(raw).str(); }
 
+// What a data file looks like once its whole layer was verified and flushed: device, inode,
+// size, and change and modification times to the nanosecond. Any write to the file afterwards
+// (or a replacement of it) changes the ctime, so a matching seal says the bytes are still the
+// verified ones. "" when fstat fails.
+std::string SealOf(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return std::string();
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_ctim.tv_sec, ".",
+                      st.st_ctim.tv_nsec, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 struct BlobCache::Layer {
@@ -73,6 +84,9 @@ struct BlobCache::Layer {
   int pins = 0;  // readers inside Read
   int jobs = 0;  // flights and verification jobs queued or running
   bool whole_verified = false;
+  // SealOf(fd) when the whole layer was verified and flushed, so that a later process trusts
+  // the file without re-hashing it; "" otherwise.
+  std::string seal;
   bool whole_verify_scheduled = false;
   bool quarantined = false;
   uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
@@ -221,9 +235,13 @@ absl::Status BlobCache::OpenDatabase(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
         " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
-        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
+        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
         " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;");
+  }
+  if (s.ok() && !DbHasColumn("layers", "seal")) {
+    // Caches written before seals existed: their layers are re-hashed once, then sealed.
+    s = DbExec("ALTER TABLE layers ADD COLUMN seal TEXT");
   }
   if (s.ok()) {
     s = DbExec(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
@@ -254,14 +272,28 @@ absl::Status BlobCache::DbExec(const std::string& sql) {
   return absl::OkStatus();
 }
 
+bool BlobCache::DbHasColumn(const std::string& table, const std::string& column) {
+  absl::MutexLock lock(&db_mu_);
+  sqlite3_stmt* st = nullptr;
+  const std::string sql = absl::StrCat("PRAGMA table_info(", table, ")");
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return false;
+  bool found = false;
+  while (!found && sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char* name = sqlite3_column_text(st, 1);
+    found = name != nullptr && column == reinterpret_cast<const char*>(name);
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
 absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
-                                      const std::string& local) {
+                                      const std::string& local, const std::string& seal) {
   absl::MutexLock lock(&db_mu_);
   sqlite3_stmt* st = nullptr;
   const char* sql =
-      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used)"
-      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(digest) DO UPDATE SET size=?2,"
-      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7";
+      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used,"
+      " seal) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO UPDATE SET size=?2,"
+      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7, seal=?8";
   if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) != SQLITE_OK) {
     return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
   }
@@ -276,6 +308,11 @@ absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
     sqlite3_bind_blob(st, 6, local.data(), static_cast<int>(local.size()), SQLITE_TRANSIENT);
   }
   sqlite3_bind_int64(st, 7, layer.last_used);
+  if (seal.empty()) {
+    sqlite3_bind_null(st, 8);
+  } else {
+    sqlite3_bind_text(st, 8, seal.c_str(), -1, SQLITE_TRANSIENT);
+  }
   int rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
@@ -348,6 +385,7 @@ absl::Status BlobCache::LoadFromDb() {
     bool whole_verified;
     std::string local;
     int64_t last_used;
+    std::string seal;
     std::vector<uint64_t> chunks;
   };
   std::map<std::string, Row> rows;
@@ -356,7 +394,7 @@ absl::Status BlobCache::LoadFromDb() {
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db_,
                            "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
-                           " last_used FROM layers",
+                           " last_used, seal FROM layers",
                            -1, &st, nullptr) != SQLITE_OK) {
       return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
     }
@@ -371,6 +409,9 @@ absl::Status BlobCache::LoadFromDb() {
         r.local.assign(static_cast<const char*>(b), sqlite3_column_bytes(st, 5));
       }
       r.last_used = sqlite3_column_int64(st, 6);
+      if (const unsigned char* t = sqlite3_column_text(st, 7)) {
+        r.seal = reinterpret_cast<const char*>(t);
+      }
       rows[r.digest] = std::move(r);
     }
     sqlite3_finalize(st);
@@ -415,10 +456,21 @@ absl::Status BlobCache::LoadFromDb() {
         forget.push_back(layer->digest);
         continue;
       }
-      for (uint64_t c : r.chunks) {
-        if (c < n && layer->state[c] == ChunkState::kMissing) {
-          layer->state[c] = ChunkState::kRecorded;
-          layer->cached_bytes += layer->ChunkLen(c);
+      if (r.whole_verified && !r.seal.empty() && SealOf(layer->fd) == r.seal) {
+        // Verified whole and untouched since: no chunk needs re-hashing.
+        layer->seal = r.seal;
+        layer->state.assign(n, ChunkState::kVerified);
+        layer->cached_bytes = layer->size;
+      } else {
+        // Unsealed (a cache from before seals, or a seal that no longer matches): its chunks
+        // are re-hashed on first read, and in chunk mode the whole-layer check runs again
+        // once they all are, which seals it.
+        if (layer->mode == VerifyMode::kChunk) layer->whole_verified = false;
+        for (uint64_t c : r.chunks) {
+          if (c < n && layer->state[c] == ChunkState::kMissing) {
+            layer->state[c] = ChunkState::kRecorded;
+            layer->cached_bytes += layer->ChunkLen(c);
+          }
         }
       }
       if (layer->cached_bytes == 0) {
@@ -552,7 +604,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
-  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local); !s.ok()) {
+  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local, layer->seal);
+      !s.ok()) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(s.message());
   }
@@ -973,12 +1026,15 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     snapshot_fields.mode = layer->mode;
     snapshot_fields.last_used = layer->last_used;
   }
-  if (s.ok() && layer->gen.load() == gen) s = DbUpsertLayer(snapshot_fields, true, local);
+  // Taken after the flush: nothing writes a verified layer's file again.
+  const std::string seal = s.ok() ? SealOf(layer->fd) : std::string();
+  if (s.ok() && layer->gen.load() == gen) s = DbUpsertLayer(snapshot_fields, true, local, seal);
   if (!s.ok()) Log(s.message());
   absl::MutexLock lock(&mu_);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->whole_verified = true;
+  if (s.ok()) layer->seal = seal;
   if (want_local) {
     layer->expected.resize(layer->count());
     for (uint64_t c = 0; c < layer->count(); ++c) {
@@ -1030,6 +1086,7 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
     if (layer->quarantined) return;
     layer->quarantined = true;
     layer->whole_verified = false;
+    layer->seal.clear();
     layer->gen++;
     for (uint64_t c = 0; c < layer->count(); ++c) {
       layer->state[c] = ChunkState::kMissing;
@@ -1113,6 +1170,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   if (layer->state[c] != ChunkState::kRecorded) return ok;
   if (ok) {
     layer->state[c] = ChunkState::kVerified;
+    AfterChunksLandedLocked(layer);
   } else {
     counters_.verification_failures++;
     layer->state[c] = ChunkState::kMissing;
@@ -1260,6 +1318,41 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
+  ASSIGN_OR_RETURN(std::vector<BlobSpan> spans, ReadSpans(digest, offset, length));
+  uint64_t total = 0;
+  for (const BlobSpan& span : spans) total += span.length;
+  std::string out(total, '\0');
+  char* dst = out.data();
+  for (const BlobSpan& span : spans) {
+    if (span.fd >= 0) {
+      RETURN_IF_ERROR(PreadFull(span.fd, dst, span.length, span.offset, DataPath(digest)));
+    } else {
+      memcpy(dst, span.memory->data() + span.offset, span.length);
+    }
+    dst += span.length;
+  }
+  return out;
+}
+
+int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Layer> layer = FindLocked(digest);
+    if (!layer || !layer->has_spec || layer->refs.empty() || layer->quarantined ||
+        !layer->whole_verified || layer->seal.empty() || offset != 0 || length != layer->size) {
+      return -1;
+    }
+    for (ChunkState s : layer->state) {
+      if (s != ChunkState::kVerified) return -1;
+    }
+    layer->last_used = ++clock_;
+  }
+  // A new open file description, read-only: whoever holds it can never write the cache.
+  return open(DataPath(digest).c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
+                                                          uint64_t length) {
   const absl::Time start = time_->Now();
   const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
@@ -1288,7 +1381,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
   } unpin{this, layer.get()};
 
-  if (offset >= layer->size || length == 0) return std::string();
+  if (offset >= layer->size || length == 0) return std::vector<BlobSpan>();
   const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
   const uint64_t cs = layer->chunk_size;
   const uint64_t first = offset / cs, last = (end - 1) / cs;
@@ -1340,19 +1433,37 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
   }
   if (!s.ok()) return s;
 
-  std::string out(end - offset, '\0');
+  // The spans hold the layer, and so its fd, for as long as they live: eviction may unlink the
+  // data file meanwhile, never close it under a reader.
+  std::vector<BlobSpan> spans;
+  auto add_file = [&](uint64_t from, uint64_t to) {
+    if (!spans.empty() && spans.back().fd >= 0 &&
+        spans.back().offset + spans.back().length == from) {
+      spans.back().length += to - from;
+      return;
+    }
+    BlobSpan span;
+    span.fd = layer->fd;
+    span.offset = from;
+    span.length = to - from;
+    span.keep_alive = layer;
+    spans.push_back(std::move(span));
+  };
   if (memory.empty()) {
-    RETURN_IF_ERROR(PreadFull(layer->fd, out.data(), out.size(), offset, DataPath(digest)));
+    add_file(offset, end);
   } else {
-    // Some chunks live only in memory (the disk is full): copy those, pread the rest.
+    // Some chunks live only in memory (the disk is full): those come from there.
     size_t next = 0;
     for (uint64_t c = first; c <= last; ++c) {
       const uint64_t from = std::max(offset, c * cs), to = std::min(end, (c + 1) * cs);
-      char* dst = out.data() + (from - offset);
       if (next < memory.size() && memory[next].first == c) {
-        memcpy(dst, memory[next++].second->data() + (from - c * cs), to - from);
+        BlobSpan span;
+        span.offset = from - c * cs;
+        span.length = to - from;
+        span.memory = std::move(memory[next++].second);
+        spans.push_back(std::move(span));
       } else {
-        RETURN_IF_ERROR(PreadFull(layer->fd, dst, to - from, from, DataPath(digest)));
+        add_file(from, to);
       }
     }
   }
@@ -1363,8 +1474,8 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
     }
   }
-  counters_.bytes_served += out.size();
-  return out;
+  counters_.bytes_served += end - offset;
+  return spans;
 }
 
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,

@@ -148,6 +148,13 @@ class BlobCache : public BlobReader {
   // verification, or the layer is quarantined), kDeadlineExceeded (not satisfied within
   // options.read_deadline), kUnavailable / kNotFound / kPermissionDenied (remote refused).
   absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset, uint64_t length) override;
+  // Read's work without the copy: fd spans over the data file (memory spans for chunks a full
+  // disk left in memory). Errors as Read.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
+                                                  uint64_t length) override;
+  // A read-only fd of the layer's data file once the whole layer is verified and sealed (its
+  // seal recorded: docs/cache-format.md), for [0, size) only; -1 otherwise.
+  int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override;
 
   // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
   // order with at most options.prefetch_concurrency requests in flight; foreground reads go
@@ -268,7 +275,9 @@ class BlobCache : public BlobReader {
 
   // SQLite helpers; all take db_mu_.
   absl::Status DbExec(const std::string& sql);
-  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local);
+  bool DbHasColumn(const std::string& table, const std::string& column);
+  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local,
+                             const std::string& seal);
   absl::Status DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
                               const std::vector<uint64_t>& chunks);
   void DbForgetLayer(const Digest& digest);
