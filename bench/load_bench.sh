@@ -77,6 +77,7 @@ fi
 # R[path:loader] collects one value per run; medians are taken when printing.
 declare -A R
 add() { R[$1]="${R[$1]:-} $2"; }
+# shellcheck disable=SC2086  # the values are split on purpose
 med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
 
 # load LOADER FILE...: runs modelfs-load; the bytes it read are checked after the caller's timer.
@@ -111,6 +112,10 @@ settled_fetched() {
     a=$b
   done
   echo "$a"
+}
+# CPU seconds (user + system) a process has used so far.
+cpu_seconds() {
+  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
 }
 resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {print s + 0}'; }
 
@@ -193,21 +198,24 @@ measure_modelfs_cold() {
   add "cold_mount:$mode" "$(elapsed "$t0" "$t1")"
   add "cold_fetched:$mode" "$(settled_fetched "$mnt")"
   add "cold_rss:$mode" "$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$MOUNT_PID/status")"
+  add "cold_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
   umount_wait "$mnt" "$MOUNT_PID"
   WARM_CACHE=$cache
 }
 
 # Mount on the filled cache, drop caches, time the load; then count page-cache copies.
 measure_modelfs_warm() {
-  local mode=$1 mnt="$WORK/mnt" t0 t1 files fuse_res cache_res
+  local mode=$1 mnt="$WORK/mnt" t0 t1 cpu0 files fuse_res cache_res
   mount_v "$WARM_CACHE" "$mnt"
   mapfile -t files < <(mount_files "$mnt")
   drop_caches
+  cpu0=$(cpu_seconds "$MOUNT_PID")
   t0=$(now)
   load "$mode" "${files[@]}"
   t1=$(now)
   check_loaded "modelfs warm ($mode)"
   add "warm:$mode" "$(elapsed "$t0" "$t1")"
+  add "warm_cpu:$mode" "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
   add "warm_fetched:$mode" "$(settled_fetched "$mnt")"
   fuse_res=$(resident "${files[@]}")
   cache_res=$(resident "$WARM_CACHE"/blobs/sha256/*.data)
@@ -304,6 +312,10 @@ print_tables() {
     "$(human "$(med rss)") (all done in $(med rss_time) s)"
   printf '| %-58s | %-40s |\n' "peak RSS of the mount process, one cold load (read / mmap)" \
     "$(human "$(med cold_rss:read)") / $(human "$(med cold_rss:mmap)")"
+  printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, read loader" \
+    "$(med cold_cpu:read) s / $(med warm_cpu:read) s"
+  printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, mmap loader" \
+    "$(med cold_cpu:mmap) s / $(med warm_cpu:mmap) s"
   echo
   for l in $LOADERS; do
     echo "init container, $l: download $(med "init_dl:$l") s + openssl $(med "init_sha:$l") s + load $(med "init_load:$l") s;" \
