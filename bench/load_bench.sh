@@ -117,6 +117,13 @@ settled_fetched() {
 cpu_seconds() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
 }
+# The kernel side of a mount: its bdi's readahead and the max_read option (FUSE request sizes).
+mount_shape() {
+  local dev opts
+  dev=$(awk -v m="$(realpath "$1")" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
+  opts=$(awk -v m="$(realpath "$1")" '$2 == m {print $4}' /proc/mounts | tail -1)
+  echo "read_ahead_kb $(cat "/sys/class/bdi/$dev/read_ahead_kb" 2>/dev/null || echo '?'), $(grep -o 'max_read=[0-9]*' <<< "$opts" || echo 'max_read unset')"
+}
 resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {print s + 0}'; }
 
 # --- paths (each records its total seconds for one loader) -----------------------------------
@@ -236,6 +243,7 @@ measure_ready_and_random_read() {
   for _ in $(seq 400); do [[ -n "$(ls -A "$mnt")" ]] && break; sleep 0.005; done
   t1=$(now)
   add ready "$(elapsed "$t0" "$t1")"
+  MOUNT_SHAPE=$(mount_shape "$mnt")
   before=$(settled_fetched "$mnt")
   add ready_fetched "$before"
   largest=$(find "$mnt" -type f -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
@@ -312,6 +320,7 @@ print_tables() {
     "$(human "$(med rss)") (all done in $(med rss_time) s)"
   printf '| %-58s | %-40s |\n' "peak RSS of the mount process, one cold load (read / mmap)" \
     "$(human "$(med cold_rss:read)") / $(human "$(med cold_rss:mmap)")"
+  printf '| %-58s | %-40s |\n' "mount: bdi readahead, FUSE max_read" "$MOUNT_SHAPE"
   printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, read loader" \
     "$(med cold_cpu:read) s / $(med warm_cpu:read) s"
   printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, mmap loader" \
