@@ -36,16 +36,15 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
 
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
                                          absl::Time deadline) override {
-    Route route;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = routes_.find(blob.str());
-      if (it == routes_.end()) {
-        return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
-      }
-      route = it->second;
-    }
+    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
     return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
+  }
+
+  absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
+                           absl::Time deadline,
+                           const std::function<absl::Status(absl::string_view)>& sink) override {
+    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
+    return route.client->StreamBlobRange(route.repository, blob, offset, length, deadline, sink);
   }
 
   // The cache keeps health and fetch threads per registry, so one model's registry outage
@@ -61,6 +60,14 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
     std::shared_ptr<RegistryClient> client;
     std::string repository;
   };
+  absl::StatusOr<Route> RouteOf(const Digest& blob) {
+    absl::MutexLock lock(&mu_);
+    auto it = routes_.find(blob.str());
+    if (it == routes_.end()) {
+      return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
+    }
+    return it->second;
+  }
   absl::Mutex mu_;
   std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
 };

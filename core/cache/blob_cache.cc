@@ -95,7 +95,7 @@ struct BlobCache::Layer {
   int fd = -1;                   // fixed for the Layer's lifetime
   int64_t last_used = 0;
   uint64_t cached_bytes = 0;
-  uint64_t seq_next = std::numeric_limits<uint64_t>::max();
+  uint64_t run_start = 0, run_end = 0;  // the sequential run readers are extending
   uint64_t window = 0;
   bool bulk_active = false;
   uint64_t bulk_next = 0;
@@ -124,6 +124,10 @@ struct BlobCache::Flight {
   absl::Time deadline;
   std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
+  // Chunks land one by one as the stream delivers them: [first, first + landed) have their
+  // final state and chunk_status (sized at creation).
+  uint64_t landed = 0;
+  bool failed = false;  // some chunk of it failed
   std::vector<absl::Status> chunk_status;
   // Verified chunks that only memory holds (the disk is full), for the readers that waited:
   // the memory budget may drop them from the layer before those readers look again.
@@ -696,6 +700,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
     f->last = c - 1;
     f->gen = layer->gen.load();
     f->deadline = deadline;
+    f->chunk_status.assign(c - start, absl::OkStatus());
     for (uint64_t i = start; i < c; ++i) {
       layer->state[i] = ChunkState::kInFlight;
       layer->flight[i] = f;
@@ -738,26 +743,103 @@ void BlobCache::WorkerLoop(std::string endpoint) {
   }
 }
 
+void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
+  const std::shared_ptr<Layer>& layer = f->layer;
+  const uint64_t cs = layer->chunk_size;
+  const uint64_t c = f->first + i;
+  const uint64_t len = piece.size();
+  absl::Status cst;
+  std::shared_ptr<const std::string> memory;
+  if (!expected.empty()) {
+    auto got = HashOf(piece.data(), len);
+    if (got != expected[i]) {
+      counters_.verification_failures++;
+      cst = absl::DataLossError(absl::StrCat("chunk ", c, " of layer ", layer->digest.str(),
+                                             " (bytes [", c * cs, ", ", c * cs + len,
+                                             ")) failed verification: got ", HexOf(got), ", want ",
+                                             HexOf(expected[i])));
+      Log(cst.message());
+    }
+  }
+  if (cst.ok()) {
+    const int err = WriteData(layer->fd, piece.data(), len, c * cs);
+    if (err == 0) {
+      w->good.push_back(c);
+      w->wrote = true;
+    } else if (err == ENOSPC || err == EDQUOT) {
+      w->disk_full = true;
+      if (expected.empty()) {
+        // Nothing of a whole-layer fill is servable before all of it is verified on disk.
+        cst = absl::ResourceExhaustedError(absl::StrCat(
+            "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
+            " has no chunk index, so it must be cached whole before it is served"));
+      } else {
+        // Verified: hand the bytes to the readers without recording them.
+        memory = std::make_shared<const std::string>(piece);
+      }
+    } else {
+      cst = absl::InternalError(absl::StrCat("writing ", DataPath(layer->digest), " at offset ",
+                                             c * cs, ": ", ErrnoText(err)));
+    }
+  }
+  // Verified chunks are served from the page cache at once; their fdatasync and record are
+  // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
+  // the layer digest matches (RunWholeVerify).
+  absl::MutexLock lock(&mu_);
+  if (w->disk_full && !disk_full_) {
+    // Said at once, not when the flight ends: readers may already be served.
+    disk_full_ = w->became_full = true;
+    // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
+    for (auto& l : bulk_layers_) l->bulk_active = false;
+    bulk_layers_.clear();
+  }
+  if (layer->flight[c] == f) layer->flight[c] = nullptr;
+  if (layer->gen.load() != f->gen) {
+    cst = absl::DataLossError(
+        absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
+  } else if (memory) {
+    f->memory.emplace_back(c, memory);
+    KeepInMemoryLocked(layer, c, std::move(memory));
+  } else if (cst.ok()) {
+    layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
+    layer->cached_bytes += len;
+    cached_bytes_ += len;
+  } else {
+    layer->state[c] = ChunkState::kMissing;
+    if (!f->failed) {
+      layer->fill_error = cst;
+      layer->fill_disk_full = absl::IsResourceExhausted(cst);
+    }
+    f->failed = true;
+  }
+  f->chunk_status[i] = std::move(cst);
+  f->landed = i + 1;
+}
+
 void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
-  const uint64_t offset = f->first * cs;
-  uint64_t length = 0;
+  const uint64_t n = f->last - f->first + 1;
   std::vector<std::array<uint8_t, 32>> expected;
   {
     absl::MutexLock lock(&mu_);
-    for (uint64_t c = f->first; c <= f->last; ++c) {
-      length += layer->ChunkLen(c);
-      if (!layer->expected.empty()) expected.push_back(layer->expected[c]);
+    if (!layer->expected.empty()) {
+      expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
     }
   }
-  const std::string range =
-      absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", offset + length, ")");
+  const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
-  std::string data;
+  FlightWrites writes;
+  std::string piece;  // the chunk being received
+  piece.reserve(cs);
+  uint64_t next = 0;  // chunks of the flight that have landed
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  while (true) {
+  while (next < n) {
+    const uint64_t offset = (f->first + next) * cs;
+    const std::string range =
+        absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
@@ -774,22 +856,35 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       break;
     }
     counters_.requests++;
-    auto r = remote_->FetchRange(layer->digest, offset, length, deadline);
-    if (r.ok()) {
-      counters_.bytes_fetched += r->size();
-      if (r->size() == length) {
-        data = std::move(*r);
-        st = absl::OkStatus();
-        if (health_.RecordSuccess(f->endpoint)) {
-          Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
-                           " answers again; reads that need it get the full deadline"));
-        }
-        break;
+    piece.clear();
+    st = remote_->StreamRange(
+        layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
+          counters_.bytes_fetched += data.size();
+          while (!data.empty() && next < n) {
+            const uint64_t len = layer->ChunkLen(f->first + next);
+            const size_t take = std::min<uint64_t>(len - piece.size(), data.size());
+            piece.append(data.data(), take);
+            data.remove_prefix(take);
+            if (piece.size() == len) {
+              LandChunk(f, next++, piece, expected, &writes);
+              piece.clear();
+            }
+          }
+          if (layer->gen.load() != f->gen) {
+            return absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
+          }
+          return absl::OkStatus();
+        });
+    if (next == n) {
+      st = absl::OkStatus();
+      if (health_.RecordSuccess(f->endpoint)) {
+        Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
+                         " answers again; reads that need it get the full deadline"));
       }
-      st = absl::UnavailableError(
-          absl::StrCat("fetching ", range, ": remote returned ", r->size(), " bytes"));
-    } else {
-      st = r.status();
+      break;
+    }
+    if (st.ok()) {
+      st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
     }
     if (!Retryable(st.code())) break;
     std::optional<absl::Duration> wait = backoff.Next();
@@ -798,55 +893,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     // itself rather than giving the Backoff a fixed one.
     time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
-
-  const uint64_t n = f->last - f->first + 1;
-  std::vector<absl::Status> chunk_status(n, st);
-  std::vector<uint64_t> good;
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory_chunks;
-  bool wrote = false, disk_full = false;
-  if (st.ok()) {
-    uint64_t pos = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t c = f->first + i;
-      const uint64_t len = layer->ChunkLen(c);
-      const char* piece = data.data() + pos;
-      pos += len;
-      if (!expected.empty()) {
-        auto got = HashOf(piece, len);
-        if (got != expected[i]) {
-          counters_.verification_failures++;
-          chunk_status[i] = absl::DataLossError(
-              absl::StrCat("chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs,
-                           ", ", c * cs + len, ")) failed verification: got ", HexOf(got),
-                           ", want ", HexOf(expected[i])));
-          Log(chunk_status[i].message());
-          continue;
-        }
-      }
-      const int err = WriteData(layer->fd, piece, len, c * cs);
-      if (err == 0) {
-        good.push_back(c);
-        wrote = true;
-      } else if (err == ENOSPC || err == EDQUOT) {
-        disk_full = true;
-        if (expected.empty()) {
-          // Nothing of a whole-layer fill is servable before all of it is verified on disk.
-          chunk_status[i] = absl::ResourceExhaustedError(absl::StrCat(
-              "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
-              " has no chunk index, so it must be cached whole before it is served"));
-        } else {
-          // Verified: hand the bytes to the readers without recording them.
-          memory_chunks.emplace_back(i, std::make_shared<const std::string>(piece, len));
-        }
-      } else {
-        chunk_status[i] = absl::InternalError(absl::StrCat(
-            "writing ", DataPath(layer->digest), " at offset ", c * cs, ": ", ErrnoText(err)));
-      }
-    }
-    // Verified chunks are served from the page cache at once; their fdatasync and record are
-    // batched by PersistPending (below, under mu_). Chunks of an unverified whole-layer fill are
-    // recorded only after the layer digest matches (RunWholeVerify).
-  } else if (st.code() != absl::StatusCode::kAborted) {
+  if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
     Log(absl::StrCat("fetch failed: ", st.message()));
   }
 
@@ -855,45 +902,30 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   {
     absl::MutexLock lock(&mu_);
     const bool stale = layer->gen.load() != f->gen;
-    bool failed = false;
-    size_t next_memory = 0;
-    for (uint64_t i = 0; i < n; ++i) {
+    // The chunks the stream never delivered fail with its error.
+    for (uint64_t i = next; i < n; ++i) {
       const uint64_t c = f->first + i;
       if (layer->flight[c] == f) layer->flight[c] = nullptr;
       if (stale) {
-        chunk_status[i] = absl::DataLossError(
+        f->chunk_status[i] = absl::DataLossError(
             absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
         continue;
       }
-      if (next_memory < memory_chunks.size() && memory_chunks[next_memory].first == i) {
-        f->memory.emplace_back(c, memory_chunks[next_memory].second);
-        KeepInMemoryLocked(layer, c, std::move(memory_chunks[next_memory++].second));
-      } else if (chunk_status[i].ok()) {
-        layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
-        layer->cached_bytes += layer->ChunkLen(c);
-        cached_bytes_ += layer->ChunkLen(c);
-      } else {
-        layer->state[c] = ChunkState::kMissing;
-        if (!failed) {
-          layer->fill_error = chunk_status[i];
-          layer->fill_disk_full = absl::IsResourceExhausted(chunk_status[i]);
-        }
-        failed = true;
+      layer->state[c] = ChunkState::kMissing;
+      if (!f->failed) {
+        layer->fill_error = st;
+        layer->fill_disk_full = absl::IsResourceExhausted(st);
       }
+      f->failed = true;
+      f->chunk_status[i] = st;
     }
-    if (disk_full && !disk_full_) {
-      disk_full_ = became_full = true;
-      // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
-      for (auto& l : bulk_layers_) l->bulk_active = false;
-      bulk_layers_.clear();
-    } else if (wrote && !disk_full) {
-      disk_full_ = false;
+    became_full = writes.became_full;
+    if (writes.wrote && !writes.disk_full) disk_full_ = false;
+    if (!stale && !writes.good.empty() && !expected.empty()) {
+      QueuePersistLocked(layer, f->gen, std::move(writes.good));
     }
-    if (!stale && !good.empty() && !expected.empty()) {
-      QueuePersistLocked(layer, f->gen, std::move(good));
-    }
-    if (failed && !stale) layer->fill_epoch++;
-    f->chunk_status = std::move(chunk_status);
+    if (f->failed && !stale) layer->fill_epoch++;
+    f->landed = n;
     f->done = true;
     layer->jobs--;
     if (f->bulk) {
@@ -1138,13 +1170,23 @@ void BlobCache::PumpBulkLocked() {
 // Reads.
 
 void BlobCache::UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end) {
-  if (offset == layer.seq_next) {
-    layer.window = layer.window == 0 ? options_.readahead_min
-                                     : std::min(layer.window * 2, options_.readahead_max);
+  // The kernel sends a streaming reader's requests in parallel (its readahead: 8 requests of
+  // a chunk each), so they arrive a little out of order: a read that starts inside the current
+  // run, or at most 8 chunks past its end, continues it. A run earns readahead once it is
+  // readahead_min long, and the window is half the run: a lone random read (the kernel turns
+  // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
+  const uint64_t slack = 8 * layer.chunk_size;
+  if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
+    layer.run_end = std::max(layer.run_end, end);
+    const uint64_t run = layer.run_end - layer.run_start;
+    layer.window = run < std::max<uint64_t>(options_.readahead_min, 1)
+                       ? 0
+                       : std::clamp(run / 2, options_.readahead_min, options_.readahead_max);
   } else {
+    layer.run_start = offset;
+    layer.run_end = end;
     layer.window = 0;
   }
-  layer.seq_next = end;
 }
 
 bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
@@ -1250,10 +1292,11 @@ absl::Status BlobCache::EnsureChunks(
     if (waits.empty()) return absl::OkStatus();
 
     absl::MutexLock lock(&mu_);
+    // A flight's chunks land one by one: wait only for the ones this read needs.
     auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
-        if (!w->done) return false;
+        if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
       }
       return true;
     };
@@ -1264,11 +1307,12 @@ absl::Status BlobCache::EnsureChunks(
                        absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
-      if (!w->done) continue;
       for (const auto& [c, bytes] : w->memory) {
         if (c >= first && c <= last) from_flights[c] = bytes;
       }
-      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last); ++c) {
+      const uint64_t landed_end = w->first + w->landed;
+      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last) && c < landed_end;
+           ++c) {
         const absl::Status& s = w->chunk_status[c - w->first];
         if (s.ok()) continue;
         // A transient failure of a request started for another reader is retried within our
@@ -1404,9 +1448,9 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
       absl::MutexLock lock(&mu_);
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadaheadLocked(*layer, offset, end);
-        if (layer->window > 0 && end < layer->size && !disk_full_) {
-          const uint64_t ra_end = std::min(layer->size, end + layer->window);
-          ScheduleMissingLocked(layer, end / cs, (ra_end - 1) / cs, kReadahead,
+        if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
+          const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
+          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
                                 time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {

@@ -79,8 +79,8 @@ struct CacheOptions {
   absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
   RetryPolicy retry;
   uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
-  uint64_t readahead_min = 4ull << 20;       // first window once a reader is sequential
-  uint64_t readahead_max = 64ull << 20;      // the window doubles up to this
+  uint64_t readahead_min = 4ull << 20;   // smallest window once a reader is sequential
+  uint64_t readahead_max = 64ull << 20;  // the window (half the sequential run) stops here
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
@@ -257,6 +257,17 @@ class BlobCache : public BlobReader {
   void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
+  // What a flight's chunks did to the data file, for its end.
+  struct FlightWrites {
+    std::vector<uint64_t> good;  // verified and written: to persist
+    bool wrote = false;
+    bool disk_full = false;
+    bool became_full = false;  // this flight found the disk full first
+  };
+  // Verifies chunk `i` of a flight (bytes `piece`), writes it, and makes it servable (or
+  // failed) at once, so readers waiting for it go on while the rest of the range streams in.
+  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+                 const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunWholeVerify(const std::shared_ptr<Layer>& layer);

@@ -937,9 +937,21 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
 absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo,
                                                          const Digest& digest, uint64_t offset,
                                                          uint64_t length, absl::Time deadline) {
-  if (length == 0) return std::string();
   std::string out;
   out.reserve(length);
+  RETURN_IF_ERROR(StreamBlobRange(repo, digest, offset, length, deadline,
+                                  [&out](absl::string_view data) {
+                                    out.append(data.data(), data.size());
+                                    return absl::OkStatus();
+                                  }));
+  return out;
+}
+
+absl::Status RegistryClient::StreamBlobRange(
+    const std::string& repo, const Digest& digest, uint64_t offset, uint64_t length,
+    absl::Time deadline, const std::function<absl::Status(absl::string_view)>& sink) {
+  if (length == 0) return absl::OkStatus();
+  uint64_t delivered = 0;
   Request req;
   req.deadline = deadline;
   req.scopes = PullScope(repo);
@@ -954,29 +966,32 @@ absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo
           what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
     }
     if (resp.body_bytes == 0) {
-      out.clear();  // a retried response starts over
+      if (delivered != 0) {
+        // Bytes already handed on cannot be taken back: a new response is a failed transfer.
+        return absl::UnavailableError(absl::StrCat(what, ": the response restarted"));
+      }
       if (resp.RangeStart() != offset) {
         return absl::FailedPreconditionError(absl::StrCat(
             what, ": server answered with Content-Range ", resp.Header("content-range")));
       }
     }
-    if (out.size() + data.size() > length) {
+    if (delivered + data.size() > length) {
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": server sent more than ", length, " bytes"));
     }
-    out.append(data.data(), data.size());
-    return absl::OkStatus();
+    delivered += data.size();
+    return sink(absl::string_view(data.data(), data.size()));
   };
   ASSIGN_OR_RETURN(Response r, GetBlobOnce(repo, digest, req));
   if (r.status == 416) {
     return absl::OutOfRangeError(absl::StrCat(what, ": past the end of the blob (HTTP 416)"));
   }
   if (r.status != 206) return MODELFS_HTTP_ERROR(what, r);
-  if (out.size() != length) {
+  if (delivered != length) {
     return absl::OutOfRangeError(
-        absl::StrCat(what, ": got ", out.size(), " bytes; the blob ends earlier"));
+        absl::StrCat(what, ": got ", delivered, " bytes; the blob ends earlier"));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest& digest,

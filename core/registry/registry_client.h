@@ -149,6 +149,12 @@ class RegistryClient {
                                            uint64_t offset, uint64_t length,
                                            absl::Time deadline = absl::InfiniteFuture());
 
+  // GetBlobRange delivering the body to `sink` as it arrives (same checks, one attempt). A
+  // sink error ends the transfer and is returned.
+  absl::Status StreamBlobRange(const std::string& repo, const Digest& digest, uint64_t offset,
+                               uint64_t length, absl::Time deadline,
+                               const std::function<absl::Status(absl::string_view)>& sink);
+
   // Uploads `size` bytes read from `source` as blob `digest` (the registry checks the digest;
   // a mismatch is kDataLoss). Small blobs: POST then one PUT ?digest=. Larger: PATCH chunks
   // with Content-Range, following Location each time, then PUT ?digest=. A failure that is
