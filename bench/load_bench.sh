@@ -125,6 +125,10 @@ mount_shape() {
   echo "read_ahead_kb $(cat "/sys/class/bdi/$dev/read_ahead_kb" 2>/dev/null || echo '?'), $(grep -o 'max_read=[0-9]*' <<< "$opts" || echo 'max_read unset')"
 }
 resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {print s + 0}'; }
+# The node's whole page cache (Cached in /proc/meminfo), in bytes. Its growth over a warm load
+# counts every copy of the weights, whoever holds it; fincore cannot tell a FUSE passthrough
+# file from its backing file (it maps the file, and the mapping is the backing file's).
+page_cache_bytes() { awk '/^Cached:/ {print $2 * 1024}' /proc/meminfo; }
 
 # --- paths (each records its total seconds for one loader) -----------------------------------
 measure_registry_raw() {
@@ -216,10 +220,12 @@ measure_modelfs_warm() {
   mount_v "$WARM_CACHE" "$mnt"
   mapfile -t files < <(mount_files "$mnt")
   drop_caches
+  local cached0; cached0=$(page_cache_bytes)
   cpu0=$(cpu_seconds "$MOUNT_PID")
   t0=$(now)
   load "$mode" "${files[@]}"
   t1=$(now)
+  add "pc_node:$mode" "$(python3 -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / int(sys.argv[3]))" "$cached0" "$(page_cache_bytes)" "$TOTAL")"
   check_loaded "modelfs warm ($mode)"
   add "warm:$mode" "$(elapsed "$t0" "$t1")"
   add "warm_cpu:$mode" "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
@@ -315,6 +321,9 @@ print_tables() {
   for l in $LOADERS; do
     printf '| %-58s | %-40s |\n' "page cache after warm $l load: mount / cache files / sum" \
       "$(human "$(med "pc_fuse:$l")") / $(human "$(med "pc_cache:$l")") / $(python3 -c "import sys; print(f'{float(sys.argv[1]):.2f}')" "$(med "pc_x:$l")")x model"
+    printf '| %-58s | %-40s |
+' "node page cache growth over the warm $l load" \
+      "$(python3 -c "import sys; print(f'{float(sys.argv[1]):.2f}')" "$(med "pc_node:$l")")x model (meminfo Cached)"
   done
   printf '| %-58s | %-40s |\n' "peak RSS of the mount process, $READERS concurrent cold readers" \
     "$(human "$(med rss)") (all done in $(med rss_time) s)"

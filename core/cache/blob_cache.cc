@@ -99,6 +99,11 @@ struct BlobCache::Layer {
   uint64_t window = 0;
   bool bulk_active = false;
   uint64_t bulk_next = 0;
+  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched as
+  // options.stream_segments contiguous segments in parallel, each from its own cursor, one
+  // request in flight per segment. Empty when not streaming.
+  std::vector<std::pair<uint64_t, uint64_t>> stream;  // per segment: [next chunk, end chunk)
+  std::vector<bool> stream_busy;                      // per segment: a request is in flight
   bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
   // Verified chunks the full disk could not take (state kInMemory).
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
@@ -121,6 +126,7 @@ struct BlobCache::Flight {
   std::pair<int, uint64_t> key;
   bool queued = false;
   bool bulk = false;
+  int stream_segment = -1;  // the segment of Layer::stream it fetches, or -1
   absl::Time deadline;
   std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
@@ -932,6 +938,11 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       bulk_in_flight_--;
       PumpBulkLocked();
     }
+    if (f->stream_segment >= 0 &&
+        static_cast<size_t>(f->stream_segment) < layer->stream_busy.size()) {
+      layer->stream_busy[f->stream_segment] = false;
+      if (!stale && !f->failed) PumpStreamLocked(layer);
+    }
     if (!stale) AfterChunksLandedLocked(layer);
     over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
   }
@@ -1009,6 +1020,17 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
+  if (layer->mode == VerifyMode::kChunk && options_.verify_when_idle > absl::ZeroDuration()) {
+    // Every chunk is verified already: this is the audit against the layer digest, and it can
+    // wait for the loader to finish.
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = time_->Now() + absl::Seconds(30);
+    while (!stopping_ && time_->Now() < give_up &&
+           time_->Now() - last_read_ < options_.verify_when_idle) {
+      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
+                               std::min(give_up, last_read_ + options_.verify_when_idle));
+    }
+  }
   const uint64_t gen = layer->gen.load();
   const uint64_t cs = layer->chunk_size;
   const bool want_local = layer->mode != VerifyMode::kChunk;
@@ -1163,6 +1185,39 @@ void BlobCache::PumpBulkLocked() {
     for (auto& f : created) f->bulk = true;
     bulk_in_flight_ += static_cast<int>(created.size());
     layer->bulk_next = end;
+  }
+}
+
+void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from) {
+  if (!layer->stream.empty() || layer->quarantined || disk_full_ || from >= layer->count()) return;
+  const uint64_t left = layer->count() - from;
+  const uint64_t segments =
+      std::max<uint64_t>(1, std::min<uint64_t>(options_.stream_segments, left));
+  for (uint64_t i = 0; i < segments; ++i) {
+    layer->stream.emplace_back(from + left * i / segments, from + left * (i + 1) / segments);
+  }
+  layer->stream_busy.assign(segments, false);
+  PumpStreamLocked(layer);
+}
+
+void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
+  if (disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) return;
+  const uint64_t per_request =
+      std::max<uint64_t>(1, options_.max_request_bytes / layer->chunk_size);
+  for (size_t i = 0; i < layer->stream.size(); ++i) {
+    auto& [next, end] = layer->stream[i];
+    while (!layer->stream_busy[i] && next < end) {
+      const uint64_t last = std::min(end, next + per_request) - 1;
+      std::vector<std::shared_ptr<Flight>> created;
+      ScheduleMissingLocked(layer, next, last, kReadahead,
+                            time_->Now() + options_.background_deadline, &created);
+      next = last + 1;
+      if (!created.empty()) {
+        // One flight per segment carries the cursor on (the others run alongside).
+        created.back()->stream_segment = static_cast<int>(i);
+        layer->stream_busy[i] = true;
+      }
+    }
   }
 }
 
@@ -1413,6 +1468,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     }
     layer->pins++;
     layer->last_used = ++clock_;
+    last_read_ = start;
     endpoint = layer->endpoint;
   }
   const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
@@ -1448,6 +1504,12 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
       absl::MutexLock lock(&mu_);
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadaheadLocked(*layer, offset, end);
+        // A reader that has streamed stream_after bytes in a row will read the rest: fetch
+        // it with parallel ranges (a registry reading from disk serves several streams
+        // several times faster than one).
+        if (options_.stream_segments > 0 && layer->run_end - layer->run_start >= options_.stream_after) {
+          StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
+        }
         if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
           ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,

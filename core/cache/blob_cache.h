@@ -82,6 +82,14 @@ struct CacheOptions {
   uint64_t readahead_min = 4ull << 20;   // smallest window once a reader is sequential
   uint64_t readahead_max = 64ull << 20;  // the window (half the sequential run) stops here
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
+  // Once a reader has read this many bytes of a layer in a row, the rest of the layer is
+  // fetched in `stream_segments` parallel streams (0: never; readahead alone).
+  uint64_t stream_after = 32ull << 20;
+  int stream_segments = 4;
+  // In chunk mode, the whole-layer check of a complete layer (a second SHA-256 pass over it)
+  // waits until no layer was read for this long (at most 30 s, and not at all once the cache
+  // is closing), so that it does not take CPU from a model load still under way.
+  absl::Duration verify_when_idle = absl::Seconds(1);
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
   uint64_t memory_fallback_bytes = 64ull << 20;
@@ -276,6 +284,10 @@ class BlobCache : public BlobReader {
                           std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistPending();
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
+  void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PumpStreamLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
   void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -319,6 +331,7 @@ class BlobCache : public BlobReader {
   std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
+  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Jobs queued per endpoint, and the endpoints that have their fetch threads.
   absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);

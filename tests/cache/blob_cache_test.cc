@@ -60,6 +60,7 @@ class BlobCacheTest : public ::testing::Test {
     o.fetch_threads = 4;
     o.read_deadline = absl::Seconds(20);
     o.whole_chunk_size = kChunk;
+    o.verify_when_idle = absl::ZeroDuration();
     o.retry.initial_backoff = absl::Milliseconds(5);
     o.retry.max_backoff = absl::Milliseconds(20);
     o.log = [this](absl::string_view line) {
