@@ -277,7 +277,17 @@ class TreeMerger {
 
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
                                      const std::string& dest, const PullOptions& o) {
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref, o.connect));
+  // The layers come from M's registry (a volume image may live on another one).
+  std::shared_ptr<RegistryClient> other;
+  if (rm.registry != client.registry()) {
+    if (!o.connect) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ref.String(), ": the model lives on registry ", rm.registry));
+    }
+    ASSIGN_OR_RETURN(other, o.connect(rm.registry));
+  }
+  RegistryClient& model_client = other != nullptr ? *other : client;
   PullResult result;
   result.model = rm.model_descriptor;
   result.volume = rm.volume_descriptor;
@@ -365,7 +375,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       std::string role = l.path.empty() ? l.descriptor.digest.str() : l.path;
       const std::string part = part_of(i);
       absl::Status st =
-          DownloadVerified(client, rm.repository, l.descriptor, role, part, o.progress, total);
+          DownloadVerified(model_client, rm.repository, l.descriptor, role, part, o.progress,
+                           total);
       if (!st.ok()) {
         std::error_code e2;
         fs::remove(part, e2);
