@@ -943,7 +943,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
           h->failing_until = clock_->Now() + options_.host_failure_cooldown;
         }
         if (!r.ok() && IsIgnoredRange(r.status()) && hosts_.size() > 1) {
-          h->ignores_range[base.range_blob] = clock_->Now() + options_.host_failure_cooldown;
+          h->ignores_range[base.range_blob] = clock_->Now() + options_.ignored_range_cooldown;
         }
       }
       if (v != Verdict::kNextRetryable) all_retryable = false;

@@ -14,7 +14,7 @@
 // A host that failed with a connection error or a 5xx/429 is tried after the others for
 // host_failure_cooldown, so a dead mirror costs one failed connection, not one per read; a
 // host that answered a range request with the whole blob (a pull-through cache that has not
-// stored it yet) is tried after the others for that blob during the same time.
+// stored it yet) is tried after the others for that blob for ignored_range_cooldown.
 //
 // Authentication: per host, anonymous, Basic, or the Bearer token flow (a 401 challenge names
 // a realm, service and scope; a token is fetched with the host's credential and cached per
@@ -88,6 +88,11 @@ struct RegistryClientOptions {
   std::optional<Credential> credential;
   // How long a host that failed (connection error, 5xx, 429) is tried after the others.
   absl::Duration host_failure_cooldown = absl::Seconds(30);
+  // How long a host that answered a range request for a blob with the whole blob is tried
+  // after the others for that blob. A pull-through cache does so until it has stored the blob,
+  // and each request it gets before then costs its upstream another fetch; asking again every
+  // few seconds finds the stored copy soon after it is there.
+  absl::Duration ignored_range_cooldown = absl::Seconds(5);
 
   absl::Duration connect_timeout = absl::Seconds(15);
   // A transfer slower than 1 KiB/s for this long is aborted (and retried). Large blobs have

@@ -185,7 +185,11 @@ TEST_F(MirrorTest, TheOriginServesEachBlobOnlyWhileTheMirrorFillsAndNeverAgain) 
     std::cout << "origin served " << d << ": " << n << " GET(s) to the mirror, "
               << (warm.by_modelfs.count(d) ? warm.by_modelfs.at(d) : 0)
               << " range GET(s) to modelfs\n";
-    EXPECT_GE(n, 1);
+    EXPECT_GE(n, 1) << d;
+    // Twice at most: modelfs asks a cold mirror for a blob once, then reads that blob's
+    // ranges from the origin until the mirror has stored it (a few seconds, then it asks
+    // again), so the mirror is not made to fetch the blob from the origin once per read.
+    EXPECT_LE(n, 2) << d;
   }
 
   MountAndReadEverything("second");

@@ -277,7 +277,8 @@ TEST_F(RegistryMirrorsTest, AFailedMirrorIsTriedLastDuringItsCooldown) {
 
 // A pull-through cache that has not stored a blob yet answers a range request with the whole
 // blob (Distribution 2.8 does). The server serves the range, and the mirror is not asked for
-// that blob again during the cooldown, so it is not made to fetch it from upstream per read.
+// that blob again for ignored_range_cooldown, so it is not made to fetch it from upstream
+// once per read.
 TEST_F(RegistryMirrorsTest, AMirrorThatIgnoresRangeIsSkippedForThatBlobDuringTheCooldown) {
   modelfs::testing::FakeClock clock;
   RegistryClientOptions o = Options({Mirror(), Server()});
@@ -294,7 +295,7 @@ TEST_F(RegistryMirrorsTest, AMirrorThatIgnoresRangeIsSkippedForThatBlobDuringThe
   ASSERT_OK(client->GetManifest(kRepo, "v1").status());
   EXPECT_EQ(mirror_->ReadLog().size(), 2u);
 
-  clock.Advance(o.host_failure_cooldown + absl::Seconds(1));
+  clock.Advance(o.ignored_range_cooldown + absl::Seconds(1));
   ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 500, 30).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 3u);
   EXPECT_EQ(server_->ReadLog().size(), 2u);
