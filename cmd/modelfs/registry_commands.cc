@@ -68,6 +68,7 @@ struct PushCli {
   std::vector<std::string> mount_from;
   std::string revision;
   std::string name;
+  std::string path_prefix;
 };
 
 absl::Status RunPush(const PushCli& c) {
@@ -79,6 +80,7 @@ absl::Status RunPush(const PushCli& c) {
   o.mount_from = c.mount_from;
   o.revision = c.revision;
   o.name = c.name;
+  o.path_prefix = c.path_prefix;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -114,6 +116,7 @@ struct ConvertCli {
   std::string ref;
   std::string to;
   std::string volume_tag;
+  std::string path_prefix;
 };
 
 // Whether a reference as typed names a tag (ImageReference fills in "latest" otherwise).
@@ -127,6 +130,7 @@ absl::Status RunConvert(const ConvertCli& c) {
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
   ConvertOptions o;
   o.volume_tag = c.volume_tag;
+  o.path_prefix = c.path_prefix;
   o.progress = MakeProgress(c.reg.json);
   const RegistryAccessOptions access = AccessOptions(c.reg);
   PushResult r;
@@ -219,6 +223,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Repository on the same registry to mount existing blobs from");
     cmd->add_option("--revision", c->revision, "Source revision (e.g. Hugging Face commit)");
     cmd->add_option("--name", c->name, "Model name (default: the repository's last part)");
+    cmd->add_option("--path-prefix", c->path_prefix,
+                    "Directory the volume image shows the files under (\"models\" for KServe's "
+                    "oci+native://, which mounts it with subPath: models); the model's own paths "
+                    "are unchanged");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunPush(*c); });
   }
@@ -234,6 +242,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "of REF's, e.g. one you can push to; the weights stay in REF's repository");
     cmd->add_option("--volume-tag", c->volume_tag,
                     "Tag for the volume image (default <tag>-volume)");
+    cmd->add_option("--path-prefix", c->path_prefix,
+                    "Directory the volume image shows the files under (\"models\" for KServe's "
+                    "oci+native://)");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunConvert(*c); });
   }

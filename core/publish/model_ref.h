@@ -80,6 +80,8 @@ struct ResolvedModel {
   std::string volume_manifest_json;
   std::string volume_layer_tar;                // A, verified
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+  // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
+  std::string path_prefix;
 };
 
 // Where ResolveModel gets manifests and small blobs: a registry, or the copies the snapshotter

@@ -350,8 +350,12 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     }
   } cleanup{staging};
   const std::string tree = staging + "/files";
-  fs::create_directories(tree, ec);
-  if (ec) return absl::InternalError(absl::StrCat(tree, ": ", ec.message()));
+  // A volume image may show the model under a directory (its record's pathPrefix): the pull
+  // lays it out the way a mount of that image does.
+  const std::string root = rm.path_prefix.empty() ? tree : tree + "/" + rm.path_prefix;
+  const std::string shown = rm.path_prefix.empty() ? "" : rm.path_prefix + "/";
+  fs::create_directories(root, ec);
+  if (ec) return absl::InternalError(absl::StrCat(root, ": ", ec.message()));
 
   std::atomic<uint64_t> total{0};
   std::atomic<size_t> next{0};
@@ -397,7 +401,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     if (l.encoding != LayerEncoding::kRaw) continue;
-    fs::path final_path = fs::path(tree) / l.path;
+    fs::path final_path = fs::path(root) / l.path;
     fs::create_directories(final_path.parent_path(), ec);
     fs::rename(part_of(i), final_path, ec);
     if (ec) return absl::InternalError(absl::StrCat(final_path.string(), ": ", ec.message()));
@@ -405,12 +409,12 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     if (l.encoding == LayerEncoding::kRaw) {
-      result.files.push_back({l.path, l.descriptor.digest, l.descriptor.size});
+      result.files.push_back({shown + l.path, l.descriptor.digest, l.descriptor.size});
       continue;
     }
     std::vector<std::string> from_tar;
-    RETURN_IF_ERROR(ExtractTar(part_of(i), tree, l.descriptor.digest.str(), placed, from_tar));
-    for (const auto& p : from_tar) result.files.push_back({p, l.descriptor.digest, 0});
+    RETURN_IF_ERROR(ExtractTar(part_of(i), root, l.descriptor.digest.str(), placed, from_tar));
+    for (const auto& p : from_tar) result.files.push_back({shown + p, l.descriptor.digest, 0});
   }
 
   if (!dest_existed) {

@@ -162,6 +162,17 @@ class Uploader {
   PushResult& result_;
 };
 
+// A --path-prefix is a relative directory ("models"); checked before anything is uploaded.
+absl::Status CheckPathPrefix(const std::string& prefix) {
+  if (prefix.empty()) return absl::OkStatus();
+  absl::Status s = CheckRelativePath(prefix);
+  if (s.ok()) s = CheckNotReservedModelPath(prefix, "the path prefix");
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("path prefix '", prefix, "': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
   if (!given.empty()) return given;
   if (!ref.tag().empty()) return ref.tag() + "-volume";
@@ -174,11 +185,13 @@ std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given
 absl::Status PushVolume(RegistryClient& client, const std::string& model_repository,
                         const std::string& repo, const Descriptor& model_desc,
                         const Manifest& model, std::vector<ChunkIndex> indexes,
-                        const std::string& volume_tag, Uploader& up, PushResult& result) {
+                        const std::string& volume_tag, const std::string& path_prefix,
+                        Uploader& up, PushResult& result) {
   VolumeImageInput vin;
   vin.model_manifest = model_desc;
   vin.model = model;
   vin.repository = model_repository;
+  vin.path_prefix = path_prefix;
   vin.chunk_indexes = std::move(indexes);
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
@@ -216,6 +229,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     return absl::InvalidArgumentError(
         absl::StrCat(ref.String(), ": push needs a tag, not a digest (the digest is computed)"));
   }
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
   ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
   const std::string repo = ref.repository();
   PushResult result;
@@ -334,7 +348,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
   result.model_tag = ref.tag();
   RETURN_IF_ERROR(PushVolume(client, result.repository, repo, result.model, m, std::move(indexes),
-                             DefaultVolumeTag(ref, o.volume_tag), up, result));
+                             DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, up, result));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -390,6 +404,7 @@ absl::StatusOr<ResolvedModel> ResolvePlainModel(RegistryClient& client, const Im
 
 absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
                                         const ConvertOptions& o) {
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolvePlainModel(client, ref));
   PushResult result;
   result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
@@ -401,7 +416,7 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(ref, "");
   RETURN_IF_ERROR(PushVolume(client, result.repository, rm.repository, rm.model_descriptor,
-                             rm.model, std::move(indexes), tag, up, result));
+                             rm.model, std::move(indexes), tag, o.path_prefix, up, result));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -411,6 +426,7 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
                                           const std::string& target_repository,
                                           const ConvertOptions& o) {
   RETURN_IF_ERROR(ValidateRepository(target_repository));
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolvePlainModel(source, source_ref));
   PushResult result;
   result.repository = absl::StrCat(target.registry(), "/", target_repository);
@@ -425,7 +441,7 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
   if (tag.empty()) tag = DefaultVolumeTag(source_ref, "");
   RETURN_IF_ERROR(PushVolume(target, absl::StrCat(rm.registry, "/", rm.repository),
                              target_repository, rm.model_descriptor, rm.model, std::move(indexes),
-                             tag, up, result));
+                             tag, o.path_prefix, up, result));
   result.bytes_uploaded = target.stats().bytes_sent;
   return result;
 }

@@ -37,6 +37,9 @@ struct PushOptions {
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
   std::string name;      // ModelPack descriptor.name (default: the repository's last part)
   std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
+  // V shows M's files under this directory ("models" for KServe's oci+native://); M's paths
+  // are unchanged. Empty: at the root.
+  std::string path_prefix;
   ProgressFn progress;
 };
 
@@ -64,6 +67,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 struct ConvertOptions {
   std::string volume_tag;  // default "<tag>-volume", or "sha256-<hex>.volume" for a digest ref
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  std::string path_prefix;  // as PushOptions::path_prefix
   ProgressFn progress;
 };
 
