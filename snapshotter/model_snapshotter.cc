@@ -409,8 +409,9 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
   ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
-  ASSIGN_OR_RETURN(ResolvedModel rm,
-                   ResolveModel(*client, ref, [this](const std::string& r) { return ClientFor(r); }));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, [this](const std::string& r) {
+                     return ClientFor(r);
+                   }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(

@@ -161,8 +161,8 @@ absl::Status RunConvert(const ConvertCli& c) {
     return absl::OkStatus();
   }
   const std::string& model_repo = r.model_repository.empty() ? r.repository : r.model_repository;
-  printf("indexed %zu layer(s) of %s@%s; %s bytes sent\n", r.blobs.size() - 2,
-         model_repo.c_str(), r.model.digest.str().c_str(), WithCommas(r.bytes_uploaded).c_str());
+  printf("indexed %zu layer(s) of %s@%s; %s bytes sent\n", r.blobs.size() - 2, model_repo.c_str(),
+         r.model.digest.str().c_str(), WithCommas(r.bytes_uploaded).c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
   if (!r.model_repository.empty()) {

@@ -49,8 +49,8 @@ absl::StatusOr<ModelFetcher*> RegistryModelFetcher::OnRegistry(const std::string
   auto it = fetchers_.find(registry);
   if (it != fetchers_.end()) return it->second.get();
   if (!connect_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the model lives on registry ", registry, ", and no client for it was given"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the model lives on registry ", registry, ", and no client for it was given"));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> other, connect_(registry));
   others_[registry] = other;
@@ -137,12 +137,12 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     // M lives where the record says ("host[:port]/path", written by push and convert), on this
     // registry or another; a record without a repository means V's own.
     if (!contents.model.repository.empty()) {
-      absl::StatusOr<ImageReference> where = ImageReference::Parse(absl::StrCat(
-          contents.model.repository, "@", contents.model.manifest.digest.str()));
+      absl::StatusOr<ImageReference> where = ImageReference::Parse(
+          absl::StrCat(contents.model.repository, "@", contents.model.manifest.digest.str()));
       if (!where.ok() || !where->tag().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "volume image ", ref.String(), " names model repository \"",
-            contents.model.repository, "\", which is not registry/repository"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume image ", ref.String(), " names model repository \"",
+                         contents.model.repository, "\", which is not registry/repository"));
       }
       r.registry = where->registry();
       r.repository = where->repository();

@@ -378,9 +378,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       const ModelLayer& l = rm.layers[i];
       std::string role = l.path.empty() ? l.descriptor.digest.str() : l.path;
       const std::string part = part_of(i);
-      absl::Status st =
-          DownloadVerified(model_client, rm.repository, l.descriptor, role, part, o.progress,
-                           total);
+      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role, part,
+                                         o.progress, total);
       if (!st.ok()) {
         std::error_code e2;
         fs::remove(part, e2);

@@ -185,8 +185,8 @@ std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given
 absl::Status PushVolume(RegistryClient& client, const std::string& model_repository,
                         const std::string& repo, const Descriptor& model_desc,
                         const Manifest& model, std::vector<ChunkIndex> indexes,
-                        const std::string& volume_tag, const std::string& path_prefix,
-                        Uploader& up, PushResult& result) {
+                        const std::string& volume_tag, const std::string& path_prefix, Uploader& up,
+                        PushResult& result) {
   VolumeImageInput vin;
   vin.model_manifest = model_desc;
   vin.model = model;

@@ -48,8 +48,9 @@ std::string CleanPath(const std::string& p) {
 }
 
 // Splits "http://host:port[/path]" into scheme, host and API root path as containerd's
-// parseHostConfig does: no scheme means https (another scheme is refused); a path gains "/v2" unless it already ends in
-// /v2 or override_path is set; no path means "/v2" (or "" with override_path).
+// parseHostConfig does: no scheme means https (another scheme is refused); a path gains "/v2"
+// unless it already ends in /v2 or override_path is set; no path means "/v2" (or "" with
+// override_path).
 absl::Status ParseUrl(std::string url, bool override_path, const std::string& source,
                       HostEndpoint* out) {
   if (url.find("://") == std::string::npos) url = "https://" + url;
@@ -314,7 +315,8 @@ absl::StatusOr<std::vector<HostEndpoint>> ResolveHosts(std::string_view registry
       if (!fs::is_directory(dir, ec)) continue;
       // containerd uses the first directory that exists, with or without hosts.toml.
       const fs::path file = dir / "hosts.toml";
-      if (!fs::exists(file, ec)) return std::vector<HostEndpoint>{FromCertFiles(registry, dir, default_scheme)};
+      if (!fs::exists(file, ec))
+        return std::vector<HostEndpoint>{FromCertFiles(registry, dir, default_scheme)};
       std::ifstream in(file, std::ios::binary);
       if (!in) return absl::InternalError(absl::StrCat("cannot read ", file.string()));
       std::stringstream ss;
@@ -336,8 +338,8 @@ absl::StatusOr<HostEndpoint> ResolveHost(std::string_view registry, HostCapabili
   const char* what = capability == HostCapability::kPush      ? "push"
                      : capability == HostCapability::kResolve ? "resolve"
                                                               : "pull";
-  return absl::FailedPreconditionError(absl::StrCat("no configured host for registry ",
-                                                    std::string(registry), " allows ", what));
+  return absl::FailedPreconditionError(
+      absl::StrCat("no configured host for registry ", std::string(registry), " allows ", what));
 }
 
 }  // namespace modelfs

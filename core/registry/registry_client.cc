@@ -455,7 +455,6 @@ std::string RegistryClient::ResolveLocation(const std::string& base_url,
   return dir + location;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Transport: one curl exchange.
 
@@ -793,11 +792,10 @@ absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
           absl::StrCat("token server for ", host.label, ": ", r.status().message()));
     }
     if (r->status == 401 || r->status == 403) {
-      return absl::UnauthenticatedError(
-          absl::StrCat("token server ", Origin(challenge.realm), " refused ",
-                       cred.has_value() ? "the configured credentials" : "anonymous access",
-                       " for ", absl::StrJoin(scopes, " "), " on ", host.label, " (HTTP ",
-                       r->status, ")"));
+      return absl::UnauthenticatedError(absl::StrCat(
+          "token server ", Origin(challenge.realm), " refused ",
+          cred.has_value() ? "the configured credentials" : "anonymous access", " for ",
+          absl::StrJoin(scopes, " "), " on ", host.label, " (HTTP ", r->status, ")"));
     }
     if (r->status != 200) {
       return absl::UnavailableError(absl::StrCat("token server ", Origin(challenge.realm),
@@ -818,8 +816,8 @@ absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
       }
     }
     if (token.empty()) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          "token server ", Origin(challenge.realm), " returned no token for ", host.label));
+      return absl::UnauthenticatedError(absl::StrCat("token server ", Origin(challenge.realm),
+                                                     " returned no token for ", host.label));
     }
     // Renew a little early so a request never leaves with a token about to expire.
     absl::Duration life = absl::Seconds(expires_in);
@@ -894,8 +892,7 @@ enum class Verdict {
 absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Request& base, Op op) {
   static constexpr const char* kOpNames[] = {"resolve tags", "pull", "push"};
   auto candidates = [&] {
-    return base.host != nullptr ? std::vector<Host*>{base.host}
-                                : Candidates(op, base.range_blob);
+    return base.host != nullptr ? std::vector<Host*>{base.host} : Candidates(op, base.range_blob);
   };
   std::vector<Host*> hosts = candidates();
   if (hosts.empty()) {
@@ -953,8 +950,8 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
           hint = std::max(hint, absl::Seconds(secs));
         }
       }
-      failures.emplace_back(h, r.ok() ? absl::StrCat("HTTP ", r->status)
-                                      : std::string(r.status().message()));
+      failures.emplace_back(
+          h, r.ok() ? absl::StrCat("HTTP ", r->status) : std::string(r.status().message()));
       bool is_404 = r.ok() && r->status == 404;
       if (!best.has_value() || (best_is_404 && !is_404)) {
         best = std::move(r);
@@ -979,7 +976,8 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
       }
       std::string msg(r.status().message());
       if (hosts.size() > 1) msg = absl::StrCat("every host failed: ", others);
-      if (backoff.attempts() > 1) absl::StrAppend(&msg, " (after ", backoff.attempts(), " attempts)");
+      if (backoff.attempts() > 1)
+        absl::StrAppend(&msg, " (after ", backoff.attempts(), " attempts)");
       absl::Status s(r.status().code(), msg);
       if (IsRetryableTransport(r.status())) s.SetPayload(kRetryablePayload, absl::Cord("1"));
       if (IsIgnoredRange(r.status())) s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
@@ -995,9 +993,9 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
 
 namespace {
 
-absl::Status StatusFromResponse(const std::string& what, const std::string& host_label,
-                                long status, const std::string& body, int attempts,
-                                const std::string& auth_note, const std::string& tried) {
+absl::Status StatusFromResponse(const std::string& what, const std::string& host_label, long status,
+                                const std::string& body, int attempts, const std::string& auth_note,
+                                const std::string& tried) {
   std::string msg = absl::StrCat(what, ": HTTP ", status, " from ", host_label);
   std::string detail = RegistryErrorDetail(body);
   if (!detail.empty()) absl::StrAppend(&msg, " (", detail, ")");
@@ -1021,7 +1019,7 @@ absl::Status StatusFromResponse(const std::string& what, const std::string& host
 
 }  // namespace
 
-#define MODELFS_HTTP_ERROR(what, r)                                                           \
+#define MODELFS_HTTP_ERROR(what, r)                                                   \
   StatusFromResponse((what), HostLabel((r).host), (r).status, (r).body, (r).attempts, \
                      (r).auth_note, (r).tried)
 
@@ -1066,8 +1064,8 @@ absl::StatusOr<std::optional<uint64_t>> RegistryClient::HeadBlob(const std::stri
   if (r.status != 200) return MODELFS_HTTP_ERROR(BlobWhat("HEAD", repo, digest), r);
   uint64_t size = 0;
   if (!absl::SimpleAtoi(r.Header("content-length"), &size)) {
-    return absl::FailedPreconditionError(absl::StrCat(BlobWhat("HEAD", repo, digest), ": ",
-                                                      HostLabel(r.host), " sent no Content-Length"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        BlobWhat("HEAD", repo, digest), ": ", HostLabel(r.host), " sent no Content-Length"));
   }
   return std::optional<uint64_t>(size);
 }
@@ -1191,7 +1189,8 @@ absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo
     const absl::Status& e = got.status();
     if (absl::StartsWith(e.message(), what)) return e;
     absl::Status s(e.code(), absl::StrCat(what, ": ", e.message()));
-    e.ForEachPayload([&](absl::string_view key, const absl::Cord& value) { s.SetPayload(key, value); });
+    e.ForEachPayload(
+        [&](absl::string_view key, const absl::Cord& value) { s.SetPayload(key, value); });
     return s;
   }
   Response& r = *got;
@@ -1224,8 +1223,8 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
 
   std::vector<Host*> push_hosts = Candidates(Op::kPush, "");
   if (push_hosts.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": no host of registry ", options_.registry, " is configured to push"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": no host of registry ", options_.registry, " is configured to push"));
   }
   Host* host = push_hosts.front();
   Request post;
@@ -1275,8 +1274,7 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
   if (done.status != 201) return fail(what, done);
   std::string reported = done.Header("docker-content-digest");
   if (!reported.empty() && reported != digest.str()) {
-    return absl::DataLossError(
-        absl::StrCat(what, ": ", host->label, " stored it as ", reported));
+    return absl::DataLossError(absl::StrCat(what, ": ", host->label, " stored it as ", reported));
   }
   return absl::OkStatus();
 }
@@ -1302,7 +1300,7 @@ absl::StatusOr<bool> RegistryClient::MountBlob(const std::string& repo, const Di
   Request req;
   req.method = "POST";
   req.path = absl::StrCat(repo, "/blobs/uploads/?mount=", PercentEncode(digest.str()),
-                         "&from=", PercentEncode(from_repo));
+                          "&from=", PercentEncode(from_repo));
   req.scopes = PushScope(repo);
   req.scopes.push_back(absl::StrCat("repository:", from_repo, ":pull"));
   ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPush));

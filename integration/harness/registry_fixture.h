@@ -117,7 +117,7 @@ struct FaultProxyOptions {
   std::string fail_path;        // substring of the path to fail; empty: any /v2/<name>/ request
   bool ignore_range = false;
   bool redirect_blobs = false;
-  int storage_uses = 0;  // 0: storage URLs never expire
+  int storage_uses = 0;    // 0: storage URLs never expire
   bool read_only = false;  // refuse POST/PUT/PATCH/DELETE with 403 DENIED
 };
 

@@ -79,8 +79,8 @@ class ConvertToTest : public ::testing::Test {
     ASSERT_OK(WriteTestModel(src, /*seed=*/41).status());
     want_ = DescribeFiles(src);
     const std::string publisher_config = tmp_.Join("publisher.json").string();
-    std::ofstream(publisher_config) << DockerConfigJson(source_->host_port(), kReader,
-                                                        kReaderPassword);
+    std::ofstream(publisher_config)
+        << DockerConfigJson(source_->host_port(), kReader, kReaderPassword);
     ASSERT_OK_AND_ASSIGN(
         ProcessResult push,
         RunModelfs({"push", "--plain-http", "--docker-config", publisher_config, "--json",

@@ -83,8 +83,7 @@ class MirrorTest : public ::testing::Test {
     ASSERT_OK(WriteTestModel(src, /*seed=*/23).status());
     want_ = DescribeFiles(src);
     model_ref_ = absl::StrCat(origin_->host_port(), "/", kRepoTag);
-    ASSERT_OK_AND_ASSIGN(ProcessResult push,
-                         RunModelfs({"push", "--plain-http", model_ref_, src}));
+    ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", model_ref_, src}));
     ASSERT_EQ(push.exit_code, 0) << push.err;
 
     RegistryFixtureOptions mo;

@@ -172,8 +172,8 @@ TEST(BuildVolumeImageTest, WithoutAPathPrefixModelJsonHasNoSuchKey) {
 TEST(BuildVolumeImageTest, RefusesAPathPrefixThatEscapesOrShadowsModelinfo) {
   Fixture f = MakeFixture();
   f.input.path_prefix = "../models";
-  EXPECT_THAT(BuildVolumeImage(f.input), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                  HasSubstr("path prefix '../models'")));
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("path prefix '../models'")));
   f.input.path_prefix = ".modelinfo.json";
   EXPECT_FALSE(BuildVolumeImage(f.input).ok());
 }

@@ -319,10 +319,10 @@ TEST_F(RegistryMirrorsTest, TheRegistryCredentialGoesToTheServerNotToMirrors) {
                                "  capabilities = [\"pull\", \"resolve\"]\n"));
   HostsOptions hosts;
   hosts.certs_dir = certs.path().string();
-  ASSERT_OK_AND_ASSIGN(CredentialStore creds,
-                       CredentialStore::FromDockerConfigJson(
-                           absl::StrCat(R"({"auths":{")", kRegistry, R"(":{"registrytoken":"T1"}}})"),
-                           "config.json"));
+  ASSERT_OK_AND_ASSIGN(CredentialStore creds, CredentialStore::FromDockerConfigJson(
+                                                  absl::StrCat(R"({"auths":{")", kRegistry,
+                                                               R"(":{"registrytoken":"T1"}}})"),
+                                                  "config.json"));
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::ForRegistry(kRegistry, HostCapability::kPull,
                                                                 hosts, creds, Options({})));
   ASSERT_EQ(client->endpoints().size(), 2u);

@@ -441,8 +441,8 @@ TEST_F(ModelSnapshotterTest, APlainHttpRegistryDeclaredInHostsTomlIsReached) {
 TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsFromTheModels) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> other, RegistryFixture::Start());
   const std::string dst = absl::StrCat(other->host_port(), "/team/llama:converted");
-  ASSERT_OK_AND_ASSIGN(auto conv, modelfs::testing::RunModelfs(
-                                      {"convert", "--plain-http", Ref("v1"), "--to", dst, "--json"}));
+  ASSERT_OK_AND_ASSIGN(auto conv, modelfs::testing::RunModelfs({"convert", "--plain-http",
+                                                                Ref("v1"), "--to", dst, "--json"}));
   ASSERT_EQ(conv.exit_code, 0) << conv.err;
   const std::string v_digest = modelfs::testing::ParseJsonOutput(conv.out)["volume"]["digest"];
   ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(other->host_port()));
