@@ -119,6 +119,11 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   }
   for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
   out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
+  // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
+  // .modelinfo.json stays at the root and names paths within that directory.
+  if (!rm.path_prefix.empty()) {
+    for (TreeFile& f : out.files) f.path = absl::StrCat(rm.path_prefix, "/", f.path);
+  }
   rollback.Dismiss();
   return out;
 }

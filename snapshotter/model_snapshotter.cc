@@ -214,17 +214,17 @@ std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
 }
 
 absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
-    const ImageReference& ref) {
+    const std::string& registry) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = clients_.find(ref.registry());
+    auto it = clients_.find(registry);
     if (it != clients_.end()) return it->second;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
-                   ConnectRegistry(ref, HostCapability::kPull, options_.registry));
+                   ConnectRegistry(registry, HostCapability::kPull, options_.registry));
   std::shared_ptr<RegistryClient> client(std::move(made));
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = clients_.emplace(ref.registry(), client);
+  auto [it, inserted] = clients_.emplace(registry, client);
   return it->second;
 }
 
@@ -286,7 +286,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::Status st;
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
-      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->ref);
+      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->registry);
       st = client.ok() ? RegisterModel(name, *rm, *client) : client.status();
     } else {
       st = rm.status();
@@ -420,8 +420,10 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
   ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, [this](const std::string& r) {
+                     return ClientFor(r);
+                   }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(
@@ -429,7 +431,9 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         ", but its layer annotation says ", volume.model.digest.str()));
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
-  RETURN_IF_ERROR(EnsureModel(name, rm, client));
+  // M's layers are read from M's registry, which V's record may name apart from V's.
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
+  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
 
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
