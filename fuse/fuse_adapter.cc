@@ -23,11 +23,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,64 @@ struct DirHandle {
 
 }  // namespace
 
+// Reads that must wait for the network run here, so that the session's worker threads stay
+// free for cached reads, lookups and listings however many reads are stalled (issue 9 §3:
+// with every worker blocked, a read of cached bytes waited for the stalled ones to time out).
+// Threads are started as needed, up to `max_threads`; beyond that, jobs queue.
+class ReadPool {
+ public:
+  explicit ReadPool(unsigned max_threads) : max_threads_(max_threads) {}
+  ~ReadPool() { Stop(); }
+
+  void Submit(std::function<void()> job) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;  // the request goes unanswered: the connection is going away
+    queue_.push_back(std::move(job));
+    if (idle_ == 0 && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { Run(); });
+    }
+  }
+
+  // Drops queued jobs (their requests stay unanswered: after Detach the kernel resends them to
+  // the next process; after Unmount nobody waits) and waits for running ones, which are
+  // bounded by the cache's read deadline.
+  void Stop() {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      queue_.clear();
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      idle_++;
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&ready));
+      idle_--;
+      if (stopping_) return;
+      std::function<void()> job = std::move(queue_.front());
+      queue_.pop_front();
+      mu_.Unlock();
+      job();
+      mu_.Lock();
+    }
+  }
+
+  const unsigned max_threads_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  unsigned idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 struct FuseMount::Context {
   std::shared_ptr<ModelTree> tree;
   double entry_timeout = 0;
@@ -59,6 +119,7 @@ struct FuseMount::Context {
   // Open files and their I/O mode; set before the loop serves.
   std::unique_ptr<OpenFiles> files;
   fuse_session* session = nullptr;  // for notifications from request handlers
+  std::unique_ptr<ReadPool> reads;  // reads that wait on the network
 
   // Open directories by the handle the kernel holds. Handles are ids, not pointers, because the
   // kernel keeps a directory open across a daemon restart and then hands the new process a
@@ -259,9 +320,8 @@ void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
   fuse_reply_data(req, vec.get(), FUSE_BUF_SPLICE_MOVE);
 }
 
-void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
+void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   Guarded(req, "read", [&] {
-    if (off < 0) return fuse_reply_err(req, EINVAL), void();
     const Context& ctx = Ctx(req);
     absl::Time start = ctx.on_read ? absl::Now() : absl::InfinitePast();
     absl::StatusOr<std::vector<BlobSpan>> spans =
@@ -270,6 +330,16 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
     if (!spans.ok()) return ReplyStatus(req, "read", spans.status());
     ReplySpans(req, *spans);
   });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
+  if (off < 0) return fuse_reply_err(req, EINVAL), void();
+  Context& ctx = Ctx(req);
+  if (ctx.reads && !ctx.tree->IsReady(ino, static_cast<uint64_t>(off), size)) {
+    ctx.reads->Submit([req, ino, size, off] { DoRead(req, ino, size, off); });
+    return;
+  }
+  DoRead(req, ino, size, off);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
@@ -568,8 +638,8 @@ absl::StatusOr<uint64_t> AnswerKernelInit(int fd, const FuseMountOptions& o,
   InitIn in;
   memset(&in, 0, sizeof(in));
   if (n < static_cast<ssize_t>(sizeof(in_header) + 8)) {
-    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": reading FUSE_INIT: ",
-                                               n < 0 ? strerror(errno) : "short message"));
+    return absl::UnavailableError(absl::StrCat(
+        "mount of ", dir, ": reading FUSE_INIT: ", n < 0 ? strerror(errno) : "short message"));
   }
   memcpy(&in_header, buf.data(), sizeof(in_header));
   memcpy(&in, buf.data() + sizeof(in_header),
@@ -682,6 +752,7 @@ FuseMount::FuseMount(std::string dir, std::shared_ptr<ModelTree> tree,
   ctx_->attr_timeout = options_.attr_timeout_s;
   ctx_->max_read = options_.max_read;
   ctx_->on_read = options_.on_read;
+  ctx_->reads = std::make_unique<ReadPool>(std::max(1u, options_.max_background_reads));
 }
 
 absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& dir,
@@ -870,6 +941,7 @@ absl::Status FuseMount::Unmount() {
     }
   }
   if (loop_.joinable()) loop_.join();
+  ctx_->reads->Stop();  // replies use the session: none may come after it is gone
   if (session_ != nullptr) {
     fuse_session_unmount(session_);  // closes the device; a no-op unmount when already gone
     fuse_session_destroy(session_);
@@ -896,6 +968,7 @@ absl::Status FuseMount::Detach() {
     }
   }
   if (loop_.joinable()) loop_.join();
+  ctx_->reads->Stop();
   if (session_ != nullptr) {
     // No fuse_session_unmount: it would unmount. Destroying closes our fd, nothing more.
     fuse_session_destroy(session_);
@@ -904,6 +977,8 @@ absl::Status FuseMount::Detach() {
   unmounted_ = true;
   return absl::OkStatus();
 }
+
+bool FuseMount::passthrough() const { return ctx_->files && ctx_->files->passthrough(); }
 
 size_t FuseMount::passthrough_opens() const {
   return ctx_->files ? ctx_->files->open_count(OpenFiles::Mode::kPassthrough) : 0;

@@ -52,6 +52,9 @@ struct FuseMountOptions {
   // requests the kernel keeps in flight at once (its default of 12 lets a dozen reads stalled
   // on the network hold up reads of cached bytes), and the readahead of the mount's bdi.
   uint16_t max_background = 256;
+  // Threads that serve reads waiting on the network, apart from the session's own workers
+  // (max_threads), which then stay free for everything else.
+  unsigned max_background_reads = 256;
   uint32_t read_ahead_kb = 8192;
   // Serve files whose layer the cache verified and sealed by FUSE passthrough (Linux 6.9+,
   // CAP_SYS_ADMIN): the kernel reads the cache file itself. Off, or unavailable: the daemon
@@ -120,6 +123,9 @@ class FuseMount {
   // after Unmount or Detach. Owned by this object: do not close it.
   int fuse_fd() const;
 
+  // Whether files may be served by passthrough on this connection (negotiated, and nothing
+  // has failed since).
+  bool passthrough() const;
   // Open file handles served by passthrough / by this process, for stats and tests.
   size_t passthrough_opens() const;
   size_t cached_opens() const;

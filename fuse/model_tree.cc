@@ -422,9 +422,9 @@ absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* o
 
 absl::Status ModelTree::ReadError(const FileRef& f, uint64_t offset, const absl::Status& got) {
   // An unknown blob under an existing file is an I/O failure, not a missing file.
-  absl::Status s(got.code(),
-                 absl::StrCat("reading '", f.path, "' at offset ", offset, " (layer ", f.layer.str(),
-                              " offset ", f.layer_offset + offset, "): ", got.message()));
+  absl::Status s(got.code(), absl::StrCat("reading '", f.path, "' at offset ", offset, " (layer ",
+                                          f.layer.str(), " offset ", f.layer_offset + offset,
+                                          "): ", got.message()));
   if (got.code() == absl::StatusCode::kNotFound) {
     s = ErrnoStatus(s.code(), EIO, std::string(s.message()));
   }
@@ -441,8 +441,8 @@ absl::StatusOr<std::string> ModelTree::Read(uint64_t ino, uint64_t offset, uint6
   absl::StatusOr<std::string> got = reader_->Read(f.layer, f.layer_offset + offset, length);
   if (!got.ok()) return ReadError(f, offset, got.status());
   if (got->size() != length) {
-    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset,
-                                            ": layer ", f.layer.str(), " returned ", got->size(),
+    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset, ": layer ",
+                                            f.layer.str(), " returned ", got->size(),
                                             " bytes where the file needs ", length));
   }
   return got;
@@ -468,11 +468,17 @@ absl::StatusOr<std::vector<BlobSpan>> ModelTree::ReadSpans(uint64_t ino, uint64_
   uint64_t total = 0;
   for (const BlobSpan& span : *got) total += span.length;
   if (total != length) {
-    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset,
-                                            ": layer ", f.layer.str(), " returned ", total,
+    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset, ": layer ",
+                                            f.layer.str(), " returned ", total,
                                             " bytes where the file needs ", length));
   }
   return got;
+}
+
+bool ModelTree::IsReady(uint64_t ino, uint64_t offset, uint64_t size) const {
+  absl::StatusOr<FileRef> f = FileOf(ino, "read");
+  if (!f.ok() || f->synthetic || offset >= f->size || size == 0) return true;
+  return reader_->IsReady(f->layer, f->layer_offset + offset, std::min(size, f->size - offset));
 }
 
 ModelTree::VerifiedFile ModelTree::OpenVerifiedFile(uint64_t ino) const {

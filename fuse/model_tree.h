@@ -150,6 +150,10 @@ class ModelTree {
   absl::StatusOr<std::vector<BlobSpan>> ReadSpans(uint64_t ino, uint64_t offset,
                                                   uint64_t size) const;
 
+  // Whether ReadSpans of the range would return without waiting on the network
+  // (BlobReader::IsReady; always for synthetic files and for errors, which are fast).
+  bool IsReady(uint64_t ino, uint64_t offset, uint64_t size) const;
+
   // For FUSE passthrough: a read-only fd (the caller closes it) of a local file that holds
   // exactly file `ino`'s bytes, all verified and never written again
   // (BlobReader::OpenVerifiedBlob), and a key naming that file (two inodes with equal keys

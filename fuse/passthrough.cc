@@ -11,8 +11,8 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,7 +39,8 @@ absl::StatusOr<int32_t> OpenBackingFile(int dev_fd, int file_fd) {
   int id = ioctl(dev_fd, kBackingOpen, &map);
   if (id > 0) return id;
   const int err = id < 0 ? errno : EINVAL;
-  const std::string what = absl::StrCat("registering a FUSE passthrough backing file: ", strerror(err));
+  const std::string what =
+      absl::StrCat("registering a FUSE passthrough backing file: ", strerror(err));
   if (err == EPERM) return absl::PermissionDeniedError(what + " (needs CAP_SYS_ADMIN)");
   if (err == ELOOP) {
     return absl::FailedPreconditionError(what + " (the cache is on a stacked file system)");

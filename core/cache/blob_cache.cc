@@ -614,8 +614,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
-  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local, layer->seal);
-      !s.ok()) {
+  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local, layer->seal); !s.ok()) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(s.message());
   }
@@ -761,10 +760,9 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const st
     auto got = HashOf(piece.data(), len);
     if (got != expected[i]) {
       counters_.verification_failures++;
-      cst = absl::DataLossError(absl::StrCat("chunk ", c, " of layer ", layer->digest.str(),
-                                             " (bytes [", c * cs, ", ", c * cs + len,
-                                             ")) failed verification: got ", HexOf(got), ", want ",
-                                             HexOf(expected[i])));
+      cst = absl::DataLossError(absl::StrCat(
+          "chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs, ", ", c * cs + len,
+          ")) failed verification: got ", HexOf(got), ", want ", HexOf(expected[i])));
       Log(cst.message());
     }
   }
@@ -777,9 +775,9 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const st
       w->disk_full = true;
       if (expected.empty()) {
         // Nothing of a whole-layer fill is servable before all of it is verified on disk.
-        cst = absl::ResourceExhaustedError(absl::StrCat(
-            "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
-            " has no chunk index, so it must be cached whole before it is served"));
+        cst = absl::ResourceExhaustedError(
+            absl::StrCat("cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
+                         " has no chunk index, so it must be cached whole before it is served"));
       } else {
         // Verified: hand the bytes to the readers without recording them.
         memory = std::make_shared<const std::string>(piece);
@@ -844,8 +842,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
   while (next < n) {
     const uint64_t offset = (f->first + next) * cs;
-    const std::string range =
-        absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
+    const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
@@ -1433,6 +1430,19 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
   return out;
 }
 
+bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Layer> layer = FindLocked(digest);
+  if (!layer || !layer->has_spec || layer->quarantined) return true;  // fails at once
+  if (offset >= layer->size || length == 0) return true;
+  if (layer->mode == VerifyMode::kWholeLayer && !layer->whole_verified) return false;
+  const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
+  for (uint64_t c = offset / layer->chunk_size; c <= (end - 1) / layer->chunk_size; ++c) {
+    if (!layer->Servable(c) && layer->state[c] != ChunkState::kInMemory) return false;
+  }
+  return true;
+}
+
 int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
   {
     absl::MutexLock lock(&mu_);
@@ -1451,7 +1461,7 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
 }
 
 absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
-                                                          uint64_t length) {
+                                                           uint64_t length) {
   const absl::Time start = time_->Now();
   const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
@@ -1507,7 +1517,8 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
         // A reader that has streamed stream_after bytes in a row will read the rest: fetch
         // it with parallel ranges (a registry reading from disk serves several streams
         // several times faster than one).
-        if (options_.stream_segments > 0 && layer->run_end - layer->run_start >= options_.stream_after) {
+        if (options_.stream_segments > 0 &&
+            layer->run_end - layer->run_start >= options_.stream_after) {
           StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
         }
         if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {

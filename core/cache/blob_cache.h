@@ -79,8 +79,8 @@ struct CacheOptions {
   absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
   RetryPolicy retry;
   uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
-  uint64_t readahead_min = 4ull << 20;   // smallest window once a reader is sequential
-  uint64_t readahead_max = 64ull << 20;  // the window (half the sequential run) stops here
+  uint64_t readahead_min = 4ull << 20;       // smallest window once a reader is sequential
+  uint64_t readahead_max = 64ull << 20;      // the window (half the sequential run) stops here
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
   // Once a reader has read this many bytes of a layer in a row, the rest of the layer is
   // fetched in `stream_segments` parallel streams (0: never; readahead alone).
@@ -160,6 +160,8 @@ class BlobCache : public BlobReader {
   // disk left in memory). Errors as Read.
   absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
                                                   uint64_t length) override;
+  // True when every chunk of the range is verified here (no fetch, no re-hash needed).
+  bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) override;
   // A read-only fd of the layer's data file once the whole layer is verified and sealed (its
   // seal recorded: docs/cache-format.md), for [0, size) only; -1 otherwise.
   int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override;

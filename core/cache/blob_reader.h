@@ -58,6 +58,11 @@ class BlobReader {
     return spans;
   }
 
+  // Whether Read of [offset, offset + length) would be served from what is already here,
+  // without waiting on the network: a hint (the answer may change at once), for callers that
+  // keep blocking reads off threads that must stay free. The default says yes.
+  virtual bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) { return true; }
+
   // A new read-only fd (the caller closes it) of a local file whose bytes are exactly blob
   // `digest`, all verified, and which nothing will write again; -1 when there is none (the
   // blob is not fully cached and verified yet, or [offset, offset + length) is not the whole

@@ -1152,11 +1152,11 @@ absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo
                                                          uint64_t length, absl::Time deadline) {
   std::string out;
   out.reserve(length);
-  RETURN_IF_ERROR(StreamBlobRange(repo, digest, offset, length, deadline,
-                                  [&out](absl::string_view data) {
-                                    out.append(data.data(), data.size());
-                                    return absl::OkStatus();
-                                  }));
+  RETURN_IF_ERROR(
+      StreamBlobRange(repo, digest, offset, length, deadline, [&out](absl::string_view data) {
+        out.append(data.data(), data.size());
+        return absl::OkStatus();
+      }));
   return out;
 }
 

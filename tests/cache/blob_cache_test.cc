@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ using ::modelfs::testing::IsOk;
 using ::modelfs::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr uint64_t kChunk = 4096;
 
@@ -432,6 +434,115 @@ TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
   EXPECT_EQ(remote_.requests(), 0);
 }
 
+TEST_F(BlobCacheTest, ASealedLayerIsServedAfterRestartWithoutReHashingOrFetching) {
+  const std::string blob = RandomBytes(32 * 1024, 21);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, blob.size()));
+    ASSERT_TRUE(Idle(*cache));
+    ASSERT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  // Before registration nothing is handed out.
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
+  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_EQ(info.cached_chunks, blob.size() / kChunk);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(remote_.requests(), 0);
+  EXPECT_EQ(cache->stats().verification_failures, 0u);
+  EXPECT_THAT(Logged(), Not(HasSubstr("re-verification")));
+}
+
+TEST_F(BlobCacheTest, OpenVerifiedBlobGivesAReadOnlyFileOfTheWholeSealedLayerOnly) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 1024, 22);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 4096));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);  // not all verified yet
+  ASSERT_OK(cache->Read(d, 0, blob.size()));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size() - 1), -1);  // a part of the layer
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 1, blob.size() - 1), -1);
+  const int fd = cache->OpenVerifiedBlob(d, 0, blob.size());
+  ASSERT_GE(fd, 0);
+  std::string got(blob.size(), '\0');
+  EXPECT_EQ(pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_EQ(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+  close(fd);
+}
+
+TEST_F(BlobCacheTest, ASealedLayerWrittenToAfterwardsIsReHashedAfterRestart) {
+  const std::string blob = RandomBytes(32 * 1024, 23);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, blob.size()));
+    ASSERT_TRUE(Idle(*cache));
+  }
+  {
+    // The same byte written back: only the file's change time says something happened.
+    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(7);
+    f.write(&blob[7], 1);
+  }
+  auto cache = Open();
+  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
+  ASSERT_OK(cache->RegisterLayer(spec));
+  EXPECT_FALSE(cache->GetLayerInfo(d)->whole_verified);
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  // Every chunk re-hashed (all still good), then the whole layer checked and sealed again.
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  const int fd = cache->OpenVerifiedBlob(d, 0, blob.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+}
+
+TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInParallelSegments) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  o.stream_segments = 4;
+  o.max_request_bytes = 4 * kChunk;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(256 * 1024, 24);
+  Digest d = AddChunked(*cache, blob);
+  for (uint64_t off = 0; off < 16 * 1024; off += 4096) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, 4096));
+    ASSERT_EQ(got, blob.substr(off, 4096));
+  }
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, info.chunk_count);  // the rest came without being read
+  EXPECT_EQ(remote_.bytes_served(), blob.size());   // each byte once
+}
+
+TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(256 * 1024, 25);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 100 * 1024, 12 * 1024));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(remote_.bytes_served(), 3 * kChunk);  // the chunks it touched, nothing more
+}
+
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
   const std::string blob = RandomBytes(32 * 1024, 20);
   Digest d;
@@ -558,8 +669,8 @@ TEST_F(BlobCacheTest, SequentialReadaheadWindowIsHalfTheRunUpToTheMaximum) {
     windows.push_back(cache->GetLayerInfo(d)->readahead_window);
   }
   // A first read starts a run; runs of 16 ... 80 KiB then get half their length.
-  EXPECT_EQ(windows, (std::vector<uint64_t>{0, 8192, 12288, 16384, 20480, 24576, 28672,
-                                            32768, 32768, 32768}));
+  EXPECT_EQ(windows, (std::vector<uint64_t>{0, 8192, 12288, 16384, 20480, 24576, 28672, 32768,
+                                            32768, 32768}));
   ASSERT_TRUE(Idle(*cache));
   EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 28u);  // 80 KiB read, 32 KiB ahead
   // Far past the run (more than 8 chunks): a new run, no readahead.

@@ -4,6 +4,8 @@
 // Thread safety: safe for concurrent use.
 #pragma once
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <map>
 #include <string>
@@ -31,6 +33,21 @@ class FakeBlobReader : public BlobReader {
     faults_[d] = std::move(s);
   }
   int reads() const { return reads_.load(); }
+  // From now on OpenVerifiedBlob of the whole of `d` opens `path` (a file with its bytes).
+  void SetVerifiedFile(const Digest& d, std::string path) {
+    absl::MutexLock lock(&mu_);
+    verified_[d] = std::move(path);
+  }
+
+  int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override {
+    absl::MutexLock lock(&mu_);
+    auto v = verified_.find(digest);
+    auto b = blobs_.find(digest);
+    if (v == verified_.end() || b == blobs_.end() || offset != 0 || length != b->second.size()) {
+      return -1;
+    }
+    return open(v->second.c_str(), O_RDONLY | O_CLOEXEC);
+  }
 
   absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
                                    uint64_t length) override {
@@ -50,6 +67,7 @@ class FakeBlobReader : public BlobReader {
   absl::Mutex mu_;
   std::map<Digest, std::string> blobs_ ABSL_GUARDED_BY(mu_);
   std::map<Digest, absl::Status> faults_ ABSL_GUARDED_BY(mu_);
+  std::map<Digest, std::string> verified_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace modelfs::testing

@@ -37,7 +37,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "tests/fuse/fake_blob_reader.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
@@ -503,6 +505,164 @@ class HangingBlobReader : public BlobReader {
   Digest hang_;
   int notify_fd_;
 };
+
+// A BlobReader whose reads of one blob wait until released, and say they would (IsReady):
+// reads stalled on a registry.
+class StallingBlobReader : public BlobReader {
+ public:
+  StallingBlobReader(BlobReader* inner, Digest slow) : inner_(inner), slow_(std::move(slow)) {}
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
+                                   uint64_t length) override {
+    if (digest == slow_) {
+      waiting_++;
+      release_.WaitForNotification();
+    }
+    return inner_->Read(digest, offset, length);
+  }
+  bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) override {
+    return digest != slow_;
+  }
+  void Release() { release_.Notify(); }
+  int waiting() const { return waiting_.load(); }
+
+ private:
+  BlobReader* inner_;
+  Digest slow_;
+  absl::Notification release_;
+  std::atomic<int> waiting_{0};
+};
+
+// Issue 9 §3: however many reads wait on the network, cached reads, stat and readdir answer.
+TEST_F(FuseMountTest, CachedReadsStatAndReaddirAnswerWhileFortyReadsAreStalled) {
+  const std::string slow_bytes = RandomBytes(64 * 4096, 91);
+  const Digest slow = reader_.Add(slow_bytes);
+  StallingBlobReader stalling(&reader_, slow);
+  std::vector<TreeFile> files = Files();
+  constexpr int kStalled = 40;
+  for (int i = 0; i < kStalled; ++i) {
+    files.push_back(
+        TreeFile{absl::StrCat("slow/", i), slow, static_cast<uint64_t>(i) * 4096, 4096, ""});
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree,
+                       ModelTree::SingleModel(&stalling, std::move(files)));
+  ASSERT_OK_AND_ASSIGN(mount_, FuseMount::Mount(mnt_, std::move(tree)));
+  std::vector<std::thread> stalled;
+  for (int i = 0; i < kStalled; ++i) {
+    stalled.emplace_back([this, i] {
+      std::ifstream in(Path(absl::StrCat("slow/", i)), std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    });
+  }
+  for (int i = 0; i < 1000 && stalling.waiting() < kStalled; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(stalling.waiting(), kStalled);
+  // All forty are held; these must still be answered (before the release below, or never).
+  std::ifstream in(Path("config.json"), std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "{\"architectures\":[\"LlamaForCausalLM\"]}");
+  struct stat st;
+  EXPECT_EQ(stat(Path("model.safetensors").c_str(), &st), 0);
+  EXPECT_EQ(ListDir(mnt_ + "/slow").size(), static_cast<size_t>(kStalled + 2));
+  EXPECT_EQ(stalling.waiting(), kStalled);  // nothing was released to get here
+  stalling.Release();
+  for (auto& t : stalled) t.join();
+}
+
+// FUSE passthrough: a file whose whole layer is verified and sealed is read by the kernel from
+// the backing file, without a request to the server.
+class FusePassthroughTest : public FuseMountTest {
+ protected:
+  void SetUp() override {
+    FuseMountTest::SetUp();
+    whole_bytes_ = RandomBytes(2 * 1024 * 1024 + 333, 77);
+    whole_ = reader_.Add(whole_bytes_);
+    backing_ = tmp_.path().string() + "/whole.data";
+    std::ofstream(backing_, std::ios::binary) << whole_bytes_;
+  }
+  void MountWithWhole() {
+    std::vector<TreeFile> files = Files();
+    files.push_back(TreeFile{"whole.bin", whole_, 0, whole_bytes_.size(), ""});
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree,
+                         ModelTree::SingleModel(&reader_, std::move(files)));
+    ASSERT_OK_AND_ASSIGN(mount_, FuseMount::Mount(mnt_, std::move(tree)));
+    SKIP_OR_FAIL_IF_UNAVAILABLE(mount_->passthrough() ? "" : "a kernel with FUSE passthrough");
+  }
+  static std::string ReadFd(int fd, size_t size) {
+    std::string got(size, '\0');
+    size_t done = 0;
+    while (done < size) {
+      ssize_t n = pread(fd, got.data() + done, size - done, static_cast<off_t>(done));
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    got.resize(done);
+    return got;
+  }
+  // RELEASE reaches the server after close(2) returns.
+  bool WaitForNoOpens() {
+    for (int i = 0; i < 500; ++i) {
+      if (mount_->cached_opens() == 0 && mount_->passthrough_opens() == 0) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+  std::string whole_bytes_;
+  Digest whole_;
+  std::string backing_;
+};
+
+TEST_F(FusePassthroughTest, AVerifiedWholeLayerIsReadAndMappedWithoutTheServer) {
+  reader_.SetVerifiedFile(whole_, backing_);
+  ASSERT_NO_FATAL_FAILURE(MountWithWhole());
+  const int reads_before = reader_.reads();
+  int fd = open(Path("whole.bin").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(mount_->passthrough_opens(), 1u);
+  EXPECT_TRUE(ReadFd(fd, whole_bytes_.size()) == whole_bytes_);
+  void* map = mmap(nullptr, whole_bytes_.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  EXPECT_EQ(memcmp(map, whole_bytes_.data(), whole_bytes_.size()), 0);
+  munmap(map, whole_bytes_.size());
+  close(fd);
+  EXPECT_EQ(reader_.reads(), reads_before);  // no byte went through the server
+  EXPECT_TRUE(WaitForNoOpens());
+}
+
+TEST_F(FusePassthroughTest, AFileOpenBeforeItsLayerWasVerifiedKeepsItsInodeServedByTheDaemon) {
+  ASSERT_NO_FATAL_FAILURE(MountWithWhole());
+  int first = open(Path("whole.bin").c_str(), O_RDONLY);
+  ASSERT_GE(first, 0);
+  EXPECT_EQ(mount_->cached_opens(), 1u);
+  reader_.SetVerifiedFile(whole_, backing_);  // verified while the first open is held
+  // The kernel refuses a passthrough open of an inode open in cached mode (ETXTBSY): the
+  // second open must stay cached, and both must read.
+  int second = open(Path("whole.bin").c_str(), O_RDONLY);
+  ASSERT_GE(second, 0) << strerror(errno);
+  EXPECT_EQ(mount_->cached_opens(), 2u);
+  EXPECT_EQ(mount_->passthrough_opens(), 0u);
+  EXPECT_TRUE(ReadFd(second, whole_bytes_.size()) == whole_bytes_);
+  EXPECT_TRUE(ReadFd(first, whole_bytes_.size()) == whole_bytes_);
+  close(first);
+  close(second);
+  ASSERT_TRUE(WaitForNoOpens());
+  // Once nobody holds it cached, the next open goes through the kernel.
+  int third = open(Path("whole.bin").c_str(), O_RDONLY);
+  ASSERT_GE(third, 0) << strerror(errno);
+  EXPECT_EQ(mount_->passthrough_opens(), 1u);
+  EXPECT_TRUE(ReadFd(third, whole_bytes_.size()) == whole_bytes_);
+  close(third);
+}
+
+TEST_F(FusePassthroughTest, PartOfALayerIsNeverServedByPassthrough) {
+  reader_.SetVerifiedFile(layer_, backing_);  // model.safetensors is an extent of layer_
+  ASSERT_NO_FATAL_FAILURE(MountWithWhole());
+  int fd = open(Path("model.safetensors").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(mount_->passthrough_opens(), 0u);
+  EXPECT_TRUE(ReadFd(fd, weights_.size()) == weights_);
+  close(fd);
+}
 
 class FuseRestartTest : public FuseMountTest {
  protected:
