@@ -446,8 +446,10 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
     const bool by_default = o.files.empty() && o.include.empty();
     for (const auto& [path, f] : listed) {
       if (chosen.count(path)) continue;
+      // By default a pickle checkpoint is selected only to be reported as skipped (or, with
+      // allow_pickle, fetched).
       const bool match = by_default ? MatchesDefaultFetchPatterns(path, o.allow_remote_code) ||
-                                          (o.allow_pickle && IsPickleFileName(path))
+                                          IsPickleFileName(path)
                                     : MatchesAnyGlob(o.include, path);
       if (!match || MatchesAnyGlob(o.exclude, path)) continue;
       if (path == kLockFileName) {

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/base/backoff.h"
 #include "core/io/curl_global.h"
@@ -81,7 +82,7 @@ std::string HubUrlEncode(std::string_view s, bool keep_slash) {
         (keep_slash && c == '/')) {
       out.push_back(static_cast<char>(c));
     } else {
-      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+      absl::StrAppend(&out, absl::StrFormat("%%%02X", c));  // RFC 3986 prefers uppercase
     }
   }
   return out;
