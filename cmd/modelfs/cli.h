@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/formats/pickle_scan.h"
 
 namespace modelfs::cli {
 
@@ -24,6 +26,18 @@ void RegisterFetch(CLI::App& app, Context& ctx);   // fetch (Hugging Face Hub)
 void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR against modelfs.lock.json
 // mount, umount, stats; argv is re-executed for a background mount.
 void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv);
+
+// inspect on pickle checkpoints (inspect_pickle.cc): the paths that are pickle files (named
+// so, or zip/pickle bytes under another name; in a directory, its pickle-named files) are
+// scanned; the rest is left for InspectModel.
+struct PickleInspection {
+  std::vector<PickleScan> scans;
+  std::vector<std::string> other_paths;
+};
+absl::StatusOr<PickleInspection> InspectPickles(const std::vector<std::string>& paths,
+                                                bool insecure);
+// kPermissionDenied naming every flagged import (inspect exits 1), else OK.
+absl::Status PickleVerdict(const PickleInspection& inspection);
 
 // 1234567 -> "1,234,567"
 std::string WithCommas(uint64_t n);

@@ -68,6 +68,7 @@ struct PushCli {
   std::vector<std::string> mount_from;
   std::string revision;
   std::string name;
+  bool allow_pickle = false;
 };
 
 absl::Status RunPush(const PushCli& c) {
@@ -79,6 +80,7 @@ absl::Status RunPush(const PushCli& c) {
   o.mount_from = c.mount_from;
   o.revision = c.revision;
   o.name = c.name;
+  o.allow_pickle = c.allow_pickle;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -182,6 +184,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Repository on the same registry to mount existing blobs from");
     cmd->add_option("--revision", c->revision, "Source revision (e.g. Hugging Face commit)");
     cmd->add_option("--name", c->name, "Model name (default: the repository's last part)");
+    cmd->add_flag("--allow-pickle", c->allow_pickle,
+                  "Push pickle checkpoints (*.bin *.pt *.pth *.pkl *.pickle *.ckpt), which can run "
+                  "code when loaded; they are scanned and recorded in the manifest's annotations");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunPush(*c); });
   }

@@ -55,10 +55,6 @@ bool MatchesAnyGlob(const std::vector<std::string>& patterns, std::string_view p
   return false;
 }
 
-bool IsPickleFileName(std::string_view path) {
-  return EndsWithAny(LowerBaseName(path), {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"});
-}
-
 bool IsTokenizerFile(std::string_view path) {
   const std::string base = LowerBaseName(path);
   if (StartsWithAny(base, {"tokenizer", "vocab.", "sentencepiece"})) {

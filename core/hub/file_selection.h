@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/formats/pickle_scan.h"
+
 namespace modelfs {
 
 // The default selection: *.json, tokenizer files (IsTokenizerFile), *.safetensors, *.gguf,
@@ -23,10 +25,8 @@ bool MatchesDefaultFetchPatterns(std::string_view path, bool allow_remote_code);
 bool GlobMatch(std::string_view pattern, std::string_view path);
 bool MatchesAnyGlob(const std::vector<std::string>& patterns, std::string_view path);
 
-// A checkpoint Python's pickle can run code from when it is loaded, by name (case-insensitive):
-// *.bin *.pt *.pth *.pkl *.pickle *.ckpt. By name on purpose: torch.load reads a legacy
-// checkpoint's first pickle before it knows what the file is, so content cannot clear it.
-bool IsPickleFileName(std::string_view path);
+// IsPickleFileName (the names fetch never takes without allow_pickle) is in
+// core/formats/pickle_scan.h.
 
 // Tokenizer files, by base name: tokenizer* (tokenizer.json, tokenizer_config.json,
 // tokenizer.model), special_tokens_map.json, added_tokens.json, vocab.*, merges.txt,

@@ -11,7 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/formats/model_inspect.h"
+#include "core/formats/pickle_scan.h"
+#include "core/io/range_reader.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
@@ -162,6 +165,38 @@ class Uploader {
   PushResult& result_;
 };
 
+// Refuses pickle checkpoints unless allowed; when allowed, scans them and records them in M's
+// annotations. Returns whether there were any.
+absl::StatusOr<bool> CheckPickles(const std::vector<InputFile>& files, bool allow,
+                                  std::map<std::string, std::string>& annotations) {
+  std::vector<std::string> names, flagged;
+  for (const auto& f : files) {
+    if (!IsPickleFileName(f.rel)) continue;
+    names.push_back(f.rel);
+    if (!allow) continue;
+    ASSIGN_OR_RETURN(auto reader, OpenFileRangeReader(f.path));
+    absl::StatusOr<PickleScan> scan = ScanPickleFile(*reader);
+    if (!scan.ok()) {
+      flagged.push_back(absl::StrCat(f.rel, ": not scannable"));
+    } else if (!scan->safe()) {
+      flagged.push_back(absl::StrCat(f.rel, ": ", absl::StrJoin(scan->flagged, " ")));
+    }
+  }
+  if (names.empty()) return false;
+  if (!allow) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "refusing to push pickle checkpoint(s) ", absl::StrJoin(names, ", "),
+        ": loading one can run code (see `modelfs inspect`); convert to safetensors, or pass "
+        "--allow-pickle"));
+  }
+  annotations[std::string(kAnnotationPickleAllowed)] = "true";
+  annotations[std::string(kAnnotationPickleFiles)] = absl::StrJoin(names, ",");
+  if (!flagged.empty()) {
+    annotations[std::string(kAnnotationPickleFlagged)] = absl::StrJoin(flagged, "; ");
+  }
+  return true;
+}
+
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
   if (!given.empty()) return given;
   if (!ref.tag().empty()) return ref.tag() + "-volume";
@@ -216,6 +251,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
         absl::StrCat(ref.String(), ": push needs a tag, not a digest (the digest is computed)"));
   }
   ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
+  std::map<std::string, std::string> annotations = o.annotations;
+  ASSIGN_OR_RETURN(bool pickles, CheckPickles(files, o.allow_pickle, annotations));
   const std::string repo = ref.repository();
   PushResult result;
   result.repository = absl::StrCat(ref.registry(), "/", repo);
@@ -251,6 +288,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       for (char& ch : q) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
       config.config.quantization = q;
     }
+  } else if (pickles) {
+    config.config.format = "pytorch";  // the spec's own example value for torch checkpoints
   }
 
   // Hash (and index) every layer, then upload what the registry lacks.
@@ -320,7 +359,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
 
   std::string config_json = SerializeModelPackConfig(config);
-  ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, o.annotations));
+  ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, annotations));
   RETURN_IF_ERROR(up.UploadBytes("config", m.config, config_json));
   std::string manifest_json = SerializeManifest(m);
   ASSIGN_OR_RETURN(Digest md, client.PutManifest(repo, ref.tag(), manifest_json,

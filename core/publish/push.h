@@ -37,8 +37,17 @@ struct PushOptions {
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
   std::string name;      // ModelPack descriptor.name (default: the repository's last part)
   std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
+  // Pickle checkpoints (IsPickleFileName) are refused unless this is set; then they are
+  // scanned and M's manifest records them (kAnnotationPickleAllowed, ...Files, ...Flagged).
+  bool allow_pickle = false;
   ProgressFn progress;
 };
+
+// Annotations on M when --allow-pickle let pickle files in: "true"; the files, comma-separated;
+// and "<path>: <global> <global>; ..." for imports outside the scanner's allow-list.
+inline constexpr std::string_view kAnnotationPickleAllowed = "dev.modelfs.pickle.allowed";
+inline constexpr std::string_view kAnnotationPickleFiles = "dev.modelfs.pickle.files";
+inline constexpr std::string_view kAnnotationPickleFlagged = "dev.modelfs.pickle.flagged";
 
 struct PushedBlob {
   std::string role;  // path, "config", "volume layer", "volume config"
@@ -57,6 +66,8 @@ struct PushResult {
   int uploaded = 0, present = 0, mounted = 0;
 };
 
+// Errors: kPermissionDenied for a pickle file without allow_pickle (before anything is
+// uploaded); the registry's errors; inspection errors for malformed model files.
 absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
                                      const PushOptions& options);
 
