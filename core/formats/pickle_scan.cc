@@ -639,7 +639,10 @@ absl::StatusOr<PickleScan> ScanPickleFile(RangeReader& reader) {
   } else {
     scan.kind = "pickle";
     RETURN_IF_ERROR(ScanRaw(reader, scan));
-    if (!scan.streams.empty() && scan.streams[0].size <= 1 && !scan.streams[0].error.empty()) {
+    // A first stream that stops before STOP without importing anything was never a pickle (a
+    // text file, a GGML .bin): nothing in it could run, and it is not a checkpoint either.
+    if (!scan.streams.empty() && !scan.streams[0].error.empty() &&
+        scan.streams[0].imports.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(scan.location, ": neither a zip archive nor a pickle (",
                        scan.streams[0].error, ")"));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/hub/identity.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/descriptor.h"
 #include "core/registry/reference.h"
@@ -37,9 +38,14 @@ struct PushOptions {
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
   std::string name;      // ModelPack descriptor.name (default: the repository's last part)
   std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
-  // Pickle checkpoints (IsPickleFileName) are refused unless this is set; then they are
-  // scanned and M's manifest records them (kAnnotationPickleAllowed, ...Files, ...Flagged).
+  // Pickle checkpoints (named so by IsPickleFileName, and whose bytes are a zip with a .pkl
+  // entry or a pickle stream) are refused unless this is set; then M's manifest records them
+  // (kAnnotationPickleAllowed, ...Files, ...Flagged).
   bool allow_pickle = false;
+  // The identity record from flags (core/hub/identity.h). It overrides what README.md's model
+  // card front matter says; the tokenizer hash is computed from the files; source_url and
+  // revision come from a directory's modelfs.lock.json.
+  ModelIdentity identity;
   ProgressFn progress;
 };
 
@@ -57,6 +63,8 @@ struct PushedBlob {
 
 struct PushResult {
   std::string repository;  // registry/repo
+  ModelIdentity identity;  // what the config and annotations record
+  std::string lock;        // the modelfs.lock.json the files were checked against, or ""
   Descriptor model;        // M
   std::string model_tag;
   Descriptor volume;  // V
@@ -66,8 +74,15 @@ struct PushResult {
   int uploaded = 0, present = 0, mounted = 0;
 };
 
+// A directory holding modelfs.lock.json (from `modelfs fetch`) keeps its origin: the lock's
+// sourceURL and commit go into descriptor.sourceURL and descriptor.revision, every other file
+// of that directory must be in the lock with the same size and SHA-256, and the lock itself is
+// pushed as a layer (so a pull can `modelfs verify`).
 // Errors: kPermissionDenied for a pickle file without allow_pickle (before anything is
-// uploaded); the registry's errors; inspection errors for malformed model files.
+// uploaded); kDataLoss for a file of a locked directory that the lock lacks or whose bytes
+// differ from it (before that file is uploaded; no manifest is written); kInvalidArgument for
+// two locks, a --revision other than the lock's commit, or a bad identity field; the
+// registry's errors; inspection errors for malformed model files.
 absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
                                      const PushOptions& options);
 
