@@ -25,8 +25,8 @@ void RegisterInspect(CLI::App& app, Context& ctx);
 void RegisterMemory(CLI::App& app, Context& ctx);
 void RegisterDigest(CLI::App& app, Context& ctx);
 void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, pull
-void RegisterFetch(CLI::App& app, Context& ctx);   // fetch (Hugging Face Hub)
-void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR against modelfs.lock.json
+void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging Face Hub)
+void RegisterVerify(CLI::App& app, Context& ctx);            // verify DIR against modelfs.lock.json
 // mount, umount, stats; argv is re-executed for a background mount.
 void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv);
 

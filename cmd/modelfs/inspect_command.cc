@@ -32,8 +32,9 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   if (o.paths.size() == 1 && LooksLikeRegistryReference(o.paths[0])) {
     ASSIGN_OR_RETURN(RefInspection r, InspectReference(o.paths[0], o.plain_http, o.docker_config));
     if (o.json) {
-      printf("%s\n", RefInspectionToJson(r).dump(2, ' ', false,
-                                                 nlohmann::json::error_handler_t::replace).c_str());
+      printf("%s\n", RefInspectionToJson(r)
+                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                         .c_str());
     } else {
       printf("%s", RenderRefInspection(r).c_str());
     }

@@ -54,8 +54,8 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& arg, bool plai
     out.precision = c.config.precision;
   }
   for (const ModelLayer& l : rm.layers) {
-    out.layers.push_back({l.path, l.descriptor.digest.str(), l.descriptor.size,
-                          std::string(LayerKindName(l.kind))});
+    out.layers.push_back(
+        {l.path, l.descriptor.digest.str(), l.descriptor.size, std::string(LayerKindName(l.kind))});
   }
   return out;
 }
@@ -88,16 +88,19 @@ std::string RenderRefInspection(const RefInspection& r) {
   absl::StrAppend(&out, "  source          ", or_dash(id.source_url), "\n");
   absl::StrAppend(&out, "  revision        ", or_dash(id.revision), "\n");
   absl::StrAppend(&out, "  license         ", or_dash(absl::StrJoin(id.licenses, " AND ")), "\n");
-  absl::StrAppend(&out, "  base model      ", or_dash(absl::StrJoin(id.base_models, ", ")),
-                  id.base_model_relation.empty() ? "" : absl::StrCat(" (", e(id.base_model_relation), ")"),
-                  "\n");
+  absl::StrAppend(
+      &out, "  base model      ", or_dash(absl::StrJoin(id.base_models, ", ")),
+      id.base_model_relation.empty() ? "" : absl::StrCat(" (", e(id.base_model_relation), ")"),
+      "\n");
   absl::StrAppend(&out, "  tokenizer       ", or_dash(id.tokenizer_sha256), "\n");
-  absl::StrAppend(&out, "  quantization    ", or_dash(id.quantization),
-                  id.quantization_recipe.empty() ? "" : absl::StrCat(" (", e(id.quantization_recipe), ")"),
-                  "\n");
+  absl::StrAppend(
+      &out, "  quantization    ", or_dash(id.quantization),
+      id.quantization_recipe.empty() ? "" : absl::StrCat(" (", e(id.quantization_recipe), ")"),
+      "\n");
   absl::StrAppend(&out, "  training data   ", or_dash(absl::StrJoin(id.datasets, ", ")), "\n");
   absl::StrAppend(&out, "  evaluations     ", or_dash(absl::StrJoin(id.eval_ids, ", ")), "\n");
-  if (auto it = r.annotations.find(std::string(kAnnotationPickleFiles)); it != r.annotations.end()) {
+  if (auto it = r.annotations.find(std::string(kAnnotationPickleFiles));
+      it != r.annotations.end()) {
     absl::StrAppend(&out, "  pickle files    ", e(it->second), " (pushed with --allow-pickle)\n");
   }
   absl::StrAppend(&out, "files:\n");

@@ -114,7 +114,8 @@ absl::Status RunPush(const PushCli& c) {
   const ModelIdentity& id = r.identity;
   if (!id.source_url.empty()) {
     printf("origin %s @ %s%s\n", EscapeUntrusted(id.source_url).c_str(),
-           EscapeUntrusted(id.revision).c_str(), r.lock.empty() ? "" : " (every file checked against the lock)");
+           EscapeUntrusted(id.revision).c_str(),
+           r.lock.empty() ? "" : " (every file checked against the lock)");
   }
   if (!id.licenses.empty()) {
     printf("license %s\n", EscapeUntrusted(absl::StrJoin(id.licenses, " AND ")).c_str());

@@ -24,21 +24,22 @@ absl::Status RunVerify(const VerifyCli& c) {
   if (c.json) {
     nlohmann::json files = nlohmann::json::array();
     for (const LockCheck& f : r.files) {
-      files.push_back({{"path", f.path},
-                       {"state", std::string(LockCheckStateName(f.state))},
-                       {"size", f.size},
-                       {"expected_size", f.expected_size},
-                       {"sha256", f.sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.sha256)},
-                       {"expected_sha256", f.expected_sha256}});
+      files.push_back(
+          {{"path", f.path},
+           {"state", std::string(LockCheckStateName(f.state))},
+           {"size", f.size},
+           {"expected_size", f.expected_size},
+           {"sha256", f.sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.sha256)},
+           {"expected_sha256", f.expected_sha256}});
     }
-    nlohmann::json j = {{"repo", r.lock.repo},   {"commit", r.lock.commit}, {"ok", r.ok()},
-                        {"files", files},        {"extra", r.extra},        {"bytes", r.bytes}};
+    nlohmann::json j = {{"repo", r.lock.repo}, {"commit", r.lock.commit}, {"ok", r.ok()},
+                        {"files", files},      {"extra", r.extra},        {"bytes", r.bytes}};
     printf("%s\n", j.dump(2).c_str());
   } else {
     for (const LockCheck& f : r.files) {
       if (f.state == LockCheck::State::kOk) {
-        printf("ok       %s %14s  %s\n", f.sha256.substr(0, 12).c_str(),
-               WithCommas(f.size).c_str(), EscapeUntrusted(f.path).c_str());
+        printf("ok       %s %14s  %s\n", f.sha256.substr(0, 12).c_str(), WithCommas(f.size).c_str(),
+               EscapeUntrusted(f.path).c_str());
       } else {
         printf("FAILED   %s: %s\n", EscapeUntrusted(f.path).c_str(),
                std::string(LockCheckStateName(f.state)).c_str());

@@ -73,7 +73,9 @@ class Machine {
       const uint8_t op = static_cast<uint8_t>(in_[pos_++]);
       std::string err = Step(op, at, s);
       if (err == "STOP") return "";
-      if (!err.empty()) return absl::StrCat(err, " (opcode 0x", absl::Hex(op, absl::kZeroPad2), " at byte ", at, ")");
+      if (!err.empty())
+        return absl::StrCat(err, " (opcode 0x", absl::Hex(op, absl::kZeroPad2), " at byte ", at,
+                            ")");
     }
   }
 
@@ -121,8 +123,10 @@ class Machine {
     return true;
   }
   std::string Memo(uint64_t index) {
-    if (stack_.empty() || stack_.back().kind == Value::kMark) return "memo store with an empty stack";
-    if (memo_.size() >= kMaxMemo && !memo_.count(index)) return "memo larger than the scanner allows";
+    if (stack_.empty() || stack_.back().kind == Value::kMark)
+      return "memo store with an empty stack";
+    if (memo_.size() >= kMaxMemo && !memo_.count(index))
+      return "memo larger than the scanner allows";
     memo_[index] = stack_.back();
     return "";
   }
@@ -219,9 +223,9 @@ class Machine {
       case 'B':  // BINBYTES
         if (!Uint(4, &n) || !Take(n, &a)) return kTrunc;
         return Push(Str(a));
-      case 'U':     // SHORT_BINSTRING
-      case 'C':     // SHORT_BINBYTES
-      case 0x8c:    // SHORT_BINUNICODE
+      case 'U':   // SHORT_BINSTRING
+      case 'C':   // SHORT_BINBYTES
+      case 0x8c:  // SHORT_BINUNICODE
         if (!Uint(1, &n) || !Take(n, &a)) return kTrunc;
         return Push(Str(a));
       case 0x8d:  // BINUNICODE8
@@ -243,8 +247,8 @@ class Machine {
       case 'a':  // APPEND
         if (!Pop() || stack_.empty()) return kUnder;
         return "";
-      case 'e':  // APPENDS
-      case 'u':  // SETITEMS
+      case 'e':   // APPENDS
+      case 'u':   // SETITEMS
       case 0x90:  // ADDITEMS
         if (!PopToMark() || stack_.empty()) return kUnder;
         return "";
@@ -346,29 +350,58 @@ class Machine {
 };
 
 bool IsTorchDtypeName(std::string_view n) {
-  static const auto* kNames = new std::set<std::string, std::less<>>{
-      "float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
-      "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "complex64",
-      "complex128", "cfloat", "cdouble", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
-      "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "long", "int",
-      "short", "chalf"};
+  static const auto* kNames = new std::set<std::string, std::less<>>{"float16",
+                                                                     "float32",
+                                                                     "float64",
+                                                                     "bfloat16",
+                                                                     "half",
+                                                                     "float",
+                                                                     "double",
+                                                                     "int8",
+                                                                     "int16",
+                                                                     "int32",
+                                                                     "int64",
+                                                                     "uint8",
+                                                                     "uint16",
+                                                                     "uint32",
+                                                                     "uint64",
+                                                                     "bool",
+                                                                     "complex64",
+                                                                     "complex128",
+                                                                     "cfloat",
+                                                                     "cdouble",
+                                                                     "qint8",
+                                                                     "quint8",
+                                                                     "qint32",
+                                                                     "quint4x2",
+                                                                     "quint2x4",
+                                                                     "float8_e4m3fn",
+                                                                     "float8_e5m2",
+                                                                     "float8_e4m3fnuz",
+                                                                     "float8_e5m2fnuz",
+                                                                     "long",
+                                                                     "int",
+                                                                     "short",
+                                                                     "chalf"};
   return kNames->count(n) > 0;
 }
 
 bool IsDangerousModule(std::string_view module, std::string_view name) {
   static const auto* kModules = new std::set<std::string, std::less<>>{
-      "os",       "posix",   "nt",      "subprocess", "sys",     "socket",   "shutil",
-      "runpy",    "pty",     "importlib", "ctypes",   "marshal", "pickle",   "_pickle",
-      "webbrowser", "code",  "pdb",     "commands",   "platform", "multiprocessing",
-      "asyncio",  "timeit",  "requests", "urllib",    "httplib", "http",     "ftplib",
-      "telnetlib", "smtplib", "signal",  "threading", "tempfile", "glob",    "zipimport",
-      "torch.hub", "torch.load", "__main__"};
+      "os",         "posix",    "nt",        "subprocess", "sys",
+      "socket",     "shutil",   "runpy",     "pty",        "importlib",
+      "ctypes",     "marshal",  "pickle",    "_pickle",    "webbrowser",
+      "code",       "pdb",      "commands",  "platform",   "multiprocessing",
+      "asyncio",    "timeit",   "requests",  "urllib",     "httplib",
+      "http",       "ftplib",   "telnetlib", "smtplib",    "signal",
+      "threading",  "tempfile", "glob",      "zipimport",  "torch.hub",
+      "torch.load", "__main__"};
   const std::string_view root = module.substr(0, module.find('.'));
   if (kModules->count(module) || kModules->count(root)) return true;
   if (module == "builtins" || module == "__builtin__") {
     static const auto* kNames = new std::set<std::string, std::less<>>{
-        "eval", "exec", "execfile", "compile", "open", "getattr", "setattr", "delattr",
-        "__import__", "apply", "input", "breakpoint", "globals", "locals", "vars", "file"};
+        "eval",       "exec",  "execfile", "compile",    "open",    "getattr", "setattr", "delattr",
+        "__import__", "apply", "input",    "breakpoint", "globals", "locals",  "vars",    "file"};
     return kNames->count(name) > 0;
   }
   return module == "torch" && (name == "load" || name == "_load_from_bytes");
@@ -443,7 +476,8 @@ absl::StatusOr<std::vector<ZipEntry>> ReadZipDirectory(RangeReader& reader, uint
     }
     const uint64_t rec = Le64(tail, eocd - 20 + 8);
     if (rec > size || size - rec < 56) {
-      return absl::OutOfRangeError(absl::StrCat(where, ": zip64 record at ", rec, " is past the end"));
+      return absl::OutOfRangeError(
+          absl::StrCat(where, ": zip64 record at ", rec, " is past the end"));
     }
     ASSIGN_OR_RETURN(std::string z, reader.ReadAt(rec, 56));
     if (Le32(z, 0) != 0x06064b50) {
@@ -454,8 +488,8 @@ absl::StatusOr<std::vector<ZipEntry>> ReadZipDirectory(RangeReader& reader, uint
     cd_offset = Le64(z, 48);
   }
   if (cd_offset > size || cd_size > size - cd_offset || cd_size > (256ull << 20)) {
-    return absl::OutOfRangeError(absl::StrCat(where, ": central directory (", cd_size,
-                                              " bytes at ", cd_offset, ") is past the end"));
+    return absl::OutOfRangeError(absl::StrCat(where, ": central directory (", cd_size, " bytes at ",
+                                              cd_offset, ") is past the end"));
   }
   ASSIGN_OR_RETURN(std::string cd, reader.ReadAt(cd_offset, cd_size));
   std::vector<ZipEntry> out;
@@ -540,8 +574,8 @@ absl::Status ScanZip(RangeReader& reader, PickleScan& scan) {
     scan.streams.push_back(std::move(s));
   }
   if (scan.streams.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(scan.location, ": a zip archive with no .pkl entry (not a PyTorch checkpoint)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        scan.location, ": a zip archive with no .pkl entry (not a PyTorch checkpoint)"));
   }
   return absl::OkStatus();
 }
@@ -556,8 +590,9 @@ absl::Status ScanRaw(RangeReader& reader, PickleScan& scan) {
     while (pos < bytes.size() && scan.streams.size() < kMaxStreams) {
       if (pos > 0 && static_cast<uint8_t>(bytes[pos]) != 0x80) break;  // data, not a pickle
       PickleStream s = ScanPickleStream(std::string_view(bytes).substr(pos));
-      s.name = scan.streams.empty() ? "pickle" : absl::StrCat("pickle ", scan.streams.size() + 1,
-                                                              " at byte ", pos);
+      s.name = scan.streams.empty()
+                   ? "pickle"
+                   : absl::StrCat("pickle ", scan.streams.size() + 1, " at byte ", pos);
       s.offset = pos;
       if (absl::StartsWith(s.error, "truncated") && window < scan.file_size) {
         grow = true;
@@ -592,9 +627,14 @@ bool IsPickleFileName(std::string_view path) {
 
 bool IsAllowedPickleGlobal(std::string_view module, std::string_view name) {
   if (module == "torch._utils") {
-    static const auto* kNames = new std::set<std::string, std::less<>>{
-        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
-        "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_meta_tensor_no_storage"};
+    static const auto* kNames =
+        new std::set<std::string, std::less<>>{"_rebuild_tensor",
+                                               "_rebuild_tensor_v2",
+                                               "_rebuild_tensor_v3",
+                                               "_rebuild_parameter",
+                                               "_rebuild_parameter_with_state",
+                                               "_rebuild_qtensor",
+                                               "_rebuild_meta_tensor_no_storage"};
     return kNames->count(name) > 0;
   }
   if (module == "torch") {
@@ -643,13 +683,13 @@ absl::StatusOr<PickleScan> ScanPickleFile(RangeReader& reader) {
     // text file, a GGML .bin): nothing in it could run, and it is not a checkpoint either.
     if (!scan.streams.empty() && !scan.streams[0].error.empty() &&
         scan.streams[0].imports.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(scan.location, ": neither a zip archive nor a pickle (",
-                       scan.streams[0].error, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          scan.location, ": neither a zip archive nor a pickle (", scan.streams[0].error, ")"));
     }
   }
   for (PickleStream& s : scan.streams) {
-    for (PickleImport& i : s.imports) i.dangerous = !i.allowed && IsDangerousModule(i.module, i.name);
+    for (PickleImport& i : s.imports)
+      i.dangerous = !i.allowed && IsDangerousModule(i.module, i.name);
   }
   Collect(scan);
   return scan;
@@ -693,16 +733,20 @@ nlohmann::json PickleScanToJson(const PickleScan& scan) {
   }
   nlohmann::json flagged = nlohmann::json::array();
   for (const std::string& f : scan.flagged) flagged.push_back(Text(f));
-  return {{"location", Text(scan.location)}, {"format", "pickle"}, {"kind", scan.kind},
-          {"file_size", scan.file_size},     {"streams", streams}, {"flagged", flagged},
+  return {{"location", Text(scan.location)},
+          {"format", "pickle"},
+          {"kind", scan.kind},
+          {"file_size", scan.file_size},
+          {"streams", streams},
+          {"flagged", flagged},
           {"safe", scan.safe()}};
 }
 
 std::string RenderPickleScan(const PickleScan& scan) {
-  std::string out = absl::StrCat(
-      EscapeUntrusted(scan.location), ": ",
-      scan.kind == "zip" ? "PyTorch zip checkpoint" : "pickle stream", ", ", scan.streams.size(),
-      scan.streams.size() == 1 ? " pickle" : " pickles", " (");
+  std::string out =
+      absl::StrCat(EscapeUntrusted(scan.location), ": ",
+                   scan.kind == "zip" ? "PyTorch zip checkpoint" : "pickle stream", ", ",
+                   scan.streams.size(), scan.streams.size() == 1 ? " pickle" : " pickles", " (");
   for (size_t i = 0; i < scan.streams.size(); ++i) {
     const PickleStream& s = scan.streams[i];
     absl::StrAppend(&out, i ? "; " : "", EscapeUntrusted(s.name), ", ", s.size, " bytes",
@@ -735,15 +779,17 @@ std::string RenderPickleScan(const PickleScan& scan) {
     const std::string label =
         EscapeUntrusted(alias.empty() ? g : absl::StrCat(g, " (", alias, ")"));
     absl::StrAppend(&out, absl::StrFormat("  %-44s %-10s %d call(s)", label,
-                                          i.allowed ? "allowed" : i.dangerous ? "DANGEROUS" : "FLAGGED",
+                                          i.allowed     ? "allowed"
+                                          : i.dangerous ? "DANGEROUS"
+                                                        : "FLAGGED",
                                           r.calls));
     if (!i.allowed) absl::StrAppend(&out, "  at byte ", i.offset, " (", i.opcode, ")");
     absl::StrAppend(&out, "\n");
   }
   for (const PickleStream& s : scan.streams) {
     if (!s.error.empty()) {
-      absl::StrAppend(&out, "  ", EscapeUntrusted(s.name), ": scan stopped: ",
-                      EscapeUntrusted(s.error), "\n");
+      absl::StrAppend(&out, "  ", EscapeUntrusted(s.name),
+                      ": scan stopped: ", EscapeUntrusted(s.error), "\n");
     }
   }
   if (scan.safe()) {

@@ -38,13 +38,14 @@ struct PickleImport {
   std::string opcode;   // "GLOBAL", "STACK_GLOBAL", "INST", "EXT2", ...
   uint64_t offset = 0;  // of the opcode, from the start of the file
   bool allowed = false;
-  bool dangerous = false;  // a module known to run commands or code (os, subprocess, builtins.eval, ...)
+  bool dangerous =
+      false;  // a module known to run commands or code (os, subprocess, builtins.eval, ...)
   std::string Qualified() const { return module + "." + name; }
 };
 
 struct PickleCall {
-  std::string target;  // "module.name", or "<not a global>"
-  std::string opcode;  // "REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "INST"
+  std::string target;   // "module.name", or "<not a global>"
+  std::string opcode;   // "REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "INST"
   uint64_t offset = 0;  // from the start of the file
 };
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -43,9 +44,9 @@ bool IsHex(std::string_view s, size_t n) {
 
 // What a file's bytes must hash to, gathered from the listing, the lock and the Hub's answer.
 struct Expectation {
-  uint64_t size = 0;
-  std::string sha256;  // lowercase hex, or ""
-  std::string sha1;    // git blob id, or ""
+  std::optional<uint64_t> size;  // from the file list, else from the Hub's answer
+  std::string sha256;            // lowercase hex, or ""
+  std::string sha1;              // git blob id, or ""
   std::vector<std::string> sha256_from, sha1_from;
 };
 
@@ -67,7 +68,12 @@ class FileDownload {
  public:
   FileDownload(HubSource& hub, const std::string& repo, const std::string& commit,
                const HubFile& file, const LockedFile* locked, const FetchOptions& o)
-      : hub_(hub), repo_(repo), commit_(commit), file_(file), locked_(locked), o_(o),
+      : hub_(hub),
+        repo_(repo),
+        commit_(commit),
+        file_(file),
+        locked_(locked),
+        o_(o),
         what_(absl::StrCat(repo, "@", commit, ": ", file.path)) {}
 
   absl::StatusOr<FetchedFile> Run(const std::string& out) {
@@ -100,15 +106,13 @@ class FileDownload {
 
  private:
   absl::Status PlanExpectation() {
-    if (!file_.size.has_value()) {
-      return absl::DataLossError(absl::StrCat(what_, ": the Hub's file list gives no size"));
-    }
-    want_.size = *file_.size;
+    want_.size = file_.size;
     if (file_.lfs.has_value()) {
-      if (file_.lfs->size != want_.size) {
-        return absl::DataLossError(absl::StrCat(what_, ": the file list says ", want_.size,
+      if (want_.size.has_value() && file_.lfs->size != *want_.size) {
+        return absl::DataLossError(absl::StrCat(what_, ": the file list says ", *want_.size,
                                                 " bytes but its lfs.size says ", file_.lfs->size));
       }
+      want_.size = file_.lfs->size;
       if (!IsHex(file_.lfs->sha256, 64)) {
         return absl::DataLossError(
             absl::StrCat(what_, ": lfs.sha256 '", file_.lfs->sha256, "' is not a SHA-256"));
@@ -123,15 +127,16 @@ class FileDownload {
       RETURN_IF_ERROR(Expect(want_.sha1, want_.sha1_from, file_.blob_id, "blobId", what_, "sha1"));
     }
     if (locked_ != nullptr) {
-      if (locked_->size != want_.size) {
+      if (want_.size.has_value() && locked_->size != *want_.size) {
         return absl::DataLossError(absl::StrCat(what_, ": the lock says ", locked_->size,
-                                                " bytes but the Hub lists ", want_.size));
+                                                " bytes but the Hub lists ", *want_.size));
       }
+      want_.size = locked_->size;
       RETURN_IF_ERROR(
           Expect(want_.sha256, want_.sha256_from, locked_->sha256, "the lock", what_, "sha256"));
       if (!locked_->git_blob_sha1.empty() && !file_.lfs.has_value()) {
-        RETURN_IF_ERROR(Expect(want_.sha1, want_.sha1_from, locked_->git_blob_sha1, "the lock",
-                               what_, "sha1"));
+        RETURN_IF_ERROR(
+            Expect(want_.sha1, want_.sha1_from, locked_->git_blob_sha1, "the lock", what_, "sha1"));
       }
     }
     return absl::OkStatus();
@@ -141,18 +146,24 @@ class FileDownload {
   absl::Status CheckIdentity(const HubFileIdentity& id, Expectation& want) {
     if (id.commit.empty()) {
       return absl::DataLossError(
-          absl::StrCat(what_, ": the Hub's answer has no X-Repo-Commit, so nothing says which "
-                              "commit these bytes belong to"));
+          absl::StrCat(what_,
+                       ": the Hub's answer has no X-Repo-Commit, so nothing says which "
+                       "commit these bytes belong to"));
     }
     if (id.commit != commit_) {
       return absl::DataLossError(absl::StrCat(what_, ": the Hub answered for commit ", id.commit,
                                               ", not the pinned ", commit_));
     }
-    if (id.size.has_value() && *id.size != want.size) {
+    if (id.size.has_value() && want.size.has_value() && *id.size != *want.size) {
       return absl::DataLossError(absl::StrCat(what_, ": the Hub's answer says ", *id.size,
                                               " bytes (X-Linked-Size or Content-Length) but the "
                                               "file list says ",
-                                              want.size));
+                                              *want.size));
+    }
+    if (!want.size.has_value()) want.size = id.size;
+    if (!want.size.has_value()) {
+      return absl::DataLossError(
+          absl::StrCat(what_, ": neither the file list nor the Hub's answer gives a size"));
     }
     const char* header = id.redirected || file_.lfs.has_value() ? "X-Linked-Etag" : "ETag";
     if (IsHex(id.etag, 64)) {
@@ -160,9 +171,9 @@ class FileDownload {
     } else if (IsHex(id.etag, 40) && !file_.lfs.has_value()) {
       RETURN_IF_ERROR(Expect(want.sha1, want.sha1_from, id.etag, header, what_, "sha1"));
     } else if (file_.lfs.has_value() || !id.etag.empty()) {
-      return absl::DataLossError(absl::StrCat(
-          what_, ": the Hub's answer carries ", header, " '", id.etag,
-          "', which is not the file's ", file_.lfs.has_value() ? "SHA-256" : "git blob id"));
+      return absl::DataLossError(absl::StrCat(what_, ": the Hub's answer carries ", header, " '",
+                                              id.etag, "', which is not the file's ",
+                                              file_.lfs.has_value() ? "SHA-256" : "git blob id"));
     }
     if (want.sha256.empty() && want.sha1.empty()) {
       return absl::DataLossError(
@@ -188,13 +199,16 @@ class FileDownload {
     done_ = 0;
     auto on_identity = [&](const HubFileIdentity& id) -> absl::Status {
       RETURN_IF_ERROR(CheckIdentity(id, want));
-      if (!want.sha1.empty()) sha1.emplace(want.size);
+      if (!want.sha1.empty()) sha1.emplace(*want.size);
       return absl::OkStatus();
     };
     auto sink = [&](std::string_view chunk) -> absl::Status {
-      if (done_ + chunk.size() > want.size) {
+      if (!want.size.has_value()) {
+        return absl::DataLossError(absl::StrCat(what_, ": bytes arrived before the identity"));
+      }
+      if (done_ + chunk.size() > *want.size) {
         return absl::DataLossError(
-            absl::StrCat(what_, ": the download is longer than the ", want.size, " bytes listed"));
+            absl::StrCat(what_, ": the download is longer than the ", *want.size, " bytes listed"));
       }
       for (size_t off = 0; off < chunk.size();) {
         ssize_t n = write(fd, chunk.data() + off, chunk.size() - off);
@@ -205,32 +219,32 @@ class FileDownload {
       sha256.Update(chunk);
       if (sha1) sha1->Update(chunk);
       done_ += chunk.size();
-      if (o_.progress) o_.progress(file_.path, done_, want.size);
+      if (o_.progress) o_.progress(file_.path, done_, *want.size);
       return absl::OkStatus();
     };
     RETURN_IF_ERROR(hub_.Download(repo_, commit_, file_.path, on_identity, sink));
     if (fsync(fd) != 0) return absl::InternalError(absl::StrCat(out, ": fsync: ", strerror(errno)));
-    if (done_ != want.size) {
+    if (!want.size.has_value() || done_ != *want.size) {
       return absl::UnavailableError(absl::StrCat(what_, ": the download ended after ", done_,
-                                                 " of ", want.size, " bytes"));
+                                                 " of ", want.size.value_or(0), " bytes"));
     }
     sha256_ = std::string(sha256.Finish().hex());
     if (!want.sha256.empty() && sha256_ != want.sha256) {
-      return absl::DataLossError(absl::StrCat(what_, ": failed verification: the bytes hash to "
-                                                     "sha256 ",
-                                              sha256_, " but ",
-                                              absl::StrJoin(want.sha256_from, " and "), " state ",
-                                              want.sha256));
+      return absl::DataLossError(absl::StrCat(
+          what_,
+          ": failed verification: the bytes hash to "
+          "sha256 ",
+          sha256_, " but ", absl::StrJoin(want.sha256_from, " and "), " state ", want.sha256));
     }
     if (sha1) {
       sha1_ = sha1->FinishHex();
       if (sha1_ != want.sha1) {
-        return absl::DataLossError(absl::StrCat(
-            what_, ": failed verification: the bytes have git blob id ", sha1_, " but ",
-            absl::StrJoin(want.sha1_from, " and "), " state ", want.sha1));
+        return absl::DataLossError(
+            absl::StrCat(what_, ": failed verification: the bytes have git blob id ", sha1_,
+                         " but ", absl::StrJoin(want.sha1_from, " and "), " state ", want.sha1));
       }
     }
-    if (o_.progress && want.size == 0) o_.progress(file_.path, 0, 0);
+    if (o_.progress && *want.size == 0) o_.progress(file_.path, 0, 0);
     want_ = std::move(want);
     return absl::OkStatus();
   }
@@ -262,8 +276,8 @@ absl::Status CheckRemoteCode(const std::string& path, const std::string& what,
   std::vector<std::string> entries;
   if (it->is_object()) {
     for (auto e = it->begin(); e != it->end(); ++e) {
-      entries.push_back(absl::StrCat(e.key(), " -> ", e->is_string() ? e->get<std::string>()
-                                                                      : e->dump()));
+      entries.push_back(
+          absl::StrCat(e.key(), " -> ", e->is_string() ? e->get<std::string>() : e->dump()));
     }
   } else {
     entries.push_back(it->dump());
@@ -363,12 +377,12 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
   std::string revision = o.revision;
   if (o.lock.has_value()) {
     if (!repo.empty() && repo != o.lock->repo) {
-      return absl::InvalidArgumentError(absl::StrCat("the lock file is for ", o.lock->repo,
-                                                     ", not ", repo));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the lock file is for ", o.lock->repo, ", not ", repo));
     }
     if (!revision.empty() && absl::AsciiStrToLower(revision) != o.lock->commit) {
-      return absl::InvalidArgumentError(absl::StrCat("the lock file pins commit ",
-                                                     o.lock->commit, ", not ", revision));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the lock file pins commit ", o.lock->commit, ", not ", revision));
     }
     repo = o.lock->repo;
     revision = o.lock->commit;
@@ -420,8 +434,8 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
   if (o.lock.has_value()) {
     for (const LockedFile& lf : o.lock->files) {
       if (!listed.count(lf.path)) {
-        return absl::DataLossError(absl::StrCat(
-            what, ": the lock names '", lf.path, "' but the Hub lists no such file at that commit"));
+        return absl::DataLossError(absl::StrCat(what, ": the lock names '", lf.path,
+                                                "' but the Hub lists no such file at that commit"));
       }
       selected.push_back(lf.path);
     }
@@ -432,8 +446,8 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
         return absl::NotFoundError(absl::StrCat(what, ": no file '", name, "' in the repository"));
       }
       if (name == kLockFileName) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": '", name, "' is the name modelfs gives its own lock file"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": '", name, "' is the name modelfs gives its own lock file"));
       }
       if (IsPickleFileName(name) && !o.allow_pickle) {
         return absl::PermissionDeniedError(absl::StrCat(
@@ -501,8 +515,7 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
   std::string staging_template = (parent / ".modelfs-fetch-XXXXXX").string();
   if (mkdtemp(staging_template.data()) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot stage the fetch next to ", o.dest,
-                                                   " in ", parent.string(), ": ",
-                                                   strerror(errno)));
+                                                   " in ", parent.string(), ": ", strerror(errno)));
   }
   const fs::path staging = staging_template;
   struct StagingCleanup {
@@ -608,16 +621,11 @@ nlohmann::json FetchResultToJson(const FetchResult& r) {
     e["git_blob_sha1"] = f.git_blob_sha1.empty() ? json(nullptr) : json(f.git_blob_sha1);
     files.push_back(std::move(e));
   }
-  return {{"repo", r.repo},
-          {"revision", r.revision},
-          {"commit", r.commit},
-          {"resolved", r.resolved},
-          {"dest", r.dest},
-          {"lock", r.lock_path},
-          {"files", files},
-          {"skipped_pickle", r.skipped_pickle},
-          {"notes", r.notes},
-          {"bytes", r.bytes}};
+  return {{"repo", r.repo},     {"revision", r.revision},
+          {"commit", r.commit}, {"resolved", r.resolved},
+          {"dest", r.dest},     {"lock", r.lock_path},
+          {"files", files},     {"skipped_pickle", r.skipped_pickle},
+          {"notes", r.notes},   {"bytes", r.bytes}};
 }
 
 }  // namespace modelfs

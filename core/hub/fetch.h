@@ -33,8 +33,7 @@
 namespace modelfs {
 
 // Bytes of one file so far; called often while a file streams, and once with done == total.
-using FetchProgressFn =
-    std::function<void(const std::string& path, uint64_t done, uint64_t total)>;
+using FetchProgressFn = std::function<void(const std::string& path, uint64_t done, uint64_t total)>;
 
 struct FetchOptions {
   std::string repo;

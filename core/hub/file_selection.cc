@@ -60,8 +60,8 @@ bool IsTokenizerFile(std::string_view path) {
   if (StartsWithAny(base, {"tokenizer", "vocab.", "sentencepiece"})) {
     return !absl::StartsWith(base, "sentencepiece") || absl::EndsWith(base, ".model");
   }
-  return base == "special_tokens_map.json" || base == "added_tokens.json" ||
-         base == "merges.txt" || base == "spiece.model" || base == "chat_template.json" ||
+  return base == "special_tokens_map.json" || base == "added_tokens.json" || base == "merges.txt" ||
+         base == "spiece.model" || base == "chat_template.json" ||
          EndsWithAny(base, {".tiktoken", ".jinja"});
 }
 

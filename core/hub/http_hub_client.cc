@@ -54,7 +54,8 @@ std::string Resolve(const std::string& base, const std::string& location) {
   if (location.find("://") != std::string::npos) return location;
   const std::string origin_lower = Origin(base);
   const std::string origin = base.substr(0, origin_lower.size());
-  if (absl::StartsWith(location, "//")) return absl::StrCat(base.substr(0, base.find(':')), ":", location);
+  if (absl::StartsWith(location, "//"))
+    return absl::StrCat(base.substr(0, base.find(':')), ":", location);
   if (absl::StartsWith(location, "/")) return origin + location;
   std::string dir = base.substr(0, base.find_first_of("?#"));
   return dir.substr(0, dir.rfind('/') + 1) + location;
@@ -109,7 +110,7 @@ struct HubHttpExchange {
 
   long status = 0;
   std::multimap<std::string, std::string> headers;  // lowercase names, of the last response
-  std::string body;                                  // buffered (non-2xx, or 2xx without sink)
+  std::string body;                                 // buffered (non-2xx, or 2xx without sink)
   absl::Status callback_error;
   bool body_started = false;
 
@@ -175,8 +176,8 @@ absl::StatusOr<std::unique_ptr<HttpHubClient>> HttpHubClient::Create(HubClientOp
   while (!options.endpoint.empty() && options.endpoint.back() == '/') options.endpoint.pop_back();
   if (!absl::StartsWith(options.endpoint, "http://") &&
       !absl::StartsWith(options.endpoint, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("HF_ENDPOINT '", options.endpoint,
-                                                   "' is not an http:// or https:// URL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HF_ENDPOINT '", options.endpoint, "' is not an http:// or https:// URL"));
   }
   if (options.endpoint.find_first_of("?#") != std::string::npos) {
     return absl::InvalidArgumentError(
@@ -226,8 +227,9 @@ absl::Status HttpHubClient::Perform(HubHttpExchange& ex) {
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
+  curl_easy_setopt(
+      h, CURLOPT_LOW_SPEED_TIME,
+      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
   if (ex.api) {
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
                      static_cast<long>(absl::ToInt64Milliseconds(options_.api_timeout)));
@@ -287,7 +289,8 @@ absl::Status HubError(const HubHttpExchange& ex, const std::string& what, bool h
     if (code == "RevisionNotFound") {
       return absl::NotFoundError(absl::StrCat(prefix, " (no such revision)"));
     }
-    if (code == "EntryNotFound") return absl::NotFoundError(absl::StrCat(prefix, " (no such file)"));
+    if (code == "EntryNotFound")
+      return absl::NotFoundError(absl::StrCat(prefix, " (no such file)"));
     if (code == "RepoNotFound") {
       return absl::NotFoundError(absl::StrCat(prefix, " (no such repository)"));
     }
@@ -296,7 +299,8 @@ absl::Status HubError(const HubHttpExchange& ex, const std::string& what, bool h
   if (ex.status == 429 || ex.status >= 500 || ex.status == 408) {
     return absl::UnavailableError(prefix);
   }
-  if (code == "RevisionNotFound") return absl::NotFoundError(absl::StrCat(prefix, " (no such revision)"));
+  if (code == "RevisionNotFound")
+    return absl::NotFoundError(absl::StrCat(prefix, " (no such revision)"));
   return absl::InvalidArgumentError(absl::StrCat(prefix, " (unexpected answer)"));
 }
 
@@ -363,9 +367,8 @@ absl::StatusOr<HubRevision> HttpHubClient::GetRevision(const std::string& repo,
                                                        const std::string& revision) {
   RETURN_IF_ERROR(CheckRepoId(repo));
   if (revision.empty()) return absl::InvalidArgumentError("empty revision");
-  const std::string url =
-      absl::StrCat(options_.endpoint, "/api/models/", repo, "/revision/",
-                   HubUrlEncode(revision, /*keep_slash=*/false), "?blobs=true");
+  const std::string url = absl::StrCat(options_.endpoint, "/api/models/", repo, "/revision/",
+                                       HubUrlEncode(revision, /*keep_slash=*/false), "?blobs=true");
   const std::string what = absl::StrCat(repo, "@", revision);
   BackoffPolicy policy;
   policy.max_attempts = std::max(1, options_.api_attempts);

@@ -30,7 +30,7 @@ inline constexpr std::string_view kDefaultHubEndpoint = "https://huggingface.co"
 
 struct HubClientOptions {
   std::string endpoint = std::string(kDefaultHubEndpoint);  // trailing "/" removed
-  std::string token;                                         // empty: anonymous
+  std::string token;                                        // empty: anonymous
   std::string user_agent = "modelfs/0.1";
   absl::Duration connect_timeout = absl::Seconds(15);
   absl::Duration api_timeout = absl::Seconds(60);
@@ -53,9 +53,8 @@ class HttpHubClient final : public HubSource {
   const std::string& endpoint() const override { return options_.endpoint; }
   absl::StatusOr<HubRevision> GetRevision(const std::string& repo,
                                           const std::string& revision) override;
-  absl::Status Download(const std::string& repo, const std::string& commit,
-                        const std::string& path, const HubIdentityFn& on_identity,
-                        const HubSinkFn& sink) override;
+  absl::Status Download(const std::string& repo, const std::string& commit, const std::string& path,
+                        const HubIdentityFn& on_identity, const HubSinkFn& sink) override;
 
  private:
   explicit HttpHubClient(HubClientOptions options);

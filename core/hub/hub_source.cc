@@ -9,8 +9,8 @@ namespace {
 absl::Status CheckRepoPart(std::string_view part, std::string_view repo) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "repository '", absl::string_view(repo.data(), repo.size()), "': ",
-        absl::string_view(why.data(), why.size()), " (want NAME or NAMESPACE/NAME)"));
+        "repository '", absl::string_view(repo.data(), repo.size()),
+        "': ", absl::string_view(why.data(), why.size()), " (want NAME or NAMESPACE/NAME)"));
   };
   if (part.empty()) return bad("empty name");
   if (part.size() > 96) return bad("a name is longer than 96 characters");

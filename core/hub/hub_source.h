@@ -37,9 +37,9 @@ struct HubFile {
 };
 
 struct HubRevision {
-  std::string repo;     // "id" as the Hub spells it (may differ in case from the request)
-  std::string commit;   // "sha": the full commit hash the revision resolved to
-  std::string gated;    // "gated": "" (false), "auto" or "manual"
+  std::string repo;    // "id" as the Hub spells it (may differ in case from the request)
+  std::string commit;  // "sha": the full commit hash the revision resolved to
+  std::string gated;   // "gated": "" (false), "auto" or "manual"
   bool is_private = false;
   std::vector<HubFile> files;
 };
@@ -48,11 +48,11 @@ struct HubRevision {
 // before any byte of it is read. For an LFS file that response is a redirect to a CDN whose
 // answer carries none of this, so it is never learnt from the CDN.
 struct HubFileIdentity {
-  std::string commit;             // X-Repo-Commit
-  std::string etag;               // X-Linked-Etag, else ETag; quotes and a W/ prefix removed
-  std::optional<uint64_t> size;   // X-Linked-Size, else Content-Length of a direct answer
-  bool redirected = false;        // the bytes come from another origin (an LFS file)
-  std::string location;           // where the bytes come from, query removed (for messages)
+  std::string commit;            // X-Repo-Commit
+  std::string etag;              // X-Linked-Etag, else ETag; quotes and a W/ prefix removed
+  std::optional<uint64_t> size;  // X-Linked-Size, else Content-Length of a direct answer
+  bool redirected = false;       // the bytes come from another origin (an LFS file)
+  std::string location;          // where the bytes come from, query removed (for messages)
 };
 
 // Receives the identity once, before the first body byte; an error stops the transfer.

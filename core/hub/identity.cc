@@ -32,7 +32,9 @@ const std::string* Find(const std::map<std::string, std::string>& m, std::string
   return it == m.end() ? nullptr : &it->second;
 }
 
-nlohmann::json OrNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+nlohmann::json OrNull(const std::string& s) {
+  return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+}
 
 }  // namespace
 
@@ -46,8 +48,8 @@ absl::StatusOr<std::string> NormalizeBaseModelRelation(std::string_view relation
   if (r == "quantized" || r == "quantization" || r == "quantize") return std::string("quantized");
   if (r == "merge" || r == "merged") return std::string("merge");
   if (r == "adapter" || r == "lora") return std::string("adapter");
-  return absl::InvalidArgumentError(absl::StrCat(
-      "base model relation '", AV(relation), "': want finetune, quantized, merge or adapter"));
+  return absl::InvalidArgumentError(absl::StrCat("base model relation '", AV(relation),
+                                                 "': want finetune, quantized, merge or adapter"));
 }
 
 absl::Status CheckSpdxExpression(std::string_view e) {
@@ -57,9 +59,10 @@ absl::Status CheckSpdxExpression(std::string_view e) {
   for (char c : e) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '+' &&
         c != '(' && c != ')' && c != ' ' && c != ':') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "license '", AV(e), "' is not an SPDX license expression (e.g. Apache-2.0, MIT, "
-          "LicenseRef-llama3.1)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("license '", AV(e),
+                       "' is not an SPDX license expression (e.g. Apache-2.0, MIT, "
+                       "LicenseRef-llama3.1)"));
     }
   }
   return absl::OkStatus();
@@ -72,12 +75,14 @@ std::string DatasetUrl(std::string_view id, std::string_view endpoint) {
 
 absl::StatusOr<ModelIdentity> IdentityFromCard(const ModelCard& card, std::string_view endpoint) {
   ModelIdentity id;
-  if (!card.license.empty()) id.licenses.push_back(HubLicenseToSpdx(card.license, card.license_name));
+  if (!card.license.empty())
+    id.licenses.push_back(HubLicenseToSpdx(card.license, card.license_name));
   id.base_models = card.base_models;
   if (!card.base_model_relation.empty()) {
     absl::StatusOr<std::string> r = NormalizeBaseModelRelation(card.base_model_relation);
     if (!r.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("README.md front matter: ", r.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("README.md front matter: ", r.status().message()));
     }
     id.base_model_relation = *r;
   }

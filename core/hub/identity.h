@@ -34,8 +34,7 @@ namespace modelfs {
 inline constexpr std::string_view kAnnotationBaseModel = "dev.modelfs.base-model";
 inline constexpr std::string_view kAnnotationBaseModelRelation = "dev.modelfs.base-model-relation";
 inline constexpr std::string_view kAnnotationTokenizerSha256 = "dev.modelfs.tokenizer.sha256";
-inline constexpr std::string_view kAnnotationQuantizationRecipe =
-    "dev.modelfs.quantization.recipe";
+inline constexpr std::string_view kAnnotationQuantizationRecipe = "dev.modelfs.quantization.recipe";
 inline constexpr std::string_view kAnnotationEvalIds = "dev.modelfs.eval-ids";
 inline constexpr std::string_view kAnnotationOciSource = "org.opencontainers.image.source";
 inline constexpr std::string_view kAnnotationOciRevision = "org.opencontainers.image.revision";

@@ -48,8 +48,7 @@ absl::StatusOr<std::string> GetString(const json& j, const char* key, const std:
 
 // Whether `rel` under `dir` is a regular file reached through directories only (no symlink at
 // any component), and its size.
-bool RegularFileNoLinks(const fs::path& dir, const std::string& rel, uint64_t* size,
-                        bool* exists) {
+bool RegularFileNoLinks(const fs::path& dir, const std::string& rel, uint64_t* size, bool* exists) {
   *exists = false;
   fs::path p = dir;
   std::vector<std::string> parts = absl::StrSplit(rel, '/');
@@ -93,9 +92,9 @@ absl::StatusOr<LockFile> ParseLockFile(std::string_view bytes, std::string_view 
   auto version = j.find("version");
   if (version == j.end() || !version->is_number_integer() ||
       version->get<int64_t>() != kLockFileVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ".version: want ", kLockFileVersion, " (this modelfs reads version ",
-                     kLockFileVersion, " lock files)"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ".version: want ", kLockFileVersion,
+                                                   " (this modelfs reads version ",
+                                                   kLockFileVersion, " lock files)"));
   }
   ASSIGN_OR_RETURN(lock.endpoint, GetString(j, "endpoint", where, false));
   ASSIGN_OR_RETURN(lock.repo, GetString(j, "repo", where, true));
@@ -139,7 +138,8 @@ absl::StatusOr<LockFile> ParseLockFile(std::string_view bytes, std::string_view 
           absl::StrCat(w, ".sha256: '", lf.sha256, "' is not 64 lowercase hex digits"));
     }
     if (auto lfs = f.find("lfs"); lfs != f.end()) {
-      if (!lfs->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(w, ".lfs: not a bool"));
+      if (!lfs->is_boolean())
+        return absl::InvalidArgumentError(absl::StrCat(w, ".lfs: not a bool"));
       lf.lfs = lfs->get<bool>();
     }
     ASSIGN_OR_RETURN(lf.git_blob_sha1, GetString(f, "gitBlobSha1", w, false));
@@ -246,8 +246,8 @@ absl::StatusOr<VerifyReport> VerifyDirectory(const std::string& dir) {
   }
   const std::string lock_path = (fs::path(dir) / kLockFileName).string();
   if (!fs::exists(fs::symlink_status(lock_path, ec))) {
-    return absl::NotFoundError(absl::StrCat(dir, " has no ", AV(kLockFileName),
-                                            " (write one with `modelfs fetch`)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, " has no ", AV(kLockFileName), " (write one with `modelfs fetch`)"));
   }
   VerifyReport r;
   ASSIGN_OR_RETURN(r.lock, ReadLockFile(lock_path));

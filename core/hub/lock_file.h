@@ -69,8 +69,8 @@ struct LockCheck {
   enum class State { kOk, kMissing, kNotRegular, kSizeMismatch, kDigestMismatch };
   std::string path;
   State state = State::kOk;
-  uint64_t size = 0;      // found on disk
-  std::string sha256;     // found on disk (kOk, kDigestMismatch)
+  uint64_t size = 0;   // found on disk
+  std::string sha256;  // found on disk (kOk, kDigestMismatch)
   std::string expected_sha256;
   uint64_t expected_size = 0;
 };
@@ -78,9 +78,9 @@ std::string_view LockCheckStateName(LockCheck::State s);  // "ok", "missing", ..
 
 struct VerifyReport {
   LockFile lock;
-  std::vector<LockCheck> files;     // one per locked file, in lock order
-  std::vector<std::string> extra;   // regular files under the directory that the lock lacks
-  uint64_t bytes = 0;               // bytes hashed
+  std::vector<LockCheck> files;    // one per locked file, in lock order
+  std::vector<std::string> extra;  // regular files under the directory that the lock lacks
+  uint64_t bytes = 0;              // bytes hashed
   bool ok() const;
 };
 

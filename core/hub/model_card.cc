@@ -52,7 +52,7 @@ ModelCard ParseModelCard(std::string_view readme_sv) {
   }
   readme = readme.substr(first_nl + 1);
   std::map<std::string, std::vector<std::string>> values;  // key -> scalar or items
-  std::string list_key;  // the key whose "- item" lines follow
+  std::string list_key;                                    // the key whose "- item" lines follow
   bool closed = false;
   size_t consumed = 0;
   for (absl::string_view raw : absl::StrSplit(readme, '\n')) {
@@ -169,9 +169,8 @@ std::string HubLicenseToSpdx(std::string_view license_sv, std::string_view licen
   auto ref = [](std::string_view id) {
     std::string out = "LicenseRef-";
     for (char c : id) {
-      out.push_back(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
-                        ? c
-                        : '-');
+      out.push_back(
+          absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '-');
     }
     return out;
   };

@@ -69,8 +69,7 @@ absl::StatusOr<std::vector<InputFile>> CollectInputs(const std::vector<std::stri
           continue;
         }
         if (!it->is_regular_file()) continue;
-        files.push_back(
-            {fs::relative(it->path(), in).generic_string(), it->path().string(), in});
+        files.push_back({fs::relative(it->path(), in).generic_string(), it->path().string(), in});
       }
       if (ec) return absl::InvalidArgumentError(absl::StrCat(in, ": ", ec.message()));
     } else if (fs::is_regular_file(st)) {
@@ -214,9 +213,9 @@ absl::StatusOr<std::optional<LockFile>> FindLock(const std::vector<InputFile>& f
   for (const auto& f : files) {
     if (f.dir.empty() || f.rel != kLockFileName) continue;
     if (lock.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "two inputs have a ", LockName(), " (", *lock_dir, ", ", f.dir,
-          "): push one fetched model at a time"));
+      return absl::InvalidArgumentError(absl::StrCat("two inputs have a ", LockName(), " (",
+                                                     *lock_dir, ", ", f.dir,
+                                                     "): push one fetched model at a time"));
     }
     ASSIGN_OR_RETURN(lock, ReadLockFile(f.path));
     *lock_dir = f.dir;
@@ -229,15 +228,16 @@ absl::StatusOr<std::optional<LockFile>> FindLock(const std::vector<InputFile>& f
 absl::Status CheckAgainstLock(const LockFile& lock, const InputFile& f) {
   const LockedFile* want = lock.Find(f.rel);
   if (want == nullptr) {
-    return absl::DataLossError(absl::StrCat(
-        f.path, ": not in ", LockName(), " (", lock.repo, "@", lock.commit,
-        "); refusing to push it as part of that origin: remove it or the lock"));
+    return absl::DataLossError(
+        absl::StrCat(f.path, ": not in ", LockName(), " (", lock.repo, "@", lock.commit,
+                     "); refusing to push it as part of that origin: remove it or the lock"));
   }
   std::error_code ec;
   const uint64_t size = fs::file_size(f.path, ec);
   if (ec || size != want->size) {
     return absl::DataLossError(absl::StrCat(f.path, ": ", size, " bytes, but ", LockName(),
-                                            " says ", want->size, "; refusing to push bytes "
+                                            " says ", want->size,
+                                            "; refusing to push bytes "
                                             "that differ from the lock"));
   }
   return absl::OkStatus();
@@ -246,10 +246,10 @@ absl::Status CheckAgainstLock(const LockFile& lock, const InputFile& f) {
 absl::Status CheckDigestAgainstLock(const LockFile& lock, const InputFile& f, const Digest& got) {
   const LockedFile* want = lock.Find(f.rel);
   if (want != nullptr && std::string(got.hex()) != want->sha256) {
-    return absl::DataLossError(absl::StrCat(
-        f.path, ": sha256 ", std::string(got.hex()), " differs from ", LockName(), " (sha256 ",
-        want->sha256, " at ", lock.repo, "@", lock.commit,
-        "); refusing to push bytes that differ from the lock"));
+    return absl::DataLossError(absl::StrCat(f.path, ": sha256 ", std::string(got.hex()),
+                                            " differs from ", LockName(), " (sha256 ", want->sha256,
+                                            " at ", lock.repo, "@", lock.commit,
+                                            "); refusing to push bytes that differ from the lock"));
   }
   return absl::OkStatus();
 }
@@ -284,8 +284,8 @@ absl::StatusOr<ModelIdentity> BuildIdentity(const std::vector<InputFile>& files,
   id = MergeIdentity(std::move(id), flags);
   if (lock.has_value()) {
     if (!o.revision.empty() && o.revision != lock->commit) {
-      return absl::InvalidArgumentError(absl::StrCat("--revision ", o.revision, " but ",
-                                                     LockName(), " pins ", lock->commit));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--revision ", o.revision, " but ", LockName(), " pins ", lock->commit));
     }
     id.source_url = lock->SourceUrl();
     id.revision = lock->commit;

@@ -50,11 +50,11 @@ absl::StatusOr<std::unique_ptr<FakeHub>> FakeHub::Start() {
   hub->dir_ = tmpl;
   RETURN_IF_ERROR(hub->SetState({{"repos", nlohmann::json::object()}}));
   const std::string port_file = hub->dir_ + "/ports.json";
-  ASSIGN_OR_RETURN(hub->process_,
-                   ChildProcess::Spawn({Python(), FakeHubScript(), "--state",
-                                        hub->dir_ + "/state.json", "--port-file", port_file,
-                                        "--log", hub->dir_ + "/requests.jsonl"},
-                                       hub->dir_ + "/fake_hub.log"));
+  ASSIGN_OR_RETURN(
+      hub->process_,
+      ChildProcess::Spawn({Python(), FakeHubScript(), "--state", hub->dir_ + "/state.json",
+                           "--port-file", port_file, "--log", hub->dir_ + "/requests.jsonl"},
+                          hub->dir_ + "/fake_hub.log"));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (true) {
     std::ifstream in(port_file);
@@ -88,8 +88,8 @@ absl::Status FakeHub::SetState(const nlohmann::json& state) {
   return WriteAtomically(fs::path(dir_) / "state.json", state.dump(2));
 }
 
-absl::StatusOr<std::string> FakeHub::WriteCommit(
-    const std::string& name, const std::map<std::string, std::string>& files) {
+absl::StatusOr<std::string> FakeHub::WriteCommit(const std::string& name,
+                                                 const std::map<std::string, std::string>& files) {
   const fs::path root = fs::path(dir_) / "commits" / name;
   std::error_code ec;
   fs::remove_all(root, ec);

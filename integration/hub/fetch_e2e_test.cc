@@ -135,10 +135,9 @@ TEST_F(FetchE2eTest, PinnedFetchWritesEveryDefaultFileAndALockFieldByField) {
   ASSERT_OK_AND_ASSIGN(ProcessResult r,
                        Fetch({"org/tiny", "--revision", kCommitA, "--dest", dest.string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(Listing(dest),
-              ElementsAre("README.md", "config.json", "generation_config.json",
-                          "model.safetensors", "modelfs.lock.json", "tiny.gguf",
-                          "tokenizer.json", "tokenizer_config.json"));
+  EXPECT_THAT(Listing(dest), ElementsAre("README.md", "config.json", "generation_config.json",
+                                         "model.safetensors", "modelfs.lock.json", "tiny.gguf",
+                                         "tokenizer.json", "tokenizer_config.json"));
   nlohmann::json lock = nlohmann::json::parse(Read(dest / "modelfs.lock.json"));
   EXPECT_EQ(lock["version"], 1);
   EXPECT_EQ(lock["endpoint"], hub_->endpoint());
@@ -162,18 +161,18 @@ TEST_F(FetchE2eTest, PinnedFetchWritesEveryDefaultFileAndALockFieldByField) {
       EXPECT_EQ(f["gitBlobSha1"], GitBlobSha1Hex(bytes)) << path;
     }
   }
-  EXPECT_THAT(paths, ElementsAre("README.md", "config.json", "generation_config.json",
-                                 "model.safetensors", "tiny.gguf", "tokenizer.json",
-                                 "tokenizer_config.json"));
+  EXPECT_THAT(paths,
+              ElementsAre("README.md", "config.json", "generation_config.json", "model.safetensors",
+                          "tiny.gguf", "tokenizer.json", "tokenizer_config.json"));
   EXPECT_THAT(r.out, HasSubstr("skipped  pytorch_model.bin (pickle checkpoint"));
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("fetched org/tiny@", kCommitA, " (7 files")));
 }
 
 TEST_F(FetchE2eTest, JsonOutputNamesTheCommitAndHowEachFileWasVerified) {
   const fs::path dest = tmp_.path() / "model";
-  ASSERT_OK_AND_ASSIGN(ProcessResult r, Fetch({"org/tiny", "model.safetensors", "config.json",
-                                               "--revision", kCommitA, "--dest", dest.string(),
-                                               "--json"}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult r,
+                       Fetch({"org/tiny", "model.safetensors", "config.json", "--revision",
+                              kCommitA, "--dest", dest.string(), "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = ParseJsonOutput(r.out);
   EXPECT_EQ(j["commit"], kCommitA);
@@ -187,10 +186,9 @@ TEST_F(FetchE2eTest, JsonOutputNamesTheCommitAndHowEachFileWasVerified) {
 }
 
 TEST_F(FetchE2eTest, TheTokenNeverReachesTheCdn) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult r,
-                       Fetch({"org/gated", "--revision", kCommitA, "--dest",
-                              (tmp_.path() / "g").string()},
-                             {{"HF_TOKEN", "hf_good"}}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, Fetch({"org/gated", "--revision", kCommitA, "--dest",
+                                               (tmp_.path() / "g").string()},
+                                              {{"HF_TOKEN", "hf_good"}}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   int cdn = 0;
   for (const FakeHubRequest& q : hub_->ReadLog()) {
@@ -273,9 +271,9 @@ TEST_F(FetchE2eTest, AGatedRepositoryWithoutATokenExitsOneNamingHfToken) {
   EXPECT_THAT(r.err, HasSubstr("HF_TOKEN"));
   EXPECT_THAT(r.err, HasSubstr("GatedRepo"));
   EXPECT_FALSE(fs::exists(dest));
-  ASSERT_OK_AND_ASSIGN(ProcessResult ok, Fetch({"org/gated", "--revision", kCommitA, "--dest",
-                                                dest.string()},
-                                               {{"HF_TOKEN", "hf_good"}}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult ok,
+                       Fetch({"org/gated", "--revision", kCommitA, "--dest", dest.string()},
+                             {{"HF_TOKEN", "hf_good"}}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
@@ -306,8 +304,8 @@ TEST_F(FetchE2eTest, AMissingFileRevisionOrRepositoryExitsTwo) {
   EXPECT_EQ(file.exit_code, 2);
   ExpectOneErrorLine(file);
   EXPECT_THAT(file.err, HasSubstr("nope.json"));
-  ASSERT_OK_AND_ASSIGN(ProcessResult rev, Fetch({"org/tiny", "--revision",
-                                                 std::string(40, 'f'), "--dest", dest}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult rev,
+                       Fetch({"org/tiny", "--revision", std::string(40, 'f'), "--dest", dest}));
   EXPECT_EQ(rev.exit_code, 2);
   EXPECT_THAT(rev.err, HasSubstr("RevisionNotFound"));
   ASSERT_OK_AND_ASSIGN(ProcessResult branch, Fetch({"org/tiny", "--revision", "no-such-branch",
@@ -321,13 +319,12 @@ TEST_F(FetchE2eTest, AMissingFileRevisionOrRepositoryExitsTwo) {
 
 TEST_F(FetchE2eTest, FetchLockRefetchesExactlyAndVerifyChecksOffline) {
   const fs::path first = tmp_.path() / "first";
-  ASSERT_OK_AND_ASSIGN(ProcessResult r, Fetch({"org/tiny", "--revision", kCommitA, "--dest",
-                                               first.string()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult r,
+                       Fetch({"org/tiny", "--revision", kCommitA, "--dest", first.string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path second = tmp_.path() / "second";
-  ASSERT_OK_AND_ASSIGN(ProcessResult again,
-                       Fetch({"--lock", (first / "modelfs.lock.json").string(), "--dest",
-                              second.string()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult again, Fetch({"--lock", (first / "modelfs.lock.json").string(),
+                                                   "--dest", second.string()}));
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(DescribeFiles(second.string()), DescribeFiles(first.string()));
 
@@ -351,14 +348,13 @@ TEST_F(FetchE2eTest, FetchLockRefetchesExactlyAndVerifyChecksOffline) {
 
 TEST_F(FetchE2eTest, FetchLockRefusesWhatTheCdnNowServesDifferently) {
   const fs::path first = tmp_.path() / "first";
-  ASSERT_OK_AND_ASSIGN(ProcessResult r, Fetch({"org/tiny", "--revision", kCommitA, "--dest",
-                                               first.string()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult r,
+                       Fetch({"org/tiny", "--revision", kCommitA, "--dest", first.string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_OK(SetState({{"tiny.gguf", 10}}));
   const fs::path second = tmp_.path() / "second";
-  ASSERT_OK_AND_ASSIGN(ProcessResult again,
-                       Fetch({"--lock", (first / "modelfs.lock.json").string(), "--dest",
-                              second.string()}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult again, Fetch({"--lock", (first / "modelfs.lock.json").string(),
+                                                   "--dest", second.string()}));
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, HasSubstr("tiny.gguf: failed verification"));
   EXPECT_FALSE(fs::exists(second));

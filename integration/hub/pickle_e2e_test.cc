@@ -97,7 +97,8 @@ TEST_F(PicklePushE2eTest, AllowPicklePushesAndRecordsItInTheManifest) {
   ASSERT_OK_AND_ASSIGN(Manifest m, ParseManifest(got.bytes));
   EXPECT_EQ(m.annotations[std::string(kAnnotationPickleAllowed)], "true");
   EXPECT_EQ(m.annotations[std::string(kAnnotationPickleFiles)], "pytorch_model.bin");
-  EXPECT_EQ(m.annotations[std::string(kAnnotationPickleFlagged)], "pytorch_model.bin: posix.system");
+  EXPECT_EQ(m.annotations[std::string(kAnnotationPickleFlagged)],
+            "pytorch_model.bin: posix.system");
 }
 
 }  // namespace

@@ -45,11 +45,11 @@ std::string TorchStateDictPickle() {
 
 std::string OsSystemPickle(int protocol) {
   if (protocol < 4) {
-    return std::string("\x80\x02") + "cposix\nsystem\n" + BinPut(0) + BinUnicode("id") +
-           BinPut(1) + "\x85" + BinPut(2) + "R" + BinPut(3) + ".";
+    return std::string("\x80\x02") + "cposix\nsystem\n" + BinPut(0) + BinUnicode("id") + BinPut(1) +
+           "\x85" + BinPut(2) + "R" + BinPut(3) + ".";
   }
-  const std::string body = std::string("\x8c\x05posix\x94\x8c\x06system\x94\x93\x94") +
-                           "\x8c\x02id\x94\x85\x94R\x94.";
+  const std::string body =
+      std::string("\x8c\x05posix\x94\x8c\x06system\x94\x93\x94") + "\x8c\x02id\x94\x85\x94R\x94.";
   std::string p = "\x80\x04\x95";
   Le(p, body.size(), 8);
   return p + body;
@@ -112,11 +112,11 @@ std::string TorchZipCheckpoint(const std::string& data_pkl) {
 std::string TorchLegacyCheckpoint(const std::string& object_pickle) {
   std::string f;
   f += std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15);  // magic
-  f += "\x80\x02M\xe9\x03.";                                                            // 1001
-  f += std::string("\x80\x02}q\x00(", 6) + BinUnicode("little_endian") + "\x88u.";  // sys info
+  f += "\x80\x02M\xe9\x03.";                                                          // 1001
+  f += std::string("\x80\x02}q\x00(", 6) + BinUnicode("little_endian") + "\x88u.";    // sys info
   f += object_pickle;
   f += std::string("\x80\x02]q\x00", 5) + BinUnicode("0") + "a.";  // storage keys
-  f += std::string(16, '\x01');                                                          // data
+  f += std::string(16, '\x01');                                    // data
   return f;
 }
 

@@ -64,10 +64,9 @@ class PushOriginE2eTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(registry_, nullptr);
     model_ = (tmp_.path() / "model").string();
-    ASSERT_OK_AND_ASSIGN(
-        ProcessResult r,
-        RunModelfs({"fetch", "org/tiny", "--revision", kCommit, "--dest", model_},
-                   {{"HF_ENDPOINT", hub_->endpoint()}, {"HF_TOKEN", ""}}));
+    ASSERT_OK_AND_ASSIGN(ProcessResult r,
+                         RunModelfs({"fetch", "org/tiny", "--revision", kCommit, "--dest", model_},
+                                    {{"HF_ENDPOINT", hub_->endpoint()}, {"HF_TOKEN", ""}}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
 
@@ -109,10 +108,10 @@ RegistryFixture* PushOriginE2eTest::registry_ = nullptr;
 std::map<std::string, std::string>* PushOriginE2eTest::files_ = nullptr;
 
 TEST_F(PushOriginE2eTest, TheConfigCarriesTheOriginAndTheIdentityRecord) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult r,
-                       RunModelfs({"push", "--plain-http", Ref("hub/tiny:v1"), model_,
-                                   "--eval-id", "eval-2026-06-12", "--quantization-recipe",
-                                   "none (bf16 as trained)", "--json"}));
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult r,
+      RunModelfs({"push", "--plain-http", Ref("hub/tiny:v1"), model_, "--eval-id",
+                  "eval-2026-06-12", "--quantization-recipe", "none (bf16 as trained)", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_OK_AND_ASSIGN(Pushed p, ReadBack("hub/tiny", "v1"));
   const nlohmann::json& d = p.config["descriptor"];
@@ -142,11 +141,11 @@ TEST_F(PushOriginE2eTest, TheConfigCarriesTheOriginAndTheIdentityRecord) {
 }
 
 TEST_F(PushOriginE2eTest, FlagsOverrideTheModelCard) {
-  ASSERT_OK_AND_ASSIGN(ProcessResult r,
-                       RunModelfs({"push", "--plain-http", Ref("hub/tiny:flags"), model_,
-                                   "--license", "MIT", "--base-model", "org/other",
-                                   "--base-model-relation", "quantization", "--quantization",
-                                   "q8_0", "--dataset", "https://example.com/data"}));
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult r,
+      RunModelfs({"push", "--plain-http", Ref("hub/tiny:flags"), model_, "--license", "MIT",
+                  "--base-model", "org/other", "--base-model-relation", "quantization",
+                  "--quantization", "q8_0", "--dataset", "https://example.com/data"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_OK_AND_ASSIGN(Pushed p, ReadBack("hub/tiny", "flags"));
   EXPECT_EQ(p.config["descriptor"]["licenses"], nlohmann::json::array({"MIT"}));
@@ -190,13 +189,14 @@ TEST_F(PushOriginE2eTest, InspectRefShowsTheRecordAndAPullVerifiesAgainstTheLock
   ASSERT_OK_AND_ASSIGN(ProcessResult text,
                        RunModelfs({"inspect", "--plain-http", Ref("hub/tiny:v2")}));
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_THAT(text.out, HasSubstr(absl::StrCat("  source          ", hub_->endpoint(), "/org/tiny")));
+  EXPECT_THAT(text.out,
+              HasSubstr(absl::StrCat("  source          ", hub_->endpoint(), "/org/tiny")));
   EXPECT_THAT(text.out, HasSubstr(absl::StrCat("  revision        ", kCommit)));
   EXPECT_THAT(text.out, HasSubstr("  license         Apache-2.0"));
   EXPECT_THAT(text.out, HasSubstr("  base model      org/base-model (finetune)"));
   EXPECT_THAT(text.out, HasSubstr(absl::StrCat("  tokenizer       ", ExpectedTokenizerHash())));
-  ASSERT_OK_AND_ASSIGN(ProcessResult json,
-                       RunModelfs({"inspect", "--plain-http", "--json", Ref("hub/tiny:v2-volume")}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult json, RunModelfs({"inspect", "--plain-http", "--json",
+                                                       Ref("hub/tiny:v2-volume")}));
   ASSERT_EQ(json.exit_code, 0) << json.err;
   nlohmann::json j = ParseJsonOutput(json.out);
   EXPECT_EQ(j["identity"]["revision"], kCommit);

@@ -34,8 +34,9 @@ TEST(PickleScanTest, AStateDictImportsOnlyAllowedGlobals) {
                                       "torch.FloatStorage"));
   for (const PickleImport& i : s.imports) EXPECT_TRUE(i.allowed) << i.Qualified();
   // The second OrderedDict() comes back from the memo (BINGET 0) and is still resolved.
-  EXPECT_THAT(Calls(s), ElementsAre("REDUCE collections.OrderedDict", "REDUCE collections.OrderedDict",
-                                    "REDUCE torch._utils._rebuild_tensor_v2"));
+  EXPECT_THAT(Calls(s),
+              ElementsAre("REDUCE collections.OrderedDict", "REDUCE collections.OrderedDict",
+                          "REDUCE torch._utils._rebuild_tensor_v2"));
 }
 
 TEST(PickleScanTest, OsSystemThroughGlobalIsFlaggedAsDangerous) {
@@ -115,8 +116,7 @@ TEST(PickleScanTest, ALegacyCheckpointScansEveryLeadingPickleAndStopsAtTheData) 
 }
 
 TEST(PickleScanTest, BrokenStreamsEndFlaggedNotCrashed) {
-  ASSERT_OK_AND_ASSIGN(PickleScan cut,
-                       ScanPickleBytes(OsSystemPickle(2).substr(0, 20), "cut.pkl"));
+  ASSERT_OK_AND_ASSIGN(PickleScan cut, ScanPickleBytes(OsSystemPickle(2).substr(0, 20), "cut.pkl"));
   EXPECT_THAT(cut.flagged, ElementsAre("posix.system", "pickle: not fully scanned"));
   EXPECT_THAT(cut.streams[0].error, HasSubstr("truncated"));
   // A length field far beyond the input allocates nothing.
@@ -129,7 +129,8 @@ TEST(PickleScanTest, BrokenStreamsEndFlaggedNotCrashed) {
 
 TEST(PickleScanTest, BytesThatAreNoPickleAreInvalidArgument) {
   EXPECT_THAT(ScanPickleBytes("GGUF\x03\0\0\0", "x.bin"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("neither a zip archive nor a pickle")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("neither a zip archive nor a pickle")));
   EXPECT_THAT(ScanPickleBytes(StoredZip({{"a.txt", "x"}}), "x.zip"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no .pkl entry")));
 }

@@ -30,10 +30,10 @@ class FakeHubSource : public HubSource {
   };
 
   std::map<std::string, Repo> repos;
-  uint64_t lfs_threshold = 256;           // files of at least this size are LFS
-  std::string token;                      // the token this client "has"
-  std::string accepted_token = "hf_ok";   // what a gated repository accepts
-  std::map<std::string, size_t> tamper;   // path -> offset whose byte is flipped when served
+  uint64_t lfs_threshold = 256;          // files of at least this size are LFS
+  std::string token;                     // the token this client "has"
+  std::string accepted_token = "hf_ok";  // what a gated repository accepts
+  std::map<std::string, size_t> tamper;  // path -> offset whose byte is flipped when served
   std::map<std::string, std::string> stated_commit;  // path -> X-Repo-Commit to state instead
   std::map<std::string, std::string> stated_etag;    // path -> etag to state instead
   std::function<void(HubRevision&)> edit_listing;
@@ -70,15 +70,13 @@ class FakeHubSource : public HubSource {
     return r;
   }
 
-  absl::Status Download(const std::string& repo, const std::string& commit,
-                        const std::string& path, const HubIdentityFn& on_identity,
-                        const HubSinkFn& sink) override {
+  absl::Status Download(const std::string& repo, const std::string& commit, const std::string& path,
+                        const HubIdentityFn& on_identity, const HubSinkFn& sink) override {
     downloads.push_back(path);
     auto it = repos.find(repo);
     if (it == repos.end()) return absl::NotFoundError("no such repository");
     if (it->second.gated && token != accepted_token) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(repo, ": HTTP 401 GatedRepo; set HF_TOKEN"));
+      return absl::PermissionDeniedError(absl::StrCat(repo, ": HTTP 401 GatedRepo; set HF_TOKEN"));
     }
     auto c = it->second.commits.find(commit);
     if (c == it->second.commits.end()) return absl::NotFoundError("no such revision");

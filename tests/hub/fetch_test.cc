@@ -71,9 +71,8 @@ TEST_F(FetchTest, PinnedFetchDownloadsTheDefaultFilesAndWritesTheLock) {
   EXPECT_FALSE(r.resolved);
   const fs::path out = tmp_.path() / "out";
   EXPECT_THAT(Listing(out),
-              ElementsAre("README.md", "config.json", "generation_config.json",
-                          "model.safetensors", "modelfs.lock.json", "tokenizer.json",
-                          "tokenizer_config.json"));
+              ElementsAre("README.md", "config.json", "generation_config.json", "model.safetensors",
+                          "modelfs.lock.json", "tokenizer.json", "tokenizer_config.json"));
   for (const auto& [path, bytes] : files_) {
     if (fs::exists(out / path)) EXPECT_EQ(Read(out / path), bytes) << path;
   }
@@ -165,10 +164,11 @@ TEST_F(FetchTest, AnAnswerForAnotherCommitIsRefused) {
 
 TEST_F(FetchTest, TamperedLfsBytesFailAndLeaveNothingBehind) {
   hub_.tamper["model.safetensors"] = 100;
-  EXPECT_THAT(FetchModel(hub_, Options()),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr("model.safetensors: failed verification"),
-                             HasSubstr(std::string(Digest::Of(files_["model.safetensors"]).hex())))));
+  EXPECT_THAT(
+      FetchModel(hub_, Options()),
+      StatusIs(absl::StatusCode::kDataLoss,
+               AllOf(HasSubstr("model.safetensors: failed verification"),
+                     HasSubstr(std::string(Digest::Of(files_["model.safetensors"]).hex())))));
   EXPECT_FALSE(fs::exists(tmp_.path() / "out"));
   EXPECT_THAT(Listing(tmp_.path()), IsEmpty());  // no staging directory either
 }
@@ -201,18 +201,19 @@ TEST_F(FetchTest, AnExistingDestinationGetsTheFilesAndKeepsOthers) {
 
 TEST_F(FetchTest, AListingThatDisagreesWithTheAnswerIsRefusedBeforeAnyByte) {
   hub_.stated_etag["model.safetensors"] = std::string(64, 'e');
-  EXPECT_THAT(FetchModel(hub_, Options()),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr("X-Linked-Etag states sha256 eeee"),
-                             HasSubstr("lfs.sha256"))));
+  EXPECT_THAT(
+      FetchModel(hub_, Options()),
+      StatusIs(absl::StatusCode::kDataLoss,
+               AllOf(HasSubstr("X-Linked-Etag states sha256 eeee"), HasSubstr("lfs.sha256"))));
 }
 
 TEST_F(FetchTest, AutoMapIsRefusedBeforeTheWeights) {
   hub_.repos["org/tiny"].commits[kCommitA]["config.json"] = TinyConfigJson(/*auto_map=*/true);
-  EXPECT_THAT(FetchModel(hub_, Options()),
-              StatusIs(absl::StatusCode::kPermissionDenied,
-                       AllOf(HasSubstr("auto_map"), HasSubstr("AutoConfig -> configuration_x.XConfig"),
-                             HasSubstr("--allow-remote-code"))));
+  EXPECT_THAT(
+      FetchModel(hub_, Options()),
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               AllOf(HasSubstr("auto_map"), HasSubstr("AutoConfig -> configuration_x.XConfig"),
+                     HasSubstr("--allow-remote-code"))));
   EXPECT_THAT(hub_.downloads, ElementsAre("config.json"));
   EXPECT_FALSE(fs::exists(tmp_.path() / "out"));
 }
@@ -239,8 +240,8 @@ TEST_F(FetchTest, PickleFilesAreSkippedByDefaultAndReported) {
 TEST_F(FetchTest, ANamedPickleFileIsRefusedWithoutAllowPickle) {
   FetchOptions o = Options();
   o.files = {"pytorch_model.bin"};
-  EXPECT_THAT(FetchModel(hub_, o), StatusIs(absl::StatusCode::kPermissionDenied,
-                                            HasSubstr("pickle checkpoint")));
+  EXPECT_THAT(FetchModel(hub_, o),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("pickle checkpoint")));
   o.allow_pickle = true;
   ASSERT_OK_AND_ASSIGN(FetchResult r, FetchModel(hub_, o));
   ASSERT_EQ(r.files.size(), 1u);
@@ -260,9 +261,8 @@ TEST_F(FetchTest, ExcludeRemovesFromTheSelection) {
   FetchOptions o = Options();
   o.exclude = {"*.md", "tokenizer*"};
   ASSERT_OK(FetchModel(hub_, o).status());
-  EXPECT_THAT(Listing(tmp_.path() / "out"),
-              ElementsAre("config.json", "generation_config.json", "model.safetensors",
-                          "modelfs.lock.json"));
+  EXPECT_THAT(Listing(tmp_.path() / "out"), ElementsAre("config.json", "generation_config.json",
+                                                        "model.safetensors", "modelfs.lock.json"));
 }
 
 TEST_F(FetchTest, AMissingFileIsNotFound) {
@@ -289,9 +289,9 @@ TEST_F(FetchTest, AnInvalidSafetensorsHeaderIsRefused) {
   std::string bad = TinySafetensors();
   bad.resize(bad.size() - 4);  // the tensors no longer tile the file
   hub_.repos["org/tiny"].commits[kCommitA]["model.safetensors"] = bad;
-  EXPECT_THAT(FetchModel(hub_, Options()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("model.safetensors: invalid header")));
+  EXPECT_THAT(
+      FetchModel(hub_, Options()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.safetensors: invalid header")));
   EXPECT_FALSE(fs::exists(tmp_.path() / "out"));
 }
 
@@ -331,8 +331,8 @@ TEST_F(FetchTest, ALockWhoseHashTheHubNoLongerMatchesIsRefused) {
   LockFile lock;
   lock.repo = "org/tiny";
   lock.commit = kCommitA;
-  lock.files.push_back({"model.safetensors", files_["model.safetensors"].size(),
-                        std::string(64, '0'), true, ""});
+  lock.files.push_back(
+      {"model.safetensors", files_["model.safetensors"].size(), std::string(64, '0'), true, ""});
   FetchOptions o;
   o.lock = lock;
   o.dest = (tmp_.path() / "out").string();
@@ -346,6 +346,16 @@ TEST_F(FetchTest, AGatedRepositoryWithoutATokenIsPermissionDenied) {
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("HF_TOKEN")));
   hub_.token = "hf_ok";
   EXPECT_OK(FetchModel(hub_, Options()).status());
+}
+
+TEST_F(FetchTest, AListingWithoutSizesUsesTheSizeTheHubStates) {
+  hub_.edit_listing = [](HubRevision& r) {
+    for (HubFile& f : r.files) {
+      if (!f.lfs) f.size.reset();
+    }
+  };
+  ASSERT_OK_AND_ASSIGN(FetchResult r, FetchModel(hub_, Options()));
+  for (const FetchedFile& f : r.files) EXPECT_EQ(f.size, files_[f.path].size()) << f.path;
 }
 
 TEST_F(FetchTest, ABadRepositoryIdIsInvalid) {

@@ -7,19 +7,19 @@ namespace modelfs {
 namespace {
 
 TEST(FileSelectionTest, DefaultsTakeConfigTokenizerWeightsAndDocs) {
-  for (const char* p : {"config.json", "generation_config.json", "tokenizer.json",
-                        "tokenizer.model", "vocab.txt", "merges.txt", "spiece.model",
-                        "model.safetensors", "sub/model-00001-of-00002.safetensors",
-                        "model.Q4_K_M.gguf", "README.md", "notes.txt", "LICENSE",
-                        "chat_template.jinja", "USE_POLICY.md"}) {
+  for (const char* p :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer.model", "vocab.txt",
+        "merges.txt", "spiece.model", "model.safetensors", "sub/model-00001-of-00002.safetensors",
+        "model.Q4_K_M.gguf", "README.md", "notes.txt", "LICENSE", "chat_template.jinja",
+        "USE_POLICY.md"}) {
     EXPECT_TRUE(MatchesDefaultFetchPatterns(p, false)) << p;
   }
 }
 
 TEST(FileSelectionTest, DefaultsNeverTakePickleCodeOrOtherFormats) {
-  for (const char* p : {"pytorch_model.bin", "model.pt", "model.PTH", "weights.pkl",
-                        "model.ckpt", "training_args.bin", "modeling_x.py", "model.onnx",
-                        "flax_model.msgpack", ".gitattributes", "tf_model.h5"}) {
+  for (const char* p : {"pytorch_model.bin", "model.pt", "model.PTH", "weights.pkl", "model.ckpt",
+                        "training_args.bin", "modeling_x.py", "model.onnx", "flax_model.msgpack",
+                        ".gitattributes", "tf_model.h5"}) {
     EXPECT_FALSE(MatchesDefaultFetchPatterns(p, false)) << p;
   }
 }
@@ -45,10 +45,10 @@ TEST(FileSelectionTest, PickleNamesAreCaseInsensitive) {
 }
 
 TEST(FileSelectionTest, TokenizerFiles) {
-  for (const char* p : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                        "added_tokens.json", "vocab.json", "merges.txt", "spiece.model",
-                        "sentencepiece.bpe.model", "cl100k.tiktoken", "chat_template.jinja",
-                        "sub/tokenizer.model"}) {
+  for (const char* p :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+        "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "cl100k.tiktoken",
+        "chat_template.jinja", "sub/tokenizer.model"}) {
     EXPECT_TRUE(IsTokenizerFile(p)) << p;
   }
   for (const char* p : {"config.json", "model.safetensors", "README.md", "sentencepiece.txt"}) {

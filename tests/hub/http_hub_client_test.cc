@@ -29,7 +29,8 @@ class HttpHubClientTest : public ::testing::Test {
     auto dir = hub_->WriteCommit("c", *files_);
     ASSERT_OK(dir.status());
     ASSERT_OK(hub_->SetState(
-        {{"tokens", {{"hf_good", {"org/gated", "org/private"}}, {"hf_other", nlohmann::json::array()}}},
+        {{"tokens",
+          {{"hf_good", {"org/gated", "org/private"}}, {"hf_other", nlohmann::json::array()}}},
          {"lfs_threshold", 1024},
          {"repos",
           {{"org/tiny", {{"commits", {{kCommit, *dir}}}, {"refs", {{"main", {kCommit}}}}}},

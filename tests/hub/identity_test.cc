@@ -38,7 +38,8 @@ TEST(ModelCardTest, ReadsTheKeysTheIdentityNeeds) {
   EXPECT_TRUE(c.has_front_matter);
   EXPECT_EQ(c.license, "other");
   EXPECT_EQ(c.license_name, "llama3.1");
-  EXPECT_THAT(c.base_models, ElementsAre("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct"));
+  EXPECT_THAT(c.base_models,
+              ElementsAre("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct"));
   EXPECT_EQ(c.base_model_relation, "quantized");
   EXPECT_THAT(c.datasets, ElementsAre("HuggingFaceFW/fineweb", "allenai/c4"));
 }
@@ -104,7 +105,8 @@ TEST(IdentityTest, SpecFieldsGoToTheConfigAndTheRestToAnnotations) {
   EXPECT_THAT(config.descriptor.licenses, ElementsAre("Apache-2.0"));
   EXPECT_EQ(config.descriptor.source_url, "https://huggingface.co/org/tiny");
   EXPECT_EQ(config.descriptor.revision, std::string(40, 'a'));
-  EXPECT_THAT(config.descriptor.datasets_url, ElementsAre("https://huggingface.co/datasets/org/data"));
+  EXPECT_THAT(config.descriptor.datasets_url,
+              ElementsAre("https://huggingface.co/datasets/org/data"));
   EXPECT_EQ(config.config.quantization, "q4_k_m");
   EXPECT_EQ(a["dev.modelfs.base-model"], "org/base,org/base2");
   EXPECT_EQ(a["dev.modelfs.base-model-relation"], "merge");

@@ -23,35 +23,36 @@ LockFile Sample() {
   l.revision = "main";
   l.commit = std::string(40, 'a');
   l.files.push_back({"model.safetensors", 5, std::string(Digest::Of("hello").hex()), true, ""});
-  l.files.push_back({"config.json", 2, std::string(Digest::Of("{}").hex()), false,
-                     std::string(40, 'b')});
+  l.files.push_back(
+      {"config.json", 2, std::string(Digest::Of("{}").hex()), false, std::string(40, 'b')});
   return l;
 }
 
 TEST(LockFileTest, SerializesInTheDocumentedShapeWithFilesSortedByPath) {
-  EXPECT_EQ(SerializeLockFile(Sample()),
-            "{\n"
-            "  \"version\": 1,\n"
-            "  \"endpoint\": \"https://huggingface.co\",\n"
-            "  \"repo\": \"org/tiny\",\n"
-            "  \"revision\": \"main\",\n"
-            "  \"commit\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\n"
-            "  \"files\": [\n"
-            "    {\n"
-            "      \"path\": \"config.json\",\n"
-            "      \"size\": 2,\n"
-            "      \"sha256\": \"44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\",\n"
-            "      \"lfs\": false,\n"
-            "      \"gitBlobSha1\": \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n"
-            "    },\n"
-            "    {\n"
-            "      \"path\": \"model.safetensors\",\n"
-            "      \"size\": 5,\n"
-            "      \"sha256\": \"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\",\n"
-            "      \"lfs\": true\n"
-            "    }\n"
-            "  ]\n"
-            "}\n");
+  EXPECT_EQ(
+      SerializeLockFile(Sample()),
+      "{\n"
+      "  \"version\": 1,\n"
+      "  \"endpoint\": \"https://huggingface.co\",\n"
+      "  \"repo\": \"org/tiny\",\n"
+      "  \"revision\": \"main\",\n"
+      "  \"commit\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\n"
+      "  \"files\": [\n"
+      "    {\n"
+      "      \"path\": \"config.json\",\n"
+      "      \"size\": 2,\n"
+      "      \"sha256\": \"44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\",\n"
+      "      \"lfs\": false,\n"
+      "      \"gitBlobSha1\": \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n"
+      "    },\n"
+      "    {\n"
+      "      \"path\": \"model.safetensors\",\n"
+      "      \"size\": 5,\n"
+      "      \"sha256\": \"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\",\n"
+      "      \"lfs\": true\n"
+      "    }\n"
+      "  ]\n"
+      "}\n");
 }
 
 TEST(LockFileTest, RoundTrips) {
@@ -71,8 +72,9 @@ TEST(LockFileTest, RefusesWhatCannotBeAPin) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(".version")));
   EXPECT_THAT(parse(R"({"version": 1, "repo": "a/b", "commit": "main", "files": []})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a full commit hash")));
-  EXPECT_THAT(parse(R"({"version": 1, "repo": "a/b/c", "commit": ")" + commit + R"(", "files": []})"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(".repo")));
+  EXPECT_THAT(
+      parse(R"({"version": 1, "repo": "a/b/c", "commit": ")" + commit + R"(", "files": []})"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(".repo")));
   EXPECT_THAT(parse(R"({"version": 1, "repo": "a/b", "commit": ")" + commit +
                     R"(", "files": [{"path": "../x", "size": 1, "sha256": ")" + sha + R"("}]})"),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("files[0].path")));
