@@ -14,6 +14,8 @@
 #
 # Usage: bench/mount_bench.sh [BUILD_DIR]   env: SIZES="256 2048" RUNS=3 WORK=/tmp/...
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 BUILD=${1:-build-mounttest}
 MODELFS=$(realpath "$BUILD/cmd/modelfs")
@@ -29,61 +31,15 @@ cleanup() {
   for m in "${MOUNTS[@]}"; do
     if mountpoint -q "$m"; then "$MODELFS" umount "$m" 2>/dev/null || fusermount3 -u -z "$m" || true; fi
   done
-  if [[ -n "$REG_PID" ]]; then kill "$REG_PID" 2>/dev/null || true; wait "$REG_PID" 2>/dev/null || true; fi
+  stop_registry
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-now() { date +%s.%N; }
-elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$2"; }
-median() { python3 -c "import sys,statistics; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
-ratio() { python3 -c "import sys; b,m=map(float,sys.argv[1:]); print(f'{b/m:.2f}x' if m>0 else 'n/a')" "$1" "$2"; }
-mbps() { python3 -c "import sys; n,t=map(float,sys.argv[1:]); print(f'{n/t/1e6:.0f}' if t>0 else 'n/a')" "$1" "$2"; }
-DROP_OK=1
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || DROP_OK=0; }
-stat_field() {  # stat_field DIR FIELD
-  "$MODELFS" stats "$1" --json | python3 -c "import sys,json; print(json.load(sys.stdin)['$2'])"
-}
-# Waits until the daemon has rewritten its counters (about once a second) after now.
-fresh_stat() {
-  local t; t=$(now)
-  local f
-  for _ in $(seq 100); do
-    f="/run/modelfs/mounts/$(echo "$1" | tr / _).json"
-    if [[ -f "$f" ]] && python3 -c "import os,sys; sys.exit(0 if os.stat(sys.argv[1]).st_mtime > float(sys.argv[2]) else 1)" "$f" "$t"; then
-      break
-    fi
-    sleep 0.05
-  done
-  stat_field "$1" "$2"
-}
-umount_wait() {  # umount_wait DIR PID
-  "$MODELFS" umount "$1" || fusermount3 -u -z "$1"
-  for _ in $(seq 200); do kill -0 "$2" 2>/dev/null || return 0; sleep 0.05; done
-  echo "mount daemon $2 did not exit" >&2
-}
-mount_pid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p'; }
 cat_all() { find "$1" -type f ! -name .modelinfo.json -exec cat {} + > /dev/null; }
 
 # --- registry --------------------------------------------------------------------------------
-PORT=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-REG="127.0.0.1:$PORT"
-mkdir -p "$WORK/registry"
-cat > "$WORK/registry/config.yml" <<EOF
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $WORK/registry/storage
-http:
-  addr: $REG
-EOF
-docker-registry serve "$WORK/registry/config.yml" > "$WORK/registry/log" 2>&1 &
-REG_PID=$!
-for _ in $(seq 200); do curl -fs "http://$REG/v2/" > /dev/null && break; sleep 0.05; done
+start_registry "$WORK/registry"
 
 printf '%-7s %-34s %12s %12s %14s %10s\n' "model" "measure" "modelfs" "baseline" "ratio(b/m)" "fetched"
 for MIB in $SIZES; do

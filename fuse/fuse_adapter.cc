@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>  // the kernel protocol: Adopt speaks it directly
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,9 +22,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "fuse/passthrough.h"
 
 namespace modelfs {
 namespace {
@@ -52,6 +56,9 @@ struct FuseMount::Context {
   uint32_t max_read = 0;
   std::function<void(absl::Duration, bool)> on_read;
   std::atomic<bool> initialized{false};  // libfuse called init (FUSE_INIT, real or synthetic)
+  // Open files and their I/O mode; set before the loop serves.
+  std::unique_ptr<OpenFiles> files;
+  fuse_session* session = nullptr;  // for notifications from request handlers
 
   // Open directories by the handle the kernel holds. Handles are ids, not pointers, because the
   // kernel keeps a directory open across a daemon restart and then hands the new process a
@@ -100,6 +107,19 @@ void Guarded(fuse_req_t req, const char* op, F&& body) {
   }
 }
 
+// For release-style callbacks, which always answer success.
+template <typename F>
+void GuardedNoReplyErr(fuse_req_t req, const char* op, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    LogError(op, e.what());
+  } catch (...) {
+    LogError(op, "unknown exception");
+  }
+  fuse_reply_err(req, 0);
+}
+
 // For forget-style callbacks, which must answer with fuse_reply_none.
 template <typename F>
 void GuardedNoReply(fuse_req_t req, const char* op, F&& body) {
@@ -146,6 +166,8 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // libfuse refuses INIT unless this repeats the max_read mount option.
   conn->max_read = ctx.max_read;
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
+  // Read replies spliced from the cache file: one copy in the kernel instead of two via us.
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   // Nothing ever changes under a file, so there is no reason to drop cached pages on getattr.
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   ctx.initialized = true;
@@ -185,15 +207,56 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, "open", [&] {
-    absl::Status s = Ctx(req).tree->Open(ino, fi->flags);
+    Context& ctx = Ctx(req);
+    absl::Status s = ctx.tree->Open(ino, fi->flags);
     if (!s.ok()) return ReplyStatus(req, "open", s);
-    // Files never change: keep the page cache across opens (and share it between pods), and
-    // stay off direct_io so that mmap works.
-    fi->keep_cache = 1;
-    fi->direct_io = 0;
-    fi->fh = 0;
-    fuse_reply_open(req, fi);
+    ModelTree::VerifiedFile verified;
+    if (ctx.files->passthrough()) verified = ctx.tree->OpenVerifiedFile(ino);
+    const OpenFiles::Decision d = ctx.files->Open(ino, verified.fd, verified.key);
+    if (verified.fd >= 0) close(verified.fd);  // the kernel holds its own reference
+    int rc;
+    if (d.mode == OpenFiles::Mode::kPassthrough) {
+      // fuse_reply_open of libfuse 3.14 cannot carry a backing id: the reply is built here.
+      FuseOpenOut out;
+      memset(&out, 0, sizeof(out));
+      out.fh = d.fh;
+      out.open_flags = kFopenPassthrough;
+      out.backing_id = d.backing_id;
+      rc = fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out));
+    } else {
+      // Files never change: keep the page cache across opens (and share it between pods), and
+      // stay off direct_io so that mmap works.
+      fi->keep_cache = 1;
+      fi->direct_io = 0;
+      fi->fh = d.fh;
+      rc = fuse_reply_open(req, fi);
+    }
+    // Not taken (the opener was interrupted): the kernel will send no release for it.
+    if (rc != 0) ctx.files->Release(d.fh);
   });
+}
+
+// Verified bytes go to the kernel as spans: spliced from the cache file, not copied through
+// a buffer of ours.
+void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
+  if (spans.empty()) return fuse_reply_buf(req, nullptr, 0), void();
+  const size_t bytes = sizeof(fuse_bufvec) + (spans.size() - 1) * sizeof(fuse_buf);
+  std::unique_ptr<fuse_bufvec, decltype(&free)> vec(static_cast<fuse_bufvec*>(calloc(1, bytes)),
+                                                    &free);
+  if (!vec) return fuse_reply_err(req, ENOMEM), void();
+  vec->count = spans.size();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    fuse_buf& b = vec->buf[i];
+    b.size = spans[i].length;
+    if (spans[i].fd >= 0) {
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = spans[i].fd;
+      b.pos = static_cast<off_t>(spans[i].offset);
+    } else {
+      b.mem = const_cast<char*>(spans[i].memory->data() + spans[i].offset);
+    }
+  }
+  fuse_reply_data(req, vec.get(), FUSE_BUF_SPLICE_MOVE);
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
@@ -201,16 +264,16 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
     if (off < 0) return fuse_reply_err(req, EINVAL), void();
     const Context& ctx = Ctx(req);
     absl::Time start = ctx.on_read ? absl::Now() : absl::InfinitePast();
-    absl::StatusOr<std::string> bytes =
-        ctx.tree->Read(ino, static_cast<uint64_t>(off), static_cast<uint64_t>(size));
-    if (ctx.on_read) ctx.on_read(absl::Now() - start, bytes.ok());
-    if (!bytes.ok()) return ReplyStatus(req, "read", bytes.status());
-    fuse_reply_buf(req, bytes->data(), bytes->size());
+    absl::StatusOr<std::vector<BlobSpan>> spans =
+        ctx.tree->ReadSpans(ino, static_cast<uint64_t>(off), static_cast<uint64_t>(size));
+    if (ctx.on_read) ctx.on_read(absl::Now() - start, spans.ok());
+    if (!spans.ok()) return ReplyStatus(req, "read", spans.status());
+    ReplySpans(req, *spans);
   });
 }
 
-void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
-  fuse_reply_err(req, 0);
+void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  GuardedNoReplyErr(req, "release", [&] { Ctx(req).files->Release(fi->fh); });
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -473,6 +536,99 @@ void InjectSyntheticInit(fuse_session* se) {
   fuse_session_process_buf(se, &buf);
 }
 
+// The kernel's FUSE_INIT, answered here rather than by libfuse, because libfuse 3.14 can
+// neither ask for passthrough (a flags2 bit it does not know, and max_stack_depth) nor raise
+// max_background past what its options allow. Layouts as of protocol 7.40. Returns the flags
+// the connection now has. libfuse then gets the synthetic INIT (InjectSyntheticInit), exactly
+// as when adopting a connection.
+struct InitIn {
+  uint32_t major, minor, max_readahead, flags, flags2;
+  uint32_t unused[11];
+};
+struct InitOut {
+  uint32_t major, minor, max_readahead, flags;
+  uint16_t max_background, congestion_threshold;
+  uint32_t max_write, time_gran;
+  uint16_t max_pages, map_alignment;
+  uint32_t flags2, max_stack_depth;
+  uint32_t unused[6];
+};
+static_assert(sizeof(InitOut) == 64);
+
+absl::StatusOr<uint64_t> AnswerKernelInit(int fd, const FuseMountOptions& o,
+                                          const std::string& dir) {
+  // The kernel queued INIT while mounting; never wait for ever all the same.
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 10000) != 1) {
+    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": no FUSE_INIT from the kernel"));
+  }
+  std::vector<char> buf(1 << 17);
+  ssize_t n = read(fd, buf.data(), buf.size());
+  fuse_in_header in_header;
+  InitIn in;
+  memset(&in, 0, sizeof(in));
+  if (n < static_cast<ssize_t>(sizeof(in_header) + 8)) {
+    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": reading FUSE_INIT: ",
+                                               n < 0 ? strerror(errno) : "short message"));
+  }
+  memcpy(&in_header, buf.data(), sizeof(in_header));
+  memcpy(&in, buf.data() + sizeof(in_header),
+         std::min(sizeof(in), static_cast<size_t>(n) - sizeof(in_header)));
+  if (in_header.opcode != FUSE_INIT || in.major != FUSE_KERNEL_VERSION || in.minor < 23) {
+    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": kernel FUSE protocol ",
+                                               in.major, ".", in.minor, " is not supported"));
+  }
+  uint64_t offered = in.flags;
+  if (offered & FUSE_INIT_EXT) offered |= uint64_t{in.flags2} << 32;
+  // What libfuse 3.14 asks for by default with our operations (AUTO_INVAL_DATA aside: the
+  // files never change), plus passthrough.
+  uint64_t want = FUSE_ASYNC_READ | FUSE_PARALLEL_DIROPS | FUSE_HANDLE_KILLPRIV | FUSE_ASYNC_DIO |
+                  FUSE_HAS_IOCTL_DIR | FUSE_ATOMIC_O_TRUNC | FUSE_DO_READDIRPLUS |
+                  FUSE_READDIRPLUS_AUTO | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
+  if (o.passthrough) want |= kFuseInitPassthrough;
+  const uint64_t flags = want & offered;
+
+  struct {
+    fuse_out_header header;
+    InitOut init;
+  } reply;
+  memset(&reply, 0, sizeof(reply));
+  reply.header.len = sizeof(reply);
+  reply.header.unique = in_header.unique;
+  reply.init.major = FUSE_KERNEL_VERSION;
+  reply.init.minor = std::min<uint32_t>(in.minor, 40);
+  reply.init.max_readahead = in.max_readahead;
+  reply.init.flags = static_cast<uint32_t>(flags);
+  reply.init.flags2 = static_cast<uint32_t>(flags >> 32);
+  reply.init.max_background = o.max_background;
+  reply.init.congestion_threshold = static_cast<uint16_t>(o.max_background * 3 / 4);
+  reply.init.max_write = 1 << 20;  // libfuse's buffer: FUSE_MAX_MAX_PAGES pages
+  reply.init.time_gran = 1;
+  reply.init.max_pages = static_cast<uint16_t>(std::max<uint32_t>(1, o.max_read / 4096));
+  // A backing file may sit on a plain file system only; overlayfs (a pod's view) may then
+  // still stack on this mount (depth 2, the kernel's limit).
+  if (flags & kFuseInitPassthrough) reply.init.max_stack_depth = 1;
+  if (write(fd, &reply, sizeof(reply)) != static_cast<ssize_t>(sizeof(reply))) {
+    return absl::UnavailableError(
+        absl::StrCat("mount of ", dir, ": answering FUSE_INIT: ", strerror(errno)));
+  }
+  return flags;
+}
+
+// The mount's readahead: the kernel caps what INIT may ask at its default (128 KiB), and a
+// loader streaming weights wants big, early requests. Best effort (needs root and sysfs).
+void SetReadAhead(const std::string& dir, uint32_t kb) {
+  struct stat st;
+  if (kb == 0 || stat(dir.c_str(), &st) != 0) return;
+  const std::string path =
+      absl::StrCat("/sys/class/bdi/", major(st.st_dev), ":", minor(st.st_dev), "/read_ahead_kb");
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  const std::string v = absl::StrCat(kb);
+  if (write(fd, v.data(), v.size()) < 0) LogError("mount", "cannot set read_ahead_kb");
+  close(fd);
+}
+
 // FUSE_NOTIFY_RESEND (protocol 7.40, Linux 6.9): the kernel puts every request that was read
 // from the device but not answered back in the queue. Those are the requests a crashed
 // process had taken; without this their callers would wait forever. libfuse 3.14 predates it,
@@ -548,11 +704,30 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& d
     return absl::UnavailableError(absl::StrCat(
         "mount of ", dir, " failed (needs /dev/fuse and root or fusermount3; see stderr)"));
   }
+  absl::StatusOr<uint64_t> flags = AnswerKernelInit(fuse_session_fd(se), options, dir);
+  if (flags.ok()) {
+    InjectSyntheticInit(se);
+    if (!m->ctx_->initialized || fuse_session_exited(se)) {
+      flags = absl::InternalError(
+          absl::StrCat("mount of ", dir, ": libfuse refused the synthetic FUSE_INIT (see stderr)"));
+    }
+  }
+  if (!flags.ok()) {
+    fuse_session_unmount(se);
+    fuse_session_destroy(se);
+    m->MarkStopped();
+    return flags.status();
+  }
+  m->ctx_->session = se;
+  m->ctx_->files = std::make_unique<OpenFiles>(fuse_session_fd(se), options.open_files_state,
+                                               (*flags & kFuseInitPassthrough) != 0);
+  m->ctx_->files->StartFresh();
   absl::Status serving = m->StartServing(se);
   if (!serving.ok()) {
     m->Unmount().IgnoreError();
     return serving;
   }
+  SetReadAhead(dir, options.read_ahead_kb);
   return m;
 }
 
@@ -601,6 +776,11 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Adopt(int fuse_fd, const s
     return absl::InternalError(
         absl::StrCat("adopting ", dir, ": libfuse refused the synthetic FUSE_INIT (see stderr)"));
   }
+  m->ctx_->session = se;
+  // Before any request: the predecessor's open files keep their modes (passthrough.h).
+  m->ctx_->files = std::make_unique<OpenFiles>(fuse_session_fd(se), options.open_files_state,
+                                               /*passthrough=*/false);
+  m->ctx_->files->Inherit();
   // Best effort: kernels before 6.9 answer EINVAL, and then a request the previous process
   // took but did not answer stays unanswered.
   RequestResend(fd);
@@ -723,6 +903,14 @@ absl::Status FuseMount::Detach() {
   }
   unmounted_ = true;
   return absl::OkStatus();
+}
+
+size_t FuseMount::passthrough_opens() const {
+  return ctx_->files ? ctx_->files->open_count(OpenFiles::Mode::kPassthrough) : 0;
+}
+
+size_t FuseMount::cached_opens() const {
+  return ctx_->files ? ctx_->files->open_count(OpenFiles::Mode::kCached) : 0;
 }
 
 int FuseMount::fuse_fd() const {

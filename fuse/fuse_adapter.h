@@ -48,6 +48,19 @@ struct FuseMountOptions {
   unsigned max_threads = 32;  // upper bound of the session loop's worker threads
   unsigned max_idle_threads = 8;
   bool debug = false;  // libfuse request tracing on stderr
+  // The kernel side of the connection, negotiated at FUSE_INIT (Mount answers it itself):
+  // requests the kernel keeps in flight at once (its default of 12 lets a dozen reads stalled
+  // on the network hold up reads of cached bytes), and the readahead of the mount's bdi.
+  uint16_t max_background = 256;
+  uint32_t read_ahead_kb = 8192;
+  // Serve files whose layer the cache verified and sealed by FUSE passthrough (Linux 6.9+,
+  // CAP_SYS_ADMIN): the kernel reads the cache file itself. Off, or unavailable: the daemon
+  // answers every read (zero-copy from the cache file where it can).
+  bool passthrough = true;
+  // Where the table of open files and passthrough backing ids is kept for a process that will
+  // Adopt this connection (fuse/passthrough.h); "" keeps none, and then an adopter serves
+  // without passthrough. The daemon puts it next to its state.
+  std::string open_files_state;
   // Called after every read request with its duration and outcome (the daemon's latency
   // histogram). Must be thread-safe and fast.
   std::function<void(absl::Duration latency, bool ok)> on_read;
@@ -106,6 +119,10 @@ class FuseMount {
   // The session's /dev/fuse fd, to hand to the fd store (which keeps its own duplicate); -1
   // after Unmount or Detach. Owned by this object: do not close it.
   int fuse_fd() const;
+
+  // Open file handles served by passthrough / by this process, for stats and tests.
+  size_t passthrough_opens() const;
+  size_t cached_opens() const;
 
   // Removes a model from a multi-model tree and tells the kernel to drop its cached directory
   // entry, so the name disappears at once instead of after entry_timeout_s. Errors as

@@ -122,6 +122,11 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   ctx.identity =
       IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
   out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
+  // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
+  // .modelinfo.json stays at the root and names paths within that directory.
+  if (!rm.path_prefix.empty()) {
+    for (TreeFile& f : out.files) f.path = absl::StrCat(rm.path_prefix, "/", f.path);
+  }
   rollback.Dismiss();
   return out;
 }

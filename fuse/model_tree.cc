@@ -402,49 +402,86 @@ absl::Status ModelTree::OpenDir(uint64_t ino) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ModelTree::Read(uint64_t ino, uint64_t offset, uint64_t size) const {
-  Node::Kind kind;
-  Digest layer;
-  uint64_t layer_offset = 0;
-  uint64_t file_size = 0;
-  std::shared_ptr<const std::string> bytes;
-  std::string path;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    const Node* node = FindLocked(ino);
-    if (node == nullptr) return absl::NotFoundError(absl::StrCat("read: no inode ", ino));
-    if (node->is_dir()) {
-      return ErrnoStatus(absl::StatusCode::kFailedPrecondition, EISDIR,
-                         absl::StrCat("read of '", node->path, "': is a directory"));
-    }
-    kind = node->kind;
-    layer = node->layer;
-    layer_offset = node->offset;
-    file_size = node->size;
-    bytes = node->bytes;
-    path = node->path;
+absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* op) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Node* node = FindLocked(ino);
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat(op, ": no inode ", ino));
+  if (node->is_dir()) {
+    return ErrnoStatus(absl::StatusCode::kFailedPrecondition, EISDIR,
+                       absl::StrCat(op, " of '", node->path, "': is a directory"));
   }
-  // The lock is released: BlobReader may fetch from the network.
-  if (offset >= file_size || size == 0) return std::string();
-  uint64_t length = std::min(size, file_size - offset);
-  if (kind == Node::Kind::kSynthetic) return bytes->substr(offset, length);
+  FileRef f;
+  f.synthetic = node->kind == Node::Kind::kSynthetic;
+  f.layer = node->layer;
+  f.layer_offset = node->offset;
+  f.size = node->size;
+  f.bytes = node->bytes;
+  f.path = node->path;
+  return f;
+}
 
-  absl::StatusOr<std::string> got = reader_->Read(layer, layer_offset + offset, length);
-  if (!got.ok()) {
-    // An unknown blob under an existing file is an I/O failure, not a missing file.
-    int err = got.status().code() == absl::StatusCode::kNotFound ? EIO : 0;
-    absl::Status s(got.status().code(),
-                   absl::StrCat("reading '", path, "' at offset ", offset, " (layer ", layer.str(),
-                                " offset ", layer_offset + offset, "): ", got.status().message()));
-    if (err != 0) s = ErrnoStatus(s.code(), err, std::string(s.message()));
-    return s;
+absl::Status ModelTree::ReadError(const FileRef& f, uint64_t offset, const absl::Status& got) {
+  // An unknown blob under an existing file is an I/O failure, not a missing file.
+  absl::Status s(got.code(),
+                 absl::StrCat("reading '", f.path, "' at offset ", offset, " (layer ", f.layer.str(),
+                              " offset ", f.layer_offset + offset, "): ", got.message()));
+  if (got.code() == absl::StatusCode::kNotFound) {
+    s = ErrnoStatus(s.code(), EIO, std::string(s.message()));
   }
+  return s;
+}
+
+absl::StatusOr<std::string> ModelTree::Read(uint64_t ino, uint64_t offset, uint64_t size) const {
+  ASSIGN_OR_RETURN(FileRef f, FileOf(ino, "read"));
+  // No lock is held: BlobReader may fetch from the network.
+  if (offset >= f.size || size == 0) return std::string();
+  const uint64_t length = std::min(size, f.size - offset);
+  if (f.synthetic) return f.bytes->substr(offset, length);
+
+  absl::StatusOr<std::string> got = reader_->Read(f.layer, f.layer_offset + offset, length);
+  if (!got.ok()) return ReadError(f, offset, got.status());
   if (got->size() != length) {
-    return absl::DataLossError(absl::StrCat("reading '", path, "' at offset ", offset, ": layer ",
-                                            layer.str(), " returned ", got->size(),
+    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset,
+                                            ": layer ", f.layer.str(), " returned ", got->size(),
                                             " bytes where the file needs ", length));
   }
   return got;
+}
+
+absl::StatusOr<std::vector<BlobSpan>> ModelTree::ReadSpans(uint64_t ino, uint64_t offset,
+                                                           uint64_t size) const {
+  ASSIGN_OR_RETURN(FileRef f, FileOf(ino, "read"));
+  std::vector<BlobSpan> spans;
+  if (offset >= f.size || size == 0) return spans;
+  const uint64_t length = std::min(size, f.size - offset);
+  if (f.synthetic) {
+    BlobSpan span;
+    span.offset = offset;
+    span.length = length;
+    span.memory = f.bytes;
+    spans.push_back(std::move(span));
+    return spans;
+  }
+  absl::StatusOr<std::vector<BlobSpan>> got =
+      reader_->ReadSpans(f.layer, f.layer_offset + offset, length);
+  if (!got.ok()) return ReadError(f, offset, got.status());
+  uint64_t total = 0;
+  for (const BlobSpan& span : *got) total += span.length;
+  if (total != length) {
+    return absl::DataLossError(absl::StrCat("reading '", f.path, "' at offset ", offset,
+                                            ": layer ", f.layer.str(), " returned ", total,
+                                            " bytes where the file needs ", length));
+  }
+  return got;
+}
+
+ModelTree::VerifiedFile ModelTree::OpenVerifiedFile(uint64_t ino) const {
+  VerifiedFile out;
+  absl::StatusOr<FileRef> f = FileOf(ino, "open");
+  if (!f.ok() || f->synthetic) return out;
+  out.fd = reader_->OpenVerifiedBlob(f->layer, f->layer_offset, f->size);
+  if (out.fd >= 0) out.key = f->layer.str();
+  return out;
 }
 
 FsStats ModelTree::StatFs() const {

@@ -145,6 +145,21 @@ class ModelTree {
   // shorter than the file's extent is kDataLoss. Errors: kNotFound for an unknown inode,
   // kFailedPrecondition (EISDIR) for a directory.
   absl::StatusOr<std::string> Read(uint64_t ino, uint64_t offset, uint64_t size) const;
+  // The same bytes as Read, as spans (BlobReader::ReadSpans), for zero-copy replies. Errors as
+  // Read.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpans(uint64_t ino, uint64_t offset,
+                                                  uint64_t size) const;
+
+  // For FUSE passthrough: a read-only fd (the caller closes it) of a local file that holds
+  // exactly file `ino`'s bytes, all verified and never written again
+  // (BlobReader::OpenVerifiedBlob), and a key naming that file (two inodes with equal keys
+  // share it). fd -1 when there is none: a synthetic file, a file that is part of a layer, or
+  // a layer not yet fully verified.
+  struct VerifiedFile {
+    int fd = -1;
+    std::string key;
+  };
+  VerifiedFile OpenVerifiedFile(uint64_t ino) const;
 
   FsStats StatFs() const;
 
@@ -157,6 +172,19 @@ class ModelTree {
   struct Node;
 
   explicit ModelTree(BlobReader* reader, bool single);
+
+  // What a read needs of a file node, copied out under mu_.
+  struct FileRef {
+    bool synthetic = false;
+    Digest layer;
+    uint64_t layer_offset = 0;
+    uint64_t size = 0;
+    std::shared_ptr<const std::string> bytes;
+    std::string path;
+  };
+  absl::StatusOr<FileRef> FileOf(uint64_t ino, const char* op) const;
+  // A BlobReader error with the file's path and offsets prepended.
+  static absl::Status ReadError(const FileRef& f, uint64_t offset, const absl::Status& got);
 
   // Builds the nodes of a model under `base` (the full path of the model directory, "" for
   // the root of a single-model tree) without touching the tree, then links them in.

@@ -88,6 +88,11 @@ class StoredFetcher final : public ModelFetcher {
     return bytes;
   }
 
+  // Everything the record needs is stored here, by digest, whichever registry M lives on.
+  absl::StatusOr<ModelFetcher*> OnRegistry(const std::string& /*registry*/) override {
+    return this;
+  }
+
  private:
   absl::StatusOr<std::string> ReadVerified(const Digest& d, uint64_t max_bytes) {
     fs::path p = dir_ / "blobs" / std::string(d.hex());

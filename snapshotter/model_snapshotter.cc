@@ -36,16 +36,15 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
 
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
                                          absl::Time deadline) override {
-    Route route;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = routes_.find(blob.str());
-      if (it == routes_.end()) {
-        return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
-      }
-      route = it->second;
-    }
+    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
     return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
+  }
+
+  absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
+                           absl::Time deadline,
+                           const std::function<absl::Status(absl::string_view)>& sink) override {
+    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
+    return route.client->StreamBlobRange(route.repository, blob, offset, length, deadline, sink);
   }
 
   // The cache keeps health and fetch threads per registry, so one model's registry outage
@@ -61,6 +60,14 @@ class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
     std::shared_ptr<RegistryClient> client;
     std::string repository;
   };
+  absl::StatusOr<Route> RouteOf(const Digest& blob) {
+    absl::MutexLock lock(&mu_);
+    auto it = routes_.find(blob.str());
+    if (it == routes_.end()) {
+      return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
+    }
+    return it->second;
+  }
   absl::Mutex mu_;
   std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
 };
@@ -142,6 +149,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     }
   }
 
+  // The open-file table goes with the connection to the next process (fuse/passthrough.h).
+  FuseMountOptions fuse_options = o.fuse;
+  if (fuse_options.open_files_state.empty()) {
+    fuse_options.open_files_state = (o.root / "fuse-open-files").string();
+  }
   if (o.inherited_fuse_fd >= 0) {
     // The kernel still holds the inode numbers and open files of the previous process; they
     // must resolve before the first request is answered, so register every model first. Until
@@ -149,7 +161,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
     absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
-        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, o.fuse);
+        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
       s->fuse_ = *std::move(adopted);
       s->Log(absl::StrCat("serving the inherited FUSE connection of ", s->mnt_dir_.string(), " (",
@@ -162,12 +174,12 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
       ::close(o.inherited_fuse_fd);
       ::umount2(s->mnt_dir_.c_str(), MNT_DETACH);
       fs::create_directories(s->mnt_dir_, ec);
-      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
     RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
-    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, o.fuse));
+    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     if (!names.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
     }
@@ -202,17 +214,17 @@ std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
 }
 
 absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
-    const ImageReference& ref) {
+    const std::string& registry) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = clients_.find(ref.registry());
+    auto it = clients_.find(registry);
     if (it != clients_.end()) return it->second;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
-                   ConnectRegistry(ref, HostCapability::kPull, options_.registry));
+                   ConnectRegistry(registry, HostCapability::kPull, options_.registry));
   std::shared_ptr<RegistryClient> client(std::move(made));
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = clients_.emplace(ref.registry(), client);
+  auto [it, inserted] = clients_.emplace(registry, client);
   return it->second;
 }
 
@@ -274,7 +286,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::Status st;
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
-      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->ref);
+      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->registry);
       st = client.ok() ? RegisterModel(name, *rm, *client) : client.status();
     } else {
       st = rm.status();
@@ -408,8 +420,10 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
   ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, [this](const std::string& r) {
+                     return ClientFor(r);
+                   }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(
@@ -417,7 +431,9 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         ", but its layer annotation says ", volume.model.digest.str()));
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
-  RETURN_IF_ERROR(EnsureModel(name, rm, client));
+  // M's layers are read from M's registry, which V's record may name apart from V's.
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
+  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
 
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;

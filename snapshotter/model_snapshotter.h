@@ -155,7 +155,8 @@ class ModelSnapshotter final : public Snapshotter {
   // kFailedPrecondition (the caller then unpacks the layer the ordinary way), registry errors.
   absl::Status CheckBinding(RegistryClient& client, const ResolvedModel& rm,
                             const std::string& parent, const std::string& target);
-  absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const ImageReference& ref);
+  // One pull client per registry (V's, and M's when V's record names another registry).
+  absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const std::string& registry);
   // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,

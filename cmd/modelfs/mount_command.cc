@@ -141,12 +141,14 @@ absl::Status RunForeground(const MountCli& c) {
   access.hosts.plain_http = c.plain_http;
   access.hosts.certs_dir = c.hosts_dir;
   access.docker_config = c.docker_config;
-  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> raw_client,
-                   ConnectRegistry(ref, HostCapability::kPull, access));
-  std::shared_ptr<RegistryClient> client(std::move(raw_client));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
+  // One client per registry: V's record may name M's repository on another registry, and
+  // the weights are read from there.
+  RegistryClients clients(access);
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, clients.Connector()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
-  RegistryBlobSource source(client, rm.repository);
+  RegistryBlobSource source(model_client, rm.repository);
   CacheOptions co;
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);

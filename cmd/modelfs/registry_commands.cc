@@ -72,6 +72,7 @@ struct PushCli {
   bool allow_pickle = false;
   ModelIdentity identity;  // identity-record flags
   std::string base_model;
+  std::string path_prefix;
 };
 
 absl::Status RunPush(const PushCli& c) {
@@ -86,6 +87,7 @@ absl::Status RunPush(const PushCli& c) {
   o.allow_pickle = c.allow_pickle;
   o.identity = c.identity;
   if (!c.base_model.empty()) o.identity.base_models = absl::StrSplit(c.base_model, ',');
+  o.path_prefix = c.path_prefix;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -135,24 +137,60 @@ absl::Status RunPush(const PushCli& c) {
 struct ConvertCli {
   RegistryFlags reg;
   std::string ref;
+  std::string to;
   std::string volume_tag;
+  std::string path_prefix;
 };
+
+// Whether a reference as typed names a tag (ImageReference fills in "latest" otherwise).
+bool HasExplicitTag(const std::string& text) {
+  size_t slash = text.rfind('/');
+  std::string last = text.substr(slash == std::string::npos ? 0 : slash + 1);
+  return last.find(':') != std::string::npos;
+}
 
 absl::Status RunConvert(const ConvertCli& c) {
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
   ConvertOptions o;
   o.volume_tag = c.volume_tag;
+  o.path_prefix = c.path_prefix;
   o.progress = MakeProgress(c.reg.json);
-  ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, AccessOptions(c.reg)));
-  ASSIGN_OR_RETURN(PushResult r, ConvertModel(*client, ref, o));
+  const RegistryAccessOptions access = AccessOptions(c.reg);
+  PushResult r;
+  if (c.to.empty()) {
+    ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, access));
+    ASSIGN_OR_RETURN(r, ConvertModel(*client, ref, o));
+  } else {
+    // V goes where we may push; M and its weights stay where they are, read through SRC's
+    // hosts (mirrors included) with SRC's credentials.
+    ASSIGN_OR_RETURN(ImageReference to, ImageReference::Parse(c.to));
+    if (to.digest()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--to ", c.to, ": name a repository and optionally a tag, not a digest"));
+    }
+    if (HasExplicitTag(c.to)) {
+      if (!o.volume_tag.empty() && o.volume_tag != to.tag()) {
+        return absl::InvalidArgumentError(absl::StrCat("--to ", c.to, " names tag ", to.tag(),
+                                                       " and --volume-tag says ", o.volume_tag));
+      }
+      o.volume_tag = to.tag();
+    }
+    ASSIGN_OR_RETURN(auto source, ConnectRegistry(ref, HostCapability::kPull, access));
+    ASSIGN_OR_RETURN(auto target, ConnectRegistry(to, HostCapability::kPush, access));
+    ASSIGN_OR_RETURN(r, ConvertModelTo(*source, ref, *target, to.repository(), o));
+  }
   if (c.reg.json) {
     printf("%s\n", PushResultToJson(r).dump(2).c_str());
     return absl::OkStatus();
   }
-  printf("indexed %zu layer(s) of %s; %s bytes sent\n", r.blobs.size() - 2,
+  const std::string& model_repo = r.model_repository.empty() ? r.repository : r.model_repository;
+  printf("indexed %zu layer(s) of %s@%s; %s bytes sent\n", r.blobs.size() - 2, model_repo.c_str(),
          r.model.digest.str().c_str(), WithCommas(r.bytes_uploaded).c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
+  if (!r.model_repository.empty()) {
+    printf("the weights stay in %s; the volume image reads them from there\n", model_repo.c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -171,7 +209,10 @@ absl::Status RunPull(const PullCli& c) {
   PullOptions o;
   o.parallel = c.parallel;
   o.progress = MakeProgress(c.reg.json);
-  ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPull, AccessOptions(c.reg)));
+  // One client per registry: a volume image's model may live on another one.
+  RegistryClients clients(AccessOptions(c.reg));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  o.connect = clients.Connector();
   ASSIGN_OR_RETURN(PullResult r, PullModel(*client, ref, c.dest, o));
   if (c.reg.json) {
     printf("%s\n", PullResultToJson(r).dump(2).c_str());
@@ -223,6 +264,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--dataset", c->identity.datasets,
                     "Training dataset, a Hub id or a URL (repeatable; descriptor.datasetsURL)");
     cmd->add_option("--eval-id", c->identity.eval_ids, "Evaluation run id (repeatable)");
+    cmd->add_option("--path-prefix", c->path_prefix,
+                    "Directory the volume image shows the files under (\"models\" for KServe's "
+                    "oci+native://, which mounts it with subPath: models); the model's own paths "
+                    "are unchanged");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunPush(*c); });
   }
@@ -233,8 +278,14 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
         "Write a modelfs volume image for an existing ModelPack artifact (weights are "
         "streamed once to verify and index them, not uploaded again)");
     cmd->add_option("REF", c->ref, "The ModelPack artifact")->required();
+    cmd->add_option("--to", c->to,
+                    "Write the volume image into this repository (registry/repo[:tag]) instead "
+                    "of REF's, e.g. one you can push to; the weights stay in REF's repository");
     cmd->add_option("--volume-tag", c->volume_tag,
                     "Tag for the volume image (default <tag>-volume)");
+    cmd->add_option("--path-prefix", c->path_prefix,
+                    "Directory the volume image shows the files under (\"models\" for KServe's "
+                    "oci+native://)");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunConvert(*c); });
   }

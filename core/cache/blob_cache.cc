@@ -55,6 +55,17 @@ std::array<uint8_t, 32> HashOf(const char* data, size_t n) {
 
 std::string HexOf(const std::array<uint8_t, 32>& raw) { return Digest::FromRaw(raw).str(); }
 
+// What a data file looks like once its whole layer was verified and flushed: device, inode,
+// size, and change and modification times to the nanosecond. Any write to the file afterwards
+// (or a replacement of it) changes the ctime, so a matching seal says the bytes are still the
+// verified ones. "" when fstat fails.
+std::string SealOf(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return std::string();
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_ctim.tv_sec, ".",
+                      st.st_ctim.tv_nsec, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 struct BlobCache::Layer {
@@ -73,6 +84,9 @@ struct BlobCache::Layer {
   int pins = 0;  // readers inside Read
   int jobs = 0;  // flights and verification jobs queued or running
   bool whole_verified = false;
+  // SealOf(fd) when the whole layer was verified and flushed, so that a later process trusts
+  // the file without re-hashing it; "" otherwise.
+  std::string seal;
   bool whole_verify_scheduled = false;
   bool quarantined = false;
   uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
@@ -81,10 +95,15 @@ struct BlobCache::Layer {
   int fd = -1;                   // fixed for the Layer's lifetime
   int64_t last_used = 0;
   uint64_t cached_bytes = 0;
-  uint64_t seq_next = std::numeric_limits<uint64_t>::max();
+  uint64_t run_start = 0, run_end = 0;  // the sequential run readers are extending
   uint64_t window = 0;
   bool bulk_active = false;
   uint64_t bulk_next = 0;
+  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched as
+  // options.stream_segments contiguous segments in parallel, each from its own cursor, one
+  // request in flight per segment. Empty when not streaming.
+  std::vector<std::pair<uint64_t, uint64_t>> stream;  // per segment: [next chunk, end chunk)
+  std::vector<bool> stream_busy;                      // per segment: a request is in flight
   bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
   // Verified chunks the full disk could not take (state kInMemory).
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
@@ -107,9 +126,14 @@ struct BlobCache::Flight {
   std::pair<int, uint64_t> key;
   bool queued = false;
   bool bulk = false;
+  int stream_segment = -1;  // the segment of Layer::stream it fetches, or -1
   absl::Time deadline;
   std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
+  // Chunks land one by one as the stream delivers them: [first, first + landed) have their
+  // final state and chunk_status (sized at creation).
+  uint64_t landed = 0;
+  bool failed = false;  // some chunk of it failed
   std::vector<absl::Status> chunk_status;
   // Verified chunks that only memory holds (the disk is full), for the readers that waited:
   // the memory budget may drop them from the layer before those readers look again.
@@ -221,9 +245,13 @@ absl::Status BlobCache::OpenDatabase(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
         " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
-        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0);"
+        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
         " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;");
+  }
+  if (s.ok() && !DbHasColumn("layers", "seal")) {
+    // Caches written before seals existed: their layers are re-hashed once, then sealed.
+    s = DbExec("ALTER TABLE layers ADD COLUMN seal TEXT");
   }
   if (s.ok()) {
     s = DbExec(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
@@ -254,14 +282,28 @@ absl::Status BlobCache::DbExec(const std::string& sql) {
   return absl::OkStatus();
 }
 
+bool BlobCache::DbHasColumn(const std::string& table, const std::string& column) {
+  absl::MutexLock lock(&db_mu_);
+  sqlite3_stmt* st = nullptr;
+  const std::string sql = absl::StrCat("PRAGMA table_info(", table, ")");
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return false;
+  bool found = false;
+  while (!found && sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char* name = sqlite3_column_text(st, 1);
+    found = name != nullptr && column == reinterpret_cast<const char*>(name);
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
 absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
-                                      const std::string& local) {
+                                      const std::string& local, const std::string& seal) {
   absl::MutexLock lock(&db_mu_);
   sqlite3_stmt* st = nullptr;
   const char* sql =
-      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used)"
-      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(digest) DO UPDATE SET size=?2,"
-      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7";
+      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used,"
+      " seal) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO UPDATE SET size=?2,"
+      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7, seal=?8";
   if (sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) != SQLITE_OK) {
     return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
   }
@@ -276,6 +318,11 @@ absl::Status BlobCache::DbUpsertLayer(const Layer& layer, bool whole_verified,
     sqlite3_bind_blob(st, 6, local.data(), static_cast<int>(local.size()), SQLITE_TRANSIENT);
   }
   sqlite3_bind_int64(st, 7, layer.last_used);
+  if (seal.empty()) {
+    sqlite3_bind_null(st, 8);
+  } else {
+    sqlite3_bind_text(st, 8, seal.c_str(), -1, SQLITE_TRANSIENT);
+  }
   int rc = sqlite3_step(st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
@@ -348,6 +395,7 @@ absl::Status BlobCache::LoadFromDb() {
     bool whole_verified;
     std::string local;
     int64_t last_used;
+    std::string seal;
     std::vector<uint64_t> chunks;
   };
   std::map<std::string, Row> rows;
@@ -356,7 +404,7 @@ absl::Status BlobCache::LoadFromDb() {
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db_,
                            "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
-                           " last_used FROM layers",
+                           " last_used, seal FROM layers",
                            -1, &st, nullptr) != SQLITE_OK) {
       return absl::InternalError(absl::StrCat("cache database: ", sqlite3_errmsg(db_)));
     }
@@ -371,6 +419,9 @@ absl::Status BlobCache::LoadFromDb() {
         r.local.assign(static_cast<const char*>(b), sqlite3_column_bytes(st, 5));
       }
       r.last_used = sqlite3_column_int64(st, 6);
+      if (const unsigned char* t = sqlite3_column_text(st, 7)) {
+        r.seal = reinterpret_cast<const char*>(t);
+      }
       rows[r.digest] = std::move(r);
     }
     sqlite3_finalize(st);
@@ -415,10 +466,21 @@ absl::Status BlobCache::LoadFromDb() {
         forget.push_back(layer->digest);
         continue;
       }
-      for (uint64_t c : r.chunks) {
-        if (c < n && layer->state[c] == ChunkState::kMissing) {
-          layer->state[c] = ChunkState::kRecorded;
-          layer->cached_bytes += layer->ChunkLen(c);
+      if (r.whole_verified && !r.seal.empty() && SealOf(layer->fd) == r.seal) {
+        // Verified whole and untouched since: no chunk needs re-hashing.
+        layer->seal = r.seal;
+        layer->state.assign(n, ChunkState::kVerified);
+        layer->cached_bytes = layer->size;
+      } else {
+        // Unsealed (a cache from before seals, or a seal that no longer matches): its chunks
+        // are re-hashed on first read, and in chunk mode the whole-layer check runs again
+        // once they all are, which seals it.
+        if (layer->mode == VerifyMode::kChunk) layer->whole_verified = false;
+        for (uint64_t c : r.chunks) {
+          if (c < n && layer->state[c] == ChunkState::kMissing) {
+            layer->state[c] = ChunkState::kRecorded;
+            layer->cached_bytes += layer->ChunkLen(c);
+          }
         }
       }
       if (layer->cached_bytes == 0) {
@@ -552,7 +614,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
-  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local); !s.ok()) {
+  if (absl::Status s = DbUpsertLayer(*layer, layer->whole_verified, local, layer->seal);
+      !s.ok()) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(s.message());
   }
@@ -643,6 +706,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
     f->last = c - 1;
     f->gen = layer->gen.load();
     f->deadline = deadline;
+    f->chunk_status.assign(c - start, absl::OkStatus());
     for (uint64_t i = start; i < c; ++i) {
       layer->state[i] = ChunkState::kInFlight;
       layer->flight[i] = f;
@@ -685,26 +749,103 @@ void BlobCache::WorkerLoop(std::string endpoint) {
   }
 }
 
+void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
+  const std::shared_ptr<Layer>& layer = f->layer;
+  const uint64_t cs = layer->chunk_size;
+  const uint64_t c = f->first + i;
+  const uint64_t len = piece.size();
+  absl::Status cst;
+  std::shared_ptr<const std::string> memory;
+  if (!expected.empty()) {
+    auto got = HashOf(piece.data(), len);
+    if (got != expected[i]) {
+      counters_.verification_failures++;
+      cst = absl::DataLossError(absl::StrCat("chunk ", c, " of layer ", layer->digest.str(),
+                                             " (bytes [", c * cs, ", ", c * cs + len,
+                                             ")) failed verification: got ", HexOf(got), ", want ",
+                                             HexOf(expected[i])));
+      Log(cst.message());
+    }
+  }
+  if (cst.ok()) {
+    const int err = WriteData(layer->fd, piece.data(), len, c * cs);
+    if (err == 0) {
+      w->good.push_back(c);
+      w->wrote = true;
+    } else if (err == ENOSPC || err == EDQUOT) {
+      w->disk_full = true;
+      if (expected.empty()) {
+        // Nothing of a whole-layer fill is servable before all of it is verified on disk.
+        cst = absl::ResourceExhaustedError(absl::StrCat(
+            "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
+            " has no chunk index, so it must be cached whole before it is served"));
+      } else {
+        // Verified: hand the bytes to the readers without recording them.
+        memory = std::make_shared<const std::string>(piece);
+      }
+    } else {
+      cst = absl::InternalError(absl::StrCat("writing ", DataPath(layer->digest), " at offset ",
+                                             c * cs, ": ", ErrnoText(err)));
+    }
+  }
+  // Verified chunks are served from the page cache at once; their fdatasync and record are
+  // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
+  // the layer digest matches (RunWholeVerify).
+  absl::MutexLock lock(&mu_);
+  if (w->disk_full && !disk_full_) {
+    // Said at once, not when the flight ends: readers may already be served.
+    disk_full_ = w->became_full = true;
+    // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
+    for (auto& l : bulk_layers_) l->bulk_active = false;
+    bulk_layers_.clear();
+  }
+  if (layer->flight[c] == f) layer->flight[c] = nullptr;
+  if (layer->gen.load() != f->gen) {
+    cst = absl::DataLossError(
+        absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
+  } else if (memory) {
+    f->memory.emplace_back(c, memory);
+    KeepInMemoryLocked(layer, c, std::move(memory));
+  } else if (cst.ok()) {
+    layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
+    layer->cached_bytes += len;
+    cached_bytes_ += len;
+  } else {
+    layer->state[c] = ChunkState::kMissing;
+    if (!f->failed) {
+      layer->fill_error = cst;
+      layer->fill_disk_full = absl::IsResourceExhausted(cst);
+    }
+    f->failed = true;
+  }
+  f->chunk_status[i] = std::move(cst);
+  f->landed = i + 1;
+}
+
 void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
-  const uint64_t offset = f->first * cs;
-  uint64_t length = 0;
+  const uint64_t n = f->last - f->first + 1;
   std::vector<std::array<uint8_t, 32>> expected;
   {
     absl::MutexLock lock(&mu_);
-    for (uint64_t c = f->first; c <= f->last; ++c) {
-      length += layer->ChunkLen(c);
-      if (!layer->expected.empty()) expected.push_back(layer->expected[c]);
+    if (!layer->expected.empty()) {
+      expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
     }
   }
-  const std::string range =
-      absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", offset + length, ")");
+  const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
-  std::string data;
+  FlightWrites writes;
+  std::string piece;  // the chunk being received
+  piece.reserve(cs);
+  uint64_t next = 0;  // chunks of the flight that have landed
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  while (true) {
+  while (next < n) {
+    const uint64_t offset = (f->first + next) * cs;
+    const std::string range =
+        absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
@@ -721,22 +862,35 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       break;
     }
     counters_.requests++;
-    auto r = remote_->FetchRange(layer->digest, offset, length, deadline);
-    if (r.ok()) {
-      counters_.bytes_fetched += r->size();
-      if (r->size() == length) {
-        data = std::move(*r);
-        st = absl::OkStatus();
-        if (health_.RecordSuccess(f->endpoint)) {
-          Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
-                           " answers again; reads that need it get the full deadline"));
-        }
-        break;
+    piece.clear();
+    st = remote_->StreamRange(
+        layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
+          counters_.bytes_fetched += data.size();
+          while (!data.empty() && next < n) {
+            const uint64_t len = layer->ChunkLen(f->first + next);
+            const size_t take = std::min<uint64_t>(len - piece.size(), data.size());
+            piece.append(data.data(), take);
+            data.remove_prefix(take);
+            if (piece.size() == len) {
+              LandChunk(f, next++, piece, expected, &writes);
+              piece.clear();
+            }
+          }
+          if (layer->gen.load() != f->gen) {
+            return absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
+          }
+          return absl::OkStatus();
+        });
+    if (next == n) {
+      st = absl::OkStatus();
+      if (health_.RecordSuccess(f->endpoint)) {
+        Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
+                         " answers again; reads that need it get the full deadline"));
       }
-      st = absl::UnavailableError(
-          absl::StrCat("fetching ", range, ": remote returned ", r->size(), " bytes"));
-    } else {
-      st = r.status();
+      break;
+    }
+    if (st.ok()) {
+      st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
     }
     if (!Retryable(st.code())) break;
     std::optional<absl::Duration> wait = backoff.Next();
@@ -745,55 +899,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     // itself rather than giving the Backoff a fixed one.
     time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
-
-  const uint64_t n = f->last - f->first + 1;
-  std::vector<absl::Status> chunk_status(n, st);
-  std::vector<uint64_t> good;
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory_chunks;
-  bool wrote = false, disk_full = false;
-  if (st.ok()) {
-    uint64_t pos = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t c = f->first + i;
-      const uint64_t len = layer->ChunkLen(c);
-      const char* piece = data.data() + pos;
-      pos += len;
-      if (!expected.empty()) {
-        auto got = HashOf(piece, len);
-        if (got != expected[i]) {
-          counters_.verification_failures++;
-          chunk_status[i] = absl::DataLossError(
-              absl::StrCat("chunk ", c, " of layer ", layer->digest.str(), " (bytes [", c * cs,
-                           ", ", c * cs + len, ")) failed verification: got ", HexOf(got),
-                           ", want ", HexOf(expected[i])));
-          Log(chunk_status[i].message());
-          continue;
-        }
-      }
-      const int err = WriteData(layer->fd, piece, len, c * cs);
-      if (err == 0) {
-        good.push_back(c);
-        wrote = true;
-      } else if (err == ENOSPC || err == EDQUOT) {
-        disk_full = true;
-        if (expected.empty()) {
-          // Nothing of a whole-layer fill is servable before all of it is verified on disk.
-          chunk_status[i] = absl::ResourceExhaustedError(absl::StrCat(
-              "cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
-              " has no chunk index, so it must be cached whole before it is served"));
-        } else {
-          // Verified: hand the bytes to the readers without recording them.
-          memory_chunks.emplace_back(i, std::make_shared<const std::string>(piece, len));
-        }
-      } else {
-        chunk_status[i] = absl::InternalError(absl::StrCat(
-            "writing ", DataPath(layer->digest), " at offset ", c * cs, ": ", ErrnoText(err)));
-      }
-    }
-    // Verified chunks are served from the page cache at once; their fdatasync and record are
-    // batched by PersistPending (below, under mu_). Chunks of an unverified whole-layer fill are
-    // recorded only after the layer digest matches (RunWholeVerify).
-  } else if (st.code() != absl::StatusCode::kAborted) {
+  if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
     Log(absl::StrCat("fetch failed: ", st.message()));
   }
 
@@ -802,50 +908,40 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   {
     absl::MutexLock lock(&mu_);
     const bool stale = layer->gen.load() != f->gen;
-    bool failed = false;
-    size_t next_memory = 0;
-    for (uint64_t i = 0; i < n; ++i) {
+    // The chunks the stream never delivered fail with its error.
+    for (uint64_t i = next; i < n; ++i) {
       const uint64_t c = f->first + i;
       if (layer->flight[c] == f) layer->flight[c] = nullptr;
       if (stale) {
-        chunk_status[i] = absl::DataLossError(
+        f->chunk_status[i] = absl::DataLossError(
             absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
         continue;
       }
-      if (next_memory < memory_chunks.size() && memory_chunks[next_memory].first == i) {
-        f->memory.emplace_back(c, memory_chunks[next_memory].second);
-        KeepInMemoryLocked(layer, c, std::move(memory_chunks[next_memory++].second));
-      } else if (chunk_status[i].ok()) {
-        layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
-        layer->cached_bytes += layer->ChunkLen(c);
-        cached_bytes_ += layer->ChunkLen(c);
-      } else {
-        layer->state[c] = ChunkState::kMissing;
-        if (!failed) {
-          layer->fill_error = chunk_status[i];
-          layer->fill_disk_full = absl::IsResourceExhausted(chunk_status[i]);
-        }
-        failed = true;
+      layer->state[c] = ChunkState::kMissing;
+      if (!f->failed) {
+        layer->fill_error = st;
+        layer->fill_disk_full = absl::IsResourceExhausted(st);
       }
+      f->failed = true;
+      f->chunk_status[i] = st;
     }
-    if (disk_full && !disk_full_) {
-      disk_full_ = became_full = true;
-      // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
-      for (auto& l : bulk_layers_) l->bulk_active = false;
-      bulk_layers_.clear();
-    } else if (wrote && !disk_full) {
-      disk_full_ = false;
+    became_full = writes.became_full;
+    if (writes.wrote && !writes.disk_full) disk_full_ = false;
+    if (!stale && !writes.good.empty() && !expected.empty()) {
+      QueuePersistLocked(layer, f->gen, std::move(writes.good));
     }
-    if (!stale && !good.empty() && !expected.empty()) {
-      QueuePersistLocked(layer, f->gen, std::move(good));
-    }
-    if (failed && !stale) layer->fill_epoch++;
-    f->chunk_status = std::move(chunk_status);
+    if (f->failed && !stale) layer->fill_epoch++;
+    f->landed = n;
     f->done = true;
     layer->jobs--;
     if (f->bulk) {
       bulk_in_flight_--;
       PumpBulkLocked();
+    }
+    if (f->stream_segment >= 0 &&
+        static_cast<size_t>(f->stream_segment) < layer->stream_busy.size()) {
+      layer->stream_busy[f->stream_segment] = false;
+      if (!stale && !f->failed) PumpStreamLocked(layer);
     }
     if (!stale) AfterChunksLandedLocked(layer);
     over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
@@ -924,6 +1020,17 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
+  if (layer->mode == VerifyMode::kChunk && options_.verify_when_idle > absl::ZeroDuration()) {
+    // Every chunk is verified already: this is the audit against the layer digest, and it can
+    // wait for the loader to finish.
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = time_->Now() + absl::Seconds(30);
+    while (!stopping_ && time_->Now() < give_up &&
+           time_->Now() - last_read_ < options_.verify_when_idle) {
+      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
+                               std::min(give_up, last_read_ + options_.verify_when_idle));
+    }
+  }
   const uint64_t gen = layer->gen.load();
   const uint64_t cs = layer->chunk_size;
   const bool want_local = layer->mode != VerifyMode::kChunk;
@@ -973,12 +1080,15 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     snapshot_fields.mode = layer->mode;
     snapshot_fields.last_used = layer->last_used;
   }
-  if (s.ok() && layer->gen.load() == gen) s = DbUpsertLayer(snapshot_fields, true, local);
+  // Taken after the flush: nothing writes a verified layer's file again.
+  const std::string seal = s.ok() ? SealOf(layer->fd) : std::string();
+  if (s.ok() && layer->gen.load() == gen) s = DbUpsertLayer(snapshot_fields, true, local, seal);
   if (!s.ok()) Log(s.message());
   absl::MutexLock lock(&mu_);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->whole_verified = true;
+  if (s.ok()) layer->seal = seal;
   if (want_local) {
     layer->expected.resize(layer->count());
     for (uint64_t c = 0; c < layer->count(); ++c) {
@@ -1030,6 +1140,7 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
     if (layer->quarantined) return;
     layer->quarantined = true;
     layer->whole_verified = false;
+    layer->seal.clear();
     layer->gen++;
     for (uint64_t c = 0; c < layer->count(); ++c) {
       layer->state[c] = ChunkState::kMissing;
@@ -1077,17 +1188,60 @@ void BlobCache::PumpBulkLocked() {
   }
 }
 
+void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from) {
+  if (!layer->stream.empty() || layer->quarantined || disk_full_ || from >= layer->count()) return;
+  const uint64_t left = layer->count() - from;
+  const uint64_t segments =
+      std::max<uint64_t>(1, std::min<uint64_t>(options_.stream_segments, left));
+  for (uint64_t i = 0; i < segments; ++i) {
+    layer->stream.emplace_back(from + left * i / segments, from + left * (i + 1) / segments);
+  }
+  layer->stream_busy.assign(segments, false);
+  PumpStreamLocked(layer);
+}
+
+void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
+  if (disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) return;
+  const uint64_t per_request =
+      std::max<uint64_t>(1, options_.max_request_bytes / layer->chunk_size);
+  for (size_t i = 0; i < layer->stream.size(); ++i) {
+    auto& [next, end] = layer->stream[i];
+    while (!layer->stream_busy[i] && next < end) {
+      const uint64_t last = std::min(end, next + per_request) - 1;
+      std::vector<std::shared_ptr<Flight>> created;
+      ScheduleMissingLocked(layer, next, last, kReadahead,
+                            time_->Now() + options_.background_deadline, &created);
+      next = last + 1;
+      if (!created.empty()) {
+        // One flight per segment carries the cursor on (the others run alongside).
+        created.back()->stream_segment = static_cast<int>(i);
+        layer->stream_busy[i] = true;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reads.
 
 void BlobCache::UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end) {
-  if (offset == layer.seq_next) {
-    layer.window = layer.window == 0 ? options_.readahead_min
-                                     : std::min(layer.window * 2, options_.readahead_max);
+  // The kernel sends a streaming reader's requests in parallel (its readahead: 8 requests of
+  // a chunk each), so they arrive a little out of order: a read that starts inside the current
+  // run, or at most 8 chunks past its end, continues it. A run earns readahead once it is
+  // readahead_min long, and the window is half the run: a lone random read (the kernel turns
+  // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
+  const uint64_t slack = 8 * layer.chunk_size;
+  if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
+    layer.run_end = std::max(layer.run_end, end);
+    const uint64_t run = layer.run_end - layer.run_start;
+    layer.window = run < std::max<uint64_t>(options_.readahead_min, 1)
+                       ? 0
+                       : std::clamp(run / 2, options_.readahead_min, options_.readahead_max);
   } else {
+    layer.run_start = offset;
+    layer.run_end = end;
     layer.window = 0;
   }
-  layer.seq_next = end;
 }
 
 bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
@@ -1113,6 +1267,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   if (layer->state[c] != ChunkState::kRecorded) return ok;
   if (ok) {
     layer->state[c] = ChunkState::kVerified;
+    AfterChunksLandedLocked(layer);
   } else {
     counters_.verification_failures++;
     layer->state[c] = ChunkState::kMissing;
@@ -1192,10 +1347,11 @@ absl::Status BlobCache::EnsureChunks(
     if (waits.empty()) return absl::OkStatus();
 
     absl::MutexLock lock(&mu_);
+    // A flight's chunks land one by one: wait only for the ones this read needs.
     auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
-        if (!w->done) return false;
+        if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
       }
       return true;
     };
@@ -1206,11 +1362,12 @@ absl::Status BlobCache::EnsureChunks(
                        absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
-      if (!w->done) continue;
       for (const auto& [c, bytes] : w->memory) {
         if (c >= first && c <= last) from_flights[c] = bytes;
       }
-      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last); ++c) {
+      const uint64_t landed_end = w->first + w->landed;
+      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last) && c < landed_end;
+           ++c) {
         const absl::Status& s = w->chunk_status[c - w->first];
         if (s.ok()) continue;
         // A transient failure of a request started for another reader is retried within our
@@ -1260,6 +1417,41 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
+  ASSIGN_OR_RETURN(std::vector<BlobSpan> spans, ReadSpans(digest, offset, length));
+  uint64_t total = 0;
+  for (const BlobSpan& span : spans) total += span.length;
+  std::string out(total, '\0');
+  char* dst = out.data();
+  for (const BlobSpan& span : spans) {
+    if (span.fd >= 0) {
+      RETURN_IF_ERROR(PreadFull(span.fd, dst, span.length, span.offset, DataPath(digest)));
+    } else {
+      memcpy(dst, span.memory->data() + span.offset, span.length);
+    }
+    dst += span.length;
+  }
+  return out;
+}
+
+int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Layer> layer = FindLocked(digest);
+    if (!layer || !layer->has_spec || layer->refs.empty() || layer->quarantined ||
+        !layer->whole_verified || layer->seal.empty() || offset != 0 || length != layer->size) {
+      return -1;
+    }
+    for (ChunkState s : layer->state) {
+      if (s != ChunkState::kVerified) return -1;
+    }
+    layer->last_used = ++clock_;
+  }
+  // A new open file description, read-only: whoever holds it can never write the cache.
+  return open(DataPath(digest).c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
+                                                          uint64_t length) {
   const absl::Time start = time_->Now();
   const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
@@ -1276,6 +1468,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
     layer->pins++;
     layer->last_used = ++clock_;
+    last_read_ = start;
     endpoint = layer->endpoint;
   }
   const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
@@ -1288,7 +1481,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
     }
   } unpin{this, layer.get()};
 
-  if (offset >= layer->size || length == 0) return std::string();
+  if (offset >= layer->size || length == 0) return std::vector<BlobSpan>();
   const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
   const uint64_t cs = layer->chunk_size;
   const uint64_t first = offset / cs, last = (end - 1) / cs;
@@ -1311,9 +1504,15 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
       absl::MutexLock lock(&mu_);
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadaheadLocked(*layer, offset, end);
-        if (layer->window > 0 && end < layer->size && !disk_full_) {
-          const uint64_t ra_end = std::min(layer->size, end + layer->window);
-          ScheduleMissingLocked(layer, end / cs, (ra_end - 1) / cs, kReadahead,
+        // A reader that has streamed stream_after bytes in a row will read the rest: fetch
+        // it with parallel ranges (a registry reading from disk serves several streams
+        // several times faster than one).
+        if (options_.stream_segments > 0 && layer->run_end - layer->run_start >= options_.stream_after) {
+          StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
+        }
+        if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
+          const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
+          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
                                 time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {
@@ -1340,19 +1539,37 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
   }
   if (!s.ok()) return s;
 
-  std::string out(end - offset, '\0');
+  // The spans hold the layer, and so its fd, for as long as they live: eviction may unlink the
+  // data file meanwhile, never close it under a reader.
+  std::vector<BlobSpan> spans;
+  auto add_file = [&](uint64_t from, uint64_t to) {
+    if (!spans.empty() && spans.back().fd >= 0 &&
+        spans.back().offset + spans.back().length == from) {
+      spans.back().length += to - from;
+      return;
+    }
+    BlobSpan span;
+    span.fd = layer->fd;
+    span.offset = from;
+    span.length = to - from;
+    span.keep_alive = layer;
+    spans.push_back(std::move(span));
+  };
   if (memory.empty()) {
-    RETURN_IF_ERROR(PreadFull(layer->fd, out.data(), out.size(), offset, DataPath(digest)));
+    add_file(offset, end);
   } else {
-    // Some chunks live only in memory (the disk is full): copy those, pread the rest.
+    // Some chunks live only in memory (the disk is full): those come from there.
     size_t next = 0;
     for (uint64_t c = first; c <= last; ++c) {
       const uint64_t from = std::max(offset, c * cs), to = std::min(end, (c + 1) * cs);
-      char* dst = out.data() + (from - offset);
       if (next < memory.size() && memory[next].first == c) {
-        memcpy(dst, memory[next++].second->data() + (from - c * cs), to - from);
+        BlobSpan span;
+        span.offset = from - c * cs;
+        span.length = to - from;
+        span.memory = std::move(memory[next++].second);
+        spans.push_back(std::move(span));
       } else {
-        RETURN_IF_ERROR(PreadFull(layer->fd, dst, to - from, from, DataPath(digest)));
+        add_file(from, to);
       }
     }
   }
@@ -1363,8 +1580,8 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
     }
   }
-  counters_.bytes_served += out.size();
-  return out;
+  counters_.bytes_served += end - offset;
+  return spans;
 }
 
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,

@@ -79,9 +79,17 @@ struct CacheOptions {
   absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
   RetryPolicy retry;
   uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
-  uint64_t readahead_min = 4ull << 20;       // first window once a reader is sequential
-  uint64_t readahead_max = 64ull << 20;      // the window doubles up to this
+  uint64_t readahead_min = 4ull << 20;   // smallest window once a reader is sequential
+  uint64_t readahead_max = 64ull << 20;  // the window (half the sequential run) stops here
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
+  // Once a reader has read this many bytes of a layer in a row, the rest of the layer is
+  // fetched in `stream_segments` parallel streams (0: never; readahead alone).
+  uint64_t stream_after = 32ull << 20;
+  int stream_segments = 4;
+  // In chunk mode, the whole-layer check of a complete layer (a second SHA-256 pass over it)
+  // waits until no layer was read for this long (at most 30 s, and not at all once the cache
+  // is closing), so that it does not take CPU from a model load still under way.
+  absl::Duration verify_when_idle = absl::Seconds(1);
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
   uint64_t memory_fallback_bytes = 64ull << 20;
@@ -148,6 +156,13 @@ class BlobCache : public BlobReader {
   // verification, or the layer is quarantined), kDeadlineExceeded (not satisfied within
   // options.read_deadline), kUnavailable / kNotFound / kPermissionDenied (remote refused).
   absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset, uint64_t length) override;
+  // Read's work without the copy: fd spans over the data file (memory spans for chunks a full
+  // disk left in memory). Errors as Read.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
+                                                  uint64_t length) override;
+  // A read-only fd of the layer's data file once the whole layer is verified and sealed (its
+  // seal recorded: docs/cache-format.md), for [0, size) only; -1 otherwise.
+  int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override;
 
   // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
   // order with at most options.prefetch_concurrency requests in flight; foreground reads go
@@ -250,6 +265,17 @@ class BlobCache : public BlobReader {
   void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
+  // What a flight's chunks did to the data file, for its end.
+  struct FlightWrites {
+    std::vector<uint64_t> good;  // verified and written: to persist
+    bool wrote = false;
+    bool disk_full = false;
+    bool became_full = false;  // this flight found the disk full first
+  };
+  // Verifies chunk `i` of a flight (bytes `piece`), writes it, and makes it servable (or
+  // failed) at once, so readers waiting for it go on while the rest of the range streams in.
+  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+                 const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunWholeVerify(const std::shared_ptr<Layer>& layer);
@@ -258,6 +284,10 @@ class BlobCache : public BlobReader {
                           std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistPending();
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
+  void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PumpStreamLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
   void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -268,7 +298,9 @@ class BlobCache : public BlobReader {
 
   // SQLite helpers; all take db_mu_.
   absl::Status DbExec(const std::string& sql);
-  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local);
+  bool DbHasColumn(const std::string& table, const std::string& column);
+  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local,
+                             const std::string& seal);
   absl::Status DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
                               const std::vector<uint64_t>& chunks);
   void DbForgetLayer(const Digest& digest);
@@ -299,6 +331,7 @@ class BlobCache : public BlobReader {
   std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
+  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Jobs queued per endpoint, and the endpoints that have their fetch threads.
   absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);

@@ -1,16 +1,35 @@
 // BlobReader: the one way the filesystem reads layer bytes. Implementations return only
 // verified bytes (see DESIGN.md "Trust chain"); the FUSE layer maps their errors to errno.
 //
+// Two cheaper ways to the same verified bytes, for the read path (issue 10):
+//  - ReadSpans names where the bytes are (a range of an open file, or memory) instead of
+//    copying them, so the FUSE layer can splice them from the page cache to the kernel;
+//  - OpenVerifiedBlob hands out a file that holds a whole blob, every byte verified and sealed
+//    against change, so the kernel can read it directly (FUSE passthrough).
+//
 // Thread safety: implementations must be safe for concurrent calls.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
+
+// A piece of verified bytes: `length` bytes at `offset` of file `fd`, or, when fd < 0, at
+// `offset` of `*memory`. `keep_alive` keeps the fd (or the memory) valid for as long as the
+// span is held.
+struct BlobSpan {
+  int fd = -1;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::shared_ptr<const std::string> memory;
+  std::shared_ptr<const void> keep_alive;
+};
 
 class BlobReader {
  public:
@@ -23,6 +42,29 @@ class BlobReader {
   // kUnavailable (registry unreachable).
   virtual absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
                                            uint64_t length) = 0;
+
+  // The same bytes as Read, as spans in order (their lengths add up to what Read returns).
+  // The default copies through Read. Errors as Read.
+  virtual absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
+                                                          uint64_t length) {
+    absl::StatusOr<std::string> bytes = Read(digest, offset, length);
+    if (!bytes.ok()) return bytes.status();
+    std::vector<BlobSpan> spans;
+    if (bytes->empty()) return spans;
+    BlobSpan span;
+    span.length = bytes->size();
+    span.memory = std::make_shared<const std::string>(*std::move(bytes));
+    spans.push_back(std::move(span));
+    return spans;
+  }
+
+  // A new read-only fd (the caller closes it) of a local file whose bytes are exactly blob
+  // `digest`, all verified, and which nothing will write again; -1 when there is none (the
+  // blob is not fully cached and verified yet, or [offset, offset + length) is not the whole
+  // blob). Never blocks on the network.
+  virtual int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
+    return -1;
+  }
 };
 
 }  // namespace modelfs

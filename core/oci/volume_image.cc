@@ -41,6 +41,7 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
   j["schemaVersion"] = info.schema_version;
   j["manifest"] = oci_json::DescriptorToJson(info.manifest);
   j["repository"] = info.repository;
+  if (!info.path_prefix.empty()) j["pathPrefix"] = info.path_prefix;
   Json layers = Json::array();
   for (const VolumeLayerRecord& l : info.layers) {
     Json lj = Json::object();
@@ -76,6 +77,14 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
     return absl::InvalidArgumentError("model.json.manifest: required field missing");
   ASSIGN_OR_RETURN(info.manifest, oci_json::DescriptorFromJson(*m, "model.json.manifest"));
   ASSIGN_OR_RETURN(info.repository, oci_json::GetString(j, "repository", kWhere, false));
+  ASSIGN_OR_RETURN(info.path_prefix, oci_json::GetString(j, "pathPrefix", kWhere, false));
+  if (!info.path_prefix.empty()) {
+    absl::Status s = CheckRelativePath(info.path_prefix);
+    if (!s.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat("model.json.pathPrefix: ", s.message()));
+    }
+    RETURN_IF_ERROR(CheckNotReservedModelPath(info.path_prefix, "model.json.pathPrefix"));
+  }
   const Json* layers = oci_json::Find(j, "layers");
   if (layers == nullptr || !layers->is_array()) {
     return absl::InvalidArgumentError("model.json.layers: missing or not an array");
@@ -204,6 +213,15 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   VolumeModelInfo& info = v.model_info;
   info.manifest = ManifestRef(input.model_manifest);
   info.repository = input.repository;
+  if (!input.path_prefix.empty()) {
+    absl::Status s = CheckRelativePath(input.path_prefix);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path prefix '", input.path_prefix, "': ", s.message()));
+    }
+    RETURN_IF_ERROR(CheckNotReservedModelPath(input.path_prefix, "the path prefix"));
+    info.path_prefix = input.path_prefix;
+  }
 
   std::map<Digest, const ChunkIndex*> by_digest;
   for (const ChunkIndex& idx : input.chunk_indexes) by_digest[idx.blob_digest] = &idx;

@@ -67,6 +67,9 @@ struct VolumeModelInfo {
   Descriptor manifest;                    // M: mediaType, digest, size (artifactType when known)
   std::string repository;                 // where M lives, "host[:port]/path" without tag or digest
   std::vector<VolumeLayerRecord> layers;  // M's layers, in M's order
+  // A directory V shows M's files under ("models" for KServe's oci+native://, which mounts
+  // the image with subPath: models); empty: at the root. Written only when set.
+  std::string path_prefix;
   friend bool operator==(const VolumeModelInfo&, const VolumeModelInfo&) = default;
 };
 std::string SerializeVolumeModelJson(const VolumeModelInfo& info);
@@ -77,6 +80,7 @@ struct VolumeImageInput {
   Descriptor model_manifest;  // M's descriptor (mediaType, digest, size[, artifactType])
   Manifest model;             // M itself, for its layers
   std::string repository;
+  std::string path_prefix;  // VolumeModelInfo::path_prefix; must pass CheckRelativePath
   // Any order, matched to M's layers by blob digest. A layer without one is verified whole.
   std::vector<ChunkIndex> chunk_indexes;
   std::string architecture = "amd64";

@@ -9,6 +9,12 @@ namespace modelfs {
 absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageReference& ref,
                                                                 HostCapability capability,
                                                                 const RegistryAccessOptions& o) {
+  return ConnectRegistry(ref.registry(), capability, o);
+}
+
+absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::string& registry,
+                                                                HostCapability capability,
+                                                                const RegistryAccessOptions& o) {
   CredentialStore creds;
   if (!o.docker_config.empty()) {
     ASSIGN_OR_RETURN(creds, CredentialStore::LoadDockerConfig(o.docker_config));
@@ -17,7 +23,41 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageRefer
   } else if (!absl::IsNotFound(loaded.status())) {
     return loaded.status();
   }
-  return RegistryClient::ForRegistry(ref.registry(), capability, o.hosts, creds, o.client);
+  return RegistryClient::ForRegistry(registry, capability, o.hosts, creds, o.client);
+}
+
+absl::StatusOr<std::shared_ptr<RegistryClient>> RegistryClients::For(const std::string& registry) {
+  {
+    absl::MutexLock l(&mu_);
+    auto it = clients_.find(registry);
+    if (it != clients_.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
+                   ConnectRegistry(registry, HostCapability::kPull, options_));
+  std::shared_ptr<RegistryClient> client(std::move(made));
+  absl::MutexLock l(&mu_);
+  return clients_.emplace(registry, std::move(client)).first->second;
+}
+
+absl::StatusOr<ModelFetcher*> ModelFetcher::OnRegistry(const std::string& registry) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the model lives on registry ", registry, ", which this fetcher cannot reach"));
+}
+
+absl::StatusOr<ModelFetcher*> RegistryModelFetcher::OnRegistry(const std::string& registry) {
+  if (registry == client_.registry()) return this;
+  auto it = fetchers_.find(registry);
+  if (it != fetchers_.end()) return it->second.get();
+  if (!connect_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the model lives on registry ", registry, ", and no client for it was given"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> other, connect_(registry));
+  others_[registry] = other;
+  auto fetcher = std::make_unique<RegistryModelFetcher>(*other, connect_);
+  ModelFetcher* raw = fetcher.get();
+  fetchers_[registry] = std::move(fetcher);
+  return raw;
 }
 
 absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,
@@ -57,15 +97,19 @@ absl::StatusOr<std::string> RegistryModelFetcher::GetBlob(const std::string& rep
   return FetchVerifiedBlob(client_, repository, d, max_bytes);
 }
 
-absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref) {
-  RegistryModelFetcher fetcher(client);
+absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref,
+                                           const RegistryConnector& connect) {
+  RegistryModelFetcher fetcher(client, connect);
   return ResolveModel(fetcher, ref);
 }
 
 absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageReference& ref) {
   ResolvedModel r;
   r.ref = ref;
+  r.registry = ref.registry();
   r.repository = ref.repository();
+  // Where M's manifest, config and layers come from (V's record may name another registry).
+  ModelFetcher* model_fetcher = &client;
   ASSIGN_OR_RETURN(ManifestResult top,
                    client.GetManifest(ref.repository(), ref.ManifestReference()));
   if (ref.digest() && top.digest != *ref.digest()) {
@@ -90,17 +134,24 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     const Descriptor& a = m.layers[a_index];
     ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
     ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
-    // M lives in the volume's own repository unless the record names another on this registry.
-    std::string repo = ref.repository();
+    // M lives where the record says ("host[:port]/path", written by push and convert), on this
+    // registry or another; a record without a repository means V's own.
     if (!contents.model.repository.empty()) {
-      std::string prefix = ref.registry() + "/";
-      if (contents.model.repository.rfind(prefix, 0) == 0) {
-        repo = contents.model.repository.substr(prefix.size());
+      absl::StatusOr<ImageReference> where = ImageReference::Parse(
+          absl::StrCat(contents.model.repository, "@", contents.model.manifest.digest.str()));
+      if (!where.ok() || !where->tag().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume image ", ref.String(), " names model repository \"",
+                         contents.model.repository, "\", which is not registry/repository"));
+      }
+      r.registry = where->registry();
+      r.repository = where->repository();
+      if (r.registry != ref.registry()) {
+        ASSIGN_OR_RETURN(model_fetcher, client.OnRegistry(r.registry));
       }
     }
-    r.repository = repo;
-    ASSIGN_OR_RETURN(ManifestResult mm,
-                     client.GetManifest(repo, contents.model.manifest.digest.str()));
+    ASSIGN_OR_RETURN(ManifestResult mm, model_fetcher->GetManifest(
+                                            r.repository, contents.model.manifest.digest.str()));
     if (mm.digest != contents.model.manifest.digest) {
       return absl::DataLossError(absl::StrCat("model manifest ", mm.digest.str(),
                                               " does not match the volume's record ",
@@ -111,6 +162,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_descriptor = contents.model.manifest;
     RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
     r.chunk_indexes = std::move(contents.chunk_indexes);
+    r.path_prefix = contents.model.path_prefix;
     r.volume_manifest_json = std::move(top.bytes);
     r.volume_layer_tar = std::move(tar);
   } else {
@@ -125,7 +177,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {
-    ASSIGN_OR_RETURN(r.config_json, client.GetBlob(r.repository, r.model.config, 16u << 20));
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, 16u << 20));
     auto cfg = ParseModelPackConfig(r.config_json);
     if (cfg.ok()) r.config = *std::move(cfg);
   }

@@ -1,16 +1,22 @@
 // Resolving a reference to a model: connect to its registry, fetch and verify its manifest, and
 // when it is a volume image V, follow it to the ModelPack manifest M with V's chunk indexes.
-// Shared by `pull`, `convert`, `mount` and the snapshotter.
+// V's record names M's repository, which may be on another registry (`convert SRC --to DST`
+// writes V where you can push and leaves M where it is): M and its blobs are then read from
+// there, with that registry's hosts and credentials. Shared by `pull`, `convert`, `mount` and
+// the snapshotter.
 //
-// Thread safety: ResolvedModel is a value; RegistryAccess::client is thread-safe.
+// Thread safety: ResolvedModel is a value; RegistryClients and its clients are thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/manifest.h"
 #include "core/oci/modelpack.h"
@@ -33,10 +39,36 @@ struct RegistryAccessOptions {
 absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageReference& ref,
                                                                 HostCapability capability,
                                                                 const RegistryAccessOptions& o);
+// The same by registry name ("reg:5000", "docker.io").
+absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::string& registry,
+                                                                HostCapability capability,
+                                                                const RegistryAccessOptions& o);
+
+// Opens (or returns an open) client for a registry by name.
+using RegistryConnector =
+    std::function<absl::StatusOr<std::shared_ptr<RegistryClient>>(const std::string& registry)>;
+
+// One pull client per registry, opened on first use with the same access options (each with
+// its own hosts.toml and credentials). Thread-safe.
+class RegistryClients {
+ public:
+  explicit RegistryClients(RegistryAccessOptions options) : options_(std::move(options)) {}
+  // The client for `registry`. Errors: as ConnectRegistry.
+  absl::StatusOr<std::shared_ptr<RegistryClient>> For(const std::string& registry);
+  RegistryConnector Connector() {
+    return [this](const std::string& registry) { return For(registry); };
+  }
+
+ private:
+  const RegistryAccessOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
+};
 
 struct ResolvedModel {
   ImageReference ref;           // as given
-  std::string repository;       // where M lives (V's record, or ref's repository)
+  std::string registry;         // where M lives: V's record, or ref's registry
+  std::string repository;       // M's repository on `registry` (V's record, or ref's)
   Descriptor model_descriptor;  // M
   std::string model_manifest_json;
   Manifest model;
@@ -48,6 +80,8 @@ struct ResolvedModel {
   std::string volume_manifest_json;
   std::string volume_layer_tar;                // A, verified
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+  // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
+  std::string path_prefix;
 };
 
 // Where ResolveModel gets manifests and small blobs: a registry, or the copies the snapshotter
@@ -61,26 +95,37 @@ class ModelFetcher {
   // The whole blob, verified against d.digest and d.size; more than max_bytes is refused.
   virtual absl::StatusOr<std::string> GetBlob(const std::string& repository, const Descriptor& d,
                                               uint64_t max_bytes) = 0;
+  // The fetcher for another registry (a volume image whose model lives there); it stays owned
+  // by this one. Default: kFailedPrecondition naming the registry.
+  virtual absl::StatusOr<ModelFetcher*> OnRegistry(const std::string& registry);
 };
 
-// A ModelFetcher over a registry client.
+// A ModelFetcher over a registry client; `connect` (optional) reaches other registries.
 class RegistryModelFetcher final : public ModelFetcher {
  public:
-  explicit RegistryModelFetcher(RegistryClient& client) : client_(client) {}
+  explicit RegistryModelFetcher(RegistryClient& client, RegistryConnector connect = nullptr)
+      : client_(client), connect_(std::move(connect)) {}
   absl::StatusOr<ManifestResult> GetManifest(const std::string& repository,
                                              const std::string& reference) override;
   absl::StatusOr<std::string> GetBlob(const std::string& repository, const Descriptor& d,
                                       uint64_t max_bytes) override;
+  absl::StatusOr<ModelFetcher*> OnRegistry(const std::string& registry) override;
 
  private:
   RegistryClient& client_;
+  RegistryConnector connect_;
+  std::map<std::string, std::shared_ptr<RegistryClient>> others_;
+  std::map<std::string, std::unique_ptr<RegistryModelFetcher>> fetchers_;
 };
 
 // Fetches ref. A pinned digest is verified; a volume image's layer is fetched whole and
-// verified, and its chunk indexes checked against model.json; M is fetched by digest.
+// verified, and its chunk indexes checked against model.json; M is fetched by digest from the
+// repository V's record names (through `connect` when that is on another registry).
 // Errors: kNotFound, kDataLoss (digest mismatch), kInvalidArgument (not a model / not a
-// volume image), kPermissionDenied (a layer path that escapes).
-absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref);
+// volume image / a record naming no valid repository), kPermissionDenied (a layer path that
+// escapes), kFailedPrecondition (M on another registry and no way to reach it).
+absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref,
+                                           const RegistryConnector& connect = nullptr);
 absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& fetcher, const ImageReference& ref);
 
 // Fetches a whole blob into memory, refusing more than max_bytes, and verifies its digest.

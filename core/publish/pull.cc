@@ -277,7 +277,17 @@ class TreeMerger {
 
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
                                      const std::string& dest, const PullOptions& o) {
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref, o.connect));
+  // The layers come from M's registry (a volume image may live on another one).
+  std::shared_ptr<RegistryClient> other;
+  if (rm.registry != client.registry()) {
+    if (!o.connect) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(ref.String(), ": the model lives on registry ", rm.registry));
+    }
+    ASSIGN_OR_RETURN(other, o.connect(rm.registry));
+  }
+  RegistryClient& model_client = other != nullptr ? *other : client;
   PullResult result;
   result.model = rm.model_descriptor;
   result.volume = rm.volume_descriptor;
@@ -340,8 +350,12 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     }
   } cleanup{staging};
   const std::string tree = staging + "/files";
-  fs::create_directories(tree, ec);
-  if (ec) return absl::InternalError(absl::StrCat(tree, ": ", ec.message()));
+  // A volume image may show the model under a directory (its record's pathPrefix): the pull
+  // lays it out the way a mount of that image does.
+  const std::string root = rm.path_prefix.empty() ? tree : tree + "/" + rm.path_prefix;
+  const std::string shown = rm.path_prefix.empty() ? "" : rm.path_prefix + "/";
+  fs::create_directories(root, ec);
+  if (ec) return absl::InternalError(absl::StrCat(root, ": ", ec.message()));
 
   std::atomic<uint64_t> total{0};
   std::atomic<size_t> next{0};
@@ -364,8 +378,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       const ModelLayer& l = rm.layers[i];
       std::string role = l.path.empty() ? l.descriptor.digest.str() : l.path;
       const std::string part = part_of(i);
-      absl::Status st =
-          DownloadVerified(client, rm.repository, l.descriptor, role, part, o.progress, total);
+      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role, part,
+                                         o.progress, total);
       if (!st.ok()) {
         std::error_code e2;
         fs::remove(part, e2);
@@ -386,7 +400,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     if (l.encoding != LayerEncoding::kRaw) continue;
-    fs::path final_path = fs::path(tree) / l.path;
+    fs::path final_path = fs::path(root) / l.path;
     fs::create_directories(final_path.parent_path(), ec);
     fs::rename(part_of(i), final_path, ec);
     if (ec) return absl::InternalError(absl::StrCat(final_path.string(), ": ", ec.message()));
@@ -394,12 +408,12 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     if (l.encoding == LayerEncoding::kRaw) {
-      result.files.push_back({l.path, l.descriptor.digest, l.descriptor.size});
+      result.files.push_back({shown + l.path, l.descriptor.digest, l.descriptor.size});
       continue;
     }
     std::vector<std::string> from_tar;
-    RETURN_IF_ERROR(ExtractTar(part_of(i), tree, l.descriptor.digest.str(), placed, from_tar));
-    for (const auto& p : from_tar) result.files.push_back({p, l.descriptor.digest, 0});
+    RETURN_IF_ERROR(ExtractTar(part_of(i), root, l.descriptor.digest.str(), placed, from_tar));
+    for (const auto& p : from_tar) result.files.push_back({shown + p, l.descriptor.digest, 0});
   }
 
   if (!dest_existed) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/publish/model_ref.h"
 #include "core/publish/push.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
@@ -19,6 +20,9 @@ namespace modelfs {
 struct PullOptions {
   int parallel = 4;
   ProgressFn progress;
+  // Reaches M's registry when a volume image's record names another one; null: only the
+  // client's registry.
+  RegistryConnector connect;
 };
 
 struct PulledFile {

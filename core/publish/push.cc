@@ -243,6 +243,17 @@ absl::Status CheckAgainstLock(const LockFile& lock, const InputFile& f) {
   return absl::OkStatus();
 }
 
+// A --path-prefix is a relative directory ("models"); checked before anything is uploaded.
+absl::Status CheckPathPrefix(const std::string& prefix) {
+  if (prefix.empty()) return absl::OkStatus();
+  absl::Status s = CheckRelativePath(prefix);
+  if (s.ok()) s = CheckNotReservedModelPath(prefix, "the path prefix");
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("path prefix '", prefix, "': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckDigestAgainstLock(const LockFile& lock, const InputFile& f, const Digest& got) {
   const LockedFile* want = lock.Find(f.rel);
   if (want != nullptr && std::string(got.hex()) != want->sha256) {
@@ -305,15 +316,18 @@ std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given
                       : "latest-volume";
 }
 
-// Builds and pushes V for M, and links V to M through the referrers fallback tag.
-absl::Status PushVolume(RegistryClient& client, const ImageReference& ref, const std::string& repo,
-                        const Descriptor& model_desc, const Manifest& model,
-                        std::vector<ChunkIndex> indexes, const std::string& volume_tag,
-                        Uploader& up, PushResult& result) {
+// Builds V for M (which lives at `model_repository`, "registry/repo"), pushes it into `repo`
+// through `client`, and links V to M through the referrers fallback tag there.
+absl::Status PushVolume(RegistryClient& client, const std::string& model_repository,
+                        const std::string& repo, const Descriptor& model_desc,
+                        const Manifest& model, std::vector<ChunkIndex> indexes,
+                        const std::string& volume_tag, const std::string& path_prefix, Uploader& up,
+                        PushResult& result) {
   VolumeImageInput vin;
   vin.model_manifest = model_desc;
   vin.model = model;
-  vin.repository = absl::StrCat(ref.registry(), "/", repo);
+  vin.repository = model_repository;
+  vin.path_prefix = path_prefix;
   vin.chunk_indexes = std::move(indexes);
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
@@ -351,6 +365,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     return absl::InvalidArgumentError(
         absl::StrCat(ref.String(), ": push needs a tag, not a digest (the digest is computed)"));
   }
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
   ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
   std::map<std::string, std::string> annotations = o.annotations;
   ASSIGN_OR_RETURN(bool pickles, CheckPickles(files, o.allow_pickle, annotations));
@@ -492,33 +507,25 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                             ", expected ", result.model.digest.str()));
   }
   result.model_tag = ref.tag();
-  RETURN_IF_ERROR(PushVolume(client, ref, repo, result.model, m, std::move(indexes),
-                             DefaultVolumeTag(ref, o.volume_tag), up, result));
+  RETURN_IF_ERROR(PushVolume(client, result.repository, repo, result.model, m, std::move(indexes),
+                             DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, up, result));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
 
-absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
-                                        const ConvertOptions& o) {
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
-  if (rm.volume_descriptor) {
-    return absl::InvalidArgumentError(absl::StrCat(ref.String(),
-                                                   " is already a volume image (for model ",
-                                                   rm.model_descriptor.digest.str(), ")"));
-  }
-  PushResult result;
-  result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
-  result.model = rm.model_descriptor;
-  result.model_tag = ref.tag();
-  std::vector<std::string> no_mounts;
-  Uploader up(client, rm.repository, no_mounts, result);
+namespace {
+
+// Streams every layer of M once from `source`, checking its digest and size, and returns
+// their chunk indexes in layer order; each layer is listed in `result` as "present".
+absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, const ResolvedModel& rm,
+                                                    const ConvertOptions& o, PushResult& result) {
   std::vector<ChunkIndex> indexes;
   for (const auto& layer : rm.layers) {
     const Descriptor& d = layer.descriptor;
     ChunkIndexBuilder b(o.chunk_size);
     uint64_t done = 0;
     std::string role = layer.path.empty() ? d.digest.str() : layer.path;
-    RETURN_IF_ERROR(client.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {
+    RETURN_IF_ERROR(source.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {
       done += chunk.size();
       if (done > d.size) {
         return absl::DataLossError(absl::StrCat("layer ", d.digest.str(), " (", role,
@@ -540,11 +547,62 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
     result.blobs.push_back(pb);
     indexes.push_back(std::move(idx));
   }
+  return indexes;
+}
+
+absl::StatusOr<ResolvedModel> ResolvePlainModel(RegistryClient& client, const ImageReference& ref) {
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
+  if (rm.volume_descriptor) {
+    return absl::InvalidArgumentError(absl::StrCat(ref.String(),
+                                                   " is already a volume image (for model ",
+                                                   rm.model_descriptor.digest.str(), ")"));
+  }
+  return rm;
+}
+
+}  // namespace
+
+absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
+                                        const ConvertOptions& o) {
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolvePlainModel(client, ref));
+  PushResult result;
+  result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
+  result.model = rm.model_descriptor;
+  result.model_tag = ref.tag();
+  std::vector<std::string> no_mounts;
+  Uploader up(client, rm.repository, no_mounts, result);
+  ASSIGN_OR_RETURN(std::vector<ChunkIndex> indexes, IndexLayers(client, rm, o, result));
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(ref, "");
-  RETURN_IF_ERROR(PushVolume(client, ref, rm.repository, rm.model_descriptor, rm.model,
-                             std::move(indexes), tag, up, result));
+  RETURN_IF_ERROR(PushVolume(client, result.repository, rm.repository, rm.model_descriptor,
+                             rm.model, std::move(indexes), tag, o.path_prefix, up, result));
   result.bytes_uploaded = client.stats().bytes_sent;
+  return result;
+}
+
+absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageReference& source_ref,
+                                          RegistryClient& target,
+                                          const std::string& target_repository,
+                                          const ConvertOptions& o) {
+  RETURN_IF_ERROR(ValidateRepository(target_repository));
+  RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolvePlainModel(source, source_ref));
+  PushResult result;
+  result.repository = absl::StrCat(target.registry(), "/", target_repository);
+  result.model_repository = absl::StrCat(rm.registry, "/", rm.repository);
+  result.model = rm.model_descriptor;
+  result.model_tag = source_ref.tag();
+  if (result.repository == result.model_repository) result.model_repository.clear();
+  std::vector<std::string> no_mounts;
+  Uploader up(target, target_repository, no_mounts, result);
+  ASSIGN_OR_RETURN(std::vector<ChunkIndex> indexes, IndexLayers(source, rm, o, result));
+  std::string tag = o.volume_tag;
+  if (tag.empty()) tag = DefaultVolumeTag(source_ref, "");
+  RETURN_IF_ERROR(PushVolume(target, absl::StrCat(rm.registry, "/", rm.repository),
+                             target_repository, rm.model_descriptor, rm.model, std::move(indexes),
+                             tag, o.path_prefix, up, result));
+  result.bytes_uploaded = target.stats().bytes_sent;
   return result;
 }
 
@@ -565,7 +623,9 @@ nlohmann::json PushResultToJson(const PushResult& r) {
        {{"digest", r.model.digest.str()},
         {"size", r.model.size},
         {"tag", r.model_tag},
-        {"reference", absl::StrCat(r.repository, "@", r.model.digest.str())}}},
+        {"repository", r.model_repository.empty() ? r.repository : r.model_repository},
+        {"reference", absl::StrCat(r.model_repository.empty() ? r.repository : r.model_repository,
+                                   "@", r.model.digest.str())}}},
       {"volume",
        {{"digest", r.volume.digest.str()},
         {"size", r.volume.size},

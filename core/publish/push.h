@@ -46,6 +46,9 @@ struct PushOptions {
   // card front matter says; the tokenizer hash is computed from the files; source_url and
   // revision come from a directory's modelfs.lock.json.
   ModelIdentity identity;
+  // V shows M's files under this directory ("models" for KServe's oci+native://); M's paths
+  // are unchanged. Empty: at the root.
+  std::string path_prefix;
   ProgressFn progress;
 };
 
@@ -62,10 +65,11 @@ struct PushedBlob {
 };
 
 struct PushResult {
-  std::string repository;  // registry/repo
-  ModelIdentity identity;  // what the config and annotations record
-  std::string lock;        // the modelfs.lock.json the files were checked against, or ""
-  Descriptor model;        // M
+  std::string repository;        // registry/repo of V (and of M, unless model_repository says)
+  std::string model_repository;  // registry/repo of M when it is not `repository` (convert --to)
+  ModelIdentity identity;        // what the config and annotations record
+  std::string lock;              // the modelfs.lock.json the files were checked against, or ""
+  Descriptor model;              // M
   std::string model_tag;
   Descriptor volume;  // V
   std::string volume_tag;
@@ -89,13 +93,25 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 struct ConvertOptions {
   std::string volume_tag;  // default "<tag>-volume", or "sha256-<hex>.volume" for a digest ref
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  std::string path_prefix;  // as PushOptions::path_prefix
   ProgressFn progress;
 };
 
-// Writes V for the ModelPack artifact at ref: every layer is streamed once, its digest
-// verified and its chunk index built; weights are not uploaded again.
+// Writes V for the ModelPack artifact at ref into ref's repository: every layer is streamed
+// once, its digest verified and its chunk index built; weights are not uploaded again.
 absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
                                         const ConvertOptions& options);
+
+// `convert SRC --to DST`: the same, but V goes into `target_repository` through `target` (a
+// push client, possibly of another registry) while M and its weights stay at `source_ref`,
+// read through `source` (a pull client). V's record names SRC's repository, so mount and the
+// snapshotter read the weights from there. Only V's own small blobs (its layer and config) are
+// uploaded. The tag is options.volume_tag, else "<SRC tag>-volume".
+// Errors: as ConvertModel; kInvalidArgument when SRC already is a volume image.
+absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageReference& source_ref,
+                                          RegistryClient& target,
+                                          const std::string& target_repository,
+                                          const ConvertOptions& options);
 
 nlohmann::json PushResultToJson(const PushResult& r);
 

@@ -22,6 +22,12 @@ class RegistryBlobSource final : public RemoteBlobSource {
     return client_->GetBlobRange(repository_, blob, offset, length, deadline);
   }
 
+  absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
+                           absl::Time deadline,
+                           const std::function<absl::Status(absl::string_view)>& sink) override {
+    return client_->StreamBlobRange(repository_, blob, offset, length, deadline, sink);
+  }
+
   std::string EndpointOf(const Digest& blob) override { return client_->registry(); }
 
   RegistryClient& client() { return *client_; }

@@ -33,6 +33,7 @@ constexpr size_t kMaxErrorBodyBytes = 64 << 10;
 constexpr size_t kMaxJsonBodyBytes = 8 << 20;
 constexpr int kMaxRedirects = 10;
 constexpr char kRetryablePayload[] = "modelfs.dev/retryable-transport";
+constexpr char kIgnoredRangePayload[] = "modelfs.dev/ignored-range";
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -45,6 +46,10 @@ absl::Status TransportError(std::string message) {
 }
 bool IsRetryableTransport(const absl::Status& s) {
   return s.GetPayload(kRetryablePayload).has_value();
+}
+// A host answered a range request with the whole blob: the next host may serve the range.
+bool IsIgnoredRange(const absl::Status& s) {
+  return s.GetPayload(kIgnoredRangePayload).has_value();
 }
 
 std::string PercentEncode(std::string_view s) {
@@ -167,7 +172,13 @@ BlobReadAt BlobReadAtFd(int fd) {
 
 struct RegistryClient::Request {
   std::string method = "GET";
+  // An API path below a host's root ("<repo>/blobs/<digest>", query allowed; "" is the root):
+  // SendToHosts builds the URL for each host it tries. Absent: `url` on `host` as given.
+  std::optional<std::string> path;
   std::string url;
+  Host* host = nullptr;  // the host `url` is on (set per attempt by SendToHosts)
+  // A blob digest: hosts known to ignore Range for it are tried last (range reads only).
+  std::string range_blob;
   std::vector<std::string> headers;  // "Name: value"; never Authorization
   std::vector<std::string> scopes;   // token scopes this request needs
   // Evaluated before every attempt so a resumed GET can ask for the bytes still missing.
@@ -196,6 +207,8 @@ struct RegistryClient::Response {
   uint64_t body_bytes = 0;  // bytes of this response's body seen so far
   int attempts = 1;
   std::string auth_note;  // why a 401 stands (no credentials, refused credentials)
+  Host* host = nullptr;   // the host that answered
+  std::string tried;      // what the other hosts tried for this request answered
 
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
@@ -263,36 +276,100 @@ class RegistryClient::HandlePool {
 
 // ---------------------------------------------------------------------------------------------
 
+// One host of the registry: where to connect, how to verify it, what to present there, and
+// what the client has learnt about it (auth challenge, tokens, recent failures).
+class RegistryClient::Host {
+ public:
+  Host(const RegistryHost& h, const std::string& registry)
+      : endpoint(h.endpoint),
+        credential(h.credential),
+        origin(absl::AsciiStrToLower(h.endpoint.BaseUrl())),
+        ns_query(IsProxyFor(h.endpoint, registry) ? "ns=" + PercentEncode(registry) : "") {
+    if (h.endpoint.host == DefaultHostEndpoint(registry).host) {
+      label = absl::StrCat("registry ", registry);
+    } else if (h.endpoint.mirror) {
+      label = absl::StrCat("mirror ", h.endpoint.host, " of registry ", registry);
+    } else {
+      label = absl::StrCat(h.endpoint.host, " (server of registry ", registry, ")");
+    }
+  }
+
+  const HostEndpoint endpoint;
+  const std::optional<Credential> credential;
+  const std::string origin;    // lowercase scheme://authority
+  const std::string ns_query;  // "ns=<registry>" for a host of another name, else ""
+  std::string label;           // how messages name it: "registry r", "mirror m of registry r"
+  std::string ca_blob;         // concatenated PEM of endpoint.ca_files
+
+  absl::Mutex mu;
+  std::optional<Challenge> challenge ABSL_GUARDED_BY(mu);
+  bool basic_auth ABSL_GUARDED_BY(mu) = false;
+  std::map<std::string, CachedToken> tokens ABSL_GUARDED_BY(mu);
+  // Tried after the other hosts until then (a connection error, 5xx or 429).
+  absl::Time failing_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  // Blobs it answered a range request for with the whole blob, and until when to prefer
+  // other hosts for them.
+  std::map<std::string, absl::Time> ignores_range ABSL_GUARDED_BY(mu);
+};
+
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
     RegistryClientOptions options) {
   EnsureCurlGlobalInit();
   if (options.registry.empty()) {
     return absl::InvalidArgumentError("RegistryClient needs a registry name");
   }
-  if (options.endpoint.host.empty()) options.endpoint = DefaultHostEndpoint(options.registry);
-  if (options.upload_chunk_size == 0) options.upload_chunk_size = 16ull << 20;
-  std::string ca;
-  for (const std::string& f : options.endpoint.ca_files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) {
-      return absl::InternalError(
-          absl::StrCat("cannot read CA file ", f, " for registry ", options.registry));
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    absl::StrAppend(&ca, ss.str(), "\n");
+  if (options.hosts.empty()) {
+    if (options.endpoint.host.empty()) options.endpoint = DefaultHostEndpoint(options.registry);
+    options.hosts.push_back(RegistryHost{options.endpoint, options.credential});
   }
+  if (options.upload_chunk_size == 0) options.upload_chunk_size = 16ull << 20;
   std::unique_ptr<RegistryClient> c(new RegistryClient(std::move(options)));
-  c->ca_blob_ = std::move(ca);
+  for (const RegistryHost& rh : c->options_.hosts) {
+    if (rh.endpoint.host.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a host of registry ", c->options_.registry, " has no host name"));
+    }
+    auto h = std::make_unique<Host>(rh, c->options_.registry);
+    for (const std::string& f : rh.endpoint.ca_files) {
+      std::ifstream in(f, std::ios::binary);
+      if (!in) {
+        return absl::InternalError(absl::StrCat("cannot read CA file ", f, " for ", h->label));
+      }
+      std::stringstream ss;
+      ss << in.rdbuf();
+      absl::StrAppend(&h->ca_blob, ss.str(), "\n");
+    }
+    c->hosts_.push_back(std::move(h));
+  }
   return c;
 }
 
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
     const std::string& registry, HostCapability capability, const HostsOptions& hosts,
     const CredentialStore& credentials, RegistryClientOptions base) {
-  ASSIGN_OR_RETURN(base.endpoint, ResolveHost(registry, capability, hosts));
+  ASSIGN_OR_RETURN(std::vector<HostEndpoint> all, ResolveHosts(registry, hosts));
   base.registry = registry;
-  base.credential = credentials.Lookup(registry);
+  base.hosts.clear();
+  for (HostEndpoint& ep : all) {
+    if (capability == HostCapability::kPush) {
+      if (!ep.push) continue;
+      // The pusher's one host also answers the reads a push makes (blob and manifest HEADs).
+      ep.pull = ep.resolve = true;
+    } else if (!ep.pull) {
+      continue;
+    }
+    RegistryHost rh;
+    rh.credential = ep.mirror ? credentials.Lookup(ep.host) : credentials.Lookup(registry);
+    if (!rh.credential && !ep.mirror) rh.credential = credentials.Lookup(ep.host);
+    rh.endpoint = std::move(ep);
+    base.hosts.push_back(std::move(rh));
+    if (capability == HostCapability::kPush) break;
+  }
+  if (base.hosts.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no configured host for registry ", registry, " allows ",
+                     capability == HostCapability::kPush ? "push" : "pull"));
+  }
   return Create(std::move(base));
 }
 
@@ -313,8 +390,53 @@ RegistryStats RegistryClient::stats() const {
   return s;
 }
 
-std::string RegistryClient::ApiUrl(const std::string& path) const {
-  return absl::StrCat(options_.endpoint.BaseUrl(), "/v2/", path);
+std::vector<HostEndpoint> RegistryClient::endpoints() const {
+  std::vector<HostEndpoint> out;
+  for (const auto& h : hosts_) out.push_back(h->endpoint);
+  return out;
+}
+
+std::string RegistryClient::Url(const Host& h, const std::string& path) const {
+  std::string url = absl::StrCat(h.endpoint.ApiRoot(), "/", path);
+  return h.ns_query.empty() ? url : AppendQuery(url, h.ns_query);
+}
+
+RegistryClient::Host* RegistryClient::HostOf(const std::string& url) const {
+  std::string origin = Origin(url);
+  for (const auto& h : hosts_) {
+    if (h->origin == origin) return h.get();
+  }
+  return nullptr;
+}
+
+std::vector<RegistryClient::Host*> RegistryClient::Candidates(Op op, const std::string& blob) {
+  std::vector<Host*> preferred, later;
+  const absl::Time now = clock_->Now();
+  for (const auto& hp : hosts_) {
+    Host* h = hp.get();
+    const HostEndpoint& ep = h->endpoint;
+    bool ok = op == Op::kPush ? ep.push : op == Op::kResolve ? ep.pull && ep.resolve : ep.pull;
+    if (!ok) continue;
+    if (op == Op::kPush) return {h};
+    bool demoted = false;
+    {
+      absl::MutexLock l(&h->mu);
+      demoted = h->failing_until > now;
+      if (!blob.empty()) {
+        auto it = h->ignores_range.find(blob);
+        if (it != h->ignores_range.end()) {
+          if (it->second > now) {
+            demoted = true;
+          } else {
+            h->ignores_range.erase(it);
+          }
+        }
+      }
+    }
+    (demoted ? later : preferred).push_back(h);
+  }
+  preferred.insert(preferred.end(), later.begin(), later.end());
+  return preferred;
 }
 
 std::string RegistryClient::ResolveLocation(const std::string& base_url,
@@ -331,10 +453,6 @@ std::string RegistryClient::ResolveLocation(const std::string& base_url,
   std::string dir = base_url.substr(0, base_url.find_first_of("?#"));
   dir = dir.substr(0, dir.rfind('/') + 1);
   return dir + location;
-}
-
-bool RegistryClient::SameHostAsRegistry(const std::string& url) const {
-  return Origin(url) == absl::AsciiStrToLower(options_.endpoint.BaseUrl());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -446,8 +564,15 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
     return *got;
   };
 
+  // The host this URL is on, if it is one of the registry's (not a storage backend).
+  const Host* on_host = HostOf(url);
   curl_slist* headers = nullptr;
   for (const std::string& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
+  if (on_host != nullptr) {
+    for (const std::string& hd : on_host->endpoint.headers) {
+      headers = curl_slist_append(headers, hd.c_str());
+    }
+  }
   if (req.dynamic_header) {
     std::string dh = req.dynamic_header();
     if (!dh.empty()) headers = curl_slist_append(headers, dh.c_str());
@@ -491,18 +616,18 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   }
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 
-  // TLS: the registry's own settings apply to the registry's host only; storage backends
-  // behind redirects and token realms elsewhere are verified against the system store.
-  if (SameHostAsRegistry(url)) {
-    const HostEndpoint& ep = options_.endpoint;
+  // TLS: a host's own settings apply to that host only; storage backends behind redirects
+  // and token realms elsewhere are verified against the system store.
+  if (on_host != nullptr) {
+    const HostEndpoint& ep = on_host->endpoint;
     if (ep.skip_verify) {
       curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     curl_blob blob{};
-    if (!ca_blob_.empty()) {
-      blob.data = ca_blob_.data();
-      blob.len = ca_blob_.size();
+    if (!on_host->ca_blob.empty()) {
+      blob.data = const_cast<char*>(on_host->ca_blob.data());
+      blob.len = on_host->ca_blob.size();
       blob.flags = CURL_BLOB_COPY;
       curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
     }
@@ -548,35 +673,35 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
 // ---------------------------------------------------------------------------------------------
 // Authentication.
 
-std::string RegistryClient::AuthorizationFor(const std::vector<std::string>& scopes) {
-  const std::optional<Credential>& cred = options_.credential;
+std::string RegistryClient::AuthorizationFor(Host& host, const std::vector<std::string>& scopes) {
+  const std::optional<Credential>& cred = host.credential;
   if (cred.has_value() && !cred->registry_token.empty()) return "Bearer " + cred->registry_token;
   std::string key = absl::StrJoin(scopes, " ");
   std::optional<Challenge> challenge;
   {
-    absl::MutexLock l(&mu_);
-    if (challenge_.has_value()) {
-      auto it = tokens_.find(key);
-      if (it != tokens_.end() && it->second.expires > clock_->Now()) {
+    absl::MutexLock l(&host.mu);
+    if (host.challenge.has_value()) {
+      auto it = host.tokens.find(key);
+      if (it != host.tokens.end() && it->second.expires > clock_->Now()) {
         return "Bearer " + it->second.token;
       }
-      challenge = challenge_;
-    } else if (basic_auth_ && cred.has_value()) {
+      challenge = host.challenge;
+    } else if (host.basic_auth && cred.has_value()) {
       return "Basic " + absl::Base64Escape(cred->username + ":" + cred->password);
     } else {
       return "";
     }
   }
-  // The registry already told us where tokens come from: fetch one for this scope now
-  // rather than paying a 401 round trip. On failure the request goes out bare and the 401
-  // path reports the error.
-  if (!FetchToken(*challenge, scopes).ok()) return "";
-  absl::MutexLock l(&mu_);
-  auto it = tokens_.find(key);
-  return it == tokens_.end() ? "" : "Bearer " + it->second.token;
+  // The host already told us where tokens come from: fetch one for this scope now rather
+  // than paying a 401 round trip. On failure the request goes out bare and the 401 path
+  // reports the error.
+  if (!FetchToken(host, *challenge, scopes).ok()) return "";
+  absl::MutexLock l(&host.mu);
+  auto it = host.tokens.find(key);
+  return it == host.tokens.end() ? "" : "Bearer " + it->second.token;
 }
 
-absl::Status RegistryClient::Authenticate(const Response& unauthorized,
+absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthorized,
                                           const std::vector<std::string>& scopes) {
   std::optional<Challenge> bearer;
   bool basic = false;
@@ -593,33 +718,33 @@ absl::Status RegistryClient::Authenticate(const Response& unauthorized,
       }
     }
   }
-  const std::optional<Credential>& cred = options_.credential;
+  const std::optional<Credential>& cred = host.credential;
   if (bearer.has_value()) {
     {
-      absl::MutexLock l(&mu_);
-      challenge_ = bearer;
-      tokens_.erase(absl::StrJoin(scopes, " "));  // a token the registry refused
+      absl::MutexLock l(&host.mu);
+      host.challenge = bearer;
+      host.tokens.erase(absl::StrJoin(scopes, " "));  // a token the host refused
     }
-    return FetchToken(*bearer, scopes);
+    return FetchToken(host, *bearer, scopes);
   }
   if (basic && cred.has_value() && !cred->username.empty()) {
-    absl::MutexLock l(&mu_);
-    if (basic_auth_) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          "registry ", options_.registry, " refused the configured username and password"));
+    absl::MutexLock l(&host.mu);
+    if (host.basic_auth) {
+      return absl::UnauthenticatedError(
+          absl::StrCat(host.label, " refused the configured username and password"));
     }
-    basic_auth_ = true;
+    host.basic_auth = true;
     return absl::OkStatus();
   }
   return absl::UnauthenticatedError(
-      absl::StrCat("registry ", options_.registry, " requires authentication",
+      absl::StrCat(host.label, " requires authentication",
                    cred.has_value() ? " and refused the configured credentials"
-                                    : " and no credentials are configured"));
+                                    : " and no credentials are configured for it"));
 }
 
-absl::Status RegistryClient::FetchToken(const Challenge& challenge,
+absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
                                         const std::vector<std::string>& scopes) {
-  const std::optional<Credential>& cred = options_.credential;
+  const std::optional<Credential>& cred = host.credential;
   Request req;
   req.scopes = scopes;
   std::string authorization;
@@ -663,20 +788,19 @@ absl::Status RegistryClient::FetchToken(const Challenge& challenge,
       continue;
     }
     if (!r.ok()) {
-      return absl::UnavailableError(absl::StrCat("token server for registry ", options_.registry,
-                                                 ": ", r.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("token server for ", host.label, ": ", r.status().message()));
     }
     if (r->status == 401 || r->status == 403) {
-      return absl::UnauthenticatedError(
-          absl::StrCat("token server ", Origin(challenge.realm), " refused ",
-                       cred.has_value() ? "the configured credentials" : "anonymous access",
-                       " for ", absl::StrJoin(scopes, " "), " on registry ", options_.registry,
-                       " (HTTP ", r->status, ")"));
+      return absl::UnauthenticatedError(absl::StrCat(
+          "token server ", Origin(challenge.realm), " refused ",
+          cred.has_value() ? "the configured credentials" : "anonymous access", " for ",
+          absl::StrJoin(scopes, " "), " on ", host.label, " (HTTP ", r->status, ")"));
     }
     if (r->status != 200) {
       return absl::UnavailableError(absl::StrCat("token server ", Origin(challenge.realm),
-                                                 " answered HTTP ", r->status, " for registry ",
-                                                 options_.registry));
+                                                 " answered HTTP ", r->status, " for ",
+                                                 host.label));
     }
     json doc = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
     std::string token;
@@ -693,33 +817,34 @@ absl::Status RegistryClient::FetchToken(const Challenge& challenge,
     }
     if (token.empty()) {
       return absl::UnauthenticatedError(absl::StrCat("token server ", Origin(challenge.realm),
-                                                     " returned no token for registry ",
-                                                     options_.registry));
+                                                     " returned no token for ", host.label));
     }
     // Renew a little early so a request never leaves with a token about to expire.
     absl::Duration life = absl::Seconds(expires_in);
     absl::Duration margin = std::min(absl::Seconds(10), life / 5);
-    absl::MutexLock l(&mu_);
-    tokens_[absl::StrJoin(scopes, " ")] = CachedToken{token, clock_->Now() + life - margin};
+    absl::MutexLock l(&host.mu);
+    host.tokens[absl::StrJoin(scopes, " ")] = CachedToken{token, clock_->Now() + life - margin};
     return absl::OkStatus();
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Send: auth and redirects.
+// Send: auth and redirects on one host; SendToHosts: the hosts in turn.
 
 absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& original) {
   Request req = original;
+  Host& host = *req.host;
   bool auth_retried = false;
   bool redirected = false;
   for (int hops = 0; hops <= kMaxRedirects;) {
-    bool on_registry = SameHostAsRegistry(req.url);
+    bool on_host = Origin(req.url) == host.origin;
     // Authorization never follows a redirect to another host (a storage backend).
-    std::string authorization = on_registry ? AuthorizationFor(req.scopes) : "";
+    std::string authorization = on_host ? AuthorizationFor(host, req.scopes) : "";
     ASSIGN_OR_RETURN(Response r, Transport(req, req.url, authorization));
-    if (r.status == 401 && on_registry && !auth_retried) {
+    r.host = &host;
+    if (r.status == 401 && on_host && !auth_retried) {
       auth_retried = true;
-      absl::Status s = Authenticate(r, req.scopes);
+      absl::Status s = Authenticate(host, r, req.scopes);
       if (!s.ok()) {
         if (s.code() == absl::StatusCode::kUnauthenticated) {
           r.redirected = redirected;
@@ -749,39 +874,117 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& ori
     return r;
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("more than ", kMaxRedirects, " redirects from registry ", options_.registry));
+      absl::StrCat("more than ", kMaxRedirects, " redirects from ", host.label));
 }
 
-absl::StatusOr<RegistryClient::Response> RegistryClient::SendWithRetry(const Request& req) {
-  Backoff backoff = MakeBackoff(req.deadline);
+namespace {
+
+// What one host's answer means for a request that other hosts could serve.
+enum class Verdict {
+  kAccept,        // the answer (2xx, or a status the caller interprets)
+  kStop,          // an error from our own side (a sink, a source): no other host helps
+  kNext,          // this host cannot serve it: try the next (404, other 4xx, ignored Range)
+  kNextRetryable  // a connection error, 5xx or 429: the next host, and later this one again
+};
+
+}  // namespace
+
+absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Request& base, Op op) {
+  static constexpr const char* kOpNames[] = {"resolve tags", "pull", "push"};
+  auto candidates = [&] {
+    return base.host != nullptr ? std::vector<Host*>{base.host} : Candidates(op, base.range_blob);
+  };
+  std::vector<Host*> hosts = candidates();
+  if (hosts.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no host of registry ", options_.registry, " is configured to ",
+                     kOpNames[static_cast<int>(op)], " (hosts.toml capabilities)"));
+  }
+  Backoff backoff = MakeBackoff(base.deadline);
   while (true) {
-    absl::StatusOr<Response> r = Send(req);
-    // The caller owns the deadline and the retries (the blob cache on the read path).
-    if (req.single_attempt) return r;
+    // The failure to report: the first that is not a 404, else the first 404 (containerd's
+    // firstErr), with what every other host said.
+    std::optional<absl::StatusOr<Response>> best;
+    bool best_is_404 = false;
+    std::vector<std::pair<const Host*, std::string>> failures;
+    bool all_retryable = true;
     absl::Duration hint = absl::ZeroDuration();
-    if (r.ok()) {
-      if (r->status < 500 && r->status != 429) {
-        r->attempts = backoff.attempts();
+    for (Host* h : hosts) {
+      Request one = base;
+      one.host = h;
+      if (base.path.has_value()) one.url = Url(*h, *base.path);
+      absl::StatusOr<Response> r = Send(one);
+      Verdict v;
+      if (!r.ok()) {
+        v = IsRetryableTransport(r.status()) ? Verdict::kNextRetryable
+            : IsIgnoredRange(r.status())     ? Verdict::kNext
+                                             : Verdict::kStop;
+      } else if (r->status >= 500 || r->status == 429) {
+        v = Verdict::kNextRetryable;
+      } else if (r->status >= 400) {
+        v = Verdict::kNext;
+      } else {
+        v = Verdict::kAccept;
+      }
+      if (v == Verdict::kAccept || v == Verdict::kStop) {
+        if (v == Verdict::kAccept) {
+          absl::MutexLock l(&h->mu);
+          h->failing_until = absl::InfinitePast();
+        }
+        if (r.ok()) r->attempts = backoff.attempts();
         return r;
       }
-      if (r->status == 429 || r->status == 503) {
-        int64_t secs = 0;
-        if (absl::SimpleAtoi(r->Header("retry-after"), &secs) && secs > 0) {
-          hint = absl::Seconds(secs);
+      {
+        absl::MutexLock l(&h->mu);
+        if (v == Verdict::kNextRetryable) {
+          h->failing_until = clock_->Now() + options_.host_failure_cooldown;
+        }
+        if (!r.ok() && IsIgnoredRange(r.status()) && hosts_.size() > 1) {
+          h->ignores_range[base.range_blob] = clock_->Now() + options_.ignored_range_cooldown;
         }
       }
-    } else if (!IsRetryableTransport(r.status())) {
-      return r;
-    }
-    if (!backoff.Wait(hint)) {
-      if (!r.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat(r.status().message(), " (after ", backoff.attempts(), " attempts)"));
+      if (v != Verdict::kNextRetryable) all_retryable = false;
+      if (r.ok() && (r->status == 429 || r->status == 503)) {
+        int64_t secs = 0;
+        if (absl::SimpleAtoi(r->Header("retry-after"), &secs) && secs > 0) {
+          hint = std::max(hint, absl::Seconds(secs));
+        }
       }
-      r->attempts = backoff.attempts();
-      return r;
+      failures.emplace_back(
+          h, r.ok() ? absl::StrCat("HTTP ", r->status) : std::string(r.status().message()));
+      bool is_404 = r.ok() && r->status == 404;
+      if (!best.has_value() || (best_is_404 && !is_404)) {
+        best = std::move(r);
+        best_is_404 = is_404;
+      }
+    }
+    bool give_up = base.single_attempt || !all_retryable || !backoff.Wait(hint);
+    if (give_up) {
+      absl::StatusOr<Response> r = std::move(*best);
+      const Host* reported = r.ok() ? r->host : nullptr;
+      std::string others;
+      if (hosts.size() > 1) {
+        for (const auto& [h, what] : failures) {
+          if (r.ok() && h == reported) continue;
+          absl::StrAppend(&others, others.empty() ? "" : "; ", h->label, ": ", what);
+        }
+      }
+      if (r.ok()) {
+        r->attempts = backoff.attempts();
+        if (!others.empty()) r->tried = absl::StrCat("also tried ", others);
+        return r;
+      }
+      std::string msg(r.status().message());
+      if (hosts.size() > 1) msg = absl::StrCat("every host failed: ", others);
+      if (backoff.attempts() > 1)
+        absl::StrAppend(&msg, " (after ", backoff.attempts(), " attempts)");
+      absl::Status s(r.status().code(), msg);
+      if (IsRetryableTransport(r.status())) s.SetPayload(kRetryablePayload, absl::Cord("1"));
+      if (IsIgnoredRange(r.status())) s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
+      return s;
     }
     ++retries_;
+    hosts = candidates();
   }
 }
 
@@ -790,14 +993,15 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendWithRetry(const Req
 
 namespace {
 
-absl::Status StatusFromResponse(const std::string& what, const std::string& registry, long status,
-                                const std::string& body, int attempts,
-                                const std::string& auth_note) {
-  std::string msg = absl::StrCat(what, ": HTTP ", status, " from registry ", registry);
+absl::Status StatusFromResponse(const std::string& what, const std::string& host_label, long status,
+                                const std::string& body, int attempts, const std::string& auth_note,
+                                const std::string& tried) {
+  std::string msg = absl::StrCat(what, ": HTTP ", status, " from ", host_label);
   std::string detail = RegistryErrorDetail(body);
   if (!detail.empty()) absl::StrAppend(&msg, " (", detail, ")");
   if (!auth_note.empty()) absl::StrAppend(&msg, "; ", auth_note);
   if (attempts > 1) absl::StrAppend(&msg, " after ", attempts, " attempts");
+  if (!tried.empty()) absl::StrAppend(&msg, "; ", tried);
   if (ErrorCodeIs(body, "DIGEST_INVALID")) return absl::DataLossError(msg);
   if (ErrorCodeIs(body, "BLOB_UNKNOWN") || ErrorCodeIs(body, "MANIFEST_UNKNOWN") ||
       ErrorCodeIs(body, "NAME_UNKNOWN") || status == 404) {
@@ -815,8 +1019,9 @@ absl::Status StatusFromResponse(const std::string& what, const std::string& regi
 
 }  // namespace
 
-#define MODELFS_HTTP_ERROR(what, r) \
-  StatusFromResponse((what), options_.registry, (r).status, (r).body, (r).attempts, (r).auth_note)
+#define MODELFS_HTTP_ERROR(what, r)                                                   \
+  StatusFromResponse((what), HostLabel((r).host), (r).status, (r).body, (r).attempts, \
+                     (r).auth_note, (r).tried)
 
 // ---------------------------------------------------------------------------------------------
 // API calls.
@@ -831,12 +1036,19 @@ std::vector<std::string> PushScope(const std::string& repo) {
 std::string BlobWhat(const char* verb, const std::string& repo, const Digest& d) {
   return absl::StrCat(verb, " blob ", d.str(), " in repository ", repo);
 }
+bool IsDigestReference(const std::string& reference) {
+  return absl::StartsWith(reference, "sha256:") || absl::StartsWith(reference, "sha512:");
+}
 }  // namespace
+
+std::string RegistryClient::HostLabel(const Host* h) const {
+  return h != nullptr ? h->label : absl::StrCat("registry ", options_.registry);
+}
 
 absl::Status RegistryClient::Ping() {
   Request req;
-  req.url = ApiUrl("");
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  req.path = "";
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPull));
   if (r.status == 200) return absl::OkStatus();
   return MODELFS_HTTP_ERROR("GET /v2/", r);
 }
@@ -845,16 +1057,15 @@ absl::StatusOr<std::optional<uint64_t>> RegistryClient::HeadBlob(const std::stri
                                                                  const Digest& digest) {
   Request req;
   req.method = "HEAD";
-  req.url = ApiUrl(absl::StrCat(repo, "/blobs/", digest.str()));
+  req.path = absl::StrCat(repo, "/blobs/", digest.str());
   req.scopes = PullScope(repo);
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPull));
   if (r.status == 404) return std::optional<uint64_t>();
   if (r.status != 200) return MODELFS_HTTP_ERROR(BlobWhat("HEAD", repo, digest), r);
   uint64_t size = 0;
   if (!absl::SimpleAtoi(r.Header("content-length"), &size)) {
-    return absl::FailedPreconditionError(absl::StrCat(BlobWhat("HEAD", repo, digest), ": registry ",
-                                                      options_.registry,
-                                                      " sent no Content-Length"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        BlobWhat("HEAD", repo, digest), ": ", HostLabel(r.host), " sent no Content-Length"));
   }
   return std::optional<uint64_t>(size);
 }
@@ -864,8 +1075,8 @@ absl::StatusOr<bool> RegistryClient::BlobExists(const std::string& repo, const D
   return size.has_value();
 }
 
-// One attempt through the remembered redirect target (if any), then the registry with
-// retries. The redirect target is remembered when the registry sent us elsewhere.
+// One attempt through the remembered redirect target (if any), then the hosts with retries.
+// The redirect target is remembered when a host sent us elsewhere.
 absl::StatusOr<RegistryClient::Response> RegistryClient::GetBlobOnce(const std::string& repo,
                                                                      const Digest& digest,
                                                                      Request& req) {
@@ -884,15 +1095,16 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::GetBlobOnce(const std::
   if (!cached.empty()) {
     absl::StatusOr<Response> r = Transport(req, cached, "");
     if (r.ok() && r->status >= 200 && r->status < 300) return r;
-    if (!r.ok() && !IsRetryableTransport(r.status())) return r;  // the sink refused
+    if (!r.ok() && !IsRetryableTransport(r.status()) && !IsIgnoredRange(r.status())) {
+      return r;  // the sink refused
+    }
     // Expired presigned URL or a storage hiccup: ask the registry for a fresh location.
     absl::MutexLock l(&mu_);
     redirects_.erase(digest.str());
   }
-  req.url = ApiUrl(absl::StrCat(repo, "/blobs/", digest.str()));
-  absl::StatusOr<Response> r = SendWithRetry(req);
-  if (r.ok() && r->redirected && r->status >= 200 && r->status < 300 &&
-      !SameHostAsRegistry(r->url)) {
+  req.path = absl::StrCat(repo, "/blobs/", digest.str());
+  absl::StatusOr<Response> r = SendToHosts(req, Op::kPull);
+  if (r.ok() && r->redirected && r->status >= 200 && r->status < 300 && HostOf(r->url) == nullptr) {
     absl::MutexLock l(&mu_);
     redirects_[digest.str()] = CachedRedirect{r->url, clock_->Now() + options_.redirect_cache_ttl};
   }
@@ -909,7 +1121,8 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
     return delivered == 0 ? "" : absl::StrCat("Range: bytes=", delivered, "-");
   };
   // Bytes at absolute offsets below `delivered` were already handed over: skip them, so a
-  // resumed transfer (206 from `delivered`, or a 200 from 0) continues seamlessly.
+  // resumed transfer (206 from `delivered`, or a 200 from 0, from any host) continues
+  // seamlessly.
   req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
     uint64_t pos = resp.RangeStart() + resp.body_bytes;
     if (pos + data.size() <= delivered) return absl::OkStatus();
@@ -937,46 +1150,78 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
 absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo,
                                                          const Digest& digest, uint64_t offset,
                                                          uint64_t length, absl::Time deadline) {
-  if (length == 0) return std::string();
   std::string out;
   out.reserve(length);
+  RETURN_IF_ERROR(StreamBlobRange(repo, digest, offset, length, deadline,
+                                  [&out](absl::string_view data) {
+                                    out.append(data.data(), data.size());
+                                    return absl::OkStatus();
+                                  }));
+  return out;
+}
+
+absl::Status RegistryClient::StreamBlobRange(
+    const std::string& repo, const Digest& digest, uint64_t offset, uint64_t length,
+    absl::Time deadline, const std::function<absl::Status(absl::string_view)>& sink) {
+  if (length == 0) return absl::OkStatus();
+  uint64_t delivered = 0;  // handed to `sink`
+  uint64_t pos = 0;        // in the current response
   Request req;
   req.deadline = deadline;
   req.scopes = PullScope(repo);
   req.long_transfer = true;
   req.headers.push_back(absl::StrCat("Range: bytes=", offset, "-", offset + length - 1));
   req.single_attempt = true;
+  req.range_blob = digest.str();
   std::string what =
       absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
   req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
     if (resp.status != 206) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      absl::Status s = absl::FailedPreconditionError(absl::StrCat(
           what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
+      s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
+      return s;
     }
     if (resp.body_bytes == 0) {
-      out.clear();  // a retried response starts over
+      pos = 0;  // a retried response, or another host's, starts over
       if (resp.RangeStart() != offset) {
         return absl::FailedPreconditionError(absl::StrCat(
             what, ": server answered with Content-Range ", resp.Header("content-range")));
       }
     }
-    if (out.size() + data.size() > length) {
+    if (pos + data.size() > length) {
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": server sent more than ", length, " bytes"));
     }
-    out.append(data.data(), data.size());
-    return absl::OkStatus();
+    const uint64_t start = pos;
+    pos += data.size();
+    if (pos <= delivered) return absl::OkStatus();
+    // Bytes already handed on are not handed on again (the blob is addressed by its digest:
+    // any host's bytes at an offset are the same bytes, and the caller verifies them).
+    const uint64_t skip = delivered > start ? delivered - start : 0;
+    delivered = pos;
+    return sink(absl::string_view(data.data() + skip, data.size() - skip));
   };
-  ASSIGN_OR_RETURN(Response r, GetBlobOnce(repo, digest, req));
+  absl::StatusOr<Response> got = GetBlobOnce(repo, digest, req);
+  if (!got.ok()) {
+    // Name the blob and range; keep the code and the payloads the cache classifies by.
+    const absl::Status& e = got.status();
+    if (absl::StartsWith(e.message(), what)) return e;
+    absl::Status s(e.code(), absl::StrCat(what, ": ", e.message()));
+    e.ForEachPayload(
+        [&](absl::string_view key, const absl::Cord& value) { s.SetPayload(key, value); });
+    return s;
+  }
+  Response& r = *got;
   if (r.status == 416) {
     return absl::OutOfRangeError(absl::StrCat(what, ": past the end of the blob (HTTP 416)"));
   }
   if (r.status != 206) return MODELFS_HTTP_ERROR(what, r);
-  if (out.size() != length) {
+  if (delivered != length) {
     return absl::OutOfRangeError(
-        absl::StrCat(what, ": got ", out.size(), " bytes; the blob ends earlier"));
+        absl::StrCat(what, ": got ", delivered, " bytes; the blob ends earlier"));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest& digest,
@@ -995,9 +1240,16 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
   };
   std::string what = BlobWhat("upload", repo, digest);
 
+  std::vector<Host*> push_hosts = Candidates(Op::kPush, "");
+  if (push_hosts.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": no host of registry ", options_.registry, " is configured to push"));
+  }
+  Host* host = push_hosts.front();
   Request post;
   post.method = "POST";
-  post.url = ApiUrl(absl::StrCat(repo, "/blobs/uploads/"));
+  post.host = host;
+  post.url = Url(*host, absl::StrCat(repo, "/blobs/uploads/"));
   post.scopes = PushScope(repo);
   ASSIGN_OR_RETURN(Response started, transport(Send(post)));
   if (started.status != 202 || started.Header("location").empty()) return fail(what, started);
@@ -1005,6 +1257,7 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
 
   Request put;
   put.method = "PUT";
+  put.host = host;
   put.scopes = post.scopes;
   put.long_transfer = true;
   put.headers.push_back("Content-Type: application/octet-stream");
@@ -1018,6 +1271,7 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
       uint64_t n = std::min(options_.upload_chunk_size, size - offset);
       Request patch;
       patch.method = "PATCH";
+      patch.host = host;
       patch.url = location;
       patch.scopes = post.scopes;
       patch.long_transfer = true;
@@ -1039,8 +1293,7 @@ absl::Status RegistryClient::PushBlobOnce(const std::string& repo, const Digest&
   if (done.status != 201) return fail(what, done);
   std::string reported = done.Header("docker-content-digest");
   if (!reported.empty() && reported != digest.str()) {
-    return absl::DataLossError(
-        absl::StrCat(what, ": registry ", options_.registry, " stored it as ", reported));
+    return absl::DataLossError(absl::StrCat(what, ": ", host->label, " stored it as ", reported));
   }
   return absl::OkStatus();
 }
@@ -1065,11 +1318,11 @@ absl::StatusOr<bool> RegistryClient::MountBlob(const std::string& repo, const Di
                                                const std::string& from_repo) {
   Request req;
   req.method = "POST";
-  req.url = ApiUrl(absl::StrCat(repo, "/blobs/uploads/?mount=", PercentEncode(digest.str()),
-                                "&from=", PercentEncode(from_repo)));
+  req.path = absl::StrCat(repo, "/blobs/uploads/?mount=", PercentEncode(digest.str()),
+                          "&from=", PercentEncode(from_repo));
   req.scopes = PushScope(repo);
   req.scopes.push_back(absl::StrCat("repository:", from_repo, ":pull"));
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPush));
   if (r.status == 201) return true;
   if (r.status == 202) {
     // The registry could not mount (the source repo lacks the blob, or we may not read it)
@@ -1078,6 +1331,7 @@ absl::StatusOr<bool> RegistryClient::MountBlob(const std::string& repo, const Di
     if (!location.empty()) {
       Request del;
       del.method = "DELETE";
+      del.host = r.host;
       del.url = ResolveLocation(r.url, location);
       del.scopes = req.scopes;
       (void)Send(del);  // best effort: sessions also expire on their own
@@ -1100,12 +1354,14 @@ absl::StatusOr<ManifestResult> RegistryClient::GetManifest(const std::string& re
                                                            const std::string& reference,
                                                            const std::vector<std::string>& accept) {
   Request req;
-  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.path = absl::StrCat(repo, "/manifests/", reference);
   req.scopes = PullScope(repo);
   req.headers.push_back(AcceptHeader(accept));
   req.max_body = kMaxManifestBytes;
   std::string what = absl::StrCat("GET manifest ", reference, " in repository ", repo);
-  absl::StatusOr<Response> sent = SendWithRetry(req);
+  // A tag is resolved only by hosts trusted with `resolve`; a digest is checked here.
+  absl::StatusOr<Response> sent =
+      SendToHosts(req, IsDigestReference(reference) ? Op::kPull : Op::kResolve);
   if (!sent.ok() && absl::IsOutOfRange(sent.status())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": manifest larger than ", kMaxManifestBytes, " bytes"));
@@ -1115,14 +1371,14 @@ absl::StatusOr<ManifestResult> RegistryClient::GetManifest(const std::string& re
   ManifestResult out;
   out.digest = Digest::Of(r.body);
   if (absl::StartsWith(reference, "sha256:") && out.digest.str() != reference) {
-    return absl::DataLossError(absl::StrCat(what, ": registry ", options_.registry,
+    return absl::DataLossError(absl::StrCat(what, ": ", HostLabel(r.host),
                                             " returned bytes with digest ", out.digest.str()));
   }
   std::string reported = r.Header("docker-content-digest");
   if (!reported.empty() && absl::StartsWith(reported, "sha256:") && reported != out.digest.str()) {
-    return absl::DataLossError(absl::StrCat(what, ": bytes hash to ", out.digest.str(),
-                                            " but registry ", options_.registry,
-                                            " says Docker-Content-Digest ", reported));
+    return absl::DataLossError(absl::StrCat(what, ": bytes hash to ", out.digest.str(), " but ",
+                                            HostLabel(r.host), " says Docker-Content-Digest ",
+                                            reported));
   }
   out.media_type = MediaTypeOf(r.Header("content-type"));
   if (out.media_type.empty() || out.media_type == "application/json" ||
@@ -1142,21 +1398,22 @@ absl::StatusOr<ManifestHead> RegistryClient::HeadManifest(const std::string& rep
                                                           const std::vector<std::string>& accept) {
   Request req;
   req.method = "HEAD";
-  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.path = absl::StrCat(repo, "/manifests/", reference);
   req.scopes = PullScope(repo);
   req.headers.push_back(AcceptHeader(accept));
   std::string what = absl::StrCat("HEAD manifest ", reference, " in repository ", repo);
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  ASSIGN_OR_RETURN(Response r,
+                   SendToHosts(req, IsDigestReference(reference) ? Op::kPull : Op::kResolve));
   if (r.status != 200) return MODELFS_HTTP_ERROR(what, r);
   ManifestHead out;
   absl::StatusOr<Digest> d = Digest::Parse(r.Header("docker-content-digest"));
   if (!d.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(what, ": registry ", options_.registry,
-                                                      " sent no usable Docker-Content-Digest"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", HostLabel(r.host), " sent no usable Docker-Content-Digest"));
   }
   if (absl::StartsWith(reference, "sha256:") && d->str() != reference) {
     return absl::DataLossError(
-        absl::StrCat(what, ": registry ", options_.registry, " reports digest ", d->str()));
+        absl::StrCat(what, ": ", HostLabel(r.host), " reports digest ", d->str()));
   }
   out.digest = *d;
   out.media_type = MediaTypeOf(r.Header("content-type"));
@@ -1170,18 +1427,18 @@ absl::StatusOr<Digest> RegistryClient::PutManifest(const std::string& repo,
                                                    const std::string& media_type) {
   Request req;
   req.method = "PUT";
-  req.url = ApiUrl(absl::StrCat(repo, "/manifests/", reference));
+  req.path = absl::StrCat(repo, "/manifests/", reference);
   req.scopes = PushScope(repo);
   req.headers.push_back("Content-Type: " + media_type);
   req.body = &bytes;
   std::string what = absl::StrCat("PUT manifest ", reference, " in repository ", repo);
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPush));
   if (r.status != 201 && r.status != 200) return MODELFS_HTTP_ERROR(what, r);
   Digest d = Digest::Of(bytes);
   std::string reported = r.Header("docker-content-digest");
   if (!reported.empty() && reported != d.str()) {
-    return absl::DataLossError(absl::StrCat(what, ": registry ", options_.registry,
-                                            " stored it as ", reported, ", expected ", d.str()));
+    return absl::DataLossError(absl::StrCat(what, ": ", HostLabel(r.host), " stored it as ",
+                                            reported, ", expected ", d.str()));
   }
   return d;
 }
@@ -1224,11 +1481,11 @@ absl::StatusOr<std::string> RegistryClient::GetReferrers(const std::string& repo
   if (!artifact_type.empty()) {
     path = AppendQuery(path, "artifactType=" + PercentEncode(artifact_type));
   }
-  req.url = ApiUrl(path);
+  req.path = path;
   req.scopes = PullScope(repo);
   req.headers.push_back(absl::StrCat("Accept: ", kMediaTypeOciIndex));
   std::string what = absl::StrCat("GET referrers of ", subject.str(), " in repository ", repo);
-  ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPull));
   if (r.status == 200) {
     ASSIGN_OR_RETURN(json index, ParseIndex(r.body, what));
     if (!absl::StrContains(r.Header("oci-filters-applied"), "artifactType")) {
@@ -1280,13 +1537,13 @@ absl::Status RegistryClient::PutReferrersFallback(const std::string& repo, const
 
 absl::StatusOr<std::vector<std::string>> RegistryClient::ListTags(const std::string& repo) {
   std::vector<std::string> tags;
-  std::string url = ApiUrl(absl::StrCat(repo, "/tags/list"));
-  for (int page = 0; page < 10000 && !url.empty(); ++page) {
-    Request req;
-    req.url = url;
-    req.scopes = PullScope(repo);
-    std::string what = absl::StrCat("GET tags of repository ", repo);
-    ASSIGN_OR_RETURN(Response r, SendWithRetry(req));
+  const std::string what = absl::StrCat("GET tags of repository ", repo);
+  // The first page from the hosts trusted with tags; the next pages from the one that answered.
+  Request req;
+  req.path = absl::StrCat(repo, "/tags/list");
+  req.scopes = PullScope(repo);
+  for (int page = 0; page < 10000; ++page) {
+    ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kResolve));
     if (r.status != 200) return MODELFS_HTTP_ERROR(what, r);
     json doc = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded() || !doc.is_object()) {
@@ -1298,14 +1555,16 @@ absl::StatusOr<std::vector<std::string>> RegistryClient::ListTags(const std::str
       }
     }
     // Link: </v2/repo/tags/list?last=x&n=100>; rel="next"
-    url.clear();
     std::string link = r.Header("link");
     size_t lt = link.find('<');
     size_t gt = link.find('>');
-    if (lt != std::string::npos && gt != std::string::npos && gt > lt &&
-        absl::StrContains(link, "rel=\"next\"")) {
-      url = ResolveLocation(r.url, link.substr(lt + 1, gt - lt - 1));
+    if (lt == std::string::npos || gt == std::string::npos || gt <= lt ||
+        !absl::StrContains(link, "rel=\"next\"")) {
+      break;
     }
+    req.path.reset();
+    req.host = r.host;
+    req.url = ResolveLocation(r.url, link.substr(lt + 1, gt - lt - 1));
   }
   return tags;
 }

@@ -1,11 +1,25 @@
-// RegistryClient: the OCI Distribution API (v2) over libcurl for one registry host: blobs
-// (HEAD, streaming GET, ranged GET, monolithic and chunked upload, cross-repository mount),
-// manifests (GET/HEAD/PUT, digest computed and checked), referrers (the API, or the
-// "sha256-<hex>" fallback tag on registries without it) and tags.
+// RegistryClient: the OCI Distribution API (v2) over libcurl for one registry, served by one
+// or more hosts: blobs (HEAD, streaming GET, ranged GET, monolithic and chunked upload,
+// cross-repository mount), manifests (GET/HEAD/PUT, digest computed and checked), referrers
+// (the API, or the "sha256-<hex>" fallback tag on registries without it) and tags.
 //
-// Authentication: anonymous, Basic, or the Bearer token flow (a 401 challenge names a realm,
-// service and scope; a token is fetched with the credential and cached per scope until it
-// expires). Credentials and tokens never appear in Status messages.
+// Hosts (mirrors and the server, from hosts.toml; see hosts.h) are used the way containerd's
+// resolver and fetcher use them:
+//  - a tag is resolved only by hosts with both `pull` and `resolve`; manifests and blobs by
+//    digest by hosts with `pull`; uploads go to the first host with `push`, and nowhere else;
+//  - hosts are tried in order; a host that fails (connection error, an HTTP error status, 404,
+//    or a 200 to a range request) passes the request to the next one, and when all fail the
+//    first failure that is not a 404 is returned, naming every host tried;
+//  - requests to a host other than the registry's own carry "?ns=<registry>".
+// A host that failed with a connection error or a 5xx/429 is tried after the others for
+// host_failure_cooldown, so a dead mirror costs one failed connection, not one per read; a
+// host that answered a range request with the whole blob (a pull-through cache that has not
+// stored it yet) is tried after the others for that blob for ignored_range_cooldown.
+//
+// Authentication: per host, anonymous, Basic, or the Bearer token flow (a 401 challenge names
+// a realm, service and scope; a token is fetched with the host's credential and cached per
+// scope until it expires). A mirror gets only the credential stored for its own host name,
+// never the registry's. Credentials and tokens never appear in Status messages.
 //
 // Manifests are raw bytes plus a media type here: parsing them is core/oci's business.
 // Blob bytes are NOT verified by GetBlob/GetBlobRange; the caller hashes them (the trust
@@ -13,14 +27,16 @@
 // against Docker-Content-Digest.
 //
 // Retries: 5xx, 429 (honouring Retry-After) and connection errors are retried with jittered
-// exponential backoff (core/base/backoff.h) until an overall deadline; other 4xx never are.
-// GetBlobRange is the exception: it serves the blob cache, which owns the read deadline and
-// the retry loop, so it makes one attempt and says by its code whether another is worth it
-// (kUnavailable for 5xx and connection errors, kResourceExhausted for 429).
+// exponential backoff (core/base/backoff.h) until an overall deadline, each round trying the
+// hosts in order; other 4xx never are. GetBlobRange is the exception: it serves the blob
+// cache, which owns the read deadline and the retry loop, so it makes one attempt per host
+// and says by its code whether another is worth it (kUnavailable for 5xx and connection
+// errors, kResourceExhausted for 429).
 //
 // Thread safety: all methods may be called concurrently. Each request uses its own curl easy
-// handle (taken from a small pool so connections are reused); the token and redirect caches
-// are guarded by absl::Mutex.
+// handle (taken from a small pool so connections are reused); token, redirect and host-health
+// state is guarded by absl::Mutex (lock order: a host's mutex is never held while taking
+// another lock).
 #pragma once
 
 #include <atomic>
@@ -53,12 +69,30 @@ inline constexpr char kMediaTypeDockerManifest[] =
 inline constexpr char kMediaTypeDockerManifestList[] =
     "application/vnd.docker.distribution.manifest.list.v2+json";
 
-struct RegistryClientOptions {
-  // The registry as references name it ("reg:5000", "docker.io"); used in messages.
-  std::string registry;
-  // Where to connect and how to verify TLS (see hosts.h). Empty host: DefaultHostEndpoint.
+// One host the client may talk to, with the credential it presents there.
+struct RegistryHost {
   HostEndpoint endpoint;
   std::optional<Credential> credential;
+};
+
+struct RegistryClientOptions {
+  // The registry as references name it ("reg:5000", "docker.io"); used in messages and in
+  // the "ns" query parameter sent to mirrors.
+  std::string registry;
+  // The hosts to try, in order (hosts.toml mirrors, then the server; see hosts.h). Empty: one
+  // host, `endpoint` with `credential`.
+  std::vector<RegistryHost> hosts;
+  // Where to connect and how to verify TLS when `hosts` is empty. Empty host:
+  // DefaultHostEndpoint.
+  HostEndpoint endpoint;
+  std::optional<Credential> credential;
+  // How long a host that failed (connection error, 5xx, 429) is tried after the others.
+  absl::Duration host_failure_cooldown = absl::Seconds(30);
+  // How long a host that answered a range request for a blob with the whole blob is tried
+  // after the others for that blob. A pull-through cache does so until it has stored the blob,
+  // and each request it gets before then costs its upstream another fetch; asking again every
+  // few seconds finds the stored copy soon after it is there.
+  absl::Duration ignored_range_cooldown = absl::Seconds(5);
 
   absl::Duration connect_timeout = absl::Seconds(15);
   // A transfer slower than 1 KiB/s for this long is aborted (and retried). Large blobs have
@@ -118,8 +152,12 @@ class RegistryClient {
   // Errors: kInvalidArgument (no registry name), kInternal (a CA file cannot be read).
   static absl::StatusOr<std::unique_ptr<RegistryClient>> Create(RegistryClientOptions options);
 
-  // Resolves the endpoint for `registry` from `hosts` (for `capability`) and its credential
-  // from `credentials`, then Create()s. `base` supplies timeouts and limits.
+  // Resolves the hosts for `registry` from `hosts` and their credentials from `credentials`,
+  // then Create()s. kPull (or kResolve): every host with `pull`, in order. kPush: only the
+  // first host with `push` (as containerd's pusher), used for every request of the client.
+  // Credentials: a mirror gets the entry for its own host[:port]; the server the registry's
+  // entry, else the one for its host. `base` supplies timeouts and limits.
+  // Errors: as ResolveHosts; kFailedPrecondition when no host has the capability.
   static absl::StatusOr<std::unique_ptr<RegistryClient>> ForRegistry(
       const std::string& registry, HostCapability capability, const HostsOptions& hosts,
       const CredentialStore& credentials, RegistryClientOptions base = {});
@@ -148,6 +186,12 @@ class RegistryClient {
   absl::StatusOr<std::string> GetBlobRange(const std::string& repo, const Digest& digest,
                                            uint64_t offset, uint64_t length,
                                            absl::Time deadline = absl::InfiniteFuture());
+
+  // GetBlobRange delivering the body to `sink` as it arrives (same checks, one attempt). A
+  // sink error ends the transfer and is returned.
+  absl::Status StreamBlobRange(const std::string& repo, const Digest& digest, uint64_t offset,
+                               uint64_t length, absl::Time deadline,
+                               const std::function<absl::Status(absl::string_view)>& sink);
 
   // Uploads `size` bytes read from `source` as blob `digest` (the registry checks the digest;
   // a mismatch is kDataLoss). Small blobs: POST then one PUT ?digest=. Larger: PATCH chunks
@@ -192,7 +236,8 @@ class RegistryClient {
 
   RegistryStats stats() const;
   const std::string& registry() const { return options_.registry; }
-  const HostEndpoint& endpoint() const { return options_.endpoint; }
+  // The hosts in configuration order.
+  std::vector<HostEndpoint> endpoints() const;
 
  private:
   struct Request;
@@ -210,25 +255,43 @@ class RegistryClient {
     absl::Time expires;
   };
   class HandlePool;
+  class Host;
+  // Which hosts may serve a request: containerd's capabilities.
+  enum class Op { kResolve, kPull, kPush };
 
   explicit RegistryClient(RegistryClientOptions options);
   Backoff MakeBackoff(absl::Time deadline) const;
 
-  std::string ApiUrl(const std::string& path) const;
+  // The hosts for `op` in the order to try them now: configuration order, except that hosts in
+  // their failure cooldown (and, for `blob`, hosts that ignored Range for it) come last. kPush:
+  // the first host with push only.
+  std::vector<Host*> Candidates(Op op, const std::string& blob);
+  // "<api root>/<path>" on host `h`, with "ns=<registry>" for a host of another name.
+  std::string Url(const Host& h, const std::string& path) const;
   std::string ResolveLocation(const std::string& base_url, const std::string& location) const;
-  bool SameHostAsRegistry(const std::string& url) const;
+  // How messages name a host ("registry r" when null).
+  std::string HostLabel(const Host* h) const;
+  // The configured host whose scheme://authority is url's, or null (a storage backend, a
+  // token realm elsewhere).
+  Host* HostOf(const std::string& url) const;
 
   // One HTTP exchange, no auth logic, no redirects. Transport errors are kUnavailable.
   absl::StatusOr<Response> Transport(const Request& req, const std::string& url,
                                      const std::string& authorization);
-  // Auth (challenge/token/basic) and redirects; any HTTP status comes back as a Response.
+  // Auth (challenge/token/basic) on req.host and redirects; any HTTP status comes back as a
+  // Response.
   absl::StatusOr<Response> Send(const Request& req);
-  // Send, retrying 5xx/429/connection errors with backoff until the deadline.
-  absl::StatusOr<Response> SendWithRetry(const Request& req);
+  // Sends to the hosts for `op` in turn (or to req.host when set), falling back to the next on
+  // failure, and retries rounds with backoff while every host failed in a retryable way
+  // (one round when req.single_attempt). Returns the accepted response, else the first
+  // failure that is not a 404 (or the first 404), annotated with the other hosts' failures.
+  absl::StatusOr<Response> SendToHosts(const Request& req, Op op);
 
-  std::string AuthorizationFor(const std::vector<std::string>& scopes);
-  absl::Status Authenticate(const Response& unauthorized, const std::vector<std::string>& scopes);
-  absl::Status FetchToken(const Challenge& challenge, const std::vector<std::string>& scopes);
+  std::string AuthorizationFor(Host& host, const std::vector<std::string>& scopes);
+  absl::Status Authenticate(Host& host, const Response& unauthorized,
+                            const std::vector<std::string>& scopes);
+  absl::Status FetchToken(Host& host, const Challenge& challenge,
+                          const std::vector<std::string>& scopes);
 
   absl::StatusOr<Response> GetBlobOnce(const std::string& repo, const Digest& digest, Request& req);
   absl::Status PushBlobOnce(const std::string& repo, const Digest& digest, uint64_t size,
@@ -236,13 +299,10 @@ class RegistryClient {
 
   RegistryClientOptions options_;
   Clock* const clock_;
-  std::string ca_blob_;  // concatenated PEM of endpoint.ca_files
+  std::vector<std::unique_ptr<Host>> hosts_;  // configuration order; fixed after Create
   std::unique_ptr<HandlePool> pool_;
 
   absl::Mutex mu_;
-  std::optional<Challenge> challenge_ ABSL_GUARDED_BY(mu_);
-  bool basic_auth_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, CachedToken> tokens_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CachedRedirect> redirects_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> requests_{0};

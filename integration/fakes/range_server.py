@@ -17,7 +17,7 @@ Fault modes (combine freely):
                           response, {"token": "T", "expires_in": N}, in a file there)
   --redirect-host H       answer 302 to http://H:<port><path> unless the Host header names H
                           (a cross-host redirect: 127.0.0.1 -> localhost, say)
-  --log FILE              one JSON line per request: method, path, range, status, bytes
+  --log FILE              one JSON line per request: method, path, query, range, status, bytes
                           (body bytes the response carries), conn (client port; equal values
                           mean a reused connection), auth (whether Authorization was sent; the
                           value is never logged). A line is written before the body is sent, so
@@ -161,6 +161,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return {
             "method": self.command,
             "path": urllib.parse.urlsplit(self.path).path,
+            "query": urllib.parse.urlsplit(self.path).query,
             "range": self.headers.get("Range"),
             "status": status,
             "bytes": nbytes,

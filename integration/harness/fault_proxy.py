@@ -11,6 +11,9 @@
                       carries it is refused with 400).
   --storage-uses K    each storage URL generation serves K requests, then answers 403
                       (an expired presigned URL); the client must ask the registry again.
+  --read-only         refuse every POST, PUT, PATCH and DELETE with 403 DENIED, as a registry
+                      does for credentials that may only pull (Distribution has no per-user
+                      access control of its own); reads pass through with their credentials.
 GET /__stats returns counters as JSON.
 """
 import argparse
@@ -36,11 +39,12 @@ def main():
     ap.add_argument("--ignore-range", action="store_true")
     ap.add_argument("--redirect-blobs", action="store_true")
     ap.add_argument("--storage-uses", type=int, default=0)
+    ap.add_argument("--read-only", action="store_true")
     args = ap.parse_args()
 
     lock = threading.Lock()
     stats = {"requests": 0, "injected": 0, "redirects": 0, "storage_requests": 0,
-             "storage_expired": 0, "storage_with_auth": 0}
+             "storage_expired": 0, "storage_with_auth": 0, "refused_writes": 0}
     generation_uses = {}
     next_generation = [1]
     port = [0]
@@ -111,6 +115,15 @@ def main():
                         self.simple(403, b"<Error><Code>AccessDenied</Code></Error>")
                         return
                 self.forward("/" + rest, drop_auth=True)
+                return
+            if args.read_only and self.command in ("POST", "PUT", "PATCH", "DELETE"):
+                with lock:
+                    stats["refused_writes"] += 1
+                self.body()
+                self.simple(403, json.dumps({"errors": [{
+                    "code": "DENIED",
+                    "message": "requested access to the resource is denied"}]}).encode(),
+                    {"Content-Type": "application/json"})
                 return
             target = args.fail_path or "/v2/"
             is_api = path.startswith("/v2/") and path != "/v2/"

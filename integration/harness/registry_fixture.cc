@@ -261,6 +261,9 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
       "  maintenance:\n    uploadpurging:\n      enabled: false\n"
       "http:\n  addr: ",
       f->host_port_, "\n  secret: modelfs-test-secret\n", auth_yaml);
+  if (!options.proxy_remote_url.empty()) {
+    absl::StrAppend(&config, "proxy:\n  remoteurl: ", options.proxy_remote_url, "\n");
+  }
   std::string config_path = f->work_dir_ + "/config.yml";
   std::ofstream(config_path) << config;
 
@@ -342,6 +345,7 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
   if (!options.fail_path.empty()) argv.insert(argv.end(), {"--fail-path", options.fail_path});
   if (options.ignore_range) argv.push_back("--ignore-range");
   if (options.redirect_blobs) argv.push_back("--redirect-blobs");
+  if (options.read_only) argv.push_back("--read-only");
   if (options.storage_uses > 0) {
     argv.insert(argv.end(), {"--storage-uses", absl::StrCat(options.storage_uses)});
   }

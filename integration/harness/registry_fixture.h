@@ -1,7 +1,8 @@
 // Test fixtures that run real services on 127.0.0.1 for end-to-end tests:
 //  - RegistryFixture: a Distribution 2.8 `docker-registry` with filesystem storage in a fresh
-//    temporary directory, optionally behind htpasswd (Basic) or token (Bearer) auth; for token
-//    auth it also runs token_server.py with a freshly generated RSA key and certificate.
+//    temporary directory, optionally behind htpasswd (Basic) or token (Bearer) auth (for token
+//    auth it also runs token_server.py with a freshly generated RSA key and certificate), or
+//    as a pull-through cache of another registry.
 //  - FaultProxy: fault_proxy.py in front of a registry (injected 5xx/429, ignored Range,
 //    redirects to a "storage" host whose URLs expire).
 // Every process is started by the fixture and stopped by PID in its destructor; temporary
@@ -54,6 +55,10 @@ struct RegistryFixtureOptions {
   // Write the registry's access log (one line per request: method, path, status, bytes,
   // user agent) to log_path(), so tests can count which blobs were fetched.
   bool access_log = false;
+  // Non-empty: run as a pull-through cache of this registry ("http://127.0.0.1:PORT"),
+  // Distribution's `proxy.remoteurl`. The upstream must answer when the cache starts
+  // (docker-registry 2.8 exits otherwise), not afterwards.
+  std::string proxy_remote_url;
 };
 
 class RegistryFixture {
@@ -112,7 +117,8 @@ struct FaultProxyOptions {
   std::string fail_path;        // substring of the path to fail; empty: any /v2/<name>/ request
   bool ignore_range = false;
   bool redirect_blobs = false;
-  int storage_uses = 0;  // 0: storage URLs never expire
+  int storage_uses = 0;    // 0: storage URLs never expire
+  bool read_only = false;  // refuse POST/PUT/PATCH/DELETE with 403 DENIED
 };
 
 class FaultProxy {
@@ -122,7 +128,7 @@ class FaultProxy {
   ~FaultProxy();
   const std::string& host_port() const { return host_port_; }
   // A counter from /__stats: requests, injected, redirects, storage_requests,
-  // storage_expired, storage_with_auth.
+  // storage_expired, storage_with_auth, refused_writes.
   absl::StatusOr<int> Stat(const std::string& name) const;
 
  private:

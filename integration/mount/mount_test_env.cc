@@ -114,8 +114,11 @@ bool HasOption(const std::string& options, const std::string& option) {
 absl::StatusOr<std::unique_ptr<ModelMount>> ModelMount::Start(const std::string& ref,
                                                               const std::string& dir,
                                                               const MountOptions& o) {
-  std::vector<std::string> argv = {ModelfsBinary(), "mount",      "--plain-http", "--cache",
+  std::vector<std::string> argv = {ModelfsBinary(), "mount",      "--cache",
                                    o.cache_dir,     "--prefetch", o.prefetch};
+  if (o.plain_http) argv.push_back("--plain-http");
+  if (!o.hosts_dir.empty()) argv.insert(argv.end(), {"--hosts-dir", o.hosts_dir});
+  if (!o.docker_config.empty()) argv.insert(argv.end(), {"--docker-config", o.docker_config});
   if (o.read_deadline_s > 0) {
     argv.insert(argv.end(), {"--read-deadline", absl::StrCat(o.read_deadline_s)});
   }

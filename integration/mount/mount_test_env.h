@@ -56,10 +56,13 @@ struct MountOptions {
   std::string prefetch = "none";
   double read_deadline_s = 0;  // 0: the default
   std::string log_file;        // the daemon's stderr
+  bool plain_http = true;      // --plain-http
+  std::string hosts_dir;       // --hosts-dir (certs.d with hosts.toml); empty: the default
+  std::string docker_config;   // --docker-config; empty: the default
 };
 
-// A model mounted with `modelfs mount --plain-http` (background mode). The destructor runs
-// Unmount().
+// A model mounted with `modelfs mount` (background mode; --plain-http unless the options say
+// otherwise). The destructor runs Unmount().
 class ModelMount {
  public:
   // Runs `modelfs mount` and returns once it reports ready. Errors: kFailedPrecondition with

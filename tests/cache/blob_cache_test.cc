@@ -60,6 +60,7 @@ class BlobCacheTest : public ::testing::Test {
     o.fetch_threads = 4;
     o.read_deadline = absl::Seconds(20);
     o.whole_chunk_size = kChunk;
+    o.verify_when_idle = absl::ZeroDuration();
     o.retry.initial_backoff = absl::Milliseconds(5);
     o.retry.max_backoff = absl::Milliseconds(20);
     o.log = [this](absl::string_view line) {
@@ -543,24 +544,42 @@ TEST_F(BlobCacheTest, LayerSharedByTwoModelsStaysReferencedUntilBothLetGo) {
   EXPECT_THAT(cache->GetLayerInfo(da), StatusIs(absl::StatusCode::kNotFound, HasSubstr(da.str())));
 }
 
-TEST_F(BlobCacheTest, SequentialReadaheadWindowDoublesUpToTheMaximum) {
+TEST_F(BlobCacheTest, SequentialReadaheadWindowIsHalfTheRunUpToTheMaximum) {
   CacheOptions o = Options();
   o.readahead_min = 8 * 1024;
   o.readahead_max = 32 * 1024;
   auto cache = Open(o);
-  const std::string blob = RandomBytes(128 * 1024, 28);
+  const std::string blob = RandomBytes(256 * 1024, 28);
   Digest d = AddChunked(*cache, blob);
   std::vector<uint64_t> windows;
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, i * 4096, 4096));
-    ASSERT_EQ(got, blob.substr(i * 4096, 4096));
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, i * 8192, 8192));
+    ASSERT_EQ(got, blob.substr(i * 8192, 8192));
     windows.push_back(cache->GetLayerInfo(d)->readahead_window);
   }
-  EXPECT_EQ(windows, (std::vector<uint64_t>{0, 8192, 16384, 32768, 32768}));
+  // A first read starts a run; runs of 16 ... 80 KiB then get half their length.
+  EXPECT_EQ(windows, (std::vector<uint64_t>{0, 8192, 12288, 16384, 20480, 24576, 28672,
+                                            32768, 32768, 32768}));
   ASSERT_TRUE(Idle(*cache));
-  EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 13u);  // chunks 0..4 read, 5..12 ahead
-  ASSERT_OK(cache->Read(d, 100 * 1024, 10));
+  EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 28u);  // 80 KiB read, 32 KiB ahead
+  // Far past the run (more than 8 chunks): a new run, no readahead.
+  ASSERT_OK(cache->Read(d, 200 * 1024, 10));
   EXPECT_EQ(cache->GetLayerInfo(d)->readahead_window, 0u);
+}
+
+TEST_F(BlobCacheTest, ReadsArrivingOutOfOrderStillExtendTheRun) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 32 * 1024;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(256 * 1024, 29);
+  Digest d = AddChunked(*cache, blob);
+  // The kernel's parallel readahead requests: chunk 0, then 3, 1, 2 (within 8 chunks).
+  for (uint64_t c : {0, 3, 1, 2}) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, c * kChunk, kChunk));
+    ASSERT_EQ(got, blob.substr(c * kChunk, kChunk));
+  }
+  EXPECT_EQ(cache->GetLayerInfo(d)->readahead_window, 8192u);
 }
 
 TEST_F(BlobCacheTest, PrefetchAllFetchesTheWholeLayerInTheBackground) {

@@ -150,6 +150,43 @@ TEST(ParseVolumeLayerTest, RoundTripsModelJsonAndIndexes) {
   EXPECT_THAT(CheckVolumeMatchesModel(c.model, f.model_descriptor, f.model), IsOk());
 }
 
+TEST(BuildVolumeImageTest, APathPrefixIsRecordedAndRoundTrips) {
+  Fixture f = MakeFixture();
+  f.input.path_prefix = "models";
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_EQ(v.model_info.path_prefix, "models");
+  EXPECT_THAT(SerializeVolumeModelJson(v.model_info), HasSubstr("\"pathPrefix\":\"models\""));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model.path_prefix, "models");
+  // Another V: the same M under a prefix is a different image.
+  ASSERT_OK_AND_ASSIGN(VolumeImage plain, BuildVolumeImage(MakeFixture().input));
+  EXPECT_NE(plain.manifest_descriptor.digest, v.manifest_descriptor.digest);
+}
+
+TEST(BuildVolumeImageTest, WithoutAPathPrefixModelJsonHasNoSuchKey) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_THAT(SerializeVolumeModelJson(v.model_info), ::testing::Not(HasSubstr("pathPrefix")));
+}
+
+TEST(BuildVolumeImageTest, RefusesAPathPrefixThatEscapesOrShadowsModelinfo) {
+  Fixture f = MakeFixture();
+  f.input.path_prefix = "../models";
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("path prefix '../models'")));
+  f.input.path_prefix = ".modelinfo.json";
+  EXPECT_FALSE(BuildVolumeImage(f.input).ok());
+}
+
+TEST(ParseVolumeModelJsonTest, RefusesAnAbsolutePathPrefix) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.path_prefix = "/etc";
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("pathPrefix")));
+}
+
 TEST(ParseVolumeLayerTest, DetectsATamperedChunkIndex) {
   Fixture f = MakeFixture();
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));

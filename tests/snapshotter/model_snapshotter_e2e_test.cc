@@ -434,6 +434,53 @@ TEST_F(ModelSnapshotterTest, APlainHttpRegistryDeclaredInHostsTomlIsReached) {
   EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
 }
 
+// `modelfs convert SRC --to DST`: V on a second registry, M and its weights left on the first.
+// Prepare of V's layer reads V from the second registry and the weights from the first, and
+// so does the model registered again after a restart (its record names the first registry),
+// with the second registry stopped.
+TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsFromTheModels) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> other, RegistryFixture::Start());
+  const std::string dst = absl::StrCat(other->host_port(), "/team/llama:converted");
+  ASSERT_OK_AND_ASSIGN(auto conv, modelfs::testing::RunModelfs({"convert", "--plain-http",
+                                                                Ref("v1"), "--to", dst, "--json"}));
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  const std::string v_digest = modelfs::testing::ParseJsonOutput(conv.out)["volume"]["digest"];
+  ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(other->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest("team/llama", v_digest));
+  ASSERT_OK_AND_ASSIGN(Manifest vm, ParseManifest(v.bytes));
+  ASSERT_EQ(vm.layers.size(), 1u);
+  const std::string chain = vm.layers[0].digest.str();
+  Labels labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
+  labels[kLabelTargetRef] = chain;
+  labels[kLabelCriImageRef] = dst;
+  labels[kLabelCriManifestDigest] = v_digest;
+
+  auto reopen = [&] {
+    if (snapshotter_) ASSERT_OK(snapshotter_->Shutdown());
+    snapshotter_.reset();
+    ModelSnapshotterOptions o;
+    o.root = tmp_.Join("root");
+    o.registry.hosts.plain_http_hosts = {registry_->host_port(), other->host_port()};
+    o.prefetch = PrefetchPolicy::kNone;
+    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
+  };
+  reopen();
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists))
+      << log_;
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
+
+  reopen();
+  other->Stop();  // V's registry: the weights never came from there
+  ASSERT_TRUE(snapshotter_->WaitRestored(absl::Seconds(30)));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->View("vol", chain, {}));
+  ASSERT_OK_AND_ASSIGN(std::string dir, MountAll(mounts));
+  std::map<std::string, std::string> got = DescribeFiles(dir);
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, DescribeFiles(model_dir_.string())) << log_;
+}
+
 TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndItFallsBack) {
   ASSERT_OK(snapshotter_->Shutdown());
   snapshotter_.reset();

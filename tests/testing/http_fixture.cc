@@ -180,6 +180,7 @@ std::vector<RequestLogEntry> RangeServer::ReadLog() const {
     RequestLogEntry e;
     e.method = j.value("method", "");
     e.path = j.value("path", "");
+    e.query = j.value("query", "");
     if (j.contains("range") && j["range"].is_string()) e.range = j["range"].get<std::string>();
     e.status = j.value("status", 0);
     e.bytes = j.value("bytes", uint64_t{0});

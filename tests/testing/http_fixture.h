@@ -57,6 +57,7 @@ struct RangeServerOptions {
 struct RequestLogEntry {
   std::string method;  // "GET", "HEAD"
   std::string path;    // URL path without the query, e.g. "/model.safetensors"
+  std::string query;   // the query string without '?', "" when absent
   std::string range;   // the Range header as sent, "" when absent
   int status = 0;
   uint64_t bytes = 0;  // body bytes the response carries (after any reset cut)
