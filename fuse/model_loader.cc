@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/hub/identity.h"
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
@@ -118,6 +119,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
     if (!c.precision.empty()) ctx.provenance["precision"] = c.precision;
   }
   for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
+  ctx.identity =
+      IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
   out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
   // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
   // .modelinfo.json stays at the root and names paths within that directory.

@@ -224,6 +224,7 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
               {"verification", context.verification},
               {"digests", StringMap(context.digests)},
               {"provenance", std::move(provenance)},
+              {"identity", context.identity},
               {"format", OrNull(model.format)},
               {"architecture", OrNull(model.architecture)},
               {"shape", std::move(shape)},

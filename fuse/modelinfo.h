@@ -40,6 +40,8 @@ struct ModelInfoContext {
   // How served bytes are verified: "chunk-index" (per-chunk SHA-256 from a chunk index),
   // "whole-layer" (the blob's digest before any byte is served) or "unverified" (opt-in).
   std::string verification = "whole-layer";
+  // The identity record (core/hub/identity.h IdentityToJson); written as given, null if unset.
+  nlohmann::json identity;
 };
 
 // Header inspection of a model's files.

@@ -5,10 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/formats/pickle_scan.h"
+#include "core/hub/identity.h"
+#include "nlohmann/json.hpp"
 
 namespace modelfs::cli {
 
@@ -20,8 +25,44 @@ void RegisterInspect(CLI::App& app, Context& ctx);
 void RegisterMemory(CLI::App& app, Context& ctx);
 void RegisterDigest(CLI::App& app, Context& ctx);
 void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, pull
+void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging Face Hub)
+void RegisterVerify(CLI::App& app, Context& ctx);            // verify DIR against modelfs.lock.json
 // mount, umount, stats; argv is re-executed for a background mount.
 void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv);
+
+// inspect on pickle checkpoints (inspect_pickle.cc): the paths that are pickle files (named
+// so, or zip/pickle bytes under another name; in a directory, its pickle-named files) are
+// scanned; the rest is left for InspectModel.
+struct PickleInspection {
+  std::vector<PickleScan> scans;
+  std::vector<std::string> other_paths;
+};
+absl::StatusOr<PickleInspection> InspectPickles(const std::vector<std::string>& paths,
+                                                bool insecure);
+// kPermissionDenied naming every flagged import (inspect exits 1), else OK.
+absl::Status PickleVerdict(const PickleInspection& inspection);
+
+// inspect REF (inspect_ref.cc): a model in a registry, from its manifest and config.
+struct RefInspection {
+  struct Layer {
+    std::string path, digest;
+    uint64_t size = 0;
+    std::string kind;
+  };
+  std::string reference, repository, manifest, volume;
+  std::string name, format, param_size, precision;
+  nlohmann::json config;  // the config blob as stored
+  ModelIdentity identity;
+  std::map<std::string, std::string> annotations;  // M's
+  std::vector<Layer> layers;
+};
+// An argument that is no local path or URL and starts with a registry host ("host.tld/",
+// "host:port/", "localhost/").
+bool LooksLikeRegistryReference(const std::string& arg);
+absl::StatusOr<RefInspection> InspectReference(const std::string& ref, bool plain_http,
+                                               const std::string& docker_config);
+nlohmann::json RefInspectionToJson(const RefInspection& r);
+std::string RenderRefInspection(const RefInspection& r);
 
 // 1234567 -> "1,234,567"
 std::string WithCommas(uint64_t n);

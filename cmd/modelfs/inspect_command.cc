@@ -21,14 +21,51 @@ struct InspectCliOptions {
   std::string peek;
   size_t peek_count = 8;
   bool insecure = false;
+  bool plain_http = false;
+  std::string docker_config;
 };
 
 absl::Status RunInspect(const InspectCliOptions& o) {
   InspectOptions io;
   io.http.verify_tls = !o.insecure;
-  ASSIGN_OR_RETURN(InspectedModel model, InspectModel(o.paths, io));
+  // A registry reference: the artifact's config and identity record, no layer downloaded.
+  if (o.paths.size() == 1 && LooksLikeRegistryReference(o.paths[0])) {
+    ASSIGN_OR_RETURN(RefInspection r, InspectReference(o.paths[0], o.plain_http, o.docker_config));
+    if (o.json) {
+      printf("%s\n", RefInspectionToJson(r)
+                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                         .c_str());
+    } else {
+      printf("%s", RenderRefInspection(r).c_str());
+    }
+    return absl::OkStatus();
+  }
+  // Pickle checkpoints are scanned, never loaded; the verdict decides the exit code.
+  ASSIGN_OR_RETURN(PickleInspection pickles, InspectPickles(o.paths, o.insecure));
+  if (pickles.other_paths.empty()) {
+    if (o.json) {
+      nlohmann::json scans = nlohmann::json::array();
+      for (const PickleScan& s : pickles.scans) scans.push_back(PickleScanToJson(s));
+      printf("%s\n", nlohmann::json({{"pickles", scans}}).dump(2).c_str());
+    } else {
+      for (size_t i = 0; i < pickles.scans.size(); ++i) {
+        printf("%s%s", i ? "\n" : "", RenderPickleScan(pickles.scans[i]).c_str());
+      }
+    }
+    return PickleVerdict(pickles);
+  }
+  for (const PickleScan& s : pickles.scans) {
+    if (!o.json) printf("%s\n", RenderPickleScan(s).c_str());
+  }
+  ASSIGN_OR_RETURN(InspectedModel model, InspectModel(pickles.other_paths, io));
   nlohmann::json j;
-  if (o.json) j = InspectedModelToJson(model, o.tensors);
+  if (o.json) {
+    j = InspectedModelToJson(model, o.tensors);
+    if (!pickles.scans.empty()) {
+      j["pickles"] = nlohmann::json::array();
+      for (const PickleScan& s : pickles.scans) j["pickles"].push_back(PickleScanToJson(s));
+    }
+  }
   std::string peek_line;  // text mode: printed after the summary
   if (!o.peek.empty()) {
     auto holds = [&](const InspectedFile& f) {
@@ -72,7 +109,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   }
   if (o.json) {
     printf("%s\n", j.dump(2).c_str());
-    return absl::OkStatus();
+    return PickleVerdict(pickles);
   }
   for (size_t i = 0; i < model.files.size(); ++i) {
     if (i) printf("\n");
@@ -92,7 +129,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   }
   for (const auto& w : model.warnings) printf("warning: %s\n", EscapeUntrusted(w).c_str());
   if (!peek_line.empty()) printf("%s\n", peek_line.c_str());
-  return absl::OkStatus();
+  return PickleVerdict(pickles);
 }
 
 }  // namespace
@@ -102,13 +139,22 @@ void RegisterInspect(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "inspect",
       "Read safetensors / GGUF headers (file, http(s) URL, directory or "
-      "model.safetensors.index.json): tensors, parameters, dtypes, quantization, shape");
-  cmd->add_option("PATH", o->paths, "File, URL, directory or sharded index")->required();
+      "model.safetensors.index.json): tensors, parameters, dtypes, quantization, shape. "
+      "Pickle checkpoints (.bin .pt .pth .pkl .ckpt) are scanned, never loaded: the globals "
+      "they import are listed and any outside the allow-list is flagged (exit 1)");
+  cmd->add_option("PATH", o->paths,
+                  "File, URL, directory, sharded index, or a registry reference (REF: its "
+                  "config and identity record)")
+      ->required();
   cmd->add_flag("--json", o->json, "Print JSON (byte counts as plain integers)");
   cmd->add_flag("--tensors", o->tensors, "List every tensor");
   cmd->add_option("--peek", o->peek, "Decode the first values of this tensor");
   cmd->add_option("--peek-count", o->peek_count, "How many values --peek prints")->default_val(8);
   cmd->add_flag("--insecure", o->insecure, "Do not verify TLS certificates for https URLs");
+  cmd->add_flag("--plain-http", o->plain_http,
+                "REF: talk plain HTTP to the registry (only for hosts you trust, e.g. loopback)");
+  cmd->add_option("--docker-config", o->docker_config,
+                  "REF: docker config.json with registry credentials");
   cmd->callback([o, &ctx] { ctx.status = RunInspect(*o); });
 }
 

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterMemory(app, ctx);
   modelfs::cli::RegisterDigest(app, ctx);
   modelfs::cli::RegisterRegistryCommands(app, ctx);
+  modelfs::cli::RegisterFetch(app, ctx);
+  modelfs::cli::RegisterVerify(app, ctx);
   modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);

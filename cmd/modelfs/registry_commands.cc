@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cmd/modelfs/cli.h"
@@ -68,6 +69,9 @@ struct PushCli {
   std::vector<std::string> mount_from;
   std::string revision;
   std::string name;
+  bool allow_pickle = false;
+  ModelIdentity identity;  // identity-record flags
+  std::string base_model;
   std::string path_prefix;
 };
 
@@ -80,6 +84,9 @@ absl::Status RunPush(const PushCli& c) {
   o.mount_from = c.mount_from;
   o.revision = c.revision;
   o.name = c.name;
+  o.allow_pickle = c.allow_pickle;
+  o.identity = c.identity;
+  if (!c.base_model.empty()) o.identity.base_models = absl::StrSplit(c.base_model, ',');
   o.path_prefix = c.path_prefix;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
@@ -106,6 +113,22 @@ absl::Status RunPush(const PushCli& c) {
          r.model.digest.str().c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
+  const ModelIdentity& id = r.identity;
+  if (!id.source_url.empty()) {
+    printf("origin %s @ %s%s\n", EscapeUntrusted(id.source_url).c_str(),
+           EscapeUntrusted(id.revision).c_str(),
+           r.lock.empty() ? "" : " (every file checked against the lock)");
+  }
+  if (!id.licenses.empty()) {
+    printf("license %s\n", EscapeUntrusted(absl::StrJoin(id.licenses, " AND ")).c_str());
+  }
+  if (!id.base_models.empty()) {
+    printf("base model %s%s\n", EscapeUntrusted(absl::StrJoin(id.base_models, ", ")).c_str(),
+           id.base_model_relation.empty()
+               ? ""
+               : absl::StrCat(" (", EscapeUntrusted(id.base_model_relation), ")").c_str());
+  }
+  if (!id.tokenizer_sha256.empty()) printf("tokenizer %s\n", id.tokenizer_sha256.c_str());
   printf("pin it as %s@%s (or the volume image %s@%s)\n", r.repository.c_str(),
          r.model.digest.str().c_str(), r.repository.c_str(), r.volume.digest.str().c_str());
   return absl::OkStatus();
@@ -223,6 +246,24 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Repository on the same registry to mount existing blobs from");
     cmd->add_option("--revision", c->revision, "Source revision (e.g. Hugging Face commit)");
     cmd->add_option("--name", c->name, "Model name (default: the repository's last part)");
+    cmd->add_flag("--allow-pickle", c->allow_pickle,
+                  "Push pickle checkpoints (*.bin *.pt *.pth *.pkl *.pickle *.ckpt), which can run "
+                  "code when loaded; they are scanned and recorded in the manifest's annotations");
+    // The identity record (docs/cli.md "The identity record"); each overrides README.md's
+    // model card front matter.
+    cmd->add_option("--license", c->identity.licenses,
+                    "SPDX license expression (repeatable; default: the model card's license)");
+    cmd->add_option("--base-model", c->base_model,
+                    "Model this one derives from, e.g. meta-llama/Llama-3.1-8B (comma-separated)");
+    cmd->add_option("--base-model-relation", c->identity.base_model_relation,
+                    "How it derives: finetune, quantized, merge or adapter");
+    cmd->add_option("--quantization", c->identity.quantization,
+                    "Quantization (config.quantization), e.g. q4_k_m, awq, gptq");
+    cmd->add_option("--quantization-recipe", c->identity.quantization_recipe,
+                    "How it was quantized (tool, version, settings)");
+    cmd->add_option("--dataset", c->identity.datasets,
+                    "Training dataset, a Hub id or a URL (repeatable; descriptor.datasetsURL)");
+    cmd->add_option("--eval-id", c->identity.eval_ids, "Evaluation run id (repeatable)");
     cmd->add_option("--path-prefix", c->path_prefix,
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://, which mounts it with subPath: models); the model's own paths "

@@ -7,11 +7,18 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/formats/model_inspect.h"
+#include "core/formats/pickle_scan.h"
+#include "core/hub/identity.h"
+#include "core/hub/lock_file.h"
+#include "core/io/range_reader.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
@@ -29,6 +36,7 @@ namespace fs = std::filesystem;
 struct InputFile {
   std::string rel;   // path inside the model
   std::string path;  // on disk
+  std::string dir;   // the directory input it was found under ("" for a file input)
 };
 
 // An open file descriptor that closes itself.
@@ -61,11 +69,11 @@ absl::StatusOr<std::vector<InputFile>> CollectInputs(const std::vector<std::stri
           continue;
         }
         if (!it->is_regular_file()) continue;
-        files.push_back({fs::relative(it->path(), in).generic_string(), it->path().string()});
+        files.push_back({fs::relative(it->path(), in).generic_string(), it->path().string(), in});
       }
       if (ec) return absl::InvalidArgumentError(absl::StrCat(in, ": ", ec.message()));
     } else if (fs::is_regular_file(st)) {
-      files.push_back({fs::path(in).filename().string(), in});
+      files.push_back({fs::path(in).filename().string(), in, ""});
     } else {
       return absl::InvalidArgumentError(absl::StrCat(in, ": not a regular file or directory"));
     }
@@ -162,6 +170,79 @@ class Uploader {
   PushResult& result_;
 };
 
+// Refuses pickle checkpoints unless allowed; when allowed, records them in M's annotations.
+// A file named like one (IsPickleFileName) is one when its bytes are what torch.load would
+// unpickle: a zip with a .pkl entry, or a pickle stream (ScanPickleFile says which); a .bin of
+// other bytes is pushed as any file. Returns whether there were any.
+absl::StatusOr<bool> CheckPickles(const std::vector<InputFile>& files, bool allow,
+                                  std::map<std::string, std::string>& annotations) {
+  std::vector<std::string> names, flagged;
+  for (const auto& f : files) {
+    if (!IsPickleFileName(f.rel)) continue;
+    ASSIGN_OR_RETURN(auto reader, OpenFileRangeReader(f.path));
+    absl::StatusOr<PickleScan> scan = ScanPickleFile(*reader);
+    if (!scan.ok() && scan.status().code() == absl::StatusCode::kInvalidArgument) continue;
+    names.push_back(f.rel);
+    if (!scan.ok()) {
+      flagged.push_back(absl::StrCat(f.rel, ": not scannable"));
+    } else if (!scan->safe()) {
+      flagged.push_back(absl::StrCat(f.rel, ": ", absl::StrJoin(scan->flagged, " ")));
+    }
+  }
+  if (names.empty()) return false;
+  if (!allow) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "refusing to push pickle checkpoint(s) ", absl::StrJoin(names, ", "),
+        ": loading one can run code (see `modelfs inspect`); convert to safetensors, or pass "
+        "--allow-pickle"));
+  }
+  annotations[std::string(kAnnotationPickleAllowed)] = "true";
+  annotations[std::string(kAnnotationPickleFiles)] = absl::StrJoin(names, ",");
+  if (!flagged.empty()) {
+    annotations[std::string(kAnnotationPickleFlagged)] = absl::StrJoin(flagged, "; ");
+  }
+  return true;
+}
+
+std::string LockName() { return std::string(kLockFileName); }
+
+// The lock of the (one) directory input that has one, if any.
+absl::StatusOr<std::optional<LockFile>> FindLock(const std::vector<InputFile>& files,
+                                                 std::string* lock_dir) {
+  std::optional<LockFile> lock;
+  for (const auto& f : files) {
+    if (f.dir.empty() || f.rel != kLockFileName) continue;
+    if (lock.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("two inputs have a ", LockName(), " (",
+                                                     *lock_dir, ", ", f.dir,
+                                                     "): push one fetched model at a time"));
+    }
+    ASSIGN_OR_RETURN(lock, ReadLockFile(f.path));
+    *lock_dir = f.dir;
+  }
+  return lock;
+}
+
+// A file of the locked directory against the lock: present with the same size (checked before
+// any upload), and, once hashed, the same SHA-256.
+absl::Status CheckAgainstLock(const LockFile& lock, const InputFile& f) {
+  const LockedFile* want = lock.Find(f.rel);
+  if (want == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat(f.path, ": not in ", LockName(), " (", lock.repo, "@", lock.commit,
+                     "); refusing to push it as part of that origin: remove it or the lock"));
+  }
+  std::error_code ec;
+  const uint64_t size = fs::file_size(f.path, ec);
+  if (ec || size != want->size) {
+    return absl::DataLossError(absl::StrCat(f.path, ": ", size, " bytes, but ", LockName(),
+                                            " says ", want->size,
+                                            "; refusing to push bytes "
+                                            "that differ from the lock"));
+  }
+  return absl::OkStatus();
+}
+
 // A --path-prefix is a relative directory ("models"); checked before anything is uploaded.
 absl::Status CheckPathPrefix(const std::string& prefix) {
   if (prefix.empty()) return absl::OkStatus();
@@ -171,6 +252,61 @@ absl::Status CheckPathPrefix(const std::string& prefix) {
     return absl::InvalidArgumentError(absl::StrCat("path prefix '", prefix, "': ", s.message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckDigestAgainstLock(const LockFile& lock, const InputFile& f, const Digest& got) {
+  const LockedFile* want = lock.Find(f.rel);
+  if (want != nullptr && std::string(got.hex()) != want->sha256) {
+    return absl::DataLossError(absl::StrCat(f.path, ": sha256 ", std::string(got.hex()),
+                                            " differs from ", LockName(), " (sha256 ", want->sha256,
+                                            " at ", lock.repo, "@", lock.commit,
+                                            "); refusing to push bytes that differ from the lock"));
+  }
+  return absl::OkStatus();
+}
+
+// The identity record: the model card's front matter, then the flags over it, then the
+// origin from the lock and the tokenizer hash from the files.
+absl::StatusOr<ModelIdentity> BuildIdentity(const std::vector<InputFile>& files,
+                                            const std::optional<LockFile>& lock,
+                                            const PushOptions& o) {
+  ModelIdentity id;
+  const std::string endpoint =
+      lock.has_value() && !lock->endpoint.empty() ? lock->endpoint : "https://huggingface.co";
+  for (const auto& f : files) {
+    if (f.rel != "README.md") continue;
+    std::ifstream in(f.path, std::ios::binary);
+    std::string readme(1 << 20, '\0');
+    in.read(readme.data(), static_cast<std::streamsize>(readme.size()));
+    readme.resize(static_cast<size_t>(in.gcount()));
+    absl::StatusOr<ModelIdentity> card = IdentityFromCard(ParseModelCard(readme), endpoint);
+    if (!card.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path, ": ", card.status().message()));
+    }
+    id = *std::move(card);
+  }
+  ModelIdentity flags = o.identity;
+  for (const std::string& l : flags.licenses) RETURN_IF_ERROR(CheckSpdxExpression(l));
+  if (!flags.base_model_relation.empty()) {
+    ASSIGN_OR_RETURN(flags.base_model_relation,
+                     NormalizeBaseModelRelation(flags.base_model_relation));
+  }
+  for (std::string& d : flags.datasets) d = DatasetUrl(d, endpoint);
+  id = MergeIdentity(std::move(id), flags);
+  if (lock.has_value()) {
+    if (!o.revision.empty() && o.revision != lock->commit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--revision ", o.revision, " but ", LockName(), " pins ", lock->commit));
+    }
+    id.source_url = lock->SourceUrl();
+    id.revision = lock->commit;
+  } else if (!o.revision.empty()) {
+    id.revision = o.revision;
+  }
+  std::vector<std::pair<std::string, std::string>> paths;
+  for (const auto& f : files) paths.emplace_back(f.rel, f.path);
+  ASSIGN_OR_RETURN(id.tokenizer_sha256, TokenizerHash(paths));
+  return id;
 }
 
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
@@ -219,8 +355,8 @@ std::string ParamSizeLabel(uint64_t p) {
   };
   if (p >= 1'000'000'000ull) return fmt(p / 1e9, "b");
   if (p >= 1'000'000ull) return fmt(p / 1e6, "m");
-  if (p >= 1'000ull) return fmt(p / 1e3, "k");
-  return std::to_string(p);
+  // The spec's pattern needs a scale letter, even for a toy model: 544 -> "0.5k".
+  return fmt(p / 1e3, "k");
 }
 
 absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
@@ -231,6 +367,16 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
   RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
   ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
+  std::map<std::string, std::string> annotations = o.annotations;
+  ASSIGN_OR_RETURN(bool pickles, CheckPickles(files, o.allow_pickle, annotations));
+  std::string lock_dir;
+  ASSIGN_OR_RETURN(std::optional<LockFile> lock, FindLock(files, &lock_dir));
+  if (lock.has_value()) {
+    for (const auto& f : files) {
+      if (f.dir == lock_dir && f.rel != kLockFileName) RETURN_IF_ERROR(CheckAgainstLock(*lock, f));
+    }
+  }
+  ASSIGN_OR_RETURN(ModelIdentity identity, BuildIdentity(files, lock, o));
   const std::string repo = ref.repository();
   PushResult result;
   result.repository = absl::StrCat(ref.registry(), "/", repo);
@@ -249,7 +395,6 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
   ModelPackConfig config;
   config.descriptor.name = o.name.empty() ? repo.substr(repo.rfind('/') + 1) : o.name;
-  config.descriptor.revision = o.revision;
   if (!model_paths.empty()) {
     model_paths.insert(model_paths.end(), config_paths.begin(), config_paths.end());
     ASSIGN_OR_RETURN(InspectedModel inspected, InspectModel(model_paths));
@@ -266,7 +411,13 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       for (char& ch : q) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
       config.config.quantization = q;
     }
+  } else if (pickles) {
+    config.config.format = "pytorch";  // the spec's own example value for torch checkpoints
   }
+
+  ApplyIdentity(identity, config, annotations);
+  result.identity = IdentityFromArtifact(&config, annotations);
+  if (lock.has_value()) result.lock = (fs::path(lock_dir) / std::string(kLockFileName)).string();
 
   // Hash (and index) every layer, then upload what the registry lacks.
   std::vector<ModelLayerInput> layers;
@@ -310,6 +461,15 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       enc = LayerEncoding::kTar;
     }
     ASSIGN_OR_RETURN(ChunkIndex idx, IndexFile(blob_path, o.chunk_size, f.rel, o.progress));
+    if (lock.has_value() && f.dir == lock_dir && f.rel != kLockFileName) {
+      // Before this file is uploaded: for .raw the layer digest is the file's SHA-256.
+      if (enc == LayerEncoding::kRaw) {
+        RETURN_IF_ERROR(CheckDigestAgainstLock(*lock, f, idx.blob_digest));
+      } else {
+        ASSIGN_OR_RETURN(Digest file_digest, DigestFile(f.path));
+        RETURN_IF_ERROR(CheckDigestAgainstLock(*lock, f, file_digest));
+      }
+    }
     std::error_code ec;
     FileMetadata meta;
     meta.name = fs::path(f.rel).filename().string();
@@ -335,7 +495,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
 
   std::string config_json = SerializeModelPackConfig(config);
-  ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, o.annotations));
+  ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, annotations));
   RETURN_IF_ERROR(up.UploadBytes("config", m.config, config_json));
   std::string manifest_json = SerializeManifest(m);
   ASSIGN_OR_RETURN(Digest md, client.PutManifest(repo, ref.tag(), manifest_json,
@@ -457,6 +617,8 @@ nlohmann::json PushResultToJson(const PushResult& r) {
   }
   return {
       {"repository", r.repository},
+      {"identity", IdentityToJson(r.identity)},
+      {"lock", r.lock.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.lock)},
       {"model",
        {{"digest", r.model.digest.str()},
         {"size", r.model.size},

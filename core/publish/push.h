@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/hub/identity.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/descriptor.h"
 #include "core/registry/reference.h"
@@ -37,11 +38,25 @@ struct PushOptions {
   uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
   std::string name;      // ModelPack descriptor.name (default: the repository's last part)
   std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
+  // Pickle checkpoints (named so by IsPickleFileName, and whose bytes are a zip with a .pkl
+  // entry or a pickle stream) are refused unless this is set; then M's manifest records them
+  // (kAnnotationPickleAllowed, ...Files, ...Flagged).
+  bool allow_pickle = false;
+  // The identity record from flags (core/hub/identity.h). It overrides what README.md's model
+  // card front matter says; the tokenizer hash is computed from the files; source_url and
+  // revision come from a directory's modelfs.lock.json.
+  ModelIdentity identity;
   // V shows M's files under this directory ("models" for KServe's oci+native://); M's paths
   // are unchanged. Empty: at the root.
   std::string path_prefix;
   ProgressFn progress;
 };
+
+// Annotations on M when --allow-pickle let pickle files in: "true"; the files, comma-separated;
+// and "<path>: <global> <global>; ..." for imports outside the scanner's allow-list.
+inline constexpr std::string_view kAnnotationPickleAllowed = "dev.modelfs.pickle.allowed";
+inline constexpr std::string_view kAnnotationPickleFiles = "dev.modelfs.pickle.files";
+inline constexpr std::string_view kAnnotationPickleFlagged = "dev.modelfs.pickle.flagged";
 
 struct PushedBlob {
   std::string role;  // path, "config", "volume layer", "volume config"
@@ -52,6 +67,8 @@ struct PushedBlob {
 struct PushResult {
   std::string repository;        // registry/repo of V (and of M, unless model_repository says)
   std::string model_repository;  // registry/repo of M when it is not `repository` (convert --to)
+  ModelIdentity identity;        // what the config and annotations record
+  std::string lock;              // the modelfs.lock.json the files were checked against, or ""
   Descriptor model;              // M
   std::string model_tag;
   Descriptor volume;  // V
@@ -61,6 +78,15 @@ struct PushResult {
   int uploaded = 0, present = 0, mounted = 0;
 };
 
+// A directory holding modelfs.lock.json (from `modelfs fetch`) keeps its origin: the lock's
+// sourceURL and commit go into descriptor.sourceURL and descriptor.revision, every other file
+// of that directory must be in the lock with the same size and SHA-256, and the lock itself is
+// pushed as a layer (so a pull can `modelfs verify`).
+// Errors: kPermissionDenied for a pickle file without allow_pickle (before anything is
+// uploaded); kDataLoss for a file of a locked directory that the lock lacks or whose bytes
+// differ from it (before that file is uploaded; no manifest is written); kInvalidArgument for
+// two locks, a --revision other than the lock's commit, or a bad identity field; the
+// registry's errors; inspection errors for malformed model files.
 absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReference& ref,
                                      const PushOptions& options);
 
