@@ -168,9 +168,10 @@ void Guarded(fuse_req_t req, const char* op, F&& body) {
   }
 }
 
-// For release-style callbacks, which always answer success.
+// For callbacks whose answer does not depend on the body: forget-style ones answer with
+// fuse_reply_none, release-style ones with success.
 template <typename F>
-void GuardedNoReplyErr(fuse_req_t req, const char* op, F&& body) {
+void GuardedThenReply(fuse_req_t req, const char* op, F&& body, bool none) {
   try {
     body();
   } catch (const std::exception& e) {
@@ -178,20 +179,16 @@ void GuardedNoReplyErr(fuse_req_t req, const char* op, F&& body) {
   } catch (...) {
     LogError(op, "unknown exception");
   }
-  fuse_reply_err(req, 0);
+  if (none) {
+    fuse_reply_none(req);
+  } else {
+    fuse_reply_err(req, 0);
+  }
 }
 
-// For forget-style callbacks, which must answer with fuse_reply_none.
 template <typename F>
 void GuardedNoReply(fuse_req_t req, const char* op, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    LogError(op, e.what());
-  } catch (...) {
-    LogError(op, "unknown exception");
-  }
-  fuse_reply_none(req);
+  GuardedThenReply(req, op, std::forward<F>(body), /*none=*/true);
 }
 
 struct stat ToStat(const NodeAttr& a) {
@@ -343,7 +340,8 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  GuardedNoReplyErr(req, "release", [&] { Ctx(req).files->Release(fi->fh); });
+  GuardedThenReply(
+      req, "release", [&] { Ctx(req).files->Release(fi->fh); }, /*none=*/false);
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
