@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/heap.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "snapshotter/daemon_config.h"
@@ -220,6 +221,7 @@ absl::Status Run(const DaemonConfig& c) {
 }  // namespace modelfs::snapshotter
 
 int main(int argc, char** argv) {
+  modelfs::BoundHeapGrowth();
   using namespace modelfs::snapshotter;
   CLI::App app{
       "modelfs-snapshotter: containerd proxy snapshotter that mounts model weights lazily "

@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "cmd/modelfs/cli.h"
+#include "core/base/heap.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 
 int main(int argc, char** argv) {
+  modelfs::BoundHeapGrowth();
   CLI::App app{
       "modelfs: model weights from OCI registries, lazily mounted and verified.\n"
       "Exit codes: 0 success, 1 verification failure, 2 bad input or usage.",
