@@ -128,7 +128,7 @@ resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {print s + 0}'; }
 # The node's whole page cache (Cached in /proc/meminfo), in bytes. Its growth over a warm load
 # counts every copy of the weights, whoever holds it; fincore cannot tell a FUSE passthrough
 # file from its backing file (it maps the file, and the mapping is the backing file's).
-page_cache_bytes() { awk '/^Cached:/ {print $2 * 1024}' /proc/meminfo; }
+page_cache_bytes() { echo $(( $(awk '/^Cached:/ {print $2}' /proc/meminfo) * 1024 )); }
 
 # --- paths (each records its total seconds for one loader) -----------------------------------
 measure_registry_raw() {
