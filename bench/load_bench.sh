@@ -124,7 +124,7 @@ mount_shape() {
   opts=$(awk -v m="$(realpath "$1")" '$2 == m {print $4}' /proc/mounts | tail -1)
   echo "read_ahead_kb $(cat "/sys/class/bdi/$dev/read_ahead_kb" 2>/dev/null || echo '?'), $(grep -o 'max_read=[0-9]*' <<< "$opts" || echo 'max_read unset')"
 }
-resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {print s + 0}'; }
+resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
 # The node's whole page cache (Cached in /proc/meminfo), in bytes. Its growth over a warm load
 # counts every copy of the weights, whoever holds it; fincore cannot tell a FUSE passthrough
 # file from its backing file (it maps the file, and the mapping is the backing file's).
