@@ -72,6 +72,29 @@ class BlobCacheTest : public ::testing::Test {
     return o;
   }
 
+  // Caches all of `blob` (chunk mode) in a cache that is then closed: the layer is verified
+  // whole and sealed on disk.
+  Digest CacheWholeAndClose(const std::string& blob) {
+    auto cache = Open();
+    Digest d = AddChunked(*cache, blob);
+    EXPECT_OK(cache->Read(d, 0, blob.size()));
+    EXPECT_TRUE(Idle(*cache));
+    EXPECT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+    return d;
+  }
+  // Registers `blob` again, as a model would after a restart.
+  absl::Status RegisterChunked(BlobCache& cache, const Digest& d, const std::string& blob) {
+    return cache.RegisterLayer(
+        LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"});
+  }
+  // Writes one byte into the cache's data file of `d`, as a disk error or a person would.
+  void WriteDataFile(const Digest& d, uint64_t offset, char byte) {
+    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(&byte, 1);
+  }
+
   std::unique_ptr<BlobCache> Open(CacheOptions o) {
     auto cache = BlobCache::Open(std::move(o), &remote_);
     EXPECT_THAT(cache, IsOk());
@@ -424,8 +447,7 @@ TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
   }
   remote_.ResetCounters();
   auto cache = Open();
-  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
-  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_EQ(info.cached_chunks, 3u);
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 100, 3 * 4096 - 100));
@@ -436,20 +458,12 @@ TEST_F(BlobCacheTest, RestartServesVerifiedChunksWithZeroRemoteBytes) {
 
 TEST_F(BlobCacheTest, ASealedLayerIsServedAfterRestartWithoutReHashingOrFetching) {
   const std::string blob = RandomBytes(32 * 1024, 21);
-  Digest d;
-  {
-    auto cache = Open();
-    d = AddChunked(*cache, blob);
-    ASSERT_OK(cache->Read(d, 0, blob.size()));
-    ASSERT_TRUE(Idle(*cache));
-    ASSERT_TRUE(cache->GetLayerInfo(d)->whole_verified);
-  }
+  Digest d = CacheWholeAndClose(blob);
   remote_.ResetCounters();
   auto cache = Open();
   // Before registration nothing is handed out.
   EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
-  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
-  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_TRUE(info.whole_verified);
   EXPECT_EQ(info.cached_chunks, blob.size() / kChunk);
@@ -482,23 +496,13 @@ TEST_F(BlobCacheTest, OpenVerifiedBlobGivesAReadOnlyFileOfTheWholeSealedLayerOnl
 
 TEST_F(BlobCacheTest, ASealedLayerWrittenToAfterwardsIsReHashedAfterRestart) {
   const std::string blob = RandomBytes(32 * 1024, 23);
-  Digest d;
-  {
-    auto cache = Open();
-    d = AddChunked(*cache, blob);
-    ASSERT_OK(cache->Read(d, 0, blob.size()));
-    ASSERT_TRUE(Idle(*cache));
-  }
+  Digest d = CacheWholeAndClose(blob);
   {
     // The same byte written back: only the file's change time says something happened.
-    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(7);
-    f.write(&blob[7], 1);
+    WriteDataFile(d, 7, blob[7]);
   }
   auto cache = Open();
-  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
-  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
   EXPECT_FALSE(cache->GetLayerInfo(d)->whole_verified);
   EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
@@ -545,24 +549,11 @@ TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
 
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
   const std::string blob = RandomBytes(32 * 1024, 20);
-  Digest d;
-  {
-    auto cache = Open();
-    d = AddChunked(*cache, blob);
-    ASSERT_OK(cache->Read(d, 0, blob.size()));
-    ASSERT_TRUE(Idle(*cache));
-  }
-  {
-    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(4 * 4096 + 9);
-    char c = static_cast<char>(blob[4 * 4096 + 9] ^ 0x01);
-    f.write(&c, 1);
-  }
+  Digest d = CacheWholeAndClose(blob);
+  { WriteDataFile(d, 4 * 4096 + 9, static_cast<char>(blob[4 * 4096 + 9] ^ 0x01)); }
   remote_.ResetCounters();
   auto cache = Open();
-  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
-  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
   EXPECT_EQ(got, blob);
   EXPECT_EQ(remote_.bytes_served(), kChunk);  // only the tampered chunk
@@ -1082,8 +1073,7 @@ TEST_F(DiskFullTest, OnAFullTmpfsReadsAreServedOnceEachAndTheCacheReopens) {
   }
   auto cache = Open(o);  // a remount on the full disk
   ASSERT_NE(cache, nullptr);
-  LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"};
-  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 5 * kChunk, 100));
   EXPECT_EQ(got, blob.substr(5 * kChunk, 100));
 }
