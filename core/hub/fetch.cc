@@ -22,6 +22,7 @@
 #include "core/formats/model_inspect.h"
 #include "core/hub/file_selection.h"
 #include "core/hub/git_blob.h"
+#include "core/io/staged_dest.h"
 #include "core/oci/digest.h"
 #include "core/oci/path_safety.h"
 #include "core/status/status_macros.h"
@@ -294,81 +295,6 @@ absl::Status CheckRemoteCode(const std::string& path, const std::string& what,
       "that code first, then pass --allow-remote-code to fetch it"));
 }
 
-// Moves a verified staged tree into DEST, file by file, replacing files DEST has; Rollback()
-// puts DEST back as it was.
-class Installer {
- public:
-  Installer(fs::path backup) : backup_(std::move(backup)) {}
-
-  absl::Status Install(const fs::path& from_root, const fs::path& dest,
-                       const std::vector<std::string>& rels) {
-    std::error_code ec;
-    for (const std::string& rel : rels) {
-      const fs::path src = from_root / rel;
-      const fs::path dst = dest / rel;
-      // Parents: create the missing ones (remembered), and never pass through a link or a file.
-      fs::path p = dest;
-      const fs::path parent_rel = fs::path(rel).parent_path();
-      for (const fs::path& part : parent_rel) {
-        p /= part;
-        fs::file_status st = fs::symlink_status(p, ec);
-        if (!fs::exists(st)) {
-          fs::create_directory(p, ec);
-          if (ec) return absl::InternalError(absl::StrCat(p.string(), ": ", ec.message()));
-          made_dirs_.push_back(p);
-        } else if (!fs::is_directory(st)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              p.string(), " exists and is not a directory; the model has files under it"));
-        }
-      }
-      fs::file_status st = fs::symlink_status(dst, ec);
-      fs::path kept;
-      if (fs::exists(st)) {
-        if (fs::is_directory(st)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(dst.string(), " is a directory; the model has a file there"));
-        }
-        kept = backup_ / std::to_string(undo_.size());
-        RETURN_IF_ERROR(Rename(dst, kept));
-      }
-      if (absl::Status s = Rename(src, dst); !s.ok()) {
-        if (!kept.empty()) (void)Rename(kept, dst);
-        return s;
-      }
-      undo_.push_back({dst, kept});
-    }
-    return absl::OkStatus();
-  }
-
-  void Rollback() {
-    std::error_code ec;
-    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
-      fs::remove(it->placed, ec);
-      if (!it->kept.empty()) fs::rename(it->kept, it->placed, ec);
-    }
-    for (auto it = made_dirs_.rbegin(); it != made_dirs_.rend(); ++it) fs::remove(*it, ec);
-    undo_.clear();
-    made_dirs_.clear();
-  }
-
- private:
-  struct Undo {
-    fs::path placed, kept;
-  };
-  static absl::Status Rename(const fs::path& from, const fs::path& to) {
-    std::error_code ec;
-    fs::rename(from, to, ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("rename ", from.string(), " to ", to.string(), ": ", ec.message()));
-    }
-    return absl::OkStatus();
-  }
-  fs::path backup_;
-  std::vector<Undo> undo_;
-  std::vector<fs::path> made_dirs_;
-};
-
 }  // namespace
 
 absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
@@ -488,46 +414,9 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
   }
 
   // 3. Staging next to DEST.
-  std::error_code ec;
-  fs::path dest_path = fs::absolute(fs::path(o.dest), ec).lexically_normal();
-  if (dest_path.filename().empty()) dest_path = dest_path.parent_path();
-  const fs::file_status dest_status = fs::status(dest_path, ec);
-  const bool dest_existed = fs::exists(dest_status);
-  if (dest_existed && !fs::is_directory(dest_status)) {
-    return absl::InvalidArgumentError(absl::StrCat(o.dest, ": exists and is not a directory"));
-  }
-  const fs::path parent = dest_path.parent_path();
-  fs::path first_created;
-  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    first_created = p;
-    if (p == p.root_path()) break;
-  }
-  fs::create_directories(parent, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(parent.string(), ": ", ec.message()));
-  struct CreatedCleanup {
-    fs::path dir;
-    bool armed = true;
-    ~CreatedCleanup() {
-      std::error_code e;
-      if (armed && !dir.empty()) fs::remove_all(dir, e);
-    }
-  } created_cleanup{first_created};
-  std::string staging_template = (parent / ".modelfs-fetch-XXXXXX").string();
-  if (mkdtemp(staging_template.data()) == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot stage the fetch next to ", o.dest,
-                                                   " in ", parent.string(), ": ", strerror(errno)));
-  }
-  const fs::path staging = staging_template;
-  struct StagingCleanup {
-    fs::path dir;
-    ~StagingCleanup() {
-      std::error_code e;
-      fs::remove_all(dir, e);
-    }
-  } staging_cleanup{staging};
-  const fs::path tree = staging / "files";
-  fs::create_directories(tree, ec);
-  if (ec) return absl::InternalError(absl::StrCat(tree.string(), ": ", ec.message()));
+  ASSIGN_OR_RETURN(std::unique_ptr<StagedDest> staged, StagedDest::Create(o.dest, "fetch"));
+  const fs::path staging = staged->staging();
+  const fs::path tree = staged->tree();
 
   auto locked = [&](const std::string& path) -> const LockedFile* {
     return o.lock.has_value() ? o.lock->Find(path) : nullptr;
@@ -590,21 +479,7 @@ absl::StatusOr<FetchResult> FetchModel(HubSource& hub, const FetchOptions& o) {
   }
 
   // 7. Into DEST.
-  if (!dest_existed) {
-    fs::rename(tree, dest_path, ec);
-    if (ec) return absl::InternalError(absl::StrCat(o.dest, ": ", ec.message()));
-  } else {
-    std::vector<std::string> rels;
-    for (const FetchedFile& f : result.files) rels.push_back(f.path);
-    rels.push_back(std::string(kLockFileName));
-    fs::create_directories(staging / "backup", ec);
-    Installer installer(staging / "backup");
-    if (absl::Status st = installer.Install(tree, dest_path, rels); !st.ok()) {
-      installer.Rollback();
-      return st;
-    }
-  }
-  created_cleanup.armed = false;
+  RETURN_IF_ERROR(staged->Commit());
   result.dest = o.dest;
   result.lock_path = (fs::path(o.dest) / std::string(kLockFileName)).string();
   return result;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/io/range_reader.h"
+#include "core/io/staged_dest.h"
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
@@ -207,72 +208,6 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
   return absl::OkStatus();
 }
 
-// Moves a staged tree into an existing DEST, merging directories and replacing files DEST
-// already has; Rollback() puts DEST back as it was (replaced files come back from `backup`).
-class TreeMerger {
- public:
-  explicit TreeMerger(fs::path backup) : backup_(std::move(backup)) {}
-
-  absl::Status Merge(const fs::path& from, const fs::path& to) {
-    std::error_code ec;
-    std::vector<fs::path> names;
-    for (const auto& e : fs::directory_iterator(from, ec)) names.push_back(e.path().filename());
-    if (ec) return absl::InternalError(absl::StrCat(from.string(), ": ", ec.message()));
-    std::sort(names.begin(), names.end());
-    for (const fs::path& name : names) {
-      const fs::path src = from / name;
-      const fs::path dst = to / name;
-      const fs::file_status s = fs::symlink_status(src, ec);
-      const fs::file_status d = fs::symlink_status(dst, ec);
-      if (!fs::exists(d)) {
-        RETURN_IF_ERROR(Rename(src, dst));
-        undo_.push_back({dst, {}});
-      } else if (fs::is_directory(s) && fs::is_directory(d)) {
-        RETURN_IF_ERROR(Merge(src, dst));
-      } else if (fs::is_directory(s) || fs::is_directory(d)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            dst.string(), " already exists as a ", fs::is_directory(d) ? "directory" : "file",
-            "; the model has a ", fs::is_directory(s) ? "directory" : "file", " there"));
-      } else {
-        const fs::path kept = backup_ / std::to_string(undo_.size());
-        RETURN_IF_ERROR(Rename(dst, kept));
-        if (absl::Status st = Rename(src, dst); !st.ok()) {
-          (void)Rename(kept, dst);
-          return st;
-        }
-        undo_.push_back({dst, kept});
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  void Rollback() {
-    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
-      std::error_code ec;
-      fs::remove_all(it->placed, ec);
-      if (!it->kept.empty()) fs::rename(it->kept, it->placed, ec);
-    }
-    undo_.clear();
-  }
-
- private:
-  struct Undo {
-    fs::path placed;
-    fs::path kept;  // what DEST had there before, or empty
-  };
-  static absl::Status Rename(const fs::path& from, const fs::path& to) {
-    std::error_code ec;
-    fs::rename(from, to, ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("rename ", from.string(), " to ", to.string(), ": ", ec.message()));
-    }
-    return absl::OkStatus();
-  }
-  fs::path backup_;
-  std::vector<Undo> undo_;
-};
-
 }  // namespace
 
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
@@ -312,44 +247,10 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   // Everything is staged next to DEST and moved into it only when every layer verified and
   // unpacked, so a failed pull leaves DEST as it found it (or absent, and no parent this pull
   // created).
+  ASSIGN_OR_RETURN(std::unique_ptr<StagedDest> staged, StagedDest::Create(dest, "pull"));
+  const std::string staging = staged->staging().string();
   std::error_code ec;
-  fs::path dest_path = fs::absolute(fs::path(dest), ec).lexically_normal();
-  if (dest_path.filename().empty()) dest_path = dest_path.parent_path();
-  const fs::file_status dest_status = fs::status(dest_path, ec);
-  const bool dest_existed = fs::exists(dest_status);
-  if (dest_existed && !fs::is_directory(dest_status)) {
-    return absl::InvalidArgumentError(absl::StrCat(dest, ": exists and is not a directory"));
-  }
-  const fs::path parent = dest_path.parent_path();
-  fs::path first_created;  // the topmost missing ancestor of DEST, removed on failure
-  for (fs::path p = parent; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    first_created = p;
-    if (p == p.root_path()) break;
-  }
-  fs::create_directories(parent, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(parent.string(), ": ", ec.message()));
-  struct CreatedCleanup {
-    fs::path dir;
-    bool armed = true;
-    ~CreatedCleanup() {
-      std::error_code ec;
-      if (armed && !dir.empty()) fs::remove_all(dir, ec);
-    }
-  } created_cleanup{first_created};
-  std::string staging_template = (parent / ".modelfs-pull-XXXXXX").string();
-  if (mkdtemp(staging_template.data()) == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot stage the pull next to ", dest, " in ",
-                                                   parent.string(), ": ", strerror(errno)));
-  }
-  const std::string staging = staging_template;
-  struct StagingCleanup {
-    std::string dir;
-    ~StagingCleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{staging};
-  const std::string tree = staging + "/files";
+  const std::string tree = staged->tree().string();
   // A volume image may show the model under a directory (its record's pathPrefix): the pull
   // lays it out the way a mount of that image does.
   const std::string root = rm.path_prefix.empty() ? tree : tree + "/" + rm.path_prefix;
@@ -416,20 +317,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     for (const auto& p : from_tar) result.files.push_back({shown + p, l.descriptor.digest, 0});
   }
 
-  if (!dest_existed) {
-    fs::rename(tree, dest_path, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dest, ": ", ec.message()));
-  } else {
-    const fs::path backup = fs::path(staging) / "backup";
-    fs::create_directories(backup, ec);
-    TreeMerger merger(backup);
-    if (absl::Status st = merger.Merge(tree, dest_path); !st.ok()) {
-      merger.Rollback();
-      return st;
-    }
-  }
-  result.bytes = total.load();
-  created_cleanup.armed = false;
+  RETURN_IF_ERROR(staged->Commit());
   return result;
 }
 
