@@ -21,12 +21,14 @@ function(modelfs_library name)
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s])
+# modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s] [TSAN])
 # Unit tests carry the label "unit"; slow end-to-end tests carry "e2e" so
 # `ctest -L unit` stays fast. A binary whose tests were all skipped (tests/testing/skip.h)
 # prints a marker line (tests/testing/test_main.cc) and CTest reports it as skipped, not passed.
+# In the ThreadSanitizer tree (MODELFS_TSAN, scripts/tsan.sh) every unit test, and an e2e test
+# marked TSAN, also carries the label "tsan"; the other tests are neither built nor run there.
 function(modelfs_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES} $<TARGET_OBJECTS:modelfs_test_main>)
   target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
@@ -37,10 +39,34 @@ function(modelfs_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  if(MODELFS_TSAN)
+    if(ARG_TSAN OR "unit" IN_LIST ARG_LABELS)
+      list(PREPEND ARG_LABELS tsan)
+      math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 4")  # TSan runs code 5-15x slower
+      add_dependencies(modelfs_tsan_tests ${name})
+    else()
+      # Registered (other CMake code sets its properties) but neither built nor run here.
+      set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
+      set(disabled ON)
+    endif()
+  endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     SKIP_REGULAR_EXPRESSION "modelfs-test: every test was skipped"
     ENVIRONMENT "MODELFS_SOURCE_DIR=${PROJECT_SOURCE_DIR};MODELFS_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  if(MODELFS_TSAN)
+    modelfs_tsan_environment(${name})
+    if(disabled)
+      set_tests_properties(${name} PROPERTIES DISABLED ON)
+    endif()
+  endif()
+endfunction()
+
+# The suppressions of third-party noise (tests/tsan/suppressions.txt, each entry justified there)
+# are appended to whatever TSAN_OPTIONS the caller set (scripts/test.sh: halt_on_error=1).
+function(modelfs_tsan_environment test)
+  set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT_MODIFICATION
+    "TSAN_OPTIONS=string_append: suppressions=${PROJECT_SOURCE_DIR}/tests/tsan/suppressions.txt")
 endfunction()
 
 # modelfs_fuzzer(NAME SOURCES fuzz.cc INSTRUMENT lib_sources... DEPS ... CORPUS dir RUNS n)
