@@ -6,7 +6,32 @@
 
 #include "gtest/gtest.h"
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MODELFS_TEST_TSAN 1
+#include <sanitizer/common_interface_defs.h>
+#endif
+#endif
+
+namespace {
+
+// The ThreadSanitizer tree (scripts/tsan.sh). TSan symbolizes every report, even one that a
+// suppression then hides, with llvm-symbolizer, started at first use by a fork whose child
+// closes each inherited descriptor before exec. In a FUSE test, closing a file of the test's own
+// mount waits for a FLUSH answer from this process's FUSE threads, which can be blocked behind
+// the reporting thread: the test hung. Started here, before any mount, the symbolizer is reused.
+void StartSanitizerSymbolizer() {
+#ifdef MODELFS_TEST_TSAN
+  char name[128];
+  __sanitizer_symbolize_pc(reinterpret_cast<void*>(&StartSanitizerSymbolizer), "%f", name,
+                           sizeof(name));
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  StartSanitizerSymbolizer();
   ::testing::InitGoogleTest(&argc, argv);
   const int rc = RUN_ALL_TESTS();
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
