@@ -18,6 +18,40 @@ PACKAGES=(
   busybox-static
 )
 
+# The ThreadSanitizer tree (scripts/tsan.sh) builds abseil from Debian's source of the installed
+# libabsl-dev, so apt needs the deb-src entries of the same archive as the binary packages.
+SRC_LIST=/etc/apt/sources.list.d/modelfs-deb-src.sources
+
+have_abseil_source() {
+  local v
+  v=$(dpkg-query -W -f='${Version}' libabsl-dev 2>/dev/null) || return 1
+  apt-cache showsrc "abseil=$v" 2>/dev/null | grep -q "^Package: abseil"
+}
+
+add_deb_src() {
+  [ -e "$SRC_LIST" ] && return 0
+  echo "install-deps: adding Debian's deb-src entries ($SRC_LIST)"
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    { echo "# Added by modelfs scripts/install-deps.sh: Debian's sources, for scripts/tsan.sh."
+      sed 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources; } > "$SRC_LIST"
+  else
+    cat > "$SRC_LIST" <<'SOURCES'
+# Added by modelfs scripts/install-deps.sh: Debian's sources, for scripts/tsan.sh.
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+  fi
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -25,19 +59,27 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+if [ ${#missing[@]} -eq 0 ] && have_abseil_source; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present, abseil's source available"
   exit 0
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages (${missing[*]}); run as root" >&2
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: missing packages (${missing[*]}); run as root" >&2
+  else
+    echo "install-deps: apt has no deb-src entry for abseil (scripts/tsan.sh); run as root" >&2
+  fi
   exit 2
 fi
 
-echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+add_deb_src
 apt-get update -qq
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
 # The registry and containerd packages ship services; tests start their own instances,
 # so keep the package scripts from starting the system ones.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
