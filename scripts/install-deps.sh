@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
+  # llvm-symbolizer on PATH: sanitizer reports name functions, and TSan suppressions match them
+  llvm
   # libraries
   libabsl-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev
   libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
@@ -25,7 +27,7 @@ SRC_LIST=/etc/apt/sources.list.d/modelfs-deb-src.sources
 have_abseil_source() {
   local v
   v=$(dpkg-query -W -f='${Version}' libabsl-dev 2>/dev/null) || return 1
-  apt-cache showsrc "abseil=$v" 2>/dev/null | grep -q "^Package: abseil"
+  apt-cache showsrc abseil 2>/dev/null | grep -qx "Version: $v"
 }
 
 add_deb_src() {
@@ -77,6 +79,7 @@ export DEBIAN_FRONTEND=noninteractive
 add_deb_src
 apt-get update -qq
 if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present; apt now knows Debian's sources"
   exit 0
 fi
 echo "install-deps: installing ${missing[*]}"
