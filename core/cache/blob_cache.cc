@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/buffer_pool.h"
 #include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
 
@@ -748,7 +749,7 @@ void BlobCache::WorkerLoop(std::string endpoint) {
   }
 }
 
-void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
                           const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
@@ -780,7 +781,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const st
                          " has no chunk index, so it must be cached whole before it is served"));
       } else {
         // Verified: hand the bytes to the readers without recording them.
-        memory = std::make_shared<const std::string>(piece);
+        memory = std::make_shared<const std::string>(piece.data(), piece.size());
       }
     } else {
       cst = absl::InternalError(absl::StrCat("writing ", DataPath(layer->digest), " at offset ",
@@ -835,8 +836,9 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
   FlightWrites writes;
-  std::string piece;  // the chunk being received
-  piece.reserve(cs);
+  BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);  // the chunk being received
+  char* const piece = piece_buffer.data();
+  uint64_t have = 0;  // bytes of it received
   uint64_t next = 0;  // chunks of the flight that have landed
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
@@ -859,18 +861,19 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       break;
     }
     counters_.requests++;
-    piece.clear();
+    have = 0;
     st = remote_->StreamRange(
         layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
           counters_.bytes_fetched += data.size();
           while (!data.empty() && next < n) {
             const uint64_t len = layer->ChunkLen(f->first + next);
-            const size_t take = std::min<uint64_t>(len - piece.size(), data.size());
-            piece.append(data.data(), take);
+            const size_t take = std::min<uint64_t>(len - have, data.size());
+            memcpy(piece + have, data.data(), take);
+            have += take;
             data.remove_prefix(take);
-            if (piece.size() == len) {
-              LandChunk(f, next++, piece, expected, &writes);
-              piece.clear();
+            if (have == len) {
+              LandChunk(f, next++, absl::string_view(piece, len), expected, &writes);
+              have = 0;
             }
           }
           if (layer->gen.load() != f->gen) {
@@ -1019,13 +1022,15 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   if (layer->mode == VerifyMode::kChunk && options_.verify_when_idle > absl::ZeroDuration()) {
     // Every chunk is verified already: this is the audit against the layer digest, and it can
-    // wait for the loader to finish.
+    // wait for the loader to finish. Idle means no read is being served (one that waits on
+    // the network counts as busy) and none ended in the last verify_when_idle.
     absl::MutexLock lock(&mu_);
     const absl::Time give_up = time_->Now() + absl::Seconds(30);
     while (!stopping_ && time_->Now() < give_up &&
-           time_->Now() - last_read_ < options_.verify_when_idle) {
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
-                               std::min(give_up, last_read_ + options_.verify_when_idle));
+           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
+      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
+                                                      : last_read_ + options_.verify_when_idle;
+      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
     }
   }
   const uint64_t gen = layer->gen.load();
@@ -1479,6 +1484,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     layer->pins++;
     layer->last_used = ++clock_;
     last_read_ = start;
+    reads_in_progress_++;
     endpoint = layer->endpoint;
   }
   const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
@@ -1488,6 +1494,8 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     ~Unpin() {
       absl::MutexLock lock(&cache->mu_);
       layer->pins--;
+      cache->reads_in_progress_--;
+      cache->last_read_ = cache->time_->Now();
     }
   } unpin{this, layer.get()};
 

@@ -276,7 +276,7 @@ class BlobCache : public BlobReader {
   };
   // Verifies chunk `i` of a flight (bytes `piece`), writes it, and makes it servable (or
   // failed) at once, so readers waiting for it go on while the rest of the range streams in.
-  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
                  const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -333,7 +333,8 @@ class BlobCache : public BlobReader {
   std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
-  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
+  int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs queued per endpoint, and the endpoints that have their fetch threads.
   absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);

@@ -547,6 +547,29 @@ TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
   EXPECT_EQ(remote_.bytes_served(), 3 * kChunk);  // the chunks it touched, nothing more
 }
 
+// The whole-layer audit of a chunk-mode layer is a second SHA-256 pass; it waits until reads
+// are idle. A read that is waiting on the network is a load in progress, not idleness.
+TEST_F(BlobCacheTest, WholeLayerAuditWaitsWhileAReadIsBlockedOnTheNetwork) {
+  CacheOptions o = Options();
+  o.verify_when_idle = absl::Milliseconds(200);
+  auto cache = Open(o);
+  const std::string first = RandomBytes(3 * kChunk, 26);
+  const std::string second = RandomBytes(3 * kChunk, 27);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, second);
+  ASSERT_OK(cache->Read(a, 0, first.size()));  // every chunk of `a` verified: audit queued
+  remote_.HoldOnly(b);
+  remote_.Hold();
+  std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  absl::SleepFor(absl::Milliseconds(600));  // three idle windows, with the read still waiting
+  EXPECT_FALSE(cache->GetLayerInfo(a)->whole_verified);
+  remote_.Release();
+  blocked.join();
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(a)->whole_verified);
+}
+
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
   const std::string blob = RandomBytes(32 * 1024, 20);
   Digest d = CacheWholeAndClose(blob);
