@@ -19,9 +19,16 @@
 // layer per batch) in a background job and drained by the destructor, so reads never wait on
 // the disk's flush.
 //
+// The pieces, each with one job: the data files (layer_store.h), the record of what they hold
+// (chunk_journal.h), the hash checks (verifier.h), and the fetch scheduler (fetch_scheduler.h:
+// priority queues and a pool of threads per registry). BlobCache owns the layer state that ties
+// them: which chunks are missing, in flight or verified, who waits for what, readahead and
+// streaming, the memory fallback and eviction.
+//
 // Thread safety: all public methods are safe to call concurrently.
-// Lock order: mu_, then db_mu_ (db_mu_ is a leaf). No remote call and no data-file I/O
-// happens under mu_ (RegisterLayer's file open and database writes are the exception).
+// Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
+// call and no data-file I/O happens under mu_ (RegisterLayer's file open and database writes
+// are the exception).
 #pragma once
 
 #include <array>
@@ -49,12 +56,12 @@
 #include "core/base/backoff.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/cache/chunk_journal.h"
 #include "core/cache/endpoint_health.h"
+#include "core/cache/layer_store.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
-
-struct sqlite3;
 
 namespace modelfs {
 
@@ -229,9 +236,7 @@ class BlobCache : public BlobReader {
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
-  // Opens `path` (or ":memory:") as db_ with the schema. Errors: kInternal naming the path.
-  absl::Status OpenDatabase(const std::string& path);
-  absl::Status LoadFromDb();
+  absl::Status LoadFromJournal();
   // Runs the jobs of one endpoint. Each registry endpoint gets its own options.fetch_threads
   // threads, so requests hung on one registry never hold up another's (issue 9 §2).
   void WorkerLoop(std::string endpoint);
@@ -249,8 +254,6 @@ class BlobCache : public BlobReader {
   // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
   // are cached. Returns the layers and bytes evicted.
   std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
-  // Writes chunk bytes to a data file (options.write_data or pwrite); 0 or an errno.
-  int WriteData(int fd, const char* data, uint64_t n, uint64_t offset) const;
   // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
   void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
                           std::shared_ptr<const std::string> bytes)
@@ -295,18 +298,12 @@ class BlobCache : public BlobReader {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
-  absl::Status OpenDataFileLocked(Layer& layer, bool truncate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string DataPath(const Digest& digest) const;
-
-  // SQLite helpers; all take db_mu_.
-  absl::Status DbExec(const std::string& sql);
-  bool DbHasColumn(const std::string& table, const std::string& column);
-  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local,
-                             const std::string& seal);
-  absl::Status DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                              const std::vector<uint64_t>& chunks);
-  void DbForgetLayer(const Digest& digest);
-  void DbTouch(const Digest& digest, int64_t last_used);
+  // The journal row of a layer, as it stands.
+  static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
+                              std::string seal);
+  // Records `chunks` of `layer` unless quarantine or eviction dropped it since `gen`.
+  absl::Status RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                            const std::vector<uint64_t>& chunks);
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
@@ -343,8 +340,8 @@ class BlobCache : public BlobReader {
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 
-  absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  sqlite3* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
+  const LayerStore store_;
+  ChunkJournal journal_;
 
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
