@@ -84,8 +84,7 @@ struct BlobCache::Flight {
   std::shared_ptr<Layer> layer;
   uint64_t first = 0, last = 0;
   uint64_t gen = 0;
-  std::pair<int, uint64_t> key;
-  bool queued = false;
+  std::shared_ptr<FetchScheduler::Ticket> ticket;  // set when queued, so a reader can promote it
   bool bulk = false;
   int stream_segment = -1;  // the segment of Layer::stream it fetches, or -1
   absl::Time deadline;
@@ -105,6 +104,7 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
     : options_(std::move(options)),
       remote_(remote),
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      scheduler_(options_.fetch_threads),
       store_(options_.dir, options_.write_data) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
@@ -134,34 +134,20 @@ absl::Status BlobCache::Init() {
                      "is dropped and nothing cached now survives a restart"));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  RETURN_IF_ERROR(LoadFromJournal());
-  absl::MutexLock lock(&mu_);
-  StartPoolLocked("");
-  return absl::OkStatus();
+  return LoadFromJournal();
 }
 
 BlobCache::~BlobCache() {
-  std::vector<std::thread> workers;
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    workers.swap(workers_);
+    stopping_ = true;  // wakes whole-layer checks waiting for idle reads
   }
-  for (auto& t : workers) t.join();
+  std::vector<std::function<void()>> dropped = scheduler_.Stop();
   PersistPending();  // what the dropped queue would have recorded
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [key, job] : queue_) {
-      if (job.flight) {
-        job.flight->done = true;
-        job.flight->chunk_status.assign(job.flight->last - job.flight->first + 1,
-                                        absl::AbortedError("cache is shutting down"));
-      }
-    }
-    queue_.clear();
-    bulk_layers_.clear();
-    layers_.clear();
-  }
+  absl::MutexLock lock(&mu_);
+  for (auto& drop : dropped) drop();
+  bulk_layers_.clear();
+  layers_.clear();
 }
 
 void BlobCache::Log(absl::string_view line) const {
@@ -394,32 +380,8 @@ std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) co
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
-void BlobCache::StartPoolLocked(const std::string& endpoint) {
-  if (stopping_ || !pools_.insert(endpoint).second) return;
-  for (int i = 0; i < options_.fetch_threads; ++i) {
-    workers_.emplace_back([this, endpoint] { WorkerLoop(endpoint); });
-  }
-}
-
-void BlobCache::EnqueueLocked(Job job) {
-  StartPoolLocked(job.endpoint);
-  queued_[job.endpoint]++;
-  std::pair<int, uint64_t> key(job.priority, next_seq_++);
-  if (job.flight) {
-    job.flight->key = key;
-    job.flight->queued = true;
-  }
-  queue_.emplace(key, std::move(job));
-}
-
-void BlobCache::PromoteLocked(const std::shared_ptr<Flight>& flight, int priority) {
-  if (!flight->queued || flight->key.first <= priority) return;
-  auto node = queue_.extract(flight->key);
-  if (node.empty()) return;
-  flight->key.first = priority;
-  node.key() = flight->key;
-  node.mapped().priority = priority;
-  queue_.insert(std::move(node));
+void BlobCache::SubmitLocalLocked(int priority, std::function<void()> run) {
+  scheduler_.Submit("", priority, std::move(run));
 }
 
 void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first,
@@ -451,40 +413,16 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
       layer->flight[i] = f;
     }
     layer->jobs++;
-    Job job;
-    job.priority = priority;
-    job.endpoint = f->endpoint = layer->endpoint;
-    job.flight = f;
-    job.run = [this, f] { RunFlight(f); };
-    EnqueueLocked(std::move(job));
+    f->endpoint = layer->endpoint;
+    // A flight the cache's end drops fails its waiters (none should be left by then).
+    f->ticket = scheduler_.Submit(
+        f->endpoint, priority, [this, f] { RunFlight(f); },
+        [f]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run by the destructor, under mu_
+          f->done = true;
+          f->chunk_status.assign(f->last - f->first + 1,
+                                 absl::AbortedError("cache is shutting down"));
+        });
     if (created) created->push_back(f);
-  }
-}
-
-void BlobCache::WorkerLoop(std::string endpoint) {
-  while (true) {
-    Job job;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this, &endpoint]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        if (stopping_) return true;
-        auto q = queued_.find(endpoint);
-        return q != queued_.end() && q->second > 0;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      auto it = queue_.begin();
-      while (it->second.endpoint != endpoint) ++it;  // queued_ says there is one
-      queued_[endpoint]--;
-      job = std::move(it->second);
-      queue_.erase(it);
-      if (job.flight) job.flight->queued = false;
-      running_jobs_++;
-    }
-    job.run();
-    job = Job();
-    absl::MutexLock lock(&mu_);
-    running_jobs_--;
   }
 }
 
@@ -534,6 +472,8 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
     // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
     for (auto& l : bulk_layers_) l->bulk_active = false;
     bulk_layers_.clear();
+  } else if (!w->disk_full && cst.ok()) {
+    disk_full_ = false;  // this write worked: the disk has room again
   }
   if (layer->flight[c] == f) layer->flight[c] = nullptr;
   if (layer->gen.load() != f->gen) {
@@ -736,11 +676,9 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
   }
   layer->whole_verify_scheduled = true;
   layer->jobs++;
-  Job job;
   // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
-  job.priority = layer->mode == VerifyMode::kChunk ? kVerify : kForeground;
-  job.run = [this, layer] { RunWholeVerify(layer); };
-  EnqueueLocked(std::move(job));
+  SubmitLocalLocked(layer->mode == VerifyMode::kChunk ? kVerify : kForeground,
+                    [this, layer] { RunWholeVerify(layer); });
 }
 
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
@@ -815,10 +753,7 @@ void BlobCache::QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t
   persist_pending_.push_back(PendingPersist{layer, gen, std::move(chunks)});
   if (persist_scheduled_ || stopping_) return;
   persist_scheduled_ = true;
-  Job job;
-  job.priority = kVerify;
-  job.run = [this] { PersistPending(); };
-  EnqueueLocked(std::move(job));
+  SubmitLocalLocked(kVerify, [this] { PersistPending(); });
 }
 
 void BlobCache::PersistPending() {
@@ -1045,7 +980,7 @@ absl::Status BlobCache::EnsureChunks(
           c = run_end + 1;
         }
         for (const auto& w : waits) {
-          PromoteLocked(w, kForeground);
+          if (w->ticket) scheduler_.Promote(w->ticket, kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
@@ -1426,11 +1361,6 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
   return info;
 }
 
-bool BlobCache::WaitIdle(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]()
-                  ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_jobs_ == 0; };
-  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
-}
+bool BlobCache::WaitIdle(absl::Time deadline) { return scheduler_.WaitIdle(deadline); }
 
 }  // namespace modelfs

@@ -58,6 +58,7 @@
 #include "core/cache/blob_reader.h"
 #include "core/cache/chunk_journal.h"
 #include "core/cache/endpoint_health.h"
+#include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_store.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
@@ -221,12 +222,6 @@ class BlobCache : public BlobReader {
   };
   struct Layer;
   struct Flight;
-  struct Job {
-    int priority = 0;      // lower runs first
-    std::string endpoint;  // whose fetch threads run it ("" for fetches without one and local work)
-    std::function<void()> run;
-    std::shared_ptr<Flight> flight;  // set for fetches, so a waiting reader can promote it
-  };
   static constexpr int kForeground = 0;
   static constexpr int kReadahead = 1;
   static constexpr int kHeader = 2;
@@ -237,9 +232,9 @@ class BlobCache : public BlobReader {
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
   absl::Status LoadFromJournal();
-  // Runs the jobs of one endpoint. Each registry endpoint gets its own options.fetch_threads
-  // threads, so requests hung on one registry never hold up another's (issue 9 §2).
-  void WorkerLoop(std::string endpoint);
+  // Queues local work (checks, journal writes) on the scheduler's "" pool.
+  void SubmitLocalLocked(int priority, std::function<void()> run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(absl::string_view line) const;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -264,10 +259,6 @@ class BlobCache : public BlobReader {
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueLocked(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartPoolLocked(const std::string& endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
   // What a flight's chunks did to the data file, for its end.
@@ -311,9 +302,6 @@ class BlobCache : public BlobReader {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, uint64_t>, Job> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int running_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
   struct PendingPersist {
@@ -332,11 +320,9 @@ class BlobCache : public BlobReader {
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
   absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
   int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
-  // Jobs queued per endpoint, and the endpoints that have their fetch threads.
-  absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  // Stopped (its threads joined) first thing in the destructor.
+  FetchScheduler scheduler_;
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 
