@@ -255,11 +255,12 @@ class BlobCache : public BlobReader {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
-  // Creates flights for the missing chunks in [first, last] (coalesced) and queues them.
+  // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
+  // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
-                             std::vector<std::shared_ptr<Flight>>* created)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             std::vector<std::shared_ptr<Flight>>* created,
+                             uint64_t max_request = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {

@@ -533,6 +533,10 @@ TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInParallelSegments
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_EQ(info.cached_chunks, info.chunk_count);  // the rest came without being read
   EXPECT_EQ(remote_.bytes_served(), blob.size());   // each byte once
+  // The rest (240 KiB, 60 chunks) came as one request per segment, not in max_request_bytes
+  // pieces: a request costs the registry more than its bytes. The first 16 KiB took at most
+  // one request per 4 KiB read.
+  EXPECT_LE(remote_.requests(), 4 + 4);
 }
 
 TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
