@@ -298,12 +298,27 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 // Verified bytes go to the kernel as spans: spliced from the cache file, not copied through
 // a buffer of ours.
-// Replies with the bytes of `spans`: file spans are read into one pooled buffer, memory spans
-// are sent from where they are, all in one writev. libfuse's fuse_reply_data would splice, but
-// 3.14 sizes its pipe for page-sized replies and falls back to a fresh malloc per request
-// (a new mapping, every page faulted) for the 1 MiB ones the kernel sends.
+// Replies with the bytes of `spans`. Spans of cache files are spliced from the page cache by
+// libfuse (fuse_reply_data): one copy, into the kernel's request. That needs a pipe that holds
+// the whole reply, which is why max_read is 252 pages (FuseMountOptions); past what the pipe
+// holds libfuse copies through a fresh buffer instead. Replies with memory spans (chunks a
+// full disk left in memory) are gathered into one pooled buffer and sent in one writev.
 void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
   if (spans.empty()) return fuse_reply_buf(req, nullptr, 0), void();
+  if (std::all_of(spans.begin(), spans.end(), [](const BlobSpan& s) { return s.fd >= 0; })) {
+    std::vector<char> raw(sizeof(fuse_bufvec) + (spans.size() - 1) * sizeof(fuse_buf));
+    auto* vec = reinterpret_cast<fuse_bufvec*>(raw.data());
+    vec->count = spans.size();
+    for (size_t i = 0; i < spans.size(); ++i) {
+      fuse_buf& b = vec->buf[i];
+      b.size = spans[i].length;
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = spans[i].fd;
+      b.pos = static_cast<off_t>(spans[i].offset);
+    }
+    fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+    return;
+  }
   uint64_t from_files = 0;
   for (const BlobSpan& s : spans) {
     if (s.fd >= 0) from_files += s.length;
