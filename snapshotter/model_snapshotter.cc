@@ -15,9 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/model/model_loader.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
-#include "fuse/model_loader.h"
 #include "fuse/stale_mount.h"
 #include "snapshotter/model_records.h"
 

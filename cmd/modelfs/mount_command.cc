@@ -24,12 +24,12 @@
 #include "absl/synchronization/notification.h"
 #include "cmd/modelfs/cli.h"
 #include "core/cache/blob_cache.h"
+#include "core/model/model_loader.h"
 #include "core/publish/model_ref.h"
 #include "core/publish/registry_blob_source.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
-#include "fuse/model_loader.h"
 #include "fuse/stale_mount.h"
 #include "nlohmann/json.hpp"
 

@@ -1,6 +1,6 @@
 // LoadModel against a real BlobCache over an in-memory remote: what it registers, and that a
 // failed load leaves no cache reference behind whatever step failed.
-#include "fuse/model_loader.h"
+#include "core/model/model_loader.h"
 
 #include <cstdint>
 #include <limits>
