@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/model/model_loader.h"
+#include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/stale_mount.h"
@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   fs::create_directories(co.dir, ec);
   s->source_ = std::make_unique<RoutingSource>();
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
+  s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
+                                                 PipelineOptions{o.prefetch, o.insecure_stream});
   s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
@@ -231,18 +233,11 @@ absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
 absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
                                              std::shared_ptr<RegistryClient> client) {
   for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
-  LoadOptions lo;
-  lo.insecure_stream = options_.insecure_stream;
-  lo.reference = rm.ref.String();
-  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
-  absl::Status added = tree_->AddModel(name, loaded.files, loaded.synthetic);
-  if (!added.ok() && !absl::IsAlreadyExists(added)) {
-    cache_->UnregisterModel(rm.model_descriptor.digest.str());
-    return added;
-  }
-  if (options_.prefetch != PrefetchPolicy::kNone) {
-    for (const Digest& d : loaded.layers) (void)cache_->Prefetch(d, options_.prefetch);
-  }
+  auto serve = [&](const LoadedModel& m) {
+    absl::Status added = tree_->AddModel(name, m.files, m.synthetic);
+    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
+  };
+  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline_->Register(rm, rm.ref.String(), serve));
   Log(absl::StrCat("model ", rm.model_descriptor.digest.str(), " from ", rm.ref.String(),
                    " registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(),
                    " files, ", loaded.verification, " verification)"));
@@ -309,7 +304,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     }
     if (orphaned && st.ok()) {
       (void)tree_->RemoveModel(name);
-      cache_->UnregisterModel(rm->model_descriptor.digest.str());
+      pipeline_->Unregister(rm->model_descriptor.digest.str());
     }
   }
 }
@@ -525,7 +520,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
   if (absl::Status st = fuse_->RemoveModel(name); !st.ok() && !absl::IsNotFound(st)) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
-  if (!model_ref.empty()) cache_->UnregisterModel(model_ref);
+  if (!model_ref.empty()) pipeline_->Unregister(model_ref);
   (void)DeleteModelRecord(models_dir_, name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();

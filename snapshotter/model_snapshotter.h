@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/cache/blob_cache.h"
+#include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
 #include "core/publish/model_ref.h"
 #include "fuse/fuse_adapter.h"
@@ -176,6 +177,7 @@ class ModelSnapshotter final : public Snapshotter {
 
   std::unique_ptr<RoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
+  std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
   std::shared_ptr<ModelTree> tree_;
   std::unique_ptr<FuseMount> fuse_;
   std::unique_ptr<OverlaySnapshotter> base_;
