@@ -40,7 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
-#include "tests/fuse/fake_blob_reader.h"
+#include "tests/testing/fake_blob_reader.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
