@@ -15,7 +15,8 @@
 # Second table: time to ready of a mount and bytes fetched before the first read; bytes fetched
 # by reading .modelinfo.json plus 4 MiB at a random offset; page-cache copies of the weights after
 # a warm load (fincore on the mount's files and on the cache's data files); peak RSS (VmHWM) of
-# the mount process while 16 `modelfs-load --mode read` processes load the model cold.
+# the mount process while 16 `modelfs-load --mode read` processes load the model cold; the CPU
+# the registry spends serving the raw curls and a cold load (on this machine it shares the cores).
 # Times are medians of RUNS runs. Ratios are baseline time / modelfs time (above 1.0x modelfs is
 # faster). Nothing is asserted: the script only prints.
 #
@@ -134,10 +135,12 @@ page_cache_bytes() { echo $(( $(awk '/^Cached:/ {print $2}' /proc/meminfo) * 102
 measure_registry_raw() {
   local t0 t1
   drop_caches
+  local reg0; reg0=$(cpu_seconds "$REG_PID")
   t0=$(now)
   for d in $BLOBS; do curl -fs -o /dev/null "http://$REG/v2/$REPO/blobs/$d"; done
   t1=$(now)
   add raw "$(elapsed "$t0" "$t1")"
+  add raw_reg_cpu "$(elapsed "$reg0" "$(cpu_seconds "$REG_PID")")"
 }
 
 # Leaves the verified files in $DL for the local-disk measure.
@@ -198,12 +201,14 @@ measure_modelfs_cold() {
   [[ -z "${WARM_CACHE:-}" ]] || rm -rf "$WARM_CACHE"
   rm -rf "$cache"
   drop_caches
+  local reg0; reg0=$(cpu_seconds "$REG_PID")
   t0=$(now)
   mount_v "$cache" "$mnt"
   t1=$(now)
   mapfile -t files < <(mount_files "$mnt")
   load "$mode" "${files[@]}"
   t2=$(now)
+  add "cold_reg_cpu:$mode" "$(elapsed "$reg0" "$(cpu_seconds "$REG_PID")")"
   check_loaded "modelfs cold ($mode)"
   add "cold:$mode" "$(elapsed "$t0" "$t2")"
   add "cold_mount:$mode" "$(elapsed "$t0" "$t1")"
@@ -330,6 +335,8 @@ print_tables() {
   printf '| %-58s | %-40s |\n' "peak RSS of the mount process, one cold load (read / mmap)" \
     "$(human "$(med cold_rss:read)") / $(human "$(med cold_rss:mmap)")"
   printf '| %-58s | %-40s |\n' "mount: bdi readahead, FUSE max_read" "$MOUNT_SHAPE"
+  printf '| %-58s | %-40s |\n' "CPU of the registry: serving the raw curls / a cold load" \
+    "$(med raw_reg_cpu) s / $(med cold_reg_cpu:read) s (read), $(med cold_reg_cpu:mmap) s (mmap)"
   printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, read loader" \
     "$(med cold_cpu:read) s / $(med warm_cpu:read) s"
   printf '| %-58s | %-40s |\n' "CPU of the mount process, cold / warm load, mmap loader" \

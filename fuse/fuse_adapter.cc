@@ -18,6 +18,7 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/buffer_pool.h"
 #include "fuse/passthrough.h"
 
 namespace modelfs {
@@ -296,25 +298,55 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 // Verified bytes go to the kernel as spans: spliced from the cache file, not copied through
 // a buffer of ours.
+// Replies with the bytes of `spans`. Spans of cache files are spliced from the page cache by
+// libfuse (fuse_reply_data): one copy, into the kernel's request. That needs a pipe that holds
+// the whole reply, which is why max_read is 252 pages (FuseMountOptions); past what the pipe
+// holds libfuse copies through a fresh buffer instead. Replies with memory spans (chunks a
+// full disk left in memory) are gathered into one pooled buffer and sent in one writev.
 void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
   if (spans.empty()) return fuse_reply_buf(req, nullptr, 0), void();
-  const size_t bytes = sizeof(fuse_bufvec) + (spans.size() - 1) * sizeof(fuse_buf);
-  std::unique_ptr<fuse_bufvec, decltype(&free)> vec(static_cast<fuse_bufvec*>(calloc(1, bytes)),
-                                                    &free);
-  if (!vec) return fuse_reply_err(req, ENOMEM), void();
-  vec->count = spans.size();
-  for (size_t i = 0; i < spans.size(); ++i) {
-    fuse_buf& b = vec->buf[i];
-    b.size = spans[i].length;
-    if (spans[i].fd >= 0) {
+  if (std::all_of(spans.begin(), spans.end(), [](const BlobSpan& s) { return s.fd >= 0; })) {
+    std::vector<char> raw(sizeof(fuse_bufvec) + (spans.size() - 1) * sizeof(fuse_buf));
+    auto* vec = reinterpret_cast<fuse_bufvec*>(raw.data());
+    vec->count = spans.size();
+    for (size_t i = 0; i < spans.size(); ++i) {
+      fuse_buf& b = vec->buf[i];
+      b.size = spans[i].length;
       b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
       b.fd = spans[i].fd;
       b.pos = static_cast<off_t>(spans[i].offset);
-    } else {
-      b.mem = const_cast<char*>(spans[i].memory->data() + spans[i].offset);
     }
+    fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+    return;
   }
-  fuse_reply_data(req, vec.get(), FUSE_BUF_SPLICE_MOVE);
+  uint64_t from_files = 0;
+  for (const BlobSpan& s : spans) {
+    if (s.fd >= 0) from_files += s.length;
+  }
+  BufferPool::Buffer buffer;
+  if (from_files > 0) buffer = BufferPool::Shared().Get(from_files);
+  std::vector<iovec> iov(spans.size());
+  char* at = buffer.data();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const BlobSpan& s = spans[i];
+    if (s.fd < 0) {
+      iov[i] = {const_cast<char*>(s.memory->data() + s.offset), s.length};
+      continue;
+    }
+    uint64_t done = 0;
+    while (done < s.length) {
+      const ssize_t n = pread(s.fd, at + done, s.length - done, static_cast<off_t>(s.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        // A verified cache file shrank or failed under us: say EIO rather than send less.
+        return fuse_reply_err(req, EIO), void();
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    iov[i] = {at, s.length};
+    at += s.length;
+  }
+  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
 }
 
 void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {

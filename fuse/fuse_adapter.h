@@ -40,7 +40,10 @@ namespace modelfs {
 
 struct FuseMountOptions {
   bool allow_other = true;          // other users (pods) may read; needs root or fuse.conf
-  uint32_t max_read = 1 << 20;      // bytes per FUSE read request
+  // Bytes per FUSE read request: 252 pages, so that a reply with its header fits the largest
+  // pipe an unprivileged process may make (fs.pipe-max-size, 1 MiB) and libfuse splices it
+  // from the cache file instead of copying it through a buffer.
+  uint32_t max_read = 252 * 4096;
   std::string fsname = "modelfs";   // first field of /proc/mounts
   std::string subtype = "modelfs";  // type shows as fuse.<subtype>
   double entry_timeout_s = 60;      // kernel caching of names; the content never changes

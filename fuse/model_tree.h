@@ -33,21 +33,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cache/blob_reader.h"
+#include "core/model/tree_file.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
-
-// One regular file of a model: `size` bytes at `offset_in_layer` inside blob `layer`.
-struct TreeFile {
-  std::string path;  // relative, '/'-separated: "model.safetensors", "tokenizer/vocab.json"
-  Digest layer;
-  uint64_t offset_in_layer = 0;
-  uint64_t size = 0;
-  std::string digest_of_file;  // optional "sha256:..." of the file's bytes (for modelinfo)
-};
-
-// Synthetic files: relative path -> contents, served from memory.
-using SyntheticFiles = std::map<std::string, std::string>;
 
 struct ModelOptions {
   int64_t mtime_sec = 0;  // mtime/ctime/atime of every node of the model (e.g. manifest time)

@@ -15,9 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
-#include "fuse/model_loader.h"
 #include "fuse/stale_mount.h"
 #include "snapshotter/model_records.h"
 
@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   fs::create_directories(co.dir, ec);
   s->source_ = std::make_unique<RoutingSource>();
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
+  s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
+                                                 PipelineOptions{o.prefetch, o.insecure_stream});
   s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
@@ -229,20 +231,14 @@ absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
 }
 
 absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
-                                             std::shared_ptr<RegistryClient> client) {
+                                             std::shared_ptr<RegistryClient> client,
+                                             PrefetchStart prefetch) {
   for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
-  LoadOptions lo;
-  lo.insecure_stream = options_.insecure_stream;
-  lo.reference = rm.ref.String();
-  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
-  absl::Status added = tree_->AddModel(name, loaded.files, loaded.synthetic);
-  if (!added.ok() && !absl::IsAlreadyExists(added)) {
-    cache_->UnregisterModel(rm.model_descriptor.digest.str());
-    return added;
-  }
-  if (options_.prefetch != PrefetchPolicy::kNone) {
-    for (const Digest& d : loaded.layers) (void)cache_->Prefetch(d, options_.prefetch);
-  }
+  auto serve = [&](const LoadedModel& m) {
+    absl::Status added = tree_->AddModel(name, m.files, m.synthetic);
+    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
+  };
+  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline_->Register(rm, rm.ref.String(), serve, prefetch));
   Log(absl::StrCat("model ", rm.model_descriptor.digest.str(), " from ", rm.ref.String(),
                    " registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(),
                    " files, ", loaded.verification, " verification)"));
@@ -270,7 +266,8 @@ absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const Resolv
     e.model_ref = rm.model_descriptor.digest.str();
   }
   absl::Status st = SaveModelRecord(models_dir_, name, rm);
-  if (st.ok()) st = RegisterModel(name, rm, std::move(client));
+  // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
+  if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
   absl::MutexLock lock(&mu_);
   ModelEntry& e = models_[name];
   e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
@@ -287,7 +284,9 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
       absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->registry);
-      st = client.ok() ? RegisterModel(name, *rm, *client) : client.status();
+      // The model was in use before the restart: its prefetch goes on at once.
+      st =
+          client.ok() ? RegisterModel(name, *rm, *client, PrefetchStart::kAtOnce) : client.status();
     } else {
       st = rm.status();
     }
@@ -309,7 +308,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     }
     if (orphaned && st.ok()) {
       (void)tree_->RemoveModel(name);
-      cache_->UnregisterModel(rm->model_descriptor.digest.str());
+      pipeline_->Unregister(rm->model_descriptor.digest.str());
     }
   }
 }
@@ -344,7 +343,8 @@ RemotePrepareCounts ModelSnapshotter::remote_counts() const {
 }
 
 absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) {
-  absl::MutexLock lock(&mu_);
+  std::vector<std::string> used;  // model_refs
+  absl::ReleasableMutexLock lock(&mu_);
   absl::Time deadline = absl::Now() + options_.model_wait;
   for (int64_t id : ids) {
     auto sit = model_of_snapshot_.find(id);
@@ -355,7 +355,10 @@ absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) 
       if (it == models_.end()) {
         return absl::UnavailableError(absl::StrCat("model ", name, " is not registered"));
       }
-      if (it->second.state == ModelState::kReady) break;
+      if (it->second.state == ModelState::kReady) {
+        used.push_back(it->second.model_ref);
+        break;
+      }
       if (it->second.state == ModelState::kFailed) {
         return absl::UnavailableError(
             absl::StrCat("model ", name, " is not available: ", it->second.error.ToString()));
@@ -367,6 +370,9 @@ absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) 
       }
     }
   }
+  lock.Release();
+  // A container is about to use these models: their deferred prefetch starts now.
+  for (const std::string& model_ref : used) pipeline_->StartPrefetch(model_ref);
   return absl::OkStatus();
 }
 
@@ -525,7 +531,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
   if (absl::Status st = fuse_->RemoveModel(name); !st.ok() && !absl::IsNotFound(st)) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
-  if (!model_ref.empty()) cache_->UnregisterModel(model_ref);
+  if (!model_ref.empty()) pipeline_->Unregister(model_ref);
   (void)DeleteModelRecord(models_dir_, name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();

@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/cache/blob_cache.h"
+#include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
 #include "core/publish/model_ref.h"
 #include "fuse/fuse_adapter.h"
@@ -68,6 +69,9 @@ struct ModelSnapshotterOptions {
   std::filesystem::path root;  // metadata.db, snapshots/, mnt/, models/, cache/
   RegistryAccessOptions registry;
   CacheOptions cache;  // cache.dir defaults to <root>/cache
+  // Background fetch of a model (core/model/model_pipeline.h). It starts when a container first
+  // uses the model (Prepare or View on top of its snapshot, Mounts of one), never during the
+  // remote Prepare of containerd's pull; for models registered again after a restart, at once.
   PrefetchPolicy prefetch = PrefetchPolicy::kHeadersOnly;
   bool insecure_stream = false;
   FuseMountOptions fuse;
@@ -162,9 +166,10 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
                            std::shared_ptr<RegistryClient> client);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,
-                             std::shared_ptr<RegistryClient> client);
+                             std::shared_ptr<RegistryClient> client, PrefetchStart prefetch);
   void RestoreModels(std::vector<std::string> names);
-  // Waits until every model below `parent` (itself included) is registered.
+  // Waits until every model below `parent` (itself included) is registered, and starts the
+  // prefetch of those models (first use).
   absl::Status WaitForModelsBelow(const std::string& parent);
   absl::Status WaitForModelIds(const std::vector<int64_t>& ids);
   std::optional<std::string> ModelDirFor(int64_t id);
@@ -176,6 +181,7 @@ class ModelSnapshotter final : public Snapshotter {
 
   std::unique_ptr<RoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
+  std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
   std::shared_ptr<ModelTree> tree_;
   std::unique_ptr<FuseMount> fuse_;
   std::unique_ptr<OverlaySnapshotter> base_;

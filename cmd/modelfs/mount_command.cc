@@ -24,12 +24,12 @@
 #include "absl/synchronization/notification.h"
 #include "cmd/modelfs/cli.h"
 #include "core/cache/blob_cache.h"
+#include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
 #include "core/publish/registry_blob_source.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
-#include "fuse/model_loader.h"
 #include "fuse/stale_mount.h"
 #include "nlohmann/json.hpp"
 
@@ -159,17 +159,19 @@ absl::Status RunForeground(const MountCli& c) {
   };
   fs::create_directories(co.dir, ec);
   ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, BlobCache::Open(co, &source));
-  LoadOptions lo;
-  lo.insecure_stream = c.insecure_stream;
-  lo.reference = c.ref;
-  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache, lo));
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
-                   ModelTree::SingleModel(cache.get(), loaded.files, loaded.synthetic));
-  std::shared_ptr<ModelTree> shared_tree(std::move(tree));
-  ASSIGN_OR_RETURN(std::unique_ptr<FuseMount> mount, FuseMount::Mount(c.dir, shared_tree));
-  if (policy != PrefetchPolicy::kNone) {
-    for (const Digest& d : loaded.layers) (void)cache->Prefetch(d, policy);
-  }
+  PipelineOptions po;
+  po.prefetch = policy;
+  po.insecure_stream = c.insecure_stream;
+  ModelPipeline pipeline(cache.get(), po);
+  // The model is the root of its own tree, served by a mount of its own.
+  std::unique_ptr<FuseMount> mount;
+  auto serve = [&](const LoadedModel& m) -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
+                     ModelTree::SingleModel(cache.get(), m.files, m.synthetic));
+    ASSIGN_OR_RETURN(mount, FuseMount::Mount(c.dir, std::shared_ptr<ModelTree>(std::move(tree))));
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline.Register(rm, c.ref, serve));
 
   fs::create_directories(StatsDir(), ec);
   const std::string stats_path = StatsPath(c.dir);

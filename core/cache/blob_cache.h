@@ -19,9 +19,16 @@
 // layer per batch) in a background job and drained by the destructor, so reads never wait on
 // the disk's flush.
 //
+// The pieces, each with one job: the data files (layer_store.h), the record of what they hold
+// (chunk_journal.h), the hash checks (verifier.h), and the fetch scheduler (fetch_scheduler.h:
+// priority queues and a pool of threads per registry). BlobCache owns the layer state that ties
+// them: which chunks are missing, in flight or verified, who waits for what, readahead and
+// streaming, the memory fallback and eviction.
+//
 // Thread safety: all public methods are safe to call concurrently.
-// Lock order: mu_, then db_mu_ (db_mu_ is a leaf). No remote call and no data-file I/O
-// happens under mu_ (RegisterLayer's file open and database writes are the exception).
+// Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
+// call and no data-file I/O happens under mu_ (RegisterLayer's file open and database writes
+// are the exception).
 #pragma once
 
 #include <array>
@@ -49,12 +56,13 @@
 #include "core/base/backoff.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/cache/chunk_journal.h"
 #include "core/cache/endpoint_health.h"
+#include "core/cache/fetch_scheduler.h"
+#include "core/cache/layer_store.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
-
-struct sqlite3;
 
 namespace modelfs {
 
@@ -214,12 +222,6 @@ class BlobCache : public BlobReader {
   };
   struct Layer;
   struct Flight;
-  struct Job {
-    int priority = 0;      // lower runs first
-    std::string endpoint;  // whose fetch threads run it ("" for fetches without one and local work)
-    std::function<void()> run;
-    std::shared_ptr<Flight> flight;  // set for fetches, so a waiting reader can promote it
-  };
   static constexpr int kForeground = 0;
   static constexpr int kReadahead = 1;
   static constexpr int kHeader = 2;
@@ -229,12 +231,10 @@ class BlobCache : public BlobReader {
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
-  // Opens `path` (or ":memory:") as db_ with the schema. Errors: kInternal naming the path.
-  absl::Status OpenDatabase(const std::string& path);
-  absl::Status LoadFromDb();
-  // Runs the jobs of one endpoint. Each registry endpoint gets its own options.fetch_threads
-  // threads, so requests hung on one registry never hold up another's (issue 9 §2).
-  void WorkerLoop(std::string endpoint);
+  absl::Status LoadFromJournal();
+  // Queues local work (checks, journal writes) on the scheduler's "" pool.
+  void SubmitLocalLocked(int priority, std::function<void()> run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(absl::string_view line) const;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -249,23 +249,18 @@ class BlobCache : public BlobReader {
   // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
   // are cached. Returns the layers and bytes evicted.
   std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
-  // Writes chunk bytes to a data file (options.write_data or pwrite); 0 or an errno.
-  int WriteData(int fd, const char* data, uint64_t n, uint64_t offset) const;
   // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
   void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
                           std::shared_ptr<const std::string> bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
-  // Creates flights for the missing chunks in [first, last] (coalesced) and queues them.
+  // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
+  // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
-                             std::vector<std::shared_ptr<Flight>>* created)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EnqueueLocked(Job job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartPoolLocked(const std::string& endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PromoteLocked(const std::shared_ptr<Flight>& flight, int priority)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             std::vector<std::shared_ptr<Flight>>* created,
+                             uint64_t max_request = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFlight(const std::shared_ptr<Flight>& flight);
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {
@@ -276,7 +271,7 @@ class BlobCache : public BlobReader {
   };
   // Verifies chunk `i` of a flight (bytes `piece`), writes it, and makes it servable (or
   // failed) at once, so readers waiting for it go on while the rest of the range streams in.
-  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const std::string& piece,
+  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
                  const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -295,18 +290,12 @@ class BlobCache : public BlobReader {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
-  absl::Status OpenDataFileLocked(Layer& layer, bool truncate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string DataPath(const Digest& digest) const;
-
-  // SQLite helpers; all take db_mu_.
-  absl::Status DbExec(const std::string& sql);
-  bool DbHasColumn(const std::string& table, const std::string& column);
-  absl::Status DbUpsertLayer(const Layer& layer, bool whole_verified, const std::string& local,
-                             const std::string& seal);
-  absl::Status DbRecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                              const std::vector<uint64_t>& chunks);
-  void DbForgetLayer(const Digest& digest);
-  void DbTouch(const Digest& digest, int64_t last_used);
+  // The journal row of a layer, as it stands.
+  static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
+                              std::string seal);
+  // Records `chunks` of `layer` unless quarantine or eviction dropped it since `gen`.
+  absl::Status RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                            const std::vector<uint64_t>& chunks);
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
@@ -314,9 +303,6 @@ class BlobCache : public BlobReader {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, uint64_t>, Job> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int running_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
   struct PendingPersist {
@@ -333,17 +319,16 @@ class BlobCache : public BlobReader {
   std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
-  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // Jobs queued per endpoint, and the endpoints that have their fetch threads.
-  absl::flat_hash_map<std::string, int> queued_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> pools_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
+  int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  // Stopped (its threads joined) first thing in the destructor.
+  FetchScheduler scheduler_;
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 
-  absl::Mutex db_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  sqlite3* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
+  const LayerStore store_;
+  ChunkJournal journal_;
 
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},

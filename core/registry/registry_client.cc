@@ -595,6 +595,9 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCb);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+  // Blob bodies arrive in 512 KiB pieces (curl's largest) rather than 16 KiB: 32 times fewer
+  // recv calls and callbacks on the read path.
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);

@@ -312,8 +312,8 @@ TEST_F(SnapshotterContainerdTest, CriPullOfVolumeImageDownloadsNoWeightBlob) {
     std::cerr << "--- registry access log during the pull ---\n" << log.substr(offset);
 }
 
-// Registering M builds .modelinfo.json from the weight files' headers (fuse/model_loader.h), so
-// the pull reads, verified, the first chunk of each weight file and nothing more.
+// Registering M builds .modelinfo.json from the weight files' headers (core/model/model_loader.h),
+// so the pull reads, verified, the first chunk of each weight file and nothing more.
 TEST_F(SnapshotterContainerdTest, CriPullOfVolumeImageReadsAtMostTheFirstChunkOfEachWeightFile) {
   const size_t offset = PushAndPullVolume();
   ASSERT_FALSE(HasFailure());

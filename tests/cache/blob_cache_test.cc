@@ -533,6 +533,10 @@ TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInParallelSegments
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_EQ(info.cached_chunks, info.chunk_count);  // the rest came without being read
   EXPECT_EQ(remote_.bytes_served(), blob.size());   // each byte once
+  // The rest (240 KiB, 60 chunks) came as one request per segment, not in max_request_bytes
+  // pieces: a request costs the registry more than its bytes. The first 16 KiB took at most
+  // one request per 4 KiB read.
+  EXPECT_LE(remote_.requests(), 4 + 4);
 }
 
 TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
@@ -545,6 +549,29 @@ TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
   ASSERT_OK(cache->Read(d, 100 * 1024, 12 * 1024));
   ASSERT_TRUE(Idle(*cache));
   EXPECT_EQ(remote_.bytes_served(), 3 * kChunk);  // the chunks it touched, nothing more
+}
+
+// The whole-layer audit of a chunk-mode layer is a second SHA-256 pass; it waits until reads
+// are idle. A read that is waiting on the network is a load in progress, not idleness.
+TEST_F(BlobCacheTest, WholeLayerAuditWaitsWhileAReadIsBlockedOnTheNetwork) {
+  CacheOptions o = Options();
+  o.verify_when_idle = absl::Milliseconds(200);
+  auto cache = Open(o);
+  const std::string first = RandomBytes(3 * kChunk, 26);
+  const std::string second = RandomBytes(3 * kChunk, 27);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, second);
+  ASSERT_OK(cache->Read(a, 0, first.size()));  // every chunk of `a` verified: audit queued
+  remote_.HoldOnly(b);
+  remote_.Hold();
+  std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  absl::SleepFor(absl::Milliseconds(600));  // three idle windows, with the read still waiting
+  EXPECT_FALSE(cache->GetLayerInfo(a)->whole_verified);
+  remote_.Release();
+  blocked.join();
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(a)->whole_verified);
 }
 
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/oci/path_safety.h"
-#include "tests/fuse/fake_blob_reader.h"
+#include "tests/testing/fake_blob_reader.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {

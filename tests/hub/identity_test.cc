@@ -2,8 +2,8 @@
 // where each field is stored in a ModelPack artifact and read back, and .modelinfo.json.
 #include "core/hub/identity.h"
 
+#include "core/model/modelinfo.h"
 #include "core/oci/digest.h"
-#include "fuse/modelinfo.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

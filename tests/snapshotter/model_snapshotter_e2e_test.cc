@@ -92,7 +92,7 @@ class ModelSnapshotterTest : public ::testing::Test {
     } else {
       o.registry.hosts.plain_http_hosts = {registry_->host_port()};
     }
-    o.prefetch = PrefetchPolicy::kNone;
+    o.prefetch = prefetch_;
     o.log = [this](const std::string& line) { log_ += line + "\n"; };
     absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
     if (!s.ok()) return s.status();
@@ -214,6 +214,7 @@ class ModelSnapshotterTest : public ::testing::Test {
   Labels labels_;
   std::string log_;
   std::vector<std::string> mounted_;
+  PrefetchPolicy prefetch_ = PrefetchPolicy::kNone;  // for the next Open
   std::unique_ptr<ModelSnapshotter> snapshotter_;
 };
 
@@ -491,6 +492,36 @@ TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndItFallsB
   ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels_).status());
   EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+// containerd's pull must fetch nothing past what registering the model reads: the background
+// prefetch waits until a container first uses the model.
+TEST_F(ModelSnapshotterTest, PrefetchAllStartsAtTheFirstViewOfTheModelNotAtThePull) {
+  ASSERT_OK(snapshotter_->Shutdown());
+  snapshotter_.reset();
+  prefetch_ = PrefetchPolicy::kAll;
+  ASSERT_OK(Open());
+  ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult m, client->GetManifest(kRepo, model_digest_));
+  ASSERT_OK_AND_ASSIGN(Manifest mm, ParseManifest(m.bytes));
+  Descriptor largest;
+  for (const Descriptor& d : mm.layers) {
+    if (d.size > largest.size) largest = d;
+  }
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  absl::SleepFor(absl::Seconds(1));  // time for a prefetch that should not run
+  ASSERT_OK_AND_ASSIGN(BlobCache::LayerInfo pulled, snapshotter_->cache_layer_info(largest.digest));
+  EXPECT_LT(pulled.cached_chunks, pulled.chunk_count);
+
+  ASSERT_OK(snapshotter_->View("vol-1", chain_id_, {}).status());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  BlobCache::LayerInfo viewed;
+  do {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_OK_AND_ASSIGN(viewed, snapshotter_->cache_layer_info(largest.digest));
+  } while (viewed.cached_chunks < viewed.chunk_count && absl::Now() < deadline);
+  EXPECT_EQ(viewed.cached_chunks, viewed.chunk_count);
 }
 
 TEST_F(ModelSnapshotterTest, ASecondDaemonOnTheSameRootIsRefused) {

@@ -1,5 +1,5 @@
 // .modelinfo.json: built from real safetensors and GGUF bytes read through a BlobReader.
-#include "fuse/modelinfo.h"
+#include "core/model/modelinfo.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
 #include "core/formats/synthetic_models.h"
-#include "fuse/blob_range_reader.h"
-#include "tests/fuse/fake_blob_reader.h"
+#include "core/model/blob_range_reader.h"
+#include "tests/testing/fake_blob_reader.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {

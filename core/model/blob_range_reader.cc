@@ -1,5 +1,5 @@
 // BlobRangeReader: bounds checks, then one BlobReader call per read.
-#include "fuse/blob_range_reader.h"
+#include "core/model/blob_range_reader.h"
 
 #include <utility>
 

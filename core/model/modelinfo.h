@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "core/cache/blob_reader.h"
 #include "core/formats/model_inspect.h"
-#include "fuse/model_tree.h"
+#include "core/model/tree_file.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs {

@@ -1,5 +1,5 @@
 // .modelinfo.json: header inspection through BlobReader and the versioned JSON document.
-#include "fuse/modelinfo.h"
+#include "core/model/modelinfo.h"
 
 #include <algorithm>
 #include <exception>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/formats/memory.h"
 #include "core/formats/safetensors.h"
-#include "fuse/blob_range_reader.h"
+#include "core/model/blob_range_reader.h"
 
 namespace modelfs {
 namespace {

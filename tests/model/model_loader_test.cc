@@ -1,6 +1,6 @@
 // LoadModel against a real BlobCache over an in-memory remote: what it registers, and that a
 // failed load leaves no cache reference behind whatever step failed.
-#include "fuse/model_loader.h"
+#include "core/model/model_loader.h"
 
 #include <cstdint>
 #include <limits>
@@ -13,61 +13,17 @@
 #include "core/oci/tar.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/cache/fake_remote.h"
+#include "tests/model/cached_model_fixture.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {
 
-using ::modelfs::testing::FakeRemote;
 using ::modelfs::testing::StatusIs;
-using ::modelfs::testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-class ModelLoaderTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    CacheOptions o;
-    o.dir = tmp_.Join("cache").string();
-    o.log = [](absl::string_view) {};
-    ASSERT_OK_AND_ASSIGN(cache_, BlobCache::Open(o, &remote_));
-    ASSERT_OK_AND_ASSIGN(model_.ref, ImageReference::Parse("registry.test/models/m:v1"));
-    model_.repository = "models/m";
-    model_.model_descriptor.media_type = std::string(kOciManifestMediaType);
-    model_.model_descriptor.digest = Digest::Of("the model manifest");
-    model_.model_descriptor.size = 18;
-    model_.model.config.digest = Digest::Of("the model config");
-  }
-
-  // A layer served by the fake remote, appended to the model.
-  Digest AddLayer(const std::string& bytes, LayerEncoding encoding, const std::string& path,
-                  const std::string& media_type) {
-    ModelLayer l;
-    l.descriptor.media_type = media_type;
-    l.descriptor.digest = remote_.AddBlob(bytes);
-    l.descriptor.size = bytes.size();
-    l.kind = LayerKind::kDoc;
-    l.encoding = encoding;
-    l.path = path;
-    model_.layers.push_back(l);
-    return l.descriptor.digest;
-  }
-  Digest AddRawLayer(const std::string& bytes, const std::string& path) {
-    return AddLayer(bytes, LayerEncoding::kRaw, path, "application/vnd.cncf.model.doc.v1.raw");
-  }
-
-  int References(const Digest& layer) const {
-    absl::StatusOr<BlobCache::LayerInfo> info = cache_->GetLayerInfo(layer);
-    return info.ok() ? info->references : 0;
-  }
-
-  TempDir tmp_;
-  FakeRemote remote_;
-  std::unique_ptr<BlobCache> cache_;
-  ResolvedModel model_;
-};
+using ModelLoaderTest = ::modelfs::testing::CachedModelTest;
 
 TEST_F(ModelLoaderTest, ASuccessfulLoadKeepsOneReferencePerLayer) {
   Digest a = AddRawLayer("first file\n", "a.txt");

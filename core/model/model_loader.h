@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/cache/blob_cache.h"
+#include "core/model/tree_file.h"
 #include "core/publish/model_ref.h"
-#include "fuse/model_tree.h"
 
 namespace modelfs {
 

@@ -1,16 +1,16 @@
-#include "fuse/model_loader.h"
+#include "core/model/model_loader.h"
 
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/hub/identity.h"
+#include "core/model/blob_range_reader.h"
+#include "core/model/modelinfo.h"
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
 #include "core/status/status_macros.h"
-#include "fuse/blob_range_reader.h"
-#include "fuse/modelinfo.h"
 
 namespace modelfs {
 

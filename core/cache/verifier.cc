@@ -1,0 +1,46 @@
+#include "core/cache/verifier.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/buffer_pool.h"
+
+namespace modelfs {
+
+ChunkHash HashChunk(absl::string_view bytes) {
+  Sha256 h;
+  h.Update(bytes.data(), bytes.size());
+  return h.Finish().raw();
+}
+
+absl::Status CheckChunk(absl::string_view bytes, const ChunkHash& want, const Digest& layer,
+                        uint64_t chunk, uint64_t offset) {
+  const ChunkHash got = HashChunk(bytes);
+  if (got == want) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "chunk ", chunk, " of layer ", layer.str(), " (bytes [", offset, ", ", offset + bytes.size(),
+      ")) failed verification: got ", Digest::FromRaw(got).str(), ", want ",
+      Digest::FromRaw(want).str()));
+}
+
+absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
+                                            uint64_t size, uint64_t chunk_size,
+                                            bool with_local_index) {
+  Sha256 whole;
+  LayerFileHash out;
+  BufferPool::Buffer buf = BufferPool::Shared().Get(std::min(chunk_size, std::max<uint64_t>(size, 1)));
+  for (uint64_t off = 0; off < size; off += chunk_size) {
+    const uint64_t len = std::min(chunk_size, size - off);
+    absl::Status io = store.ReadFull(fd, layer, buf.data(), len, off);
+    if (!io.ok()) return io;
+    whole.Update(buf.data(), len);
+    if (with_local_index) {
+      const ChunkHash h = HashChunk(absl::string_view(buf.data(), len));
+      out.local_index.append(reinterpret_cast<const char*>(h.data()), h.size());
+    }
+  }
+  out.digest = whole.Finish();
+  return out;
+}
+
+}  // namespace modelfs
