@@ -60,13 +60,17 @@ class GrpcContentStore final : public ContentStore {
     api::ReadContentResponse piece;
     uint64_t got = 0;
     absl::Status sink_status;
+    // containerd numbers pieces from the start of the range asked for (0 for the first one);
+    // a piece numbered from the start of the blob is taken too. The numbering the first piece
+    // sets must then continue without gaps: anything else is a protocol error, not bytes.
+    int64_t base = -1;
     while (reader->Read(&piece)) {
-      // Pieces arrive in order; anything else is a protocol error, not bytes to pass on.
-      if (piece.offset() != static_cast<int64_t>(offset + got)) {
+      if (base < 0) base = piece.offset() == static_cast<int64_t>(offset) ? offset : 0;
+      if (piece.offset() != base + static_cast<int64_t>(got)) {
         ctx.TryCancel();
         sink_status = absl::DataLossError(
-            absl::StrCat(What("read of", ns, digest), ": piece at offset ", piece.offset(),
-                         " where ", offset + got, " was expected"));
+            absl::StrCat(What("read of", ns, digest), ": piece numbered ", piece.offset(),
+                         " where ", base + static_cast<int64_t>(got), " was expected"));
         break;
       }
       const std::string& data = piece.data();

@@ -120,7 +120,12 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   fs::create_directories(co.dir, ec);
   s->source_ = std::make_unique<RoutingSource>();
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
-  s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
+  if (!o.containerd_address.empty()) {
+    ASSIGN_OR_RETURN(s->content_store_, ConnectContentStore(o.containerd_address));
+    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_.get());
+  }
+  s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
+  s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -481,6 +486,14 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        "); unpacking the volume layer instead"));
     }
   }
+  if (parent.empty()) {
+    if (std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key)) {
+      absl::StatusOr<std::vector<Mount>> mounts = PrepareFromContentStore(key, *volume, labels);
+      if (mounts.ok() || absl::IsDataLoss(mounts.status())) return mounts;
+      Log(absl::StrCat("image volume ", key, ": not served from containerd's content store (",
+                       mounts.status().ToString(), "); an ordinary empty snapshot"));
+    }
+  }
   RETURN_IF_ERROR(WaitForModelsBelow(parent));
   return base_->Prepare(key, parent, labels);
 }
@@ -493,6 +506,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::View(const std::string& key
 }
 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Mounts(const std::string& key) {
+  if (auto content = ContentMounts(key)) return *std::move(content);
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
   RETURN_IF_ERROR(WaitForModelIds(rec.parent_ids));
   return base_->Mounts(key);
@@ -526,6 +540,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
   if (!model_ref.empty()) cache_->UnregisterModel(model_ref);
+  if (!model_ref.empty() && content_reader_) content_reader_->RemoveModel(model_ref);
   (void)DeleteModelRecord(models_dir_, name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();
