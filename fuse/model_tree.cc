@@ -391,6 +391,18 @@ void ModelTree::Forget(uint64_t ino, uint64_t nlookup) {
   if (node.lookups == 0 && !node.attached) nodes_.erase(it);
 }
 
+bool ModelTree::LookupWouldMake(uint64_t parent, const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Node* dir = FindLocked(parent);
+  if (dir == nullptr || !dir->is_dir()) return false;
+  for (const auto& [child_name, child] : dir->children) {
+    if (!name.empty() && child_name != name) continue;
+    const Node* n = FindLocked(child);
+    if (n != nullptr && n->lazy != nullptr && n->bytes == nullptr) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<NodeAttr> ModelTree::GetAttr(uint64_t ino) const {
   MakeLazyFile(ino);
   absl::ReaderMutexLock lock(&mu_);

@@ -155,6 +155,12 @@ class ModelTree {
   // Errors: kNotFound for an unknown inode.
   absl::StatusOr<NodeAttr> GetAttr(uint64_t ino) const;
 
+  // Whether Lookup(parent, name) would first make a lazy synthetic file (which reads layers
+  // and may wait on the network); with an empty `name`, whether any entry of `parent` would
+  // (a listing with attributes looks every entry up). For the FUSE layer, which keeps such
+  // calls off the threads that must stay free.
+  bool LookupWouldMake(uint64_t parent, const std::string& name) const;
+
   // Entries of directory `ino` from `offset` on ("." at offset 0, ".." at 1, children sorted by
   // name from 2). Errors: kNotFound; kFailedPrecondition (ENOTDIR) for a file.
   absl::StatusOr<std::vector<DirEntry>> ReadDir(uint64_t ino, uint64_t offset = 0) const;

@@ -443,9 +443,14 @@ TEST_F(ModelTreeTest, LazySyntheticFileIsMadeOnFirstLookupOnly) {
   ASSERT_OK_AND_ASSIGN(NodeAttr config, tree->Lookup(ModelTree::kRootIno, "config.json"));
   EXPECT_EQ(ReadOr(*tree, config.ino, 0, 100), "config-bytes");
   EXPECT_EQ(made.load(), 0);
+  EXPECT_TRUE(tree->LookupWouldMake(ModelTree::kRootIno, ".modelinfo.json"));
+  EXPECT_TRUE(tree->LookupWouldMake(ModelTree::kRootIno, ""));
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, "config.json"));
 
   ASSERT_OK_AND_ASSIGN(NodeAttr info, tree->Lookup(ModelTree::kRootIno, ".modelinfo.json"));
   EXPECT_EQ(made.load(), 1);
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, ".modelinfo.json"));
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, ""));
   EXPECT_EQ(info.size, 14u);
   EXPECT_EQ(ReadOr(*tree, info.ino, 0, 100), "{\"lazy\":true}\n");
   ASSERT_OK_AND_ASSIGN(NodeAttr again, tree->GetAttr(info.ino));
