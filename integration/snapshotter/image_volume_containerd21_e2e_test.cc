@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/oci/digest.h"
+#include "core/oci/tar.h"
 #include "gtest/gtest.h"
 #include "integration/cri/cri_client.h"
 #include "integration/harness/containerd_fixture.h"
@@ -43,6 +45,8 @@ namespace fs = std::filesystem;
 
 constexpr char kModelRepo[] = "e2e/llama";
 constexpr char kBusyboxRepo[] = "e2e/busybox";
+constexpr char kDockerRepo[] = "ai/tiny";          // a Docker model artifact
+constexpr char kVolumesRepo[] = "e2e/volumes";     // `convert --to`: V apart from M
 constexpr char kBusyboxBinary[] = "/bin/busybox";  // Debian package busybox-static
 constexpr char kMountPath[] = "/models";
 constexpr uint64_t kChunk = 1 << 20;  // `modelfs push` default chunk size
@@ -63,7 +67,10 @@ std::vector<Request> RequestsInAccessLog(const std::string& log, size_t offset) 
   std::string tail = log.substr(std::min(offset, log.size()));
   for (std::sregex_iterator it(tail.begin(), tail.end(), re), end; it != end; ++it) {
     const std::string bytes = (*it)[4].str();
-    out.push_back({(*it)[1].str(), (*it)[2].str(), std::stoi((*it)[3].str()),
+    // Requests to a mirror carry the upstream as "?ns=host:port"; the path is what counts.
+    std::string path = (*it)[2].str();
+    path = path.substr(0, path.find('?'));
+    out.push_back({(*it)[1].str(), path, std::stoi((*it)[3].str()),
                    bytes == "-" ? 0 : std::stoull(bytes), (*it)[5].str()});
   }
   return out;
@@ -266,11 +273,14 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   };
 
   // One line of the figures table (printed at the end of the test): the pod's CRI timings and
-  // the registry bytes each client received while it ran.
+  // the registry bytes each client received for the model (manifests and blobs of every
+  // repository but the reader image's) while it ran.
   void RecordFigures(const std::string& what, const std::string& pod,
                      const std::vector<Request>& requests) {
     std::map<std::string, std::pair<int, uint64_t>> by_client;
     for (const Request& r : requests) {
+      // The model's repositories only: not the reader image.
+      if (absl::StartsWith(r.path, absl::StrCat("/v2/", kBusyboxRepo, "/"))) continue;
       auto& c = by_client[Client(r)];
       ++c.first;
       c.second += r.bytes;
@@ -307,6 +317,11 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     pod.volume_image_ref = *volume;
     absl::Time t2 = absl::Now();
     timings_[name].pull = t2 - t1;
+    if (!pull_reader_) {
+      // As a kubelet with pullPolicy IfNotPresent: the reader is on the node already.
+      pod.reader_image_ref = busybox_.reference;
+      return pod;
+    }
     absl::StatusOr<std::string> reader = images_->PullImageForPod(busybox_.reference, pod.spec);
     EXPECT_OK(reader.status());
     if (reader.ok()) pod.reader_image_ref = *reader;
@@ -373,17 +388,103 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   // against the source; returns the access-log offset taken before the pod started.
   size_t RunPodThatHashesEveryFile(const std::string& name, const std::string& volume_ref,
                                    const std::string& image_config_role = "volume config") {
+    return RunPodThatHashes(name, volume_ref, BlobDigest(image_config_role),
+                            DescribeFiles(source_));
+  }
+
+  // The same for any image whose PullImage answers `image_id` (its config digest) and whose
+  // volume must hold exactly `want` (path -> digest) besides .modelinfo.json.
+  size_t RunPodThatHashes(const std::string& name, const std::string& volume_ref,
+                          const std::string& image_id,
+                          const std::map<std::string, std::string>& want) {
     const size_t offset = LogOffset();
     Pod pod = StartPodAndPullVolume(name, volume_ref);
     if (pod.volume_image_ref.empty()) return offset;
-    EXPECT_EQ(pod.volume_image_ref, BlobDigest(image_config_role));
+    EXPECT_EQ(pod.volume_image_ref, image_id);
     int exit_code = -1;
     std::map<std::string, std::string> seen =
         ParseSha256sum(RunReader(pod, kHashEveryFile, &exit_code));
     EXPECT_EQ(exit_code, 0);
     EXPECT_EQ(seen.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in the volume";
-    EXPECT_EQ(seen, DescribeFiles(source_));
+    EXPECT_EQ(seen, want);
     return offset;
+  }
+
+  // A Docker model artifact (`docker model package` layout, Docker's exact media types: config
+  // v0.1, a GGUF, a license, a chat template, a directory tar) at kDockerRepo:v1, built by hand
+  // from the test model's files. Returns the files its volume must show, and sets
+  // docker_config_ to its config's digest.
+  std::map<std::string, std::string> PushDockerArtifact() {
+    const std::string src = tmp_.Join("docker-src").string();
+    EXPECT_OK(WriteTestModel(src, /*seed=*/61).status());
+    std::map<std::string, std::string> files = {
+        {"model.gguf", ReadFileOrDie(src + "/tiny.gguf")},
+        {"LICENSE", "Apache License 2.0, for the test\n"},
+        {"template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}\n"},
+        {"tokenizer.json", ReadFileOrDie(src + "/tokenizer.json")},
+        {"config.json", ReadFileOrDie(src + "/config.json")}};
+    absl::StatusOr<std::unique_ptr<RegistryClient>> client =
+        ConnectPlainHttp(registry_->host_port());
+    EXPECT_OK(client.status());
+    if (!client.ok()) return {};
+    TarWriter dir_tar;
+    EXPECT_OK(dir_tar.AddFile("tokenizer.json", files["tokenizer.json"]));
+    EXPECT_OK(dir_tar.AddFile("config.json", files["config.json"]));
+    const std::vector<std::pair<std::string, std::string>> layers = {
+        {"application/vnd.docker.ai.gguf.v3", files["model.gguf"]},
+        {"application/vnd.docker.ai.license", files["LICENSE"]},
+        {"application/vnd.docker.ai.chat.template.jinja", files["template.jinja"]},
+        {"application/vnd.docker.ai.dir.tar", dir_tar.Finish()},
+    };
+    nlohmann::json descs = nlohmann::json::array();
+    nlohmann::json diff_ids = nlohmann::json::array();
+    for (const auto& [media_type, bytes] : layers) {
+      absl::StatusOr<Digest> d = UploadBlob(**client, kDockerRepo, bytes);
+      EXPECT_OK(d.status());
+      if (!d.ok()) return {};
+      descs.push_back({{"mediaType", media_type}, {"digest", d->str()}, {"size", bytes.size()}});
+      diff_ids.push_back({{"diffID", d->str()}, {"type", media_type}});
+    }
+    const std::string config =
+        nlohmann::json({{"config", {{"format", "gguf"}, {"size", "1.2MB"}}}, {"files", diff_ids}})
+            .dump();
+    absl::StatusOr<Digest> cd = UploadBlob(**client, kDockerRepo, config);
+    EXPECT_OK(cd.status());
+    if (!cd.ok()) return {};
+    docker_config_ = cd->str();
+    nlohmann::json manifest = {{"schemaVersion", 2},
+                               {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
+                               {"config",
+                                {{"mediaType", "application/vnd.docker.ai.model.config.v0.1+json"},
+                                 {"digest", cd->str()},
+                                 {"size", config.size()}}},
+                               {"layers", descs}};
+    EXPECT_OK((*client)
+                  ->PutManifest(kDockerRepo, "v1", manifest.dump(),
+                                "application/vnd.oci.image.manifest.v1+json")
+                  .status());
+    std::map<std::string, std::string> want;
+    for (const auto& [path, bytes] : files) want[path] = Digest::Of(bytes).str();
+    return want;
+  }
+
+  // `modelfs convert` of `ref` (optionally --to another repository); its --json output.
+  nlohmann::json Convert(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"convert", "--plain-http", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<ProcessResult> r = RunModelfs(args);
+    EXPECT_OK(r.status());
+    if (!r.ok()) return nullptr;
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    return ParseJsonOutput(r->out);
+  }
+
+  static std::string RoleDigest(const nlohmann::json& result, const std::string& role) {
+    if (!result.is_object() || !result.contains("blobs")) return "";
+    for (const auto& b : result["blobs"]) {
+      if (b["role"] == role) return b["digest"];
+    }
+    return "";
   }
 
   // Per blob of the model's repository: which client fetched it, with which status, how many
@@ -430,6 +531,8 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   std::vector<std::string> containers_;
   std::map<std::string, Timings> timings_;  // by pod name
   std::vector<std::string> figures_;
+  std::string docker_config_;
+  bool pull_reader_ = true;  // PullImage of the reader in every pod (false: it is present)
   PushedImage busybox_;
   std::string source_;
   nlohmann::json push_;
@@ -584,6 +687,132 @@ TEST_F(ImageVolumeContainerd21Test, PullImageFetchesNoWeightBytesUntilModelinfoI
     EXPECT_LT(by_status.begin()->second, file.second) << file.first << " fetched whole";
   }
   RecordFigures("V by tag, PullImage + reader of config.json", "lazy-info", pull);
+}
+
+// `modelfs convert SRC --to DST`: V lives in another repository than M. containerd fetches V's
+// config from DST and nothing of SRC; modelfs reads M's weights from SRC by range, each byte
+// once.
+TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepository) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const nlohmann::json converted =
+      Convert({Ref(kModelRepo, "v1"), "--to", Ref(kVolumesRepo, "llama")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const std::string v_ref = absl::StrCat(registry_->host_port(), "/", kVolumesRepo, "@",
+                                         converted["volume"]["digest"].get<std::string>());
+  const size_t offset = RunPodThatHashes("converted", v_ref, RoleDigest(converted, "volume config"),
+                                         DescribeFiles(source_));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests)
+            << DescribeModelBlobs(requests);
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+  std::set<std::string> containerd_dst;
+  for (const auto& [digest, by_status] : BlobBytes(requests, kVolumesRepo, "containerd")) {
+    containerd_dst.insert(digest);
+  }
+  EXPECT_EQ(containerd_dst, std::set<std::string>{RoleDigest(converted, "volume config")});
+  auto modelfs = BlobBytes(requests, kModelRepo, "modelfs");
+  for (const auto& [digest, file] : WeightBlobs()) {
+    std::map<int, uint64_t> want = {{206, file.second}};
+    EXPECT_EQ(modelfs[digest], want) << file.first << " (" << digest << ")";
+  }
+  RecordFigures("V converted into another repo (by digest)", "converted", requests);
+}
+
+// A Docker model artifact (`docker model package` layout) named directly by the image volume:
+// containerd downloads it whole and modelfs serves it from containerd's content store, with
+// the files where Docker's tools lay them out.
+TEST_F(ImageVolumeContainerd21Test, PodWithADockerModelArtifactNamedDirectly) {
+  const std::map<std::string, std::string> want = PushDockerArtifact();
+  ASSERT_FALSE(HasFailure());
+  const size_t offset =
+      RunPodThatHashes("docker-plain", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1"),
+                       docker_config_, want);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  EXPECT_TRUE(BlobBytes(requests, kDockerRepo, "modelfs").empty());
+  EXPECT_EQ(BlobBytes(requests, kDockerRepo, "containerd").size(), 5u);  // config + 4 layers
+  RecordFigures("Docker-format artifact, named directly (eager)", "docker-plain", requests);
+}
+
+// The same Docker artifact through the volume image `modelfs convert` writes for it: lazy,
+// containerd fetches only V's config.
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfADockerModelArtifact) {
+  const std::map<std::string, std::string> want = PushDockerArtifact();
+  ASSERT_FALSE(HasFailure());
+  const nlohmann::json converted =
+      Convert({absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const size_t offset = RunPodThatHashes(
+      "docker-volume", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1-volume"),
+      RoleDigest(converted, "volume config"), want);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  std::set<std::string> containerd_blobs;
+  for (const auto& [digest, by_status] : BlobBytes(requests, kDockerRepo, "containerd")) {
+    containerd_blobs.insert(digest);
+  }
+  EXPECT_EQ(containerd_blobs, std::set<std::string>{RoleDigest(converted, "volume config")});
+  RecordFigures("Docker-format artifact, through its V (lazy)", "docker-volume", requests);
+}
+
+// A model read through a pull-through cache (Distribution with proxy.remoteurl) while the
+// origin is down: containerd and modelfs both follow hosts.toml to the mirror (the same
+// certs.d layout, one file each). The mirror is warmed by a `modelfs pull` through it, then
+// the origin stops; a pod on a cold node (nothing cached by containerd or modelfs) reads every
+// byte through the mirror.
+TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIsDown) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  RegistryFixtureOptions mo;
+  mo.access_log = true;
+  mo.proxy_remote_url = absl::StrCat("http://", registry_->host_port());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> mirror, RegistryFixture::Start(mo));
+  const std::string hosts_toml =
+      absl::StrCat("server = \"http://", registry_->host_port(), "\"\n[host.\"http://",
+                   mirror->host_port(), "\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
+  const std::string warm_certs = tmp_.Join("warm-certs.d").string();
+  for (const std::string& dir : {warm_certs, daemon_->hosts_dir(), containerd_->hosts_dir()}) {
+    fs::create_directories(fs::path(dir) / registry_->host_port());
+    std::ofstream(fs::path(dir) / registry_->host_port() / "hosts.toml") << hosts_toml;
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessResult pull,
+                       RunModelfs({"pull", "--plain-http", "--hosts-dir", warm_certs,
+                                   Ref(kModelRepo, "v1-volume"), tmp_.Join("warm").string()}));
+  ASSERT_EQ(pull.exit_code, 0) << pull.err;
+  // `pull` needs no V config, containerd does: fetch every blob of V and M through the mirror.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> via_mirror,
+                       ConnectPlainHttp(mirror->host_port()));
+  for (const auto& b : push_["blobs"]) {
+    ASSERT_OK(FetchBlob(*via_mirror, kModelRepo, b["digest"].get<std::string>()).status());
+  }
+  // Distribution stores what it proxied in the background: wait for every blob of V and M.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (const auto& b : push_["blobs"]) {
+    ASSERT_OK_AND_ASSIGN(Digest d, Digest::Parse(b["digest"].get<std::string>()));
+    while (!(fs::exists(mirror->BlobDataPath(d)) &&
+             Digest::Of(ReadFileOrDie(mirror->BlobDataPath(d))) == d)) {
+      ASSERT_LT(absl::Now(), deadline) << "the mirror never stored " << d.str();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  // The node has the pause and reader image (busybox), as a node that ran pods before.
+  ASSERT_OK(images_->PullImage(busybox_.reference).status());
+  registry_->Stop();
+  pull_reader_ = false;  // the busybox image is on the node; the mirror never saw it
+
+  const size_t mirror_offset = ReadFileOrDie(mirror->log_path()).size();
+  RunPodThatHashesEveryFile("mirror", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests =
+      RequestsInAccessLog(ReadFileOrDie(mirror->log_path()), mirror_offset);
+  std::cout << "[registry] traffic of the pod at the mirror (origin down):\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
+  ExpectLazyTraffic(requests);
+  RecordFigures("V by tag through a mirror, origin down (mirror's bytes)", "mirror", requests);
 }
 
 // A pod whose image volume names the ModelPack artifact M itself (not V). containerd 2.1
