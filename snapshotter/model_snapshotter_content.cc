@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
       (void)tree_->RemoveModel(name);
       content_reader_->RemoveModel(rm.model_descriptor.digest.str());
     }
-    // An existing key is containerd's business (kAlreadyExists), not a reason to fall back.
-    if (absl::IsAlreadyExists(rec.status())) return absl::DataLossError(rec.status().message());
+    // The caller then makes the ordinary snapshot, which reports the same error (an existing
+    // key is kAlreadyExists, as containerd expects).
     return rec.status();
   }
   {
