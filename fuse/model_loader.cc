@@ -67,8 +67,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
     RETURN_IF_ERROR(cache.RegisterLayer(spec));
     layers.push_back(d.digest);
   }
-  const std::string verification =
-      o.insecure_stream ? "unverified" : all_indexed ? "chunk-index" : "whole-layer";
+  const std::string verification = o.insecure_stream ? "unverified"
+                                   : all_indexed     ? "chunk-index"
+                                                     : "whole-layer";
   ASSIGN_OR_RETURN(LoadedModel out, AssembleModel(rm, cache, verification, o));
   out.layers = std::move(layers);
   rollback.Dismiss();

@@ -49,8 +49,8 @@ absl::Status ContentStoreBlobReader::AddLayer(const std::string& model_ref, cons
     it->second->size = size;
   } else if (it->second->size != size) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", digest.str(), " of model ", model_ref,
-                                                   " has size ", size, ", but ",
-                                                   it->second->size, " elsewhere"));
+                                                   " has size ", size, ", but ", it->second->size,
+                                                   " elsewhere"));
   }
   it->second->refs[model_ref] = ns;
   return absl::OkStatus();

@@ -72,8 +72,7 @@ class ContentStoreBlobReader final : public BlobReader {
   absl::Status VerifyLayer(const Digest& digest);
 
   // BlobReader. Read verifies the layer first (VerifyLayer) and each chunk it returns.
-  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
-                                   uint64_t length) override;
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset, uint64_t length) override;
   // True once the layer is verified (reads are then one local content API call).
   bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) override;
 

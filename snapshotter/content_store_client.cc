@@ -39,8 +39,8 @@ class GrpcContentStore final : public ContentStore {
     grpc::Status st = stub_->Info(&ctx, req, &resp);
     if (!st.ok()) return FromGrpc(st, What("info of", ns, digest));
     if (resp.info().size() < 0) {
-      return absl::DataLossError(absl::StrCat(What("info of", ns, digest), ": negative size ",
-                                              resp.info().size()));
+      return absl::DataLossError(
+          absl::StrCat(What("info of", ns, digest), ": negative size ", resp.info().size()));
     }
     return static_cast<uint64_t>(resp.info().size());
   }
@@ -55,8 +55,7 @@ class GrpcContentStore final : public ContentStore {
     req.set_digest(digest.str());
     req.set_offset(static_cast<int64_t>(offset));
     req.set_size(static_cast<int64_t>(length));
-    std::unique_ptr<grpc::ClientReader<api::ReadContentResponse>> reader =
-        stub_->Read(&ctx, req);
+    std::unique_ptr<grpc::ClientReader<api::ReadContentResponse>> reader = stub_->Read(&ctx, req);
     api::ReadContentResponse piece;
     uint64_t got = 0;
     absl::Status sink_status;
@@ -76,8 +75,8 @@ class GrpcContentStore final : public ContentStore {
       const std::string& data = piece.data();
       if (got + data.size() > length) {
         ctx.TryCancel();
-        sink_status = absl::DataLossError(absl::StrCat(What("read of", ns, digest),
-                                                       ": more bytes than the ", length, " asked"));
+        sink_status = absl::DataLossError(
+            absl::StrCat(What("read of", ns, digest), ": more bytes than the ", length, " asked"));
         break;
       }
       got += data.size();

@@ -64,10 +64,9 @@ absl::StatusOr<std::string> ContentStoreModelFetcher::GetBlob(const std::string&
   }
   ASSIGN_OR_RETURN(uint64_t size, store_.Size(ns_, d.digest));
   if (size != d.size) {
-    return absl::DataLossError(absl::StrCat("blob ", d.digest.str(),
-                                            " in containerd's content store (namespace \"", ns_,
-                                            "\") is ", size, " bytes; its descriptor says ",
-                                            d.size));
+    return absl::DataLossError(
+        absl::StrCat("blob ", d.digest.str(), " in containerd's content store (namespace \"", ns_,
+                     "\") is ", size, " bytes; its descriptor says ", d.size));
   }
   return ReadVerified(d.digest, size);
 }

@@ -176,8 +176,8 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     }
   }
   if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "containerd_address \"", c.containerd_address, "\" must be an absolute path or \"\""));
+    return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
+                                                   "\" must be an absolute path or \"\""));
   }
   if (!c.metrics_address.empty()) {
     if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);

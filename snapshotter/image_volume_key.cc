@@ -68,7 +68,8 @@ std::optional<ImageVolumeKey> ParseImageVolumeKey(std::string_view whole) {
   for (absl::string_view part : absl::StrSplit(state, '/')) {
     if (part == "." || part == "..") return std::nullopt;
   }
-  std::vector<absl::string_view> tail = absl::StrSplit(rest.substr(marker + kCriMarker.size()), '/');
+  std::vector<absl::string_view> tail =
+      absl::StrSplit(rest.substr(marker + kCriMarker.size()), '/');
   if (tail.size() != 2 || !IsLowerHex64(tail[0]) || !IsLowerHex64(tail[1])) return std::nullopt;
   absl::StatusOr<Digest> image = Digest::Parse(absl::StrCat("sha256:", tail[1]));
   if (!image.ok()) return std::nullopt;

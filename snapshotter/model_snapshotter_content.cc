@@ -131,9 +131,10 @@ std::optional<absl::StatusOr<std::vector<Mount>>> ModelSnapshotter::ContentMount
   if (!tree_->HasModel(name)) {
     // After a restart: register the model again from the content store.
     if (content_reader_ == nullptr) {
-      return absl::StatusOr<std::vector<Mount>>(absl::FailedPreconditionError(absl::StrCat(
-          "snapshot ", key, " holds model ", name, " from containerd's content store, and "
-          "containerd_address is not set")));
+      return absl::StatusOr<std::vector<Mount>>(
+          absl::FailedPreconditionError(absl::StrCat("snapshot ", key, " holds model ", name,
+                                                     " from containerd's content store, and "
+                                                     "containerd_address is not set")));
     }
     std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key);
     absl::StatusOr<ResolvedModel> rm = ResolveContentStoreModel(*content_store_, *volume);

@@ -287,8 +287,8 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     }
     std::string clients;
     for (const char* c : {"containerd", "modelfs"}) {
-      absl::StrAppend(&clients, clients.empty() ? "" : ", ", c, " ", by_client[c].second,
-                      " B in ", by_client[c].first, " requests");
+      absl::StrAppend(&clients, clients.empty() ? "" : ", ", c, " ", by_client[c].second, " B in ",
+                      by_client[c].first, " requests");
     }
     const Timings& t = timings_[pod];
     auto ms = [](absl::Duration d) { return absl::StrCat(absl::ToInt64Milliseconds(d), " ms"); };
@@ -704,8 +704,8 @@ TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepos
                                          DescribeFiles(source_));
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
-  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests)
-            << DescribeModelBlobs(requests);
+  std::cout << "[registry] traffic of the pod:\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
   EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
   std::set<std::string> containerd_dst;
   for (const auto& [digest, by_status] : BlobBytes(requests, kVolumesRepo, "containerd")) {
@@ -726,9 +726,9 @@ TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepos
 TEST_F(ImageVolumeContainerd21Test, PodWithADockerModelArtifactNamedDirectly) {
   const std::map<std::string, std::string> want = PushDockerArtifact();
   ASSERT_FALSE(HasFailure());
-  const size_t offset =
-      RunPodThatHashes("docker-plain", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1"),
-                       docker_config_, want);
+  const size_t offset = RunPodThatHashes(
+      "docker-plain", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1"), docker_config_,
+      want);
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
@@ -854,9 +854,9 @@ TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModel
   // of modelfs's tree. `ctr images rm --sync` runs a collection now, as image GC would.
   const std::string model_dir =
       daemon_->root() + "/mnt/sha256-" + push_["model"]["digest"].get<std::string>().substr(7);
-  ASSERT_OK_AND_ASSIGN(ProcessResult rm,
-                       containerd_->Ctr({"images", "rm", "--sync",
-                                         Ref(kModelRepo, tar ? "v1-tar" : "v1")}));
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult rm,
+      containerd_->Ctr({"images", "rm", "--sync", Ref(kModelRepo, tar ? "v1-tar" : "v1")}));
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   for (int i = 0; i < 100 && fs::exists(model_dir); ++i) absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(fs::exists(model_dir));

@@ -40,21 +40,21 @@ TEST(ImageVolumeKeyTest, ParsesTheKeyContainerd21SendsForAnImageVolume) {
 TEST(ImageVolumeKeyTest, RefusesEveryOtherShape) {
   const std::string good = Key("k8s.io", "/run/containerd");
   for (const std::string& key : {
-           std::string("k8s.io/17/sha256:" + kImageHex),                 // an unpacked layer
-           std::string("k8s.io/17/" + kSandbox),                         // a container rootfs
-           Key("k8s.io", ""),                                            // no state directory
-           Key("k8s io", "/run/containerd"),                             // bad namespace
-           Key("k8s.io", "/run/../containerd"),                          // dot-dot in the state
+           std::string("k8s.io/17/sha256:" + kImageHex),  // an unpacked layer
+           std::string("k8s.io/17/" + kSandbox),          // a container rootfs
+           Key("k8s.io", ""),                             // no state directory
+           Key("k8s io", "/run/containerd"),              // bad namespace
+           Key("k8s.io", "/run/../containerd"),           // dot-dot in the state
            absl::StrCat("k8s.io/x/run/io.containerd.grpc.v1.cri/image-volumes/", kSandbox, "/",
-                        kImageHex),                                      // counter not decimal
-           good + "/x",                                                  // one more component
-           good.substr(0, good.size() - 1),                              // short image hex
-           good.substr(0, good.size() - 1) + "G",                        // not hex
+                        kImageHex),                // counter not decimal
+           good + "/x",                            // one more component
+           good.substr(0, good.size() - 1),        // short image hex
+           good.substr(0, good.size() - 1) + "G",  // not hex
            absl::StrCat("k8s.io/17//run/io.containerd.grpc.v1.cri/image-volumes/",
-                        std::string(63, 'a'), "/", kImageHex),           // short sandbox id
+                        std::string(63, 'a'), "/", kImageHex),  // short sandbox id
            absl::StrCat("k8s.io/17//a/io.containerd.grpc.v1.cri/image-volumes/x",
                         "/io.containerd.grpc.v1.cri/image-volumes/", kSandbox, "/",
-                        kImageHex),                                      // the marker twice
+                        kImageHex),  // the marker twice
        }) {
     EXPECT_FALSE(ParseImageVolumeKey(key).has_value()) << key;
   }
@@ -81,7 +81,8 @@ class FakeContentStore final : public ContentStore {
     return it->second.size();
   }
   absl::Status Read(const std::string& ns, const Digest& d, uint64_t offset, uint64_t length,
-                    absl::Time, const std::function<absl::Status(std::string_view)>& sink) override {
+                    absl::Time,
+                    const std::function<absl::Status(std::string_view)>& sink) override {
     std::string bytes;
     {
       absl::MutexLock lock(&mu_);
