@@ -120,9 +120,14 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   fs::create_directories(co.dir, ec);
   s->source_ = std::make_unique<RoutingSource>();
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
-  if (!o.containerd_address.empty()) {
-    ASSIGN_OR_RETURN(s->content_store_, ConnectContentStore(o.containerd_address));
-    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_.get());
+  if (o.content_store != nullptr) {
+    s->content_store_ = o.content_store;
+  } else if (!o.containerd_address.empty()) {
+    ASSIGN_OR_RETURN(s->owned_content_store_, ConnectContentStore(o.containerd_address));
+    s->content_store_ = s->owned_content_store_.get();
+  }
+  if (s->content_store_ != nullptr) {
+    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_);
   }
   s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
   s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
@@ -143,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   for (const std::string& name : ListModelRecords(s->models_dir_)) {
     if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
   }
+  ASSIGN_OR_RETURN(std::vector<ContentSnapshot> content, s->ListContentSnapshots());
   std::vector<std::string> names;
   {
     absl::MutexLock lock(&s->mu_);
@@ -165,6 +171,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // then containers' requests wait in the kernel's queue. (Nothing may touch <root>/mnt here:
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
+    s->RestoreContentSnapshots(content);
     absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
         FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
@@ -185,8 +192,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     fs::create_directories(s->mnt_dir_, ec);
     RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
-    if (!names.empty()) {
-      s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+    if (!names.empty() || !content.empty()) {
+      s->restorer_ = std::thread([raw = s.get(), names, content] {
+        raw->RestoreModels(names);
+        raw->RestoreContentSnapshots(content);
+      });
     }
   }
   return s;

@@ -28,6 +28,7 @@
 //   with no labels. With `containerd_address` set, M is resolved and served from containerd's
 //   content store (model_snapshotter_content.cc): the snapshot's mount is a read-only bind of
 //   <root>/mnt/sha256-<M hex>. Anything else, or a failure, gives the ordinary empty snapshot.
+//   Open registers such models again from the content store, as it does registry models.
 //
 // Restart: snapshot metadata is in SQLite; each model's manifests are kept under
 // <root>/models/ (model_records.h), so Open re-registers models in the background without the
@@ -92,6 +93,9 @@ struct ModelSnapshotterOptions {
   // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
   // empty: such volumes stay empty, as with stock containerd.
   std::string containerd_address;
+  // Tests: the content store to read instead of containerd's at containerd_address (not owned;
+  // must outlive the snapshotter).
+  ContentStore* content_store = nullptr;
   // One line per notable event (fallbacks, registrations, failures). Default: stderr.
   std::function<void(const std::string&)> log;
   // The /dev/fuse fd of <root>/mnt kept by a previous process of the daemon (systemd's file
@@ -194,6 +198,19 @@ class ModelSnapshotter final : public Snapshotter {
   // The mounts of an image-volume snapshot with kLabelContentModel (registering the model
   // again after a restart); nullopt for any other snapshot.
   std::optional<absl::StatusOr<std::vector<Mount>>> ContentMounts(const std::string& key);
+  // Registers the model of content-store snapshot `key` (id `id`) again and ties the snapshot
+  // to it; for Open (after a restart) and ContentMounts.
+  absl::Status RestoreContentSnapshot(const std::string& key, int64_t id, const std::string& name,
+                                      const std::string& ns);
+  struct ContentSnapshot {
+    std::string key;
+    int64_t id = 0;
+    std::string name;  // the model's directory
+    std::string ns;
+  };
+  // The snapshots served from the content store, from their labels.
+  absl::StatusOr<std::vector<ContentSnapshot>> ListContentSnapshots();
+  void RestoreContentSnapshots(const std::vector<ContentSnapshot>& snapshots);
   void RestoreModels(std::vector<std::string> names);
   // Waits until every model below `parent` (itself included) is registered.
   absl::Status WaitForModelsBelow(const std::string& parent);
@@ -207,7 +224,8 @@ class ModelSnapshotter final : public Snapshotter {
 
   std::unique_ptr<RoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
-  std::unique_ptr<ContentStore> content_store_;             // null without containerd_address
+  std::unique_ptr<ContentStore> owned_content_store_;  // the client of containerd_address
+  ContentStore* content_store_ = nullptr;             // null without containerd_address
   std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
   std::unique_ptr<LayerRoutingReader> reader_;  // what tree_ reads: content store, else cache_
   std::shared_ptr<ModelTree> tree_;

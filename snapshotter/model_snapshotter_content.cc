@@ -119,6 +119,59 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
   return ModelBindMount(mnt_dir_ / name);
 }
 
+absl::Status ModelSnapshotter::RestoreContentSnapshot(const std::string& key, int64_t id,
+                                                      const std::string& name,
+                                                      const std::string& ns) {
+  if (content_reader_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot ", key, " holds model ", name,
+                     " from containerd's content store, and containerd_address is not set"));
+  }
+  std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key);
+  if (!volume || volume->ns != ns ||
+      name != absl::StrCat("sha256-", std::string(volume->image.hex()))) {
+    return absl::DataLossError(absl::StrCat("snapshot ", key, ": its labels (model ", name,
+                                            ", namespace \"", ns, "\") do not match its key"));
+  }
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, *volume));
+  RETURN_IF_ERROR(EnsureContentModel(name, rm, ns));
+  absl::MutexLock lock(&mu_);
+  model_of_snapshot_[id] = name;
+  models_[name].snapshot_ids.insert(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ModelSnapshotter::ContentSnapshot>>
+ModelSnapshotter::ListContentSnapshots() {
+  std::vector<ContentSnapshot> out;
+  RETURN_IF_ERROR(base_->Walk({absl::StrCat("labels.\"", kLabelContentModel, "\"")},
+                              [&](const SnapshotInfo& info) -> absl::Status {
+                                auto model = info.labels.find(kLabelContentModel);
+                                auto ns = info.labels.find(kLabelContentNamespace);
+                                if (model == info.labels.end() || ns == info.labels.end()) {
+                                  return absl::OkStatus();
+                                }
+                                absl::StatusOr<SnapshotRecord> rec = base_->Record(info.name);
+                                if (rec.ok()) {
+                                  out.push_back({info.name, rec->id, model->second, ns->second});
+                                }
+                                return absl::OkStatus();
+                              }));
+  return out;
+}
+
+void ModelSnapshotter::RestoreContentSnapshots(const std::vector<ContentSnapshot>& snapshots) {
+  for (const ContentSnapshot& c : snapshots) {
+    if (stopping_) return;
+    absl::Status st = RestoreContentSnapshot(c.key, c.id, c.name, c.ns);
+    if (!st.ok()) {
+      Log(absl::StrCat("image volume ", c.key, ": model ", c.name,
+                       " could not be registered again from containerd's content store: ",
+                       st.ToString(), " (the next Mounts tries again)"));
+    }
+  }
+}
+
 std::optional<absl::StatusOr<std::vector<Mount>>> ModelSnapshotter::ContentMounts(
     const std::string& key) {
   if (!ParseImageVolumeKey(key)) return std::nullopt;
@@ -129,23 +182,11 @@ std::optional<absl::StatusOr<std::vector<Mount>>> ModelSnapshotter::ContentMount
   if (model == info->labels.end() || ns == info->labels.end()) return std::nullopt;
   const std::string name = model->second;
   if (!tree_->HasModel(name)) {
-    // After a restart: register the model again from the content store.
-    if (content_reader_ == nullptr) {
-      return absl::StatusOr<std::vector<Mount>>(
-          absl::FailedPreconditionError(absl::StrCat("snapshot ", key, " holds model ", name,
-                                                     " from containerd's content store, and "
-                                                     "containerd_address is not set")));
-    }
-    std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key);
-    absl::StatusOr<ResolvedModel> rm = ResolveContentStoreModel(*content_store_, *volume);
-    absl::Status st = rm.ok() ? EnsureContentModel(name, *rm, ns->second) : rm.status();
-    if (!st.ok()) return absl::StatusOr<std::vector<Mount>>(st);
+    // After a restart whose background registration has not got here yet (or failed).
     absl::StatusOr<SnapshotRecord> rec = base_->Record(key);
-    if (rec.ok()) {
-      absl::MutexLock lock(&mu_);
-      model_of_snapshot_[rec->id] = name;
-      models_[name].snapshot_ids.insert(rec->id);
-    }
+    absl::Status st =
+        rec.ok() ? RestoreContentSnapshot(key, rec->id, name, ns->second) : rec.status();
+    if (!st.ok()) return absl::StatusOr<std::vector<Mount>>(st);
   }
   return absl::StatusOr<std::vector<Mount>>(ModelBindMount(mnt_dir_ / name));
 }
