@@ -122,7 +122,17 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
   s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
                                                  PipelineOptions{o.prefetch, o.insecure_stream});
-  s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
+  if (o.content_store != nullptr) {
+    s->content_store_ = o.content_store;
+  } else if (!o.containerd_address.empty()) {
+    ASSIGN_OR_RETURN(s->owned_content_store_, ConnectContentStore(o.containerd_address));
+    s->content_store_ = s->owned_content_store_.get();
+  }
+  if (s->content_store_ != nullptr) {
+    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_);
+  }
+  s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
+  s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -140,6 +150,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   for (const std::string& name : ListModelRecords(s->models_dir_)) {
     if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
   }
+  ASSIGN_OR_RETURN(std::vector<ContentSnapshot> content, s->ListContentSnapshots());
   std::vector<std::string> names;
   {
     absl::MutexLock lock(&s->mu_);
@@ -162,6 +173,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // then containers' requests wait in the kernel's queue. (Nothing may touch <root>/mnt here:
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
+    s->RestoreContentSnapshots(content);
     absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
         FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
@@ -182,8 +194,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     fs::create_directories(s->mnt_dir_, ec);
     RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
-    if (!names.empty()) {
-      s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+    if (!names.empty() || !content.empty()) {
+      s->restorer_ = std::thread([raw = s.get(), names, content] {
+        raw->RestoreModels(names);
+        raw->RestoreContentSnapshots(content);
+      });
     }
   }
   return s;
@@ -487,6 +502,14 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        "); unpacking the volume layer instead"));
     }
   }
+  if (parent.empty()) {
+    if (std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key)) {
+      absl::StatusOr<std::vector<Mount>> mounts = PrepareFromContentStore(key, *volume, labels);
+      if (mounts.ok() || absl::IsDataLoss(mounts.status())) return mounts;
+      Log(absl::StrCat("image volume ", key, ": not served from containerd's content store (",
+                       mounts.status().ToString(), "); an ordinary empty snapshot"));
+    }
+  }
   RETURN_IF_ERROR(WaitForModelsBelow(parent));
   return base_->Prepare(key, parent, labels);
 }
@@ -499,6 +522,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::View(const std::string& key
 }
 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Mounts(const std::string& key) {
+  if (auto content = ContentMounts(key)) return *std::move(content);
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
   RETURN_IF_ERROR(WaitForModelIds(rec.parent_ids));
   return base_->Mounts(key);
@@ -532,6 +556,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
   if (!model_ref.empty()) pipeline_->Unregister(model_ref);
+  if (!model_ref.empty() && content_reader_) content_reader_->RemoveModel(model_ref);
   (void)DeleteModelRecord(models_dir_, name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();
