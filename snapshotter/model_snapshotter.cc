@@ -260,26 +260,31 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ModelSnapshotter::BeginRegistration(const std::string& name,
+                                                         const std::string& model_ref) {
+  absl::MutexLock lock(&mu_);
+  absl::Time deadline = absl::Now() + options_.model_wait;
+  while (true) {
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.state == ModelState::kFailed) break;
+    if (it->second.state == ModelState::kReady) return false;
+    if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("model ", name, " is still being registered"));
+    }
+  }
+  ModelEntry& e = models_[name];
+  e.state = ModelState::kLoading;
+  e.error = absl::OkStatus();
+  e.model_ref = model_ref;
+  return true;
+}
+
 absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
                                            std::shared_ptr<RegistryClient> client) {
-  {
-    absl::MutexLock lock(&mu_);
-    absl::Time deadline = absl::Now() + options_.model_wait;
-    while (true) {
-      auto it = models_.find(name);
-      if (it == models_.end() || it->second.state == ModelState::kFailed) break;
-      if (it->second.state == ModelState::kReady) return absl::OkStatus();
-      if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("model ", name, " is still being registered"));
-      }
-    }
-    ModelEntry& e = models_[name];
-    e.state = ModelState::kLoading;
-    e.error = absl::OkStatus();
-    e.model_ref = rm.model_descriptor.digest.str();
-  }
+  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  if (!mine) return absl::OkStatus();
   absl::Status st = SaveModelRecord(models_dir_, name, rm);
   // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
   if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);

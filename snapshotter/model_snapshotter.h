@@ -185,6 +185,10 @@ class ModelSnapshotter final : public Snapshotter {
   absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const std::string& registry);
   // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.
+  // Waits while another call registers model `name`. True: this call is to register it (it is
+  // marked loading); false: it is ready. Errors: kDeadlineExceeded (still loading after
+  // model_wait), kUnavailable (shutting down).
+  absl::StatusOr<bool> BeginRegistration(const std::string& name, const std::string& model_ref);
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
                            std::shared_ptr<RegistryClient> client);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,

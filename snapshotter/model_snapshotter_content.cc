@@ -24,24 +24,8 @@ std::vector<Mount> ModelBindMount(const std::filesystem::path& dir) {
 
 absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const ResolvedModel& rm,
                                                   const std::string& ns) {
-  {
-    absl::MutexLock lock(&mu_);
-    absl::Time deadline = absl::Now() + options_.model_wait;
-    while (true) {
-      auto it = models_.find(name);
-      if (it == models_.end() || it->second.state == ModelState::kFailed) break;
-      if (it->second.state == ModelState::kReady) return absl::OkStatus();
-      if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("model ", name, " is still being registered"));
-      }
-    }
-    ModelEntry& e = models_[name];
-    e.state = ModelState::kLoading;
-    e.error = absl::OkStatus();
-    e.model_ref = rm.model_descriptor.digest.str();
-  }
+  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  if (!mine) return absl::OkStatus();
   const std::string model_ref = rm.model_descriptor.digest.str();
   absl::Status st;
   for (const ModelLayer& l : rm.layers) {

@@ -35,6 +35,16 @@ class CacheRollback {
   bool armed_ = true;
 };
 
+// Lazy mounts read layers by range: compressed ones cannot be served.
+absl::Status CheckUncompressed(const ModelLayer& l) {
+  if (l.encoding != LayerEncoding::kTarGzip && l.encoding != LayerEncoding::kTarZstd) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
+      "); lazy mounts serve .raw and .tar layers (push without compression)"));
+}
+
 }  // namespace
 
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
@@ -45,11 +55,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   std::vector<Digest> layers;
   for (const ModelLayer& l : rm.layers) {
     const Descriptor& d = l.descriptor;
-    if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
-      return absl::UnimplementedError(
-          absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                       "); lazy mounts serve .raw and .tar layers (push without compression)"));
-    }
+    RETURN_IF_ERROR(CheckUncompressed(l));
     LayerSpec spec;
     spec.digest = d.digest;
     spec.size = d.size;
@@ -84,11 +90,7 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
   std::set<std::string> seen;
   for (const ModelLayer& l : rm.layers) {
     const Descriptor& d = l.descriptor;
-    if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
-      return absl::UnimplementedError(
-          absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                       "); lazy mounts serve .raw and .tar layers (push without compression)"));
-    }
+    RETURN_IF_ERROR(CheckUncompressed(l));
     if (l.encoding == LayerEncoding::kRaw) {
       RETURN_IF_ERROR(CheckRelativePath(l.path));
       if (!seen.insert(l.path).second) {
