@@ -233,7 +233,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   ctx.initialized = true;
 }
 
-void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void DoLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guarded(req, "lookup", [&] {
     Context& ctx = Ctx(req);
     absl::StatusOr<NodeAttr> attr = ctx.tree->Lookup(parent, name);
@@ -242,6 +242,16 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     // If the kernel did not take the reply (interrupted), it holds no reference to undo.
     if (fuse_reply_entry(req, &e) != 0) ctx.tree->Forget(attr->ino, 1);
   });
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Context& ctx = Ctx(req);
+  // The first lookup of a lazy file (.modelinfo.json) reads layers: off the session's workers.
+  if (ctx.reads && ctx.tree->LookupWouldMake(parent, name)) {
+    ctx.reads->Submit([req, parent, n = std::string(name)] { DoLookup(req, parent, n.c_str()); });
+    return;
+  }
+  DoLookup(req, parent, name);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
@@ -468,6 +478,13 @@ void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
 }
 
 void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Context& ctx = Ctx(req);
+  if (ctx.reads && ctx.tree->LookupWouldMake(ino, "")) {
+    ctx.reads->Submit([req, ino, size, off, copy = *fi]() mutable {
+      DoReadDir(req, ino, size, off, &copy, /*plus=*/true);
+    });
+    return;
+  }
   DoReadDir(req, ino, size, off, fi, /*plus=*/true);
 }
 

@@ -66,9 +66,23 @@ struct ModelTree::Node {
   Digest layer;  // kLayer
   uint64_t offset = 0;
   uint64_t size = 0;                         // kLayer and kSynthetic
-  std::shared_ptr<const std::string> bytes;  // kSynthetic
+  std::shared_ptr<const std::string> bytes;  // kSynthetic; null while a lazy file is not made
+  std::shared_ptr<LazyBytes> lazy;           // kSynthetic made on first use
 
   bool is_dir() const { return kind == Kind::kDir; }
+};
+
+// A lazy synthetic file's bytes, made once under its own lock (see model_tree.h).
+struct ModelTree::LazyBytes {
+  explicit LazyBytes(std::function<std::string()> f) : make(std::move(f)) {}
+  std::shared_ptr<const std::string> Get() {
+    absl::MutexLock lock(&mu);
+    if (bytes == nullptr) bytes = std::make_shared<const std::string>(make());
+    return bytes;
+  }
+  absl::Mutex mu;
+  const std::function<std::string()> make;
+  std::shared_ptr<const std::string> bytes ABSL_GUARDED_BY(mu);
 };
 
 bool NodeAttr::is_dir() const { return (mode & S_IFMT) == S_IFDIR; }
@@ -168,11 +182,15 @@ absl::Status ModelTree::AddModelLocked(const std::string& model_name, std::vecto
     node->size = f.size;
     RETURN_IF_ERROR(add_file(f.path, std::move(node)));
   }
-  for (auto& [path, bytes] : synthetic) {
+  for (auto& [path, file] : synthetic) {
     auto node = std::make_unique<Node>();
     node->kind = Node::Kind::kSynthetic;
-    node->size = bytes.size();
-    node->bytes = std::make_shared<const std::string>(std::move(bytes));
+    if (file.lazy()) {
+      node->lazy = std::make_shared<LazyBytes>(file.make());
+    } else {
+      node->size = file.bytes().size();
+      node->bytes = std::make_shared<const std::string>(file.bytes());
+    }
     RETURN_IF_ERROR(add_file(path, std::move(node)));
   }
 
@@ -301,7 +319,36 @@ NodeAttr ModelTree::AttrLocked(const Node& node) const {
   return a;
 }
 
+void ModelTree::MakeLazyFile(uint64_t ino) const {
+  std::shared_ptr<LazyBytes> lazy;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const Node* node = FindLocked(ino);
+    if (node == nullptr || node->lazy == nullptr || node->bytes != nullptr) return;
+    lazy = node->lazy;
+  }
+  std::shared_ptr<const std::string> bytes = lazy->Get();  // may read through the BlobReader
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || it->second->bytes != nullptr) return;
+  Node& node = *it->second;
+  node.bytes = std::move(bytes);
+  node.size = node.bytes->size();
+  if (node.attached) total_bytes_ += node.size;
+}
+
 absl::StatusOr<NodeAttr> ModelTree::Lookup(uint64_t parent, const std::string& name) {
+  // A lookup answers with the size, so a lazy file is made first (outside mu_).
+  uint64_t child = 0;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const Node* dir = FindLocked(parent);
+    if (dir != nullptr && dir->is_dir()) {
+      auto it = dir->children.find(name);
+      if (it != dir->children.end()) child = it->second;
+    }
+  }
+  if (child != 0) MakeLazyFile(child);
   absl::MutexLock lock(&mu_);
   const Node* dir = FindLocked(parent);
   if (dir == nullptr || !dir->attached) {
@@ -344,7 +391,20 @@ void ModelTree::Forget(uint64_t ino, uint64_t nlookup) {
   if (node.lookups == 0 && !node.attached) nodes_.erase(it);
 }
 
+bool ModelTree::LookupWouldMake(uint64_t parent, const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Node* dir = FindLocked(parent);
+  if (dir == nullptr || !dir->is_dir()) return false;
+  for (const auto& [child_name, child] : dir->children) {
+    if (!name.empty() && child_name != name) continue;
+    const Node* n = FindLocked(child);
+    if (n != nullptr && n->lazy != nullptr && n->bytes == nullptr) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<NodeAttr> ModelTree::GetAttr(uint64_t ino) const {
+  MakeLazyFile(ino);
   absl::ReaderMutexLock lock(&mu_);
   const Node* node = FindLocked(ino);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat("no inode ", ino));
@@ -402,7 +462,9 @@ absl::Status ModelTree::OpenDir(uint64_t ino) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* op) const {
+absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* op,
+                                                     bool make_lazy) const {
+  if (make_lazy) MakeLazyFile(ino);
   absl::ReaderMutexLock lock(&mu_);
   const Node* node = FindLocked(ino);
   if (node == nullptr) return absl::NotFoundError(absl::StrCat(op, ": no inode ", ino));
@@ -476,14 +538,15 @@ absl::StatusOr<std::vector<BlobSpan>> ModelTree::ReadSpans(uint64_t ino, uint64_
 }
 
 bool ModelTree::IsReady(uint64_t ino, uint64_t offset, uint64_t size) const {
-  absl::StatusOr<FileRef> f = FileOf(ino, "read");
+  absl::StatusOr<FileRef> f = FileOf(ino, "read", /*make_lazy=*/false);
+  if (f.ok() && f->synthetic && f->bytes == nullptr) return false;  // making it reads layers
   if (!f.ok() || f->synthetic || offset >= f->size || size == 0) return true;
   return reader_->IsReady(f->layer, f->layer_offset + offset, std::min(size, f->size - offset));
 }
 
 ModelTree::VerifiedFile ModelTree::OpenVerifiedFile(uint64_t ino) const {
   VerifiedFile out;
-  absl::StatusOr<FileRef> f = FileOf(ino, "open");
+  absl::StatusOr<FileRef> f = FileOf(ino, "open", /*make_lazy=*/false);
   if (!f.ok() || f->synthetic) return out;
   out.fd = reader_->OpenVerifiedBlob(f->layer, f->layer_offset, f->size);
   if (out.fd >= 0) out.key = f->layer.str();

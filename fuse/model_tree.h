@@ -8,7 +8,8 @@
 //     named by the caller (the daemon uses "sha256-<hex of the ModelPack manifest>"), or
 //   - single-model (`ModelTree::SingleModel`): the root directory IS the model (`modelfs mount`).
 // Files are either extents of a layer blob (served through BlobReader, which returns only
-// verified bytes) or synthetic files held in memory (`.modelinfo.json`).
+// verified bytes) or synthetic files held in memory (`.modelinfo.json`, which may be made on
+// first use: SyntheticFile::Lazy).
 //
 // Inode numbers are deterministic: the first 8 bytes of SHA-256 over the node's path from the
 // root (masked to 63 bits, never 0 or 1), so two mounts of the same model, or a daemon restart,
@@ -18,10 +19,12 @@
 // Thread safety: every method is safe to call concurrently. One absl::Mutex (`mu_`) guards
 // the inode table. Lock order: `mu_` is a leaf lock; it is never held while calling the
 // BlobReader (or anything else that may block or take locks), so a slow fetch never blocks
-// lookups, getattrs or reads of other files.
+// lookups, getattrs or reads of other files. A lazy file's own lock is held while it is made
+// (so it is made once) and is taken before `mu_`, never while holding it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -117,6 +120,12 @@ class ModelTree {
   // Errors: kNotFound for an unknown inode.
   absl::StatusOr<NodeAttr> GetAttr(uint64_t ino) const;
 
+  // Whether Lookup(parent, name) would first make a lazy synthetic file (which reads layers
+  // and may wait on the network); with an empty `name`, whether any entry of `parent` would
+  // (a listing with attributes looks every entry up). For the FUSE layer, which keeps such
+  // calls off the threads that must stay free.
+  bool LookupWouldMake(uint64_t parent, const std::string& name) const;
+
   // Entries of directory `ino` from `offset` on ("." at offset 0, ".." at 1, children sorted by
   // name from 2). Errors: kNotFound; kFailedPrecondition (ENOTDIR) for a file.
   absl::StatusOr<std::vector<DirEntry>> ReadDir(uint64_t ino, uint64_t offset = 0) const;
@@ -163,8 +172,12 @@ class ModelTree {
 
  private:
   struct Node;
+  struct LazyBytes;
 
   explicit ModelTree(BlobReader* reader, bool single);
+  // Makes the lazy synthetic file `ino` unless it is made already (see SyntheticFile), outside
+  // mu_, and records its bytes and size. No-op for any other inode.
+  void MakeLazyFile(uint64_t ino) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // What a read needs of a file node, copied out under mu_.
   struct FileRef {
@@ -175,7 +188,8 @@ class ModelTree {
     std::shared_ptr<const std::string> bytes;
     std::string path;
   };
-  absl::StatusOr<FileRef> FileOf(uint64_t ino, const char* op) const;
+  // With make_lazy false, a lazy synthetic file not made yet has bytes == nullptr.
+  absl::StatusOr<FileRef> FileOf(uint64_t ino, const char* op, bool make_lazy = true) const;
   // A BlobReader error with the file's path and offsets prepended.
   static absl::Status ReadError(const FileRef& f, uint64_t offset, const absl::Status& got);
 
@@ -195,7 +209,7 @@ class ModelTree {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> models_ ABSL_GUARDED_BY(mu_);  // multi-model: name -> dir ino
-  uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;                // of attached files
+  mutable uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of attached files (lazy: once made)
   uint64_t attached_nodes_ ABSL_GUARDED_BY(mu_) = 1;             // root included
 };
 

@@ -37,9 +37,9 @@ std::string Unescape(const std::string& s) {
   return out;
 }
 
-// Whether a FUSE filesystem is mounted exactly at `dir`, from /proc/self/mountinfo: nothing
-// here may touch `dir` itself, whose server may be dead or hung.
-bool FuseMountedAt(const std::string& dir) {
+// Whether a FUSE filesystem is mounted exactly at `point` (resolved), from /proc/self/mountinfo:
+// nothing here may touch it, whose server may be dead or hung.
+bool FuseMountedAtPoint(const std::string& dir) {
   std::ifstream in("/proc/self/mountinfo");
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
@@ -100,7 +100,7 @@ absl::Status DetachStaleMount(const std::string& dir) {
   const std::string point = MountPointPath(dir);
   // Dead mounts may be stacked (each earlier mount died in turn): clear every one, bounded.
   for (int layer = 0; layer < 16; ++layer) {
-    if (!FuseMountedAt(point) || !ServerIsDead(point)) return absl::OkStatus();
+    if (!FuseMountedAtPoint(point) || !ServerIsDead(point)) return absl::OkStatus();
     if (::umount2(point.c_str(), MNT_DETACH) == 0) continue;
     const int err = errno;
     if (!FusermountDetach(point)) {
@@ -112,5 +112,7 @@ absl::Status DetachStaleMount(const std::string& dir) {
   return absl::FailedPreconditionError(
       absl::StrCat(dir, ": dead FUSE mounts are still there after detaching 16"));
 }
+
+bool FuseMountedAt(const std::string& dir) { return FuseMountedAtPoint(MountPointPath(dir)); }
 
 }  // namespace modelfs

@@ -19,4 +19,9 @@ namespace modelfs {
 // nothing to detach or it is gone; kFailedPrecondition naming `dir` when a dead mount stays.
 absl::Status DetachStaleMount(const std::string& dir);
 
+// Whether a FUSE filesystem is mounted exactly at `dir` (per /proc/self/mountinfo, without a
+// system call on `dir`, whose server may be hung). After DetachStaleMount, one that is still
+// there is live: mounting on it would stack a second mount that hides the first.
+bool FuseMountedAt(const std::string& dir);
+
 }  // namespace modelfs

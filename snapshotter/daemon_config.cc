@@ -74,7 +74,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   if (absl::Status st =
           CheckKeys(root,
                     {"root", "address", "hosts_dir", "insecure_hosts", "docker_config",
-                     "metrics_address", "log_level", "cache", "fuse"},
+                     "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
                     source, "");
       !st.ok()) {
     return st;
@@ -84,7 +84,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"hosts_dir", &c.hosts_dir},
                           {"docker_config", &c.docker_config},
                           {"metrics_address", &c.metrics_address},
-                          {"log_level", &c.log_level}}) {
+                          {"log_level", &c.log_level},
+                          {"containerd_address", &c.containerd_address}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
   }
   if (const toml::node* n = root.get("insecure_hosts")) {
@@ -173,6 +174,10 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " \"", *value, "\" must be an absolute path"));
     }
+  }
+  if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
+                                                   "\" must be an absolute path or \"\""));
   }
   if (!c.metrics_address.empty()) {
     if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);

@@ -23,6 +23,9 @@ struct DaemonConfig {
   std::string docker_config;                // credentials; empty: none
   std::string metrics_address;              // "host:port"; empty: no metrics endpoint
   std::string log_level = "info";           // info | debug
+  // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
+  // artifact); empty: not used.
+  std::string containerd_address = "/run/containerd/containerd.sock";
 
   uint64_t cache_max_size_gib = 0;   // 0: unbounded
   std::string prefetch = "headers";  // all | headers | none

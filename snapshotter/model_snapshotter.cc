@@ -122,7 +122,17 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
   s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
                                                  PipelineOptions{o.prefetch, o.insecure_stream});
-  s->tree_ = std::make_shared<ModelTree>(s->cache_.get());
+  if (o.content_store != nullptr) {
+    s->content_store_ = o.content_store;
+  } else if (!o.containerd_address.empty()) {
+    ASSIGN_OR_RETURN(s->owned_content_store_, ConnectContentStore(o.containerd_address));
+    s->content_store_ = s->owned_content_store_.get();
+  }
+  if (s->content_store_ != nullptr) {
+    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_);
+  }
+  s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
+  s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -140,6 +150,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   for (const std::string& name : ListModelRecords(s->models_dir_)) {
     if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
   }
+  ASSIGN_OR_RETURN(std::vector<ContentSnapshot> content, s->ListContentSnapshots());
   std::vector<std::string> names;
   {
     absl::MutexLock lock(&s->mu_);
@@ -162,6 +173,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // then containers' requests wait in the kernel's queue. (Nothing may touch <root>/mnt here:
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
+    s->RestoreContentSnapshots(content);
     absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
         FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
@@ -182,8 +194,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     fs::create_directories(s->mnt_dir_, ec);
     RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
     ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
-    if (!names.empty()) {
-      s->restorer_ = std::thread([raw = s.get(), names] { raw->RestoreModels(names); });
+    if (!names.empty() || !content.empty()) {
+      s->restorer_ = std::thread([raw = s.get(), names, content] {
+        raw->RestoreModels(names);
+        raw->RestoreContentSnapshots(content);
+      });
     }
   }
   return s;
@@ -245,26 +260,31 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ModelSnapshotter::BeginRegistration(const std::string& name,
+                                                         const std::string& model_ref) {
+  absl::MutexLock lock(&mu_);
+  absl::Time deadline = absl::Now() + options_.model_wait;
+  while (true) {
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.state == ModelState::kFailed) break;
+    if (it->second.state == ModelState::kReady) return false;
+    if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("model ", name, " is still being registered"));
+    }
+  }
+  ModelEntry& e = models_[name];
+  e.state = ModelState::kLoading;
+  e.error = absl::OkStatus();
+  e.model_ref = model_ref;
+  return true;
+}
+
 absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
                                            std::shared_ptr<RegistryClient> client) {
-  {
-    absl::MutexLock lock(&mu_);
-    absl::Time deadline = absl::Now() + options_.model_wait;
-    while (true) {
-      auto it = models_.find(name);
-      if (it == models_.end() || it->second.state == ModelState::kFailed) break;
-      if (it->second.state == ModelState::kReady) return absl::OkStatus();
-      if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("model ", name, " is still being registered"));
-      }
-    }
-    ModelEntry& e = models_[name];
-    e.state = ModelState::kLoading;
-    e.error = absl::OkStatus();
-    e.model_ref = rm.model_descriptor.digest.str();
-  }
+  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  if (!mine) return absl::OkStatus();
   absl::Status st = SaveModelRecord(models_dir_, name, rm);
   // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
   if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
@@ -487,6 +507,14 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        "); unpacking the volume layer instead"));
     }
   }
+  if (parent.empty()) {
+    if (std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key)) {
+      absl::StatusOr<std::vector<Mount>> mounts = PrepareFromContentStore(key, *volume, labels);
+      if (mounts.ok() || absl::IsDataLoss(mounts.status())) return mounts;
+      Log(absl::StrCat("image volume ", key, ": not served from containerd's content store (",
+                       mounts.status().ToString(), "); an ordinary empty snapshot"));
+    }
+  }
   RETURN_IF_ERROR(WaitForModelsBelow(parent));
   return base_->Prepare(key, parent, labels);
 }
@@ -499,6 +527,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::View(const std::string& key
 }
 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Mounts(const std::string& key) {
+  if (auto content = ContentMounts(key)) return *std::move(content);
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
   RETURN_IF_ERROR(WaitForModelIds(rec.parent_ids));
   return base_->Mounts(key);
@@ -532,6 +561,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
   if (!model_ref.empty()) pipeline_->Unregister(model_ref);
+  if (!model_ref.empty() && content_reader_) content_reader_->RemoveModel(model_ref);
   (void)DeleteModelRecord(models_dir_, name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();

@@ -22,6 +22,14 @@
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
 //
+//   An image volume that names a plain ModelPack artifact M (containerd 2.1): containerd has
+//   downloaded M whole into its content store and sends
+//   Prepare("<ns>/<n>/<state>/io.containerd.grpc.v1.cri/image-volumes/<sandbox>/<M hex>", "")
+//   with no labels. With `containerd_address` set, M is resolved and served from containerd's
+//   content store (model_snapshotter_content.cc): the snapshot's mount is a read-only bind of
+//   <root>/mnt/sha256-<M hex>. Anything else, or a failure, gives the ordinary empty snapshot.
+//   Open registers such models again from the content store, as it does registry models.
+//
 // Restart: snapshot metadata is in SQLite; each model's manifests are kept under
 // <root>/models/ (model_records.h), so Open re-registers models in the background without the
 // registry (uncached bytes are still fetched on demand). Mounts on top of a model wait until it
@@ -38,6 +46,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -54,6 +63,9 @@
 #include "core/publish/model_ref.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
+#include "snapshotter/content_store_blob_reader.h"
+#include "snapshotter/content_store_client.h"
+#include "snapshotter/image_volume_key.h"
 #include "snapshotter/overlay_snapshotter.h"
 #include "snapshotter/snapshotter.h"
 
@@ -64,6 +76,10 @@ inline constexpr char kLabelCriImageRef[] = "containerd.io/snapshot/cri.image-re
 inline constexpr char kLabelCriManifestDigest[] = "containerd.io/snapshot/cri.manifest-digest";
 // On a committed model snapshot: the model's directory under <root>/mnt.
 inline constexpr char kLabelRemoteModel[] = "containerd.io/snapshot/modelfs.remote";
+// On an image-volume snapshot served from containerd's content store: the model's directory
+// under <root>/mnt, and the containerd namespace whose content store holds it.
+inline constexpr char kLabelContentModel[] = "containerd.io/snapshot/modelfs.content-model";
+inline constexpr char kLabelContentNamespace[] = "containerd.io/snapshot/modelfs.content-namespace";
 
 struct ModelSnapshotterOptions {
   std::filesystem::path root;  // metadata.db, snapshots/, mnt/, models/, cache/
@@ -78,6 +94,12 @@ struct ModelSnapshotterOptions {
   OverlayOptions overlay = DetectOverlayOptions();
   // How long a mount on top of a model waits for the model to be registered after a restart.
   absl::Duration model_wait = absl::Seconds(60);
+  // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
+  // empty: such volumes stay empty, as with stock containerd.
+  std::string containerd_address;
+  // Tests: the content store to read instead of containerd's at containerd_address (not owned;
+  // must outlive the snapshotter).
+  ContentStore* content_store = nullptr;
   // One line per notable event (fallbacks, registrations, failures). Default: stderr.
   std::function<void(const std::string&)> log;
   // The /dev/fuse fd of <root>/mnt kept by a previous process of the daemon (systemd's file
@@ -163,10 +185,40 @@ class ModelSnapshotter final : public Snapshotter {
   absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const std::string& registry);
   // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.
+  // Waits while another call registers model `name`. True: this call is to register it (it is
+  // marked loading); false: it is ready. Errors: kDeadlineExceeded (still loading after
+  // model_wait), kUnavailable (shutting down).
+  absl::StatusOr<bool> BeginRegistration(const std::string& name, const std::string& model_ref);
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
                            std::shared_ptr<RegistryClient> client);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,
                              std::shared_ptr<RegistryClient> client, PrefetchStart prefetch);
+  // Image volumes naming M itself (model_snapshotter_content.cc). PrepareFromContentStore:
+  // kFailedPrecondition / kInvalidArgument / kNotFound / kUnavailable mean "not served from the
+  // content store" (the caller makes the ordinary snapshot); kDataLoss is a verification
+  // failure, returned to containerd.
+  absl::StatusOr<std::vector<Mount>> PrepareFromContentStore(const std::string& key,
+                                                             const ImageVolumeKey& volume,
+                                                             const Labels& labels);
+  // Registers M from the content store of `ns` unless it is registered (by either path).
+  absl::Status EnsureContentModel(const std::string& name, const ResolvedModel& rm,
+                                  const std::string& ns);
+  // The mounts of an image-volume snapshot with kLabelContentModel (registering the model
+  // again after a restart); nullopt for any other snapshot.
+  std::optional<absl::StatusOr<std::vector<Mount>>> ContentMounts(const std::string& key);
+  // Registers the model of content-store snapshot `key` (id `id`) again and ties the snapshot
+  // to it; for Open (after a restart) and ContentMounts.
+  absl::Status RestoreContentSnapshot(const std::string& key, int64_t id, const std::string& name,
+                                      const std::string& ns);
+  struct ContentSnapshot {
+    std::string key;
+    int64_t id = 0;
+    std::string name;  // the model's directory
+    std::string ns;
+  };
+  // The snapshots served from the content store, from their labels.
+  absl::StatusOr<std::vector<ContentSnapshot>> ListContentSnapshots();
+  void RestoreContentSnapshots(const std::vector<ContentSnapshot>& snapshots);
   void RestoreModels(std::vector<std::string> names);
   // Waits until every model below `parent` (itself included) is registered, and starts the
   // prefetch of those models (first use).
@@ -182,6 +234,10 @@ class ModelSnapshotter final : public Snapshotter {
   std::unique_ptr<RoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
   std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
+  std::unique_ptr<ContentStore> owned_content_store_;  // the client of containerd_address
+  ContentStore* content_store_ = nullptr;             // null without containerd_address
+  std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
+  std::unique_ptr<LayerRoutingReader> reader_;  // what tree_ reads: content store, else cache_
   std::shared_ptr<ModelTree> tree_;
   std::unique_ptr<FuseMount> fuse_;
   std::unique_ptr<OverlaySnapshotter> base_;

@@ -134,6 +134,7 @@ absl::Status Run(const DaemonConfig& c) {
     reads->Observe(d);
     if (!ok) read_errors->fetch_add(1, std::memory_order_relaxed);
   };
+  o.containerd_address = c.containerd_address;
   o.log = LogLine;
   if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
   const InheritedFds inherited = TakeInheritedFds();

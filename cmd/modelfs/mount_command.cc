@@ -131,6 +131,12 @@ absl::Status RunForeground(const MountCli& c) {
   // A previous mount here whose process died answers ENOTCONN: clear it, or this mount would
   // stack on it and the dead one would outlive `umount`.
   RETURN_IF_ERROR(DetachStaleMount(c.dir));
+  if (FuseMountedAt(c.dir)) {
+    // A live one: a second mount would hide it (and its readers' files) until unmounted.
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.dir, ": a FUSE filesystem is already mounted here; `modelfs umount ", c.dir,
+        "` first"));
+  }
   std::error_code ec;
   if (!fs::is_directory(c.dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(c.dir, ": mount point is not a directory"));

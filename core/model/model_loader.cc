@@ -35,23 +35,27 @@ class CacheRollback {
   bool armed_ = true;
 };
 
+// Lazy mounts read layers by range: compressed ones cannot be served.
+absl::Status CheckUncompressed(const ModelLayer& l) {
+  if (l.encoding != LayerEncoding::kTarGzip && l.encoding != LayerEncoding::kTarZstd) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
+      "); lazy mounts serve .raw and .tar layers (push without compression)"));
+}
+
 }  // namespace
 
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
                                       const LoadOptions& o) {
-  LoadedModel out;
   const std::string model_ref = rm.model_descriptor.digest.str();
   CacheRollback rollback(cache, model_ref);
-  out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   bool all_indexed = true;
-  std::set<std::string> seen;
+  std::vector<Digest> layers;
   for (const ModelLayer& l : rm.layers) {
     const Descriptor& d = l.descriptor;
-    if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
-      return absl::UnimplementedError(
-          absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                       "); lazy mounts serve .raw and .tar layers (push without compression)"));
-    }
+    RETURN_IF_ERROR(CheckUncompressed(l));
     LayerSpec spec;
     spec.digest = d.digest;
     spec.size = d.size;
@@ -67,8 +71,26 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       all_indexed = false;
     }
     RETURN_IF_ERROR(cache.RegisterLayer(spec));
-    out.layers.push_back(d.digest);
+    layers.push_back(d.digest);
+  }
+  const std::string verification = o.insecure_stream ? "unverified"
+                                   : all_indexed     ? "chunk-index"
+                                                     : "whole-layer";
+  ASSIGN_OR_RETURN(LoadedModel out, AssembleModel(rm, cache, verification, o));
+  out.layers = std::move(layers);
+  rollback.Dismiss();
+  return out;
+}
 
+absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& reader,
+                                          const std::string& verification, const LoadOptions& o) {
+  LoadedModel out;
+  out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
+  out.verification = verification;
+  std::set<std::string> seen;
+  for (const ModelLayer& l : rm.layers) {
+    const Descriptor& d = l.descriptor;
+    RETURN_IF_ERROR(CheckUncompressed(l));
     if (l.encoding == LayerEncoding::kRaw) {
       RETURN_IF_ERROR(CheckRelativePath(l.path));
       if (!seen.insert(l.path).second) {
@@ -77,9 +99,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       out.files.push_back(TreeFile{l.path, d.digest, 0, d.size, d.digest.str()});
       continue;
     }
-    // A tar layer: index its headers by range reads through the verified cache.
-    BlobRangeReader reader(&cache, d.digest, 0, d.size, absl::StrCat("layer ", d.digest.str()));
-    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(reader));
+    // A tar layer: index its headers by range reads of verified bytes.
+    BlobRangeReader tar(&reader, d.digest, 0, d.size, absl::StrCat("layer ", d.digest.str()));
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
     for (const TarEntry& e : entries) {
       if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
       ASSIGN_OR_RETURN(std::string rel, NormalizeRelativePath(e.path));
@@ -91,8 +113,6 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       out.files.push_back(TreeFile{rel, d.digest, e.data_offset, e.size, ""});
     }
   }
-  out.verification = o.insecure_stream ? "unverified" : all_indexed ? "chunk-index" : "whole-layer";
-
   ModelInfoContext ctx;
   ctx.reference = o.reference.empty() ? rm.ref.String() : o.reference;
   ctx.digests["manifest"] = rm.model_descriptor.digest.str();
@@ -121,13 +141,17 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
   ctx.identity =
       IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
-  out.synthetic[kModelInfoFileName] = MakeModelInfoFile(cache, out.files, ctx);
+  // Made on first lookup (fuse/model_tree.h SyntheticFile): it reads every weight file's
+  // header, which registering the model (a CRI PullImage) should not wait for.
+  out.synthetic[kModelInfoFileName] =
+      SyntheticFile::Lazy([&reader, files = out.files, ctx = std::move(ctx)] {
+        return MakeModelInfoFile(reader, files, ctx);
+      });
   // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
   // .modelinfo.json stays at the root and names paths within that directory.
   if (!rm.path_prefix.empty()) {
     for (TreeFile& f : out.files) f.path = absl::StrCat(rm.path_prefix, "/", f.path);
   }
-  rollback.Dismiss();
   return out;
 }
 

@@ -32,12 +32,23 @@ struct LoadedModel {
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
 // indexes tar layers by range reads through the cache (so their headers are verified too), and
-// builds .modelinfo.json from the files' headers. Errors: kUnimplemented for compressed tar
-// layers; kPermissionDenied for unsafe paths; the cache's errors.
+// makes .modelinfo.json from the files' headers on its first lookup. Errors: kUnimplemented for
+// compressed tar layers; kPermissionDenied for unsafe paths; the cache's errors.
 // A failed load takes back every cache reference held under M's digest (UnregisterModel), so
 // the caller is left with nothing to undo; a caller must not load a model that is still
 // registered in the same cache.
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& model, BlobCache& cache,
                                       const LoadOptions& options);
+
+// The part of LoadModel after the layers are registered, for any BlobReader that serves M's
+// layers verified (the cache, or containerd's content store for an image volume naming M):
+// the files of raw and tar layers (tar headers read through `reader`), V's path prefix, and a
+// lazy .modelinfo.json that reads the headers through `reader` on first lookup (so `reader`
+// must outlive the tree the files go to). `verification` is shown in .modelinfo.json.
+// `layers` is left empty. Errors: kUnimplemented for compressed tar layers; kPermissionDenied
+// for unsafe or duplicate paths; the reader's errors.
+absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& model, BlobReader& reader,
+                                          const std::string& verification,
+                                          const LoadOptions& options);
 
 }  // namespace modelfs

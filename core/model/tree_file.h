@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "core/oci/digest.h"
 
@@ -20,7 +22,31 @@ struct TreeFile {
   std::string digest_of_file;  // optional "sha256:..." of the file's bytes (for modelinfo)
 };
 
+// A synthetic file: bytes served from memory, either given or made by `make` the first time
+// the file is looked up, stat'ed or read (once; concurrent first users wait for that one call).
+// A lazy file costs nothing until someone asks for it: `.modelinfo.json` reads every weight
+// file's header, which a pull or a pod that never opens the file should not pay for. Its size
+// is only known once it is made, so its lookup makes it.
+class SyntheticFile {
+ public:
+  SyntheticFile() = default;
+  SyntheticFile(std::string bytes) : bytes_(std::move(bytes)) {}  // NOLINT: implicit by design
+  SyntheticFile(const char* bytes) : bytes_(bytes) {}             // NOLINT
+  static SyntheticFile Lazy(std::function<std::string()> make) {
+    SyntheticFile f;
+    f.make_ = std::move(make);
+    return f;
+  }
+  bool lazy() const { return make_ != nullptr; }
+  const std::string& bytes() const { return bytes_; }  // "" for a lazy file
+  const std::function<std::string()>& make() const { return make_; }
+
+ private:
+  std::string bytes_;
+  std::function<std::string()> make_;
+};
+
 // Synthetic files: relative path -> contents, served from memory.
-using SyntheticFiles = std::map<std::string, std::string>;
+using SyntheticFiles = std::map<std::string, SyntheticFile>;
 
 }  // namespace modelfs

@@ -197,7 +197,8 @@ absl::StatusOr<std::unique_ptr<Containerd>> Containerd::Start(ContainerdOptions 
   std::unique_ptr<Containerd> c(new Containerd());
   c->options_ = options;
   c->ns_ = !options.ns.empty() ? options.ns : (options.cri ? "k8s.io" : "modelfs-e2e");
-  c->socket_ = c->dir_.Join("containerd.sock").string();
+  c->socket_ =
+      options.socket_path.empty() ? c->dir_.Join("containerd.sock").string() : options.socket_path;
   c->hosts_dir_ = c->dir_.Join("certs.d").string();
   fs::create_directories(c->hosts_dir_);
   if (!options.registry_host_port.empty()) {

@@ -56,6 +56,9 @@ struct ContainerdOptions {
   std::string release_dir;
   // 2.x with CRI: the sandbox (pause) image, pinned so the image GC keeps it.
   std::string sandbox_image;
+  // The gRPC socket; empty: containerd.sock in the fixture's directory. Set it to hand the
+  // path to a client configured before containerd starts (the modelfs snapshotter).
+  std::string socket_path;
 };
 
 class Containerd {

@@ -28,6 +28,7 @@ namespace modelfs::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
 
 // Mount points in /proc/self/mountinfo that are `dir` (canonical), however many are stacked.
 int MountsAt(const std::string& dir) {
@@ -100,6 +101,20 @@ TEST_F(StaleMountTest, AMountOverAKilledMountDetachesItAndUmountLeavesNothing) {
   EXPECT_EQ(MountsAt(dir_), 0);
   EXPECT_FALSE(FindMount(dir_).has_value());
   EXPECT_OK(killed->Unmount());
+}
+
+TEST_F(StaleMountTest, AMountOverALiveMountIsRefusedWithExitTwoAndTheFirstKeepsServing) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelMount> first, ModelMount::Start(ref_, dir_, options_));
+  ASSERT_OK_AND_ASSIGN(CommandResult again,
+                       RunCommand({ModelfsBinary(), "mount", "--plain-http", "--cache",
+                                   options_.cache_dir, ref_, dir_}));
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.err, HasSubstr("already mounted here"));
+  EXPECT_EQ(MountsAt(dir_), 1);
+  ASSERT_OK_AND_ASSIGN(std::string readme, ReadWholeFile(dir_ + "/README.md"));
+  EXPECT_EQ(readme, "# a model mounted twice\n");
+  EXPECT_OK(first->Unmount());
+  EXPECT_EQ(MountsAt(dir_), 0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/oci/digest.h"
+#include "core/oci/tar.h"
 #include "gtest/gtest.h"
 #include "integration/cri/cri_client.h"
 #include "integration/harness/containerd_fixture.h"
@@ -43,6 +45,8 @@ namespace fs = std::filesystem;
 
 constexpr char kModelRepo[] = "e2e/llama";
 constexpr char kBusyboxRepo[] = "e2e/busybox";
+constexpr char kDockerRepo[] = "ai/tiny";          // a Docker model artifact
+constexpr char kVolumesRepo[] = "e2e/volumes";     // `convert --to`: V apart from M
 constexpr char kBusyboxBinary[] = "/bin/busybox";  // Debian package busybox-static
 constexpr char kMountPath[] = "/models";
 constexpr uint64_t kChunk = 1 << 20;  // `modelfs push` default chunk size
@@ -63,7 +67,10 @@ std::vector<Request> RequestsInAccessLog(const std::string& log, size_t offset) 
   std::string tail = log.substr(std::min(offset, log.size()));
   for (std::sregex_iterator it(tail.begin(), tail.end(), re), end; it != end; ++it) {
     const std::string bytes = (*it)[4].str();
-    out.push_back({(*it)[1].str(), (*it)[2].str(), std::stoi((*it)[3].str()),
+    // Requests to a mirror carry the upstream as "?ns=host:port"; the path is what counts.
+    std::string path = (*it)[2].str();
+    path = path.substr(0, path.find('?'));
+    out.push_back({(*it)[1].str(), path, std::stoi((*it)[3].str()),
                    bytes == "-" ? 0 : std::stoull(bytes), (*it)[5].str()});
   }
   return out;
@@ -157,6 +164,10 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     ASSERT_FALSE(HasFatalFailure());
     SnapshotterDaemonOptions so;
     so.insecure_hosts = {registry_->host_port()};
+    // The daemon reads containerd's content store (image volumes naming M itself) on the
+    // socket the fixture's containerd will listen on.
+    const std::string containerd_socket = tmp_.Join("containerd.sock").string();
+    so.containerd_address = containerd_socket;
     ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
     ContainerdOptions co;
     co.release_dir = *release;
@@ -166,6 +177,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     co.cri = true;
     co.cri_snapshotter = "modelfs";
     co.sandbox_image = busybox_.reference;
+    co.socket_path = containerd_socket;
     ASSERT_OK_AND_ASSIGN(containerd_, Containerd::Start(co));
     ASSERT_OK_AND_ASSIGN(images_, CriImageClient::Connect(containerd_->grpc_target()));
     ASSERT_OK_AND_ASSIGN(runtime_, CriRuntimeClient::Connect(containerd_->grpc_target()));
@@ -173,6 +185,11 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
 
   void TearDown() override {
     DeletePods();
+    if (!figures_.empty()) {
+      std::cout << "[figures] case | PullImage | CreateContainer | StartContainer | reader run | "
+                   "registry bytes by client\n";
+      for (const std::string& line : figures_) std::cout << "[figures] " << line << "\n";
+    }
     if (HasFailure() && daemon_ != nullptr) {
       std::cerr << "--- modelfs-snapshotter log (tail) ---\n" << Tail(daemon_->log_path(), 12000);
     }
@@ -202,13 +219,15 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
                                                      {files}, {"/bin/sleep", "86400"}));
   }
 
-  // `modelfs push` of the test model: M at tag v1, V at v1-volume.
-  void PushModel() {
+  // `modelfs push` of the test model: M at tag v1, V at v1-volume (with `tar`, every file in
+  // a .tar layer, at tag v1-tar and v1-tar-volume).
+  void PushModel(bool tar = false) {
     source_ = tmp_.Join("model").string();
     ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(source_, /*seed=*/43));
-    ASSERT_OK_AND_ASSIGN(
-        ProcessResult push,
-        RunModelfs({"push", "--plain-http", Ref(kModelRepo, "v1"), source_, "--json"}));
+    std::vector<std::string> args = {"push", "--plain-http", Ref(kModelRepo, tar ? "v1-tar" : "v1"),
+                                     source_, "--json"};
+    if (tar) args.push_back("--tar");
+    ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs(args));
     ASSERT_EQ(push.exit_code, 0) << push.err;
     push_ = ParseJsonOutput(push.out);
     ASSERT_TRUE(push_.is_object()) << push.out;
@@ -245,6 +264,38 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     std::string reader_image_ref;  // and for the reader (busybox)
   };
 
+  // What the kubelet would wait for, per pod: CRI call durations.
+  struct Timings {
+    absl::Duration pull;    // PullImage of the volume's image
+    absl::Duration create;  // CreateContainer (the image volume is prepared here)
+    absl::Duration start;   // StartContainer
+    absl::Duration run;     // until the reader exited
+  };
+
+  // One line of the figures table (printed at the end of the test): the pod's CRI timings and
+  // the registry bytes each client received for the model (manifests and blobs of every
+  // repository but the reader image's) while it ran.
+  void RecordFigures(const std::string& what, const std::string& pod,
+                     const std::vector<Request>& requests) {
+    std::map<std::string, std::pair<int, uint64_t>> by_client;
+    for (const Request& r : requests) {
+      // The model's repositories only: not the reader image.
+      if (absl::StartsWith(r.path, absl::StrCat("/v2/", kBusyboxRepo, "/"))) continue;
+      auto& c = by_client[Client(r)];
+      ++c.first;
+      c.second += r.bytes;
+    }
+    std::string clients;
+    for (const char* c : {"containerd", "modelfs"}) {
+      absl::StrAppend(&clients, clients.empty() ? "" : ", ", c, " ", by_client[c].second, " B in ",
+                      by_client[c].first, " requests");
+    }
+    const Timings& t = timings_[pod];
+    auto ms = [](absl::Duration d) { return absl::StrCat(absl::ToInt64Milliseconds(d), " ms"); };
+    figures_.push_back(absl::StrCat(what, " | ", ms(t.pull), " | ", ms(t.create), " | ",
+                                    ms(t.start), " | ", ms(t.run), " | ", clients));
+  }
+
   // RunPodSandbox, then PullImage of V and of the reader, as the kubelet does for a pod whose
   // container mounts an image volume. Times each call.
   Pod StartPodAndPullVolume(const std::string& name, const std::string& volume_ref) {
@@ -265,6 +316,12 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     if (!volume.ok()) return pod;
     pod.volume_image_ref = *volume;
     absl::Time t2 = absl::Now();
+    timings_[name].pull = t2 - t1;
+    if (!pull_reader_) {
+      // As a kubelet with pullPolicy IfNotPresent: the reader is on the node already.
+      pod.reader_image_ref = busybox_.reference;
+      return pod;
+    }
     absl::StatusOr<std::string> reader = images_->PullImageForPod(busybox_.reference, pod.spec);
     EXPECT_OK(reader.status());
     if (reader.ok()) pod.reader_image_ref = *reader;
@@ -276,15 +333,16 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
 
   // CreateContainer (the reader, with V mounted read-only at /models), StartContainer, wait for
   // it to exit; returns its stdout, and its exit code in `exit_code`.
-  std::string RunReader(const Pod& pod, const std::string& script, int* exit_code) {
+  std::string RunReader(const Pod& pod, const std::string& script, int* exit_code,
+                        const std::string& name = "reader") {
     *exit_code = -1;
     CriContainerSpec c;
-    c.name = "reader";
+    c.name = name;
     // The kubelet names the image by the image_ref PullImage returned.
     c.image = pod.reader_image_ref;
     c.command = {"/bin/sh", "-c", script};
     c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
-    c.log_path = "reader.log";
+    c.log_path = name + ".log";
     absl::Time t0 = absl::Now();
     absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
     EXPECT_OK(id.status());
@@ -298,11 +356,15 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     absl::StatusOr<CriContainerStatus> st = runtime_->WaitForExit(*id, absl::Minutes(3));
     EXPECT_OK(st.status());
     if (!st.ok()) return "";
+    Timings& timings = timings_[pod.spec.name];
+    timings.create = t1 - t0;
+    timings.start = t2 - t1;
+    timings.run = absl::Now() - t2;
     std::cout << "[cri] " << pod.spec.name << ": CreateContainer " << absl::FormatDuration(t1 - t0)
               << ", StartContainer " << absl::FormatDuration(t2 - t1) << ", run until exit "
               << absl::FormatDuration(absl::Now() - t2) << "\n";
     *exit_code = st->exit_code;
-    const std::string log = ReadFileOrDie(pod.spec.log_directory + "/reader.log");
+    const std::string log = ReadFileOrDie(pod.spec.log_directory + "/" + name + ".log");
     if (st->exit_code != 0) std::cerr << "reader log:\n" << log << "\n";
     return ParseCriLog(log);
   }
@@ -324,18 +386,105 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
 
   // Runs kHashEveryFile in a new pod on `volume_ref` and checks every model file's digest
   // against the source; returns the access-log offset taken before the pod started.
-  size_t RunPodThatHashesEveryFile(const std::string& name, const std::string& volume_ref) {
+  size_t RunPodThatHashesEveryFile(const std::string& name, const std::string& volume_ref,
+                                   const std::string& image_config_role = "volume config") {
+    return RunPodThatHashes(name, volume_ref, BlobDigest(image_config_role),
+                            DescribeFiles(source_));
+  }
+
+  // The same for any image whose PullImage answers `image_id` (its config digest) and whose
+  // volume must hold exactly `want` (path -> digest) besides .modelinfo.json.
+  size_t RunPodThatHashes(const std::string& name, const std::string& volume_ref,
+                          const std::string& image_id,
+                          const std::map<std::string, std::string>& want) {
     const size_t offset = LogOffset();
     Pod pod = StartPodAndPullVolume(name, volume_ref);
     if (pod.volume_image_ref.empty()) return offset;
-    EXPECT_EQ(pod.volume_image_ref, BlobDigest("volume config"));
+    EXPECT_EQ(pod.volume_image_ref, image_id);
     int exit_code = -1;
     std::map<std::string, std::string> seen =
         ParseSha256sum(RunReader(pod, kHashEveryFile, &exit_code));
     EXPECT_EQ(exit_code, 0);
     EXPECT_EQ(seen.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in the volume";
-    EXPECT_EQ(seen, DescribeFiles(source_));
+    EXPECT_EQ(seen, want);
     return offset;
+  }
+
+  // A Docker model artifact (`docker model package` layout, Docker's exact media types: config
+  // v0.1, a GGUF, a license, a chat template, a directory tar) at kDockerRepo:v1, built by hand
+  // from the test model's files. Returns the files its volume must show, and sets
+  // docker_config_ to its config's digest.
+  std::map<std::string, std::string> PushDockerArtifact() {
+    const std::string src = tmp_.Join("docker-src").string();
+    EXPECT_OK(WriteTestModel(src, /*seed=*/61).status());
+    std::map<std::string, std::string> files = {
+        {"model.gguf", ReadFileOrDie(src + "/tiny.gguf")},
+        {"LICENSE", "Apache License 2.0, for the test\n"},
+        {"template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}\n"},
+        {"tokenizer.json", ReadFileOrDie(src + "/tokenizer.json")},
+        {"config.json", ReadFileOrDie(src + "/config.json")}};
+    absl::StatusOr<std::unique_ptr<RegistryClient>> client =
+        ConnectPlainHttp(registry_->host_port());
+    EXPECT_OK(client.status());
+    if (!client.ok()) return {};
+    TarWriter dir_tar;
+    EXPECT_OK(dir_tar.AddFile("tokenizer.json", files["tokenizer.json"]));
+    EXPECT_OK(dir_tar.AddFile("config.json", files["config.json"]));
+    const std::vector<std::pair<std::string, std::string>> layers = {
+        {"application/vnd.docker.ai.gguf.v3", files["model.gguf"]},
+        {"application/vnd.docker.ai.license", files["LICENSE"]},
+        {"application/vnd.docker.ai.chat.template.jinja", files["template.jinja"]},
+        {"application/vnd.docker.ai.dir.tar", dir_tar.Finish()},
+    };
+    nlohmann::json descs = nlohmann::json::array();
+    nlohmann::json diff_ids = nlohmann::json::array();
+    for (const auto& [media_type, bytes] : layers) {
+      absl::StatusOr<Digest> d = UploadBlob(**client, kDockerRepo, bytes);
+      EXPECT_OK(d.status());
+      if (!d.ok()) return {};
+      descs.push_back({{"mediaType", media_type}, {"digest", d->str()}, {"size", bytes.size()}});
+      diff_ids.push_back({{"diffID", d->str()}, {"type", media_type}});
+    }
+    const std::string config =
+        nlohmann::json({{"config", {{"format", "gguf"}, {"size", "1.2MB"}}}, {"files", diff_ids}})
+            .dump();
+    absl::StatusOr<Digest> cd = UploadBlob(**client, kDockerRepo, config);
+    EXPECT_OK(cd.status());
+    if (!cd.ok()) return {};
+    docker_config_ = cd->str();
+    nlohmann::json manifest = {{"schemaVersion", 2},
+                               {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
+                               {"config",
+                                {{"mediaType", "application/vnd.docker.ai.model.config.v0.1+json"},
+                                 {"digest", cd->str()},
+                                 {"size", config.size()}}},
+                               {"layers", descs}};
+    EXPECT_OK((*client)
+                  ->PutManifest(kDockerRepo, "v1", manifest.dump(),
+                                "application/vnd.oci.image.manifest.v1+json")
+                  .status());
+    std::map<std::string, std::string> want;
+    for (const auto& [path, bytes] : files) want[path] = Digest::Of(bytes).str();
+    return want;
+  }
+
+  // `modelfs convert` of `ref` (optionally --to another repository); its --json output.
+  nlohmann::json Convert(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"convert", "--plain-http", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<ProcessResult> r = RunModelfs(args);
+    EXPECT_OK(r.status());
+    if (!r.ok()) return nullptr;
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    return ParseJsonOutput(r->out);
+  }
+
+  static std::string RoleDigest(const nlohmann::json& result, const std::string& role) {
+    if (!result.is_object() || !result.contains("blobs")) return "";
+    for (const auto& b : result["blobs"]) {
+      if (b["role"] == role) return b["digest"];
+    }
+    return "";
   }
 
   // Per blob of the model's repository: which client fetched it, with which status, how many
@@ -380,6 +529,10 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   std::unique_ptr<CriRuntimeClient> runtime_;
   std::vector<std::string> sandboxes_;
   std::vector<std::string> containers_;
+  std::map<std::string, Timings> timings_;  // by pod name
+  std::vector<std::string> figures_;
+  std::string docker_config_;
+  bool pull_reader_ = true;  // PullImage of the reader in every pod (false: it is present)
   PushedImage busybox_;
   std::string source_;
   nlohmann::json push_;
@@ -391,6 +544,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByTagReadsEveryModelFil
   const size_t offset = RunPodThatHashesEveryFile("by-tag", Ref(kModelRepo, "v1-volume"));
   ASSERT_FALSE(HasFailure());
   ExpectLazyTraffic(RequestsSince(offset));
+  RecordFigures("V by tag", "by-tag", RequestsSince(offset));
 }
 
 TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModelFileExactly) {
@@ -401,6 +555,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModel
   const size_t offset = RunPodThatHashesEveryFile("by-digest", by_digest);
   ASSERT_FALSE(HasFailure());
   ExpectLazyTraffic(RequestsSince(offset));
+  RecordFigures("V by digest", "by-digest", RequestsSince(offset));
 }
 
 // A second pod on a model another pod has read: the weights come from modelfs's verified
@@ -414,6 +569,7 @@ TEST_F(ImageVolumeContainerd21Test, SecondPodOnTheSameModelFetchesNoBlobAgain) {
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the second pod:\n" << DescribeTraffic(requests);
+  RecordFigures("V, second pod on a cached model", "second", requests);
   EXPECT_TRUE(BlobBytes(requests, kModelRepo, "modelfs").empty());
   EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
 }
@@ -473,6 +629,244 @@ TEST_F(ImageVolumeContainerd21Test, DeletingThePodLeavesNothingMountedUnderConta
   EXPECT_EQ(MountsUnder(containerd_->dir()), std::vector<std::string>{});
   EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
 }
+
+// PullImage of V registers the model and fetches manifests and small configs only: no byte of a
+// weight file. A container that reads config.json fetches that file and still no weight bytes;
+// the first lookup of .modelinfo.json is what reads the weight files' headers (a few chunks of
+// each, never the whole file).
+TEST_F(ImageVolumeContainerd21Test, PullImageFetchesNoWeightBytesUntilModelinfoIsLookedUp) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const auto weights = WeightBlobs();
+  ASSERT_FALSE(weights.empty());
+  const size_t before_pull = LogOffset();
+  Pod pod = StartPodAndPullVolume("lazy-info", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  const std::vector<Request> pull = RequestsSince(before_pull);
+  std::cout << "[registry] traffic of RunPodSandbox and PullImage:\n"
+            << DescribeTraffic(pull) << DescribeModelBlobs(pull);
+  std::set<std::string> pulled;
+  for (const char* client : {"containerd", "modelfs"}) {
+    for (const auto& [digest, by_status] : BlobBytes(pull, kModelRepo, client)) {
+      pulled.insert(digest);
+    }
+  }
+  EXPECT_EQ(pulled, (std::set<std::string>{BlobDigest("volume config"), BlobDigest("volume layer"),
+                                           BlobDigest("config")}));
+
+  const size_t before_config = LogOffset();
+  int exit_code = -1;
+  EXPECT_EQ(RunReader(pod, "cat /models/config.json", &exit_code, "config-reader"),
+            ReadFileOrDie(source_ + "/config.json"));
+  EXPECT_EQ(exit_code, 0);
+  const std::vector<Request> config_read = RequestsSince(before_config);
+  std::cout << "[registry] traffic while config.json was read:\n"
+            << DescribeModelBlobs(config_read);
+  auto modelfs = BlobBytes(config_read, kModelRepo, "modelfs");
+  for (const auto& [digest, file] : weights) {
+    EXPECT_EQ(modelfs.count(digest), 0u) << file.first << " fetched before .modelinfo.json";
+  }
+
+  const size_t before_info = LogOffset();
+  const std::string info_text =
+      RunReader(pod, "cat /models/.modelinfo.json", &exit_code, "info-reader");
+  EXPECT_EQ(exit_code, 0);
+  nlohmann::json info = nlohmann::json::parse(info_text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(info.is_object()) << info_text;
+  EXPECT_EQ(info["schemaVersion"], 1);
+  const std::vector<Request> info_read = RequestsSince(before_info);
+  std::cout << "[registry] traffic while .modelinfo.json was read:\n"
+            << DescribeModelBlobs(info_read);
+  modelfs = BlobBytes(info_read, kModelRepo, "modelfs");
+  for (const auto& [digest, file] : weights) {
+    ASSERT_EQ(modelfs.count(digest), 1u) << file.first << " header not read for .modelinfo.json";
+    const std::map<int, uint64_t>& by_status = modelfs[digest];
+    ASSERT_EQ(by_status.size(), 1u) << file.first;
+    EXPECT_EQ(by_status.begin()->first, 206) << file.first;
+    EXPECT_GT(by_status.begin()->second, 0u) << file.first;
+    EXPECT_LT(by_status.begin()->second, file.second) << file.first << " fetched whole";
+  }
+  RecordFigures("V by tag, PullImage + reader of config.json", "lazy-info", pull);
+}
+
+// `modelfs convert SRC --to DST`: V lives in another repository than M. containerd fetches V's
+// config from DST and nothing of SRC; modelfs reads M's weights from SRC by range, each byte
+// once.
+TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepository) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const nlohmann::json converted =
+      Convert({Ref(kModelRepo, "v1"), "--to", Ref(kVolumesRepo, "llama")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const std::string v_ref = absl::StrCat(registry_->host_port(), "/", kVolumesRepo, "@",
+                                         converted["volume"]["digest"].get<std::string>());
+  const size_t offset = RunPodThatHashes("converted", v_ref, RoleDigest(converted, "volume config"),
+                                         DescribeFiles(source_));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+  std::set<std::string> containerd_dst;
+  for (const auto& [digest, by_status] : BlobBytes(requests, kVolumesRepo, "containerd")) {
+    containerd_dst.insert(digest);
+  }
+  EXPECT_EQ(containerd_dst, std::set<std::string>{RoleDigest(converted, "volume config")});
+  auto modelfs = BlobBytes(requests, kModelRepo, "modelfs");
+  for (const auto& [digest, file] : WeightBlobs()) {
+    std::map<int, uint64_t> want = {{206, file.second}};
+    EXPECT_EQ(modelfs[digest], want) << file.first << " (" << digest << ")";
+  }
+  RecordFigures("V converted into another repo (by digest)", "converted", requests);
+}
+
+// A Docker model artifact (`docker model package` layout) named directly by the image volume:
+// containerd downloads it whole and modelfs serves it from containerd's content store, with
+// the files where Docker's tools lay them out.
+TEST_F(ImageVolumeContainerd21Test, PodWithADockerModelArtifactNamedDirectly) {
+  const std::map<std::string, std::string> want = PushDockerArtifact();
+  ASSERT_FALSE(HasFailure());
+  const size_t offset = RunPodThatHashes(
+      "docker-plain", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1"), docker_config_,
+      want);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  EXPECT_TRUE(BlobBytes(requests, kDockerRepo, "modelfs").empty());
+  EXPECT_EQ(BlobBytes(requests, kDockerRepo, "containerd").size(), 5u);  // config + 4 layers
+  RecordFigures("Docker-format artifact, named directly (eager)", "docker-plain", requests);
+}
+
+// The same Docker artifact through the volume image `modelfs convert` writes for it: lazy,
+// containerd fetches only V's config.
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfADockerModelArtifact) {
+  const std::map<std::string, std::string> want = PushDockerArtifact();
+  ASSERT_FALSE(HasFailure());
+  const nlohmann::json converted =
+      Convert({absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const size_t offset = RunPodThatHashes(
+      "docker-volume", absl::StrCat(registry_->host_port(), "/", kDockerRepo, ":v1-volume"),
+      RoleDigest(converted, "volume config"), want);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  std::set<std::string> containerd_blobs;
+  for (const auto& [digest, by_status] : BlobBytes(requests, kDockerRepo, "containerd")) {
+    containerd_blobs.insert(digest);
+  }
+  EXPECT_EQ(containerd_blobs, std::set<std::string>{RoleDigest(converted, "volume config")});
+  RecordFigures("Docker-format artifact, through its V (lazy)", "docker-volume", requests);
+}
+
+// A model read through a pull-through cache (Distribution with proxy.remoteurl) while the
+// origin is down: containerd and modelfs both follow hosts.toml to the mirror (the same
+// certs.d layout, one file each). The mirror is warmed by a `modelfs pull` through it, then
+// the origin stops; a pod on a cold node (nothing cached by containerd or modelfs) reads every
+// byte through the mirror.
+TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIsDown) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  RegistryFixtureOptions mo;
+  mo.access_log = true;
+  mo.proxy_remote_url = absl::StrCat("http://", registry_->host_port());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> mirror, RegistryFixture::Start(mo));
+  const std::string hosts_toml =
+      absl::StrCat("server = \"http://", registry_->host_port(), "\"\n[host.\"http://",
+                   mirror->host_port(), "\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
+  const std::string warm_certs = tmp_.Join("warm-certs.d").string();
+  for (const std::string& dir : {warm_certs, daemon_->hosts_dir(), containerd_->hosts_dir()}) {
+    fs::create_directories(fs::path(dir) / registry_->host_port());
+    std::ofstream(fs::path(dir) / registry_->host_port() / "hosts.toml") << hosts_toml;
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessResult pull,
+                       RunModelfs({"pull", "--plain-http", "--hosts-dir", warm_certs,
+                                   Ref(kModelRepo, "v1-volume"), tmp_.Join("warm").string()}));
+  ASSERT_EQ(pull.exit_code, 0) << pull.err;
+  // `pull` needs no V config, containerd does: fetch every blob of V and M through the mirror.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> via_mirror,
+                       ConnectPlainHttp(mirror->host_port()));
+  for (const auto& b : push_["blobs"]) {
+    ASSERT_OK(FetchBlob(*via_mirror, kModelRepo, b["digest"].get<std::string>()).status());
+  }
+  // Distribution stores what it proxied in the background: wait for every blob of V and M.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (const auto& b : push_["blobs"]) {
+    ASSERT_OK_AND_ASSIGN(Digest d, Digest::Parse(b["digest"].get<std::string>()));
+    while (!(fs::exists(mirror->BlobDataPath(d)) &&
+             Digest::Of(ReadFileOrDie(mirror->BlobDataPath(d))) == d)) {
+      ASSERT_LT(absl::Now(), deadline) << "the mirror never stored " << d.str();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  // The node has the pause and reader image (busybox), as a node that ran pods before.
+  ASSERT_OK(images_->PullImage(busybox_.reference).status());
+  registry_->Stop();
+  pull_reader_ = false;  // the busybox image is on the node; the mirror never saw it
+
+  const size_t mirror_offset = ReadFileOrDie(mirror->log_path()).size();
+  RunPodThatHashesEveryFile("mirror", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests =
+      RequestsInAccessLog(ReadFileOrDie(mirror->log_path()), mirror_offset);
+  std::cout << "[registry] traffic of the pod at the mirror (origin down):\n"
+            << DescribeTraffic(requests) << DescribeModelBlobs(requests);
+  ExpectLazyTraffic(requests);
+  RecordFigures("V by tag through a mirror, origin down (mirror's bytes)", "mirror", requests);
+}
+
+// A pod whose image volume names the ModelPack artifact M itself (not V). containerd 2.1
+// downloads M whole (its manifest, config and every layer: the eager path) and asks the
+// snapshotter for an empty snapshot; modelfs serves the model from containerd's content store,
+// verified, and fetches nothing from the registry. Deleting the pod unmounts the volume.
+class PlainModelPackVolumeTest : public ImageVolumeContainerd21Test,
+                                 public ::testing::WithParamInterface<bool> {};
+
+TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModelFileExactly) {
+  const bool tar = GetParam();
+  PushModel(tar);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string pod = tar ? "plain-m-tar" : "plain-m";
+  const size_t offset = RunPodThatHashesEveryFile(pod, Ref(kModelRepo, tar ? "v1-tar" : "v1"),
+                                                  /*image_config_role=*/"config");
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n"
+            << DescribeTraffic(requests) << "[registry] blobs of the model's repository:\n"
+            << DescribeModelBlobs(requests);
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "modelfs").empty());
+  // containerd downloaded M whole: its config and every layer, each once.
+  std::map<std::string, std::map<int, uint64_t>> want;
+  for (const auto& b : push_["blobs"]) {
+    const std::string role = b["role"];
+    if (absl::StartsWith(role, "volume")) continue;
+    want[b["digest"].get<std::string>()][200] += b["size"].get<uint64_t>();
+  }
+  EXPECT_EQ(BlobBytes(requests, kModelRepo, "containerd"), want);
+  RecordFigures(tar ? "plain M (tar layers)" : "plain M (raw layers)", pod, requests);
+  const std::string log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(log, "from containerd's content store")) << "daemon log:\n" << log;
+
+  DeletePods();
+  EXPECT_EQ(MountsUnder(containerd_->dir()), std::vector<std::string>{});
+  EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
+  // containerd's garbage collector removes the volume's snapshot, which takes the model out
+  // of modelfs's tree. `ctr images rm --sync` runs a collection now, as image GC would.
+  const std::string model_dir =
+      daemon_->root() + "/mnt/sha256-" + push_["model"]["digest"].get<std::string>().substr(7);
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult rm,
+      containerd_->Ctr({"images", "rm", "--sync", Ref(kModelRepo, tar ? "v1-tar" : "v1")}));
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  for (int i = 0; i < 100 && fs::exists(model_dir); ++i) absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(fs::exists(model_dir));
+  EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
+}
+
+INSTANTIATE_TEST_SUITE_P(RawAndTarLayers, PlainModelPackVolumeTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("TarLayers") : std::string("RawLayers");
+                         });
 
 }  // namespace
 }  // namespace modelfs::testing

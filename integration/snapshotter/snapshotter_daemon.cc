@@ -99,8 +99,9 @@ absl::StatusOr<std::unique_ptr<SnapshotterDaemon>> SnapshotterDaemon::Start(
       "metrics_address = ", TomlString(d->metrics_address_), "\n",
       // A credentials file that does not exist: a developer's ~/.docker never leaks in.
       "docker_config = ", TomlString(d->dir_.Join("no-docker-config.json").string()), "\n",
-      "log_level = \"debug\"\n", "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n",
-      options.extra_config, "\n");
+      "log_level = \"debug\"\n", "containerd_address = ", TomlString(options.containerd_address),
+      "\n", "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n", options.extra_config,
+      "\n");
   d->config_path_ = d->dir_.WriteFile("snapshotter.toml", config).string();
   RETURN_IF_ERROR(d->Spawn(/*append=*/false));
   return d;

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "tests/cache/fake_remote.h"
 #include "tests/testing/fake_clock.h"
+#include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -1066,7 +1067,7 @@ TEST_F(DiskFullTest, ALayerWithoutAChunkIndexFailsAtOnceNamingTheFullDisk) {
 
 // The real thing: the cache directory on a tmpfs that is full. Needs root (mount).
 TEST_F(DiskFullTest, OnAFullTmpfsReadsAreServedOnceEachAndTheCacheReopens) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(geteuid() == 0 ? "" : "mounting a tmpfs needs root");
   const std::filesystem::path mnt = dir_.Join("tmpfs");
   std::filesystem::create_directories(mnt);
   ASSERT_EQ(mount("tmpfs", mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=512k"), 0)

@@ -915,7 +915,7 @@ TEST_F(FuseRestartTest, ARequestIssuedWhileNobodyServesCompletesAfterTheAdopt) {
 }
 
 TEST_F(FuseRestartTest, ARequestInFlightWhenTheServerDiesIsResentToTheAdopter) {
-  if (!KernelAtLeast(6, 9)) GTEST_SKIP() << "FUSE_NOTIFY_RESEND needs Linux 6.9";
+  SKIP_OR_FAIL_IF_UNAVAILABLE(KernelAtLeast(6, 9) ? "" : "FUSE_NOTIFY_RESEND needs Linux 6.9");
   int hung[2];
   ASSERT_EQ(pipe2(hung, O_CLOEXEC), 0);
   open_fds_.push_back(hung[0]);

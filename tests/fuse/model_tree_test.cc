@@ -428,5 +428,53 @@ TEST_F(ModelTreeTest, ConcurrentReadsAndLookupsReturnExactBytes) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// A lazy synthetic file is made on its first lookup, exactly once, and not by listing the
+// directory, registering the model or reading other files.
+TEST_F(ModelTreeTest, LazySyntheticFileIsMadeOnFirstLookupOnly) {
+  std::atomic<int> made{0};
+  SyntheticFiles synthetic;
+  synthetic[".modelinfo.json"] = SyntheticFile::Lazy([&] {
+    ++made;
+    return std::string("{\"lazy\":true}\n");
+  });
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree,
+                       ModelTree::SingleModel(&reader_, Files(), std::move(synthetic)));
+  ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> entries, tree->ReadDir(ModelTree::kRootIno));
+  ASSERT_OK_AND_ASSIGN(NodeAttr config, tree->Lookup(ModelTree::kRootIno, "config.json"));
+  EXPECT_EQ(ReadOr(*tree, config.ino, 0, 100), "config-bytes");
+  EXPECT_EQ(made.load(), 0);
+  EXPECT_TRUE(tree->LookupWouldMake(ModelTree::kRootIno, ".modelinfo.json"));
+  EXPECT_TRUE(tree->LookupWouldMake(ModelTree::kRootIno, ""));
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, "config.json"));
+
+  ASSERT_OK_AND_ASSIGN(NodeAttr info, tree->Lookup(ModelTree::kRootIno, ".modelinfo.json"));
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, ".modelinfo.json"));
+  EXPECT_FALSE(tree->LookupWouldMake(ModelTree::kRootIno, ""));
+  EXPECT_EQ(info.size, 14u);
+  EXPECT_EQ(ReadOr(*tree, info.ino, 0, 100), "{\"lazy\":true}\n");
+  ASSERT_OK_AND_ASSIGN(NodeAttr again, tree->GetAttr(info.ino));
+  EXPECT_EQ(again.size, 14u);
+  EXPECT_EQ(made.load(), 1);
+}
+
+// Until it is made, a lazy file does not count as ready, so the FUSE layer keeps making it off
+// the threads that must not block.
+TEST_F(ModelTreeTest, LazySyntheticFileIsNotReadyUntilMade) {
+  SyntheticFiles synthetic;
+  synthetic["info"] = SyntheticFile::Lazy([] { return std::string("abc"); });
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree,
+                       ModelTree::SingleModel(&reader_, Files(), std::move(synthetic)));
+  uint64_t ino = 0;
+  ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> entries, tree->ReadDir(ModelTree::kRootIno));
+  for (const DirEntry& e : entries) {
+    if (e.name == "info") ino = e.ino;
+  }
+  ASSERT_NE(ino, 0u);
+  EXPECT_FALSE(tree->IsReady(ino, 0, 3));
+  EXPECT_EQ(ReadOr(*tree, ino, 0, 3), "abc");
+  EXPECT_TRUE(tree->IsReady(ino, 0, 3));
+}
+
 }  // namespace
 }  // namespace modelfs

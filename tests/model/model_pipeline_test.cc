@@ -56,7 +56,8 @@ TEST_F(ModelPipelineTest, ServeGetsTheModelsFilesAndItsModelInfo) {
   EXPECT_THAT(served, ElementsAre(Field(&TreeFile::path, "a.txt")));
   EXPECT_EQ(loaded.layers, std::vector<Digest>{a});
   ASSERT_EQ(synthetic.count(kModelInfoFileName), 1u);
-  EXPECT_THAT(synthetic[kModelInfoFileName], HasSubstr("\"shown/reference:v1\""));
+  ASSERT_TRUE(synthetic[kModelInfoFileName].lazy());  // made on first lookup
+  EXPECT_THAT(synthetic[kModelInfoFileName].make()(), HasSubstr("\"shown/reference:v1\""));
   EXPECT_EQ(References(a), 1);
 }
 
@@ -95,20 +96,34 @@ TEST_F(ModelPipelineTest, DeferredPrefetchAllFetchesNoLayerUntilStartPrefetch) {
   EXPECT_EQ(cache_->stats().bytes_fetched, 100000u);
 }
 
-// Registering reads each header once for .modelinfo.json; the prefetch reads the same bytes
-// through the cache again (found cached today; fetched first once .modelinfo.json is lazy).
+// .modelinfo.json is made on first lookup, so registering reads nothing; the headers prefetch
+// then reads (and fetches) exactly what making it reads, so that the lookup finds it cached.
 TEST_F(ModelPipelineTest, HeadersPrefetchReadsWhatModelInfoReadsThroughTheCache) {
   const std::string st = SafetensorsBytes();
   Digest a = AddRawLayer(st, "model.safetensors");
   model_.chunk_indexes[a] = BuildChunkIndex(st);
   ModelPipeline pipeline(cache_.get(), {PrefetchPolicy::kHeadersOnly, false});
-  ASSERT_OK(RegisterUnserved(pipeline, model_, PrefetchStart::kOnStartPrefetch));
-  const uint64_t served_by_modelinfo = cache_->stats().bytes_served;
-  ASSERT_GT(served_by_modelinfo, 8u);
+  SyntheticFiles synthetic;
+  ASSERT_OK(pipeline
+                .Register(
+                    model_, "r",
+                    [&](const LoadedModel& m) {
+                      synthetic = m.synthetic;
+                      return absl::OkStatus();
+                    },
+                    PrefetchStart::kOnStartPrefetch)
+                .status());
+  EXPECT_EQ(cache_->stats().bytes_served, 0u);
 
   pipeline.StartPrefetch(ModelRef());
   ASSERT_TRUE(pipeline.WaitForHeaderReads(absl::Seconds(30)));
-  EXPECT_EQ(cache_->stats().bytes_served, 2 * served_by_modelinfo);
+  const uint64_t served_by_prefetch = cache_->stats().bytes_served;
+  const uint64_t fetched = cache_->stats().bytes_fetched;
+  ASSERT_GT(served_by_prefetch, 8u);
+  ASSERT_TRUE(synthetic[kModelInfoFileName].lazy());
+  EXPECT_THAT(synthetic[kModelInfoFileName].make()(), HasSubstr("model.safetensors"));
+  EXPECT_EQ(cache_->stats().bytes_served, 2 * served_by_prefetch);
+  EXPECT_EQ(cache_->stats().bytes_fetched, fetched);  // all of it found cached
 }
 
 TEST_F(ModelPipelineTest, HeadersPrefetchSkipsALayerThatIsVerifiedWhole) {

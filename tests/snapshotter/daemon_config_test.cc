@@ -17,6 +17,7 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(c.address, "/run/modelfs/snapshotter.sock");
   EXPECT_EQ(c.hosts_dir, "/etc/containerd/certs.d");
   EXPECT_EQ(c.prefetch, "headers");
+  EXPECT_EQ(c.containerd_address, "/run/containerd/containerd.sock");
   EXPECT_OK(ValidateDaemonConfig(c));
 }
 
@@ -30,6 +31,7 @@ insecure_hosts = ["127.0.0.1:5000", "registry.local"]
 docker_config = "/etc/modelfs/config.json"
 metrics_address = "127.0.0.1:9464"
 log_level = "debug"
+containerd_address = "/run/k3s/containerd/containerd.sock"
 [cache]
 max_size_gib = 200
 prefetch = "all"
@@ -46,6 +48,7 @@ insecure_stream = true
   EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
   EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
   EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.containerd_address, "/run/k3s/containerd/containerd.sock");
   EXPECT_EQ(c.cache_max_size_gib, 200u);
   EXPECT_EQ(c.prefetch, "all");
   EXPECT_DOUBLE_EQ(c.read_deadline_s, 12.5);
@@ -110,6 +113,16 @@ TEST(DaemonConfigTest, LoadingAMissingFileIsNotFound) {
   DaemonConfig c;
   EXPECT_THAT(LoadDaemonConfig("/nonexistent/modelfs.toml", c),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+// "" turns the content store off; a relative path is refused.
+TEST(DaemonConfigTest, ContainerdAddressIsAnAbsolutePathOrEmpty) {
+  DaemonConfig c;
+  c.containerd_address = "";
+  EXPECT_OK(ValidateDaemonConfig(c));
+  c.containerd_address = "run/containerd.sock";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("containerd_address")));
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// ContentStore: read access to containerd's content store (committed blobs by digest, per
+// containerd namespace), and GrpcContentStore, the client of containerd's
+// containerd.services.content.v1.Content API (Info, Read) on containerd's own socket.
+//
+// The snapshotter needs it for one case: a pod whose image volume names a plain ModelPack
+// artifact M. containerd 2.1 has then downloaded M, its config and its layers into its content
+// store and asks for an empty snapshot; modelfs serves the model from those blobs
+// (content_store_model.h) instead of fetching them again.
+//
+// Nothing read here is trusted: containerd commits content by digest, but callers verify every
+// byte they serve (content_store_blob_reader.h).
+//
+// Thread safety: implementations are safe for concurrent calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/oci/digest.h"
+
+namespace modelfs::snapshotter {
+
+class ContentStore {
+ public:
+  virtual ~ContentStore() = default;
+
+  // The size of committed blob `digest` in containerd namespace `ns`. Errors: kNotFound (no
+  // such blob in that namespace), kUnavailable (containerd unreachable), other gRPC errors as
+  // their canonical codes; messages name the digest and namespace.
+  virtual absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) = 0;
+
+  // Streams bytes [offset, offset + length) of blob `digest` to `sink` in order, in pieces;
+  // `length` > 0. Fewer bytes than asked (the blob ends early) is kOutOfRange; a sink error
+  // stops the read and is returned. Errors as Size, and kDeadlineExceeded past `deadline`.
+  virtual absl::Status Read(const std::string& ns, const Digest& digest, uint64_t offset,
+                            uint64_t length, absl::Time deadline,
+                            const std::function<absl::Status(std::string_view)>& sink) = 0;
+};
+
+// A client of containerd's content API on the unix socket `socket_path` (containerd's
+// [grpc] address, /run/containerd/containerd.sock by default). Connects on first use, so
+// containerd may start after the snapshotter. Errors: kInvalidArgument for an empty path.
+absl::StatusOr<std::unique_ptr<ContentStore>> ConnectContentStore(const std::string& socket_path);
+
+}  // namespace modelfs::snapshotter
