@@ -32,8 +32,10 @@
   --blob-fault-bytes N  body bytes sent before a reset, truncation or stall (default -1: half
                       of the body).
   --blob-fault-offset K  body offset of the corrupt byte (default -1: the middle of the body).
+  --blob-fault-from B  only requests whose Range starts at blob offset B or later (default 0;
+                      a request without Range starts at 0), e.g. the readahead past a read.
 GET /__stats returns counters as JSON. GET /__clear-faults turns --blob-fault off (answers
-already stalled stay stalled); GET /__set-faults?mode=M&first=N&path=P&bytes=B&offset=K sets
+already stalled stay stalled); GET /__set-faults?mode=M&first=N&path=P&bytes=B&offset=K&from=F sets
 them (omitted fields keep their values).
 """
 import argparse
@@ -50,6 +52,14 @@ import urllib.parse
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
        "proxy-authorization", "proxy-authenticate"}
+
+
+def range_start(value):
+    """The first byte a "bytes=A-B" request header asks for; 0 without one."""
+    try:
+        return int(value.split("=", 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return 0
 
 
 def shifted_range(value, shift):
@@ -83,6 +93,7 @@ def main():
     ap.add_argument("--blob-fault-bytes", type=int, default=-1)
     ap.add_argument("--blob-fault-offset", type=int, default=-1)
     ap.add_argument("--blob-fault-range-shift", type=int, default=0)
+    ap.add_argument("--blob-fault-from", type=int, default=0)
     args = ap.parse_args()
     # --blob-fault-first counts down; this says whether it was given at all (0: every answer).
     args.blob_fault_limited = args.blob_fault_first > 0
@@ -174,6 +185,8 @@ def main():
                 stats["blob_gets"] += 1
                 if not args.blob_fault or args.blob_fault_path not in path:
                     return ""
+                if range_start(self.headers.get("Range", "")) < args.blob_fault_from:
+                    return ""
                 if args.blob_fault == "wrong-range" and status != 206:
                     return ""
                 if args.blob_fault_limited:
@@ -232,6 +245,8 @@ def main():
                         args.blob_fault_bytes = int(q["bytes"][0])
                     if "offset" in q:
                         args.blob_fault_offset = int(q["offset"][0])
+                    if "from" in q:
+                        args.blob_fault_from = int(q["from"][0])
                 self.simple(200, b"set")
                 return
             with lock:

@@ -353,7 +353,8 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
     argv.insert(argv.end(), {"--blob-fault", BlobFaultName(options.blob_fault),
                              "--blob-fault-first", absl::StrCat(options.blob_fault_first),
                              "--blob-fault-bytes", absl::StrCat(options.blob_fault_bytes),
-                             "--blob-fault-offset", absl::StrCat(options.blob_fault_offset)});
+                             "--blob-fault-offset", absl::StrCat(options.blob_fault_offset),
+                             "--blob-fault-from", absl::StrCat(options.blob_fault_from)});
     if (!options.blob_fault_path.empty()) {
       argv.insert(argv.end(), {"--blob-fault-path", options.blob_fault_path});
     }
@@ -392,13 +393,13 @@ absl::Status FaultProxy::ClearBlobFault() const {
 }
 
 absl::Status FaultProxy::SetBlobFault(FaultProxyOptions::BlobFault fault, int first,
-                                      const std::string& path, int64_t bytes,
-                                      int64_t offset) const {
-  // The path is a substring such as "/blobs/sha256:<hex>": nothing to escape but ':' and '/',
-  // which a query value may carry.
+                                      const std::string& path, int64_t bytes, int64_t offset,
+                                      int64_t from) const {
+  // The path is a substring such as "/blobs/sha256:<hex>": ':' and '/' may stand in a query.
   std::string url = absl::StrCat("http://", host_port_, "/__set-faults?mode=",
                                  BlobFaultName(fault), "&first=", first, "&bytes=", bytes,
-                                 "&offset=", offset, "&path=", path.empty() ? "/blobs/" : path);
+                                 "&offset=", offset, "&from=", from,
+                                 "&path=", path.empty() ? "/blobs/" : path);
   long status = 0;
   ASSIGN_OR_RETURN(std::string body, HttpGetForTest(url, &status));
   if (status != 200) return absl::InternalError(absl::StrCat("/__set-faults: HTTP ", status));

@@ -136,6 +136,7 @@ struct FaultProxyOptions {
   std::string blob_fault_path;       // substring of the paths to break; empty: any /blobs/
   int64_t blob_fault_bytes = -1;     // reset/truncate/stall: body bytes first; -1: half
   int64_t blob_fault_offset = -1;    // corrupt: body offset; -1: the middle
+  int64_t blob_fault_from = 0;       // only requests whose Range starts at this blob offset+
 };
 
 // fault_proxy.py's name of a BlobFault ("" for kNone).
@@ -156,7 +157,7 @@ class FaultProxy {
   // Sets the blob fault (and its budget, path, bytes and offset) for the answers that follow.
   absl::Status SetBlobFault(FaultProxyOptions::BlobFault fault, int first,
                             const std::string& path = "", int64_t bytes = -1,
-                            int64_t offset = -1) const;
+                            int64_t offset = -1, int64_t from = 0) const;
 
  private:
   FaultProxy() = default;
