@@ -9,9 +9,10 @@
 // What must hold, for each fault:
 //  - never a wrong byte: every byte a read returns equals the source;
 //  - never a hang: every read ends (each runs in a child process with a watchdog);
-//  - a fault on the first answers only: the reads succeed (transport faults at once, within the
-//    read's own retries; a lie at worst after one EIO, since a verification failure is
-//    reported at once rather than retried);
+//  - a fault on the first answers only: the reads succeed (a reset or cut body at once, within
+//    the read's own retries; a stall or a lie at worst after an EIO: a stalled request is given
+//    up only at about the read deadline, and a chunk that fails verification or an answer with
+//    the wrong Content-Range fails the read that needed it at once, unretried);
 //  - a fault on every answer: EIO within about the read deadline (3 s here), and once the fault
 //    is cleared the same mount reads every file right.
 // Needs /dev/fuse (skipped without it, failed under CI=true); only talks to 127.0.0.1.
