@@ -699,8 +699,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   if (!callback_error.ok()) return callback_error;
   if (idle.stalled) {
     return TransportError(absl::StrCat(req.method, " ", Origin(url), " failed: no byte for ",
-                                       absl::FormatDuration(options_.stall_timeout),
-                                       " (stalled)"));
+                                       absl::FormatDuration(options_.stall_timeout), " (stalled)"));
   }
   // An error answer that stops short (Distribution announces the blob's Content-Length on a
   // 416) or that we cut off ourselves still says everything we need.

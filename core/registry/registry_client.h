@@ -95,9 +95,9 @@ struct RegistryClientOptions {
   absl::Duration ignored_range_cooldown = absl::Seconds(5);
 
   absl::Duration connect_timeout = absl::Seconds(15);
-  // A transfer that moves no byte, or under 1 KiB/s, for this long is aborted (and retried). Large blobs have
-  // no fixed total timeout; small requests also have request_timeout.
-  // Clients that serve reads with a deadline use StallTimeoutForReads.
+  // A transfer that moves no byte, or under 1 KiB/s, for this long is aborted (and retried). Large
+  // blobs have no fixed total timeout; small requests also have request_timeout. Clients that serve
+  // reads with a deadline use StallTimeoutForReads.
   absl::Duration stall_timeout = absl::Seconds(60);
   absl::Duration request_timeout = absl::Minutes(2);  // requests without a blob body
   // Retries stop when either limit is reached.

@@ -396,10 +396,9 @@ absl::Status FaultProxy::SetBlobFault(FaultProxyOptions::BlobFault fault, int fi
                                       const std::string& path, int64_t bytes, int64_t offset,
                                       int64_t from) const {
   // The path is a substring such as "/blobs/sha256:<hex>": ':' and '/' may stand in a query.
-  std::string url = absl::StrCat("http://", host_port_, "/__set-faults?mode=",
-                                 BlobFaultName(fault), "&first=", first, "&bytes=", bytes,
-                                 "&offset=", offset, "&from=", from,
-                                 "&path=", path.empty() ? "/blobs/" : path);
+  std::string url = absl::StrCat("http://", host_port_, "/__set-faults?mode=", BlobFaultName(fault),
+                                 "&first=", first, "&bytes=", bytes, "&offset=", offset,
+                                 "&from=", from, "&path=", path.empty() ? "/blobs/" : path);
   long status = 0;
   ASSIGN_OR_RETURN(std::string body, HttpGetForTest(url, &status));
   if (status != 200) return absl::InternalError(absl::StrCat("/__set-faults: HTTP ", status));

@@ -132,11 +132,11 @@ struct FaultProxyOptions {
     kWrongRange,  // a 206 whose Content-Range names the next range; the body is the asked one
   };
   BlobFault blob_fault = BlobFault::kNone;
-  int blob_fault_first = 0;          // only the first N broken (retries succeed); 0: every one
-  std::string blob_fault_path;       // substring of the paths to break; empty: any /blobs/
-  int64_t blob_fault_bytes = -1;     // reset/truncate/stall: body bytes first; -1: half
-  int64_t blob_fault_offset = -1;    // corrupt: body offset; -1: the middle
-  int64_t blob_fault_from = 0;       // only requests whose Range starts at this blob offset+
+  int blob_fault_first = 0;        // only the first N broken (retries succeed); 0: every one
+  std::string blob_fault_path;     // substring of the paths to break; empty: any /blobs/
+  int64_t blob_fault_bytes = -1;   // reset/truncate/stall: body bytes first; -1: half
+  int64_t blob_fault_offset = -1;  // corrupt: body offset; -1: the middle
+  int64_t blob_fault_from = 0;     // only requests whose Range starts at this blob offset+
 };
 
 // fault_proxy.py's name of a BlobFault ("" for kNone).
@@ -156,8 +156,8 @@ class FaultProxy {
   absl::Status ClearBlobFault() const;
   // Sets the blob fault (and its budget, path, bytes and offset) for the answers that follow.
   absl::Status SetBlobFault(FaultProxyOptions::BlobFault fault, int first,
-                            const std::string& path = "", int64_t bytes = -1,
-                            int64_t offset = -1, int64_t from = 0) const;
+                            const std::string& path = "", int64_t bytes = -1, int64_t offset = -1,
+                            int64_t from = 0) const;
 
  private:
   FaultProxy() = default;

@@ -143,8 +143,8 @@ struct ReadOutcome {
 };
 
 std::string Describe(const ReadOutcome& o) {
-  static const char* const kNames[] = {"right bytes", "WRONG BYTES", "error", "short read",
-                                       "HUNG",        "child lost"};
+  static const char* const kNames[] = {"right bytes", "WRONG BYTES", "error",
+                                       "short read",  "HUNG",        "child lost"};
   std::string s = absl::StrCat(kNames[o.kind], " after ", o.seconds, " s");
   if (o.kind == ReadOutcome::kError) absl::StrAppend(&s, ": ", strerror(o.err));
   if (o.kind != ReadOutcome::kRight) absl::StrAppend(&s, " at offset ", o.offset);
@@ -361,7 +361,8 @@ TEST_P(BlobFaultTest, AFaultOnEveryAnswerIsEioWithinTheDeadlineAndClearingItHeal
     absl::SleepFor(absl::Seconds(kDeadlineS + 1.5));
   }
   for (const auto& [rel, bytes] : env->files) {
-    EXPECT_GT(ReadUntilRight(rel, 1), 0) << rel << " did not read right after the fault was cleared";
+    EXPECT_GT(ReadUntilRight(rel, 1), 0)
+        << rel << " did not read right after the fault was cleared";
   }
 }
 
