@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/base/heap.h"
+#include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "snapshotter/daemon_config.h"
@@ -126,6 +127,8 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.docker_config = c.docker_config;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
+  o.registry.client.stall_timeout =
+      StallTimeoutForReads(o.registry.client.stall_timeout, o.cache.read_deadline);
   o.cache.log = [](absl::string_view line) { LogLine(std::string(line)); };
   o.prefetch = PolicyOf(c.prefetch);
   o.insecure_stream = c.insecure_stream;

@@ -27,6 +27,7 @@
 #include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
 #include "core/publish/registry_blob_source.h"
+#include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
@@ -147,6 +148,8 @@ absl::Status RunForeground(const MountCli& c) {
   access.hosts.plain_http = c.plain_http;
   access.hosts.certs_dir = c.hosts_dir;
   access.docker_config = c.docker_config;
+  access.client.stall_timeout =
+      StallTimeoutForReads(access.client.stall_timeout, absl::Seconds(c.read_deadline_s));
   // One client per registry: V's record may name M's repository on another registry, and
   // the weights are read from there.
   RegistryClients clients(access);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -230,6 +231,11 @@ struct RegistryClient::Response {
     return start;
   }
 };
+
+absl::Duration StallTimeoutForReads(absl::Duration stall_timeout, absl::Duration read_deadline) {
+  return std::min(stall_timeout,
+                  std::max(absl::Seconds(1), absl::Ceil(read_deadline, absl::Seconds(1))));
+}
 
 // The client's retry loops use the project's one policy (core/base/backoff.h), bounded by
 // retry_deadline and the caller's deadline.
@@ -480,6 +486,30 @@ size_t HeaderCb(char* ptr, size_t size, size_t nmemb, void* user) {
   return size * nmemb;
 }
 
+// No byte in either direction for `limit` aborts the transfer (`stalled`). libcurl's low-speed
+// check alone averages over a few seconds: a connection that sent megabytes and then stopped
+// went on for seconds past the stall timeout (and a request for a reader with a 3 s deadline
+// outlived it).
+struct IdleState {
+  std::chrono::steady_clock::time_point last;
+  curl_off_t seen = -1;
+  std::chrono::nanoseconds limit{0};
+  bool stalled = false;
+};
+int XferInfoCb(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t /*ultotal*/,
+               curl_off_t ulnow) {
+  auto* s = static_cast<IdleState*>(user);
+  const auto now = std::chrono::steady_clock::now();
+  if (dlnow + ulnow != s->seen) {
+    s->seen = dlnow + ulnow;
+    s->last = now;
+    return 0;
+  }
+  if (now - s->last < s->limit) return 0;
+  s->stalled = true;
+  return 1;
+}
+
 }  // namespace
 
 absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
@@ -600,6 +630,12 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
+  IdleState idle;
+  idle.last = std::chrono::steady_clock::now();
+  idle.limit = absl::ToChronoNanoseconds(options_.stall_timeout);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, XferInfoCb);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &idle);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(
       h, CURLOPT_LOW_SPEED_TIME,
@@ -661,6 +697,10 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   bytes_sent_ += static_cast<uint64_t>(sent);
 
   if (!callback_error.ok()) return callback_error;
+  if (idle.stalled) {
+    return TransportError(absl::StrCat(req.method, " ", Origin(url), " failed: no byte for ",
+                                       absl::FormatDuration(options_.stall_timeout), " (stalled)"));
+  }
   // An error answer that stops short (Distribution announces the blob's Content-Length on a
   // 416) or that we cut off ourselves still says everything we need.
   bool error_answer_complete = (rc == CURLE_WRITE_ERROR && truncated_error_body) ||

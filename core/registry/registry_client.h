@@ -95,8 +95,9 @@ struct RegistryClientOptions {
   absl::Duration ignored_range_cooldown = absl::Seconds(5);
 
   absl::Duration connect_timeout = absl::Seconds(15);
-  // A transfer slower than 1 KiB/s for this long is aborted (and retried). Large blobs have
-  // no fixed total timeout; small requests also have request_timeout.
+  // A transfer that moves no byte, or under 1 KiB/s, for this long is aborted (and retried). Large
+  // blobs have no fixed total timeout; small requests also have request_timeout. Clients that serve
+  // reads with a deadline use StallTimeoutForReads.
   absl::Duration stall_timeout = absl::Seconds(60);
   absl::Duration request_timeout = absl::Minutes(2);  // requests without a blob body
   // Retries stop when either limit is reached.
@@ -146,6 +147,14 @@ using BlobReadAt = std::function<absl::StatusOr<size_t>(uint64_t offset, char* b
 BlobReadAt BlobReadAtString(std::shared_ptr<const std::string> bytes);
 // pread() on fd; the caller keeps fd open for the duration of the push.
 BlobReadAt BlobReadAtFd(int fd);
+
+// The stall timeout of a client whose bytes serve reads that wait at most `read_deadline`:
+// stall_timeout, but never longer than the deadline (rounded up to whole seconds, as libcurl
+// counts). A connection that moved under 1 KiB/s for a whole read deadline cannot serve any
+// reader in time; cut off then, its request is retried on a new connection. Left to the 60 s
+// default, a stalled readahead request held the chunks that readers wait for, and every read
+// of them failed with EIO for a minute after the registry answered again.
+absl::Duration StallTimeoutForReads(absl::Duration stall_timeout, absl::Duration read_deadline);
 
 class RegistryClient {
  public:

@@ -349,10 +349,60 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
   if (options.storage_uses > 0) {
     argv.insert(argv.end(), {"--storage-uses", absl::StrCat(options.storage_uses)});
   }
+  if (options.blob_fault != FaultProxyOptions::BlobFault::kNone) {
+    argv.insert(argv.end(), {"--blob-fault", BlobFaultName(options.blob_fault),
+                             "--blob-fault-first", absl::StrCat(options.blob_fault_first),
+                             "--blob-fault-bytes", absl::StrCat(options.blob_fault_bytes),
+                             "--blob-fault-offset", absl::StrCat(options.blob_fault_offset),
+                             "--blob-fault-from", absl::StrCat(options.blob_fault_from)});
+    if (!options.blob_fault_path.empty()) {
+      argv.insert(argv.end(), {"--blob-fault-path", options.blob_fault_path});
+    }
+  }
   ASSIGN_OR_RETURN(p->process_, ChildProcess::Spawn(argv, p->work_dir_ + "/proxy.log"));
   ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, p->process_.get(), absl::Seconds(20)));
   p->host_port_ = absl::StrCat("127.0.0.1:", port);
   return p;
+}
+
+const char* BlobFaultName(FaultProxyOptions::BlobFault fault) {
+  using F = FaultProxyOptions::BlobFault;
+  switch (fault) {
+    case F::kNone:
+      return "";
+    case F::kReset:
+      return "reset";
+    case F::kTruncate:
+      return "truncate";
+    case F::kStall:
+      return "stall";
+    case F::kCorrupt:
+      return "corrupt";
+    case F::kWrongRange:
+      return "wrong-range";
+  }
+  return "";
+}
+
+absl::Status FaultProxy::ClearBlobFault() const {
+  long status = 0;
+  ASSIGN_OR_RETURN(std::string body,
+                   HttpGetForTest(absl::StrCat("http://", host_port_, "/__clear-faults"), &status));
+  if (status != 200) return absl::InternalError(absl::StrCat("/__clear-faults: HTTP ", status));
+  return absl::OkStatus();
+}
+
+absl::Status FaultProxy::SetBlobFault(FaultProxyOptions::BlobFault fault, int first,
+                                      const std::string& path, int64_t bytes, int64_t offset,
+                                      int64_t from) const {
+  // The path is a substring such as "/blobs/sha256:<hex>": ':' and '/' may stand in a query.
+  std::string url = absl::StrCat("http://", host_port_, "/__set-faults?mode=", BlobFaultName(fault),
+                                 "&first=", first, "&bytes=", bytes, "&offset=", offset,
+                                 "&from=", from, "&path=", path.empty() ? "/blobs/" : path);
+  long status = 0;
+  ASSIGN_OR_RETURN(std::string body, HttpGetForTest(url, &status));
+  if (status != 200) return absl::InternalError(absl::StrCat("/__set-faults: HTTP ", status));
+  return absl::OkStatus();
 }
 
 FaultProxy::~FaultProxy() {

@@ -4,7 +4,8 @@
 //    auth it also runs token_server.py with a freshly generated RSA key and certificate), or
 //    as a pull-through cache of another registry.
 //  - FaultProxy: fault_proxy.py in front of a registry (injected 5xx/429, ignored Range,
-//    redirects to a "storage" host whose URLs expire).
+//    redirects to a "storage" host whose URLs expire, read-only credentials, and blob bodies
+//    that are reset, truncated, stalled, corrupted or sent under a wrong Content-Range).
 // Every process is started by the fixture and stopped by PID in its destructor; temporary
 // directories are removed.
 //
@@ -119,7 +120,27 @@ struct FaultProxyOptions {
   bool redirect_blobs = false;
   int storage_uses = 0;    // 0: storage URLs never expire
   bool read_only = false;  // refuse POST/PUT/PATCH/DELETE with 403 DENIED
+
+  // Broken bodies of GET .../blobs/... answers (200 or 206) from the registry (fault_proxy.py
+  // --blob-fault). kNone: bodies pass unchanged.
+  enum class BlobFault {
+    kNone,
+    kReset,       // send blob_fault_bytes of the body, then reset the connection (RST)
+    kTruncate,    // full Content-Length, blob_fault_bytes of the body, then close (FIN)
+    kStall,       // send blob_fault_bytes, then nothing until the client closes (<= 120 s)
+    kCorrupt,     // flip the body byte at blob_fault_offset
+    kWrongRange,  // a 206 whose Content-Range names the next range; the body is the asked one
+  };
+  BlobFault blob_fault = BlobFault::kNone;
+  int blob_fault_first = 0;        // only the first N broken (retries succeed); 0: every one
+  std::string blob_fault_path;     // substring of the paths to break; empty: any /blobs/
+  int64_t blob_fault_bytes = -1;   // reset/truncate/stall: body bytes first; -1: half
+  int64_t blob_fault_offset = -1;  // corrupt: body offset; -1: the middle
+  int64_t blob_fault_from = 0;     // only requests whose Range starts at this blob offset+
 };
+
+// fault_proxy.py's name of a BlobFault ("" for kNone).
+const char* BlobFaultName(FaultProxyOptions::BlobFault fault);
 
 class FaultProxy {
  public:
@@ -128,8 +149,15 @@ class FaultProxy {
   ~FaultProxy();
   const std::string& host_port() const { return host_port_; }
   // A counter from /__stats: requests, injected, redirects, storage_requests,
-  // storage_expired, storage_with_auth, refused_writes.
+  // storage_expired, storage_with_auth, refused_writes, blob_gets (GETs of blobs answered 200
+  // or 206), blob_faults (bodies broken), stalls_ended (stalled answers the client gave up).
   absl::StatusOr<int> Stat(const std::string& name) const;
+  // Turns the blob fault off for the answers that follow (a stalled one stays stalled).
+  absl::Status ClearBlobFault() const;
+  // Sets the blob fault (and its budget, path, bytes and offset) for the answers that follow.
+  absl::Status SetBlobFault(FaultProxyOptions::BlobFault fault, int first,
+                            const std::string& path = "", int64_t bytes = -1, int64_t offset = -1,
+                            int64_t from = 0) const;
 
  private:
   FaultProxy() = default;

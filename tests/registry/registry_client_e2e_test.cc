@@ -354,6 +354,40 @@ TEST_F(FaultE2E, TooManyRequestsHonoursRetryAfter) {
   EXPECT_EQ(client->stats().retries, 1u);
 }
 
+// A body that stops after megabytes is cut once no byte came for the stall timeout (libcurl's
+// low-speed check alone averages over the last seconds, and so let it run several more), as
+// retryable kUnavailable; a cut body or a reset is kUnavailable too, never short bytes.
+TEST_F(FaultE2E, ARangeBodyThatStallsAfterMegabytesIsCutAfterTheStallTimeout) {
+  std::string blob = Bytes(4 << 20, 31);
+  ASSERT_OK(Push(*client_, "e2e/stall", blob));
+  FaultProxyOptions o;
+  o.blob_fault = FaultProxyOptions::BlobFault::kStall;
+  o.blob_fault_bytes = 3 << 20;
+  auto proxy = StartProxy(o);
+  ASSERT_NE(proxy, nullptr);
+  RegistryClientOptions co;
+  co.stall_timeout = absl::Seconds(1);
+  auto client = ClientFor(proxy->host_port(), co);
+  const absl::Time start = absl::Now();
+  auto got = client->GetBlobRange("e2e/stall", Digest::Of(blob), 0, blob.size(),
+                                  absl::Now() + absl::Seconds(30));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("stalled")));
+  EXPECT_LT(took, absl::Seconds(3)) << "cut after " << took;
+  for (auto fault :
+       {FaultProxyOptions::BlobFault::kTruncate, FaultProxyOptions::BlobFault::kReset}) {
+    ASSERT_OK(proxy->SetBlobFault(fault, /*first=*/1));
+    EXPECT_THAT(client->GetBlobRange("e2e/stall", Digest::Of(blob), 0, blob.size(),
+                                     absl::Now() + absl::Seconds(30)),
+                StatusIs(absl::StatusCode::kUnavailable))
+        << BlobFaultName(fault);
+  }
+  ASSERT_OK_AND_ASSIGN(std::string back,
+                       client->GetBlobRange("e2e/stall", Digest::Of(blob), 0, blob.size(),
+                                            absl::Now() + absl::Seconds(30)));
+  EXPECT_TRUE(back == blob);
+}
+
 TEST_F(FaultE2E, ClientErrorsAreNeverRetried) {
   FaultProxyOptions o;
   o.fail_first = 1;
