@@ -345,7 +345,8 @@ void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
     }
     uint64_t done = 0;
     while (done < s.length) {
-      const ssize_t n = pread(s.fd, at + done, s.length - done, static_cast<off_t>(s.offset + done));
+      const ssize_t n =
+          pread(s.fd, at + done, s.length - done, static_cast<off_t>(s.offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         // A verified cache file shrank or failed under us: say EIO rather than send less.

@@ -233,9 +233,9 @@ class ModelSnapshotter final : public Snapshotter {
 
   std::unique_ptr<RoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
-  std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
-  std::unique_ptr<ContentStore> owned_content_store_;  // the client of containerd_address
-  ContentStore* content_store_ = nullptr;             // null without containerd_address
+  std::unique_ptr<ModelPipeline> pipeline_;                 // over cache_
+  std::unique_ptr<ContentStore> owned_content_store_;       // the client of containerd_address
+  ContentStore* content_store_ = nullptr;                   // null without containerd_address
   std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
   std::unique_ptr<LayerRoutingReader> reader_;  // what tree_ reads: content store, else cache_
   std::shared_ptr<ModelTree> tree_;

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status/status_macros.h"
 #include "core/model/model_loader.h"
+#include "core/status/status_macros.h"
 #include "snapshotter/content_store_model.h"
 #include "snapshotter/model_snapshotter.h"
 

@@ -135,8 +135,7 @@ absl::Status RunForeground(const MountCli& c) {
   if (FuseMountedAt(c.dir)) {
     // A live one: a second mount would hide it (and its readers' files) until unmounted.
     return absl::InvalidArgumentError(absl::StrCat(
-        c.dir, ": a FUSE filesystem is already mounted here; `modelfs umount ", c.dir,
-        "` first"));
+        c.dir, ": a FUSE filesystem is already mounted here; `modelfs umount ", c.dir, "` first"));
   }
   std::error_code ec;
   if (!fs::is_directory(c.dir, ec)) {

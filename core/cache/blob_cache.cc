@@ -159,7 +159,7 @@ void BlobCache::Log(absl::string_view line) const {
 }
 
 LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                               std::string seal) {
+                                std::string seal) {
   LayerRecord r;
   r.digest = layer.digest.str();
   r.size = layer.size;
@@ -339,7 +339,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
-  if (absl::Status s = journal_.UpsertLayer(RecordOf(*layer, layer->whole_verified, local, layer->seal));
+  if (absl::Status s =
+          journal_.UpsertLayer(RecordOf(*layer, layer->whole_verified, local, layer->seal));
       !s.ok()) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(s.message());
@@ -460,8 +461,8 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
         memory = std::make_shared<const std::string>(piece.data(), piece.size());
       }
     } else {
-      cst = absl::InternalError(absl::StrCat("writing ", store_.PathOf(layer->digest), " at offset ",
-                                             c * cs, ": ", ErrnoText(err)));
+      cst = absl::InternalError(absl::StrCat("writing ", store_.PathOf(layer->digest),
+                                             " at offset ", c * cs, ": ", ErrnoText(err)));
     }
   }
   // Verified chunks are served from the page cache at once; their fdatasync and record are

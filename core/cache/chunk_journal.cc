@@ -35,8 +35,9 @@ absl::Status ChunkJournal::Open(const std::string& path) {
   absl::MutexLock lock(&mu_);
   CloseLocked();
   path_ = path;
-  int rc = sqlite3_open_v2(path.c_str(), &db_,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     CloseLocked();
@@ -59,8 +60,8 @@ absl::Status ChunkJournal::Open(const std::string& path) {
     s = ExecLocked("ALTER TABLE layers ADD COLUMN seal TEXT");
   }
   if (s.ok()) {
-    s = ExecLocked(absl::StrCat(
-        "INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '", kFormatVersion, "')"));
+    s = ExecLocked(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
+                                kFormatVersion, "')"));
   }
   if (!s.ok()) CloseLocked();
   return s;

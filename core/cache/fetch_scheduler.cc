@@ -51,9 +51,8 @@ void FetchScheduler::WorkerLoop(std::string endpoint) {
     {
       absl::MutexLock lock(&mu_);
       std::map<Key, Job>* queue = &queues_[endpoint];
-      auto ready = [this, queue]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue->empty();
-      };
+      auto ready = [this, queue]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue->empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       auto it = queue->begin();

@@ -39,8 +39,7 @@ class LayerStore {
   int Write(int fd, const char* data, uint64_t n, uint64_t offset) const;
   // Reads exactly `n` bytes. Errors: kInternal naming the file and offset (I/O error, or the
   // file ends first).
-  absl::Status ReadFull(int fd, const Digest& digest, char* buf, uint64_t n,
-                        uint64_t offset) const;
+  absl::Status ReadFull(int fd, const Digest& digest, char* buf, uint64_t n, uint64_t offset) const;
   // Flushes the file's data to disk. Errors: kInternal naming the file.
   absl::Status Sync(int fd, const Digest& digest) const;
   void Remove(const Digest& digest) const;

@@ -17,10 +17,10 @@ absl::Status CheckChunk(absl::string_view bytes, const ChunkHash& want, const Di
                         uint64_t chunk, uint64_t offset) {
   const ChunkHash got = HashChunk(bytes);
   if (got == want) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(
-      "chunk ", chunk, " of layer ", layer.str(), " (bytes [", offset, ", ", offset + bytes.size(),
-      ")) failed verification: got ", Digest::FromRaw(got).str(), ", want ",
-      Digest::FromRaw(want).str()));
+  return absl::DataLossError(
+      absl::StrCat("chunk ", chunk, " of layer ", layer.str(), " (bytes [", offset, ", ",
+                   offset + bytes.size(), ")) failed verification: got ",
+                   Digest::FromRaw(got).str(), ", want ", Digest::FromRaw(want).str()));
 }
 
 absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
@@ -28,7 +28,8 @@ absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, con
                                             bool with_local_index) {
   Sha256 whole;
   LayerFileHash out;
-  BufferPool::Buffer buf = BufferPool::Shared().Get(std::min(chunk_size, std::max<uint64_t>(size, 1)));
+  BufferPool::Buffer buf =
+      BufferPool::Shared().Get(std::min(chunk_size, std::max<uint64_t>(size, 1)));
   for (uint64_t off = 0; off < size; off += chunk_size) {
     const uint64_t len = std::min(chunk_size, size - off);
     absl::Status io = store.ReadFull(fd, layer, buf.data(), len, off);

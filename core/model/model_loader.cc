@@ -40,9 +40,9 @@ absl::Status CheckUncompressed(const ModelLayer& l) {
   if (l.encoding != LayerEncoding::kTarGzip && l.encoding != LayerEncoding::kTarZstd) {
     return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
-      "); lazy mounts serve .raw and .tar layers (push without compression)"));
+  return absl::UnimplementedError(
+      absl::StrCat("layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
+                   "); lazy mounts serve .raw and .tar layers (push without compression)"));
 }
 
 }  // namespace

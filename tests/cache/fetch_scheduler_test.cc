@@ -73,7 +73,8 @@ TEST(FetchSchedulerTest, StopLetsRunningJobsFinishAndHandsBackTheQueuedOnes) {
     finished = true;
   });
   std::atomic<int> ran{0};
-  s.Submit("r", 1, [&] { ran++; }, [] {});
+  s.Submit(
+      "r", 1, [&] { ran++; }, [] {});
   s.Submit("r", 1, [&] { ran++; });  // no drop callback: nothing to hand back
   started.WaitForNotification();
   std::thread stopper([&] {
