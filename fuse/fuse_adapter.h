@@ -39,7 +39,7 @@ struct fuse_session;
 namespace modelfs {
 
 struct FuseMountOptions {
-  bool allow_other = true;          // other users (pods) may read; needs root or fuse.conf
+  bool allow_other = true;  // other users (pods) may read; needs root or fuse.conf
   // Bytes per FUSE read request: 252 pages, so that a reply with its header fits the largest
   // pipe an unprivileged process may make (fs.pipe-max-size, 1 MiB) and libfuse splices it
   // from the cache file instead of copying it through a buffer.

@@ -210,7 +210,7 @@ class ModelTree {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> models_ ABSL_GUARDED_BY(mu_);  // multi-model: name -> dir ino
   mutable uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of attached files (lazy: once made)
-  uint64_t attached_nodes_ ABSL_GUARDED_BY(mu_) = 1;             // root included
+  uint64_t attached_nodes_ ABSL_GUARDED_BY(mu_) = 1;       // root included
 };
 
 // The errno a Status stands for: the one place where filesystem errors become errno (used by

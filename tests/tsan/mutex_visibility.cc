@@ -55,11 +55,13 @@ int main() {
   for (int t = 0; t < kProducers; ++t) threads.emplace_back(Produce);
   threads.emplace_back([] {
     absl::MutexLock lock(&mu);
-    while (produced < kProducers * kProduced) produced_cv.WaitWithTimeout(&mu, absl::Milliseconds(50));
+    while (produced < kProducers * kProduced)
+      produced_cv.WaitWithTimeout(&mu, absl::Milliseconds(50));
   });
   threads.emplace_back([] {
     absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(+[](long* p) { return *p >= kProducers * kProduced; }, &produced));
+    mu.Await(absl::Condition(
+        +[](long* p) { return *p >= kProducers * kProduced; }, &produced));
   });
   for (auto& t : threads) t.join();
 
