@@ -281,13 +281,7 @@ absl::StatusOr<bool> ModelSnapshotter::BeginRegistration(const std::string& name
   return true;
 }
 
-absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
-                                           std::shared_ptr<RegistryClient> client) {
-  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
-  if (!mine) return absl::OkStatus();
-  absl::Status st = SaveModelRecord(models_dir_, name, rm);
-  // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
-  if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
+absl::Status ModelSnapshotter::FinishRegistration(const std::string& name, absl::Status st) {
   absl::MutexLock lock(&mu_);
   ModelEntry& e = models_[name];
   e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
@@ -295,6 +289,16 @@ absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const Resolv
   if (!st.ok() && e.snapshot_ids.empty()) models_.erase(name);
   changed_.SignalAll();
   return st;
+}
+
+absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
+                                           std::shared_ptr<RegistryClient> client) {
+  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  if (!mine) return absl::OkStatus();
+  absl::Status st = SaveModelRecord(models_dir_, name, rm);
+  // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
+  if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
+  return FinishRegistration(name, std::move(st));
 }
 
 void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {

@@ -189,6 +189,9 @@ class ModelSnapshotter final : public Snapshotter {
   // marked loading); false: it is ready. Errors: kDeadlineExceeded (still loading after
   // model_wait), kUnavailable (shutting down).
   absl::StatusOr<bool> BeginRegistration(const std::string& name, const std::string& model_ref);
+  // Ends what BeginRegistration began: ready, or failed with `st` (forgotten when no snapshot
+  // uses it); wakes the waiters. Returns `st`.
+  absl::Status FinishRegistration(const std::string& name, absl::Status st);
   absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
                            std::shared_ptr<RegistryClient> client);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,

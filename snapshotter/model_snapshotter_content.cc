@@ -49,13 +49,7 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
                      "\") registered at ", (mnt_dir_ / name).string(), " (", loaded->files.size(),
                      " files, whole-layer verification)"));
   }
-  absl::MutexLock lock(&mu_);
-  ModelEntry& e = models_[name];
-  e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
-  e.error = st;
-  if (!st.ok() && e.snapshot_ids.empty()) models_.erase(name);
-  changed_.SignalAll();
-  return st;
+  return FinishRegistration(name, std::move(st));
 }
 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
