@@ -93,6 +93,9 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   Gauge(out, "modelfs_quarantined_layers", "Layers refused after a verification failure.",
         c.cache.quarantined_layers);
   Counter(out, "modelfs_bytes_served_total", "Bytes returned to readers.", c.cache.bytes_served);
+  Counter(out, "modelfs_page_cache_dropped_bytes_total",
+          "Cache-file bytes dropped from the page cache once served (the reader keeps its copy).",
+          c.cache.page_cache_bytes_dropped);
   Gauge(out, "modelfs_cached_bytes", "Layer bytes held in the cache.", c.cache.cached_bytes);
   Counter(out, "modelfs_evicted_layers_total", "Layers evicted to respect the size bound.",
           c.cache.evicted_layers);

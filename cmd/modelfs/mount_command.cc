@@ -88,6 +88,7 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"verification_failures", s.verification_failures},
           {"quarantined_layers", s.quarantined_layers},
           {"bytes_served", s.bytes_served},
+          {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
           {"cached_bytes", s.cached_bytes}};
 }
 

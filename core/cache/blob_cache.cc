@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/buffer_pool.h"
@@ -68,9 +69,23 @@ struct BlobCache::Layer {
   bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
   // Verified chunks the full disk could not take (state kInMemory).
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
+  // Per chunk, for CacheOptions::drop_served_pages: bytes of it whose replies were sent since
+  // it was written (or its pages last dropped); whether it is flushed (its pages are clean, so
+  // they can be dropped); whether its pages were dropped (the audit drops them again).
+  std::vector<uint32_t> served;
+  std::vector<bool> durable;
+  std::vector<bool> dropped;
 
   ~Layer() {
     if (fd >= 0) close(fd);
+  }
+  // `n` chunks, all in state `s` (on disk, and so flushed, unless kMissing).
+  void ResetChunks(uint64_t n, ChunkState s) {
+    state.assign(n, s);
+    flight.resize(n);
+    served.assign(n, 0);
+    durable.assign(n, s != ChunkState::kMissing);
+    dropped.assign(n, false);
   }
   uint64_t count() const { return state.size(); }
   uint64_t ChunkLen(uint64_t c) const { return std::min(chunk_size, size - c * chunk_size); }
@@ -198,8 +213,7 @@ absl::Status BlobCache::LoadFromJournal() {
       layer->chunk_size = r.chunk_size;
       layer->mode = static_cast<VerifyMode>(r.mode);
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
-      layer->state.assign(n, ChunkState::kMissing);
-      layer->flight.resize(n);
+      layer->ResetChunks(n, ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
       if (r.local_index.size() == n * 32) {
         layer->expected.resize(n);
@@ -217,7 +231,7 @@ absl::Status BlobCache::LoadFromJournal() {
       if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
-        layer->state.assign(n, ChunkState::kVerified);
+        layer->ResetChunks(n, ChunkState::kVerified);
         layer->cached_bytes = layer->size;
       } else {
         // Unsealed (a cache from before seals, or a seal that no longer matches): its chunks
@@ -227,6 +241,7 @@ absl::Status BlobCache::LoadFromJournal() {
         for (uint64_t c : r.chunks) {
           if (c < n && layer->state[c] == ChunkState::kMissing) {
             layer->state[c] = ChunkState::kRecorded;
+            layer->durable[c] = true;
             layer->cached_bytes += layer->ChunkLen(c);
           }
         }
@@ -326,8 +341,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     layer->size = spec.size;
     layer->chunk_size = chunk_size;
     layer->mode = spec.mode;
-    layer->state.assign(n, ChunkState::kMissing);
-    layer->flight.resize(n);
+    layer->ResetChunks(n, ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) layer->expected = spec.index->chunks;
     ASSIGN_OR_RETURN(layer->fd, store_.Create(layer->digest, layer->size, /*truncate=*/true));
   }
@@ -487,6 +501,9 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
     KeepInMemoryLocked(layer, c, std::move(memory));
   } else if (cst.ok()) {
     layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
+    layer->served[c] = 0;
+    layer->durable[c] = false;  // dirty until PersistPending's fdatasync
+    layer->dropped[c] = false;
     layer->cached_bytes += len;
     cached_bytes_ += len;
   } else {
@@ -700,8 +717,15 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   }
   const uint64_t gen = layer->gen.load();
   const bool want_local = layer->mode != VerifyMode::kChunk;
-  absl::StatusOr<LayerFileHash> hashed =
-      HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size, want_local);
+  // The audit reads the whole file: chunks whose pages were dropped once served leave the page
+  // cache again behind it.
+  std::vector<bool> drop_after;
+  if (!want_local && options_.drop_served_pages) {
+    absl::MutexLock lock(&mu_);
+    drop_after = layer->dropped;
+  }
+  absl::StatusOr<LayerFileHash> hashed = HashLayerFile(
+      store_, layer->fd, layer->digest, layer->size, layer->chunk_size, want_local, drop_after);
   if (!hashed.ok() || hashed->digest != layer->digest) {
     if (hashed.ok()) counters_.verification_failures++;
     Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
@@ -716,6 +740,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   // The data must be on disk before the journal says it is (chunk fetches defer their
   // fdatasync to PersistPending, and whole-layer fills never did one).
   absl::Status s = store_.Sync(layer->fd, layer->digest);
+  const bool synced = s.ok();
   if (s.ok() && want_local) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
@@ -736,6 +761,8 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     s = journal_.UpsertLayer(RecordOf(snapshot_fields, true, local, seal));
   }
   if (!s.ok()) Log(s.message());
+  std::vector<std::pair<uint64_t, uint64_t>> drop;
+  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
@@ -747,6 +774,11 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
       memcpy(layer->expected[c].data(), &local[c * 32], 32);
       if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
     }
+  }
+  if (synced) {
+    std::vector<uint64_t> all(layer->count());
+    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+    drop = MarkDurableLocked(*layer, all);
   }
 }
 
@@ -778,8 +810,76 @@ void BlobCache::PersistPending() {
     absl::Status s = RecordChunks(p.layer, p.gen, p.chunks);
     if (!s.ok()) Log(s.message());
   }
+  std::vector<std::pair<const PendingPersist*, std::vector<std::pair<uint64_t, uint64_t>>>> drops;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const PendingPersist& p : batch) {
+      if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
+        auto ranges = MarkDurableLocked(*p.layer, p.chunks);
+        if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
+      }
+    }
+  }
+  for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
   absl::MutexLock lock(&mu_);
   for (const PendingPersist& p : batch) p.layer->jobs--;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkDurableLocked(
+    Layer& layer, const std::vector<uint64_t>& chunks) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (uint64_t c : chunks) {
+    if (c >= layer.count() || layer.state[c] == ChunkState::kMissing ||
+        layer.state[c] == ChunkState::kInFlight || layer.state[c] == ChunkState::kInMemory) {
+      continue;
+    }
+    layer.durable[c] = true;
+    if (options_.drop_served_pages && layer.served[c] >= layer.ChunkLen(c)) {
+      layer.served[c] = 0;
+      layer.dropped[c] = true;
+      counters_.page_cache_bytes_dropped += layer.ChunkLen(c);
+      uint64_t from = c * layer.chunk_size;
+      const uint64_t to = from + layer.ChunkLen(c);
+      if (!ranges.empty() && ranges.back().second >= from) {
+        ranges.back().second = to;
+        continue;
+      }
+      // Folios that span into the dropped chunks before go too (kPageDropReach).
+      for (uint64_t b = c; b > 0 && layer.dropped[b - 1] && to - from < kPageDropReach; --b) {
+        from -= layer.chunk_size;
+      }
+      ranges.emplace_back(from, to);
+    }
+  }
+  return ranges;
+}
+
+void BlobCache::DropPages(const Layer& layer,
+                          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  for (const auto& [from, to] : ranges) {
+    // Only clean pages go; a failure leaves them cached, which is always safe.
+    posix_fadvise(layer.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
+                  POSIX_FADV_DONTNEED);
+  }
+}
+
+void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    absl::MutexLock lock(&mu_);
+    if (layer->quarantined || from >= to || to > layer->size) return;
+    const uint64_t cs = layer->chunk_size;
+    std::vector<uint64_t> whole;
+    for (uint64_t c = from / cs; c <= (to - 1) / cs; ++c) {
+      if (!layer->Servable(c)) continue;
+      const uint64_t len = layer->ChunkLen(c);
+      const uint64_t overlap = std::min(to, c * cs + len) - std::max(from, c * cs);
+      layer->served[c] = static_cast<uint32_t>(std::min<uint64_t>(layer->served[c] + overlap, len));
+      if (layer->served[c] >= len && layer->durable[c]) whole.push_back(c);
+    }
+    if (!whole.empty()) ranges = MarkDurableLocked(*layer, whole);
+  }
+  if (!ranges.empty()) DropPages(*layer, ranges);
 }
 
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
@@ -1264,6 +1364,27 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
     }
   }
+  if (options_.drop_served_pages) {
+    // The reply is sent when the caller lets go of the span: then its bytes count as served.
+    class Served {
+     public:
+      Served(BlobCache* cache, std::shared_ptr<Layer> layer, uint64_t from, uint64_t to)
+          : cache_(cache), layer_(std::move(layer)), from_(from), to_(to) {}
+      Served(const Served&) = delete;
+      Served& operator=(const Served&) = delete;
+      ~Served() { cache_->OnServed(layer_, from_, to_); }
+
+     private:
+      BlobCache* const cache_;
+      const std::shared_ptr<Layer> layer_;
+      const uint64_t from_, to_;
+    };
+    for (BlobSpan& span : spans) {
+      if (span.fd < 0) continue;
+      span.keep_alive = std::make_shared<const Served>(this, layer, span.offset,
+                                                       span.offset + span.length);
+    }
+  }
   counters_.bytes_served += end - offset;
   return spans;
 }
@@ -1356,6 +1477,7 @@ CacheStats BlobCache::stats() const {
   s.verification_failures = counters_.verification_failures.load();
   s.quarantined_layers = counters_.quarantined_layers.load();
   s.bytes_served = counters_.bytes_served.load();
+  s.page_cache_bytes_dropped = counters_.page_cache_bytes_dropped.load();
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);
   s.cached_bytes = cached_bytes_;

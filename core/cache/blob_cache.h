@@ -101,6 +101,11 @@ struct CacheOptions {
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
   uint64_t memory_fallback_bytes = 64ull << 20;
+  // Once every byte of a chunk has gone to a reader (the reply is sent) and the chunk is on
+  // disk, its pages of the data file leave the page cache (POSIX_FADV_DONTNEED): the reader's
+  // own copy (the FUSE file's pages) is the one the node keeps, not two. A later read of the
+  // chunk comes from the local disk. False keeps them.
+  bool drop_served_pages = true;
   // Test seam for a failing disk: writes `n` bytes at `offset` of a data file and returns 0 or
   // an errno (ENOSPC, EDQUOT: the disk is full). Null: pwrite.
   std::function<int(int fd, const char* data, uint64_t n, uint64_t offset)> write_data;
@@ -135,6 +140,8 @@ struct CacheStats {
   uint64_t bytes_served = 0;  // bytes returned by Read
   uint64_t evicted_layers = 0;
   uint64_t cached_bytes = 0;  // bytes of layer data currently on disk
+  // Bytes of data files dropped from the page cache after they were served (drop_served_pages).
+  uint64_t page_cache_bytes_dropped = 0;
 };
 
 class BlobCache : public BlobReader {
@@ -280,6 +287,14 @@ class BlobCache : public BlobReader {
   void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
                           std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistPending();
+  // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
+  // keep_alive ended): chunks now wholly served and on disk leave the page cache.
+  void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
+  // Marks `chunks` as flushed to disk; returns the byte ranges of those already wholly served,
+  // to drop (DropPages) outside mu_.
+  std::vector<std::pair<uint64_t, uint64_t>> MarkDurableLocked(
+      Layer& layer, const std::vector<uint64_t>& chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
   void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
@@ -332,7 +347,8 @@ class BlobCache : public BlobReader {
 
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
-        verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0};
+        verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
+        page_cache_bytes_dropped{0};
   };
   mutable Counters counters_;
 };

@@ -1,5 +1,7 @@
 #include "core/cache/verifier.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -25,16 +27,29 @@ absl::Status CheckChunk(absl::string_view bytes, const ChunkHash& want, const Di
 
 absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
                                             uint64_t size, uint64_t chunk_size,
-                                            bool with_local_index) {
+                                            bool with_local_index,
+                                            const std::vector<bool>& drop_after) {
   Sha256 whole;
   LayerFileHash out;
   BufferPool::Buffer buf =
       BufferPool::Shared().Get(std::min(chunk_size, std::max<uint64_t>(size, 1)));
+  uint64_t drop_run = 0;  // where the current run of chunks to drop began
   for (uint64_t off = 0; off < size; off += chunk_size) {
     const uint64_t len = std::min(chunk_size, size - off);
     absl::Status io = store.ReadFull(fd, layer, buf.data(), len, off);
     if (!io.ok()) return io;
     whole.Update(buf.data(), len);
+    const uint64_t c = off / chunk_size;
+    if (c < drop_after.size() && drop_after[c]) {
+      // Readahead may have put this chunk's pages in a folio that also holds chunks before
+      // it, and a folio goes only when all of it is in the range: the range takes in up to
+      // kPageDropReach bytes of the run of dropped chunks before.
+      const uint64_t from = std::max(drop_run, off > kPageDropReach ? off - kPageDropReach : 0);
+      posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(off + len - from),
+                    POSIX_FADV_DONTNEED);
+    } else {
+      drop_run = off + len;
+    }
     if (with_local_index) {
       const ChunkHash h = HashChunk(absl::string_view(buf.data(), len));
       out.local_index.append(reinterpret_cast<const char*>(h.data()), h.size());

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,9 +33,16 @@ struct LayerFileHash {
   Digest digest;
   std::string local_index;
 };
+// A page-cache folio is dropped (POSIX_FADV_DONTNEED) only when all of it is in the range, and
+// readahead builds folios up to 2 MiB that may span chunks: a drop of a chunk's pages takes in
+// this much of the chunks before it that were dropped too.
+constexpr uint64_t kPageDropReach = 4ull << 20;
+
+// Chunks `c` with `drop_after[c]` leave the page cache once hashed (POSIX_FADV_DONTNEED).
 // Errors: kInternal (reading the file, naming it and the offset).
 absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
                                             uint64_t size, uint64_t chunk_size,
-                                            bool with_local_index);
+                                            bool with_local_index,
+                                            const std::vector<bool>& drop_after = {});
 
 }  // namespace modelfs
