@@ -120,6 +120,9 @@ struct FuseMount::Context {
   std::atomic<bool> initialized{false};  // libfuse called init (FUSE_INIT, real or synthetic)
   // Open files and their I/O mode; set before the loop serves.
   std::unique_ptr<OpenFiles> files;
+  // Opens not served by passthrough are direct_io (FuseMountOptions::direct_io_reads, and the
+  // kernel allows shared mmap of such files); set before the loop serves.
+  bool direct_io = false;
   fuse_session* session = nullptr;  // for notifications from request handlers
   std::unique_ptr<ReadPool> reads;  // reads that wait on the network
 
@@ -294,10 +297,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       out.backing_id = d.backing_id;
       rc = fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out));
     } else {
-      // Files never change: keep the page cache across opens (and share it between pods), and
-      // stay off direct_io so that mmap works.
+      // Files never change: what a mapping cached stays across opens (and is shared between
+      // pods). read() is direct_io where the kernel still allows mmap (FUSE_DIRECT_IO_ALLOW_MMAP):
+      // the bytes go from the cache file to the reader's buffer, and the node does not keep a
+      // second copy of the weights in this file's page cache beside the cache file's.
       fi->keep_cache = 1;
-      fi->direct_io = 0;
+      fi->direct_io = ctx.direct_io ? 1 : 0;
       fi->fh = d.fh;
       rc = fuse_reply_open(req, fi);
     }
@@ -704,6 +709,7 @@ absl::StatusOr<uint64_t> AnswerKernelInit(int fd, const FuseMountOptions& o,
                   FUSE_HAS_IOCTL_DIR | FUSE_ATOMIC_O_TRUNC | FUSE_DO_READDIRPLUS |
                   FUSE_READDIRPLUS_AUTO | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
   if (o.passthrough) want |= kFuseInitPassthrough;
+  if (o.direct_io_reads) want |= kFuseInitDirectIoAllowMmap;
   const uint64_t flags = want & offered;
 
   struct {
@@ -838,6 +844,7 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& d
     return flags.status();
   }
   m->ctx_->session = se;
+  m->ctx_->direct_io = (*flags & kFuseInitDirectIoAllowMmap) != 0;
   m->ctx_->files = std::make_unique<OpenFiles>(fuse_session_fd(se), options.open_files_state,
                                                (*flags & kFuseInitPassthrough) != 0);
   m->ctx_->files->StartFresh();
@@ -1027,6 +1034,8 @@ absl::Status FuseMount::Detach() {
 }
 
 bool FuseMount::passthrough() const { return ctx_->files && ctx_->files->passthrough(); }
+
+bool FuseMount::direct_io_reads() const { return ctx_->direct_io; }
 
 size_t FuseMount::passthrough_opens() const {
   return ctx_->files ? ctx_->files->open_count(OpenFiles::Mode::kPassthrough) : 0;

@@ -2,8 +2,9 @@
 // multithreaded session loop running on background threads. This file is protocol glue only:
 // every filesystem decision is ModelTree's, and Status becomes errno in one place
 // (StatusToErrno). The mount is read-only: options ro,nosuid,nodev,default_permissions,
-// allow_other (configurable), max_read=1 MiB, fsname=modelfs, subtype=modelfs; files open with
-// keep_cache and without direct_io, so the page cache is shared and mmap works.
+// allow_other (configurable), max_read=252 pages, fsname=modelfs, subtype=modelfs. Files of a
+// verified layer open in passthrough; the rest with keep_cache and, where the kernel still
+// allows shared mmap then, direct_io (FuseMountOptions::direct_io_reads).
 //
 // allow_other needs root or `user_allow_other` in /etc/fuse.conf.
 //
@@ -63,6 +64,12 @@ struct FuseMountOptions {
   // CAP_SYS_ADMIN): the kernel reads the cache file itself. Off, or unavailable: the daemon
   // answers every read (zero-copy from the cache file where it can).
   bool passthrough = true;
+  // Open files that passthrough does not serve with direct_io, so that read() copies the
+  // cache file's bytes straight into the reader's buffer and the node keeps one copy of the
+  // weights (the cache file's), not a second in the FUSE file's page cache. Only where the
+  // kernel allows shared mmap of direct_io files (Linux 6.6+); mmap then still goes through
+  // the page cache. Off: cached opens.
+  bool direct_io_reads = true;
   // Where the table of open files and passthrough backing ids is kept for a process that will
   // Adopt this connection (fuse/passthrough.h); "" keeps none, and then an adopter serves
   // without passthrough. The daemon puts it next to its state.
@@ -129,6 +136,9 @@ class FuseMount {
   // Whether files may be served by passthrough on this connection (negotiated, and nothing
   // has failed since).
   bool passthrough() const;
+  // Whether opens not served by passthrough are direct_io (negotiated on this connection;
+  // false on an adopted one, whose negotiation this process did not see).
+  bool direct_io_reads() const;
   // Open file handles served by passthrough / by this process, for stats and tests.
   size_t passthrough_opens() const;
   size_t cached_opens() const;

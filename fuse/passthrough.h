@@ -32,6 +32,8 @@ namespace modelfs {
 
 // INIT flag (in flags2 as bit 5) and open flag of the protocol.
 inline constexpr uint64_t kFuseInitPassthrough = uint64_t{1} << 37;
+// FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6): shared mmap of a direct_io file.
+inline constexpr uint64_t kFuseInitDirectIoAllowMmap = uint64_t{1} << 36;
 inline constexpr uint32_t kFopenPassthrough = uint32_t{1} << 7;
 
 // The reply to FUSE_OPEN as of 7.40 (libfuse 3.14's fuse_reply_open leaves backing_id 0).

@@ -61,11 +61,12 @@ struct BlobCache::Layer {
   uint64_t window = 0;
   bool bulk_active = false;
   uint64_t bulk_next = 0;
-  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched as
-  // options.stream_segments contiguous segments in parallel, each from its own cursor, one
-  // request in flight per segment. Empty when not streaming.
-  std::vector<std::pair<uint64_t, uint64_t>> stream;  // per segment: [next chunk, end chunk)
-  std::vector<bool> stream_busy;                      // per segment: a request is in flight
+  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched
+  // in requests of options.stream_request_bytes, options.stream_segments of them in flight at
+  // once, never more than that many requests ahead of the reader.
+  bool streaming = false;
+  uint64_t stream_next = 0;  // the first chunk no stream request has asked for
+  int stream_in_flight = 0;  // stream requests queued or running
   bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
   // Verified chunks the full disk could not take (state kInMemory).
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
@@ -101,7 +102,7 @@ struct BlobCache::Flight {
   uint64_t gen = 0;
   std::shared_ptr<FetchScheduler::Ticket> ticket;  // set when queued, so a reader can promote it
   bool bulk = false;
-  int stream_segment = -1;  // the segment of Layer::stream it fetches, or -1
+  bool stream = false;  // a request of the layer's stream (Layer::stream_in_flight)
   absl::Time deadline;
   std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
   bool done = false;
@@ -634,10 +635,10 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
       bulk_in_flight_--;
       PumpBulkLocked();
     }
-    if (f->stream_segment >= 0 &&
-        static_cast<size_t>(f->stream_segment) < layer->stream_busy.size()) {
-      layer->stream_busy[f->stream_segment] = false;
-      if (!stale && !f->failed) PumpStreamLocked(layer);
+    if (f->stream) {
+      layer->stream_in_flight--;
+      if (stale || f->failed) layer->streaming = false;  // the reader's own fetches go on
+      PumpStreamLocked(layer);
     }
     if (!stale) AfterChunksLandedLocked(layer);
     over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
@@ -937,54 +938,49 @@ void BlobCache::PumpBulkLocked() {
 }
 
 void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from) {
-  if (!layer->stream.empty() || layer->quarantined || disk_full_ || from >= layer->count()) return;
-  const uint64_t left = layer->count() - from;
-  const uint64_t segments =
-      std::max<uint64_t>(1, std::min<uint64_t>(options_.stream_segments, left));
-  // Segments grow away from the reader, in the ratio 2:3:4:5...: the reader waits on the
-  // first, which is done soonest, then finds most of the next one landed. With equal segments
-  // all would end together, the reader still in the first, and the other three would then be
-  // read from the page cache after the fetch ended (a model of four streams sharing the
-  // registry's rate put that tail at a third of the fetch time; these sizes at a tenth to a
-  // fifth).
-  const uint64_t weights = segments * (segments + 3) / 2;  // 2 + 3 + ... + (segments + 1)
-  uint64_t below = 0;
-  for (uint64_t i = 0; i < segments; ++i) {
-    const uint64_t start = from + left * below / weights;
-    below += i + 2;
-    const uint64_t end = i + 1 == segments ? layer->count() : from + left * below / weights;
-    if (end > start) layer->stream.emplace_back(start, end);
-  }
-  layer->stream_busy.assign(layer->stream.size(), false);
+  if (layer->streaming || layer->quarantined || disk_full_ || from >= layer->count()) return;
+  layer->streaming = true;
+  layer->stream_next = std::max(layer->stream_next, from);
   PumpStreamLocked(layer);
 }
 
 void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
-  if (disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) return;
-  // A segment is one request for all it lacks (chunks land one by one as they stream in):
-  // each request costs the registry far more than its bytes do (Distribution 2.8 spent
-  // 0.5 CPU-s on one GET of 1 GiB, twice that on 64 ranges of 16 MiB), and on a node
-  // that runs its registry nearby, that CPU is the load's.
-  const uint64_t per_request = std::numeric_limits<uint64_t>::max();
-  for (size_t i = 0; i < layer->stream.size(); ++i) {
-    auto& [next, end] = layer->stream[i];
-    while (!layer->stream_busy[i] && next < end) {
-      const uint64_t last = end - 1;
-      // The deadline grows with the segment: a request of many max_request_bytes gets as long
-      // as that many would have (a stalled one is cut off by the client's low-speed limit).
-      const int64_t pieces = static_cast<int64_t>(std::max<uint64_t>(
-          1, (end - next) * layer->chunk_size / std::max<uint64_t>(1, options_.max_request_bytes)));
-      std::vector<std::shared_ptr<Flight>> created;
-      ScheduleMissingLocked(layer, next, last, kReadahead,
-                            time_->Now() + options_.background_deadline * pieces, &created,
-                            per_request);
-      next = last + 1;
-      if (!created.empty()) {
-        // One flight per segment carries the cursor on (the others run alongside).
-        created.back()->stream_segment = static_cast<int>(i);
-        layer->stream_busy[i] = true;
-      }
+  if (!layer->streaming || disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) {
+    return;
+  }
+  // Requests are large (each one costs the registry far more than its bytes: Distribution
+  // 2.8 spent 0.5 CPU-s on one GET of 1 GiB, twice that on 64 ranges of 16 MiB), several run
+  // at once, and none asks for more than stream_segments requests ahead of the reader. What
+  // is fetched ahead waits in the page cache until the reader takes it, and then leaves it
+  // (drop_served_pages): so the node holds little more than one copy of the weights, and a
+  // page that is freed is soon used again (on a VM whose host takes back free memory, a page
+  // touched for the first time costs far more than one reused).
+  const uint64_t cs = layer->chunk_size;
+  const uint64_t per_request =
+      std::max<uint64_t>(1, (options_.stream_request_bytes + cs - 1) / cs);
+  const uint64_t reader = layer->run_end / cs;
+  layer->stream_next = std::max(layer->stream_next, reader);  // what it passed, it fetched
+  const uint64_t limit = std::min<uint64_t>(
+      layer->count(), reader + per_request * static_cast<uint64_t>(options_.stream_segments));
+  while (layer->stream_in_flight < options_.stream_segments && layer->stream_next < limit) {
+    const uint64_t first = layer->stream_next;
+    const uint64_t last = std::min(layer->count(), first + per_request) - 1;
+    layer->stream_next = last + 1;
+    // The deadline grows with the request: one of many max_request_bytes gets as long as that
+    // many would have (a stalled one is cut off by the client's stall check).
+    const int64_t pieces = static_cast<int64_t>(std::max<uint64_t>(
+        1, (last - first + 1) * cs / std::max<uint64_t>(1, options_.max_request_bytes)));
+    std::vector<std::shared_ptr<Flight>> created;
+    ScheduleMissingLocked(layer, first, last, kReadahead,
+                          time_->Now() + options_.background_deadline * pieces, &created,
+                          std::numeric_limits<uint64_t>::max());
+    for (const auto& f : created) {
+      f->stream = true;
+      layer->stream_in_flight++;
     }
+  }
+  if (layer->stream_next >= layer->count() && layer->stream_in_flight == 0) {
+    layer->streaming = false;
   }
 }
 
@@ -1293,6 +1289,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
         if (options_.stream_segments > 0 &&
             layer->run_end - layer->run_start >= options_.stream_after) {
           StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
+          PumpStreamLocked(layer);  // the reader moved on: so may the stream
         }
         if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);

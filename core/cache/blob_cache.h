@@ -91,9 +91,11 @@ struct CacheOptions {
   uint64_t readahead_max = 64ull << 20;      // the window (half the sequential run) stops here
   uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
   // Once a reader has read this many bytes of a layer in a row, the rest of the layer is
-  // fetched in `stream_segments` parallel streams (0: never; readahead alone).
+  // streamed: requests of `stream_request_bytes`, `stream_segments` of them in flight and at
+  // most that many ahead of the reader (0 segments: never; readahead alone).
   uint64_t stream_after = 32ull << 20;
   int stream_segments = 4;
+  uint64_t stream_request_bytes = 64ull << 20;
   // In chunk mode, the whole-layer check of a complete layer (a second SHA-256 pass over it)
   // waits until no layer was read for this long (at most 30 s, and not at all once the cache
   // is closing), so that it does not take CPU from a model load still under way.

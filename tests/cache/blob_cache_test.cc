@@ -517,7 +517,7 @@ TEST_F(BlobCacheTest, ASealedLayerWrittenToAfterwardsIsReHashedAfterRestart) {
   if (fd >= 0) close(fd);
 }
 
-TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInParallelSegments) {
+TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInLargeRequests) {
   CacheOptions o = Options();
   o.readahead_min = 8 * 1024;
   o.readahead_max = 8 * 1024;
@@ -535,10 +535,35 @@ TEST_F(BlobCacheTest, AReaderStreamingALayerGetsTheRestFetchedInParallelSegments
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_EQ(info.cached_chunks, info.chunk_count);  // the rest came without being read
   EXPECT_EQ(remote_.bytes_served(), blob.size());   // each byte once
-  // The rest (240 KiB, 60 chunks) came as one request per segment, not in max_request_bytes
-  // pieces: a request costs the registry more than its bytes. The first 16 KiB took at most
-  // one request per 4 KiB read.
+  // The rest (240 KiB, 60 chunks) came in stream_request_bytes (64 MiB) requests, not in
+  // max_request_bytes pieces: a request costs the registry more than its bytes. The first
+  // 16 KiB took at most one request per 4 KiB read.
   EXPECT_LE(remote_.requests(), 4 + 4);
+}
+
+// What the stream fetches waits in the page cache until the reader takes it: it runs at most
+// stream_segments requests ahead of the reader, and follows it.
+TEST_F(BlobCacheTest, TheStreamStaysWithinItsRequestsAheadOfTheReader) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  o.stream_segments = 2;
+  o.stream_request_bytes = 4 * kChunk;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(256 * 1024, 28);
+  Digest d = AddChunked(*cache, blob);
+  for (uint64_t off = 0; off < 16 * 1024; off += 4096) ASSERT_OK(cache->Read(d, off, 4096));
+  ASSERT_TRUE(Idle(*cache));
+  // The reader is at 16 KiB: the stream asked for at most 2 requests of 16 KiB beyond it.
+  EXPECT_LE(cache->GetLayerInfo(d)->cached_chunks, (16 + 2 * 16) * 1024 / kChunk);
+  EXPECT_GT(cache->GetLayerInfo(d)->cached_chunks, 16 * 1024 / kChunk);
+  for (uint64_t off = 16 * 1024; off < blob.size(); off += 4096) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, 4096));
+    ASSERT_EQ(got, blob.substr(off, 4096));
+  }
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(remote_.bytes_served(), blob.size());  // each byte once
 }
 
 TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {

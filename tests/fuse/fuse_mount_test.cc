@@ -17,6 +17,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
@@ -240,6 +241,63 @@ TEST_F(FuseMountTest, MmapOfAFileMatchesItsBytes) {
   EXPECT_EQ(memcmp(p, weights_.data(), weights_.size()), 0);
   munmap(p, weights_.size());
   close(fd);
+}
+
+// Pages of `fd`'s page cache (its own mapping, not a backing file's), by cachestat(2) (Linux
+// 6.5), which unlike mincore does not map the file (an mmap of a direct_io file would drop
+// them first); -1 where the kernel lacks it.
+int64_t CachedPages(int fd) {
+  struct {
+    uint64_t off, len;
+  } range{0, 0};  // len 0: to the end of the file
+  struct {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+  } cs{};
+  constexpr long kCachestat = 451;  // x86-64 and arm64 alike
+  if (syscall(kCachestat, fd, &range, &cs, 0) != 0) return -1;
+  return static_cast<int64_t>(cs.nr_cache);
+}
+
+// Issue 10: one copy of the weights on the node. A file not served by passthrough is direct_io,
+// so reading it leaves nothing in its page cache (the cache file's pages are the copy); a
+// shared mapping still works. The same read through a cached open fills the page cache.
+TEST_F(FuseMountTest, ReadsOfADirectIoFileLeaveNoCopyInItsPageCacheAndSharedMmapWorks) {
+  for (bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "direct_io reads" : "cached reads");
+    FuseMountOptions options;
+    options.direct_io_reads = direct;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree,
+                         ModelTree::SingleModel(&reader_, Files(), {{".modelinfo.json", "{}\n"}}));
+    ASSERT_OK_AND_ASSIGN(mount_, FuseMount::Mount(mnt_, std::move(tree), options));
+    SKIP_OR_FAIL_IF_UNAVAILABLE(!direct || mount_->direct_io_reads()
+                                    ? ""
+                                    : "a kernel with FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6)");
+    EXPECT_EQ(mount_->direct_io_reads(), direct);
+    int fd = open(Path("model.safetensors").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    std::string got(weights_.size(), '\0');
+    size_t done = 0;
+    while (done < got.size()) {
+      ssize_t n = read(fd, got.data() + done, std::min<size_t>(got.size() - done, 16 << 20));
+      ASSERT_GT(n, 0) << strerror(errno);
+      done += static_cast<size_t>(n);
+    }
+    EXPECT_TRUE(got == weights_);
+    const int64_t cached = CachedPages(fd);
+    SKIP_OR_FAIL_IF_UNAVAILABLE(cached >= 0 ? "" : "cachestat(2) (Linux 6.5)");
+    if (direct) {
+      EXPECT_EQ(cached, 0);
+    } else {
+      EXPECT_GT(cached, static_cast<int64_t>(weights_.size() / 4096 / 2));
+    }
+    void* map = mmap(nullptr, weights_.size(), PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(map, MAP_FAILED) << strerror(errno);
+    EXPECT_EQ(memcmp(map, weights_.data(), weights_.size()), 0);
+    munmap(map, weights_.size());
+    close(fd);
+    ASSERT_OK(mount_->Unmount());
+    mount_.reset();
+  }
 }
 
 TEST_F(FuseMountTest, SixteenThreadsReadConcurrently) {
