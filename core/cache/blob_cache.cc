@@ -65,8 +65,8 @@ struct BlobCache::Layer {
   // in requests of options.stream_request_bytes, options.stream_segments of them in flight at
   // once, never more than that many requests ahead of the reader.
   bool streaming = false;
-  uint64_t stream_next = 0;  // the first chunk no stream request has asked for
-  int stream_in_flight = 0;  // stream requests queued or running
+  uint64_t stream_next = 0;     // the first chunk no stream request has asked for
+  int stream_in_flight = 0;     // stream requests queued or running
   bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
   // Verified chunks the full disk could not take (state kInMemory).
   absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
@@ -956,8 +956,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   // page that is freed is soon used again (on a VM whose host takes back free memory, a page
   // touched for the first time costs far more than one reused).
   const uint64_t cs = layer->chunk_size;
-  const uint64_t per_request =
-      std::max<uint64_t>(1, (options_.stream_request_bytes + cs - 1) / cs);
+  const uint64_t per_request = std::max<uint64_t>(1, (options_.stream_request_bytes + cs - 1) / cs);
   const uint64_t reader = layer->run_end / cs;
   layer->stream_next = std::max(layer->stream_next, reader);  // what it passed, it fetched
   const uint64_t limit = std::min<uint64_t>(
@@ -1378,8 +1377,8 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     };
     for (BlobSpan& span : spans) {
       if (span.fd < 0) continue;
-      span.keep_alive = std::make_shared<const Served>(this, layer, span.offset,
-                                                       span.offset + span.length);
+      span.keep_alive =
+          std::make_shared<const Served>(this, layer, span.offset, span.offset + span.length);
     }
   }
   counters_.bytes_served += end - offset;

@@ -294,8 +294,9 @@ class BlobCache : public BlobReader {
   void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
   // Marks `chunks` as flushed to disk; returns the byte ranges of those already wholly served,
   // to drop (DropPages) outside mu_.
-  std::vector<std::pair<uint64_t, uint64_t>> MarkDurableLocked(
-      Layer& layer, const std::vector<uint64_t>& chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> MarkDurableLocked(Layer& layer,
+                                                               const std::vector<uint64_t>& chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
