@@ -174,7 +174,9 @@ class BlobCache : public BlobReader {
   // options.read_deadline), kUnavailable / kNotFound / kPermissionDenied (remote refused).
   absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset, uint64_t length) override;
   // Read's work without the copy: fd spans over the data file (memory spans for chunks a full
-  // disk left in memory). Errors as Read.
+  // disk left in memory). Releasing a span tells the cache its bytes were served
+  // (drop_served_pages), so every span must be released before the cache is destroyed (the
+  // FUSE mount is stopped first). Errors as Read.
   absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
                                                   uint64_t length) override;
   // True when every chunk of the range is verified here (no fetch, no re-hash needed).
