@@ -779,7 +779,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   if (synced) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-    drop = MarkDurableLocked(*layer, all);
+    drop = TakeDropsLocked(*layer, all);
   }
 }
 
@@ -816,7 +816,7 @@ void BlobCache::PersistPending() {
     absl::MutexLock lock(&mu_);
     for (const PendingPersist& p : batch) {
       if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
-        auto ranges = MarkDurableLocked(*p.layer, p.chunks);
+        auto ranges = TakeDropsLocked(*p.layer, p.chunks);
         if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
       }
     }
@@ -826,7 +826,7 @@ void BlobCache::PersistPending() {
   for (const PendingPersist& p : batch) p.layer->jobs--;
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkDurableLocked(
+std::vector<std::pair<uint64_t, uint64_t>> BlobCache::TakeDropsLocked(
     Layer& layer, const std::vector<uint64_t>& chunks) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (uint64_t c : chunks) {
@@ -878,7 +878,7 @@ void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uin
       layer->served[c] = static_cast<uint32_t>(std::min<uint64_t>(layer->served[c] + overlap, len));
       if (layer->served[c] >= len && layer->durable[c]) whole.push_back(c);
     }
-    if (!whole.empty()) ranges = MarkDurableLocked(*layer, whole);
+    if (!whole.empty()) ranges = TakeDropsLocked(*layer, whole);
   }
   if (!ranges.empty()) DropPages(*layer, ranges);
 }

@@ -294,9 +294,10 @@ class BlobCache : public BlobReader {
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
   // keep_alive ended): chunks now wholly served and on disk leave the page cache.
   void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
-  // Marks `chunks` as flushed to disk; returns the byte ranges of those already wholly served,
-  // to drop (DropPages) outside mu_.
-  std::vector<std::pair<uint64_t, uint64_t>> MarkDurableLocked(Layer& layer,
+  // Marks `chunks` as flushed to disk (their pages are clean) and takes those of them wholly
+  // served: returns their byte ranges, for DropPages outside mu_, and counts them as unserved
+  // again. OnServed passes chunks it found flushed and wholly served.
+  std::vector<std::pair<uint64_t, uint64_t>> TakeDropsLocked(Layer& layer,
                                                                const std::vector<uint64_t>& chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
