@@ -17,7 +17,41 @@ print(f'{n:.0f} {u[i]}' if i==0 else f'{n:.1f} {u[i]}')" "$1"
 }
 
 DROP_OK=1
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || DROP_OK=0; }
+# SETTLE_MIB: memory drop_caches touches and frees after dropping (0: none). On a VM whose host
+# takes back guest memory that stays free for a few seconds (virtio-balloon free page
+# reporting), a page touched for the first time costs several times a reused one, so a
+# measure's time depends on how much memory the one before it left cached. Touching the same
+# amount before every measure starts each one from the same state, closer to a machine whose
+# memory stays backed. set_settle picks a default from the model size.
+SETTLE_GIVEN=${SETTLE_MIB+1}
+SETTLE_MIB=${SETTLE_MIB:-0}
+drop_caches() {
+  sync
+  echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || DROP_OK=0
+  if [[ $SETTLE_MIB -gt 0 ]]; then
+    dd if=/dev/zero of=/dev/null bs="${SETTLE_MIB}M" count=1 iflag=fullblock status=none
+  fi
+}
+# balloon_reporting: "yes" when this machine's virtio balloon reports free pages to its host.
+balloon_reporting() {
+  local f
+  for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
+    # feature bit 5: VIRTIO_BALLOON_F_FREE_PAGE_REPORTING (the string is bit 0 first)
+    [[ -f $f && $(cut -c6 "$f") == 1 ]] && { echo yes; return; }
+  done
+  echo no
+}
+# set_settle MODEL_MIB: unless SETTLE_MIB was given, 3x the model plus 1 GiB where the balloon
+# reports free pages (0 elsewhere), capped at what is available less 3 GiB.
+set_settle() {
+  [[ -n "$SETTLE_GIVEN" ]] && return
+  local avail want
+  [[ $(balloon_reporting) == yes ]] || { SETTLE_MIB=0; return; }
+  avail=$(( $(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 1024 - 3072 ))
+  want=$(( 3 * $1 + 1024 ))
+  SETTLE_MIB=$(( want < avail ? want : avail ))
+  [[ $SETTLE_MIB -gt 0 ]] || SETTLE_MIB=0
+}
 
 require_tools() {  # require_tools TOOL...: fails naming every missing one
   local missing=()

@@ -20,7 +20,10 @@
 # Times are medians of RUNS runs. Ratios are baseline time / modelfs time (above 1.0x modelfs is
 # faster). Nothing is asserted: the script only prints.
 #
-# Usage: bench/load_bench.sh BUILD_DIR   env: SIZES="2048 8192" (MiB) RUNS=3 WORK=/tmp
+# On a VM whose balloon reports free pages to the host, every drop_caches also touches and frees
+# SETTLE_MIB of memory (lib.sh; default 3x the model + 1 GiB there, 0 elsewhere), so that each
+# measure starts from the same memory state rather than from what the one before it left.
+# Usage: bench/load_bench.sh BUILD_DIR   env: SIZES="2048 8192" (MiB) RUNS=3 WORK=/tmp SETTLE_MIB
 #   BUILD_DIR needs cmd/modelfs, bench/modelfs-synth and bench/modelfs-load.
 #   Quick check: SIZES=256 RUNS=1 bench/load_bench.sh build
 # Needs root (FUSE, drop_caches), docker-registry, skopeo, curl, openssl, fincore (util-linux),
@@ -30,7 +33,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
-  sed -n '2,26p' "$0" >&2
+  sed -n '2,29p' "$0" >&2
   exit 2
 fi
 BUILD=$1
@@ -359,6 +362,9 @@ echo "load_bench: $(nproc) CPUs, kernel $(uname -r), SIZES=\"$SIZES\" RUNS=$RUNS
 for MIB in $SIZES; do
   R=()
   WARM_CACHE=""
+  set_settle "$MIB"
+  echo "${MIB} MiB: before every measure drop_caches, then touch and free ${SETTLE_MIB} MiB" \
+    "(SETTLE_MIB; virtio balloon free page reporting: $(balloon_reporting))"
   REPO="bench/m$MIB"
   REF="$REG/$REPO:v1"
   DL="$WORK/init-$MIB"

@@ -101,7 +101,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "cache", "must be a table");
     if (absl::Status st =
-            CheckKeys(*t, {"max_size_gib", "prefetch", "read_deadline_s"}, source, "cache.");
+            CheckKeys(*t, {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages"},
+                      source, "cache.");
         !st.ok()) {
       return st;
     }
@@ -114,11 +115,15 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     if (absl::Status st = GetNumber(*t, "read_deadline_s", source, "cache.", c.read_deadline_s);
         !st.ok())
       return st;
+    if (absl::Status st = GetBool(*t, "drop_served_pages", source, "cache.", c.drop_served_pages);
+        !st.ok())
+      return st;
   }
   if (const toml::node* n = root.get("fuse")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "fuse", "must be a table");
-    if (absl::Status st = CheckKeys(*t, {"allow_other", "insecure_stream"}, source, "fuse.");
+    if (absl::Status st = CheckKeys(
+            *t, {"allow_other", "insecure_stream", "passthrough", "direct_io"}, source, "fuse.");
         !st.ok()) {
       return st;
     }
@@ -126,6 +131,10 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
       return st;
     if (absl::Status st = GetBool(*t, "insecure_stream", source, "fuse.", c.insecure_stream);
         !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "passthrough", source, "fuse.", c.passthrough); !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "direct_io", source, "fuse.", c.direct_io); !st.ok())
       return st;
   }
   return absl::OkStatus();

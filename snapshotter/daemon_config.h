@@ -30,9 +30,12 @@ struct DaemonConfig {
   uint64_t cache_max_size_gib = 0;   // 0: unbounded
   std::string prefetch = "headers";  // all | headers | none
   double read_deadline_s = 30;
+  bool drop_served_pages = true;  // CacheOptions::drop_served_pages
 
   bool allow_other = true;
   bool insecure_stream = false;
+  bool passthrough = true;  // FuseMountOptions::passthrough
+  bool direct_io = true;    // FuseMountOptions::direct_io_reads
 };
 
 // Parses TOML text into `config` (keys absent from the text keep their values). `source` names

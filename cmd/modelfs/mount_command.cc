@@ -49,6 +49,9 @@ struct MountCli {
   std::string prefetch = "headers";
   double read_deadline_s = 30;
   uint64_t cache_max_mib = 0;
+  bool passthrough = true;
+  bool direct_io = true;
+  bool drop_served_pages = true;
   std::string log_file;
   int ready_fd = -1;  // internal: set when re-executed in the background
   std::string ref;
@@ -162,6 +165,7 @@ absl::Status RunForeground(const MountCli& c) {
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
+  co.drop_served_pages = c.drop_served_pages;
   // Cache lines quote registry errors and digests from the artifact: one escaped line each.
   co.log = [](absl::string_view line) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
@@ -177,7 +181,11 @@ absl::Status RunForeground(const MountCli& c) {
   auto serve = [&](const LoadedModel& m) -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
                      ModelTree::SingleModel(cache.get(), m.files, m.synthetic));
-    ASSIGN_OR_RETURN(mount, FuseMount::Mount(c.dir, std::shared_ptr<ModelTree>(std::move(tree))));
+    FuseMountOptions fo;
+    fo.passthrough = c.passthrough;
+    fo.direct_io_reads = c.direct_io;
+    ASSIGN_OR_RETURN(mount,
+                     FuseMount::Mount(c.dir, std::shared_ptr<ModelTree>(std::move(tree)), fo));
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(LoadedModel loaded, pipeline.Register(rm, c.ref, serve));
@@ -319,6 +327,13 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     cmd->add_option("--read-deadline", c->read_deadline_s,
                     "Seconds before a read that cannot be served returns EIO")
         ->default_val(30);
+    cmd->add_flag("--passthrough,!--no-passthrough", c->passthrough,
+                  "Serve files of verified, sealed layers by FUSE passthrough (default on)");
+    cmd->add_flag("--direct-io,!--no-direct-io", c->direct_io,
+                  "Open files not served by passthrough with direct_io, so read() keeps no "
+                  "second copy in the page cache (default on)");
+    cmd->add_flag("--drop-served-pages,!--keep-served-pages", c->drop_served_pages,
+                  "Drop cache-file pages once served and on disk (default on)");
     cmd->add_option("--log", c->log_file, "Log file for a background mount");
     cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
     cmd->callback([c, &ctx, argv] {

@@ -234,7 +234,7 @@ struct RegistryClient::Response {
 
 absl::Duration StallTimeoutForReads(absl::Duration stall_timeout, absl::Duration read_deadline) {
   return std::min(stall_timeout,
-                  std::max(absl::Seconds(1), absl::Ceil(read_deadline, absl::Seconds(1))));
+                  std::max(absl::Seconds(1), absl::Ceil(read_deadline / 3, absl::Seconds(1))));
 }
 
 // The client's retry loops use the project's one policy (core/base/backoff.h), bounded by

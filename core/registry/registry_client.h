@@ -149,11 +149,13 @@ BlobReadAt BlobReadAtString(std::shared_ptr<const std::string> bytes);
 BlobReadAt BlobReadAtFd(int fd);
 
 // The stall timeout of a client whose bytes serve reads that wait at most `read_deadline`:
-// stall_timeout, but never longer than the deadline (rounded up to whole seconds, as libcurl
-// counts). A connection that moved under 1 KiB/s for a whole read deadline cannot serve any
-// reader in time; cut off then, its request is retried on a new connection. Left to the 60 s
-// default, a stalled readahead request held the chunks that readers wait for, and every read
-// of them failed with EIO for a minute after the registry answered again.
+// stall_timeout, but never longer than a third of the deadline (rounded up to whole seconds,
+// as libcurl counts; at least 1 s). A connection that moves under 1 KiB/s for that long is cut
+// off and its request retried on a new one, while the reader waiting on it still has two
+// thirds of its deadline: one stalled connection costs the reader time, not an EIO (a model
+// server that gets EIO at start exits). Left to the 60 s default, a stalled readahead request
+// held the chunks that readers wait for, and every read of them failed with EIO for a minute
+// after the registry answered again.
 absl::Duration StallTimeoutForReads(absl::Duration stall_timeout, absl::Duration read_deadline);
 
 class RegistryClient {

@@ -11,7 +11,7 @@
 //  - never a hang: every read ends (each runs in a child process with a watchdog);
 //  - a fault on the first answers only: the reads succeed (a reset or cut body at once, within
 //    the read's own retries; a stall or a lie at worst after an EIO: a stalled request is given
-//    up only at about the read deadline, and a chunk that fails verification or an answer with
+//    up after a third of the read deadline, and a chunk that fails verification or an answer with
 //    the wrong Content-Range fails the read that needed it at once, unretried);
 //  - a fault on every answer: EIO within about the read deadline (3 s here), and once the fault
 //    is cleared the same mount reads every file right.
@@ -326,9 +326,9 @@ TEST_P(BlobFaultTest, AFaultOnTheFirstAnswersOnlyStillReadsEveryFileRight) {
     if (rel != env->weights) order.push_back(rel);
   }
   for (const std::string& rel : order) {
-    // A stall costs up to two stall timeouts (a read deadline each): the request, and its
-    // retry, which can take the second faulty answer. Reads that wait on it meanwhile fail
-    // within the deadline (1 s once the registry is marked slow).
+    // A stall costs up to two stall timeouts (a third of the read deadline each, rounded up to
+    // 1 s here): the request, and its retry, which can take the second faulty answer. A read
+    // that waits on them past its deadline fails (1 s once the registry is marked slow).
     int passes = ReadUntilRight(rel, c.retried_within_the_read ? 1 : 6);
     EXPECT_GT(passes, 0) << rel << " never read right";
   }

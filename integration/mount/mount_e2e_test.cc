@@ -191,10 +191,11 @@ class MountE2eTest : public ::testing::Test {
 
   // Mounts `ref` at mnt_ with the test's cache; fails the test when it does not mount.
   ModelMount* Mount(const std::string& ref, double read_deadline_s = 0,
-                    const std::string& cache = "") {
+                    const std::string& cache = "", std::vector<std::string> extra_args = {}) {
     MountOptions o;
     o.cache_dir = cache.empty() ? cache_ : cache;
     o.read_deadline_s = read_deadline_s;
+    o.extra_args = std::move(extra_args);
     o.log_file = tmp_->Join("mount.log").string();
     auto m = ModelMount::Start(ref, mnt_, o);
     EXPECT_OK(m.status());
@@ -510,6 +511,57 @@ TEST_F(MountE2eTest, SecondMountWithTheSameCacheReadsEveryFileWithoutRegistryByt
                 ::testing::Not(HasSubstr(absl::StrCat("GET /v2/models/big/blobs/", d.str()))))
         << "layer " << d.str() << " was fetched again";
   }
+}
+
+// Pages of `path` in the page cache (its own inode's: for a FUSE file, not the cache file's).
+uint64_t ResidentPages(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return 0;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  uint64_t n = 0;
+  if (mincore(p, size, vec.data()) == 0) {
+    for (unsigned char v : vec) n += v & 1;
+  }
+  munmap(p, size);
+  return n;
+}
+
+TEST_F(MountE2eTest, WithTheReadPathSwitchesOffEveryFileStillEqualsTheSource) {
+  // Cold: cached opens (no direct_io) and the cache file's pages kept after they are served.
+  ModelMount* cold = Mount(env->big.volume_ref, 0, "", {"--no-direct-io", "--keep-served-pages"});
+  ASSERT_NE(cold, nullptr);
+  uint64_t total = 0;
+  for (const auto& [rel, digest] : env->big.digests) {
+    ASSERT_OK_AND_ASSIGN(Digest got, DigestFile(InMount(rel)));
+    EXPECT_EQ(got.str(), digest) << rel;
+    total += env->big.sizes[rel];
+  }
+  // Without direct_io the FUSE file keeps the pages read() brought in; with it, none.
+  EXPECT_GT(ResidentPages(InMount(env->big.weights)), 0u);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, cold->FreshStats());
+  EXPECT_EQ(stats["page_cache_bytes_dropped"], 0) << stats.dump();
+  ASSERT_OK(cold->Unmount());
+
+  // Warm, passthrough off: the daemon serves every byte from the cache, none from the registry.
+  ModelMount* warm = Mount(env->big.volume_ref, 0, "", {"--no-passthrough"});
+  ASSERT_NE(warm, nullptr);
+  for (const auto& [rel, digest] : env->big.digests) {
+    ASSERT_OK_AND_ASSIGN(Digest got, DigestFile(InMount(rel)));
+    EXPECT_EQ(got.str(), digest) << rel;
+  }
+  EXPECT_EQ(ResidentPages(InMount(env->big.weights)), 0u);  // direct_io again
+  ASSERT_OK_AND_ASSIGN(stats, warm->FreshStats());
+  EXPECT_EQ(stats["bytes_fetched"], 0) << stats.dump();
+  EXPECT_GE(stats["bytes_served"].get<uint64_t>(), total) << stats.dump();
 }
 
 // 6. Mount options and permissions.

@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<ModelMount>> ModelMount::Start(const std::string&
     argv.insert(argv.end(), {"--read-deadline", absl::StrCat(o.read_deadline_s)});
   }
   if (!o.log_file.empty()) argv.insert(argv.end(), {"--log", o.log_file});
+  argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
   argv.insert(argv.end(), {ref, dir});
   auto r = RunCommand(argv);
   if (!r.ok()) return r.status();

@@ -59,6 +59,7 @@ struct MountOptions {
   bool plain_http = true;      // --plain-http
   std::string hosts_dir;       // --hosts-dir (certs.d with hosts.toml); empty: the default
   std::string docker_config;   // --docker-config; empty: the default
+  std::vector<std::string> extra_args;  // more flags, before REF
 };
 
 // A model mounted with `modelfs mount` (background mode; --plain-http unless the options say

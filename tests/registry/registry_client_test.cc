@@ -69,6 +69,15 @@ std::string* RegistryClientTest::blob_ = nullptr;
 Digest* RegistryClientTest::digest_ = nullptr;
 RangeServer* RegistryClientTest::server_ = nullptr;
 
+TEST(StallTimeoutForReadsTest, AThirdOfTheReadDeadlineInWholeSecondsBetweenOneAndTheClientsOwn) {
+  const absl::Duration own = absl::Seconds(60);
+  EXPECT_EQ(StallTimeoutForReads(own, absl::Seconds(30)), absl::Seconds(10));
+  EXPECT_EQ(StallTimeoutForReads(own, absl::Seconds(10)), absl::Seconds(4));  // 3.33 s, up
+  EXPECT_EQ(StallTimeoutForReads(own, absl::Seconds(3)), absl::Seconds(1));
+  EXPECT_EQ(StallTimeoutForReads(own, absl::Milliseconds(200)), absl::Seconds(1));
+  EXPECT_EQ(StallTimeoutForReads(own, absl::Minutes(10)), own);
+}
+
 TEST_F(RegistryClientTest, RangeReadReturnsTheExactBytes) {
   auto client = Client();
   ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange("models/m", *digest_, 100, 200));

@@ -18,6 +18,9 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(c.hosts_dir, "/etc/containerd/certs.d");
   EXPECT_EQ(c.prefetch, "headers");
   EXPECT_EQ(c.containerd_address, "/run/containerd/containerd.sock");
+  EXPECT_TRUE(c.drop_served_pages);
+  EXPECT_TRUE(c.passthrough);
+  EXPECT_TRUE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
 }
 
@@ -36,9 +39,12 @@ containerd_address = "/run/k3s/containerd/containerd.sock"
 max_size_gib = 200
 prefetch = "all"
 read_deadline_s = 12.5
+drop_served_pages = false
 [fuse]
 allow_other = false
 insecure_stream = true
+passthrough = false
+direct_io = false
 )",
                               "test.toml", c));
   EXPECT_EQ(c.root, "/srv/modelfs");
@@ -54,6 +60,9 @@ insecure_stream = true
   EXPECT_DOUBLE_EQ(c.read_deadline_s, 12.5);
   EXPECT_FALSE(c.allow_other);
   EXPECT_TRUE(c.insecure_stream);
+  EXPECT_FALSE(c.drop_served_pages);
+  EXPECT_FALSE(c.passthrough);
+  EXPECT_FALSE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
 }
 
@@ -75,6 +84,14 @@ TEST(DaemonConfigTest, AWrongTypeNamesTheKey) {
   DaemonConfig c;
   EXPECT_THAT(ParseDaemonConfig("insecure_hosts = \"127.0.0.1:5000\"\n", "n.toml", c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("insecure_hosts")));
+}
+
+TEST(DaemonConfigTest, AReadPathSwitchThatIsNotABoolNamesTheKey) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("[fuse]\npassthrough = \"off\"\n", "n.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fuse.passthrough")));
+  EXPECT_THAT(ParseDaemonConfig("[cache]\ndrop_served_pages = 0\n", "n.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.drop_served_pages")));
 }
 
 TEST(DaemonConfigTest, ATomlSyntaxErrorNamesTheFileAndLine) {
