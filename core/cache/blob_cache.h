@@ -298,7 +298,7 @@ class BlobCache : public BlobReader {
   // served: returns their byte ranges, for DropPages outside mu_, and counts them as unserved
   // again. OnServed passes chunks it found flushed and wholly served.
   std::vector<std::pair<uint64_t, uint64_t>> TakeDropsLocked(Layer& layer,
-                                                               const std::vector<uint64_t>& chunks)
+                                                             const std::vector<uint64_t>& chunks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -54,11 +54,11 @@ bool HasOption(const std::string& options, const std::string& option);
 struct MountOptions {
   std::string cache_dir;  // required: tests never share the default cache
   std::string prefetch = "none";
-  double read_deadline_s = 0;  // 0: the default
-  std::string log_file;        // the daemon's stderr
-  bool plain_http = true;      // --plain-http
-  std::string hosts_dir;       // --hosts-dir (certs.d with hosts.toml); empty: the default
-  std::string docker_config;   // --docker-config; empty: the default
+  double read_deadline_s = 0;           // 0: the default
+  std::string log_file;                 // the daemon's stderr
+  bool plain_http = true;               // --plain-http
+  std::string hosts_dir;                // --hosts-dir (certs.d with hosts.toml); empty: the default
+  std::string docker_config;            // --docker-config; empty: the default
   std::vector<std::string> extra_args;  // more flags, before REF
 };
 
