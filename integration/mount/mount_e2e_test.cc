@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -513,23 +514,25 @@ TEST_F(MountE2eTest, SecondMountWithTheSameCacheReadsEveryFileWithoutRegistryByt
   }
 }
 
-// Pages of `path` in the page cache (its own inode's: for a FUSE file, not the cache file's).
-uint64_t ResidentPages(const std::string& path) {
+// Pages of `path` in the page cache (its own inode's: for a FUSE file, not the cache file's);
+// nullopt when it cannot be mapped or asked, so that a failure never reads as "no pages".
+std::optional<uint64_t> ResidentPages(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
     if (fd >= 0) close(fd);
-    return 0;
+    return std::nullopt;
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
-  if (p == MAP_FAILED) return 0;
+  if (p == MAP_FAILED) return std::nullopt;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> vec((size + page - 1) / page);
-  uint64_t n = 0;
+  std::optional<uint64_t> n;
   if (mincore(p, size, vec.data()) == 0) {
-    for (unsigned char v : vec) n += v & 1;
+    n = 0;
+    for (unsigned char v : vec) *n += v & 1;
   }
   munmap(p, size);
   return n;
@@ -546,7 +549,9 @@ TEST_F(MountE2eTest, WithTheReadPathSwitchesOffEveryFileStillEqualsTheSource) {
     total += env->big.sizes[rel];
   }
   // Without direct_io the FUSE file keeps the pages read() brought in; with it, none.
-  EXPECT_GT(ResidentPages(InMount(env->big.weights)), 0u);
+  std::optional<uint64_t> resident = ResidentPages(InMount(env->big.weights));
+  ASSERT_TRUE(resident.has_value()) << "cannot map or mincore " << env->big.weights;
+  EXPECT_GT(*resident, 0u);
   ASSERT_OK_AND_ASSIGN(nlohmann::json stats, cold->FreshStats());
   EXPECT_EQ(stats["page_cache_bytes_dropped"], 0) << stats.dump();
   ASSERT_OK(cold->Unmount());
@@ -558,7 +563,9 @@ TEST_F(MountE2eTest, WithTheReadPathSwitchesOffEveryFileStillEqualsTheSource) {
     ASSERT_OK_AND_ASSIGN(Digest got, DigestFile(InMount(rel)));
     EXPECT_EQ(got.str(), digest) << rel;
   }
-  EXPECT_EQ(ResidentPages(InMount(env->big.weights)), 0u);  // direct_io again
+  resident = ResidentPages(InMount(env->big.weights));
+  ASSERT_TRUE(resident.has_value()) << "cannot map or mincore " << env->big.weights;
+  EXPECT_EQ(*resident, 0u);  // direct_io again
   ASSERT_OK_AND_ASSIGN(stats, warm->FreshStats());
   EXPECT_EQ(stats["bytes_fetched"], 0) << stats.dump();
   EXPECT_GE(stats["bytes_served"].get<uint64_t>(), total) << stats.dump();
