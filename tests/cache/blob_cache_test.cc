@@ -357,6 +357,7 @@ TEST_F(BlobCacheTest, ChunkModeLayerPassesTheFullCheckWhenComplete) {
   ASSERT_TRUE(Idle(*cache));
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_TRUE(info.whole_verified);
+  EXPECT_TRUE(info.audited);
   EXPECT_FALSE(info.quarantined);
 }
 
@@ -594,11 +595,66 @@ TEST_F(BlobCacheTest, WholeLayerAuditWaitsWhileAReadIsBlockedOnTheNetwork) {
   std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
   ASSERT_TRUE(remote_.WaitForHeld(1));
   absl::SleepFor(absl::Milliseconds(600));  // three idle windows, with the read still waiting
-  EXPECT_FALSE(cache->GetLayerInfo(a)->whole_verified);
+  EXPECT_FALSE(cache->GetLayerInfo(a)->audited);
   remote_.Release();
   blocked.join();
   ASSERT_TRUE(Idle(*cache));
-  EXPECT_TRUE(cache->GetLayerInfo(a)->whole_verified);
+  EXPECT_TRUE(cache->GetLayerInfo(a)->audited);
+}
+
+TEST_F(BlobCacheTest, ALayerIsSealedForPassthroughAsSoonAsEveryChunkIsVerifiedBeforeItsAudit) {
+  CacheOptions o = Options();
+  o.verify_when_idle = absl::Milliseconds(200);
+  auto cache = Open(o);
+  const std::string first = RandomBytes(3 * kChunk, 28);
+  const std::string second = RandomBytes(3 * kChunk, 29);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, second);
+  ASSERT_OK(cache->Read(a, 0, first.size()));
+  remote_.HoldOnly(b);
+  remote_.Hold();
+  std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  // The audit waits for the blocked read; the seal does not.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!cache->GetLayerInfo(a)->whole_verified && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(a));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.audited);
+  const int fd = cache->OpenVerifiedBlob(a, 0, first.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  remote_.Release();
+  blocked.join();
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(a)->audited);
+}
+
+TEST_F(BlobCacheTest, WithTheAuditOffALayerIsSealedAndNeverRehashed) {
+  CacheOptions o = Options();
+  o.audit = false;
+  auto cache = Open(o);
+  // A chunk index that matches every chunk of a layer whose digest it does not match: only
+  // the audit could tell.
+  const std::string blob = RandomBytes(4 * kChunk, 30);
+  Digest lie = Digest::Of("not these bytes either");
+  remote_.AddBlobAs(lie, blob);
+  LayerSpec spec;
+  spec.digest = lie;
+  spec.size = blob.size();
+  spec.index = MakeIndex(lie, blob, kChunk);
+  spec.model_ref = "m";
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(lie, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(lie));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.audited);
+  EXPECT_FALSE(info.quarantined);
+  EXPECT_EQ(cache->stats().verification_failures, 0u);
 }
 
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
@@ -914,7 +970,7 @@ TEST_F(BlobCacheTest, TheAuditAfterTheLoadLeavesNoSecondCopyBehind) {
   Digest d = AddChunked(*cache, blob);
   ASSERT_OK(cache->Read(d, 0, blob.size()));
   ASSERT_TRUE(Idle(*cache));
-  ASSERT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  ASSERT_TRUE(cache->GetLayerInfo(d)->audited);
   EXPECT_EQ(CountResident(ResidentPages(dir_.Join("cache"), d, 0, blob.size())), 0u);
 }
 
