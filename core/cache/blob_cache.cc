@@ -29,6 +29,9 @@ bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
 
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
 
+// Writes to a data file are aligned to this (RunFlight).
+constexpr uint64_t kPageBytes = 4096;
+
 }  // namespace
 
 struct BlobCache::Layer {
@@ -535,30 +538,58 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
   FlightWrites writes;
-  // The chunk being received: hashed and written piece by piece; collected in `piece` only
-  // once the disk has refused a write of it (Received).
+  // The chunk being received: hashed as its pieces arrive and written from the transfer's
+  // buffer to its place in the data file. Writes start and end on page boundaries (a write
+  // that ends inside a new page makes the kernel zero the rest of it first): the unaligned
+  // tail of a piece waits in `piece`, at its own offset, for the next. Once the disk refuses
+  // a write, the whole chunk is collected in `piece` instead (Received).
   BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);
   char* const piece = piece_buffer.data();
-  uint64_t have = 0;  // bytes of it received
-  uint64_t next = 0;  // chunks of the flight that have landed
+  uint64_t have = 0;     // bytes of it received
+  uint64_t written = 0;  // bytes of it in the data file (a multiple of kPageBytes until the end)
+  uint64_t next = 0;     // chunks of the flight that have landed
   std::optional<Sha256> hasher;
   Received got;
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  // Takes `take` bytes of chunk `c` at `data`: hash, then write (or collect, once the disk
-  // refused a piece of it).
-  auto receive = [&](uint64_t c, const char* data, uint64_t take) {
+  // Takes `take` bytes of chunk `c` (`len` bytes long) at `data`.
+  auto receive = [&](uint64_t c, uint64_t len, const char* data, uint64_t take) {
     if (!expected.empty()) hasher->Update(data, take);
-    if (got.write_error == 0) {
-      got.write_error = store_.Write(layer->fd, data, take, c * cs + have);
-      if (got.write_error == ENOSPC || got.write_error == EDQUOT) {
-        // The chunk may still be served from memory: take back what reached the file.
-        absl::Status back = store_.ReadFull(layer->fd, layer->digest, piece, have, c * cs);
-        if (!back.ok()) got.write_error = EIO;
-      }
+    const uint64_t base = c * cs, from = have, end = have + take;
+    have = end;
+    if (got.write_error != 0) {
+      memcpy(piece + from, data, take);
+      return;
     }
-    if (got.write_error != 0) memcpy(piece + have, data, take);
-    have += take;
+    auto write = [&](const char* bytes, uint64_t to) {
+      if (got.write_error == 0) {
+        got.write_error = store_.Write(layer->fd, bytes, to - written, base + written);
+      }
+      if (got.write_error == 0) {
+        written = to;
+        return;
+      }
+      // Collect the chunk in memory (it may still be served from there): what reached the
+      // file, what waited in `piece`, and this piece.
+      memcpy(piece + from, data, take);
+      if (!store_.ReadFull(layer->fd, layer->digest, piece, written, base).ok()) {
+        got.write_error = EIO;
+      }
+    };
+    const uint64_t to = end == len ? end : end / kPageBytes * kPageBytes;
+    if (to <= written) {  // no page completed: it all waits
+      memcpy(piece + from, data, take);
+      return;
+    }
+    if (written < from) {  // complete the page that waits, and write it
+      const uint64_t upto = std::min(to, (from + kPageBytes - 1) / kPageBytes * kPageBytes);
+      memcpy(piece + from, data, upto - from);
+      write(piece + written, upto);
+      if (got.write_error != 0) return;
+    }
+    if (to > written) write(data + (written - from), to);
+    if (got.write_error != 0) return;
+    if (end > to) memcpy(piece + to, data + (to - from), end - to);
   };
   while (next < n) {
     const uint64_t offset = (f->first + next) * cs;
@@ -588,10 +619,11 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
             const uint64_t len = layer->ChunkLen(c);
             if (have == 0) {
               got = Received{};
+              written = 0;
               if (!expected.empty()) hasher.emplace();
             }
             const size_t take = std::min<uint64_t>(len - have, data.size());
-            receive(c, data.data(), take);
+            receive(c, len, data.data(), take);
             data.remove_prefix(take);
             if (have == len) {
               got.length = len;

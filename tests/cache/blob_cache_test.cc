@@ -632,6 +632,47 @@ TEST_F(BlobCacheTest, ALayerIsSealedForPassthroughAsSoonAsEveryChunkIsVerifiedBe
   EXPECT_TRUE(cache->GetLayerInfo(a)->audited);
 }
 
+// Bodies arrive in pieces of any size; each chunk is hashed piece by piece and written to the
+// data file in page-aligned writes, the unaligned tail of a piece waiting for the next.
+TEST_F(BlobCacheTest, ChunksArrivingInUnalignedPiecesAreServedAndStoredExactly) {
+  constexpr uint64_t kBig = 64 * 1024;
+  const std::string blob = RandomBytes(5 * kBig + 777, 31);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({1000, 4096, 5000, 70000, 1, 12288, 3});
+  const LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"};
+  {
+    auto cache = Open();
+    ASSERT_OK(cache->RegisterLayer(spec));
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+    EXPECT_TRUE(got == blob);
+    ASSERT_TRUE(Idle(*cache));
+    EXPECT_TRUE(cache->GetLayerInfo(d)->audited);  // the file hashes to the layer digest
+  }
+  remote_.ResetCounters();
+  auto cache = Open();  // the data file is what a restart serves
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string again, cache->Read(d, 0, blob.size()));
+  EXPECT_TRUE(again == blob);
+  EXPECT_EQ(remote_.bytes_served(), 0u);
+}
+
+TEST_F(BlobCacheTest, AChunkThatFailsVerificationAfterArrivingInPiecesIsNeverServed) {
+  constexpr uint64_t kBig = 64 * 1024;
+  const std::string blob = RandomBytes(3 * kBig, 32);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({3000, 65536, 777});
+  remote_.CorruptByte(d, kBig + 5);
+  auto cache = Open();
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"}));
+  EXPECT_THAT(cache->Read(d, kBig, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 1 of layer")));
+  ASSERT_OK_AND_ASSIGN(std::string first, cache->Read(d, 0, kBig));
+  EXPECT_TRUE(first == blob.substr(0, kBig));
+}
+
 TEST_F(BlobCacheTest, WithTheAuditOffALayerIsSealedAndNeverRehashed) {
   CacheOptions o = Options();
   o.audit = false;
@@ -1150,6 +1191,27 @@ class DiskFullTest : public BlobCacheTest {
   }
   std::atomic<bool> full_{true};
 };
+
+// The disk fills up in the middle of a chunk that arrives in pieces: the chunk is served from
+// memory, whole and exact.
+TEST_F(DiskFullTest, AChunkWhoseWriteFailsHalfwayIsServedWholeFromMemory) {
+  constexpr uint64_t kBig = 64 * 1024;
+  CacheOptions o = FullDiskOptions();
+  o.write_data = [](int fd, const char* data, uint64_t n, uint64_t offset) {
+    if (offset % kBig + n > kBig / 2) return ENOSPC;  // the second half of every chunk
+    return pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n) ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(4 * kBig, 61);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({5000, 12288, 999});
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"}));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_TRUE(got == blob);
+  EXPECT_TRUE(cache->disk_full());
+}
 
 TEST_F(DiskFullTest, VerifiedBytesAreServedWithoutBeingCached) {
   auto cache = Open(FullDiskOptions());
