@@ -29,9 +29,6 @@ bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
 
 std::string ErrnoText(int err) { return std::string(strerror(err)); }
 
-// Writes to a data file are aligned to this (RunFlight).
-constexpr uint64_t kPageBytes = 4096;
-
 }  // namespace
 
 struct BlobCache::Layer {
@@ -454,7 +451,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Re
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
   const uint64_t c = f->first + i;
-  const uint64_t len = r.length;
+  const uint64_t len = r.bytes.size();
   absl::Status cst;
   std::shared_ptr<const std::string> memory;
   if (!expected.empty()) {
@@ -465,7 +462,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Re
     }
   }
   if (cst.ok()) {
-    const int err = r.write_error;
+    const int err = store_.Write(layer->fd, r.bytes.data(), len, c * cs);
     if (err == 0) {
       w->good.push_back(c);
       w->wrote = true;
@@ -538,59 +535,18 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
   FlightWrites writes;
-  // The chunk being received: hashed as its pieces arrive and written from the transfer's
-  // buffer to its place in the data file. Writes start and end on page boundaries (a write
-  // that ends inside a new page makes the kernel zero the rest of it first): the unaligned
-  // tail of a piece waits in `piece`, at its own offset, for the next. Once the disk refuses
-  // a write, the whole chunk is collected in `piece` instead (Received).
+  // The chunk being received: hashed piece by piece as it arrives (while the piece is still in
+  // the CPU's cache from the socket copy), collected in `piece`, and written whole when
+  // complete. One aligned write of the whole chunk lets the kernel use large page-cache
+  // folios: writing each piece straight from the transfer's buffer saved this copy but cost
+  // more in the kernel (small folios), and was slower (docs/snapshotter.md, "The read path").
   BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);
   char* const piece = piece_buffer.data();
-  uint64_t have = 0;     // bytes of it received
-  uint64_t written = 0;  // bytes of it in the data file (a multiple of kPageBytes until the end)
-  uint64_t next = 0;     // chunks of the flight that have landed
+  uint64_t have = 0;  // bytes of it received
+  uint64_t next = 0;  // chunks of the flight that have landed
   std::optional<Sha256> hasher;
-  Received got;
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  // Takes `take` bytes of chunk `c` (`len` bytes long) at `data`.
-  auto receive = [&](uint64_t c, uint64_t len, const char* data, uint64_t take) {
-    if (!expected.empty()) hasher->Update(data, take);
-    const uint64_t base = c * cs, from = have, end = have + take;
-    have = end;
-    if (got.write_error != 0) {
-      memcpy(piece + from, data, take);
-      return;
-    }
-    auto write = [&](const char* bytes, uint64_t to) {
-      if (got.write_error == 0) {
-        got.write_error = store_.Write(layer->fd, bytes, to - written, base + written);
-      }
-      if (got.write_error == 0) {
-        written = to;
-        return;
-      }
-      // Collect the chunk in memory (it may still be served from there): what reached the
-      // file, what waited in `piece`, and this piece.
-      memcpy(piece + from, data, take);
-      if (!store_.ReadFull(layer->fd, layer->digest, piece, written, base).ok()) {
-        got.write_error = EIO;
-      }
-    };
-    const uint64_t to = end == len ? end : end / kPageBytes * kPageBytes;
-    if (to <= written) {  // no page completed: it all waits
-      memcpy(piece + from, data, take);
-      return;
-    }
-    if (written < from) {  // complete the page that waits, and write it
-      const uint64_t upto = std::min(to, (from + kPageBytes - 1) / kPageBytes * kPageBytes);
-      memcpy(piece + from, data, upto - from);
-      write(piece + written, upto);
-      if (got.write_error != 0) return;
-    }
-    if (to > written) write(data + (written - from), to);
-    if (got.write_error != 0) return;
-    if (end > to) memcpy(piece + to, data + (to - from), end - to);
-  };
   while (next < n) {
     const uint64_t offset = (f->first + next) * cs;
     const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
@@ -617,18 +573,15 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
           while (!data.empty() && next < n) {
             const uint64_t c = f->first + next;
             const uint64_t len = layer->ChunkLen(c);
-            if (have == 0) {
-              got = Received{};
-              written = 0;
-              if (!expected.empty()) hasher.emplace();
-            }
+            if (have == 0 && !expected.empty()) hasher.emplace();
             const size_t take = std::min<uint64_t>(len - have, data.size());
-            receive(c, len, data.data(), take);
+            if (!expected.empty()) hasher->Update(data.data(), take);
+            memcpy(piece + have, data.data(), take);
+            have += take;
             data.remove_prefix(take);
             if (have == len) {
-              got.length = len;
+              Received got{absl::string_view(piece, len), {}};
               if (!expected.empty()) got.hash = hasher->Finish().raw();
-              if (got.write_error != 0) got.bytes = absl::string_view(piece, len);
               LandChunk(f, next++, got, expected, &writes);
               have = 0;
             }

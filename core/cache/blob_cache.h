@@ -288,18 +288,14 @@ class BlobCache : public BlobReader {
     bool disk_full = false;
     bool became_full = false;  // this flight found the disk full first
   };
-  // A chunk as RunFlight received it. Its pieces were hashed as they arrived and written
-  // straight from the transfer's buffer to their place in the data file (one copy, from the
-  // socket to the page cache), where no reader looks before the chunk is verified. When the
-  // disk refused a piece, the chunk was collected in memory instead (`bytes`).
+  // A chunk as RunFlight received it: its bytes, and their SHA-256, taken piece by piece as
+  // they arrived (kChunk mode only).
   struct Received {
-    uint64_t length = 0;
-    std::array<uint8_t, 32> hash{};  // SHA-256 of the chunk (kChunk mode only)
-    int write_error = 0;             // errno of the write that failed; 0: all in the data file
-    absl::string_view bytes;         // the chunk, when a write failed
+    absl::string_view bytes;
+    std::array<uint8_t, 32> hash{};
   };
-  // Verifies chunk `i` of a flight and makes it servable (or failed) at once, so readers
-  // waiting for it go on while the rest of the range streams in.
+  // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
+  // readers waiting for it go on while the rest of the range streams in.
   void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
                  const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
