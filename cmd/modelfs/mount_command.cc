@@ -93,6 +93,8 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"quarantined_layers", s.quarantined_layers},
           {"bytes_served", s.bytes_served},
           {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
+          {"sealed_layers", s.sealed_layers},
+          {"audited_layers", s.audited_layers},
           {"cached_bytes", s.cached_bytes}};
 }
 

@@ -801,6 +801,7 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
   if (layer->gen.load() != gen || layer->quarantined) return false;
+  counters_.sealed_layers++;
   layer->whole_verified = true;
   if (s.ok()) layer->seal = LayerStore::SealOf(layer->fd);
   if (flushed) {
@@ -837,6 +838,7 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
                            /*with_local_index=*/false, drop_after);
   });
   if (hashed.ok() && hashed->digest == layer->digest) {
+    counters_.audited_layers++;
     absl::MutexLock lock(&mu_);
     layer->audited = true;
     return;
@@ -1541,6 +1543,8 @@ CacheStats BlobCache::stats() const {
   s.quarantined_layers = counters_.quarantined_layers.load();
   s.bytes_served = counters_.bytes_served.load();
   s.page_cache_bytes_dropped = counters_.page_cache_bytes_dropped.load();
+  s.sealed_layers = counters_.sealed_layers.load();
+  s.audited_layers = counters_.audited_layers.load();
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);
   s.cached_bytes = cached_bytes_;

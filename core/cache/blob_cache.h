@@ -151,6 +151,8 @@ struct CacheStats {
   uint64_t cached_bytes = 0;  // bytes of layer data currently on disk
   // Bytes of data files dropped from the page cache after they were served (drop_served_pages).
   uint64_t page_cache_bytes_dropped = 0;
+  uint64_t sealed_layers = 0;   // chunk-mode layers sealed once every chunk was verified
+  uint64_t audited_layers = 0;  // of them, audited against their digest (CacheOptions::audit)
 };
 
 class BlobCache : public BlobReader {
@@ -382,7 +384,7 @@ class BlobCache : public BlobReader {
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
         verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-        page_cache_bytes_dropped{0};
+        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0};
   };
   mutable Counters counters_;
 };
