@@ -55,6 +55,7 @@ class PublicKey {
   std::string Pem() const;
 
  private:
+  friend class PrivateKey;
   PublicKey() = default;
   std::shared_ptr<EVP_PKEY> key_;
   std::string name_;
