@@ -552,6 +552,24 @@ TEST_F(SigningTest, PushWithSignKeySignsTheArtifactAndTheVolumeImage) {
   EXPECT_TRUE(SkopeoAccepts(Ref("signedpush/m:v1-volume"), policy));
 }
 
+TEST_F(SigningTest, ConvertWithSignKeySignsTheVolumeImageItWrites) {
+  ProcessResult copy =
+      Skopeo({"copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
+              "docker://" + Ref("team/m:v1"), "docker://" + Ref("convertsign/m:v1")},
+             Path("any.json"));
+  ASSERT_EQ(copy.exit_code, 0) << copy.err;
+  ASSERT_OK_AND_ASSIGN(ProcessResult c,
+                       RunModelfs({"convert", "--plain-http", Ref("convertsign/m:v1"), "--sign-key",
+                                   Path("plain.pem"), "--json"}));
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  nlohmann::json j = ParseJsonOutput(c.out);
+  ASSERT_EQ(j["signatures"].size(), 1u);
+  EXPECT_EQ(j["signatures"][0]["docker_reference"], Ref("convertsign/m:v1-volume"));
+  const std::string policy = Policy("convertsign.json", Path("plain.pub"));
+  EXPECT_EQ(Verify(Ref("convertsign/m:v1-volume"), policy).exit_code, 0);
+  EXPECT_EQ(Verify(Ref("convertsign/m:v1"), policy).json["reason"], "no_signature");
+}
+
 TEST_F(SigningTest, PullRefusedByPolicyWritesNothing) {
   CopyVolume("pullrefused/m:v1");
   TempDir out;
