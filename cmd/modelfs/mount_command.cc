@@ -162,14 +162,6 @@ absl::Status RunForeground(const MountCli& c) {
   // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, clients.Connector()));
-  if (rm.registry != ref.registry()) {
-    // The CLI follows where the user points it, but says so: V's record sent us to another host.
-    fprintf(stderr, "%s\n",
-            EscapeUntrusted(absl::StrCat("modelfs: note: the volume image on ", ref.registry(),
-                                         " names its model on ", rm.registry, " (", rm.repository,
-                                         "); reading it from there"))
-                .c_str());
-  }
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
   RegistryBlobSource source(model_client, rm.repository);
