@@ -122,6 +122,24 @@ TEST_F(PolicyTest, KeyDataIsBase64OfThePem) {
   EXPECT_EQ((*p.ScopeFor(*ImageReference::Parse("r:1/a:b")).requirements)[0].keys.size(), 1u);
 }
 
+TEST_F(PolicyTest, KeyPathsAndKeyDatasReadEveryKey) {
+  std::string second = dir_.WriteFile("second.pub", GenerateKey().public_pem).string();
+  ASSERT_OK_AND_ASSIGN(
+      TrustPolicy p,
+      Parse(R"({"default":[{"type":"sigstoreSigned","keyPaths":["$KEY",")" + second + R"("]}],
+                "transports":{"docker":{"r:1":[{"type":"sigstoreSigned","keyDatas":[")" +
+            absl::Base64Escape(GenerateKey().public_pem) + R"(",")" +
+            absl::Base64Escape(GenerateKey().public_pem) + R"(",")" +
+            absl::Base64Escape(GenerateKey().public_pem) + R"("]}]}}})"));
+  const auto& by_path = (*p.ScopeFor(*ImageReference::Parse("other:1/a:b")).requirements)[0];
+  ASSERT_EQ(by_path.keys.size(), 2u);
+  EXPECT_EQ(by_path.keys[1].name(), second);
+  const auto& by_data = (*p.ScopeFor(*ImageReference::Parse("r:1/a:b")).requirements)[0];
+  ASSERT_EQ(by_data.keys.size(), 3u);
+  EXPECT_EQ(by_data.keys[2].name(), "policy.json: transports.docker[\"r:1\"][0].keyDatas[2]");
+  EXPECT_THAT(p.files(), ::testing::ElementsAre(key_, second));
+}
+
 TEST_F(PolicyTest, UnknownRequirementTypeIsRefusedNamingIt) {
   EXPECT_THAT(Parse(R"({"default":[{"type":"signedBy","keyType":"GPGKeys","keyPath":"$KEY"}]})"),
               StatusIs(absl::StatusCode::kInvalidArgument,
