@@ -4,14 +4,17 @@
 # their state in REG (host:port) and REG_PID, nginx's in NG_PID; the caller's cleanup must call
 # stop_registry and stop_nginx (and netns_destroy for a namespace it made, netns.sh).
 
+# python3 resolved once to the interpreter itself: a version manager's shim (pyenv) costs a shell
+# and several processes on every call, seconds each on a loaded machine.
+PY=$(python3 -c 'import sys; print(sys.executable)')
 now() { date +%s.%N; }
-elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$2"; }
-median() { python3 -c "import sys,statistics; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f\n", b - a}'; }
+median() { "$PY" -c "import sys,statistics; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
 # ratio BASELINE_S MODELFS_S: baseline time / modelfs time (above 1.0: modelfs is faster).
-ratio() { python3 -c "import sys; b,m=map(float,sys.argv[1:]); print(f'{b/m:.2f}x' if m>0 else 'n/a')" "$1" "$2"; }
-mbps() { python3 -c "import sys; n,t=map(float,sys.argv[1:]); print(f'{n/t/1e6:.0f}' if t>0 else 'n/a')" "$1" "$2"; }
+ratio() { "$PY" -c "import sys; b,m=map(float,sys.argv[1:]); print(f'{b/m:.2f}x' if m>0 else 'n/a')" "$1" "$2"; }
+mbps() { "$PY" -c "import sys; n,t=map(float,sys.argv[1:]); print(f'{n/t/1e6:.0f}' if t>0 else 'n/a')" "$1" "$2"; }
 human() {  # human BYTES: 1.5 GiB, 12.0 MiB, ...
-  python3 -c "import sys
+  "$PY" -c "import sys
 n=float(sys.argv[1]); u=['B','KiB','MiB','GiB','TiB']; i=0
 while n>=1024 and i<len(u)-1: n/=1024; i+=1
 print(f'{n:.0f} {u[i]}' if i==0 else f'{n:.1f} {u[i]}')" "$1"
@@ -66,7 +69,7 @@ require_exec() {  # require_exec FILE HINT
   [[ -x "$1" ]] || { echo "missing $1 ($2)" >&2; exit 2; }
 }
 
-free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
+free_port() { "$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
 
 # shellcheck source=bench/netns.sh
 source "$(dirname "${BASH_SOURCE[0]}")/netns.sh"
@@ -226,7 +229,7 @@ log_size() { stat -c %s "$1" 2> /dev/null || echo 0; }
 # log_statuses FILE OFFSET: the HTTP statuses of the combined-format access log lines (nginx's
 # and the registry's) written after OFFSET, as "STATUS=COUNT ..." in order of status.
 log_statuses() {
-  python3 - "$1" "$2" <<'PY'
+  "$PY" - "$1" "$2" <<'PY'
 import collections, re, sys
 with open(sys.argv[1], 'rb') as f:
     f.seek(int(sys.argv[2]))
@@ -239,7 +242,7 @@ PY
 # --- modelfs mounts (as root the live counters are in /run/modelfs/mounts) -------------------
 stats_file() { echo "/run/modelfs/mounts/$(realpath -m "$1" | tr / _).json"; }
 stat_field() {  # stat_field DIR FIELD
-  "$MODELFS" stats "$1" --json | python3 -c "import sys,json; print(json.load(sys.stdin)['$2'])"
+  "$MODELFS" stats "$1" --json | "$PY" -c "import sys,json; print(json.load(sys.stdin)['$2'])"
 }
 # Waits until the daemon has rewritten its counters (about once a second) after now.
 fresh_stat() {
@@ -247,7 +250,7 @@ fresh_stat() {
   t=$(now)
   f=$(stats_file "$1")
   for _ in $(seq 100); do
-    if [[ -f "$f" ]] && python3 -c "import os,sys; sys.exit(0 if os.stat(sys.argv[1]).st_mtime > float(sys.argv[2]) else 1)" "$f" "$t"; then
+    if [[ -f "$f" ]] && "$PY" -c "import os,sys; sys.exit(0 if os.stat(sys.argv[1]).st_mtime > float(sys.argv[2]) else 1)" "$f" "$t"; then
       break
     fi
     sleep 0.05

@@ -166,7 +166,7 @@ med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
 medi() { local m; m=$(med "$1"); [[ $m == n/a ]] && echo "$m" || printf '%.0f\n' "$m"; }
 # calc EXPR ARG...: python arithmetic on numbers (a, b, c, ... are the ARGs); n/a in, n/a out.
 calc() {
-  python3 - "$@" <<'PY'
+  "$PY" - "$@" <<'PY'
 import sys
 expr, args = sys.argv[1], sys.argv[2:]
 try:
@@ -185,7 +185,7 @@ load() {
 }
 check_loaded() {  # check_loaded WHAT: warns when a loader read other than the model's bytes
   local got
-  got=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes'])" "$WORK/load.json")
+  got=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes'])" "$WORK/load.json")
   [[ $got == "$TOTAL" ]] || echo "warning: $1 read $got bytes, the model has $TOTAL" >&2
 }
 mount_files() { find "$1" -type f ! -name .modelinfo.json | sort; }
@@ -219,7 +219,8 @@ cpu_seconds() {
 user_seconds() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", $12 / hz}'
 }
-# The servers' CPU so far: the registry's, and nginx's master and worker (0 without nginx).
+# The servers' CPU so far: the registry's, and nginx's master and worker (0 without nginx; the
+# callers record nginx's only behind a redirect, so that its column says n/a elsewhere).
 reg_cpu() { cpu_seconds "$REG_PID"; }
 ng_cpu() { if [[ -n $NG_PID ]]; then tree_cpu_seconds "$NG_PID"; else echo 0; fi; }
 # count STATUSES CODE...: the sum of those codes' counts in log_statuses' output.
@@ -294,7 +295,7 @@ measure_raw() {
   t1=$(now)
   add "${TK}raw" "$(elapsed "$t0" "$t1")"
   add "${TK}raw_reg_cpu" "$(elapsed "$reg0" "$(reg_cpu)")"
-  add "${TK}raw_ng_cpu" "$(elapsed "$ng0" "$(ng_cpu)")"
+  [[ -z $NG_PID ]] || add "${TK}raw_ng_cpu" "$(elapsed "$ng0" "$(ng_cpu)")"
 }
 
 # (a) blob by blob: download, then hash, then load. Leaves the verified files in $DL.
@@ -417,7 +418,7 @@ measure_modelfs_cold() {
   add "${TK}cold_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
   add "${TK}cold_user:$mode" "$(user_seconds "$MOUNT_PID")"
   add "${TK}cold_reg_cpu:$mode" "$(elapsed "$reg0" "$(reg_cpu)")"
-  add "${TK}cold_ng_cpu:$mode" "$(elapsed "$ng0" "$(ng_cpu)")"
+  [[ -z $NG_PID ]] || add "${TK}cold_ng_cpu:$mode" "$(elapsed "$ng0" "$(ng_cpu)")"
   check_loaded "modelfs cold ($mode)"
   add "${TK}cold:$mode" "$(elapsed "$t0" "$t2")"
   add "${TK}cold_mount:$mode" "$(elapsed "$t0" "$t1")"
@@ -448,7 +449,7 @@ measure_modelfs_warm() {
   t0=$(now)
   load "$mode" "${files[@]}"
   t1=$(now)
-  add "pc_node:$mode" "$(python3 -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / int(sys.argv[3]))" "$cached0" "$(page_cache_bytes)" "$TOTAL")"
+  add "pc_node:$mode" "$("$PY" -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / int(sys.argv[3]))" "$cached0" "$(page_cache_bytes)" "$TOTAL")"
   check_loaded "modelfs warm ($mode)"
   add "warm:$mode" "$(elapsed "$t0" "$t1")"
   add "warm_cpu:$mode" "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
@@ -457,7 +458,7 @@ measure_modelfs_warm() {
   cache_res=$(resident "$WARM_CACHE"/blobs/sha256/*.data)
   add "pc_fuse:$mode" "$fuse_res"
   add "pc_cache:$mode" "$cache_res"
-  add "pc_x:$mode" "$(python3 -c "import sys; print((int(sys.argv[1]) + int(sys.argv[2])) / int(sys.argv[3]))" "$fuse_res" "$cache_res" "$TOTAL")"
+  add "pc_x:$mode" "$("$PY" -c "import sys; print((int(sys.argv[1]) + int(sys.argv[2])) / int(sys.argv[3]))" "$fuse_res" "$cache_res" "$TOTAL")"
   umount_wait "$mnt" "$MOUNT_PID"
 }
 
@@ -477,7 +478,7 @@ measure_ready_and_random_read() {
   add ready_fetched "$before"
   largest=$(find "$mnt" -type f -printf '%s %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
   size=$(stat -c %s "$largest")
-  off=$(python3 -c "import random,sys; print(random.randrange(0, max(1, int(sys.argv[1]) - (4 << 20))))" "$size")
+  off=$("$PY" -c "import random,sys; print(random.randrange(0, max(1, int(sys.argv[1]) - (4 << 20))))" "$size")
   cat "$mnt/.modelinfo.json" > /dev/null
   dd if="$largest" of=/dev/null bs=4M skip="$off" count=$((4 << 20)) iflag=skip_bytes,count_bytes status=none
   after=$(settled_fetched "$mnt")
@@ -514,7 +515,7 @@ f2() { calc "f'{a:.2f}'" "$1" | tr -d "'"; }
 # limit TOPOLOGY LOADER: "SECONDS WHICH", the largest of the wire, SHA over the cores and the
 # loader over the page cache.
 limit() {
-  python3 - "$(med "$1|raw")" "$(med sha1)" "$(nproc)" "$(med "cached:$2")" <<'PY'
+  "$PY" - "$(med "$1|raw")" "$(med sha1)" "$(nproc)" "$(med "cached:$2")" <<'PY'
 import sys
 def num(s):
     try:
@@ -621,7 +622,7 @@ print_first_tables() {
   printf '| %-58s | %-40s |\n' "---" "---"
   printf '| %-58s | %-40s |\n' "time to ready (mount until the mountpoint lists)" "$(med ready) s"
   printf '| %-58s | %-40s |\n' "fetched before the first read" \
-    "$(human "$(med ready_fetched)") ($(python3 -c "import sys; print(f'{100*float(sys.argv[1])/float(sys.argv[2]):.3f}')" "$(med ready_fetched)" "$TOTAL")% of the model)"
+    "$(human "$(med ready_fetched)") ($("$PY" -c "import sys; print(f'{100*float(sys.argv[1])/float(sys.argv[2]):.3f}')" "$(med ready_fetched)" "$TOTAL")% of the model)"
   printf '| %-58s | %-40s |\n' "fetched by .modelinfo.json + 4 MiB at a random offset" "$(human "$(med random_fetched)")"
   for l in $LOADERS; do
     printf '| %-58s | %-40s |\n' "page cache after warm $l load: mount / cache files / sum" \
@@ -663,8 +664,8 @@ for MIB in $SIZES; do
   rm -rf "$WORK/src"
   MANIFEST=$(curl -fs -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG/v2/$REPO/manifests/v1")
   stop_registry
-  BLOBS=$(python3 -c "import sys,json; print(' '.join(l['digest'] for l in json.loads(sys.argv[1])['layers']))" "$MANIFEST")
-  TOTAL=$(python3 -c "import sys,json; print(sum(l['size'] for l in json.loads(sys.argv[1])['layers']))" "$MANIFEST")
+  BLOBS=$("$PY" -c "import sys,json; print(' '.join(l['digest'] for l in json.loads(sys.argv[1])['layers']))" "$MANIFEST")
+  TOTAL=$("$PY" -c "import sys,json; print(sum(l['size'] for l in json.loads(sys.argv[1])['layers']))" "$MANIFEST")
   store_mib=$(du -sm "$STORE_DISK" | cut -f1)
   if [[ $NEED_TMPFS == 1 ]]; then
     TMPFS="$WORK/store-tmpfs"
