@@ -34,7 +34,9 @@
 #                       loader over them (no drop)
 #   modelfs warm        mount V again on the cache the cold load filled, drop caches, load
 #   and the second table: time to ready, bytes fetched before the first read and by a random
-#   read, page-cache copies after a warm load, peak RSS with 16 concurrent cold readers.
+#   read, page-cache copies after a warm load, peak RSS with 16 concurrent cold readers, a
+#   second pod that opens the model halfway through a cold load, and the CPU and time of the
+#   whole-layer audit after a load.
 # The node's limit for a loader in a topology = the largest of: the raw time, the SHA-256 time
 # over the cores, and the loader's time over the page cache.
 # Times are medians of RUNS runs. "cold vs init" = better init / cold (above 1.00x modelfs is
@@ -514,6 +516,46 @@ measure_rss_concurrent() {
 f2() { calc "f'{a:.2f}'" "$1" | tr -d "'"; }
 # limit TOPOLOGY LOADER: "SECONDS WHICH", the largest of the wire, SHA over the cores and the
 # loader over the page cache.
+# A second pod opens the model when the first is halfway through a cold load (half the model's
+# bytes in the cache), both with the read loader; then the whole-layer audit that follows the
+# load (cache.audit): the mount's CPU and the time until every sealed layer is audited.
+measure_second_pod() {
+  local cache="$WORK/cache-2pod" mnt="$WORK/mnt" files ta0 ta1 tb0 tb1 pa cpu0 t0 s a
+  rm -rf "$cache"
+  drop_caches
+  mount_v "$cache" "$mnt"
+  mapfile -t files < <(mount_files "$mnt")
+  ta0=$(now)
+  ("$LOAD" --mode read "${files[@]}" > /dev/null && now > "$WORK/pod-a.end") &
+  pa=$!
+  READER_PIDS=("$pa")
+  while kill -0 "$pa" 2> /dev/null &&
+    [[ $(($(du -sk "$cache/blobs" | cut -f1) * 1024)) -lt $((TOTAL / 2)) ]]; do
+    sleep 0.1
+  done
+  tb0=$(now)
+  "$LOAD" --mode read "${files[@]}" > /dev/null
+  tb1=$(now)
+  wait "$pa" || echo "warning: the first pod's loader failed" >&2
+  READER_PIDS=()
+  ta1=$(cat "$WORK/pod-a.end")
+  add pod_a "$(elapsed "$ta0" "$ta1")"
+  add pod_b "$(elapsed "$tb0" "$tb1")"
+  add pod_b_start "$(elapsed "$ta0" "$tb0")"
+  cpu0=$(cpu_seconds "$MOUNT_PID")
+  t0=$(now)
+  for _ in $(seq 240); do
+    s=$(stat_field "$mnt" sealed_layers)
+    a=$(stat_field "$mnt" audited_layers)
+    [[ $s -gt 0 && $a -ge $s ]] && break
+    sleep 0.5
+  done
+  add audit_cpu "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
+  add audit_time "$(elapsed "$t0" "$(now)")"
+  umount_wait "$mnt" "$MOUNT_PID"
+  rm -rf "$cache"
+}
+
 limit() {
   "$PY" - "$(med "$1|raw")" "$(med sha1)" "$(nproc)" "$(med "cached:$2")" <<'PY'
 import sys
@@ -634,6 +676,12 @@ print_first_tables() {
     "$(human "$(med rss)") (all done in $(med rss_time) s)"
   printf '| %-58s | %-40s |\n' "peak RSS of the mount process, one cold load (read / mmap)" \
     "$(human "$(med "${F}cold_rss:read")") / $(human "$(med "${F}cold_rss:mmap")")"
+  printf '| %-58s | %-40s |\n' "second pod opened halfway through a cold read load: first" \
+    "$(med pod_a) s ($(mbps "$TOTAL" "$(med pod_a)") MB/s)"
+  printf '| %-58s | %-40s |\n' "... second (opened $(med pod_b_start) s in)" \
+    "$(med pod_b) s ($(mbps "$TOTAL" "$(med pod_b)") MB/s)"
+  printf '| %-58s | %-40s |\n' "whole-layer audit after the load: mount CPU / until done" \
+    "$(med audit_cpu) s / $(med audit_time) s (idle wait included)"
   printf '| %-58s | %-40s |\n' "mount: bdi readahead, FUSE max_read" "$MOUNT_SHAPE"
   for l in $LOADERS; do
     printf '| %-58s | %-40s |\n' "CPU of the mount process, cold (of it user) / warm, $l loader" \
@@ -693,6 +741,7 @@ for MIB in $SIZES; do
         WARM_CACHE=""
         measure_ready_and_random_read
         measure_rss_concurrent
+        measure_second_pod
       fi
       topo_down
     done
