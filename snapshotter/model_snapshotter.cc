@@ -409,6 +409,19 @@ absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
   return WaitForModelIds(ids);
 }
 
+absl::Status ModelSnapshotter::CheckModelHost(const ImageReference& volume, const Digest& model,
+                                              const std::string& registry) const {
+  if (registry == volume.registry()) return absl::OkStatus();
+  for (const std::string& allowed : options_.model_hosts) {
+    if (allowed == registry) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "volume image ", volume.String(), " on registry ", volume.registry(), " names its model ",
+      model.str(), " on registry ", registry, ", which this node does not follow volume images to; ",
+      "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"", registry,
+      "\"]"));
+}
+
 absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
                                             const std::string& parent, const std::string& target) {
   if (!rm.volume_descriptor) {
@@ -451,8 +464,13 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
   ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, [this](const std::string& r) {
-                     return ClientFor(r);
+  // ResolveModel asks for another registry only when V's record names M there, and before it
+  // fetches anything of M: the one place to hold V to the hosts the admin allowed.
+  ASSIGN_OR_RETURN(ResolvedModel rm,
+                   ResolveModel(*client, ref, [&](const std::string& registry)
+                                    -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+                     RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
+                     return ClientFor(registry);
                    }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   if (rm.model_descriptor.digest != volume.model.digest) {
@@ -501,8 +519,11 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
         counts_.mounted++;
         return st;
       }
-      if (absl::IsDataLoss(st)) {
+      // A verification failure or a refusal fails the Prepare: unpacking the layer instead
+      // would still hand the pod what was refused (its pointer files).
+      if (absl::IsDataLoss(st) || absl::IsPermissionDenied(st)) {
         counts_.error++;
+        Log(absl::StrCat("snapshot ", key, ": refused: ", st.ToString()));
         return st;
       }
       counts_.fallback++;

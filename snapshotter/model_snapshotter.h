@@ -14,7 +14,9 @@
 //   layer A carries the chunk indexes), registers M
 //   in the daemon's single FUSE mount at <root>/mnt/sha256-<hex of M>, commits an empty
 //   snapshot named by the chain ID (label modelfs.remote = the model's directory) and answers
-//   ALREADY_EXISTS, so containerd fetches none of the model. When that cannot be done (no image
+//   ALREADY_EXISTS, so containerd fetches none of the model. V may name M on another registry
+//   only when `model_hosts` lists it: otherwise the Prepare fails (kPermissionDenied) before
+//   anything is fetched from there. When that cannot be done (no image
 //   reference or pinned digest, a binding that does not hold, registry unreachable), it logs
 //   why and falls back to the ordinary path:
 //   containerd unpacks A and the container sees the `.modelfs/` pointer files.
@@ -94,6 +96,12 @@ struct ModelSnapshotterOptions {
   OverlayOptions overlay = DetectOverlayOptions();
   // How long a mount on top of a model waits for the model to be registered after a restart.
   absl::Duration model_wait = absl::Seconds(60);
+  // Registries ("host[:port]") a volume image may send the daemon to for its model M, besides
+  // the volume image's own registry. M is fetched with the node's credentials for that host,
+  // so without this a volume image could point a pod at any model the node can read, or make
+  // the node send requests where it chooses. Others are refused (kPermissionDenied) before
+  // anything is fetched from them.
+  std::vector<std::string> model_hosts;
   // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
   // empty: such volumes stay empty, as with stock containerd.
   std::string containerd_address;
@@ -112,7 +120,7 @@ struct ModelSnapshotterOptions {
 struct RemotePrepareCounts {
   uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
   uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
-  uint64_t error = 0;     // refused (verification failure)
+  uint64_t error = 0;     // refused (verification failure, or a model host not allowed)
 };
 
 class ModelSnapshotter final : public Snapshotter {
@@ -176,6 +184,11 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
+  // OK when volume image `volume` may send the daemon to `registry` for its model `model`:
+  // V's own registry, or one listed in model_hosts. Else kPermissionDenied naming both
+  // registries and the key to set.
+  absl::Status CheckModelHost(const ImageReference& volume, const Digest& model,
+                              const std::string& registry) const;
   // Commits a remote snapshot only where V's verified manifest and config make `target` the
   // chain ID of its volume layer on `parent` (CheckVolumeSnapshotBinding). Errors:
   // kFailedPrecondition (the caller then unpacks the layer the ordinary way), registry errors.

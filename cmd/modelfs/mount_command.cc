@@ -157,7 +157,7 @@ absl::Status RunForeground(const MountCli& c) {
   // the weights are read from there.
   RegistryClients clients(access);
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, clients.Connector()));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, NotingConnector(ref, clients)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
   RegistryBlobSource source(model_client, rm.repository);
