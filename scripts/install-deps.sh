@@ -13,11 +13,15 @@ PACKAGES=(
   libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
   libmicrohttpd-dev
+  # signing: NaCl secretbox of cosign-encrypted keys (scrypt and ECDSA come from OpenSSL)
+  libsodium-dev
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
   docker-registry containerd skopeo apache2-utils curl python3 util-linux procps
   # pause and reader images of the containerd 2.1 image-volume tests
   busybox-static
+  # cosign-format keys for the signing interop tests (../shared/tools/signing/cosign_keygen.py)
+  python3-nacl python3-cryptography
 )
 
 # The ThreadSanitizer tree (scripts/tsan.sh) builds abseil from Debian's source of the installed
