@@ -45,6 +45,19 @@ class GrpcContentStore final : public ContentStore {
     return static_cast<uint64_t>(resp.info().size());
   }
 
+  absl::StatusOr<std::map<std::string, std::string>> BlobLabels(const std::string& ns,
+                                                            const Digest& digest) override {
+    grpc::ClientContext ctx;
+    Prepare(ctx, ns, absl::Now() + kInfoTimeout);
+    api::InfoRequest req;
+    req.set_digest(digest.str());
+    api::InfoResponse resp;
+    grpc::Status st = stub_->Info(&ctx, req, &resp);
+    if (!st.ok()) return FromGrpc(st, What("info of", ns, digest));
+    return std::map<std::string, std::string>(resp.info().labels().begin(),
+                                              resp.info().labels().end());
+  }
+
   absl::Status Read(const std::string& ns, const Digest& digest, uint64_t offset, uint64_t length,
                     absl::Time deadline,
                     const std::function<absl::Status(std::string_view)>& sink) override {

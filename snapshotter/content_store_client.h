@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,14 @@ class ContentStore {
   // such blob in that namespace), kUnavailable (containerd unreachable), other gRPC errors as
   // their canonical codes; messages name the digest and namespace.
   virtual absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) = 0;
+
+  // The labels containerd keeps on blob `digest` in `ns` (among them
+  // "containerd.io/distribution.source.<host>" = "<repository>[,<repository>...]": where it
+  // was pulled from). Errors as Size. Default: no labels.
+  virtual absl::StatusOr<std::map<std::string, std::string>> BlobLabels(const std::string& ns,
+                                                                    const Digest& digest) {
+    return std::map<std::string, std::string>{};
+  }
 
   // Streams bytes [offset, offset + length) of blob `digest` to `sink` in order, in pieces;
   // `length` > 0. Fewer bytes than asked (the blob ends early) is kOutOfRange; a sink error

@@ -6,7 +6,9 @@
 // goes. The model leaves the tree with the last snapshot that uses it (Remove).
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/model/model_loader.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/content_store_model.h"
@@ -52,6 +54,39 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
   return FinishRegistration(name, std::move(st));
 }
 
+absl::Status ModelSnapshotter::CheckContentModelPolicy(const ImageVolumeKey& volume) {
+  if (!policy_gate_) return absl::OkStatus();
+  // The Prepare names M by digest only. containerd records where it pulled a blob from in
+  // the blob's labels ("containerd.io/distribution.source.<host>" = "<repo>,..."): the policy
+  // judges M at each of those locations, as "<host>/<repo>@<digest>", and all must accept.
+  ASSIGN_OR_RETURN(auto labels, content_store_->BlobLabels(volume.ns, volume.image));
+  constexpr absl::string_view kSource = "containerd.io/distribution.source.";
+  int checked = 0;
+  for (const auto& [k, v] : labels) {
+    if (!absl::StartsWith(k, kSource)) continue;
+    const std::string host = k.substr(kSource.size());
+    for (absl::string_view repo : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+      absl::StatusOr<ImageReference> ref =
+          ImageReference::Parse(absl::StrCat(host, "/", repo, "@", volume.image.str()));
+      if (!ref.ok()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("model ", volume.image.str(), " from containerd's content store: its ",
+                         "source label ", k, "=", v, " is no reference: ",
+                         ref.status().message()));
+      }
+      RETURN_IF_ERROR(CheckPolicy(*ref, volume.image, "model"));
+      ++checked;
+    }
+  }
+  if (checked == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "model ", volume.image.str(), " from containerd's content store refused by policy ",
+        options_.policy, ": containerd recorded no registry it came from, so no policy scope ",
+        "applies"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
     const std::string& key, const ImageVolumeKey& volume, const Labels& labels) {
   if (content_reader_ == nullptr) {
@@ -59,6 +94,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
         "containerd_address is not set, so containerd's content store cannot be read");
   }
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, volume));
+  RETURN_IF_ERROR(CheckContentModelPolicy(volume));
   const std::string name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   RETURN_IF_ERROR(EnsureContentModel(name, rm, volume.ns));
 
