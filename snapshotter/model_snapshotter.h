@@ -232,8 +232,8 @@ class ModelSnapshotter final : public Snapshotter {
   absl::StatusOr<std::vector<Mount>> PrepareFromContentStore(const std::string& key,
                                                              const ImageVolumeKey& volume,
                                                              const Labels& labels);
-  // With a policy: the policy must accept M at every registry location containerd recorded
-  // for it (kPermissionDenied otherwise, or when none is recorded).
+  // With a policy: the policy must accept M under every image name containerd's image store
+  // gives M's manifest (kPermissionDenied otherwise, or when there is none).
   absl::Status CheckContentModelPolicy(const ImageVolumeKey& volume);
   // Registers M from the content store of `ns` unless it is registered (by either path).
   absl::Status EnsureContentModel(const std::string& name, const ResolvedModel& rm,

@@ -6,9 +6,8 @@
 // goes. The model leaves the tree with the last snapshot that uses it (Remove).
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
 #include "core/model/model_loader.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/content_store_model.h"
@@ -56,34 +55,27 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
 
 absl::Status ModelSnapshotter::CheckContentModelPolicy(const ImageVolumeKey& volume) {
   if (!policy_gate_) return absl::OkStatus();
-  // The Prepare names M by digest only. containerd records where it pulled a blob from in
-  // the blob's labels ("containerd.io/distribution.source.<host>" = "<repo>,..."): the policy
-  // judges M at each of those locations, as "<host>/<repo>@<digest>", and all must accept.
-  ASSIGN_OR_RETURN(auto labels, content_store_->BlobLabels(volume.ns, volume.image));
-  constexpr absl::string_view kSource = "containerd.io/distribution.source.";
-  int checked = 0;
-  for (const auto& [k, v] : labels) {
-    if (!absl::StartsWith(k, kSource)) continue;
-    const std::string host = k.substr(kSource.size());
-    for (absl::string_view repo : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-      absl::StatusOr<ImageReference> ref =
-          ImageReference::Parse(absl::StrCat(host, "/", repo, "@", volume.image.str()));
-      if (!ref.ok()) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("model ", volume.image.str(), " from containerd's content store: its ",
-                         "source label ", k, "=", v, " is no reference: ",
-                         ref.status().message()));
-      }
-      RETURN_IF_ERROR(CheckPolicy(*ref, volume.image, "model"));
-      ++checked;
-    }
+  // The Prepare names M by digest only; the references the pod may have used are the names
+  // containerd's image store gives that manifest (what CRI pulled). The policy judges M under
+  // each of them, and all must accept. (The content's distribution-source labels are no
+  // substitute: containerd records the host there without its port.)
+  ASSIGN_OR_RETURN(std::vector<std::string> names,
+                   content_store_->ImageNames(volume.ns, volume.image));
+  std::vector<std::string> judged;
+  for (const std::string& name : names) {
+    absl::StatusOr<ImageReference> ref = ImageReference::Parse(name);
+    if (!ref.ok()) continue;  // CRI's "sha256:<id>" records name no registry
+    RETURN_IF_ERROR(CheckPolicy(*ref, volume.image, "model"));
+    judged.push_back(ref->String());
   }
-  if (checked == 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "model ", volume.image.str(), " from containerd's content store refused by policy ",
-        options_.policy, ": containerd recorded no registry it came from, so no policy scope ",
-        "applies"));
+  if (judged.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("model ", volume.image.str(), " from containerd's content store refused by ",
+                     "policy ", options_.policy, ": containerd's image store (namespace \"",
+                     volume.ns, "\") names no image reference for it, so no policy scope applies"));
   }
+  Log(absl::StrCat("model ", volume.image.str(), " from containerd's content store: the policy ",
+                   "accepts it as ", absl::StrJoin(judged, ", ")));
   return absl::OkStatus();
 }
 

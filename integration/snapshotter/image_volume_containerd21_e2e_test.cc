@@ -927,12 +927,13 @@ class SignedVolumeTest : public ImageVolumeContainerd21Test {
 
   // Signs V (pushed at v1-volume) as `modelfs sign` does, with `key`.
   void SignVolume(const Key& key) {
+    Sign(Ref(kModelRepo, "v1-volume"), push_["volume"]["digest"].get<std::string>(), key);
+  }
+  void Sign(const std::string& ref, const std::string& manifest_digest, const Key& key) {
     ASSERT_OK_AND_ASSIGN(auto client, ConnectPlainHttp(registry_->host_port()));
     RegistrySignatureStore store(client.get());
-    ASSERT_OK_AND_ASSIGN(ImageReference image,
-                         ImageReference::Parse(Ref(kModelRepo, "v1-volume")));
-    ASSERT_OK_AND_ASSIGN(Digest digest,
-                         Digest::Parse(push_["volume"]["digest"].get<std::string>()));
+    ASSERT_OK_AND_ASSIGN(ImageReference image, ImageReference::Parse(ref));
+    ASSERT_OK_AND_ASSIGN(Digest digest, Digest::Parse(manifest_digest));
     ASSERT_OK(SignImage(store, image, digest, *key.key).status());
   }
 
@@ -1010,6 +1011,81 @@ TEST_F(SignedVolumeTest, APodNamingAVolumeImageSignedByAnUnknownKeyIsRefused) {
   SignVolume(other_key_);
   ASSERT_FALSE(HasFatalFailure());
   ExpectRefused("unknown-key", "no_key_matched");
+}
+
+// V in another repository (`convert --to`) sends the node to M's repository: the policy must
+// accept M there too, under M's own scope, even though V itself is signed and trusted.
+TEST_F(SignedVolumeTest, AModelWhoseOwnScopeRejectsIsRefusedThoughItsVolumeImageIsSigned) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const nlohmann::json converted =
+      Convert({Ref(kModelRepo, "v1"), "--to", Ref(kVolumesRepo, "llama")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const std::string v_digest = converted["volume"]["digest"];
+  Sign(Ref(kVolumesRepo, "llama"), v_digest, team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  nlohmann::json policy = {
+      {"default", {{{"type", "insecureAcceptAnything"}}}},
+      {"transports",
+       {{"docker",
+         {{absl::StrCat(registry_->host_port(), "/", kVolumesRepo),
+           {{{"type", "sigstoreSigned"}, {"keyPath", team_key_.pub_path}}}},
+          {absl::StrCat(registry_->host_port(), "/", kModelRepo), {{{"type", "reject"}}}}}}}}};
+  std::ofstream(policy_path_, std::ios::trunc) << policy.dump(2);
+  CriPodSpec spec;
+  spec.name = "model-rejected";
+  spec.uid = "model-rejected-uid";
+  spec.log_directory = tmp_.Join("pods/model-rejected").string();
+  fs::create_directories(spec.log_directory);
+  ASSERT_OK_AND_ASSIGN(std::string sandbox, runtime_->RunPodSandbox(spec));
+  sandboxes_.push_back(sandbox);
+  absl::StatusOr<std::string> pulled =
+      images_->PullImageForPod(Ref(kVolumesRepo, "llama"), spec);
+  ASSERT_FALSE(pulled.ok()) << "PullImage accepted it";
+  const std::string why(pulled.status().message());
+  std::cout << "[refusal] model location: " << why << "\n";
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
+                       "model ", registry_->host_port(), "/", kModelRepo, "@",
+                       push_["model"]["digest"].get<std::string>())));
+  EXPECT_THAT(why, ::testing::HasSubstr(
+                       absl::StrCat("scope docker:", registry_->host_port(), "/", kModelRepo)));
+  EXPECT_THAT(why, ::testing::HasSubstr("rejected_by_policy"));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+}
+
+// A plain ModelPack artifact M from containerd's content store: judged under the names
+// containerd's image store gives its manifest, when the pod's container is created.
+TEST_F(SignedVolumeTest, APodNamingASignedPlainModelPackArtifactSeesTheModel) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Sign(Ref(kModelRepo, "v1"), push_["model"]["digest"].get<std::string>(), team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashesEveryFile("plain-signed", Ref(kModelRepo, "v1"), /*image_config_role=*/"config");
+  EXPECT_TRUE(fs::exists(ModelDir()));
+}
+
+TEST_F(SignedVolumeTest, APodNamingAnUnsignedPlainModelPackArtifactFailsAtCreateContainer) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("plain-unsigned", Ref(kModelRepo, "v1"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = pod.reader_image_ref;
+  c.command = {"/bin/sh", "-c", "cat /models/config.json"};
+  c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+  c.log_path = "reader.log";
+  absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
+  if (id.ok()) containers_.push_back(*id);
+  ASSERT_FALSE(id.ok()) << "CreateContainer accepted it";
+  const std::string why(id.status().message());
+  std::cout << "[refusal] plain M at CreateContainer: " << why << "\n";
+  // Judged under the name containerd's image store gives M (what the pod named).
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
+                       "model ", Ref(kModelRepo, "v1"), " (",
+                       push_["model"]["digest"].get<std::string>(), ") refused by policy")));
+  EXPECT_THAT(why, ::testing::HasSubstr("no_signature"));
+  EXPECT_FALSE(fs::exists(ModelDir()));
 }
 
 // The policy is read again when it changes, and each container is held to it: a model pulled
