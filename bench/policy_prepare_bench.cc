@@ -106,7 +106,8 @@ int Run(int rounds) {
   const nlohmann::json policy = {
       {"default", {{{"type", "reject"}}}},
       {"transports",
-       {{"docker", {{absl::StrCat(host, "/", repo), {{{"type", "sigstoreSigned"}, {"keyPath", pub}}}}}}}}};
+       {{"docker",
+         {{absl::StrCat(host, "/", repo), {{{"type", "sigstoreSigned"}, {"keyPath", pub}}}}}}}}};
   const std::string policy_path = tmp.WriteFile("policy.json", policy.dump()).string();
 
   printf("policy_prepare_bench: %d rounds, medians in ms (registry on loopback)\n", rounds);
@@ -139,8 +140,8 @@ int Run(int rounds) {
       (void)(*s)->Remove("view-1");
       (void)(*s)->Shutdown();
     }
-    printf("%-10s | %24.2f | %24.2f | %14.3f\n", with_policy ? "policy" : "no policy",
-           Median(cold), Median(kept), Median(view));
+    printf("%-10s | %24.2f | %24.2f | %14.3f\n", with_policy ? "policy" : "no policy", Median(cold),
+           Median(kept), Median(view));
   }
   return 0;
 }

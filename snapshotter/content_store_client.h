@@ -16,10 +16,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <vector>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

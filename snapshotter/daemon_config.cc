@@ -85,11 +85,11 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
   }
-  if (absl::Status st =
-          CheckKeys(root,
-                    {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts", "docker_config", "policy",
-                     "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
-                    source, "");
+  if (absl::Status st = CheckKeys(
+          root,
+          {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts", "docker_config",
+           "policy", "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
+          source, "");
       !st.ok()) {
     return st;
   }
@@ -103,9 +103,9 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"containerd_address", &c.containerd_address}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
   }
-  for (auto [key, out] : {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts",
-                                                                            &c.insecure_hosts},
-                          {"model_hosts", &c.model_hosts}}) {
+  for (auto [key, out] :
+       {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
+        {"model_hosts", &c.model_hosts}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
   if (const toml::node* n = root.get("cache")) {

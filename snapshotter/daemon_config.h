@@ -53,8 +53,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
 absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
 
 // Checks values that parsing alone cannot: prefetch and log_level names, a positive read
-// deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts entries that are a
-// registry name (no scheme, path or spaces). Errors: kInvalidArgument.
+// deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts
+// entries that are a registry name (no scheme, path or spaces). Errors: kInvalidArgument.
 absl::Status ValidateDaemonConfig(const DaemonConfig& config);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.

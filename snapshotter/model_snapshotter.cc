@@ -487,11 +487,12 @@ absl::Status ModelSnapshotter::CheckModelHost(const ImageReference& volume, cons
   for (const std::string& allowed : options_.model_hosts) {
     if (allowed == registry) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "volume image ", volume.String(), " on registry ", volume.registry(), " names its model ",
-      model.str(), " on registry ", registry, ", which this node does not follow volume images to; ",
-      "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"", registry,
-      "\"]"));
+  return absl::PermissionDeniedError(
+      absl::StrCat("volume image ", volume.String(), " on registry ", volume.registry(),
+                   " names its model ", model.str(), " on registry ", registry,
+                   ", which this node does not follow volume images to; ",
+                   "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"",
+                   registry, "\"]"));
 }
 
 absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
@@ -543,12 +544,14 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
   // ResolveModel asks for another registry only when V's record names M there, and before it
   // fetches anything of M: the one place to hold V to the hosts the admin allowed.
-  ASSIGN_OR_RETURN(ResolvedModel rm,
-                   ResolveModel(*client, ref, [&](const std::string& registry)
-                                    -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-                     RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
-                     return ClientFor(registry);
-                   }));
+  ASSIGN_OR_RETURN(
+      ResolvedModel rm,
+      ResolveModel(
+          *client, ref,
+          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+            RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
+            return ClientFor(registry);
+          }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
   RETURN_IF_ERROR(CheckModelLocation(rm));
   if (rm.model_descriptor.digest != volume.model.digest) {

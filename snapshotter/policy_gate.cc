@@ -110,9 +110,7 @@ PolicyGate::Outcome PolicyGate::Check(const ImageReference& image, const Digest&
     class Unreachable final : public SignatureStore {
      public:
       explicit Unreachable(absl::Status st) : st_(std::move(st)) {}
-      absl::StatusOr<SignatureSet> Fetch(const std::string&, const Digest&) override {
-        return st_;
-      }
+      absl::StatusOr<SignatureSet> Fetch(const std::string&, const Digest&) override { return st_; }
 
      private:
       absl::Status st_;

@@ -53,7 +53,7 @@ class PolicyGate {
   struct Outcome {
     absl::Status status;  // OK: accepted; kPermissionDenied: refused (VerdictStatus)
     std::string reason;   // ReasonName of the verdict, or kPolicyUnreadable
-    bool kept = false;   // answered from a kept verdict (no registry request)
+    bool kept = false;    // answered from a kept verdict (no registry request)
   };
   // Does the policy accept `image` whose manifest digest is `digest`? A refusal message names
   // the reference, the digest, the policy file and scope, and the reason.

@@ -204,10 +204,9 @@ TEST_F(ConvertToTest, PullSaysWhenTheVolumeImageSendsItToAnotherRegistry) {
   ASSERT_EQ(c.exit_code, 0) << c.err;
   ASSERT_OK_AND_ASSIGN(ProcessResult p, Modelfs({"pull", dst_ref_, tmp_.Join("pulled").string()}));
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  EXPECT_THAT(p.err, HasSubstr(absl::StrCat("modelfs: note: volume image ", dst_ref_,
-                                            " names its model on registry ",
-                                            read_only_->host_port(), ", not its own ",
-                                            target_->host_port())));
+  EXPECT_THAT(p.err, HasSubstr(absl::StrCat(
+                         "modelfs: note: volume image ", dst_ref_, " names its model on registry ",
+                         read_only_->host_port(), ", not its own ", target_->host_port())));
 }
 
 TEST_F(ConvertToTest, ATagInToAndADifferentVolumeTagIsABadInvocation) {

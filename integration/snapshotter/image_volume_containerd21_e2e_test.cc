@@ -916,12 +916,11 @@ class SignedVolumeTest : public ImageVolumeContainerd21Test {
 
   // default: insecureAcceptAnything; <registry>/e2e: sigstoreSigned by `key_path`.
   void WritePolicy(const std::string& key_path) {
-    nlohmann::json policy = {
-        {"default", {{{"type", "insecureAcceptAnything"}}}},
-        {"transports",
-         {{"docker",
-           {{absl::StrCat(registry_->host_port(), "/e2e"),
-             {{{"type", "sigstoreSigned"}, {"keyPath", key_path}}}}}}}}};
+    nlohmann::json policy = {{"default", {{{"type", "insecureAcceptAnything"}}}},
+                             {"transports",
+                              {{"docker",
+                                {{absl::StrCat(registry_->host_port(), "/e2e"),
+                                  {{{"type", "sigstoreSigned"}, {"keyPath", key_path}}}}}}}}};
     std::ofstream(policy_path_, std::ios::trunc) << policy.dump(2);
   }
 
@@ -938,8 +937,7 @@ class SignedVolumeTest : public ImageVolumeContainerd21Test {
   }
 
   std::string ModelDir() const {
-    return daemon_->root() + "/mnt/sha256-" +
-           push_["model"]["digest"].get<std::string>().substr(7);
+    return daemon_->root() + "/mnt/sha256-" + push_["model"]["digest"].get<std::string>().substr(7);
   }
 
   // PullImage of V for a new pod, as StartPodAndPullVolume, returning PullImage's answer.
@@ -966,8 +964,8 @@ class SignedVolumeTest : public ImageVolumeContainerd21Test {
     EXPECT_THAT(why, ::testing::HasSubstr(Ref(kModelRepo, "v1-volume")));
     EXPECT_THAT(why, ::testing::HasSubstr(push_["volume"]["digest"].get<std::string>()));
     EXPECT_THAT(why, ::testing::HasSubstr(policy_path_));
-    EXPECT_THAT(why, ::testing::HasSubstr(
-                         absl::StrCat("scope docker:", registry_->host_port(), "/e2e")));
+    EXPECT_THAT(
+        why, ::testing::HasSubstr(absl::StrCat("scope docker:", registry_->host_port(), "/e2e")));
     EXPECT_THAT(why, ::testing::HasSubstr(reason));
     EXPECT_FALSE(fs::exists(ModelDir()));
     EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
@@ -1039,14 +1037,13 @@ TEST_F(SignedVolumeTest, AModelWhoseOwnScopeRejectsIsRefusedThoughItsVolumeImage
   fs::create_directories(spec.log_directory);
   ASSERT_OK_AND_ASSIGN(std::string sandbox, runtime_->RunPodSandbox(spec));
   sandboxes_.push_back(sandbox);
-  absl::StatusOr<std::string> pulled =
-      images_->PullImageForPod(Ref(kVolumesRepo, "llama"), spec);
+  absl::StatusOr<std::string> pulled = images_->PullImageForPod(Ref(kVolumesRepo, "llama"), spec);
   ASSERT_FALSE(pulled.ok()) << "PullImage accepted it";
   const std::string why(pulled.status().message());
   std::cout << "[refusal] model location: " << why << "\n";
-  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
-                       "model ", registry_->host_port(), "/", kModelRepo, "@",
-                       push_["model"]["digest"].get<std::string>())));
+  EXPECT_THAT(
+      why, ::testing::HasSubstr(absl::StrCat("model ", registry_->host_port(), "/", kModelRepo, "@",
+                                             push_["model"]["digest"].get<std::string>())));
   EXPECT_THAT(why, ::testing::HasSubstr(
                        absl::StrCat("scope docker:", registry_->host_port(), "/", kModelRepo)));
   EXPECT_THAT(why, ::testing::HasSubstr("rejected_by_policy"));
@@ -1081,9 +1078,9 @@ TEST_F(SignedVolumeTest, APodNamingAnUnsignedPlainModelPackArtifactFailsAtCreate
   const std::string why(id.status().message());
   std::cout << "[refusal] plain M at CreateContainer: " << why << "\n";
   // Judged under the name containerd's image store gives M (what the pod named).
-  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
-                       "model ", Ref(kModelRepo, "v1"), " (",
-                       push_["model"]["digest"].get<std::string>(), ") refused by policy")));
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat("model ", Ref(kModelRepo, "v1"), " (",
+                                                     push_["model"]["digest"].get<std::string>(),
+                                                     ") refused by policy")));
   EXPECT_THAT(why, ::testing::HasSubstr("no_signature"));
   EXPECT_FALSE(fs::exists(ModelDir()));
 }

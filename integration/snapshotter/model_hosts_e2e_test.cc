@@ -126,9 +126,9 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAnotherRegistryIsRefusedByDefau
   ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
   const std::string why(pulled.status().message());
   std::cout << "[refusal] CRI PullImage: " << why << "\n";
-  EXPECT_THAT(why, HasSubstr(absl::StrCat("on registry ", volumes_->host_port(),
-                                          " names its model ", model_digest_, " on registry ",
-                                          models_->host_port())));
+  EXPECT_THAT(why,
+              HasSubstr(absl::StrCat("on registry ", volumes_->host_port(), " names its model ",
+                                     model_digest_, " on registry ", models_->host_port())));
   EXPECT_THAT(why, HasSubstr(absl::StrCat("model_hosts = [\"", models_->host_port(), "\"]")));
   // Refused before any request to registry 2, and nothing registered.
   EXPECT_THAT(ReadFileOrDie(models_->log_path()).substr(models_log_before),

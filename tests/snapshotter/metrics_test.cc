@@ -62,8 +62,7 @@ TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresen
   EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"no_signature\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"no_key_matched\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"fetch_failed\"} 0\n"));
-  EXPECT_THAT(text,
-              HasSubstr("modelfs_policy_refusals_total{reason=\"policy_unreadable\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"policy_unreadable\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\nmodelfs_policy_evaluations_total 5\n"));
 }
 

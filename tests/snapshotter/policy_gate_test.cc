@@ -7,8 +7,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -75,7 +75,8 @@ class PolicyGateTest : public ::testing::Test {
   // default: reject; reg.example:5000/team: `type` (sigstoreSigned with the team's key).
   void WritePolicy(const std::string& type) {
     std::string requirement = absl::StrCat("{\"type\": \"", type, "\"");
-    if (type == "sigstoreSigned") absl::StrAppend(&requirement, ", \"keyPath\": \"", key_path_, "\"");
+    if (type == "sigstoreSigned")
+      absl::StrAppend(&requirement, ", \"keyPath\": \"", key_path_, "\"");
     absl::StrAppend(&requirement, "}");
     std::ofstream(policy_path_, std::ios::trunc)
         << "{\"default\": [{\"type\": \"reject\"}], \"transports\": {\"docker\": "
@@ -97,10 +98,9 @@ class PolicyGateTest : public ::testing::Test {
   }
 
   PolicyGate Gate() {
-    return PolicyGate(policy_path_,
-                      [this](const std::string&) -> absl::StatusOr<SignatureStore*> {
-                        return &store_;
-                      });
+    return PolicyGate(policy_path_, [this](const std::string&) -> absl::StatusOr<SignatureStore*> {
+      return &store_;
+    });
   }
 
   TempDir tmp_;
