@@ -53,6 +53,7 @@ struct MountCli {
   bool direct_io = true;
   bool drop_served_pages = true;
   std::string log_file;
+  std::string policy;
   int ready_fd = -1;  // internal: set when re-executed in the background
   std::string ref;
   std::string dir;
@@ -157,6 +158,9 @@ absl::Status RunForeground(const MountCli& c) {
   // the weights are read from there.
   RegistryClients clients(access);
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  // Before anything is fetched, cached or mounted: the signature on what REF names (for a
+  // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
+  ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, NotingConnector(ref, clients)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
@@ -335,6 +339,9 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     cmd->add_flag("--drop-served-pages,!--keep-served-pages", c->drop_served_pages,
                   "Drop cache-file pages once served and on disk (default on)");
     cmd->add_option("--log", c->log_file, "Log file for a background mount");
+    cmd->add_option("--policy", c->policy,
+                    "containers-policy.json: REF's signatures are verified before anything is "
+                    "fetched or mounted; a refusal exits 1 (docs/signing.md)");
     cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
     cmd->callback([c, &ctx, argv] {
       ctx.status =
