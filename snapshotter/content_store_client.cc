@@ -8,11 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "containerd/services/content/v1/content.grpc.pb.h"
+#include "containerd/services/images/v1/images.grpc.pb.h"
 
 namespace modelfs::snapshotter {
 namespace {
 
 namespace api = ::containerd::services::content::v1;
+namespace images_api = ::containerd::services::images::v1;
 
 // containerd selects the namespace of a call by this gRPC metadata header.
 constexpr char kNamespaceHeader[] = "containerd-namespace";
@@ -27,8 +29,10 @@ class GrpcContentStore final : public ContentStore {
  public:
   explicit GrpcContentStore(std::string socket_path)
       : socket_path_(std::move(socket_path)),
-        stub_(api::Content::NewStub(grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
-                                                        grpc::InsecureChannelCredentials()))) {}
+        channel_(grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
+                                     grpc::InsecureChannelCredentials())),
+        stub_(api::Content::NewStub(channel_)),
+        images_(images_api::Images::NewStub(channel_)) {}
 
   absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) override {
     grpc::ClientContext ctx;
@@ -43,6 +47,23 @@ class GrpcContentStore final : public ContentStore {
           absl::StrCat(What("info of", ns, digest), ": negative size ", resp.info().size()));
     }
     return static_cast<uint64_t>(resp.info().size());
+  }
+
+  absl::StatusOr<std::vector<std::string>> ImageNames(const std::string& ns,
+                                                      const Digest& digest) override {
+    grpc::ClientContext ctx;
+    Prepare(ctx, ns, absl::Now() + kInfoTimeout);
+    images_api::ListImagesRequest req;
+    req.add_filters(absl::StrCat("target.digest==\"", digest.str(), "\""));
+    images_api::ListImagesResponse resp;
+    grpc::Status st = images_->List(&ctx, req, &resp);
+    if (!st.ok()) return FromGrpc(st, What("images naming", ns, digest));
+    std::vector<std::string> names;
+    for (const images_api::Image& image : resp.images()) {
+      // The filter is containerd's; the target is checked here all the same.
+      if (image.target().digest() == digest.str()) names.push_back(image.name());
+    }
+    return names;
   }
 
   absl::Status Read(const std::string& ns, const Digest& digest, uint64_t offset, uint64_t length,
@@ -110,7 +131,9 @@ class GrpcContentStore final : public ContentStore {
   }
 
   const std::string socket_path_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<api::Content::Stub> stub_;
+  std::unique_ptr<images_api::Images::Stub> images_;
 };
 
 }  // namespace

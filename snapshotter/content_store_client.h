@@ -1,6 +1,7 @@
 // ContentStore: read access to containerd's content store (committed blobs by digest, per
 // containerd namespace), and GrpcContentStore, the client of containerd's
-// containerd.services.content.v1.Content API (Info, Read) on containerd's own socket.
+// containerd.services.content.v1.Content API (Info, Read) on containerd's own socket, and the
+// image names pointing at a manifest (containerd.services.images.v1.Images List).
 //
 // The snapshotter needs it for one case: a pod whose image volume names a plain ModelPack
 // artifact M. containerd 2.1 has then downloaded M, its config and its layers into its content
@@ -18,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +36,14 @@ class ContentStore {
   // such blob in that namespace), kUnavailable (containerd unreachable), other gRPC errors as
   // their canonical codes; messages name the digest and namespace.
   virtual absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) = 0;
+
+  // The names of the images in `ns` whose target is manifest `digest` (containerd's image
+  // store: "host/repo:tag", "host/repo@sha256:..."), as CRI pulled them. Errors as Size.
+  // Default: none.
+  virtual absl::StatusOr<std::vector<std::string>> ImageNames(const std::string& ns,
+                                                              const Digest& digest) {
+    return std::vector<std::string>{};
+  }
 
   // Streams bytes [offset, offset + length) of blob `digest` to `sink` in order, in pieces;
   // `length` > 0. Fewer bytes than asked (the blob ends early) is kOutOfRange; a sink error

@@ -60,6 +60,20 @@ absl::Status GetNumber(const toml::table& t, const char* key, const std::string&
   return absl::OkStatus();
 }
 
+absl::Status GetStrings(const toml::table& t, const char* key, const std::string& source,
+                        std::vector<std::string>& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return absl::OkStatus();
+  const toml::array* a = n->as_array();
+  if (a == nullptr) return KeyError(source, key, "must be an array of strings");
+  out.clear();
+  for (const toml::node& e : *a) {
+    if (!e.is_string()) return KeyError(source, key, "must be an array of strings");
+    out.push_back(e.as_string()->get());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
@@ -71,11 +85,11 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
   }
-  if (absl::Status st =
-          CheckKeys(root,
-                    {"root", "address", "hosts_dir", "insecure_hosts", "docker_config",
-                     "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
-                    source, "");
+  if (absl::Status st = CheckKeys(
+          root,
+          {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts", "docker_config",
+           "policy", "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
+          source, "");
       !st.ok()) {
     return st;
   }
@@ -83,19 +97,16 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"address", &c.address},
                           {"hosts_dir", &c.hosts_dir},
                           {"docker_config", &c.docker_config},
+                          {"policy", &c.policy},
                           {"metrics_address", &c.metrics_address},
                           {"log_level", &c.log_level},
                           {"containerd_address", &c.containerd_address}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
   }
-  if (const toml::node* n = root.get("insecure_hosts")) {
-    const toml::array* a = n->as_array();
-    if (a == nullptr) return KeyError(source, "insecure_hosts", "must be an array of strings");
-    c.insecure_hosts.clear();
-    for (const toml::node& e : *a) {
-      if (!e.is_string()) return KeyError(source, "insecure_hosts", "must be an array of strings");
-      c.insecure_hosts.push_back(e.as_string()->get());
-    }
+  for (auto [key, out] :
+       {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
+        {"model_hosts", &c.model_hosts}}) {
+    if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
   if (const toml::node* n = root.get("cache")) {
     const toml::table* t = n->as_table();
@@ -186,9 +197,23 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
           absl::StrCat(name, " \"", *value, "\" must be an absolute path"));
     }
   }
+  if (!c.policy.empty() && c.policy.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy \"", c.policy, "\" must be an absolute path or \"\""));
+  }
   if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
     return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
                                                    "\" must be an absolute path or \"\""));
+  }
+  for (const std::string& host : c.model_hosts) {
+    // Compared with the registry of a reference ("host[:port]"), so a URL or a path here would
+    // never match and only look like it allows something.
+    if (host.empty() || host.find_first_of("/ \t@") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model_hosts \"", host,
+                       "\": want a registry as written in image references, host[:port] "
+                       "(no scheme, no path)"));
+    }
   }
   if (!c.metrics_address.empty()) {
     if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);

@@ -20,7 +20,12 @@ struct DaemonConfig {
   std::string address = "/run/modelfs/snapshotter.sock";
   std::string hosts_dir = "/etc/containerd/certs.d";
   std::vector<std::string> insecure_hosts;  // plain HTTP to exactly these registries
+  // Registries ("host[:port]") a volume image may send the daemon to for its model, besides
+  // the volume image's own registry. Empty: only the volume image's own.
+  std::vector<std::string> model_hosts;
   std::string docker_config;                // credentials; empty: none
+  // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
+  std::string policy;
   std::string metrics_address;              // "host:port"; empty: no metrics endpoint
   std::string log_level = "info";           // info | debug
   // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
@@ -49,7 +54,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
 absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
 
 // Checks values that parsing alone cannot: prefetch and log_level names, a positive read
-// deadline, absolute paths, a "host:port" metrics address. Errors: kInvalidArgument.
+// deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts
+// entries that are a registry name (no scheme, path or spaces). Errors: kInvalidArgument.
 absl::Status ValidateDaemonConfig(const DaemonConfig& config);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.

@@ -112,6 +112,20 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
                   "modelfs_remote_prepares_total{result=\"mounted\"} ", c.remote_mounted, "\n",
                   "modelfs_remote_prepares_total{result=\"fallback\"} ", c.remote_fallback, "\n",
                   "modelfs_remote_prepares_total{result=\"error\"} ", c.remote_error, "\n");
+  absl::StrAppend(&out,
+                  "# HELP modelfs_policy_refusals_total Image volumes the signature policy "
+                  "refused, by reason.\n# TYPE modelfs_policy_refusals_total counter\n");
+  // Every reason is listed, so a dashboard sees zeros rather than absent series.
+  std::map<std::string, uint64_t> refusals = {
+      {"no_signature", 0}, {"no_key_matched", 0},     {"identity_mismatch", 0}, {"bad_payload", 0},
+      {"fetch_failed", 0}, {"rejected_by_policy", 0}, {"policy_unreadable", 0}};
+  for (const auto& [reason, n] : c.policy_refusals) refusals[reason] = n;
+  for (const auto& [reason, n] : refusals) {
+    absl::StrAppend(&out, "modelfs_policy_refusals_total{reason=\"", reason, "\"} ", n, "\n");
+  }
+  Counter(out, "modelfs_policy_evaluations_total",
+          "Signature policy evaluations that asked a registry (kept verdicts excluded).",
+          c.policy_evaluations);
   out += reads.Render("modelfs_read_latency_seconds",
                       "Time to answer one FUSE read request, cache hits included.");
   return out;

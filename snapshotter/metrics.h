@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,10 @@ struct DaemonCounters {
   uint64_t remote_mounted = 0;
   uint64_t remote_fallback = 0;
   uint64_t remote_error = 0;
+  // Signature policy: refusals by reason (TrustReason names, "policy_unreadable"), and
+  // evaluations that asked a registry (kept verdicts excluded).
+  std::map<std::string, uint64_t> policy_refusals;
+  uint64_t policy_evaluations = 0;
   uint64_t active_models = 0;
   uint64_t read_errors = 0;
 };

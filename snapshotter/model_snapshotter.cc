@@ -131,6 +131,18 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
   if (s->content_store_ != nullptr) {
     s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_);
   }
+  if (!o.policy.empty()) {
+    ModelSnapshotter* raw = s.get();
+    s->policy_gate_ = std::make_unique<PolicyGate>(
+        o.policy, [raw](const std::string& registry) -> absl::StatusOr<SignatureStore*> {
+          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, raw->ClientFor(registry));
+          absl::MutexLock lock(&raw->mu_);
+          std::unique_ptr<RegistrySignatureStore>& store = raw->signature_stores_[registry];
+          // The client lives in clients_ as long as the snapshotter.
+          if (!store) store = std::make_unique<RegistrySignatureStore>(client.get());
+          return store.get();
+        });
+  }
   s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
   s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
 
@@ -144,7 +156,19 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
                                      return absl::OkStatus();
                                    }
                                    absl::StatusOr<SnapshotRecord> rec = s->base_->Record(info.name);
-                                   if (rec.ok()) used[it->second].insert(rec->id);
+                                   if (!rec.ok()) return absl::OkStatus();
+                                   used[it->second].insert(rec->id);
+                                   auto image = info.labels.find(kLabelCriImageRef);
+                                   auto pinned = info.labels.find(kLabelCriManifestDigest);
+                                   if (image != info.labels.end() && pinned != info.labels.end()) {
+                                     absl::StatusOr<ImageReference> ref =
+                                         ImageReference::Parse(image->second);
+                                     absl::StatusOr<Digest> digest = Digest::Parse(pinned->second);
+                                     if (ref.ok() && digest.ok()) {
+                                       absl::MutexLock lock(&s->mu_);
+                                       s->volume_of_snapshot_[rec->id] = {*ref, *digest};
+                                     }
+                                   }
                                    return absl::OkStatus();
                                  }));
   for (const std::string& name : ListModelRecords(s->models_dir_)) {
@@ -406,7 +430,69 @@ absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
   if (!rec.ok()) return absl::OkStatus();  // the overlay snapshotter reports it
   std::vector<int64_t> ids = {rec->id};
   ids.insert(ids.end(), rec->parent_ids.begin(), rec->parent_ids.end());
+  if (policy_gate_) {
+    // Each container that is to use a model is held to the policy as it is now (a kept
+    // verdict costs no registry request), so a model pulled before the policy was set or
+    // tightened is refused too.
+    std::vector<VolumeOrigin> origins;
+    {
+      absl::MutexLock lock(&mu_);
+      for (int64_t id : ids) {
+        auto it = volume_of_snapshot_.find(id);
+        if (it != volume_of_snapshot_.end()) origins.push_back(it->second);
+      }
+    }
+    for (const VolumeOrigin& o : origins) {
+      RETURN_IF_ERROR(CheckPolicy(o.image, o.digest, "volume image"));
+    }
+  }
   return WaitForModelIds(ids);
+}
+
+absl::Status ModelSnapshotter::CheckPolicy(const ImageReference& image, const Digest& digest,
+                                           const std::string& what) {
+  if (!policy_gate_) return absl::OkStatus();
+  PolicyGate::Outcome outcome = policy_gate_->Check(image, digest);
+  if (!outcome.status.ok()) {
+    Log(absl::StrCat(what, " refused by policy: ", outcome.status.message()));
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotter::CheckModelLocation(const ResolvedModel& rm) {
+  if (!policy_gate_ || !rm.volume_descriptor) return absl::OkStatus();
+  // V's signature covers M by digest; a location of M other than V's repository is a place
+  // the node is sent to, and the policy must accept M there too.
+  if (rm.registry == rm.ref.registry() && rm.repository == rm.ref.repository()) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(ImageReference m,
+                   ImageReference::Parse(absl::StrCat(rm.registry, "/", rm.repository, "@",
+                                                      rm.model_descriptor.digest.str())));
+  return CheckPolicy(m, rm.model_descriptor.digest, "model");
+}
+
+std::map<std::string, uint64_t> ModelSnapshotter::policy_refusals() const {
+  return policy_gate_ ? policy_gate_->refusals() : std::map<std::string, uint64_t>{};
+}
+
+uint64_t ModelSnapshotter::policy_evaluations() const {
+  return policy_gate_ ? policy_gate_->evaluations() : 0;
+}
+
+absl::Status ModelSnapshotter::CheckModelHost(const ImageReference& volume, const Digest& model,
+                                              const std::string& registry) const {
+  if (registry == volume.registry()) return absl::OkStatus();
+  for (const std::string& allowed : options_.model_hosts) {
+    if (allowed == registry) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("volume image ", volume.String(), " on registry ", volume.registry(),
+                   " names its model ", model.str(), " on registry ", registry,
+                   ", which this node does not follow volume images to; ",
+                   "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"",
+                   registry, "\"]"));
 }
 
 absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
@@ -448,13 +534,26 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         absl::StrCat("no ", kLabelCriManifestDigest,
                      " label: the layer cannot be bound to a verified volume manifest"));
   }
-  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(image->second));
-  ASSIGN_OR_RETURN(ref, ImageReference::Parse(absl::StrCat(ref.Name(), "@", pinned->second)));
+  ASSIGN_OR_RETURN(ImageReference named, ImageReference::Parse(image->second));
+  ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned->second));
+  // The policy judges the reference the pod named (its scope, and the identity a signature
+  // must match) at the digest containerd resolved it to, before anything of V or M is read.
+  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
+  ASSIGN_OR_RETURN(ImageReference ref,
+                   ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, [this](const std::string& r) {
-                     return ClientFor(r);
-                   }));
+  // ResolveModel asks for another registry only when V's record names M there, and before it
+  // fetches anything of M: the one place to hold V to the hosts the admin allowed.
+  ASSIGN_OR_RETURN(
+      ResolvedModel rm,
+      ResolveModel(
+          *client, ref,
+          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+            RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
+            return ClientFor(registry);
+          }));
   RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
+  RETURN_IF_ERROR(CheckModelLocation(rm));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(
         "volume image ", ref.String(), " points to model ", rm.model_descriptor.digest.str(),
@@ -477,6 +576,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
     absl::MutexLock lock(&mu_);
     model_of_snapshot_[rec.id] = name;
     models_[name].snapshot_ids.insert(rec.id);
+    volume_of_snapshot_[rec.id] = {named, pinned_digest};
   }
   Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
   return absl::AlreadyExistsError(
@@ -501,8 +601,11 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
         counts_.mounted++;
         return st;
       }
-      if (absl::IsDataLoss(st)) {
+      // A verification failure or a refusal fails the Prepare: unpacking the layer instead
+      // would still hand the pod what was refused (its pointer files).
+      if (absl::IsDataLoss(st) || absl::IsPermissionDenied(st)) {
         counts_.error++;
+        Log(absl::StrCat("snapshot ", key, ": refused: ", st.ToString()));
         return st;
       }
       counts_.fallback++;
@@ -514,7 +617,10 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
   if (parent.empty()) {
     if (std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key)) {
       absl::StatusOr<std::vector<Mount>> mounts = PrepareFromContentStore(key, *volume, labels);
-      if (mounts.ok() || absl::IsDataLoss(mounts.status())) return mounts;
+      if (mounts.ok() || absl::IsDataLoss(mounts.status()) ||
+          absl::IsPermissionDenied(mounts.status())) {
+        return mounts;
+      }
       Log(absl::StrCat("image volume ", key, ": not served from containerd's content store (",
                        mounts.status().ToString(), "); an ordinary empty snapshot"));
     }
@@ -553,6 +659,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     if (sit == model_of_snapshot_.end()) return absl::OkStatus();
     name = sit->second;
     model_of_snapshot_.erase(sit);
+    volume_of_snapshot_.erase(rec.id);
     auto it = models_.find(name);
     if (it == models_.end()) return absl::OkStatus();
     it->second.snapshot_ids.erase(rec.id);

@@ -14,7 +14,9 @@
 //   layer A carries the chunk indexes), registers M
 //   in the daemon's single FUSE mount at <root>/mnt/sha256-<hex of M>, commits an empty
 //   snapshot named by the chain ID (label modelfs.remote = the model's directory) and answers
-//   ALREADY_EXISTS, so containerd fetches none of the model. When that cannot be done (no image
+//   ALREADY_EXISTS, so containerd fetches none of the model. V may name M on another registry
+//   only when `model_hosts` lists it: otherwise the Prepare fails (kPermissionDenied) before
+//   anything is fetched from there. When that cannot be done (no image
 //   reference or pinned digest, a binding that does not hold, registry unreachable), it logs
 //   why and falls back to the ordinary path:
 //   containerd unpacks A and the container sees the `.modelfs/` pointer files.
@@ -67,6 +69,7 @@
 #include "snapshotter/content_store_client.h"
 #include "snapshotter/image_volume_key.h"
 #include "snapshotter/overlay_snapshotter.h"
+#include "snapshotter/policy_gate.h"
 #include "snapshotter/snapshotter.h"
 
 namespace modelfs::snapshotter {
@@ -94,6 +97,16 @@ struct ModelSnapshotterOptions {
   OverlayOptions overlay = DetectOverlayOptions();
   // How long a mount on top of a model waits for the model to be registered after a restart.
   absl::Duration model_wait = absl::Seconds(60);
+  // Registries ("host[:port]") a volume image may send the daemon to for its model M, besides
+  // the volume image's own registry. M is fetched with the node's credentials for that host,
+  // so without this a volume image could point a pod at any model the node can read, or make
+  // the node send requests where it chooses. Others are refused (kPermissionDenied) before
+  // anything is fetched from them.
+  std::vector<std::string> model_hosts;
+  // A containers-policy.json (policy_gate.h) that volume images must satisfy before their model
+  // is registered, and again each time a container is to use one; empty: no policy, nothing
+  // checked.
+  std::string policy;
   // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
   // empty: such volumes stay empty, as with stock containerd.
   std::string containerd_address;
@@ -112,7 +125,7 @@ struct ModelSnapshotterOptions {
 struct RemotePrepareCounts {
   uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
   uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
-  uint64_t error = 0;     // refused (verification failure)
+  uint64_t error = 0;     // refused (verification failure, or a model host not allowed)
 };
 
 class ModelSnapshotter final : public Snapshotter {
@@ -159,6 +172,10 @@ class ModelSnapshotter final : public Snapshotter {
     return cache_->GetLayerInfo(layer);
   }
   RemotePrepareCounts remote_counts() const;
+  // Refusals by the policy, by reason (empty without a policy).
+  std::map<std::string, uint64_t> policy_refusals() const;
+  // Policy evaluations that asked a registry (kept verdicts excluded).
+  uint64_t policy_evaluations() const;
   std::filesystem::path mount_dir() const { return mnt_dir_; }
 
  private:
@@ -176,6 +193,18 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
+  // OK when volume image `volume` may send the daemon to `registry` for its model `model`:
+  // V's own registry, or one listed in model_hosts. Else kPermissionDenied naming both
+  // registries and the key to set.
+  absl::Status CheckModelHost(const ImageReference& volume, const Digest& model,
+                              const std::string& registry) const;
+  // With a policy: OK when it accepts `image` at `digest`, else kPermissionDenied (logged).
+  // Without one: OK.
+  absl::Status CheckPolicy(const ImageReference& image, const Digest& digest,
+                           const std::string& what);
+  // With a policy, M's location when V names M in another repository: the policy must accept
+  // M there, under M's own scope.
+  absl::Status CheckModelLocation(const ResolvedModel& rm);
   // Commits a remote snapshot only where V's verified manifest and config make `target` the
   // chain ID of its volume layer on `parent` (CheckVolumeSnapshotBinding). Errors:
   // kFailedPrecondition (the caller then unpacks the layer the ordinary way), registry errors.
@@ -199,10 +228,13 @@ class ModelSnapshotter final : public Snapshotter {
   // Image volumes naming M itself (model_snapshotter_content.cc). PrepareFromContentStore:
   // kFailedPrecondition / kInvalidArgument / kNotFound / kUnavailable mean "not served from the
   // content store" (the caller makes the ordinary snapshot); kDataLoss is a verification
-  // failure, returned to containerd.
+  // failure and kPermissionDenied a refusal by the policy, both returned to containerd.
   absl::StatusOr<std::vector<Mount>> PrepareFromContentStore(const std::string& key,
                                                              const ImageVolumeKey& volume,
                                                              const Labels& labels);
+  // With a policy: the policy must accept M under every image name containerd's image store
+  // gives M's manifest (kPermissionDenied otherwise, or when there is none).
+  absl::Status CheckContentModelPolicy(const ImageVolumeKey& volume);
   // Registers M from the content store of `ns` unless it is registered (by either path).
   absl::Status EnsureContentModel(const std::string& name, const ResolvedModel& rm,
                                   const std::string& ns);
@@ -252,6 +284,16 @@ class ModelSnapshotter final : public Snapshotter {
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PolicyGate> policy_gate_;  // null without a policy
+  std::map<std::string, std::unique_ptr<RegistrySignatureStore>> signature_stores_
+      ABSL_GUARDED_BY(mu_);
+  // The volume image (reference and manifest digest, from the Prepare's labels) of each model
+  // snapshot, checked against the policy whenever a container is to use the snapshot.
+  struct VolumeOrigin {
+    ImageReference image;
+    Digest digest;
+  };
+  std::map<int64_t, VolumeOrigin> volume_of_snapshot_ ABSL_GUARDED_BY(mu_);
   RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/model/model_loader.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/content_store_model.h"
@@ -52,6 +53,32 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
   return FinishRegistration(name, std::move(st));
 }
 
+absl::Status ModelSnapshotter::CheckContentModelPolicy(const ImageVolumeKey& volume) {
+  if (!policy_gate_) return absl::OkStatus();
+  // The Prepare names M by digest only; the references the pod may have used are the names
+  // containerd's image store gives that manifest (what CRI pulled). The policy judges M under
+  // each of them, and all must accept. (The content's distribution-source labels are no
+  // substitute: containerd records the host there without its port.)
+  ASSIGN_OR_RETURN(std::vector<std::string> names,
+                   content_store_->ImageNames(volume.ns, volume.image));
+  std::vector<std::string> judged;
+  for (const std::string& name : names) {
+    absl::StatusOr<ImageReference> ref = ImageReference::Parse(name);
+    if (!ref.ok()) continue;  // CRI's "sha256:<id>" records name no registry
+    RETURN_IF_ERROR(CheckPolicy(*ref, volume.image, "model"));
+    judged.push_back(ref->String());
+  }
+  if (judged.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("model ", volume.image.str(), " from containerd's content store refused by ",
+                     "policy ", options_.policy, ": containerd's image store (namespace \"",
+                     volume.ns, "\") names no image reference for it, so no policy scope applies"));
+  }
+  Log(absl::StrCat("model ", volume.image.str(), " from containerd's content store: the policy ",
+                   "accepts it as ", absl::StrJoin(judged, ", ")));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
     const std::string& key, const ImageVolumeKey& volume, const Labels& labels) {
   if (content_reader_ == nullptr) {
@@ -59,6 +86,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
         "containerd_address is not set, so containerd's content store cannot be read");
   }
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, volume));
+  RETURN_IF_ERROR(CheckContentModelPolicy(volume));
   const std::string name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   RETURN_IF_ERROR(EnsureContentModel(name, rm, volume.ns));
 

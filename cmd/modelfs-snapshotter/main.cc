@@ -125,6 +125,8 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.hosts.certs_dir = c.hosts_dir;
   o.registry.hosts.plain_http_hosts = c.insecure_hosts;
   o.registry.docker_config = c.docker_config;
+  o.model_hosts = c.model_hosts;
+  o.policy = c.policy;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
   o.registry.client.stall_timeout =
@@ -143,6 +145,10 @@ absl::Status Run(const DaemonConfig& c) {
   };
   o.containerd_address = c.containerd_address;
   o.log = LogLine;
+  if (!c.policy.empty()) {
+    LogLine(absl::StrCat("signature policy ", c.policy,
+                         ": image volumes are mounted only when it accepts them"));
+  }
   if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
   const InheritedFds inherited = TakeInheritedFds();
   o.inherited_fuse_fd = inherited.fuse;
@@ -168,6 +174,8 @@ absl::Status Run(const DaemonConfig& c) {
                        counters.remote_mounted = r.mounted;
                        counters.remote_fallback = r.fallback;
                        counters.remote_error = r.error;
+                       counters.policy_refusals = s->policy_refusals();
+                       counters.policy_evaluations = s->policy_evaluations();
                        counters.active_models = s->ActiveModels().size();
                        counters.read_errors = read_errors->load();
                        return RenderPrometheus(counters, *reads);

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/formats/pickle_scan.h"
 #include "core/hub/identity.h"
+#include "core/publish/model_ref.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "core/trust/keys.h"
@@ -93,6 +94,11 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& ref, bool plai
                                                const std::string& docker_config);
 nlohmann::json RefInspectionToJson(const RefInspection& r);
 std::string RenderRefInspection(const RefInspection& r);
+
+// clients.Connector() for resolving `volume`, which also says on stderr when the volume
+// image sends the CLI to another registry for its model. The CLI follows it (the user chose
+// the reference); the snapshotter does so only for hosts in its model_hosts.
+RegistryConnector NotingConnector(const ImageReference& volume, RegistryClients& clients);
 
 // 1234567 -> "1,234,567"
 std::string WithCommas(uint64_t n);

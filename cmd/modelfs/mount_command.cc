@@ -164,7 +164,7 @@ absl::Status RunForeground(const MountCli& c) {
   // Before anything is fetched, cached or mounted: the signature on what REF names (for a
   // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, clients.Connector()));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, NotingConnector(ref, clients)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
   RegistryBlobSource source(model_client, rm.repository);

@@ -253,9 +253,9 @@ absl::Status RunPull(const PullCli& c) {
   // One client per registry: a volume image's model may live on another one.
   RegistryClients clients(AccessOptions(c.reg));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
-  o.connect = clients.Connector();
   // Verified before anything is fetched; what is pulled is the digest that was verified.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
+  o.connect = NotingConnector(ref, clients);
   ASSIGN_OR_RETURN(PullResult r, PullModel(*client, ref, c.dest, o));
   if (c.reg.json) {
     printf("%s\n", PullResultToJson(r).dump(2).c_str());

@@ -9,6 +9,8 @@
 // The containerd release comes from ../shared/tools (containerd_release.h). Without it, or
 // without root, FUSE or the daemon binary, the tests skip, except with CI=true, where they fail:
 // CI must run them.
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -27,6 +29,9 @@
 #include "absl/time/clock.h"
 #include "core/oci/digest.h"
 #include "core/oci/tar.h"
+#include "core/trust/keys.h"
+#include "core/trust/sign.h"
+#include "core/trust/signature_store.h"
 #include "gtest/gtest.h"
 #include "integration/cri/cri_client.h"
 #include "integration/harness/containerd_fixture.h"
@@ -168,6 +173,8 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     // socket the fixture's containerd will listen on.
     const std::string containerd_socket = tmp_.Join("containerd.sock").string();
     so.containerd_address = containerd_socket;
+    ConfigureDaemon(so);
+    ASSERT_FALSE(HasFatalFailure());
     ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
     ContainerdOptions co;
     co.release_dir = *release;
@@ -182,6 +189,9 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(images_, CriImageClient::Connect(containerd_->grpc_target()));
     ASSERT_OK_AND_ASSIGN(runtime_, CriRuntimeClient::Connect(containerd_->grpc_target()));
   }
+
+  // For fixtures that configure the daemon further (a signature policy).
+  virtual void ConfigureDaemon(SnapshotterDaemonOptions& so) {}
 
   void TearDown() override {
     DeletePods();
@@ -867,6 +877,239 @@ INSTANTIATE_TEST_SUITE_P(RawAndTarLayers, PlainModelPackVolumeTest, ::testing::B
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? std::string("TarLayers") : std::string("RawLayers");
                          });
+
+// A node with a signature policy (snapshotter.toml `policy`): image volumes under
+// <registry>/e2e must carry a cosign signature by the team's key; everything else (the pause
+// and reader images are not image volumes, and the policy only judges those) is accepted.
+// Keys are made here; signatures are written with modelfs's own signer into the .sig tag.
+class SignedVolumeTest : public ImageVolumeContainerd21Test {
+ protected:
+  void ConfigureDaemon(SnapshotterDaemonOptions& so) override {
+    team_key_ = NewKey("team");
+    other_key_ = NewKey("other");
+    policy_path_ = tmp_.Join("policy.json").string();
+    WritePolicy(team_key_.pub_path);
+    so.policy = policy_path_;
+  }
+
+  struct Key {
+    std::unique_ptr<PrivateKey> key;
+    std::string pub_path;
+  };
+  Key NewKey(const std::string& name) {
+    Key k;
+    EVP_PKEY* pkey = EVP_EC_gen("P-256");
+    EXPECT_NE(pkey, nullptr);
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_PrivateKey(bio, pkey, nullptr, nullptr, 0, nullptr, nullptr);
+    char* data = nullptr;
+    long n = BIO_get_mem_data(bio, &data);
+    absl::StatusOr<PrivateKey> key = PrivateKey::FromPem(std::string(data, n), name, "");
+    BIO_free(bio);
+    EVP_PKEY_free(pkey);
+    EXPECT_OK(key.status());
+    if (!key.ok()) return k;
+    k.key = std::make_unique<PrivateKey>(*std::move(key));
+    k.pub_path = tmp_.WriteFile(name + ".pub", k.key->public_key().Pem()).string();
+    return k;
+  }
+
+  // default: insecureAcceptAnything; <registry>/e2e: sigstoreSigned by `key_path`.
+  void WritePolicy(const std::string& key_path) {
+    nlohmann::json policy = {{"default", {{{"type", "insecureAcceptAnything"}}}},
+                             {"transports",
+                              {{"docker",
+                                {{absl::StrCat(registry_->host_port(), "/e2e"),
+                                  {{{"type", "sigstoreSigned"}, {"keyPath", key_path}}}}}}}}};
+    std::ofstream(policy_path_, std::ios::trunc) << policy.dump(2);
+  }
+
+  // Signs V (pushed at v1-volume) as `modelfs sign` does, with `key`.
+  void SignVolume(const Key& key) {
+    Sign(Ref(kModelRepo, "v1-volume"), push_["volume"]["digest"].get<std::string>(), key);
+  }
+  void Sign(const std::string& ref, const std::string& manifest_digest, const Key& key) {
+    ASSERT_OK_AND_ASSIGN(auto client, ConnectPlainHttp(registry_->host_port()));
+    RegistrySignatureStore store(client.get());
+    ASSERT_OK_AND_ASSIGN(ImageReference image, ImageReference::Parse(ref));
+    ASSERT_OK_AND_ASSIGN(Digest digest, Digest::Parse(manifest_digest));
+    ASSERT_OK(SignImage(store, image, digest, *key.key).status());
+  }
+
+  std::string ModelDir() const {
+    return daemon_->root() + "/mnt/sha256-" + push_["model"]["digest"].get<std::string>().substr(7);
+  }
+
+  // PullImage of V for a new pod, as StartPodAndPullVolume, returning PullImage's answer.
+  absl::StatusOr<std::string> PullVolumeForNewPod(const std::string& name) {
+    CriPodSpec spec;
+    spec.name = name;
+    spec.uid = name + "-uid";
+    spec.log_directory = tmp_.Join("pods/" + name).string();
+    fs::create_directories(spec.log_directory);
+    absl::StatusOr<std::string> sandbox = runtime_->RunPodSandbox(spec);
+    if (!sandbox.ok()) return sandbox.status();
+    sandboxes_.push_back(*sandbox);
+    return images_->PullImageForPod(Ref(kModelRepo, "v1-volume"), spec);
+  }
+
+  // A refused volume image: PullImage fails naming the reference, digest, policy, scope and
+  // `reason`; no model is registered and modelfs read nothing of V's layer or of M.
+  void ExpectRefused(const std::string& pod, const std::string& reason) {
+    const size_t offset = LogOffset();
+    absl::StatusOr<std::string> pulled = PullVolumeForNewPod(pod);
+    ASSERT_FALSE(pulled.ok()) << "PullImage accepted it: " << *pulled;
+    const std::string why(pulled.status().message());
+    std::cout << "[refusal] " << pod << ": " << why << "\n";
+    EXPECT_THAT(why, ::testing::HasSubstr(Ref(kModelRepo, "v1-volume")));
+    EXPECT_THAT(why, ::testing::HasSubstr(push_["volume"]["digest"].get<std::string>()));
+    EXPECT_THAT(why, ::testing::HasSubstr(policy_path_));
+    EXPECT_THAT(
+        why, ::testing::HasSubstr(absl::StrCat("scope docker:", registry_->host_port(), "/e2e")));
+    EXPECT_THAT(why, ::testing::HasSubstr(reason));
+    EXPECT_FALSE(fs::exists(ModelDir()));
+    EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
+    // (The signature payloads in the .sig tag are blobs of the same repository: those it read.)
+    const auto modelfs = BlobBytes(RequestsSince(offset), kModelRepo, "modelfs");
+    for (const auto& b : push_["blobs"]) {
+      EXPECT_EQ(modelfs.count(b["digest"].get<std::string>()), 0u)
+          << b["role"] << " was read\n"
+          << DescribeTraffic(RequestsSince(offset));
+    }
+    long status = 0;
+    absl::StatusOr<std::string> metrics = HttpGetForTest(daemon_->metrics_url(), &status);
+    ASSERT_OK(metrics.status());
+    EXPECT_THAT(*metrics, ::testing::HasSubstr(absl::StrCat(
+                              "modelfs_policy_refusals_total{reason=\"", reason, "\"} 1\n")));
+  }
+
+  Key team_key_;
+  Key other_key_;
+  std::string policy_path_;
+};
+
+TEST_F(SignedVolumeTest, APodWhoseVolumeImageIsSignedByTheTrustedKeySeesTheModel) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  SignVolume(team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashesEveryFile("signed", Ref(kModelRepo, "v1-volume"));
+  EXPECT_TRUE(fs::exists(ModelDir()));
+}
+
+TEST_F(SignedVolumeTest, APodNamingAnUnsignedVolumeImageIsRefused) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectRefused("unsigned", "no_signature");
+}
+
+TEST_F(SignedVolumeTest, APodNamingAVolumeImageSignedByAnUnknownKeyIsRefused) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  SignVolume(other_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectRefused("unknown-key", "no_key_matched");
+}
+
+// V in another repository (`convert --to`) sends the node to M's repository: the policy must
+// accept M there too, under M's own scope, even though V itself is signed and trusted.
+TEST_F(SignedVolumeTest, AModelWhoseOwnScopeRejectsIsRefusedThoughItsVolumeImageIsSigned) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const nlohmann::json converted =
+      Convert({Ref(kModelRepo, "v1"), "--to", Ref(kVolumesRepo, "llama")});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const std::string v_digest = converted["volume"]["digest"];
+  Sign(Ref(kVolumesRepo, "llama"), v_digest, team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  nlohmann::json policy = {
+      {"default", {{{"type", "insecureAcceptAnything"}}}},
+      {"transports",
+       {{"docker",
+         {{absl::StrCat(registry_->host_port(), "/", kVolumesRepo),
+           {{{"type", "sigstoreSigned"}, {"keyPath", team_key_.pub_path}}}},
+          {absl::StrCat(registry_->host_port(), "/", kModelRepo), {{{"type", "reject"}}}}}}}}};
+  std::ofstream(policy_path_, std::ios::trunc) << policy.dump(2);
+  CriPodSpec spec;
+  spec.name = "model-rejected";
+  spec.uid = "model-rejected-uid";
+  spec.log_directory = tmp_.Join("pods/model-rejected").string();
+  fs::create_directories(spec.log_directory);
+  ASSERT_OK_AND_ASSIGN(std::string sandbox, runtime_->RunPodSandbox(spec));
+  sandboxes_.push_back(sandbox);
+  absl::StatusOr<std::string> pulled = images_->PullImageForPod(Ref(kVolumesRepo, "llama"), spec);
+  ASSERT_FALSE(pulled.ok()) << "PullImage accepted it";
+  const std::string why(pulled.status().message());
+  std::cout << "[refusal] model location: " << why << "\n";
+  EXPECT_THAT(
+      why, ::testing::HasSubstr(absl::StrCat("model ", registry_->host_port(), "/", kModelRepo, "@",
+                                             push_["model"]["digest"].get<std::string>())));
+  EXPECT_THAT(why, ::testing::HasSubstr(
+                       absl::StrCat("scope docker:", registry_->host_port(), "/", kModelRepo)));
+  EXPECT_THAT(why, ::testing::HasSubstr("rejected_by_policy"));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+}
+
+// A plain ModelPack artifact M from containerd's content store: judged under the names
+// containerd's image store gives its manifest, when the pod's container is created.
+TEST_F(SignedVolumeTest, APodNamingASignedPlainModelPackArtifactSeesTheModel) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Sign(Ref(kModelRepo, "v1"), push_["model"]["digest"].get<std::string>(), team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashesEveryFile("plain-signed", Ref(kModelRepo, "v1"), /*image_config_role=*/"config");
+  EXPECT_TRUE(fs::exists(ModelDir()));
+}
+
+TEST_F(SignedVolumeTest, APodNamingAnUnsignedPlainModelPackArtifactFailsAtCreateContainer) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("plain-unsigned", Ref(kModelRepo, "v1"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = pod.reader_image_ref;
+  c.command = {"/bin/sh", "-c", "cat /models/config.json"};
+  c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+  c.log_path = "reader.log";
+  absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
+  if (id.ok()) containers_.push_back(*id);
+  ASSERT_FALSE(id.ok()) << "CreateContainer accepted it";
+  const std::string why(id.status().message());
+  std::cout << "[refusal] plain M at CreateContainer: " << why << "\n";
+  // Judged under the name containerd's image store gives M (what the pod named).
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat("model ", Ref(kModelRepo, "v1"), " (",
+                                                     push_["model"]["digest"].get<std::string>(),
+                                                     ") refused by policy")));
+  EXPECT_THAT(why, ::testing::HasSubstr("no_signature"));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+}
+
+// The policy is read again when it changes, and each container is held to it: a model pulled
+// while its key was trusted is refused at CreateContainer once the policy trusts another key,
+// with the reason in containerd's error.
+TEST_F(SignedVolumeTest, CreateContainerIsRefusedOnceThePolicyNoLongerTrustsTheKey) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  SignVolume(team_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("revoked", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  WritePolicy(other_key_.pub_path);
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = pod.reader_image_ref;
+  c.command = {"/bin/sh", "-c", "cat /models/config.json"};
+  c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+  c.log_path = "reader.log";
+  absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
+  if (id.ok()) containers_.push_back(*id);
+  ASSERT_FALSE(id.ok()) << "CreateContainer accepted it";
+  const std::string why(id.status().message());
+  std::cout << "[refusal] CreateContainer: " << why << "\n";
+  EXPECT_THAT(why, ::testing::HasSubstr("no_key_matched"));
+  EXPECT_THAT(why, ::testing::HasSubstr(push_["volume"]["digest"].get<std::string>()));
+}
 
 }  // namespace
 }  // namespace modelfs::testing

@@ -94,14 +94,20 @@ absl::StatusOr<std::unique_ptr<SnapshotterDaemon>> SnapshotterDaemon::Start(
   d->metrics_address_ = absl::StrCat("127.0.0.1:", port);
   std::vector<std::string> hosts;
   for (const auto& h : options.insecure_hosts) hosts.push_back(TomlString(h));
+  std::vector<std::string> model_hosts;
+  for (const auto& h : options.model_hosts) model_hosts.push_back(TomlString(h));
   std::string config = absl::StrCat(
-      "insecure_hosts = [", absl::StrJoin(hosts, ", "), "]\n",
+      "insecure_hosts = [", absl::StrJoin(hosts, ", "), "]\n", "model_hosts = [",
+      absl::StrJoin(model_hosts, ", "), "]\n", "policy = ", TomlString(options.policy), "\n",
       "metrics_address = ", TomlString(d->metrics_address_), "\n",
-      // A credentials file that does not exist: a developer's ~/.docker never leaks in.
-      "docker_config = ", TomlString(d->dir_.Join("no-docker-config.json").string()), "\n",
-      "log_level = \"debug\"\n", "containerd_address = ", TomlString(options.containerd_address),
-      "\n", "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n", options.extra_config,
-      "\n");
+      // Without one, a credentials file that does not exist: a developer's ~/.docker never
+      // leaks in.
+      "docker_config = ",
+      TomlString(options.docker_config.empty() ? d->dir_.Join("no-docker-config.json").string()
+                                               : options.docker_config),
+      "\n", "log_level = \"debug\"\n",
+      "containerd_address = ", TomlString(options.containerd_address), "\n",
+      "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n", options.extra_config, "\n");
   d->config_path_ = d->dir_.WriteFile("snapshotter.toml", config).string();
   RETURN_IF_ERROR(d->Spawn(/*append=*/false));
   return d;

@@ -30,6 +30,9 @@ struct SnapshotterDaemonOptions {
   std::string hosts_dir;                    // empty: an empty directory of the fixture's own
   std::string prefetch = "none";            // [cache] prefetch: all | headers | none
   std::string extra_config;                 // TOML appended to the config file
+  std::vector<std::string> model_hosts;     // model_hosts (registries V may send the daemon to)
+  std::string docker_config;                // empty: a file that does not exist (anonymous)
+  std::string policy;                       // policy (containers-policy.json); empty: none
   // containerd_address: the containerd whose content store image volumes naming a plain
   // ModelPack artifact are served from. Empty: none (never the host's own containerd).
   std::string containerd_address;

@@ -22,6 +22,8 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_TRUE(c.audit);
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
+  EXPECT_THAT(c.model_hosts, ElementsAre());
+  EXPECT_EQ(c.policy, "");
   EXPECT_OK(ValidateDaemonConfig(c));
 }
 
@@ -32,6 +34,8 @@ root = "/srv/modelfs"
 address = "/run/x.sock"
 hosts_dir = "/etc/certs.d"
 insecure_hosts = ["127.0.0.1:5000", "registry.local"]
+model_hosts = ["models.example.com", "10.0.0.7:5000"]
+policy = "/etc/containers/policy.json"
 docker_config = "/etc/modelfs/config.json"
 metrics_address = "127.0.0.1:9464"
 log_level = "debug"
@@ -53,6 +57,8 @@ direct_io = false
   EXPECT_EQ(c.address, "/run/x.sock");
   EXPECT_EQ(c.hosts_dir, "/etc/certs.d");
   EXPECT_THAT(c.insecure_hosts, ElementsAre("127.0.0.1:5000", "registry.local"));
+  EXPECT_THAT(c.model_hosts, ElementsAre("models.example.com", "10.0.0.7:5000"));
+  EXPECT_EQ(c.policy, "/etc/containers/policy.json");
   EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
   EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
   EXPECT_EQ(c.log_level, "debug");
@@ -143,6 +149,38 @@ TEST(DaemonConfigTest, ContainerdAddressIsAnAbsolutePathOrEmpty) {
   c.containerd_address = "run/containerd.sock";
   EXPECT_THAT(ValidateDaemonConfig(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("containerd_address")));
+}
+
+TEST(DaemonConfigTest, AModelHostThatIsNotAnArrayOfStringsNamesTheKey) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("model_hosts = \"models.example.com\"\n", "n.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("n.toml: model_hosts: must be an array of strings")));
+}
+
+// model_hosts is compared with the registry of a reference; a URL would never match.
+TEST(DaemonConfigTest, AModelHostWrittenAsAUrlFailsValidation) {
+  DaemonConfig c;
+  c.model_hosts = {"https://models.example.com"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("model_hosts \"https://models.example.com\"")));
+}
+
+TEST(DaemonConfigTest, AnEmptyModelHostFailsValidation) {
+  DaemonConfig c;
+  c.model_hosts = {""};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model_hosts \"\"")));
+}
+
+// "" is no policy; a relative path is refused (the daemon's working directory is no place
+// to look for what decides trust).
+TEST(DaemonConfigTest, PolicyIsAnAbsolutePathOrEmpty) {
+  DaemonConfig c;
+  c.policy = "policy.json";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("policy \"policy.json\"")));
 }
 
 }  // namespace

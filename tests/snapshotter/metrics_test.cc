@@ -53,6 +53,19 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   EXPECT_THAT(text, HasSubstr("modelfs_read_latency_seconds_count 0\n"));
 }
 
+TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresent) {
+  DaemonCounters c;
+  c.policy_refusals = {{"no_signature", 2}, {"no_key_matched", 1}};
+  c.policy_evaluations = 5;
+  LatencyHistogram h;
+  std::string text = RenderPrometheus(c, h);
+  EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"no_signature\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"no_key_matched\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"fetch_failed\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_policy_refusals_total{reason=\"policy_unreadable\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_policy_evaluations_total 5\n"));
+}
+
 size_t Append(char* p, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(p, size * n);
   return size * n;

@@ -438,7 +438,7 @@ TEST_F(ModelSnapshotterTest, APlainHttpRegistryDeclaredInHostsTomlIsReached) {
 // `modelfs convert SRC --to DST`: V on a second registry, M and its weights left on the first.
 // Prepare of V's layer reads V from the second registry and the weights from the first, and
 // so does the model registered again after a restart (its record names the first registry),
-// with the second registry stopped.
+// with the second registry stopped. The node allows the first registry (model_hosts).
 TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsFromTheModels) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> other, RegistryFixture::Start());
   const std::string dst = absl::StrCat(other->host_port(), "/team/llama:converted");
@@ -462,6 +462,7 @@ TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsF
     ModelSnapshotterOptions o;
     o.root = tmp_.Join("root");
     o.registry.hosts.plain_http_hosts = {registry_->host_port(), other->host_port()};
+    o.model_hosts = {registry_->host_port()};
     o.prefetch = PrefetchPolicy::kNone;
     o.log = [this](const std::string& line) { log_ += line + "\n"; };
     ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));

@@ -1,0 +1,151 @@
+// Where a volume image may send the node: V on registry 1 (anonymous) names its model M on
+// registry 2, which wants credentials the node has and the pod's owner may not. modelfs-snapshotter
+// under a real containerd 1.6 (CRI, the modelfs proxy snapshotter) follows V to M only when
+// snapshotter.toml lists registry 2 in model_hosts:
+//  - by default the CRI pull of V fails, containerd's error names both registries and the key
+//    to set, and the daemon sent registry 2 no request at all;
+//  - with model_hosts = [registry 2] the same pull mounts M, read from registry 2 with the
+//    node's credentials.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "integration/cri/cri_client.h"
+#include "integration/harness/containerd_fixture.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/publish/publish_test_env.h"
+#include "integration/snapshotter/snapshotter_daemon.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/skip.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kUser[] = "node";
+constexpr char kPassword[] = "node-Pa55word-model-hosts";
+
+class ModelHostsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const std::string& why :
+         {Containerd::WhyUnavailable(), SnapshotterDaemon::WhyUnavailable()}) {
+      SKIP_OR_FAIL_IF_UNAVAILABLE(why);
+    }
+    RegistryFixtureOptions vo;
+    vo.access_log = true;
+    ASSERT_OK_AND_ASSIGN(volumes_, RegistryFixture::Start(vo));
+    RegistryFixtureOptions mo;
+    mo.auth = RegistryFixtureOptions::Auth::kHtpasswd;
+    mo.username = kUser;
+    mo.password = kPassword;
+    mo.access_log = true;
+    ASSERT_OK_AND_ASSIGN(models_, RegistryFixture::Start(mo));
+
+    // The node's credentials: registry 2 only (registry 1 is anonymous).
+    nlohmann::json config = {
+        {"auths",
+         {{models_->host_port(),
+           {{"auth", absl::Base64Escape(absl::StrCat(kUser, ":", kPassword))}}}}}};
+    docker_config_ = tmp_.WriteFile("config.json", config.dump(2)).string();
+
+    source_ = tmp_.Join("model").string();
+    ASSERT_OK(WriteTestModel(source_, /*seed=*/43).status());
+    const std::string m_ref = absl::StrCat(models_->host_port(), "/private/llama:v1");
+    ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                         RunModelfs({"push", "--plain-http", "--docker-config", docker_config_,
+                                     "--json", m_ref, source_}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    model_digest_ = ParseJsonOutput(push.out)["model"]["digest"];
+    // V on registry 1, naming M where it is (`convert --to`).
+    v_ref_ = absl::StrCat(volumes_->host_port(), "/team/llama:v1-volume");
+    ASSERT_OK_AND_ASSIGN(ProcessResult convert,
+                         RunModelfs({"convert", "--plain-http", "--docker-config", docker_config_,
+                                     m_ref, "--to", v_ref_}));
+    ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  }
+
+  void TearDown() override {
+    if (HasFailure() && daemon_ != nullptr) {
+      std::cerr << "--- modelfs-snapshotter log ---\n" << ReadFileOrDie(daemon_->log_path());
+    }
+  }
+
+  // The daemon (credentials for registry 2, both registries over plain HTTP) with
+  // `model_hosts`, and containerd 1.6 pulling into it through CRI.
+  void StartNode(const std::vector<std::string>& model_hosts) {
+    SnapshotterDaemonOptions so;
+    so.insecure_hosts = {volumes_->host_port(), models_->host_port()};
+    so.docker_config = docker_config_;
+    so.model_hosts = model_hosts;
+    ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
+    ContainerdOptions co;
+    co.registry_host_port = volumes_->host_port();
+    co.proxy_snapshotter_name = "modelfs";
+    co.proxy_snapshotter_address = daemon_->socket_path();
+    co.cri = true;
+    co.cri_snapshotter = "modelfs";
+    ASSERT_OK_AND_ASSIGN(containerd_, Containerd::Start(co));
+    ASSERT_OK_AND_ASSIGN(cri_, CriImageClient::Connect(containerd_->grpc_target()));
+  }
+
+  std::string ModelDir() const {
+    return daemon_->root() + "/mnt/sha256-" + model_digest_.substr(7);
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> volumes_;  // registry 1: V, anonymous
+  std::unique_ptr<RegistryFixture> models_;   // registry 2: M, htpasswd
+  std::unique_ptr<SnapshotterDaemon> daemon_;
+  std::unique_ptr<Containerd> containerd_;  // destroyed before the daemon
+  std::unique_ptr<CriImageClient> cri_;
+  std::string docker_config_;
+  std::string source_;
+  std::string model_digest_;
+  std::string v_ref_;
+};
+
+TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAnotherRegistryIsRefusedByDefault) {
+  StartNode({});
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t models_log_before = ReadFileOrDie(models_->log_path()).size();
+  absl::StatusOr<std::string> pulled = cri_->PullImage(v_ref_);
+  ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
+  const std::string why(pulled.status().message());
+  std::cout << "[refusal] CRI PullImage: " << why << "\n";
+  EXPECT_THAT(why,
+              HasSubstr(absl::StrCat("on registry ", volumes_->host_port(), " names its model ",
+                                     model_digest_, " on registry ", models_->host_port())));
+  EXPECT_THAT(why, HasSubstr(absl::StrCat("model_hosts = [\"", models_->host_port(), "\"]")));
+  // Refused before any request to registry 2, and nothing registered.
+  EXPECT_THAT(ReadFileOrDie(models_->log_path()).substr(models_log_before),
+              ::testing::Not(HasSubstr("/v2/")));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), HasSubstr("refused: PERMISSION_DENIED"));
+}
+
+TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAListedRegistryIsMounted) {
+  StartNode({models_->host_port()});
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_OK(cri_->PullImage(v_ref_).status());
+  std::map<std::string, std::string> got = DescribeFiles(ModelDir());
+  EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
+  EXPECT_EQ(got, DescribeFiles(source_));
+  EXPECT_EQ(ReadFileOrDie(ModelDir() + "/config.json"), ReadFileOrDie(source_ + "/config.json"));
+}
+
+}  // namespace
+}  // namespace modelfs::testing
