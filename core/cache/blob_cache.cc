@@ -110,6 +110,9 @@ struct BlobCache::Flight {
   // final state and chunk_status (sized at creation).
   uint64_t landed = 0;
   bool failed = false;  // some chunk of it failed
+  // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
+  // already; the next one fails its chunks. Only RunFlight's thread uses it.
+  bool refetched = false;
   std::vector<absl::Status> chunk_status;
   // Verified chunks that only memory holds (the disk is full), for the readers that waited:
   // the memory budget may drop them from the layer before those readers look again.
@@ -444,8 +447,10 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
-                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
+absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
+                                  absl::string_view piece,
+                                  const std::vector<std::array<uint8_t, 32>>& expected,
+                                  FlightWrites* w) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
   const uint64_t c = f->first + i;
@@ -456,6 +461,11 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
     cst = CheckChunk(piece, expected[i], layer->digest, c, c * cs);
     if (!cst.ok()) {
       counters_.verification_failures++;
+      if (!f->refetched) {
+        // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
+        Log(absl::StrCat(cst.message(), "; fetching it once more"));
+        return MarkBadAnswer(cst);
+      }
       Log(cst.message());
     }
   }
@@ -517,6 +527,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
   }
   f->chunk_status[i] = std::move(cst);
   f->landed = i + 1;
+  return absl::OkStatus();
 }
 
 void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
@@ -569,7 +580,9 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
             have += take;
             data.remove_prefix(take);
             if (have == len) {
-              LandChunk(f, next++, absl::string_view(piece, len), expected, &writes);
+              RETURN_IF_ERROR(
+                  LandChunk(f, next, absl::string_view(piece, len), expected, &writes));
+              ++next;
               have = 0;
             }
           }
@@ -588,6 +601,11 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     }
     if (st.ok()) {
       st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
+    }
+    if (IsBadAnswer(st) && !f->refetched) {
+      // At once, from the chunk that was wrong (the remote asks the next host for it).
+      f->refetched = true;
+      continue;
     }
     if (!Retryable(st.code())) break;
     std::optional<absl::Duration> wait = backoff.Next();
