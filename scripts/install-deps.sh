@@ -16,6 +16,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
   docker-registry containerd skopeo apache2-utils curl python3 util-linux procps
+  # bench/load_bench.sh: the blob store behind a redirect, and shaped network namespaces
+  nginx-light iproute2
   # pause and reader images of the containerd 2.1 image-volume tests
   busybox-static
 )
