@@ -35,6 +35,16 @@ constexpr size_t kMaxJsonBodyBytes = 8 << 20;
 constexpr int kMaxRedirects = 10;
 constexpr char kRetryablePayload[] = "modelfs.dev/retryable-transport";
 constexpr char kIgnoredRangePayload[] = "modelfs.dev/ignored-range";
+// On an ignored-range status: the size of the whole blob the host offered instead (decimal).
+constexpr char kWholeSizePayload[] = "modelfs.dev/whole-size";
+// A range read served from a whole-blob answer stops it once it has its bytes.
+constexpr char kRangeCompletePayload[] = "modelfs.dev/range-complete";
+// A whole-blob answer to a range request is read (its range taken from it) when the blob is no
+// larger than this: cutting it short and asking again would cost about as much.
+constexpr uint64_t kSmallWholeAnswer = 4 << 20;
+// How fast a mirror is assumed at most to fetch a blob from upstream (10 Gbit/s), for its first
+// wait: the fill of a 1 GiB blob takes at least 0.86 s, so it is not asked again before then.
+constexpr double kFastestFillBytesPerSecond = 1.25e9;
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -504,13 +514,22 @@ bool RegistryClient::MirrorAnswered(Host& h, const std::string& blob,
   }
   if (r.ok() || !IsIgnoredRange(r.status())) return false;  // no word on the blob: as before
   // A whole blob: it is storing it from upstream (or it never serves ranges: mirror_fill_wait).
+  // Each time it is asked before it has stored the blob costs its upstream a few MB more (the
+  // answer is cut at its first byte, but the upstream sends until the cut reaches it), so the
+  // waits are as long as a fill can last: the first as long as the fastest fill of the blob,
+  // then doubling to 2 s, and beyond that a quarter of the time already waited.
   const absl::Time now = clock_->Now();
   f.holds = false;
   if (f.filling_since == absl::InfinitePast()) {
     f.filling_since = now;
-    f.interval = options_.mirror_probe_interval;
+    uint64_t size = 0;
+    absl::optional<absl::Cord> whole = r.status().GetPayload(kWholeSizePayload);
+    if (whole.has_value()) (void)absl::SimpleAtoi(std::string(*whole), &size);
+    f.interval = std::clamp(absl::Seconds(size / kFastestFillBytesPerSecond),
+                            options_.mirror_probe_interval,
+                            std::max(options_.mirror_probe_interval, absl::Seconds(2)));
   } else {
-    f.interval = std::min(f.interval * 2, std::max(absl::Seconds(2), f.interval));
+    f.interval = std::min(f.interval * 2, std::max(absl::Seconds(2), (now - f.filling_since) / 4));
   }
   f.next = now + f.interval;
   return now - f.filling_since < options_.mirror_fill_wait;
@@ -1311,11 +1330,30 @@ absl::Status RegistryClient::StreamBlobRange(
   req.range_blob = digest.str();
   std::string what =
       absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
+  bool from_whole = false;  // the bytes came from a whole small blob (a 200)
   req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+    uint64_t whole = 0;
+    if (resp.status == 200 && absl::SimpleAtoi(resp.Header("content-length"), &whole) &&
+        whole <= kSmallWholeAnswer && offset + length <= whole) {
+      // The whole (small) blob from its first byte: take the range out of it.
+      from_whole = true;
+      const uint64_t at = resp.body_bytes;  // blob offset of data[0]
+      const uint64_t want = offset + delivered;
+      if (at + data.size() > want && at <= want) {
+        const uint64_t n = std::min<uint64_t>(at + data.size() - want, length - delivered);
+        RETURN_IF_ERROR(sink(absl::string_view(data.data() + (want - at), n)));
+        delivered += n;
+      }
+      if (delivered < length) return absl::OkStatus();
+      absl::Status done = absl::CancelledError("range complete");
+      done.SetPayload(kRangeCompletePayload, absl::Cord("1"));
+      return done;
+    }
     if (resp.status != 206) {
       absl::Status s = absl::FailedPreconditionError(absl::StrCat(
           what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
       s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
+      if (whole > 0) s.SetPayload(kWholeSizePayload, absl::Cord(absl::StrCat(whole)));
       return s;
     }
     if (resp.body_bytes == 0) {
@@ -1349,6 +1387,10 @@ absl::Status RegistryClient::StreamBlobRange(
     return s;
   };
   absl::StatusOr<Response> got = GetBlobOnce(repo, digest, req);
+  if (from_whole && delivered == length &&
+      (got.ok() || got.status().GetPayload(kRangeCompletePayload).has_value())) {
+    return absl::OkStatus();
+  }
   if (!got.ok()) {
     // Name the blob and range; keep the code and the payloads the cache classifies by.
     const absl::Status& e = got.status();

@@ -68,12 +68,17 @@ class RegistryMirrorsTest : public ::testing::Test {
     blob_ = new std::string(64 * 1024, 'b');
     for (size_t i = 0; i < blob_->size(); ++i) (*blob_)[i] = static_cast<char>(i * 7);
     digest_ = new Digest(Digest::Of(*blob_));
+    // Larger than a whole-blob answer the client reads (4 MiB): one it cuts short.
+    large_ = new std::string(5 << 20, 'l');
+    for (size_t i = 0; i < large_->size(); ++i) (*large_)[i] = static_cast<char>(i * 13 + i / 7);
+    large_digest_ = new Digest(Digest::Of(*large_));
     manifest_ = new std::string(R"({"schemaVersion":2,"mediaType":")" +
                                 std::string(kMediaTypeOciManifest) + R"(","layers":[]})");
     // Each directory is one host's content; the mirror's lacks nothing unless a test removes it.
     for (TempDir** d : {&mirror_dir_, &server_dir_}) {
       *d = new TempDir();
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/blobs/", digest_->str()), *blob_);
+      (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/blobs/", large_digest_->str()), *large_);
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/manifests/v1"), *manifest_);
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/manifests/", Digest::Of(*manifest_).str()),
                       *manifest_);
@@ -95,6 +100,8 @@ class RegistryMirrorsTest : public ::testing::Test {
     delete manifest_;
     delete digest_;
     delete blob_;
+    delete large_digest_;
+    delete large_;
   }
   void SetUp() override {
     for (RangeServer* s : {mirror_, server_}) {
@@ -122,6 +129,8 @@ class RegistryMirrorsTest : public ::testing::Test {
 
   static std::string* blob_;
   static Digest* digest_;
+  static std::string* large_;
+  static Digest* large_digest_;
   static std::string* manifest_;
   static TempDir* mirror_dir_;
   static TempDir* server_dir_;
@@ -131,6 +140,8 @@ class RegistryMirrorsTest : public ::testing::Test {
 
 std::string* RegistryMirrorsTest::blob_ = nullptr;
 Digest* RegistryMirrorsTest::digest_ = nullptr;
+std::string* RegistryMirrorsTest::large_ = nullptr;
+Digest* RegistryMirrorsTest::large_digest_ = nullptr;
 std::string* RegistryMirrorsTest::manifest_ = nullptr;
 TempDir* RegistryMirrorsTest::mirror_dir_ = nullptr;
 TempDir* RegistryMirrorsTest::server_dir_ = nullptr;
@@ -329,7 +340,7 @@ TEST_F(RegistryMirrorsTest, ARangeReadWaitsForAMirrorStillStoringTheBlob) {
   bool stored = false;
   AdvanceUntilDone(
       clock, absl::Milliseconds(50),
-      [&] { got = client->GetBlobRange(kRepo, *digest_, 300, 30, deadline); },
+      [&] { got = client->GetBlobRange(kRepo, *large_digest_, 300, 30, deadline); },
       [&] {
         // The mirror has stored the blob after its third whole-blob answer.
         if (!stored && mirror_->ReadLog().size() >= 3) {
@@ -338,13 +349,13 @@ TEST_F(RegistryMirrorsTest, ARangeReadWaitsForAMirrorStillStoringTheBlob) {
         }
       });
   ASSERT_OK(got.status());
-  EXPECT_EQ(*got, blob_->substr(300, 30));
+  EXPECT_EQ(*got, large_->substr(300, 30));
   EXPECT_EQ(server_->ReadLog().size(), 0u);
   const auto log = mirror_->ReadLog();
   ASSERT_GE(log.size(), 4u);
   EXPECT_EQ(log.back().status, 206);
   // Further reads of the blob go to the mirror at once.
-  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 600, 30, deadline).status());
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 600, 30, deadline).status());
   EXPECT_EQ(mirror_->ReadLog().size(), log.size() + 1);
   EXPECT_EQ(server_->ReadLog().size(), 0u);
 }
@@ -361,15 +372,16 @@ TEST_F(RegistryMirrorsTest, AReadWaitsForAFillingMirrorAtMostHalfItsTimeLeft) {
   const absl::Time deadline = clock.Now() + absl::Seconds(10);
   const absl::Duration took = AdvanceUntilDone(
       clock, absl::Milliseconds(50),
-      [&] { got = client->GetBlobRange(kRepo, *digest_, 300, 30, deadline); }, [] {});
+      [&] { got = client->GetBlobRange(kRepo, *large_digest_, 300, 30, deadline); }, [] {});
   ASSERT_OK(got.status());
-  EXPECT_EQ(*got, blob_->substr(300, 30));
+  EXPECT_EQ(*got, large_->substr(300, 30));
   EXPECT_GE(took, absl::Seconds(5));
   EXPECT_LT(took, absl::Seconds(7));
   EXPECT_EQ(server_->ReadLog().size(), 1u);
-  // Asked again after 0.25, 0.5, 1, 2, 2 s: a handful of requests, not one per poll.
-  EXPECT_GE(mirror_->ReadLog().size(), 4u);
-  EXPECT_LE(mirror_->ReadLog().size(), 7u);
+  // Asked at 0, 1, 3 and (when the answers came at once) 5 s: waits of 1 s doubling to 2 s, a
+  // handful of requests, not one per poll.
+  EXPECT_GE(mirror_->ReadLog().size(), 3u);
+  EXPECT_LE(mirror_->ReadLog().size(), 4u);
 }
 
 // Bytes the caller found wrong (a chunk that failed verification) make the host that sent
@@ -395,10 +407,10 @@ TEST_F(RegistryMirrorsTest, AMirrorThatNeverServesRangesIsSkippedForThatBlobDuri
   o.mirror_fill_wait = absl::ZeroDuration();  // not waited for: the cooldown alone
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
   ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
-  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 300, 30));
-  EXPECT_EQ(got, blob_->substr(300, 30));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *large_digest_, 300, 30));
+  EXPECT_EQ(got, large_->substr(300, 30));
   ASSERT_OK(mirror_->SetFaults({}));
-  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 400, 30).status());
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 400, 30).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 1u);
   EXPECT_EQ(server_->ReadLog().size(), 2u);
   // Manifests (no range) still go to the mirror first.
@@ -406,17 +418,30 @@ TEST_F(RegistryMirrorsTest, AMirrorThatNeverServesRangesIsSkippedForThatBlobDuri
   EXPECT_EQ(mirror_->ReadLog().size(), 2u);
 
   clock.Advance(o.ignored_range_cooldown + absl::Seconds(1));
-  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 500, 30).status());
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 500, 30).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 3u);
   EXPECT_EQ(server_->ReadLog().size(), 2u);
 }
 
-TEST_F(RegistryMirrorsTest, ASingleHostThatIgnoresRangeIsStillAnError) {
+TEST_F(RegistryMirrorsTest, ASingleHostThatIgnoresRangeForALargeBlobIsStillAnError) {
   RegistryHost server = Server();
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({server})));
   ASSERT_OK(server_->SetFaults({.ignore_range = true}));
-  EXPECT_THAT(client->GetBlobRange(kRepo, *digest_, 0, 10),
+  EXPECT_THAT(client->GetBlobRange(kRepo, *large_digest_, 0, 10),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ignored Range")));
+}
+
+// A whole-blob answer for a small blob (up to 4 MiB) is read and the range taken from it:
+// cutting it short and asking elsewhere would cost about as much.
+TEST_F(RegistryMirrorsTest, AWholeAnswerForASmallBlobServesTheRangeFromIt) {
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({Mirror(), Server()})));
+  ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 40000, 5000));
+  EXPECT_EQ(got, blob_->substr(40000, 5000));
+  ASSERT_OK_AND_ASSIGN(got, client->GetBlobRange(kRepo, *digest_, 60000, blob_->size() - 60000));
+  EXPECT_EQ(got, blob_->substr(60000));
+  EXPECT_EQ(mirror_->ReadLog().size(), 2u);
+  EXPECT_EQ(server_->ReadLog().size(), 0u);
 }
 
 // A mirror gets only the credential stored under its own host name, never the registry's.
