@@ -52,6 +52,7 @@ struct MountCli {
   bool passthrough = true;
   bool direct_io = true;
   bool drop_served_pages = true;
+  bool audit = true;
   std::string log_file;
   int ready_fd = -1;  // internal: set when re-executed in the background
   std::string ref;
@@ -92,6 +93,8 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"quarantined_layers", s.quarantined_layers},
           {"bytes_served", s.bytes_served},
           {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
+          {"sealed_layers", s.sealed_layers},
+          {"audited_layers", s.audited_layers},
           {"cached_bytes", s.cached_bytes}};
 }
 
@@ -166,6 +169,7 @@ absl::Status RunForeground(const MountCli& c) {
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
   co.drop_served_pages = c.drop_served_pages;
+  co.audit = c.audit;
   // Cache lines quote registry errors and digests from the artifact: one escaped line each.
   co.log = [](absl::string_view line) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
@@ -334,6 +338,9 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
                   "second copy in the page cache (default on)");
     cmd->add_flag("--drop-served-pages,!--keep-served-pages", c->drop_served_pages,
                   "Drop cache-file pages once served and on disk (default on)");
+    cmd->add_flag("--audit,!--no-audit", c->audit,
+                  "Once every chunk of a layer is verified, rehash the whole layer against its "
+                  "digest at idle priority (default on)");
     cmd->add_option("--log", c->log_file, "Log file for a background mount");
     cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
     cmd->callback([c, &ctx, argv] {
