@@ -3,7 +3,8 @@
 // owns the deadline: the blob cache for reads (the registry client then does one attempt per
 // call), the registry client for its own requests (manifests, pushes, whole-blob GETs).
 //
-// Thread safety: RetryableCode and the bad-answer mark are pure; a Backoff belongs to one retry loop (one thread).
+// Thread safety: RetryableCode and the bad-answer mark are pure; a Backoff belongs to one retry
+// loop (one thread).
 #pragma once
 
 #include <optional>

@@ -484,8 +484,10 @@ bool RegistryClient::AwaitMirrorTurn(Host& h, const std::string& blob, absl::Tim
   absl::MutexLock l(&h.mu);
   Host::Fill& f = h.fills[blob];
   while (true) {
-    if (f.holds) return true;
     const absl::Time now = clock_->Now();
+    // It failed (a request before this one found it down): the next host, without waiting.
+    if (h.failing_until > now) return false;
+    if (f.holds) return true;
     if (f.filling_since != absl::InfinitePast() &&
         now - f.filling_since >= options_.mirror_fill_wait) {
       return true;  // waited long enough: it is asked like any host again
@@ -525,9 +527,9 @@ bool RegistryClient::MirrorAnswered(Host& h, const std::string& blob,
     uint64_t size = 0;
     absl::optional<absl::Cord> whole = r.status().GetPayload(kWholeSizePayload);
     if (whole.has_value()) (void)absl::SimpleAtoi(std::string(*whole), &size);
-    f.interval = std::clamp(absl::Seconds(size / kFastestFillBytesPerSecond),
-                            options_.mirror_probe_interval,
-                            std::max(options_.mirror_probe_interval, absl::Seconds(2)));
+    f.interval =
+        std::clamp(absl::Seconds(size / kFastestFillBytesPerSecond), options_.mirror_probe_interval,
+                   std::max(options_.mirror_probe_interval, absl::Seconds(2)));
   } else {
     f.interval = std::min(f.interval * 2, std::max(absl::Seconds(2), (now - f.filling_since) / 4));
   }
@@ -1111,8 +1113,8 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
     bool give_up = base.single_attempt || !all_retryable || !backoff.Wait(hint);
     if (give_up && !best.has_value()) {
       // Every host was a mirror still storing the blob.
-      return absl::UnavailableError(absl::StrCat(
-          "every host of registry ", options_.registry, " is still storing the blob from upstream"));
+      return absl::UnavailableError(absl::StrCat("every host of registry ", options_.registry,
+                                                 " is still storing the blob from upstream"));
     }
     if (give_up) {
       absl::StatusOr<Response> r = std::move(*best);

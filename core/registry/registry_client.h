@@ -26,11 +26,12 @@
 // such request while it stores the blob from a fetch of its own (Distribution 2.8,
 // registry/proxy/proxyblobstore.go ServeBlob). So a whole-blob answer is cut at its first byte,
 // and range reads of that blob wait for the mirror (asking it again after mirror_probe_interval,
-// doubling to 2 s, then after a quarter of the time waited) rather than going to the registry: the registry then serves each blob once,
-// to the mirror, however many nodes read it. A read waits at most half of what is left of its
-// deadline, and no read waits once the mirror has answered that way for mirror_fill_wait (a
-// host that never serves ranges); it then goes to the next host as before. A whole-blob answer
-// for a small blob (up to 4 MiB) is read instead, and the range taken from it.
+// doubling to 2 s, then after a quarter of the time waited) rather than going to the registry: the
+// registry then serves each blob once, to the mirror, however many nodes read it. A read waits at
+// most half of what is left of its deadline, and no read waits once the mirror has answered that
+// way for mirror_fill_wait (a host that never serves ranges); it then goes to the next host as
+// before. A whole-blob answer for a small blob (up to 4 MiB) is read instead, and the range taken
+// from it.
 //
 // Authentication: per host, anonymous, Basic, or the Bearer token flow (a 401 challenge names
 // a realm, service and scope; a token is fetched with the host's credential and cached per

@@ -169,7 +169,8 @@ TEST_F(MirrorRolloutTest, TwoNodesThroughAColdMirrorReadEveryByteAndTheOriginSer
   for (const auto& [status, n] : mirror.by_status) std::cout << " " << n << "x " << status;
   std::cout << ")\n";
   RecordProperty("origin_per_model_byte", absl::StrCat(per_model_byte));
-  EXPECT_LE(per_model_byte, 1.1) << "the origin's blob answers:\n" << BlobLines(origin_->log_path());
+  EXPECT_LE(per_model_byte, 1.1) << "the origin's blob answers:\n"
+                                 << BlobLines(origin_->log_path());
   // The nodes' bytes came from the mirror.
   EXPECT_GE(mirror.bytes, kNodes * model_bytes_);
 }
