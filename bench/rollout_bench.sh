@@ -14,8 +14,9 @@
 # Bytes are counted from the registries' access logs (Distribution logs each response's size):
 # the origin's blob bytes (to the mirror and to modelfs) per model byte, the mirror's blob bytes,
 # and the mirror's blob answers by status. Wall time is from the first mount's start until the
-# last node has read everything. Every node must read exactly the model's bytes (modelfs verifies
-# each chunk against the manifest's digests, so a wrong byte is an EIO, never a byte read).
+# last node has read everything (unmounts are not counted). Every node must read exactly the
+# model's bytes (modelfs verifies each chunk against the manifest's digests, so a wrong byte is
+# an EIO, never a byte read).
 # The nodes share this machine's cores (2 here): with N nodes the rollout is CPU-bound, and wall
 # times grow with N for that reason alone. Nothing is asserted: the script only prints.
 #
@@ -233,7 +234,10 @@ node_load() {
   fi
   pid=$(MODELFS=$bin mount_pid <<< "$out")
   mapfile -t files < <(find "$mnt" -type f ! -name .modelinfo.json | sort)
-  if ! "$LOAD" --mode read --json "${files[@]}" > "$WORK/load$i.json" 2> "$WORK/load$i.err"; then
+  local ok=1
+  "$LOAD" --mode read --json "${files[@]}" > "$WORK/load$i.json" 2> "$WORK/load$i.err" || ok=0
+  now > "$WORK/node$i.end"  # the rollout's wall time ends here, not after the unmount
+  if [[ $ok == 0 ]]; then
     echo "load failed: $(cat "$WORK/load$i.err")" > "$WORK/node$i.result"
   else
     got=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes'])" "$WORK/load$i.json")
@@ -248,6 +252,7 @@ node_load() {
 rollout() {
   local bin=$1 hosts=$2 n=$3 i t0 t1 failures=0
   local pids=()
+  rm -f "$WORK"/node*.end "$WORK"/node*.result
   drop_caches
   t0=$(now)
   for i in $(seq 1 "$n"); do
@@ -255,7 +260,8 @@ rollout() {
     pids+=("$!")
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
-  t1=$(now)
+  t1=$(python3 -c "import sys; print(max(float(open(f).read()) for f in sys.argv[1:]))" \
+    "$WORK"/node*.end)
   for i in $(seq 1 "$n"); do
     if [[ $(cat "$WORK/node$i.result" 2>/dev/null) != ok ]]; then
       failures=$((failures + 1))
