@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/cord.h"
+
 namespace modelfs {
 
 bool RetryableCode(absl::StatusCode code) {
@@ -15,6 +17,19 @@ bool RetryableCode(absl::StatusCode code) {
     default:
       return false;
   }
+}
+
+namespace {
+constexpr char kBadAnswerPayload[] = "modelfs.dev/bad-answer";
+}  // namespace
+
+absl::Status MarkBadAnswer(absl::Status status) {
+  status.SetPayload(kBadAnswerPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsBadAnswer(const absl::Status& status) {
+  return status.GetPayload(kBadAnswerPayload).has_value();
 }
 
 Backoff::Backoff(const BackoffPolicy& policy, Clock* clock, absl::Time deadline)

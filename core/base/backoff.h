@@ -3,7 +3,8 @@
 // owns the deadline: the blob cache for reads (the registry client then does one attempt per
 // call), the registry client for its own requests (manifests, pushes, whole-blob GETs).
 //
-// Thread safety: RetryableCode is pure; a Backoff belongs to one retry loop (one thread).
+// Thread safety: RetryableCode and the bad-answer mark are pure; a Backoff belongs to one retry
+// loop (one thread).
 #pragma once
 
 #include <optional>
@@ -19,6 +20,13 @@ namespace modelfs {
 // Everything else is not: kInternal is a bug or a local I/O error, kNotFound, kPermissionDenied,
 // kInvalidArgument, kFailedPrecondition, kOutOfRange, kDataLoss are answers that do not change.
 bool RetryableCode(absl::StatusCode code);
+
+// A wrong answer from one host (bytes that failed verification, a Content-Range for another
+// range) is not retried like an outage: the chunk it carried is fetched once more, from the next
+// host if there is one, and only a second wrong answer fails the read (issue 23 §5). The status
+// keeps its code (kDataLoss, kFailedPrecondition) and carries this mark.
+absl::Status MarkBadAnswer(absl::Status status);
+bool IsBadAnswer(const absl::Status& status);
 
 struct BackoffPolicy {
   int max_attempts = 0;  // attempts in all, including the first; 0: until the deadline

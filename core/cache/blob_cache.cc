@@ -112,6 +112,9 @@ struct BlobCache::Flight {
   // final state and chunk_status (sized at creation).
   uint64_t landed = 0;
   bool failed = false;  // some chunk of it failed
+  // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
+  // already; the next one fails its chunks. Only RunFlight's thread uses it.
+  bool refetched = false;
   std::vector<absl::Status> chunk_status;
   // Verified chunks that only memory holds (the disk is full), for the readers that waited:
   // the memory budget may drop them from the layer before those readers look again.
@@ -446,8 +449,9 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
-                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
+absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
+                                  const std::vector<std::array<uint8_t, 32>>& expected,
+                                  FlightWrites* w) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
   const uint64_t c = f->first + i;
@@ -458,6 +462,11 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Re
     cst = CheckChunkHash(r.hash, expected[i], layer->digest, c, c * cs, len);
     if (!cst.ok()) {
       counters_.verification_failures++;
+      if (!f->refetched) {
+        // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
+        Log(absl::StrCat(cst.message(), "; fetching it once more"));
+        return MarkBadAnswer(cst);
+      }
       Log(cst.message());
     }
   }
@@ -519,6 +528,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Re
   }
   f->chunk_status[i] = std::move(cst);
   f->landed = i + 1;
+  return absl::OkStatus();
 }
 
 void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
@@ -582,7 +592,8 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
             if (have == len) {
               Received got{absl::string_view(piece, len), {}};
               if (!expected.empty()) got.hash = hasher->Finish().raw();
-              LandChunk(f, next++, got, expected, &writes);
+              RETURN_IF_ERROR(LandChunk(f, next, got, expected, &writes));
+              ++next;
               have = 0;
             }
           }
@@ -601,6 +612,11 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     }
     if (st.ok()) {
       st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
+    }
+    if (IsBadAnswer(st) && !f->refetched) {
+      // At once, from the chunk that was wrong (the remote asks the next host for it).
+      f->refetched = true;
+      continue;
     }
     if (!Retryable(st.code())) break;
     std::optional<absl::Duration> wait = backoff.Next();

@@ -297,9 +297,11 @@ class BlobCache : public BlobReader {
     std::array<uint8_t, 32> hash{};
   };
   // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
-  // readers waiting for it go on while the rest of the range streams in.
-  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
-                 const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
+  // readers waiting for it go on while the rest of the range streams in. Bytes that fail
+  // verification in a flight that has not refetched yet are not landed: the result is the
+  // mismatch marked IsBadAnswer, and the flight fetches the chunk once more.
+  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
+                         const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The check of a layer whose chunks are all here: in chunk mode, SealVerifiedLayer then

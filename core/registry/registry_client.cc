@@ -35,6 +35,16 @@ constexpr size_t kMaxJsonBodyBytes = 8 << 20;
 constexpr int kMaxRedirects = 10;
 constexpr char kRetryablePayload[] = "modelfs.dev/retryable-transport";
 constexpr char kIgnoredRangePayload[] = "modelfs.dev/ignored-range";
+// On an ignored-range status: the size of the whole blob the host offered instead (decimal).
+constexpr char kWholeSizePayload[] = "modelfs.dev/whole-size";
+// A range read served from a whole-blob answer stops it once it has its bytes.
+constexpr char kRangeCompletePayload[] = "modelfs.dev/range-complete";
+// A whole-blob answer to a range request is read (its range taken from it) when the blob is no
+// larger than this: cutting it short and asking again would cost about as much.
+constexpr uint64_t kSmallWholeAnswer = 4 << 20;
+// How fast a mirror is assumed at most to fetch a blob from upstream (10 Gbit/s), for its first
+// wait: the fill of a 1 GiB blob takes at least 0.86 s, so it is not asked again before then.
+constexpr double kFastestFillBytesPerSecond = 1.25e9;
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -311,11 +321,22 @@ class RegistryClient::Host {
   std::optional<Challenge> challenge ABSL_GUARDED_BY(mu);
   bool basic_auth ABSL_GUARDED_BY(mu) = false;
   std::map<std::string, CachedToken> tokens ABSL_GUARDED_BY(mu);
-  // Tried after the other hosts until then (a connection error, 5xx or 429).
+  // Tried after the other hosts until then (a connection error, 5xx or 429), and how many
+  // such failures in a row (the backoff doubles with each).
   absl::Time failing_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  // Blobs it answered a range request for with the whole blob, and until when to prefer
-  // other hosts for them.
-  std::map<std::string, absl::Time> ignores_range ABSL_GUARDED_BY(mu);
+  int failures ABSL_GUARDED_BY(mu) = 0;
+  // Blobs it answered a range request for with the whole blob, or wrongly, and until when to
+  // prefer other hosts for them.
+  std::map<std::string, absl::Time> demoted ABSL_GUARDED_BY(mu);
+  // A mirror's state per blob: whether it serves ranges of it yet (AwaitMirrorTurn).
+  struct Fill {
+    bool holds = false;   // answered a range request with 206: every request may go
+    bool asking = false;  // the one request allowed in flight is; the others wait
+    absl::Time filling_since = absl::InfinitePast();  // its first whole-blob answer
+    absl::Time next = absl::InfinitePast();           // when the next request may go
+    absl::Duration interval;                          // the wait after a whole-blob answer
+  };
+  std::map<std::string, Fill> fills ABSL_GUARDED_BY(mu);  // never erased: nodes stay put
 };
 
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
@@ -429,12 +450,12 @@ std::vector<RegistryClient::Host*> RegistryClient::Candidates(Op op, const std::
       absl::MutexLock l(&h->mu);
       demoted = h->failing_until > now;
       if (!blob.empty()) {
-        auto it = h->ignores_range.find(blob);
-        if (it != h->ignores_range.end()) {
+        auto it = h->demoted.find(blob);
+        if (it != h->demoted.end()) {
           if (it->second > now) {
             demoted = true;
           } else {
-            h->ignores_range.erase(it);
+            h->demoted.erase(it);
           }
         }
       }
@@ -443,6 +464,77 @@ std::vector<RegistryClient::Host*> RegistryClient::Candidates(Op op, const std::
   }
   preferred.insert(preferred.end(), later.begin(), later.end());
   return preferred;
+}
+
+void RegistryClient::HostFailed(Host& h) {
+  absl::MutexLock l(&h.mu);
+  absl::Duration backoff = options_.host_failure_backoff;
+  for (int i = 0; i < h.failures && backoff < options_.host_failure_cooldown; ++i) backoff *= 2;
+  h.failures++;
+  h.failing_until = clock_->Now() + std::min(backoff, options_.host_failure_cooldown);
+}
+
+void RegistryClient::DemoteForBlob(Host& h, const std::string& blob, absl::Duration cooldown) {
+  if (blob.empty() || hosts_.size() < 2) return;
+  absl::MutexLock l(&h.mu);
+  h.demoted[blob] = clock_->Now() + cooldown;
+}
+
+bool RegistryClient::AwaitMirrorTurn(Host& h, const std::string& blob, absl::Time until) {
+  absl::MutexLock l(&h.mu);
+  Host::Fill& f = h.fills[blob];
+  while (true) {
+    const absl::Time now = clock_->Now();
+    // It failed (a request before this one found it down): the next host, without waiting.
+    if (h.failing_until > now) return false;
+    if (f.holds) return true;
+    if (f.filling_since != absl::InfinitePast() &&
+        now - f.filling_since >= options_.mirror_fill_wait) {
+      return true;  // waited long enough: it is asked like any host again
+    }
+    if (!f.asking && now >= f.next) {
+      f.asking = true;
+      return true;
+    }
+    if (now >= until) return false;
+    // Until the request in flight is answered, or until the next may go.
+    const bool asking = f.asking;
+    auto changed = [&f, asking]() { return f.holds || f.asking != asking; };
+    clock_->AwaitWithDeadline(h.mu, absl::Condition(&changed),
+                              asking ? until : std::min(until, f.next));
+  }
+}
+
+bool RegistryClient::MirrorAnswered(Host& h, const std::string& blob,
+                                    const absl::StatusOr<Response>& r) {
+  absl::MutexLock l(&h.mu);
+  Host::Fill& f = h.fills[blob];
+  f.asking = false;
+  if (r.ok() && r->status == 206) {
+    f.holds = true;
+    return false;
+  }
+  if (r.ok() || !IsIgnoredRange(r.status())) return false;  // no word on the blob: as before
+  // A whole blob: it is storing it from upstream (or it never serves ranges: mirror_fill_wait).
+  // Each time it is asked before it has stored the blob costs its upstream a few MB more (the
+  // answer is cut at its first byte, but the upstream sends until the cut reaches it), so the
+  // waits are as long as a fill can last: the first as long as the fastest fill of the blob,
+  // then doubling to 2 s, and beyond that a quarter of the time already waited.
+  const absl::Time now = clock_->Now();
+  f.holds = false;
+  if (f.filling_since == absl::InfinitePast()) {
+    f.filling_since = now;
+    uint64_t size = 0;
+    absl::optional<absl::Cord> whole = r.status().GetPayload(kWholeSizePayload);
+    if (whole.has_value()) (void)absl::SimpleAtoi(std::string(*whole), &size);
+    f.interval =
+        std::clamp(absl::Seconds(size / kFastestFillBytesPerSecond), options_.mirror_probe_interval,
+                   std::max(options_.mirror_probe_interval, absl::Seconds(2)));
+  } else {
+    f.interval = std::min(f.interval * 2, std::max(absl::Seconds(2), (now - f.filling_since) / 4));
+  }
+  f.next = now + f.interval;
+  return now - f.filling_since < options_.mirror_fill_wait;
 }
 
 std::string RegistryClient::ResolveLocation(const std::string& base_url,
@@ -944,6 +1036,12 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
                      kOpNames[static_cast<int>(op)], " (hosts.toml capabilities)"));
   }
   Backoff backoff = MakeBackoff(base.deadline);
+  // Range reads wait for a mirror that is filling the blob at most half of their time left.
+  const absl::Time start = clock_->Now();
+  const absl::Time mirror_until =
+      base.deadline == absl::InfiniteFuture()
+          ? start + options_.mirror_fill_wait
+          : start + std::min(options_.mirror_fill_wait, (base.deadline - start) / 2);
   while (true) {
     // The failure to report: the first that is not a 404, else the first 404 (containerd's
     // firstErr), with what every other host said.
@@ -956,7 +1054,22 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
       Request one = base;
       one.host = h;
       if (base.path.has_value()) one.url = Url(*h, *base.path);
-      absl::StatusOr<Response> r = Send(one);
+      const bool gated = h->endpoint.mirror && !base.range_blob.empty() && base.host == nullptr;
+      absl::StatusOr<Response> r = absl::UnknownError("not sent");
+      bool waited_out = false;
+      while (true) {
+        if (gated && !AwaitMirrorTurn(*h, base.range_blob, mirror_until)) {
+          waited_out = true;
+          break;
+        }
+        r = Send(one);
+        if (!gated || !MirrorAnswered(*h, base.range_blob, r)) break;
+      }
+      if (waited_out) {
+        failures.emplace_back(h, "still storing the blob from its upstream");
+        all_retryable = false;
+        continue;
+      }
       Verdict v;
       if (!r.ok()) {
         v = IsRetryableTransport(r.status()) ? Verdict::kNextRetryable
@@ -973,18 +1086,14 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
         if (v == Verdict::kAccept) {
           absl::MutexLock l(&h->mu);
           h->failing_until = absl::InfinitePast();
+          h->failures = 0;
         }
         if (r.ok()) r->attempts = backoff.attempts();
         return r;
       }
-      {
-        absl::MutexLock l(&h->mu);
-        if (v == Verdict::kNextRetryable) {
-          h->failing_until = clock_->Now() + options_.host_failure_cooldown;
-        }
-        if (!r.ok() && IsIgnoredRange(r.status()) && hosts_.size() > 1) {
-          h->ignores_range[base.range_blob] = clock_->Now() + options_.ignored_range_cooldown;
-        }
+      if (v == Verdict::kNextRetryable) HostFailed(*h);
+      if (!r.ok() && IsIgnoredRange(r.status())) {
+        DemoteForBlob(*h, base.range_blob, options_.ignored_range_cooldown);
       }
       if (v != Verdict::kNextRetryable) all_retryable = false;
       if (r.ok() && (r->status == 429 || r->status == 503)) {
@@ -1002,6 +1111,11 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::SendToHosts(const Reque
       }
     }
     bool give_up = base.single_attempt || !all_retryable || !backoff.Wait(hint);
+    if (give_up && !best.has_value()) {
+      // Every host was a mirror still storing the blob.
+      return absl::UnavailableError(absl::StrCat("every host of registry ", options_.registry,
+                                                 " is still storing the blob from upstream"));
+    }
     if (give_up) {
       absl::StatusOr<Response> r = std::move(*best);
       const Host* reported = r.ok() ? r->host : nullptr;
@@ -1218,18 +1332,40 @@ absl::Status RegistryClient::StreamBlobRange(
   req.range_blob = digest.str();
   std::string what =
       absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
+  bool from_whole = false;  // the bytes came from a whole small blob (a 200)
   req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+    uint64_t whole = 0;
+    if (resp.status == 200 && absl::SimpleAtoi(resp.Header("content-length"), &whole) &&
+        whole <= kSmallWholeAnswer && offset + length <= whole) {
+      // The whole (small) blob from its first byte: take the range out of it.
+      from_whole = true;
+      const uint64_t at = resp.body_bytes;  // blob offset of data[0]
+      const uint64_t want = offset + delivered;
+      if (at + data.size() > want && at <= want) {
+        const uint64_t n = std::min<uint64_t>(at + data.size() - want, length - delivered);
+        RETURN_IF_ERROR(sink(absl::string_view(data.data() + (want - at), n)));
+        delivered += n;
+      }
+      if (delivered < length) return absl::OkStatus();
+      absl::Status done = absl::CancelledError("range complete");
+      done.SetPayload(kRangeCompletePayload, absl::Cord("1"));
+      return done;
+    }
     if (resp.status != 206) {
       absl::Status s = absl::FailedPreconditionError(absl::StrCat(
           what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
       s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
+      if (whole > 0) s.SetPayload(kWholeSizePayload, absl::Cord(absl::StrCat(whole)));
       return s;
     }
     if (resp.body_bytes == 0) {
       pos = 0;  // a retried response, or another host's, starts over
       if (resp.RangeStart() != offset) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            what, ": server answered with Content-Range ", resp.Header("content-range")));
+        Host* from = HostOf(resp.url);
+        if (from != nullptr) DemoteForBlob(*from, req.range_blob, options_.bad_answer_cooldown);
+        return MarkBadAnswer(absl::FailedPreconditionError(
+            absl::StrCat(what, ": ", from != nullptr ? from->label : Origin(resp.url),
+                         " answered with Content-Range ", resp.Header("content-range"))));
       }
     }
     if (pos + data.size() > length) {
@@ -1243,9 +1379,20 @@ absl::Status RegistryClient::StreamBlobRange(
     // any host's bytes at an offset are the same bytes, and the caller verifies them).
     const uint64_t skip = delivered > start ? delivered - start : 0;
     delivered = pos;
-    return sink(absl::string_view(data.data() + skip, data.size() - skip));
+    absl::Status s = sink(absl::string_view(data.data() + skip, data.size() - skip));
+    if (IsBadAnswer(s)) {
+      // The caller found these bytes wrong: its refetch goes to the next host.
+      if (Host* from = HostOf(resp.url); from != nullptr) {
+        DemoteForBlob(*from, req.range_blob, options_.bad_answer_cooldown);
+      }
+    }
+    return s;
   };
   absl::StatusOr<Response> got = GetBlobOnce(repo, digest, req);
+  if (from_whole && delivered == length &&
+      (got.ok() || got.status().GetPayload(kRangeCompletePayload).has_value())) {
+    return absl::OkStatus();
+  }
   if (!got.ok()) {
     // Name the blob and range; keep the code and the payloads the cache classifies by.
     const absl::Status& e = got.status();

@@ -11,10 +11,27 @@
 //    or a 200 to a range request) passes the request to the next one, and when all fail the
 //    first failure that is not a 404 is returned, naming every host tried;
 //  - requests to a host other than the registry's own carry "?ns=<registry>".
-// A host that failed with a connection error or a 5xx/429 is tried after the others for
-// host_failure_cooldown, so a dead mirror costs one failed connection, not one per read; a
-// host that answered a range request with the whole blob (a pull-through cache that has not
-// stored it yet) is tried after the others for that blob for ignored_range_cooldown.
+// A host that failed with a connection error or a 5xx/429 is tried after the others for a
+// backoff (host_failure_backoff, doubling with each failure in a row up to
+// host_failure_cooldown), so a dead mirror costs one failed connection per backoff, not one
+// per read, and a mirror that failed once is asked again soon. A host that answered a range
+// request with the whole blob is tried after the others for that blob for
+// ignored_range_cooldown; so is a host whose answer the caller found wrong (a Content-Range
+// for another range, or bytes that failed verification: IsBadAnswer in core/base/backoff.h),
+// for bad_answer_cooldown.
+//
+// Mirrors that are pull-through caches (hosts.toml [host] entries) get range reads of a blob
+// one at a time until one is answered with 206: a pull-through cache that has not stored a blob
+// answers a range request with the whole blob, streamed from its upstream once more for every
+// such request while it stores the blob from a fetch of its own (Distribution 2.8,
+// registry/proxy/proxyblobstore.go ServeBlob). So a whole-blob answer is cut at its first byte,
+// and range reads of that blob wait for the mirror (asking it again after mirror_probe_interval,
+// doubling to 2 s, then after a quarter of the time waited) rather than going to the registry: the
+// registry then serves each blob once, to the mirror, however many nodes read it. A read waits at
+// most half of what is left of its deadline, and no read waits once the mirror has answered that
+// way for mirror_fill_wait (a host that never serves ranges); it then goes to the next host as
+// before. A whole-blob answer for a small blob (up to 4 MiB) is read instead, and the range taken
+// from it.
 //
 // Authentication: per host, anonymous, Basic, or the Bearer token flow (a 401 challenge names
 // a realm, service and scope; a token is fetched with the host's credential and cached per
@@ -86,13 +103,25 @@ struct RegistryClientOptions {
   // DefaultHostEndpoint.
   HostEndpoint endpoint;
   std::optional<Credential> credential;
-  // How long a host that failed (connection error, 5xx, 429) is tried after the others.
+  // How long a host that failed (connection error, 5xx, 429) is tried after the others: the
+  // backoff after its first failure in a row, doubling with each further one up to the cooldown.
+  absl::Duration host_failure_backoff = absl::Seconds(1);
   absl::Duration host_failure_cooldown = absl::Seconds(30);
   // How long a host that answered a range request for a blob with the whole blob is tried
   // after the others for that blob. A pull-through cache does so until it has stored the blob,
   // and each request it gets before then costs its upstream another fetch; asking again every
   // few seconds finds the stored copy soon after it is there.
   absl::Duration ignored_range_cooldown = absl::Seconds(5);
+  // How long a host whose answer for a blob was wrong (IsBadAnswer) is tried after the others
+  // for that blob.
+  absl::Duration bad_answer_cooldown = absl::Seconds(30);
+  // Mirrors filling a blob (see the file comment): the first wait before asking again, and how
+  // long after its first whole-blob answer a mirror is waited for at all.
+  // The first wait is at least 1 s: each request a filling Distribution mirror gets costs its
+  // upstream a few MB (measured: 4-8 MB on loopback), and most fills of a large blob last
+  // seconds.
+  absl::Duration mirror_probe_interval = absl::Seconds(1);
+  absl::Duration mirror_fill_wait = absl::Seconds(60);
 
   absl::Duration connect_timeout = absl::Seconds(15);
   // A transfer that moves no byte, or under 1 KiB/s, for this long is aborted (and retried). Large
@@ -189,7 +218,9 @@ class RegistryClient {
   absl::Status GetBlob(const std::string& repo, const Digest& digest, const BlobSink& sink);
 
   // Returns exactly `length` bytes at `offset`. Requires 206: a 200 is kFailedPrecondition
-  // ("registry ignored Range"); 416 or a short body is kOutOfRange. Redirects to storage are
+  // ("registry ignored Range"); 416 or a short body is kOutOfRange; a 206 whose Content-Range
+  // names another range is kFailedPrecondition marked IsBadAnswer (the host is avoided for the
+  // blob, so the caller's one refetch goes to the next host). Redirects to storage are
   // followed (without Authorization when the host changes) and remembered per digest for
   // redirect_cache_ttl; a failing remembered URL is dropped and the registry asked again.
   // One attempt, bounded by `deadline` (kDeadlineExceeded once it has passed): the caller
@@ -199,7 +230,8 @@ class RegistryClient {
                                            absl::Time deadline = absl::InfiniteFuture());
 
   // GetBlobRange delivering the body to `sink` as it arrives (same checks, one attempt). A
-  // sink error ends the transfer and is returned.
+  // sink error ends the transfer and is returned; one marked IsBadAnswer (bytes that failed
+  // verification) also makes the host that sent them avoided for the blob.
   absl::Status StreamBlobRange(const std::string& repo, const Digest& digest, uint64_t offset,
                                uint64_t length, absl::Time deadline,
                                const std::function<absl::Status(absl::string_view)>& sink);
@@ -292,6 +324,18 @@ class RegistryClient {
   // Auth (challenge/token/basic) on req.host and redirects; any HTTP status comes back as a
   // Response.
   absl::StatusOr<Response> Send(const Request& req);
+  // Whether a range read of `blob` may go to mirror `h` now: it holds the blob, or this read is
+  // the one request it is asked at a time while its state is unknown or it fills the blob.
+  // Waits (for the request in flight, or until the next may be sent) until `until`; false when
+  // the mirror is not to be asked this time.
+  bool AwaitMirrorTurn(Host& h, const std::string& blob, absl::Time until);
+  // What the mirror's answer to that request says. Returns true when the mirror is filling the
+  // blob (the request should wait its turn again), false otherwise.
+  bool MirrorAnswered(Host& h, const std::string& blob, const absl::StatusOr<Response>& r);
+  // Marks a host as failing (connection error, 5xx, 429) for its current backoff.
+  void HostFailed(Host& h);
+  // Avoids `h` for `blob` for `cooldown` (ignored Range, a bad answer).
+  void DemoteForBlob(Host& h, const std::string& blob, absl::Duration cooldown);
   // Sends to the hosts for `op` in turn (or to req.host when set), falling back to the next on
   // failure, and retries rounds with backoff while every host failed in a retryable way
   // (one round when req.single_attempt). Returns the accepted response, else the first

@@ -9,8 +9,12 @@
 //
 // Checked: a mount through a cold mirror reads every byte; once the mirror has stored the
 // model, a fresh mount (fresh cache) reads every byte with the origin stopped, and further
-// mounts cost the origin nothing; a stopped mirror falls back to the origin. Traffic is counted
-// from both registries' access logs, by client (the mirror's Go client, modelfs).
+// mounts cost the origin nothing; a stopped mirror falls back to the origin; a mirror that dies
+// mid-load leaves the rest of the load to the origin, within the read deadline; a mirror whose
+// answers carry wrong bytes (a fault proxy in front of it flips a byte of every blob answer) is
+// refused chunk by chunk and the origin serves those chunks. Every file is compared with what
+// was pushed, byte for byte (0 wrong bytes in every case). Traffic is counted from both
+// registries' access logs, by client (the mirror's Go client, modelfs).
 #include <unistd.h>
 
 #include <filesystem>
@@ -30,6 +34,7 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/mount/mount_test_env.h"
 #include "integration/publish/publish_test_env.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -48,6 +53,7 @@ struct BlobGets {
   std::map<std::string, int> by_mirror;   // the pull-through cache fetching from upstream
   std::map<std::string, int> by_modelfs;  // modelfs itself
   int total = 0;
+  int modelfs_total = 0;
 };
 
 BlobGets CountBlobGets(const std::string& log_path) {
@@ -64,7 +70,10 @@ BlobGets CountBlobGets(const std::string& log_path) {
     digest = digest.substr(0, digest.find('?'));
     ++out.total;
     if (line.find(kMirrorAgent) != std::string::npos) ++out.by_mirror[digest];
-    if (line.find(kModelfsAgent) != std::string::npos) ++out.by_modelfs[digest];
+    if (line.find(kModelfsAgent) != std::string::npos) {
+      ++out.by_modelfs[digest];
+      ++out.modelfs_total;
+    }
   }
   return out;
 }
@@ -128,6 +137,42 @@ class MirrorTest : public ::testing::Test {
     EXPECT_OK(mounts_.back()->Unmount());
   }
 
+  // Mounts the volume image with a cache of its own through the hosts.toml above and returns
+  // the mount (owned by the fixture); its files are not read.
+  ModelMount* StartMount(const std::string& name, double read_deadline_s = 0) {
+    const std::string dir = tmp_.Join("mnt-" + name).string();
+    fs::create_directories(dir);
+    MountOptions o;
+    o.cache_dir = tmp_.Join("cache-" + name).string();
+    o.hosts_dir = certs_;
+    o.read_deadline_s = read_deadline_s;
+    o.log_file = tmp_.Join("mount-" + name + ".log").string();
+    logs_[name] = o.log_file;
+    auto m = ModelMount::Start(model_ref_ + "-volume", dir, o);
+    EXPECT_OK(m.status());
+    if (!m.ok()) return nullptr;
+    mounts_.push_back(std::move(*m));
+    return mounts_.back().get();
+  }
+
+  // Names `host_port` as the mirror in hosts.toml instead of the mirror itself.
+  void NameMirror(const std::string& host_port) {
+    std::ofstream(fs::path(certs_) / origin_->host_port() / "hosts.toml")
+        << "server = \"http://" << origin_->host_port() << "\"\n"
+        << "[host.\"http://" << host_port << "\"]\n"
+        << "  capabilities = [\"pull\", \"resolve\"]\n";
+  }
+
+  // The largest file pushed (relative path) and its size.
+  std::pair<std::string, uint64_t> LargestFile() {
+    std::pair<std::string, uint64_t> best;
+    for (const auto& [rel, digest] : want_) {
+      const uint64_t size = fs::file_size(tmp_.Join("src") / rel);
+      if (size > best.second) best = {rel, size};
+    }
+    return best;
+  }
+
   // Waits until the mirror has stored (and so can serve without the origin) every blob it
   // fetched from the origin: Distribution stores a missed blob in the background.
   void WaitUntilTheMirrorStoredWhatItFetched() {
@@ -178,18 +223,20 @@ TEST_F(MirrorTest, TheOriginServesEachBlobOnlyWhileTheMirrorFillsAndNeverAgain) 
   const BlobGets warm = CountBlobGets(origin_->log_path());
   // What the origin served while the mirror was cold, by client. Distribution 2.8 fetches a
   // missed blob twice (registry/proxy/proxyblobstore.go ServeBlob: once to store it, once to
-  // stream it to the first client), and modelfs reads ranges of a blob from the origin while
-  // the mirror answers them with the whole blob (it has not stored it yet).
+  // stream it to the client that asked, which modelfs cuts at its first byte), and once more
+  // for every request it gets before it has stored it. modelfs asks a mirror that answered
+  // with the whole blob one request at a time, and waits for it rather than reading the
+  // blob's ranges from the origin.
   for (const auto& [d, n] : warm.by_mirror) {
     std::cout << "origin served " << d << ": " << n << " GET(s) to the mirror, "
               << (warm.by_modelfs.count(d) ? warm.by_modelfs.at(d) : 0)
               << " range GET(s) to modelfs\n";
     EXPECT_GE(n, 1) << d;
-    // Twice at most: modelfs asks a cold mirror for a blob once, then reads that blob's
-    // ranges from the origin until the mirror has stored it (a few seconds, then it asks
-    // again), so the mirror is not made to fetch the blob from the origin once per read.
+    // Twice at most: the mirror stored the blob before modelfs asked it again (on loopback,
+    // within the first wait of 250 ms).
     EXPECT_LE(n, 2) << d;
   }
+  EXPECT_EQ(warm.modelfs_total, 0) << "modelfs read blobs from the origin around the mirror";
 
   MountAndReadEverything("second");
   MountAndReadEverything("third");
@@ -198,6 +245,56 @@ TEST_F(MirrorTest, TheOriginServesEachBlobOnlyWhileTheMirrorFillsAndNeverAgain) 
   // The two later mounts read every blob from the mirror's store.
   BlobGets at_mirror = CountBlobGets(mirror_->log_path());
   for (const auto& [d, n] : warm.by_mirror) EXPECT_GE(at_mirror.by_modelfs[d], 2) << d;
+}
+
+// The mirror serves the start of a load, then dies: the rest comes from the origin, and no
+// read fails (each has a 5 s deadline here).
+TEST_F(MirrorTest, AMirrorThatDiesMidLoadLeavesTheRestOfTheLoadToTheOrigin) {
+  MountAndReadEverything("warm-up");
+  WaitUntilTheMirrorStoredWhatItFetched();
+  const BlobGets before = CountBlobGets(origin_->log_path());
+  ModelMount* m = StartMount("dies", /*read_deadline_s=*/5);
+  ASSERT_NE(m, nullptr);
+  const auto [largest, size] = LargestFile();
+  {
+    std::ifstream in(fs::path(m->dir()) / largest, std::ios::binary);
+    std::string head(1 << 20, '\0');
+    ASSERT_TRUE(in.read(head.data(), head.size())) << largest;
+  }
+  ASSERT_EQ(CountBlobGets(origin_->log_path()).total, before.total)
+      << "the origin served blobs while the mirror was up and warm";
+  mirror_->Stop();
+  const absl::Time start = absl::Now();
+  std::map<std::string, std::string> got = DescribeFiles(m->dir());
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, want_);
+  std::cout << "read the rest in " << absl::FormatDuration(absl::Now() - start)
+            << " after the mirror died\n";
+  EXPECT_GT(CountBlobGets(origin_->log_path()).total, before.total);
+}
+
+// A fault proxy in front of the (warm) mirror flips a byte of every blob answer: each chunk it
+// carries fails verification, is refused, and is fetched again from the origin; every file reads
+// right.
+TEST_F(MirrorTest, WrongBytesFromTheMirrorAreRefusedAndTheOriginServesThoseChunks) {
+  MountAndReadEverything("warm-up");
+  WaitUntilTheMirrorStoredWhatItFetched();
+  const BlobGets before = CountBlobGets(origin_->log_path());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<FaultProxy> liar,
+                       FaultProxy::Start(mirror_->host_port(), {}));
+  NameMirror(liar->host_port());
+  ModelMount* m = StartMount("lied-to", /*read_deadline_s=*/5);
+  ASSERT_NE(m, nullptr);
+  // From now on (the mount resolved its manifests and config through the proxy unharmed).
+  ASSERT_OK(liar->SetBlobFault(FaultProxyOptions::BlobFault::kCorrupt, /*first=*/0));
+  std::map<std::string, std::string> got = DescribeFiles(m->dir());
+  got.erase(".modelinfo.json");
+  EXPECT_EQ(got, want_);
+  ASSERT_OK_AND_ASSIGN(int faults, liar->Stat("blob_faults"));
+  EXPECT_GT(faults, 0);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_GT(stats.value("verification_failures", 0), 0) << stats.dump();
+  EXPECT_GT(CountBlobGets(origin_->log_path()).modelfs_total, before.modelfs_total);
 }
 
 TEST_F(MirrorTest, AStoppedMirrorFallsBackToTheOrigin) {

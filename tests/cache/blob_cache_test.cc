@@ -274,7 +274,8 @@ TEST_F(BlobCacheTest, CorruptChunkIsDataLossWhileNeighboursReadFine) {
   EXPECT_EQ(before, blob.substr(4096, 4096));
   ASSERT_OK_AND_ASSIGN(std::string after, cache->Read(d, 3 * 4096, 4096));
   EXPECT_EQ(after, blob.substr(3 * 4096, 4096));
-  EXPECT_EQ(cache->stats().verification_failures, 1u);
+  // The chunk was fetched twice (one refetch after a wrong answer), wrong both times.
+  EXPECT_EQ(cache->stats().verification_failures, 2u);
 }
 
 TEST_F(BlobCacheTest, ReadSpanningACorruptChunkIsDataLoss) {
@@ -298,7 +299,50 @@ TEST_F(BlobCacheTest, CorruptChunkIsNotCachedAndRereadsCorrectlyOnceTheRemoteIsF
   remote_.Heal();
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 5 * 4096, 4096));
   EXPECT_EQ(got, blob.substr(5 * 4096, 4096));
+  EXPECT_EQ(remote_.requests(), 3);  // the failed read fetched it twice (one refetch)
+}
+
+// Issue 23 §5: one wrong answer (a flaky middlebox, a bad mirror) is not an EIO.
+TEST_F(BlobCacheTest, AChunkThatFailsVerificationOnceIsFetchedAgainAndReadRight) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 31);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 2 * 4096 + 5, /*answers=*/1);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 2 * 4096, 4096));
+  EXPECT_EQ(got, blob.substr(2 * 4096, 4096));
+  EXPECT_EQ(cache->stats().verification_failures, 1u);
   EXPECT_EQ(remote_.requests(), 2);
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 2 "), HasSubstr("fetching it once more")));
+}
+
+// The refetch starts at the chunk that was wrong: the chunks before it landed and are not
+// fetched again.
+TEST_F(BlobCacheTest, TheRefetchAfterAWrongChunkStartsAtThatChunk) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 32);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 3 * 4096 + 9, /*answers=*/1);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 6 * 4096));
+  EXPECT_EQ(got, blob.substr(0, 6 * 4096));
+  ASSERT_EQ(remote_.requests(), 2);
+  EXPECT_EQ(remote_.log()[1].offset, 3u * 4096);
+}
+
+// Two wrong answers for the same chunk: the read fails (EIO at the FUSE boundary), and no
+// byte of it was served or cached.
+TEST_F(BlobCacheTest, AChunkWrongTwiceIsDataLossAndNotCached) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 33);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 4 * 4096 + 1, /*answers=*/2);
+  EXPECT_THAT(cache->Read(d, 4 * 4096, 4096),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 4 ")));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, 0u);
+  EXPECT_EQ(cache->stats().verification_failures, 2u);
+  // The remote is right again: the next read fetches it anew.
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 4 * 4096, 4096));
+  EXPECT_EQ(got, blob.substr(4 * 4096, 4096));
 }
 
 TEST_F(BlobCacheTest, WholeLayerModeServesBytesAfterTheDigestMatches) {

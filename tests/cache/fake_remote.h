@@ -85,10 +85,11 @@ class FakeRemote : public RemoteBlobSource {
     blobs_[digest] = bytes;
   }
 
-  // Served bytes of `blob` at `offset` are flipped (XOR 0xff) until Heal().
-  void CorruptByte(const Digest& blob, uint64_t offset) {
+  // Served bytes of `blob` at `offset` are flipped (XOR 0xff) until Heal(), or in the next
+  // `answers` answers that carry it only (0: every one).
+  void CorruptByte(const Digest& blob, uint64_t offset, int answers = 0) {
     absl::MutexLock lock(&mu_);
-    corrupt_.insert({blob, offset});
+    corrupt_[{blob, offset}] = answers;
   }
   // Every fetch fails with `status` until Heal().
   void Fail(absl::Status status) {
@@ -199,8 +200,16 @@ class FakeRemote : public RemoteBlobSource {
       return absl::InvalidArgumentError("fake remote: range past the end of the blob");
     }
     std::string out = it->second.substr(offset, length);
-    for (const auto& [d, pos] : corrupt_) {
-      if (d == blob && pos >= offset && pos < offset + length) out[pos - offset] ^= 0xff;
+    for (auto it = corrupt_.begin(); it != corrupt_.end();) {
+      const auto& [d, pos] = it->first;
+      if (d == blob && pos >= offset && pos < offset + length) {
+        out[pos - offset] ^= 0xff;
+        if (it->second > 0 && --it->second == 0) {
+          it = corrupt_.erase(it);
+          continue;
+        }
+      }
+      ++it;
     }
     bytes_ += out.size();
     return out;
@@ -213,7 +222,8 @@ class FakeRemote : public RemoteBlobSource {
   absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   Digest hold_blob_ ABSL_GUARDED_BY(mu_);
   std::map<Digest, std::string> blobs_ ABSL_GUARDED_BY(mu_);
-  std::set<std::pair<Digest, uint64_t>> corrupt_ ABSL_GUARDED_BY(mu_);
+  // (blob, offset) -> answers left to corrupt (0: all).
+  std::map<std::pair<Digest, uint64_t>, int> corrupt_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t hold_from_ ABSL_GUARDED_BY(mu_) = 0;

@@ -432,8 +432,10 @@ TEST_F(FaultE2E, UploadRestartsAfterAServerError) {
   EXPECT_EQ(back, blob);
 }
 
-TEST_F(FaultE2E, ARegistryThatIgnoresRangeIsFailedPrecondition) {
-  std::string blob = Bytes(50'000, 23);
+// A whole-blob answer to a range request: for a large blob (over 4 MiB) an error, for a small
+// one the range is taken from it.
+TEST_F(FaultE2E, ARegistryThatIgnoresRangeForALargeBlobIsFailedPrecondition) {
+  std::string blob = Bytes(5 << 20, 23);
   ASSERT_OK(Push(*client_, "e2e/norange", blob));
   FaultProxyOptions o;
   o.ignore_range = true;
@@ -442,6 +444,19 @@ TEST_F(FaultE2E, ARegistryThatIgnoresRangeIsFailedPrecondition) {
   auto client = ClientFor(proxy->host_port());
   EXPECT_THAT(client->GetBlobRange("e2e/norange", Digest::Of(blob), 10, 10),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("registry ignored Range")));
+}
+
+TEST_F(FaultE2E, ARegistryThatIgnoresRangeForASmallBlobServesTheRangeFromTheWholeAnswer) {
+  std::string blob = Bytes(50'000, 25);
+  ASSERT_OK(Push(*client_, "e2e/norange-small", blob));
+  FaultProxyOptions o;
+  o.ignore_range = true;
+  auto proxy = StartProxy(o);
+  ASSERT_NE(proxy, nullptr);
+  auto client = ClientFor(proxy->host_port());
+  ASSERT_OK_AND_ASSIGN(std::string got,
+                       client->GetBlobRange("e2e/norange-small", Digest::Of(blob), 10, 10));
+  EXPECT_EQ(got, blob.substr(10, 10));
 }
 
 TEST_F(FaultE2E, BlobRedirectsAreFollowedWithoutAuthorization) {

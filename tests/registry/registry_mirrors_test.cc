@@ -7,10 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/registry/registry_client.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/http_fixture.h"
@@ -64,12 +68,17 @@ class RegistryMirrorsTest : public ::testing::Test {
     blob_ = new std::string(64 * 1024, 'b');
     for (size_t i = 0; i < blob_->size(); ++i) (*blob_)[i] = static_cast<char>(i * 7);
     digest_ = new Digest(Digest::Of(*blob_));
+    // Larger than a whole-blob answer the client reads (4 MiB): one it cuts short.
+    large_ = new std::string(5 << 20, 'l');
+    for (size_t i = 0; i < large_->size(); ++i) (*large_)[i] = static_cast<char>(i * 13 + i / 7);
+    large_digest_ = new Digest(Digest::Of(*large_));
     manifest_ = new std::string(R"({"schemaVersion":2,"mediaType":")" +
                                 std::string(kMediaTypeOciManifest) + R"(","layers":[]})");
     // Each directory is one host's content; the mirror's lacks nothing unless a test removes it.
     for (TempDir** d : {&mirror_dir_, &server_dir_}) {
       *d = new TempDir();
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/blobs/", digest_->str()), *blob_);
+      (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/blobs/", large_digest_->str()), *large_);
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/manifests/v1"), *manifest_);
       (*d)->WriteFile(absl::StrCat("v2/", kRepo, "/manifests/", Digest::Of(*manifest_).str()),
                       *manifest_);
@@ -91,6 +100,8 @@ class RegistryMirrorsTest : public ::testing::Test {
     delete manifest_;
     delete digest_;
     delete blob_;
+    delete large_digest_;
+    delete large_;
   }
   void SetUp() override {
     for (RangeServer* s : {mirror_, server_}) {
@@ -118,6 +129,8 @@ class RegistryMirrorsTest : public ::testing::Test {
 
   static std::string* blob_;
   static Digest* digest_;
+  static std::string* large_;
+  static Digest* large_digest_;
   static std::string* manifest_;
   static TempDir* mirror_dir_;
   static TempDir* server_dir_;
@@ -127,6 +140,8 @@ class RegistryMirrorsTest : public ::testing::Test {
 
 std::string* RegistryMirrorsTest::blob_ = nullptr;
 Digest* RegistryMirrorsTest::digest_ = nullptr;
+std::string* RegistryMirrorsTest::large_ = nullptr;
+Digest* RegistryMirrorsTest::large_digest_ = nullptr;
 std::string* RegistryMirrorsTest::manifest_ = nullptr;
 TempDir* RegistryMirrorsTest::mirror_dir_ = nullptr;
 TempDir* RegistryMirrorsTest::server_dir_ = nullptr;
@@ -251,44 +266,151 @@ TEST_F(RegistryMirrorsTest, OverridePathUsesTheUrlPathAsTheApiRoot) {
   EXPECT_EQ(server_->ReadLog().size(), 0u);
 }
 
-// A host that failed is tried after the others for host_failure_cooldown (on the client's
-// clock), then first again.
-TEST_F(RegistryMirrorsTest, AFailedMirrorIsTriedLastDuringItsCooldown) {
+// A host that failed is tried after the others for a backoff that starts at
+// host_failure_backoff and doubles with each failure in a row (on the client's clock), then
+// first again: a mirror that failed once is not abandoned for the rest of a load.
+TEST_F(RegistryMirrorsTest, AFailedMirrorIsAskedAgainAfterABackoffThatDoublesWithEachFailure) {
   modelfs::testing::FakeClock clock;
   RegistryClientOptions o = Options({Mirror(), Server()});
   o.clock = &clock;
+  o.host_failure_backoff = absl::Seconds(1);
   o.host_failure_cooldown = absl::Seconds(30);
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
-  ASSERT_OK(mirror_->SetFaults({.fail_first = 1, .fail_status = 503}));
+  ASSERT_OK(mirror_->SetFaults({.fail_first = 2, .fail_status = 503}));
   ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 0, 10).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 1u);
   EXPECT_EQ(server_->ReadLog().size(), 1u);
 
-  clock.Advance(absl::Seconds(29));
+  clock.Advance(absl::Milliseconds(900));
   ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 10, 10).status());
-  EXPECT_EQ(mirror_->ReadLog().size(), 1u);  // not asked
+  EXPECT_EQ(mirror_->ReadLog().size(), 1u);  // not asked within its first backoff (1 s)
   EXPECT_EQ(server_->ReadLog().size(), 2u);
 
-  clock.Advance(absl::Seconds(2));
+  clock.Advance(absl::Milliseconds(200));
   ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 20, 10).status());
-  EXPECT_EQ(mirror_->ReadLog().size(), 2u);  // first again
-  EXPECT_EQ(server_->ReadLog().size(), 2u);
+  EXPECT_EQ(mirror_->ReadLog().size(), 2u);  // asked, and failed again: now 2 s
+  EXPECT_EQ(server_->ReadLog().size(), 3u);
+
+  clock.Advance(absl::Milliseconds(1900));
+  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 30, 10).status());
+  EXPECT_EQ(mirror_->ReadLog().size(), 2u);
+  EXPECT_EQ(server_->ReadLog().size(), 4u);
+
+  clock.Advance(absl::Milliseconds(200));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 40, 10));
+  EXPECT_EQ(got, blob_->substr(40, 10));
+  EXPECT_EQ(mirror_->ReadLog().size(), 3u);  // it answers: first again, from now on
+  EXPECT_EQ(server_->ReadLog().size(), 4u);
+}
+
+// Runs `read` on another thread while advancing `clock` in steps of `step` (with a short real
+// wait between steps, so the client can act) and calling `on_step` after each, until it
+// returns; the fake time it took.
+template <typename F, typename G>
+absl::Duration AdvanceUntilDone(modelfs::testing::FakeClock& clock, absl::Duration step, F read,
+                                G on_step) {
+  const absl::Time start = clock.Now();
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    read();
+    done = true;
+  });
+  for (int i = 0; i < 20000 && !done; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+    if (done) break;
+    clock.Advance(step);
+    on_step();
+  }
+  t.join();
+  return clock.Now() - start;
 }
 
 // A pull-through cache that has not stored a blob yet answers a range request with the whole
-// blob (Distribution 2.8 does). The server serves the range, and the mirror is not asked for
-// that blob again for ignored_range_cooldown, so it is not made to fetch it from upstream
-// once per read.
-TEST_F(RegistryMirrorsTest, AMirrorThatIgnoresRangeIsSkippedForThatBlobDuringTheCooldown) {
+// blob, and fetches it from upstream once more for every such request (Distribution 2.8). The
+// read waits for the mirror, asking it again after a short wait, rather than reading from the
+// server: the server is not asked at all.
+TEST_F(RegistryMirrorsTest, ARangeReadWaitsForAMirrorStillStoringTheBlob) {
   modelfs::testing::FakeClock clock;
   RegistryClientOptions o = Options({Mirror(), Server()});
   o.clock = &clock;
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
   ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
-  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 300, 30));
-  EXPECT_EQ(got, blob_->substr(300, 30));
+  absl::StatusOr<std::string> got;
+  const absl::Time deadline = clock.Now() + absl::Seconds(30);
+  bool stored = false;
+  AdvanceUntilDone(
+      clock, absl::Milliseconds(50),
+      [&] { got = client->GetBlobRange(kRepo, *large_digest_, 300, 30, deadline); },
+      [&] {
+        // The mirror has stored the blob after its third whole-blob answer.
+        if (!stored && mirror_->ReadLog().size() >= 3) {
+          ASSERT_OK(mirror_->SetFaults({}));
+          stored = true;
+        }
+      });
+  ASSERT_OK(got.status());
+  EXPECT_EQ(*got, large_->substr(300, 30));
+  EXPECT_EQ(server_->ReadLog().size(), 0u);
+  const auto log = mirror_->ReadLog();
+  ASSERT_GE(log.size(), 4u);
+  EXPECT_EQ(log.back().status, 206);
+  // Further reads of the blob go to the mirror at once.
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 600, 30, deadline).status());
+  EXPECT_EQ(mirror_->ReadLog().size(), log.size() + 1);
+  EXPECT_EQ(server_->ReadLog().size(), 0u);
+}
+
+// A mirror that keeps answering with the whole blob is waited for at most half of the read's
+// time left; then the server serves the read.
+TEST_F(RegistryMirrorsTest, AReadWaitsForAFillingMirrorAtMostHalfItsTimeLeft) {
+  modelfs::testing::FakeClock clock;
+  RegistryClientOptions o = Options({Mirror(), Server()});
+  o.clock = &clock;
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
+  absl::StatusOr<std::string> got;
+  const absl::Time deadline = clock.Now() + absl::Seconds(10);
+  const absl::Duration took = AdvanceUntilDone(
+      clock, absl::Milliseconds(50),
+      [&] { got = client->GetBlobRange(kRepo, *large_digest_, 300, 30, deadline); }, [] {});
+  ASSERT_OK(got.status());
+  EXPECT_EQ(*got, large_->substr(300, 30));
+  EXPECT_GE(took, absl::Seconds(5));
+  EXPECT_LT(took, absl::Seconds(7));
+  EXPECT_EQ(server_->ReadLog().size(), 1u);
+  // Asked at 0, 1, 3 and (when the answers came at once) 5 s: waits of 1 s doubling to 2 s, a
+  // handful of requests, not one per poll.
+  EXPECT_GE(mirror_->ReadLog().size(), 3u);
+  EXPECT_LE(mirror_->ReadLog().size(), 4u);
+}
+
+// Bytes the caller found wrong (a chunk that failed verification) make the host that sent
+// them avoided for that blob, so the caller's refetch goes to the next host (issue 23 §5).
+TEST_F(RegistryMirrorsTest, AnAnswerTheCallerFindsWrongSendsTheNextReadOfTheBlobToTheServer) {
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({Mirror(), Server()})));
+  absl::Status s = client->StreamBlobRange(
+      kRepo, *digest_, 0, 100, absl::InfiniteFuture(), [](absl::string_view) {
+        return MarkBadAnswer(absl::DataLossError("chunk 0 does not match"));
+      });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 0 does not match")));
+  EXPECT_TRUE(IsBadAnswer(s));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 0, 100));
+  EXPECT_EQ(got, blob_->substr(0, 100));
+  EXPECT_EQ(mirror_->ReadLog().size(), 1u);
+  EXPECT_EQ(server_->ReadLog().size(), 1u);
+}
+
+TEST_F(RegistryMirrorsTest, AMirrorThatNeverServesRangesIsSkippedForThatBlobDuringTheCooldown) {
+  modelfs::testing::FakeClock clock;
+  RegistryClientOptions o = Options({Mirror(), Server()});
+  o.clock = &clock;
+  o.mirror_fill_wait = absl::ZeroDuration();  // not waited for: the cooldown alone
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *large_digest_, 300, 30));
+  EXPECT_EQ(got, large_->substr(300, 30));
   ASSERT_OK(mirror_->SetFaults({}));
-  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 400, 30).status());
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 400, 30).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 1u);
   EXPECT_EQ(server_->ReadLog().size(), 2u);
   // Manifests (no range) still go to the mirror first.
@@ -296,17 +418,30 @@ TEST_F(RegistryMirrorsTest, AMirrorThatIgnoresRangeIsSkippedForThatBlobDuringThe
   EXPECT_EQ(mirror_->ReadLog().size(), 2u);
 
   clock.Advance(o.ignored_range_cooldown + absl::Seconds(1));
-  ASSERT_OK(client->GetBlobRange(kRepo, *digest_, 500, 30).status());
+  ASSERT_OK(client->GetBlobRange(kRepo, *large_digest_, 500, 30).status());
   EXPECT_EQ(mirror_->ReadLog().size(), 3u);
   EXPECT_EQ(server_->ReadLog().size(), 2u);
 }
 
-TEST_F(RegistryMirrorsTest, ASingleHostThatIgnoresRangeIsStillAnError) {
+TEST_F(RegistryMirrorsTest, ASingleHostThatIgnoresRangeForALargeBlobIsStillAnError) {
   RegistryHost server = Server();
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({server})));
   ASSERT_OK(server_->SetFaults({.ignore_range = true}));
-  EXPECT_THAT(client->GetBlobRange(kRepo, *digest_, 0, 10),
+  EXPECT_THAT(client->GetBlobRange(kRepo, *large_digest_, 0, 10),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ignored Range")));
+}
+
+// A whole-blob answer for a small blob (up to 4 MiB) is read and the range taken from it:
+// cutting it short and asking elsewhere would cost about as much.
+TEST_F(RegistryMirrorsTest, AWholeAnswerForASmallBlobServesTheRangeFromIt) {
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({Mirror(), Server()})));
+  ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 40000, 5000));
+  EXPECT_EQ(got, blob_->substr(40000, 5000));
+  ASSERT_OK_AND_ASSIGN(got, client->GetBlobRange(kRepo, *digest_, 60000, blob_->size() - 60000));
+  EXPECT_EQ(got, blob_->substr(60000));
+  EXPECT_EQ(mirror_->ReadLog().size(), 2u);
+  EXPECT_EQ(server_->ReadLog().size(), 0u);
 }
 
 // A mirror gets only the credential stored under its own host name, never the registry's.
