@@ -2,6 +2,8 @@
 #include "snapshotter/content_store_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <utility>
@@ -27,8 +29,24 @@ class GrpcContentStore final : public ContentStore {
  public:
   explicit GrpcContentStore(std::string socket_path)
       : socket_path_(std::move(socket_path)),
-        stub_(api::Content::NewStub(grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
-                                                        grpc::InsecureChannelCredentials()))) {}
+        channel_(grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
+                                     grpc::InsecureChannelCredentials())),
+        stub_(api::Content::NewStub(channel_)) {}
+
+  absl::Status CheckReachable(absl::Duration timeout) override {
+    auto unreachable = [&](const std::string& why) {
+      return absl::UnavailableError(absl::StrCat(
+          "containerd_address \"", socket_path_, "\" does not reach containerd (", why,
+          "); set containerd_address in the snapshotter's config to containerd's [grpc] address"));
+    };
+    struct stat st;
+    if (stat(socket_path_.c_str(), &st) != 0) return unreachable(strerror(errno));
+    if (!S_ISSOCK(st.st_mode)) return unreachable("not a unix socket");
+    if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+      return unreachable(absl::StrCat("no connection within ", absl::FormatDuration(timeout)));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) override {
     grpc::ClientContext ctx;
@@ -110,6 +128,7 @@ class GrpcContentStore final : public ContentStore {
   }
 
   const std::string socket_path_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<api::Content::Stub> stub_;
 };
 
