@@ -3,7 +3,7 @@
 # full build: every translation unit of an existing clang tree's compile_commands.json is run
 # through `g++ -fsyntax-only` with that tree's flags (clang-only ones dropped). What it cannot
 # catch is what only the optimizer or the linker sees; a plain `cmake -S . -B b && cmake --build b`
-# with gcc is the full proof (README, "Building").
+# with gcc is the full proof (README, "Development").
 # Usage: scripts/gcc-check.sh [BUILD_DIR]   (default ./build, made by scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
