@@ -16,8 +16,9 @@ constexpr size_t kQK8_0 = 32;
 constexpr size_t kQK4_0 = 32;
 constexpr size_t kQK_K = 256;  // K-quant super-block
 constexpr size_t kQ4_KBytes = 144;
-constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeI8 = 24,
-                   kTypeI16 = 25, kTypeI32 = 26, kTypeI64 = 27, kTypeF64 = 28, kTypeBF16 = 30;
+constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12,
+                   kTypeI8 = 24, kTypeI16 = 25, kTypeI32 = 26, kTypeI64 = 27, kTypeF64 = 28,
+                   kTypeBF16 = 30;
 
 uint64_t LoadLE(const char* p, int bytes) {
   uint64_t v = 0;

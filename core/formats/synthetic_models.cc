@@ -195,8 +195,8 @@ uint64_t Elements(const std::vector<uint64_t>& dims) {
 
 absl::Status CheckLlamaCppSpec(const LlamaCppSpec& spec) {
   const GgmlType* type = FindGgmlType(spec.weight_type);
-  if (type == nullptr || (spec.weight_type != kF16 && spec.weight_type != kQ8_0 &&
-                          spec.weight_type != kQ4_K)) {
+  if (type == nullptr ||
+      (spec.weight_type != kF16 && spec.weight_type != kQ8_0 && spec.weight_type != kQ4_K)) {
     return absl::InvalidArgumentError(absl::StrCat("llama.cpp model: weight type ",
                                                    spec.weight_type,
                                                    " is not one of F16 (1), Q8_0 (8), Q4_K (12)"));
@@ -290,7 +290,6 @@ absl::Status WriteTinyLlamaGguf(const std::string& path, const TinyLlamaSpec& sp
   return w.WriteFile(path);
 }
 
-
 absl::StatusOr<GgufWriter> MakeLlamaCppWriter(const LlamaCppSpec& spec) {
   RETURN_IF_ERROR(CheckLlamaCppSpec(spec));
   const LlamaShape s{spec.layers, spec.embedding, spec.heads,  spec.kv_heads,
@@ -298,13 +297,14 @@ absl::StatusOr<GgufWriter> MakeLlamaCppWriter(const LlamaCppSpec& spec) {
   // general.file_type as llama.cpp's llama_ftype numbers it.
   const uint32_t file_type = spec.weight_type == kF16 ? 1 : spec.weight_type == kQ8_0 ? 7 : 15;
   GgufWriter w;
-  SetLlamaMetadata(w, s, absl::StrCat("modelfs synthetic llama ", FindGgmlType(spec.weight_type)->name),
+  SetLlamaMetadata(w, s,
+                   absl::StrCat("modelfs synthetic llama ", FindGgmlType(spec.weight_type)->name),
                    file_type);
   SetSpmTokenizer(w, spec.vocab);
   w.SetUint32("general.quantization_version", 2);
   uint64_t stream = 0;
-  for (TensorPlan& t : LlamaTensors(s, kF16, spec.weight_type, spec.weight_type,
-                                    spec.weight_type)) {
+  for (TensorPlan& t :
+       LlamaTensors(s, kF16, spec.weight_type, spec.weight_type, spec.weight_type)) {
     const uint64_t elements = Elements(t.dims);
     RETURN_IF_ERROR(w.AddGeneratedTensor(
         t.name, t.dims, t.type,

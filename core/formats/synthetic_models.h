@@ -52,8 +52,8 @@ struct LlamaCppSpec {
   uint32_t embedding = 256;  // multiple of 256 for Q4_K rows, of 32 otherwise
   uint32_t heads = 8;
   uint32_t kv_heads = 4;
-  uint32_t ffn = 768;     // same rule as embedding
-  uint32_t vocab = 512;   // at least 259 (3 special + 256 byte tokens)
+  uint32_t ffn = 768;    // same rule as embedding
+  uint32_t vocab = 512;  // at least 259 (3 special + 256 byte tokens)
   uint32_t context = 512;
   uint32_t weight_type = 8;  // ggml type id: 1 F16, 8 Q8_0, 12 Q4_K
   uint64_t seed = 23;

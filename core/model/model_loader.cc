@@ -96,8 +96,8 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
       auto parsed = ParseManifest(rm.volume_manifest_json);
       if (parsed.ok()) volume = std::move(*parsed);
     }
-    out.mtime_sec = ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model,
-                                      volume ? &*volume : nullptr);
+    out.mtime_sec =
+        ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model, volume ? &*volume : nullptr);
   }
   std::set<std::string> seen;
   for (const ModelLayer& l : rm.layers) {

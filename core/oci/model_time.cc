@@ -39,7 +39,8 @@ int64_t ModelMtimeSeconds(const ModelPackConfig* config, const Manifest& model,
 }
 
 std::string FormatRfc3339Seconds(int64_t seconds) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(seconds), absl::UTCTimeZone());
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(seconds),
+                          absl::UTCTimeZone());
 }
 
 }  // namespace modelfs

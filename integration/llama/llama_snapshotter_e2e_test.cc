@@ -96,10 +96,11 @@ class LlamaSnapshotterE2eTest : public ::testing::Test {
     labels[kLabelCriImageRef] = env->volume_ref;
     labels[kLabelCriManifestDigest] = v.digest.str();
     labels["containerd.io/snapshot/cri.layer-digest"] = chain;
-    absl::Status prepared = snapshotter_->Prepare("k8s.io/1/extract-1 " + chain, "", labels).status();
+    absl::Status prepared =
+        snapshotter_->Prepare("k8s.io/1/extract-1 " + chain, "", labels).status();
     if (!absl::IsAlreadyExists(prepared)) {
-      return absl::InternalError(
-          absl::StrCat("the remote Prepare answered ", prepared.ToString(), ", not ALREADY_EXISTS"));
+      return absl::InternalError(absl::StrCat("the remote Prepare answered ", prepared.ToString(),
+                                              ", not ALREADY_EXISTS"));
     }
     ASSIGN_OR_RETURN(std::vector<Mount> mounts, snapshotter_->View("volume-1", chain, {}));
     if (mounts.size() != 1 || mounts[0].type != "bind") {

@@ -40,7 +40,8 @@ std::string LlamaUnavailable() {
     return absl::StrCat("node ", r->out, " is older than 20, which node-llama-cpp 3.21.1 needs");
   }
   const std::string modules = SourceDir() + "/integration/llama/node_modules";
-  for (const char* pkg : {"node-llama-cpp/package.json", "@node-llama-cpp/linux-x64/package.json"}) {
+  for (const char* pkg :
+       {"node-llama-cpp/package.json", "@node-llama-cpp/linux-x64/package.json"}) {
     if (!fs::exists(fs::path(modules) / pkg)) {
       return absl::StrCat(modules, "/", pkg,
                           " is missing: run scripts/install-deps.sh (npm ci in integration/llama)");
@@ -91,8 +92,8 @@ absl::StatusOr<std::unique_ptr<LlamaSuite>> StartLlamaSuite() {
                          absl::Seconds(180));
   if (!push.ok() || push->exit_code != 0) {
     return absl::InternalError(
-        absl::StrCat("modelfs push ", s->model_ref, " failed: ",
-                     push.ok() ? push->err : std::string(push.status().message())));
+        absl::StrCat("modelfs push ", s->model_ref,
+                     " failed: ", push.ok() ? push->err : std::string(push.status().message())));
   }
   for (const auto& [file, type] : LlamaModels()) {
     for (bool use_mmap : {true, false}) {
@@ -113,9 +114,9 @@ void ExpectEveryModelEvaluatesAsFromLocalDisk(const LlamaSuite& suite, const std
     const nlohmann::json& want = (use_mmap ? suite.local_mmap : suite.local_read).at(file);
     ASSERT_EQ(got["tokens"].size(), 4u) << file;
     EXPECT_EQ(got["tokens"], want["tokens"]) << file;
-    EXPECT_EQ(got["steps"], want["steps"]) << file << "\nthrough " << dir << ": "
-                                           << got["steps"].dump()
-                                           << "\nlocal: " << want["steps"].dump();
+    EXPECT_EQ(got["steps"], want["steps"])
+        << file << "\nthrough " << dir << ": " << got["steps"].dump()
+        << "\nlocal: " << want["steps"].dump();
   }
 }
 
