@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian bookworm package modelfs needs to build, test and benchmark, then
-# llama.cpp for integration/llama and bench/load_bench.sh: node-llama-cpp's prebuilt CPU binaries
+# llama.cpp for integration/llama and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU binaries
 # from the npm registry, exactly as integration/llama/package-lock.json pins them, into
 # integration/llama/node_modules (git-ignored; nothing is compiled or fetched at run time).
 # Idempotent: packages already present are left alone, and apt is only updated when needed.
@@ -23,11 +23,17 @@ PACKAGES=(
   libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
   libmicrohttpd-dev
+  # signing: NaCl secretbox of cosign-encrypted keys (scrypt and ECDSA come from OpenSSL)
+  libsodium-dev
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
   docker-registry containerd skopeo apache2-utils curl python3 util-linux procps
+  # bench/load_bench.sh: the blob store behind a redirect, and shaped network namespaces
+  nginx-light iproute2
   # pause and reader images of the containerd 2.1 image-volume tests
   busybox-static
+  # cosign-format keys for the signing interop tests (../shared/tools/signing/cosign_keygen.py)
+  python3-nacl python3-cryptography
 )
 
 # The ThreadSanitizer tree (scripts/tsan.sh) builds abseil from Debian's source of the installed

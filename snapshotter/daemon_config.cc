@@ -101,7 +101,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "cache", "must be a table");
     if (absl::Status st =
-            CheckKeys(*t, {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages"},
+            CheckKeys(*t,
+                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit"},
                       source, "cache.");
         !st.ok()) {
       return st;
@@ -118,6 +119,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     if (absl::Status st = GetBool(*t, "drop_served_pages", source, "cache.", c.drop_served_pages);
         !st.ok())
       return st;
+    if (absl::Status st = GetBool(*t, "audit", source, "cache.", c.audit); !st.ok()) return st;
   }
   if (const toml::node* n = root.get("fuse")) {
     const toml::table* t = n->as_table();

@@ -31,6 +31,7 @@ struct DaemonConfig {
   std::string prefetch = "headers";  // all | headers | none
   double read_deadline_s = 30;
   bool drop_served_pages = true;  // CacheOptions::drop_served_pages
+  bool audit = true;              // CacheOptions::audit
 
   bool allow_other = true;
   bool insecure_stream = false;

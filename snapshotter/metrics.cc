@@ -97,6 +97,11 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           "Cache-file bytes dropped from the page cache once served (the reader keeps its copy).",
           c.cache.page_cache_bytes_dropped);
   Gauge(out, "modelfs_cached_bytes", "Layer bytes held in the cache.", c.cache.cached_bytes);
+  Counter(out, "modelfs_sealed_layers_total",
+          "Chunk-mode layers sealed (served by passthrough) once every chunk was verified.",
+          c.cache.sealed_layers);
+  Counter(out, "modelfs_audited_layers_total",
+          "Sealed layers whose whole-layer audit matched their digest.", c.cache.audited_layers);
   Counter(out, "modelfs_evicted_layers_total", "Layers evicted to respect the size bound.",
           c.cache.evicted_layers);
   Gauge(out, "modelfs_active_models", "Models registered in the FUSE mount.", c.active_models);

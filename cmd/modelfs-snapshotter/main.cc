@@ -136,6 +136,7 @@ absl::Status Run(const DaemonConfig& c) {
   o.fuse.passthrough = c.passthrough;
   o.fuse.direct_io_reads = c.direct_io;
   o.cache.drop_served_pages = c.drop_served_pages;
+  o.cache.audit = c.audit;
   o.fuse.on_read = [reads, read_errors](absl::Duration d, bool ok) {
     reads->Observe(d);
     if (!ok) read_errors->fetch_add(1, std::memory_order_relaxed);

@@ -13,6 +13,9 @@
 #include "absl/status/statusor.h"
 #include "core/formats/pickle_scan.h"
 #include "core/hub/identity.h"
+#include "core/registry/reference.h"
+#include "core/registry/registry_client.h"
+#include "core/trust/keys.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::cli {
@@ -26,7 +29,34 @@ void RegisterMemory(CLI::App& app, Context& ctx);
 void RegisterDigest(CLI::App& app, Context& ctx);
 void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, pull
 void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging Face Hub)
-void RegisterVerify(CLI::App& app, Context& ctx);            // verify DIR against modelfs.lock.json
+void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR (lock file) or REF (signatures)
+void RegisterSign(CLI::App& app, Context& ctx);    // sign REF
+
+// Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
+// (trust_commands.cc).
+struct VerifyRefCli {
+  std::string ref;
+  std::string policy;  // --policy FILE
+  std::string key;     // --key PUB
+  bool plain_http = false;
+  std::string hosts_dir = "/etc/containerd/certs.d";
+  std::string docker_config;
+  bool json = false;
+};
+absl::Status RunVerifyReference(const VerifyRefCli& c);
+// Loads a signing key (--key, --sign-key); COSIGN_PASSWORD opens an encrypted one. Every failure
+// is bad input (exit 2), a wrong passphrase included.
+absl::StatusOr<PrivateKey> LoadSigningKey(const std::string& path);
+// Signs `digest` as `image` (a tag reference) and stores it; prints a line (stdout, or stderr
+// when `json`) and returns the stored result as JSON.
+absl::StatusOr<nlohmann::json> SignAndReport(RegistryClient& client, const ImageReference& image,
+                                             const Digest& digest, const PrivateKey& key,
+                                             bool json);
+// With a non-empty `policy_path`: evaluates the policy for `ref` before anything is fetched and
+// returns `ref` pinned to the verified digest; a refusal is kPermissionDenied naming the reference,
+// digest, scope and reason. Empty path: `ref` unchanged.
+absl::StatusOr<ImageReference> EnforcePolicyFlag(const std::string& policy_path,
+                                                 RegistryClient& client, const ImageReference& ref);
 // mount, umount, stats; argv is re-executed for a background mount.
 void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::string>& argv);
 

@@ -52,7 +52,9 @@ struct MountCli {
   bool passthrough = true;
   bool direct_io = true;
   bool drop_served_pages = true;
+  bool audit = true;
   std::string log_file;
+  std::string policy;
   int ready_fd = -1;  // internal: set when re-executed in the background
   std::string ref;
   std::string dir;
@@ -92,6 +94,8 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"quarantined_layers", s.quarantined_layers},
           {"bytes_served", s.bytes_served},
           {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
+          {"sealed_layers", s.sealed_layers},
+          {"audited_layers", s.audited_layers},
           {"cached_bytes", s.cached_bytes}};
 }
 
@@ -157,6 +161,9 @@ absl::Status RunForeground(const MountCli& c) {
   // the weights are read from there.
   RegistryClients clients(access);
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  // Before anything is fetched, cached or mounted: the signature on what REF names (for a
+  // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
+  ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, clients.Connector()));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
@@ -166,6 +173,7 @@ absl::Status RunForeground(const MountCli& c) {
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
   co.drop_served_pages = c.drop_served_pages;
+  co.audit = c.audit;
   // Cache lines quote registry errors and digests from the artifact: one escaped line each.
   co.log = [](absl::string_view line) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
@@ -335,7 +343,13 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
                   "second copy in the page cache (default on)");
     cmd->add_flag("--drop-served-pages,!--keep-served-pages", c->drop_served_pages,
                   "Drop cache-file pages once served and on disk (default on)");
+    cmd->add_flag("--audit,!--no-audit", c->audit,
+                  "Once every chunk of a layer is verified, rehash the whole layer against its "
+                  "digest at idle priority (default on)");
     cmd->add_option("--log", c->log_file, "Log file for a background mount");
+    cmd->add_option("--policy", c->policy,
+                    "containers-policy.json: REF's signatures are verified before anything is "
+                    "fetched or mounted; a refusal exits 1 (docs/signing.md)");
     cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
     cmd->callback([c, &ctx, argv] {
       ctx.status =

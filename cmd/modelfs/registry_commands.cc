@@ -1,6 +1,7 @@
 // `modelfs push`, `modelfs convert` and `modelfs pull`: the publishing side (core/publish).
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -73,10 +74,16 @@ struct PushCli {
   ModelIdentity identity;  // identity-record flags
   std::string base_model;
   std::string path_prefix;
+  std::string sign_key;
 };
 
 absl::Status RunPush(const PushCli& c) {
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  // The key is opened before anything is uploaded: a wrong passphrase costs no push.
+  std::optional<PrivateKey> key;
+  if (!c.sign_key.empty()) {
+    ASSIGN_OR_RETURN(key, LoadSigningKey(c.sign_key));
+  }
   PushOptions o;
   o.inputs = c.inputs;
   o.tar = c.tar;
@@ -98,8 +105,21 @@ absl::Status RunPush(const PushCli& c) {
   o.progress = MakeProgress(c.reg.json);
   ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, AccessOptions(c.reg)));
   ASSIGN_OR_RETURN(PushResult r, PushModel(*client, ref, o));
+  nlohmann::json signatures = nlohmann::json::array();
+  if (key.has_value()) {
+    // M and V each by its own tag, so either verifies under matchRepoDigestOrExact.
+    for (const auto& [tag, digest] :
+         {std::pair{r.model_tag, r.model.digest}, std::pair{r.volume_tag, r.volume.digest}}) {
+      ASSIGN_OR_RETURN(ImageReference tagged,
+                       ImageReference::Parse(absl::StrCat(ref.Name(), ":", tag)));
+      ASSIGN_OR_RETURN(nlohmann::json sj, SignAndReport(*client, tagged, digest, *key, c.reg.json));
+      signatures.push_back(std::move(sj));
+    }
+  }
   if (c.reg.json) {
-    printf("%s\n", PushResultToJson(r).dump(2).c_str());
+    nlohmann::json j = PushResultToJson(r);
+    if (key.has_value()) j["signatures"] = signatures;
+    printf("%s\n", j.dump(2).c_str());
     return absl::OkStatus();
   }
   for (const auto& b : r.blobs) {
@@ -140,6 +160,7 @@ struct ConvertCli {
   std::string to;
   std::string volume_tag;
   std::string path_prefix;
+  std::string sign_key;
 };
 
 // Whether a reference as typed names a tag (ImageReference fills in "latest" otherwise).
@@ -151,15 +172,23 @@ bool HasExplicitTag(const std::string& text) {
 
 absl::Status RunConvert(const ConvertCli& c) {
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
+  std::optional<PrivateKey> key;
+  if (!c.sign_key.empty()) {
+    ASSIGN_OR_RETURN(key, LoadSigningKey(c.sign_key));
+  }
   ConvertOptions o;
   o.volume_tag = c.volume_tag;
   o.path_prefix = c.path_prefix;
   o.progress = MakeProgress(c.reg.json);
   const RegistryAccessOptions access = AccessOptions(c.reg);
   PushResult r;
+  std::unique_ptr<RegistryClient> volume_client;  // where V was written
+  std::string volume_name;                        // registry/repo of V
   if (c.to.empty()) {
     ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPush, access));
     ASSIGN_OR_RETURN(r, ConvertModel(*client, ref, o));
+    volume_client = std::move(client);
+    volume_name = ref.Name();
   } else {
     // V goes where we may push; M and its weights stay where they are, read through SRC's
     // hosts (mirrors included) with SRC's credentials.
@@ -178,9 +207,20 @@ absl::Status RunConvert(const ConvertCli& c) {
     ASSIGN_OR_RETURN(auto source, ConnectRegistry(ref, HostCapability::kPull, access));
     ASSIGN_OR_RETURN(auto target, ConnectRegistry(to, HostCapability::kPush, access));
     ASSIGN_OR_RETURN(r, ConvertModelTo(*source, ref, *target, to.repository(), o));
+    volume_client = std::move(target);
+    volume_name = to.Name();
+  }
+  nlohmann::json signature;
+  if (key.has_value()) {
+    ASSIGN_OR_RETURN(ImageReference tagged,
+                     ImageReference::Parse(absl::StrCat(volume_name, ":", r.volume_tag)));
+    ASSIGN_OR_RETURN(signature,
+                     SignAndReport(*volume_client, tagged, r.volume.digest, *key, c.reg.json));
   }
   if (c.reg.json) {
-    printf("%s\n", PushResultToJson(r).dump(2).c_str());
+    nlohmann::json j = PushResultToJson(r);
+    if (key.has_value()) j["signatures"] = nlohmann::json::array({signature});
+    printf("%s\n", j.dump(2).c_str());
     return absl::OkStatus();
   }
   const std::string& model_repo = r.model_repository.empty() ? r.repository : r.model_repository;
@@ -199,6 +239,7 @@ struct PullCli {
   std::string ref;
   std::string dest;
   int parallel = 4;
+  std::string policy;
 };
 
 absl::Status RunPull(const PullCli& c) {
@@ -213,6 +254,8 @@ absl::Status RunPull(const PullCli& c) {
   RegistryClients clients(AccessOptions(c.reg));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
   o.connect = clients.Connector();
+  // Verified before anything is fetched; what is pulled is the digest that was verified.
+  ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(PullResult r, PullModel(*client, ref, c.dest, o));
   if (c.reg.json) {
     printf("%s\n", PullResultToJson(r).dump(2).c_str());
@@ -268,6 +311,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://, which mounts it with subPath: models); the model's own paths "
                     "are unchanged");
+    cmd->add_option("--sign-key", c->sign_key,
+                    "Sign the ModelPack artifact and the volume image with this ECDSA P-256 key "
+                    "(PEM, or cosign's encrypted key with COSIGN_PASSWORD); see docs/signing.md");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunPush(*c); });
   }
@@ -286,6 +332,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--path-prefix", c->path_prefix,
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://)");
+    cmd->add_option("--sign-key", c->sign_key,
+                    "Sign the volume image with this ECDSA P-256 key (PEM, or cosign's encrypted "
+                    "key with COSIGN_PASSWORD)");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunConvert(*c); });
   }
@@ -296,6 +345,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("REF", c->ref, "registry/repo:tag or registry/repo@sha256:...")->required();
     cmd->add_option("DEST", c->dest, "Destination directory")->required();
     cmd->add_option("--parallel", c->parallel, "Concurrent layer downloads")->default_val(4);
+    cmd->add_option("--policy", c->policy,
+                    "containers-policy.json: REF's signatures are verified before anything is "
+                    "fetched; a refusal exits 1 (docs/signing.md)");
     AddRegistryFlags(cmd, c->reg);
     cmd->callback([c, &ctx] { ctx.status = RunPull(*c); });
   }

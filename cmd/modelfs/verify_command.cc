@@ -1,5 +1,8 @@
 // `modelfs verify DIR`: checks a directory against its modelfs.lock.json, offline.
+// `modelfs verify REF`: checks an image's signatures against a policy or a key
+// (trust_commands.cc). An existing directory is a DIR; anything else is a reference.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -71,15 +74,44 @@ absl::Status RunVerify(const VerifyCli& c) {
 
 void RegisterVerify(CLI::App& app, Context& ctx) {
   auto c = std::make_shared<VerifyCli>();
+  auto r = std::make_shared<VerifyRefCli>();
   CLI::App* cmd = app.add_subcommand(
       "verify",
-      "Check a directory against its modelfs.lock.json (offline): every file's size and SHA-256");
-  cmd->add_option("DIR", c->dir, "Directory written by `modelfs fetch`")->required();
+      "DIR: check a directory against its modelfs.lock.json (offline), every file's size and "
+      "SHA-256. REF: check an image's signatures against a policy (--policy) or a key (--key)");
+  cmd->add_option("TARGET", c->dir,
+                  "Directory written by `modelfs fetch`, or registry/repo:tag (@sha256:...)")
+      ->required();
+  cmd->add_option("--policy", r->policy, "REF: containers-policy.json to evaluate");
+  cmd->add_option("--key", r->key,
+                  "REF: ECDSA P-256 public key (PEM) a signature must verify with");
+  cmd->add_flag("--plain-http", r->plain_http,
+                "REF: talk plain HTTP to this registry (only for hosts you trust, e.g. loopback)");
+  cmd->add_option("--hosts-dir", r->hosts_dir, "REF: containerd-style certs.d directory");
+  cmd->add_option("--docker-config", r->docker_config, "REF: docker config.json with credentials");
   cmd->add_flag("--json", c->json, "Print JSON");
   cmd->footer(
-      "Exit codes: 0 every locked file matches; 1 a file is missing, not a regular file, or has "
-      "other bytes; 2 no or malformed lock file");
-  cmd->callback([c, &ctx] { ctx.status = RunVerify(*c); });
+      "Exit codes: DIR: 0 every locked file matches; 1 a file is missing, not a regular file, or "
+      "has other bytes; 2 no or malformed lock file. REF: 0 accepted; 1 refused (no signature, no "
+      "key matched, identity mismatch, bad payload, signatures not fetched, rejected); 2 bad "
+      "reference, policy or key");
+  cmd->callback([c, r, &ctx] {
+    std::error_code ec;
+    if (std::filesystem::is_directory(c->dir, ec)) {
+      if (!r->policy.empty() || !r->key.empty()) {
+        ctx.status = absl::InvalidArgumentError(
+            absl::StrCat("verify ", c->dir,
+                         ": a directory is checked against its lock file; --policy and "
+                         "--key apply to an image reference"));
+        return;
+      }
+      ctx.status = RunVerify(*c);
+      return;
+    }
+    r->ref = c->dir;
+    r->json = c->json;
+    ctx.status = RunVerifyReference(*r);
+  });
 }
 
 }  // namespace modelfs::cli

@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
@@ -50,6 +51,7 @@ struct BlobCache::Layer {
   // the file without re-hashing it; "" otherwise.
   std::string seal;
   bool whole_verify_scheduled = false;
+  bool audited = false;  // the audit (CacheOptions::audit) found the layer digest in this process
   bool quarantined = false;
   uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
   absl::Status fill_error;
@@ -444,23 +446,23 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
+void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
                           const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w) {
   const std::shared_ptr<Layer>& layer = f->layer;
   const uint64_t cs = layer->chunk_size;
   const uint64_t c = f->first + i;
-  const uint64_t len = piece.size();
+  const uint64_t len = r.bytes.size();
   absl::Status cst;
   std::shared_ptr<const std::string> memory;
   if (!expected.empty()) {
-    cst = CheckChunk(piece, expected[i], layer->digest, c, c * cs);
+    cst = CheckChunkHash(r.hash, expected[i], layer->digest, c, c * cs, len);
     if (!cst.ok()) {
       counters_.verification_failures++;
       Log(cst.message());
     }
   }
   if (cst.ok()) {
-    const int err = store_.Write(layer->fd, piece.data(), len, c * cs);
+    const int err = store_.Write(layer->fd, r.bytes.data(), len, c * cs);
     if (err == 0) {
       w->good.push_back(c);
       w->wrote = true;
@@ -473,7 +475,7 @@ void BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::st
                          " has no chunk index, so it must be cached whole before it is served"));
       } else {
         // Verified: hand the bytes to the readers without recording them.
-        memory = std::make_shared<const std::string>(piece.data(), piece.size());
+        memory = std::make_shared<const std::string>(r.bytes.data(), r.bytes.size());
       }
     } else {
       cst = absl::InternalError(absl::StrCat("writing ", store_.PathOf(layer->digest),
@@ -533,10 +535,16 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
   FlightWrites writes;
-  BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);  // the chunk being received
+  // The chunk being received: hashed piece by piece as it arrives (while the piece is still in
+  // the CPU's cache from the socket copy), collected in `piece`, and written whole when
+  // complete. One aligned write of the whole chunk lets the kernel use large page-cache
+  // folios: writing each piece straight from the transfer's buffer saved this copy but cost
+  // more in the kernel (small folios), and was slower (docs/snapshotter.md, "The read path").
+  BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);
   char* const piece = piece_buffer.data();
   uint64_t have = 0;  // bytes of it received
   uint64_t next = 0;  // chunks of the flight that have landed
+  std::optional<Sha256> hasher;
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
   while (next < n) {
@@ -563,13 +571,18 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
         layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
           counters_.bytes_fetched += data.size();
           while (!data.empty() && next < n) {
-            const uint64_t len = layer->ChunkLen(f->first + next);
+            const uint64_t c = f->first + next;
+            const uint64_t len = layer->ChunkLen(c);
+            if (have == 0 && !expected.empty()) hasher.emplace();
             const size_t take = std::min<uint64_t>(len - have, data.size());
+            if (!expected.empty()) hasher->Update(data.data(), take);
             memcpy(piece + have, data.data(), take);
             have += take;
             data.remove_prefix(take);
             if (have == len) {
-              LandChunk(f, next++, absl::string_view(piece, len), expected, &writes);
+              Received got{absl::string_view(piece, len), {}};
+              if (!expected.empty()) got.hash = hasher->Finish().raw();
+              LandChunk(f, next++, got, expected, &writes);
               have = 0;
             }
           }
@@ -703,30 +716,20 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
-  if (layer->mode == VerifyMode::kChunk && options_.verify_when_idle > absl::ZeroDuration()) {
-    // Every chunk is verified already: this is the audit against the layer digest, and it can
-    // wait for the loader to finish. Idle means no read is being served (one that waits on
-    // the network counts as busy) and none ended in the last verify_when_idle.
+  if (layer->mode == VerifyMode::kChunk) {
+    // Every chunk matched the chunk index, which chains to the pinned manifest: the layer is
+    // verified. It is sealed now, so that opens from here on get passthrough without waiting
+    // for the audit; the audit against the layer digest is defense in depth.
+    if (SealVerifiedLayer(layer) && options_.audit) AuditLayer(layer);
     absl::MutexLock lock(&mu_);
-    const absl::Time give_up = time_->Now() + absl::Seconds(30);
-    while (!stopping_ && time_->Now() < give_up &&
-           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
-      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
-                                                      : last_read_ + options_.verify_when_idle;
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
-    }
+    layer->jobs--;
+    return;
   }
+  // Whole-layer modes: nothing is verified before this check, and readers wait for it.
   const uint64_t gen = layer->gen.load();
-  const bool want_local = layer->mode != VerifyMode::kChunk;
-  // The audit reads the whole file: chunks whose pages were dropped once served leave the page
-  // cache again behind it.
-  std::vector<bool> drop_after;
-  if (!want_local && options_.drop_served_pages) {
-    absl::MutexLock lock(&mu_);
-    drop_after = layer->dropped;
-  }
-  absl::StatusOr<LayerFileHash> hashed = HashLayerFile(
-      store_, layer->fd, layer->digest, layer->size, layer->chunk_size, want_local, drop_after);
+  absl::StatusOr<LayerFileHash> hashed =
+      HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
+                    /*with_local_index=*/true);
   if (!hashed.ok() || hashed->digest != layer->digest) {
     if (hashed.ok()) counters_.verification_failures++;
     Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
@@ -738,49 +741,115 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     return;
   }
   std::string local = std::move(hashed->local_index);
-  // The data must be on disk before the journal says it is (chunk fetches defer their
-  // fdatasync to PersistPending, and whole-layer fills never did one).
+  // The data must be on disk before the journal says it is (whole-layer fills never did an
+  // fdatasync).
   absl::Status s = store_.Sync(layer->fd, layer->digest);
   const bool synced = s.ok();
-  if (s.ok() && want_local) {
+  if (s.ok()) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
     s = RecordChunks(layer, gen, all);
   }
-  Layer snapshot_fields;
-  {
-    absl::MutexLock lock(&mu_);
-    snapshot_fields.digest = layer->digest;
-    snapshot_fields.size = layer->size;
-    snapshot_fields.chunk_size = layer->chunk_size;
-    snapshot_fields.mode = layer->mode;
-    snapshot_fields.last_used = layer->last_used;
-  }
-  // Taken after the flush: nothing writes a verified layer's file again.
-  const std::string seal = s.ok() ? LayerStore::SealOf(layer->fd) : std::string();
-  if (s.ok() && layer->gen.load() == gen) {
-    s = journal_.UpsertLayer(RecordOf(snapshot_fields, true, local, seal));
-  }
-  if (!s.ok()) Log(s.message());
+  s = RecordSeal(layer, gen, s, local);
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->whole_verified = true;
-  if (s.ok()) layer->seal = seal;
-  if (want_local) {
-    layer->expected.resize(layer->count());
-    for (uint64_t c = 0; c < layer->count(); ++c) {
-      memcpy(layer->expected[c].data(), &local[c * 32], 32);
-      if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
-    }
+  if (s.ok()) layer->seal = LayerStore::SealOf(layer->fd);
+  layer->expected.resize(layer->count());
+  for (uint64_t c = 0; c < layer->count(); ++c) {
+    memcpy(layer->expected[c].data(), &local[c * 32], 32);
+    if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
   }
   if (synced) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
     drop = TakeDropsLocked(*layer, all);
   }
+}
+
+absl::Status BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                                   absl::Status synced, const std::string& local_index) {
+  Layer fields;
+  {
+    absl::MutexLock lock(&mu_);
+    fields.digest = layer->digest;
+    fields.size = layer->size;
+    fields.chunk_size = layer->chunk_size;
+    fields.mode = layer->mode;
+    fields.last_used = layer->last_used;
+  }
+  // Taken after the flush: nothing writes a verified layer's file again.
+  absl::Status s = std::move(synced);
+  if (s.ok() && layer->gen.load() == gen) {
+    s = journal_.UpsertLayer(RecordOf(fields, true, local_index, LayerStore::SealOf(layer->fd)));
+  }
+  if (!s.ok()) Log(s.message());
+  return s;
+}
+
+bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
+  const uint64_t gen = layer->gen.load();
+  // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
+  // layer is whole.
+  absl::Status synced = store_.Sync(layer->fd, layer->digest);
+  const bool flushed = synced.ok();
+  absl::Status s = RecordSeal(layer, gen, std::move(synced), "");
+  std::vector<std::pair<uint64_t, uint64_t>> drop;
+  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
+  absl::MutexLock lock(&mu_);
+  if (layer->gen.load() != gen || layer->quarantined) return false;
+  counters_.sealed_layers++;
+  layer->whole_verified = true;
+  if (s.ok()) layer->seal = LayerStore::SealOf(layer->fd);
+  if (flushed) {
+    std::vector<uint64_t> all(layer->count());
+    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+    drop = TakeDropsLocked(*layer, all);
+  }
+  return true;
+}
+
+void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
+  if (options_.verify_when_idle > absl::ZeroDuration()) {
+    // It can wait for the loader to finish. Idle means no read is being served (one that
+    // waits on the network counts as busy) and none ended in the last verify_when_idle.
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = time_->Now() + absl::Seconds(30);
+    while (!stopping_ && time_->Now() < give_up &&
+           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
+      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
+                                                      : last_read_ + options_.verify_when_idle;
+      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
+    }
+  }
+  // The audit reads the whole file: chunks whose pages were dropped once served leave the page
+  // cache again behind it.
+  std::vector<bool> drop_after;
+  if (options_.drop_served_pages) {
+    absl::MutexLock lock(&mu_);
+    drop_after = layer->dropped;
+  }
+  absl::StatusOr<LayerFileHash> hashed;
+  RunAtBackgroundPriority([&] {
+    hashed = HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
+                           /*with_local_index=*/false, drop_after);
+  });
+  if (hashed.ok() && hashed->digest == layer->digest) {
+    counters_.audited_layers++;
+    absl::MutexLock lock(&mu_);
+    layer->audited = true;
+    return;
+  }
+  if (hashed.ok()) counters_.verification_failures++;
+  Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
+                                               " bytes) failed the whole-layer audit: its chunks "
+                                               "match the chunk index, the layer digest does not: "
+                                               "got ",
+                                               hashed->digest.str())
+                                : std::string(hashed.status().message()));
 }
 
 void BlobCache::QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
@@ -1474,6 +1543,8 @@ CacheStats BlobCache::stats() const {
   s.quarantined_layers = counters_.quarantined_layers.load();
   s.bytes_served = counters_.bytes_served.load();
   s.page_cache_bytes_dropped = counters_.page_cache_bytes_dropped.load();
+  s.sealed_layers = counters_.sealed_layers.load();
+  s.audited_layers = counters_.audited_layers.load();
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);
   s.cached_bytes = cached_bytes_;
@@ -1495,6 +1566,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
     }
   }
   info.whole_verified = layer->whole_verified;
+  info.audited = layer->audited;
   info.quarantined = layer->quarantined;
   info.readahead_window = layer->window;
   info.references = static_cast<int>(layer->refs.size());

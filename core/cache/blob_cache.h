@@ -6,8 +6,10 @@
 // readers wait (single flight), adjacent missing chunks coalesced into one range request,
 // requests run in parallel on a pool of fetch threads, foreground reads ahead of readahead
 // ahead of prefetch. No byte is returned or recorded as good before it matches its SHA-256:
-//   kChunk:          each chunk against the chunk index; when every chunk is cached, the whole
-//                    layer against its digest in the background (mismatch quarantines it).
+//   kChunk:          each chunk against the chunk index, as its bytes arrive; when every chunk
+//                    is cached the layer is sealed (served by passthrough from then on), and
+//                    audited against its digest once reads are idle, at background priority
+//                    (CacheOptions::audit; mismatch quarantines it).
 //   kWholeLayer:     the first read fetches the whole layer; nothing is served until the
 //                    whole-layer digest matches (mismatch quarantines it).
 //   kInsecureStream: explicit opt-in: fetched bytes are served unverified; the whole layer is
@@ -100,6 +102,11 @@ struct CacheOptions {
   // waits until no layer was read for this long (at most 30 s, and not at all once the cache
   // is closing), so that it does not take CPU from a model load still under way.
   absl::Duration verify_when_idle = absl::Seconds(1);
+  // In chunk mode, whether that whole-layer check (the audit) runs at all. A layer is sealed,
+  // and served by passthrough, as soon as every chunk matched the chunk index, which chains to
+  // the pinned manifest; the audit is defense in depth against a chunk index that disagrees
+  // with its layer. It runs at idle CPU and I/O priority.
+  bool audit = true;
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
   uint64_t memory_fallback_bytes = 64ull << 20;
@@ -144,6 +151,8 @@ struct CacheStats {
   uint64_t cached_bytes = 0;  // bytes of layer data currently on disk
   // Bytes of data files dropped from the page cache after they were served (drop_served_pages).
   uint64_t page_cache_bytes_dropped = 0;
+  uint64_t sealed_layers = 0;   // chunk-mode layers sealed once every chunk was verified
+  uint64_t audited_layers = 0;  // of them, audited against their digest (CacheOptions::audit)
 };
 
 class BlobCache : public BlobReader {
@@ -201,7 +210,8 @@ class BlobCache : public BlobReader {
     uint64_t size = 0;
     uint64_t chunk_count = 0;
     uint64_t cached_chunks = 0;  // on disk (verified, or recorded by an earlier process)
-    bool whole_verified = false;
+    bool whole_verified = false;  // sealed: every chunk verified and on disk
+    bool audited = false;         // chunk mode: the audit matched the layer digest
     bool quarantined = false;
     uint64_t readahead_window = 0;
     int references = 0;
@@ -280,13 +290,33 @@ class BlobCache : public BlobReader {
     bool disk_full = false;
     bool became_full = false;  // this flight found the disk full first
   };
-  // Verifies chunk `i` of a flight (bytes `piece`), writes it, and makes it servable (or
-  // failed) at once, so readers waiting for it go on while the rest of the range streams in.
-  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, absl::string_view piece,
+  // A chunk as RunFlight received it: its bytes, and their SHA-256, taken piece by piece as
+  // they arrived (kChunk mode only).
+  struct Received {
+    absl::string_view bytes;
+    std::array<uint8_t, 32> hash{};
+  };
+  // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
+  // readers waiting for it go on while the rest of the range streams in.
+  void LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
                  const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The check of a layer whose chunks are all here: in chunk mode, SealVerifiedLayer then
+  // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
+  // servable at all.
   void RunWholeVerify(const std::shared_ptr<Layer>& layer);
+  // Flushes a chunk-mode layer whose every chunk is verified and records it sealed, so that it
+  // is served by passthrough from here on and trusted after a restart. False when quarantine
+  // or eviction dropped it meanwhile.
+  bool SealVerifiedLayer(const std::shared_ptr<Layer>& layer);
+  // Rehashes a sealed layer against its digest once reads are idle, at background priority;
+  // a mismatch quarantines it.
+  void AuditLayer(const std::shared_ptr<Layer>& layer);
+  // Records the layer verified whole (with its local index, if any) and sealed, when
+  // `synced` is OK and `gen` still holds. Returns what went wrong, logged.
+  absl::Status RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::Status synced,
+                          const std::string& local_index);
   // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
   void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
                           std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -354,7 +384,7 @@ class BlobCache : public BlobReader {
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
         verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-        page_cache_bytes_dropped{0};
+        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0};
   };
   mutable Counters counters_;
 };

@@ -15,14 +15,13 @@ ChunkHash HashChunk(absl::string_view bytes) {
   return h.Finish().raw();
 }
 
-absl::Status CheckChunk(absl::string_view bytes, const ChunkHash& want, const Digest& layer,
-                        uint64_t chunk, uint64_t offset) {
-  const ChunkHash got = HashChunk(bytes);
+absl::Status CheckChunkHash(const ChunkHash& got, const ChunkHash& want, const Digest& layer,
+                            uint64_t chunk, uint64_t offset, uint64_t length) {
   if (got == want) return absl::OkStatus();
   return absl::DataLossError(
       absl::StrCat("chunk ", chunk, " of layer ", layer.str(), " (bytes [", offset, ", ",
-                   offset + bytes.size(), ")) failed verification: got ",
-                   Digest::FromRaw(got).str(), ", want ", Digest::FromRaw(want).str()));
+                   offset + length, ")) failed verification: got ", Digest::FromRaw(got).str(),
+                   ", want ", Digest::FromRaw(want).str()));
 }
 
 absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,

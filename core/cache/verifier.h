@@ -21,10 +21,11 @@ using ChunkHash = std::array<uint8_t, 32>;
 
 ChunkHash HashChunk(absl::string_view bytes);
 
-// OK when `bytes`, chunk `chunk` of `layer` at `offset`, hash to `want`; kDataLoss naming the
-// layer, the chunk, its byte range and both hashes otherwise.
-absl::Status CheckChunk(absl::string_view bytes, const ChunkHash& want, const Digest& layer,
-                        uint64_t chunk, uint64_t offset);
+// OK when chunk `chunk` of `layer`, `length` bytes at `offset`, hashed to `got` (as its pieces
+// arrived) is `want`; kDataLoss naming the layer, the chunk, its byte range and both hashes
+// otherwise.
+absl::Status CheckChunkHash(const ChunkHash& got, const ChunkHash& want, const Digest& layer,
+                            uint64_t chunk, uint64_t offset, uint64_t length);
 
 // The whole-layer check of a complete data file: its SHA-256 and, when `with_local_index`,
 // the hash of each `chunk_size` chunk (32 bytes each, in order: the local index of a layer

@@ -357,6 +357,7 @@ TEST_F(BlobCacheTest, ChunkModeLayerPassesTheFullCheckWhenComplete) {
   ASSERT_TRUE(Idle(*cache));
   ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
   EXPECT_TRUE(info.whole_verified);
+  EXPECT_TRUE(info.audited);
   EXPECT_FALSE(info.quarantined);
 }
 
@@ -594,11 +595,107 @@ TEST_F(BlobCacheTest, WholeLayerAuditWaitsWhileAReadIsBlockedOnTheNetwork) {
   std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
   ASSERT_TRUE(remote_.WaitForHeld(1));
   absl::SleepFor(absl::Milliseconds(600));  // three idle windows, with the read still waiting
-  EXPECT_FALSE(cache->GetLayerInfo(a)->whole_verified);
+  EXPECT_FALSE(cache->GetLayerInfo(a)->audited);
   remote_.Release();
   blocked.join();
   ASSERT_TRUE(Idle(*cache));
-  EXPECT_TRUE(cache->GetLayerInfo(a)->whole_verified);
+  EXPECT_TRUE(cache->GetLayerInfo(a)->audited);
+}
+
+TEST_F(BlobCacheTest, ALayerIsSealedForPassthroughAsSoonAsEveryChunkIsVerifiedBeforeItsAudit) {
+  CacheOptions o = Options();
+  o.verify_when_idle = absl::Milliseconds(200);
+  auto cache = Open(o);
+  const std::string first = RandomBytes(3 * kChunk, 28);
+  const std::string second = RandomBytes(3 * kChunk, 29);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, second);
+  ASSERT_OK(cache->Read(a, 0, first.size()));
+  remote_.HoldOnly(b);
+  remote_.Hold();
+  std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  // The audit waits for the blocked read; the seal does not.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!cache->GetLayerInfo(a)->whole_verified && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(a));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.audited);
+  const int fd = cache->OpenVerifiedBlob(a, 0, first.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  remote_.Release();
+  blocked.join();
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(a)->audited);
+}
+
+// Bodies arrive in pieces of any size; each chunk is hashed piece by piece and written to the
+// data file in page-aligned writes, the unaligned tail of a piece waiting for the next.
+TEST_F(BlobCacheTest, ChunksArrivingInUnalignedPiecesAreServedAndStoredExactly) {
+  constexpr uint64_t kBig = 64 * 1024;
+  const std::string blob = RandomBytes(5 * kBig + 777, 31);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({1000, 4096, 5000, 70000, 1, 12288, 3});
+  const LayerSpec spec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"};
+  {
+    auto cache = Open();
+    ASSERT_OK(cache->RegisterLayer(spec));
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+    EXPECT_TRUE(got == blob);
+    ASSERT_TRUE(Idle(*cache));
+    EXPECT_TRUE(cache->GetLayerInfo(d)->audited);  // the file hashes to the layer digest
+  }
+  remote_.ResetCounters();
+  auto cache = Open();  // the data file is what a restart serves
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string again, cache->Read(d, 0, blob.size()));
+  EXPECT_TRUE(again == blob);
+  EXPECT_EQ(remote_.bytes_served(), 0u);
+}
+
+TEST_F(BlobCacheTest, AChunkThatFailsVerificationAfterArrivingInPiecesIsNeverServed) {
+  constexpr uint64_t kBig = 64 * 1024;
+  const std::string blob = RandomBytes(3 * kBig, 32);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({3000, 65536, 777});
+  remote_.CorruptByte(d, kBig + 5);
+  auto cache = Open();
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"}));
+  EXPECT_THAT(cache->Read(d, kBig, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 1 of layer")));
+  ASSERT_OK_AND_ASSIGN(std::string first, cache->Read(d, 0, kBig));
+  EXPECT_TRUE(first == blob.substr(0, kBig));
+}
+
+TEST_F(BlobCacheTest, WithTheAuditOffALayerIsSealedAndNeverRehashed) {
+  CacheOptions o = Options();
+  o.audit = false;
+  auto cache = Open(o);
+  // A chunk index that matches every chunk of a layer whose digest it does not match: only
+  // the audit could tell.
+  const std::string blob = RandomBytes(4 * kChunk, 30);
+  Digest lie = Digest::Of("not these bytes either");
+  remote_.AddBlobAs(lie, blob);
+  LayerSpec spec;
+  spec.digest = lie;
+  spec.size = blob.size();
+  spec.index = MakeIndex(lie, blob, kChunk);
+  spec.model_ref = "m";
+  ASSERT_OK(cache->RegisterLayer(spec));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(lie, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(lie));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.audited);
+  EXPECT_FALSE(info.quarantined);
+  EXPECT_EQ(cache->stats().verification_failures, 0u);
 }
 
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
@@ -914,7 +1011,7 @@ TEST_F(BlobCacheTest, TheAuditAfterTheLoadLeavesNoSecondCopyBehind) {
   Digest d = AddChunked(*cache, blob);
   ASSERT_OK(cache->Read(d, 0, blob.size()));
   ASSERT_TRUE(Idle(*cache));
-  ASSERT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  ASSERT_TRUE(cache->GetLayerInfo(d)->audited);
   EXPECT_EQ(CountResident(ResidentPages(dir_.Join("cache"), d, 0, blob.size())), 0u);
 }
 
@@ -1094,6 +1191,27 @@ class DiskFullTest : public BlobCacheTest {
   }
   std::atomic<bool> full_{true};
 };
+
+// The disk fills up in the middle of a chunk that arrives in pieces: the chunk is served from
+// memory, whole and exact.
+TEST_F(DiskFullTest, AChunkWhoseWriteFailsHalfwayIsServedWholeFromMemory) {
+  constexpr uint64_t kBig = 64 * 1024;
+  CacheOptions o = FullDiskOptions();
+  o.write_data = [](int fd, const char* data, uint64_t n, uint64_t offset) {
+    if (offset % kBig + n > kBig / 2) return ENOSPC;  // the second half of every chunk
+    return pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n) ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(4 * kBig, 61);
+  Digest d = Digest::Of(blob);
+  remote_.AddBlob(blob);
+  remote_.SetPieceSizes({5000, 12288, 999});
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kBig), VerifyMode::kChunk, "m1"}));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_TRUE(got == blob);
+  EXPECT_TRUE(cache->disk_full());
+}
 
 TEST_F(DiskFullTest, VerifiedBytesAreServedWithoutBeingCached) {
   auto cache = Open(FullDiskOptions());

@@ -144,6 +144,33 @@ class FakeRemote : public RemoteBlobSource {
     bytes_ = 0;
   }
 
+  // StreamRange hands bodies to the cache in pieces of these sizes, in turn, as a socket does
+  // (empty: all at once).
+  void SetPieceSizes(std::vector<size_t> sizes) {
+    absl::MutexLock lock(&mu_);
+    piece_sizes_ = std::move(sizes);
+  }
+
+  absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
+                           absl::Time deadline,
+                           const std::function<absl::Status(absl::string_view)>& sink) override {
+    absl::StatusOr<std::string> bytes = FetchRange(blob, offset, length, deadline);
+    if (!bytes.ok()) return bytes.status();
+    std::vector<size_t> sizes;
+    {
+      absl::MutexLock lock(&mu_);
+      sizes = piece_sizes_;
+    }
+    if (sizes.empty()) return sink(*bytes);
+    absl::string_view rest(*bytes);
+    for (size_t i = 0; !rest.empty(); ++i) {
+      const size_t n = std::min(rest.size(), std::max<size_t>(1, sizes[i % sizes.size()]));
+      if (absl::Status s = sink(rest.substr(0, n)); !s.ok()) return s;
+      rest.remove_prefix(n);
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
                                          absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
@@ -193,6 +220,7 @@ class FakeRemote : public RemoteBlobSource {
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Request> log_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<size_t> piece_sizes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace modelfs::testing

@@ -19,6 +19,7 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(c.prefetch, "headers");
   EXPECT_EQ(c.containerd_address, "/run/containerd/containerd.sock");
   EXPECT_TRUE(c.drop_served_pages);
+  EXPECT_TRUE(c.audit);
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
@@ -40,6 +41,7 @@ max_size_gib = 200
 prefetch = "all"
 read_deadline_s = 12.5
 drop_served_pages = false
+audit = false
 [fuse]
 allow_other = false
 insecure_stream = true
@@ -61,6 +63,7 @@ direct_io = false
   EXPECT_FALSE(c.allow_other);
   EXPECT_TRUE(c.insecure_stream);
   EXPECT_FALSE(c.drop_served_pages);
+  EXPECT_FALSE(c.audit);
   EXPECT_FALSE(c.passthrough);
   EXPECT_FALSE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
