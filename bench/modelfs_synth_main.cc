@@ -2,9 +2,12 @@
 //   modelfs-synth safetensors DIR [--mib N] [--shard-mib N]
 //   modelfs-synth smollm2-gguf FILE [--sparse]
 //   modelfs-synth tiny-gguf FILE
+//   modelfs-synth llama-gguf FILE [--type f16|q8_0|q4_k] [--layers N | --mib N] [--embedding N]
+//                 [--ffn N] [--heads N] [--kv-heads N] [--vocab N]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <map>
 
 #include "bench/synth_model.h"
 #include "core/formats/synthetic_models.h"
@@ -24,6 +27,23 @@ int main(int argc, char** argv) {
   smol->add_flag("--sparse", sparse, "Leave tensor data as holes (header-only tests)");
   auto* tiny = app.add_subcommand("tiny-gguf", "A small llama GGUF with real bytes (about 4 MB)");
   tiny->add_option("FILE", out)->required();
+  auto* llama = app.add_subcommand(
+      "llama-gguf", "A llama GGUF that llama.cpp loads and runs (about 4 MB at Q8_0)");
+  modelfs::LlamaCppSpec lspec;
+  std::string type_name = "q8_0";
+  uint64_t llama_mib = 0;
+  llama->add_option("FILE", out)->required();
+  llama->add_option("--type", type_name, "Matrix type: f16, q8_0 or q4_k")
+      ->check(CLI::IsMember({"f16", "q8_0", "q4_k"}, CLI::ignore_case))
+      ->default_val("q8_0");
+  auto* layers_opt = llama->add_option("--layers", lspec.layers, "Layers")->default_val(4);
+  llama->add_option("--mib", llama_mib, "Pick the layer count for about this many MiB")
+      ->excludes(layers_opt);
+  llama->add_option("--embedding", lspec.embedding, "Embedding length")->default_val(256);
+  llama->add_option("--ffn", lspec.ffn, "Feed-forward length")->default_val(768);
+  llama->add_option("--heads", lspec.heads, "Attention heads")->default_val(8);
+  llama->add_option("--kv-heads", lspec.kv_heads, "Key/value heads")->default_val(4);
+  llama->add_option("--vocab", lspec.vocab, "Vocabulary size (at least 259)")->default_val(512);
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
@@ -38,6 +58,17 @@ int main(int argc, char** argv) {
     status = r.status();
   } else if (smol->parsed()) {
     status = modelfs::WriteSmolLm2Q8Gguf(out, sparse);
+  } else if (llama->parsed()) {
+    const std::map<std::string, uint32_t> types = {{"f16", 1}, {"q8_0", 8}, {"q4_k", 12}};
+    std::string lower = type_name;
+    for (char& c : lower) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+    lspec.weight_type = types.at(lower);
+    if (llama_mib > 0) {
+      auto layers = modelfs::LlamaCppLayersForSize(lspec, llama_mib << 20);
+      status = layers.status();
+      if (layers.ok()) lspec.layers = *layers;
+    }
+    if (status.ok()) status = modelfs::WriteLlamaCppGguf(out, lspec);
   } else {
     status = modelfs::WriteTinyLlamaGguf(out);
   }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Configures and builds modelfs with clang (so the libFuzzer targets build too) into ./build.
+# Configures and builds modelfs with clang (so the libFuzzer targets build too) into ./build,
+# warnings as errors (MODELFS_WERROR, off in a plain cmake build).
 # Usage: scripts/build.sh [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" "$@"
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+    -DMODELFS_WERROR=ON "$@"
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -7,15 +7,29 @@
 #   and read back: .modelinfo.json printed, a weight file verified against the source.
 # Installs what it needs and builds modelfs first. Everything runs in a temporary directory
 # and is stopped (by PID) and unmounted at the end.
-# Usage: sudo scripts/demo.sh [--mib N]   (size of the generated model, default 64)
+# Usage: scripts/demo.sh [--mib N]   (size of the generated model, default 64)
+# As root, or as a user with sudo: it needs root (containerd, FUSE and overlay mounts), and
+# re-runs itself under sudo when started as another user. The output is a few lines per step;
+# apt's, npm's and the build's go to log files, named on the way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "demo: run as root (containerd, FUSE and overlay mounts)" >&2; exit 2; }
+  echo "demo: not root; re-running under sudo"
+  exec sudo env BUILD_DIR="${BUILD_DIR:-build}" "$PWD/scripts/demo.sh" "$@"
+fi
 MIB=64
 [ "${1:-}" = "--mib" ] && MIB=${2:?}
-[ "$(id -u)" -eq 0 ] || { echo "demo: run as root (containerd, FUSE and overlay mounts)" >&2; exit 2; }
 
+echo "== installing what is missing (scripts/install-deps.sh)"
 ./scripts/install-deps.sh
-./scripts/build.sh >/dev/null
+BUILD_LOG=/tmp/modelfs-demo-build.log
+echo "== building modelfs into ${BUILD_DIR:-build} (log: $BUILD_LOG)"
+if ! ./scripts/build.sh >"$BUILD_LOG" 2>&1; then
+  echo "demo: the build failed; the end of $BUILD_LOG:" >&2
+  tail -n 30 "$BUILD_LOG" >&2
+  exit 1
+fi
 BIN=$PWD/${BUILD_DIR:-build}
 MODELFS=$BIN/cmd/modelfs
 SNAPSHOTTER=$BIN/cmd/modelfs-snapshotter

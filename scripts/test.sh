@@ -5,10 +5,22 @@
 # scripts/tsan.sh). TSAN=0 leaves the ThreadSanitizer run out.
 # Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit   (the args apply to the
 # ordinary tree; the tsan run is always the whole label)
+# As root, or as a user with sudo: started as another user it re-runs itself under sudo (FUSE,
+# containerd and the package installs need root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "test.sh: run as root (FUSE, containerd, apt)" >&2; exit 2; }
+  echo "test.sh: not root; re-running under sudo"
+  exec sudo env TSAN="${TSAN:-1}" BUILD_DIR="${BUILD_DIR:-build}" \
+    TSAN_BUILD_DIR="${TSAN_BUILD_DIR:-build-tsan}" CI="${CI:-}" "$PWD/scripts/test.sh" "$@"
+fi
 ./scripts/install-deps.sh
 ./scripts/build.sh
+# Debian's gcc 12 accepts every translation unit, warnings as errors (GCC_CHECK=0 skips it).
+if [ "${GCC_CHECK:-1}" != 0 ]; then
+  ./scripts/gcc-check.sh "${BUILD_DIR:-build}"
+fi
 # FUSE tests need the device node and the kernel module; say so plainly when they are missing.
 [ -e /dev/fuse ] || echo "test.sh: warning: /dev/fuse is missing; FUSE tests will fail" >&2
 rc=0

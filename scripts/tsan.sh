@@ -34,6 +34,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # -O1: TSan's advice (fast enough, exact stacks); about a quarter less compile time than -O2.
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
-    -DMODELFS_TSAN=ON -DMODELFS_ABSL_SOURCE_DIR="$src" "$@"
+    -DMODELFS_TSAN=ON -DMODELFS_WERROR=ON -DMODELFS_ABSL_SOURCE_DIR="$src" "$@"
 fi
 cmake --build "$BUILD_DIR" --target modelfs_tsan_tests -j "$JOBS"

@@ -2,6 +2,8 @@
 #include "snapshotter/content_store_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <utility>
@@ -33,6 +35,21 @@ class GrpcContentStore final : public ContentStore {
                                      grpc::InsecureChannelCredentials())),
         stub_(api::Content::NewStub(channel_)),
         images_(images_api::Images::NewStub(channel_)) {}
+
+  absl::Status CheckReachable(absl::Duration timeout) override {
+    auto unreachable = [&](const std::string& why) {
+      return absl::UnavailableError(absl::StrCat(
+          "containerd_address \"", socket_path_, "\" does not reach containerd (", why,
+          "); set containerd_address in the snapshotter's config to containerd's [grpc] address"));
+    };
+    struct stat st;
+    if (stat(socket_path_.c_str(), &st) != 0) return unreachable(strerror(errno));
+    if (!S_ISSOCK(st.st_mode)) return unreachable("not a unix socket");
+    if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+      return unreachable(absl::StrCat("no connection within ", absl::FormatDuration(timeout)));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) override {
     grpc::ClientContext ctx;

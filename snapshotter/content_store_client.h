@@ -51,6 +51,11 @@ class ContentStore {
   virtual absl::Status Read(const std::string& ns, const Digest& digest, uint64_t offset,
                             uint64_t length, absl::Time deadline,
                             const std::function<absl::Status(std::string_view)>& sink) = 0;
+
+  // OK when containerd answers within `timeout`. Errors: kUnavailable naming the socket and the
+  // containerd_address setting, so a misconfigured daemon says so at once rather than after a
+  // call's full deadline. The default (an in-memory store) is always reachable.
+  virtual absl::Status CheckReachable(absl::Duration timeout) { return absl::OkStatus(); }
 };
 
 // A client of containerd's content API on the unix socket `socket_path` (containerd's

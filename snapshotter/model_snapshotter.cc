@@ -274,7 +274,8 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
                                              PrefetchStart prefetch) {
   for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
   auto serve = [&](const LoadedModel& m) {
-    absl::Status added = tree_->AddModel(name, m.files, m.synthetic);
+    absl::Status added =
+        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
     return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
   };
   ASSIGN_OR_RETURN(LoadedModel loaded, pipeline_->Register(rm, rm.ref.String(), serve, prefetch));
@@ -617,8 +618,10 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
   if (parent.empty()) {
     if (std::optional<ImageVolumeKey> volume = ParseImageVolumeKey(key)) {
       absl::StatusOr<std::vector<Mount>> mounts = PrepareFromContentStore(key, *volume, labels);
+      // Unavailable: containerd_address reaches no containerd, so whether this is a model
+      // cannot be known; an empty volume would hide the misconfiguration.
       if (mounts.ok() || absl::IsDataLoss(mounts.status()) ||
-          absl::IsPermissionDenied(mounts.status())) {
+          absl::IsPermissionDenied(mounts.status()) || absl::IsUnavailable(mounts.status())) {
         return mounts;
       }
       Log(absl::StrCat("image volume ", key, ": not served from containerd's content store (",

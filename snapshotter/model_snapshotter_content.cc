@@ -17,6 +17,9 @@ namespace modelfs::snapshotter {
 
 namespace {
 
+// How long a Prepare waits for containerd's socket to answer before it fails.
+constexpr absl::Duration kContentStoreConnectTimeout = absl::Seconds(1);
+
 std::vector<Mount> ModelBindMount(const std::filesystem::path& dir) {
   return {Mount{"bind", dir.string(), "", {"ro", "rbind"}}};
 }
@@ -39,7 +42,8 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
   absl::StatusOr<LoadedModel> loaded =
       st.ok() ? AssembleModel(rm, *reader_, "whole-layer", lo) : absl::StatusOr<LoadedModel>(st);
   if (loaded.ok()) {
-    st = tree_->AddModel(name, loaded->files, loaded->synthetic);
+    st = tree_->AddModel(name, loaded->files, loaded->synthetic,
+                         ModelOptions{.mtime_sec = loaded->mtime_sec});
     if (absl::IsAlreadyExists(st)) st = absl::OkStatus();
   } else {
     st = loaded.status();
@@ -84,6 +88,12 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
   if (content_reader_ == nullptr) {
     return absl::FailedPreconditionError(
         "containerd_address is not set, so containerd's content store cannot be read");
+  }
+  // Fail this Prepare now, naming the address, rather than wait out a read's deadline and leave
+  // the pod an empty volume (kUnavailable: Prepare returns it, see model_snapshotter.cc).
+  if (absl::Status reach = content_store_->CheckReachable(kContentStoreConnectTimeout);
+      !reach.ok()) {
+    return absl::UnavailableError(absl::StrCat("image volume ", key, ": ", reach.message()));
   }
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, volume));
   RETURN_IF_ERROR(CheckContentModelPolicy(volume));

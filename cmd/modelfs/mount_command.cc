@@ -188,7 +188,8 @@ absl::Status RunForeground(const MountCli& c) {
   std::unique_ptr<FuseMount> mount;
   auto serve = [&](const LoadedModel& m) -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
-                     ModelTree::SingleModel(cache.get(), m.files, m.synthetic));
+                     ModelTree::SingleModel(cache.get(), m.files, m.synthetic,
+                                            ModelOptions{.mtime_sec = m.mtime_sec}));
     FuseMountOptions fo;
     fo.passthrough = c.passthrough;
     fo.direct_io_reads = c.direct_io;

@@ -14,8 +14,11 @@ namespace {
 
 constexpr size_t kQK8_0 = 32;
 constexpr size_t kQK4_0 = 32;
-constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeI8 = 24,
-                   kTypeI16 = 25, kTypeI32 = 26, kTypeI64 = 27, kTypeF64 = 28, kTypeBF16 = 30;
+constexpr size_t kQK_K = 256;  // K-quant super-block
+constexpr size_t kQ4_KBytes = 144;
+constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeQ4_K = 12,
+                   kTypeI8 = 24, kTypeI16 = 25, kTypeI32 = 26, kTypeI64 = 27, kTypeF64 = 28,
+                   kTypeBF16 = 30;
 
 uint64_t LoadLE(const char* p, int bytes) {
   uint64_t v = 0;
@@ -141,6 +144,83 @@ absl::StatusOr<std::string> QuantizeQ4_0(const float* x, size_t n) {
   return out;
 }
 
+namespace {
+// The smallest half >= x (x >= 0, finite), as a float: a scale rounded up never clamps.
+float HalfAtLeast(float x) {
+  uint16_t h = FloatToHalf(x);
+  if (HalfToFloat(h) < x) ++h;
+  return HalfToFloat(h);
+}
+}  // namespace
+
+absl::StatusOr<std::string> QuantizeQ4_K(const float* x, size_t n) {
+  if (n % kQK_K != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Q4_K quantizes whole super-blocks of 256 values, got ", n));
+  }
+  std::string out(n / kQK_K * kQ4_KBytes, '\0');
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    const float* v = x + b * kQK_K;
+    char* y = out.data() + b * kQ4_KBytes;
+    // Per sub-block of 32: an affine map q * step - off over its range (min clamped to <= 0,
+    // as ggml does), with the 8 steps and 8 offsets as 6-bit multiples of d and dmin. Offsets
+    // and steps are rounded up, so every value maps into 0..15 and none is clamped.
+    float range[8], min[8];
+    float max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      float lo = v[32 * j], hi = v[32 * j];
+      for (int l = 1; l < 32; ++l) {
+        lo = std::min(lo, v[32 * j + l]);
+        hi = std::max(hi, v[32 * j + l]);
+      }
+      lo = std::min(lo, 0.0f);
+      range[j] = hi - lo;
+      min[j] = -lo;
+      max_min = std::max(max_min, min[j]);
+    }
+    const float dmin = HalfAtLeast(max_min / 63.0f);
+    float max_scale = 0.0f;
+    for (int j = 0; j < 8; ++j) max_scale = std::max(max_scale, (range[j] + dmin) / 15.0f);
+    const float d = HalfAtLeast(max_scale / 63.0f);
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      const float scale = (range[j] + dmin) / 15.0f;
+      ls[j] = static_cast<uint8_t>(
+          d > 0.0f ? std::clamp(static_cast<int>(std::ceil(scale / d)), 0, 63) : 0);
+      lm[j] = static_cast<uint8_t>(
+          dmin > 0.0f ? std::clamp(static_cast<int>(std::ceil(min[j] / dmin)), 0, 63) : 0);
+    }
+    StoreLE16(y, FloatToHalf(d));
+    StoreLE16(y + 2, FloatToHalf(dmin));
+    uint8_t* sc = reinterpret_cast<uint8_t*>(y + 4);
+    // ggml's get_scale_min_k4 packing: sub-blocks 0..3 in the low 6 bits of bytes 0..7, 4..7
+    // split between the nibbles of bytes 8..11 and the top 2 bits of bytes 0..7.
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        sc[j] = ls[j];
+        sc[j + 4] = lm[j];
+      } else {
+        sc[j + 4] = static_cast<uint8_t>((ls[j] & 0x0f) | ((lm[j] & 0x0f) << 4));
+        sc[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+        sc[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+      }
+    }
+    uint8_t* qs = reinterpret_cast<uint8_t*>(y + 16);
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * ls[j], off = dmin * lm[j];
+      for (int l = 0; l < 32; ++l) {
+        const int q =
+            step > 0.0f
+                ? std::clamp(static_cast<int>(std::lround((v[32 * j + l] + off) / step)), 0, 15)
+                : 0;
+        // Sub-blocks 2k and 2k+1 share 32 bytes: low nibbles, then high nibbles.
+        qs[32 * (j / 2) + l] |= static_cast<uint8_t>(j % 2 == 0 ? q : q << 4);
+      }
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<float>> DequantizeValues(const GgmlType& type, std::string_view bytes,
                                                     size_t n) {
   std::vector<float> out;
@@ -221,11 +301,30 @@ absl::StatusOr<std::vector<float>> DequantizeValues(const GgmlType& type, std::s
       }
       return out;
     }
+    case kTypeQ4_K: {
+      const size_t blocks = (n + kQK_K - 1) / kQK_K;
+      RETURN_IF_ERROR(need(blocks * kQ4_KBytes));
+      out.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        const char* blk = p + (i / kQK_K) * kQ4_KBytes;
+        const float d = HalfToFloat(static_cast<uint16_t>(LoadLE(blk, 2)));
+        const float dmin = HalfToFloat(static_cast<uint16_t>(LoadLE(blk + 2, 2)));
+        const uint8_t* sc = reinterpret_cast<const uint8_t*>(blk + 4);
+        const size_t j = i % kQK_K / 32, l = i % 32;
+        const int ls = j < 4 ? (sc[j] & 63) : ((sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4));
+        const int lm = j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+        const uint8_t qs = static_cast<uint8_t>(blk[16 + 32 * (j / 2) + l]);
+        const int q = j % 2 == 0 ? (qs & 0x0f) : (qs >> 4);
+        out.push_back(d * static_cast<float>(ls) * static_cast<float>(q) -
+                      dmin * static_cast<float>(lm));
+      }
+      return out;
+    }
     default:
       return absl::UnimplementedError(
           absl::StrCat("decoding ggml type ", type.name, " (id ", type.id,
                        ") is not implemented; peek supports F32, F16, BF16, F64, I8..I64, "
-                       "Q8_0 and Q4_0"));
+                       "Q8_0, Q4_0 and Q4_K"));
   }
 }
 

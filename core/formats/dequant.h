@@ -7,6 +7,8 @@
 //   Q8_0: f16 d, int8 q[32];               x = d * q
 //   Q4_0: f16 d, uint8 qs[16];             x[j] = d * ((qs[j] & 15) - 8),
 //                                          x[j + 16] = d * ((qs[j] >> 4) - 8)
+//   Q4_K: f16 d, f16 dmin, uint8 scales[12], uint8 qs[128] per 256 values: 8 sub-blocks of 32
+//         with 6-bit scale s and min m each; x = d * s * q - dmin * m, q 4 bits
 //
 // Thread safety: pure functions; PeekValues uses the RangeReader it is given.
 #pragma once
@@ -36,15 +38,21 @@ uint16_t FloatToBf16(float f);
 // Errors: kInvalidArgument otherwise.
 absl::StatusOr<std::string> QuantizeQ8_0(const float* x, size_t n);
 absl::StatusOr<std::string> QuantizeQ4_0(const float* x, size_t n);
+// A simple Q4_K encoder (per-sub-block min/max, no error search as ggml's make_qkx2_quants
+// does): its blocks decode with ggml's dequantize_row_q4_K. n must be a multiple of 256.
+absl::StatusOr<std::string> QuantizeQ4_K(const float* x, size_t n);
 inline absl::StatusOr<std::string> QuantizeQ8_0(const std::vector<float>& x) {
   return QuantizeQ8_0(x.data(), x.size());
 }
 inline absl::StatusOr<std::string> QuantizeQ4_0(const std::vector<float>& x) {
   return QuantizeQ4_0(x.data(), x.size());
 }
+inline absl::StatusOr<std::string> QuantizeQ4_K(const std::vector<float>& x) {
+  return QuantizeQ4_K(x.data(), x.size());
+}
 
 // Decodes the first n values of `bytes`, which hold whole blocks of `type`. Supported: F32,
-// F16, BF16, F64, I8, I16, I32, I64, Q8_0, Q4_0.
+// F16, BF16, F64, I8, I16, I32, I64, Q8_0, Q4_0, Q4_K.
 // Errors: kUnimplemented naming the type for other types; kOutOfRange when bytes holds fewer
 // than n values.
 absl::StatusOr<std::vector<float>> DequantizeValues(const GgmlType& type, std::string_view bytes,

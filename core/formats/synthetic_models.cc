@@ -1,5 +1,6 @@
 #include "core/formats/synthetic_models.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -7,13 +8,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/formats/dequant.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
 namespace {
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
 
 uint64_t SplitMix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -58,6 +60,8 @@ absl::StatusOr<std::string> WeightBytes(uint32_t type_id, uint64_t seed, uint64_
       return QuantizeQ8_0(w);
     case kQ4_0:
       return QuantizeQ4_0(w);
+    case kQ4_K:
+      return QuantizeQ4_K(w);
     default:
       return absl::InternalError(absl::StrCat("synthetic weights: no encoder for type ", type_id));
   }
@@ -91,6 +95,44 @@ void SetTokenizer(GgufWriter& w, uint32_t vocab) {
               "{{ message['content'] }}<|im_end|>\n{% endfor %}"
               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   w.SetBool("tokenizer.ggml.add_bos_token", false);
+}
+
+// SentencePiece-style vocabulary (llama.cpp's LLAMA_VOCAB_TYPE_SPM): <unk>, <s>, </s>, the
+// byte-fallback tokens, then "\u2581"-prefixed and bare pieces of letters, all distinct.
+void SetSpmTokenizer(GgufWriter& w, uint32_t vocab) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};  // UNKNOWN, CONTROL, CONTROL
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(absl::StrFormat("<0x%02X>", b));
+    types.push_back(6);  // BYTE
+  }
+  const std::string space = "\xe2\x96\x81";  // U+2581, SentencePiece's word boundary
+  std::vector<std::string> pieces = {space};
+  for (char a = 'a'; a <= 'z'; ++a) {
+    pieces.push_back(space + a);
+    pieces.push_back(std::string(1, a));
+  }
+  for (char a = 'a'; a <= 'z' && tokens.size() + pieces.size() < vocab; ++a) {
+    for (char b = 'a'; b <= 'z'; ++b) {
+      pieces.push_back(space + a + b);
+      pieces.push_back(std::string{a, b});
+    }
+  }
+  for (size_t i = 0; tokens.size() < vocab; ++i) {
+    tokens.push_back(i < pieces.size() ? pieces[i] : absl::StrCat("tok", i));
+    types.push_back(1);  // NORMAL
+  }
+  std::vector<float> scores(vocab, 0.0f);
+  for (uint32_t i = 259; i < vocab; ++i) scores[i] = -static_cast<float>(i - 259);
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetFloat32Array("tokenizer.ggml.scores", scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  w.SetBool("tokenizer.ggml.add_bos_token", true);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
 }
 
 struct LlamaShape {
@@ -149,6 +191,25 @@ uint64_t Elements(const std::vector<uint64_t>& dims) {
   uint64_t n = 1;
   for (uint64_t d : dims) n *= d;
   return n;
+}
+
+absl::Status CheckLlamaCppSpec(const LlamaCppSpec& spec) {
+  const GgmlType* type = FindGgmlType(spec.weight_type);
+  if (type == nullptr ||
+      (spec.weight_type != kF16 && spec.weight_type != kQ8_0 && spec.weight_type != kQ4_K)) {
+    return absl::InvalidArgumentError(absl::StrCat("llama.cpp model: weight type ",
+                                                   spec.weight_type,
+                                                   " is not one of F16 (1), Q8_0 (8), Q4_K (12)"));
+  }
+  const uint32_t row = std::max<uint32_t>(32, type->block_size);
+  if (spec.layers == 0 || spec.heads == 0 || spec.kv_heads == 0 ||
+      spec.embedding % spec.heads != 0 || spec.heads % spec.kv_heads != 0 ||
+      spec.embedding % row != 0 || spec.ffn % row != 0 || spec.ffn == 0 || spec.vocab < 259) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama.cpp model: embedding and ffn must be multiples of ", row, " for ", type->name,
+        ", embedding of heads, heads of kv_heads, layers at least 1 and vocab at least 259"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -227,6 +288,50 @@ absl::StatusOr<GgufWriter> MakeTinyLlamaWriter(const TinyLlamaSpec& spec) {
 absl::Status WriteTinyLlamaGguf(const std::string& path, const TinyLlamaSpec& spec) {
   ASSIGN_OR_RETURN(GgufWriter w, MakeTinyLlamaWriter(spec));
   return w.WriteFile(path);
+}
+
+absl::StatusOr<GgufWriter> MakeLlamaCppWriter(const LlamaCppSpec& spec) {
+  RETURN_IF_ERROR(CheckLlamaCppSpec(spec));
+  const LlamaShape s{spec.layers, spec.embedding, spec.heads,  spec.kv_heads,
+                     spec.ffn,    spec.vocab,     spec.context};
+  // general.file_type as llama.cpp's llama_ftype numbers it.
+  const uint32_t file_type = spec.weight_type == kF16 ? 1 : spec.weight_type == kQ8_0 ? 7 : 15;
+  GgufWriter w;
+  SetLlamaMetadata(w, s,
+                   absl::StrCat("modelfs synthetic llama ", FindGgmlType(spec.weight_type)->name),
+                   file_type);
+  SetSpmTokenizer(w, spec.vocab);
+  w.SetUint32("general.quantization_version", 2);
+  uint64_t stream = 0;
+  for (TensorPlan& t :
+       LlamaTensors(s, kF16, spec.weight_type, spec.weight_type, spec.weight_type)) {
+    const uint64_t elements = Elements(t.dims);
+    RETURN_IF_ERROR(w.AddGeneratedTensor(
+        t.name, t.dims, t.type,
+        [type = t.type, norm = t.norm, elements, seed = spec.seed, st = stream++] {
+          return WeightBytes(type, seed, st, elements, norm);
+        }));
+  }
+  return w;
+}
+
+absl::Status WriteLlamaCppGguf(const std::string& path, const LlamaCppSpec& spec) {
+  ASSIGN_OR_RETURN(GgufWriter w, MakeLlamaCppWriter(spec));
+  return w.WriteFile(path);
+}
+
+absl::StatusOr<uint32_t> LlamaCppLayersForSize(const LlamaCppSpec& spec, uint64_t target_bytes) {
+  LlamaCppSpec one = spec, two = spec;
+  one.layers = 1;
+  two.layers = 2;
+  ASSIGN_OR_RETURN(GgufWriter w1, MakeLlamaCppWriter(one));
+  ASSIGN_OR_RETURN(GgufWriter w2, MakeLlamaCppWriter(two));
+  ASSIGN_OR_RETURN(uint64_t size1, w1.FileSize());
+  ASSIGN_OR_RETURN(uint64_t size2, w2.FileSize());
+  const uint64_t per_layer = size2 - size1;
+  if (target_bytes <= size1) return 1u;
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(UINT32_MAX, 1 + (target_bytes - size1 + per_layer / 2) / per_layer));
 }
 
 }  // namespace modelfs

@@ -1,5 +1,6 @@
 #include "core/model/model_loader.h"
 
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -7,7 +8,9 @@
 #include "core/hub/identity.h"
 #include "core/model/blob_range_reader.h"
 #include "core/model/modelinfo.h"
+#include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
+#include "core/oci/model_time.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
 #include "core/status/status_macros.h"
@@ -87,6 +90,15 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
   LoadedModel out;
   out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   out.verification = verification;
+  {
+    std::optional<Manifest> volume;
+    if (!rm.volume_manifest_json.empty()) {
+      auto parsed = ParseManifest(rm.volume_manifest_json);
+      if (parsed.ok()) volume = std::move(*parsed);
+    }
+    out.mtime_sec =
+        ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model, volume ? &*volume : nullptr);
+  }
   std::set<std::string> seen;
   for (const ModelLayer& l : rm.layers) {
     const Descriptor& d = l.descriptor;

@@ -28,6 +28,8 @@ struct LoadedModel {
   SyntheticFiles synthetic;    // .modelinfo.json
   std::vector<Digest> layers;  // registered with the cache under model_ref = M's digest
   std::string verification;    // "chunk-index", "whole-layer" or "unverified"
+  // The mtime of every file and directory of the model (core/oci/model_time.h).
+  int64_t mtime_sec = 0;
 };
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),

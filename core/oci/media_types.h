@@ -88,6 +88,8 @@ inline constexpr std::string_view kLegacyAnnotationFileMetadata =
 // Used by oras as the file name of a layer.
 inline constexpr std::string_view kAnnotationTitle = "org.opencontainers.image.title";
 inline constexpr std::string_view kAnnotationDescription = "org.opencontainers.image.description";
+// RFC 3339 date and time the image (here: the model, or V) was made.
+inline constexpr std::string_view kAnnotationCreated = "org.opencontainers.image.created";
 
 // --- modelfs ----------------------------------------------------------------------------------
 // The binary chunk index format of docs/chunk-index.md.

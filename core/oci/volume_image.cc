@@ -294,6 +294,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   v.manifest.layers = {v.layer_descriptor};
   v.manifest.subject = info.manifest;
   v.manifest.annotations[std::string(kAnnotationVolumeModel)] = info.manifest.digest.str();
+  if (!input.created.empty()) {
+    v.manifest.annotations[std::string(kAnnotationCreated)] = input.created;
+  }
   v.manifest.annotations[std::string(kAnnotationDescription)] =
       absl::StrCat("modelfs volume image for ", info.repository, "@", info.manifest.digest.str());
   v.manifest_json = SerializeManifest(v.manifest);

@@ -85,6 +85,9 @@ struct VolumeImageInput {
   std::vector<ChunkIndex> chunk_indexes;
   std::string architecture = "amd64";
   std::string os = "linux";
+  // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
+  // so the same M always gives the same V).
+  std::string created;
 };
 
 struct VolumeImage {

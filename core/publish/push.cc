@@ -2,7 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +24,7 @@
 #include "core/io/range_reader.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
+#include "core/oci/model_time.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
@@ -316,14 +320,40 @@ std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given
                       : "latest-volume";
 }
 
+// When the model was made: $SOURCE_DATE_EPOCH when set (reproducible builds' convention), else the
+// newest modification time of its files. Not the time of the push, so pushing the same files
+// again gives the same M and V.
+absl::StatusOr<std::string> CreatedAtOf(const std::vector<InputFile>& files) {
+  if (const char* epoch = getenv("SOURCE_DATE_EPOCH"); epoch != nullptr && *epoch != '\0') {
+    int64_t seconds = 0;
+    if (!absl::SimpleAtoi(epoch, &seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SOURCE_DATE_EPOCH='", epoch, "' is not a number of seconds"));
+    }
+    return FormatRfc3339Seconds(seconds);
+  }
+  int64_t newest = 0;
+  for (const InputFile& f : files) {
+    struct stat st;
+    if (stat(f.path.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat(f.path, ": ", strerror(errno)));
+    }
+    newest = std::max<int64_t>(newest, st.st_mtim.tv_sec);
+  }
+  return FormatRfc3339Seconds(newest);
+}
+
 // Builds V for M (which lives at `model_repository`, "registry/repo"), pushes it into `repo`
 // through `client`, and links V to M through the referrers fallback tag there.
 absl::Status PushVolume(RegistryClient& client, const std::string& model_repository,
                         const std::string& repo, const Descriptor& model_desc,
                         const Manifest& model, std::vector<ChunkIndex> indexes,
-                        const std::string& volume_tag, const std::string& path_prefix, Uploader& up,
-                        PushResult& result) {
+                        const std::string& volume_tag, const std::string& path_prefix,
+                        const ModelPackConfig* config, Uploader& up, PushResult& result) {
   VolumeImageInput vin;
+  // V carries M's own time; for an M without one (some other tool's), none, so that converting
+  // the same M again gives the same V.
+  vin.created = ModelCreatedAt(config, model).value_or("");
   vin.model_manifest = model_desc;
   vin.model = model;
   vin.repository = model_repository;
@@ -416,6 +446,9 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
 
   ApplyIdentity(identity, config, annotations);
+  if (!config.descriptor.created_at.has_value()) {
+    ASSIGN_OR_RETURN(config.descriptor.created_at, CreatedAtOf(files));
+  }
   result.identity = IdentityFromArtifact(&config, annotations);
   if (lock.has_value()) result.lock = (fs::path(lock_dir) / std::string(kLockFileName)).string();
 
@@ -508,7 +541,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   }
   result.model_tag = ref.tag();
   RETURN_IF_ERROR(PushVolume(client, result.repository, repo, result.model, m, std::move(indexes),
-                             DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, up, result));
+                             DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, &config, up,
+                             result));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -576,7 +610,8 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(ref, "");
   RETURN_IF_ERROR(PushVolume(client, result.repository, rm.repository, rm.model_descriptor,
-                             rm.model, std::move(indexes), tag, o.path_prefix, up, result));
+                             rm.model, std::move(indexes), tag, o.path_prefix,
+                             rm.config ? &*rm.config : nullptr, up, result));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -601,7 +636,7 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
   if (tag.empty()) tag = DefaultVolumeTag(source_ref, "");
   RETURN_IF_ERROR(PushVolume(target, absl::StrCat(rm.registry, "/", rm.repository),
                              target_repository, rm.model_descriptor, rm.model, std::move(indexes),
-                             tag, o.path_prefix, up, result));
+                             tag, o.path_prefix, rm.config ? &*rm.config : nullptr, up, result));
   result.bytes_uploaded = target.stats().bytes_sent;
   return result;
 }

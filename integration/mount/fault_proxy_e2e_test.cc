@@ -436,7 +436,9 @@ TEST_F(FaultProxyE2eTest, WholeLayerModeSurvivesResetsAndTruncationsOfTheFirstAn
   EXPECT_GT(ReadUntilRight(env->weights, 1), 0);
   ASSERT_OK(proxy_->SetBlobFault(BlobFault::kTruncate, /*first=*/1));
   for (const auto& [rel, bytes] : env->files) {
-    if (rel != env->weights) EXPECT_GT(ReadUntilRight(rel, 1), 0) << rel;
+    if (rel != env->weights) {
+      EXPECT_GT(ReadUntilRight(rel, 1), 0) << rel;
+    }
   }
   EXPECT_EQ(Stat("blob_faults"), 2);
 }

@@ -572,6 +572,31 @@ TEST_F(MountE2eTest, WithTheReadPathSwitchesOffEveryFileStillEqualsTheSource) {
 }
 
 // 6. Mount options and permissions.
+// Every node shows the model's creation time: `modelfs push` records the newest mtime of the
+// pushed files as M's createdAt (and V's created annotation), the same on every mount.
+TEST_F(MountE2eTest, EveryFileAndDirectoryShowsTheModelsCreationTimeOnEveryMount) {
+  int64_t newest = 0;
+  for (const auto& [rel, digest] : env->big.digests) {
+    struct stat st;
+    ASSERT_EQ(stat((env->big.dir + "/" + rel).c_str(), &st), 0) << rel;
+    newest = std::max<int64_t>(newest, st.st_mtim.tv_sec);
+  }
+  ASSERT_GT(newest, 0);
+  for (int mount = 0; mount < 2; ++mount) {
+    ModelMount* m = Mount(env->big.volume_ref);
+    ASSERT_NE(m, nullptr);
+    std::vector<std::string> paths = {mnt_, InMount(".modelinfo.json")};
+    for (const auto& [rel, digest] : env->big.digests) paths.push_back(InMount(rel));
+    for (const std::string& p : paths) {
+      struct stat st;
+      ASSERT_EQ(stat(p.c_str(), &st), 0) << p;
+      EXPECT_EQ(st.st_mtim.tv_sec, newest) << p << " on mount " << mount;
+      EXPECT_EQ(st.st_ctim.tv_sec, newest) << p << " on mount " << mount;
+    }
+    ASSERT_OK(m->Unmount());
+  }
+}
+
 TEST_F(MountE2eTest, MountIsReadOnlyNosuidNodevWithRootOwnedReadOnlyModes) {
   ASSERT_NE(Mount(env->big.volume_ref), nullptr);
   std::optional<MountInfoEntry> e = FindMount(mnt_);

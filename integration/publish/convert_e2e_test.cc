@@ -97,7 +97,9 @@ class ConvertTest : public ::testing::Test {
       absl::StatusOr<ProcessResult> r =
           RunModelfs({"convert", "--plain-http", Ref("v1"), "--json"});
       EXPECT_OK(r.status());
-      if (r.ok()) EXPECT_EQ(r->exit_code, 0) << r->err;
+      if (r.ok()) {
+        EXPECT_EQ(r->exit_code, 0) << r->err;
+      }
       convert_ = new nlohmann::json(r.ok() ? ParseJsonOutput(r->out) : nlohmann::json());
     }
     return *convert_;

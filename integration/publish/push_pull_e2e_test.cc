@@ -72,7 +72,9 @@ class PushPullTest : public ::testing::Test {
     std::string dest = tmp.Join("dest").string();
     absl::StatusOr<ProcessResult> pull = RunModelfs({"pull", "--plain-http", ref, dest, "--json"});
     EXPECT_OK(pull.status());
-    if (pull.ok()) EXPECT_EQ(pull->exit_code, 0) << pull->err;
+    if (pull.ok()) {
+      EXPECT_EQ(pull->exit_code, 0) << pull->err;
+    }
     return dest;
   }
 

@@ -23,7 +23,7 @@ using ::modelfs::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kBF16 = 30;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kBF16 = 30;
 
 std::string Le16(const std::vector<uint16_t>& v) {
   std::string out;
@@ -170,6 +170,36 @@ TEST(PeekTest, Q4_0RoundTripIsWithinHalfAStep) {
   }
 }
 
+TEST(PeekTest, Q4_KRoundTripIsWithinHalfAStep) {
+  const std::vector<float> x = SyntheticWeights(11, 3, 8 * 256, 0.1f);
+  ASSERT_OK_AND_ASSIGN(std::string q, QuantizeQ4_K(x));
+  ASSERT_EQ(q.size(), 8u * 144u);
+  GgufWriter w;
+  ASSERT_OK(w.AddTensor("w", {256, 8}, kQ4_K, q));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> y, WriteAndPeek(w, "w", x.size()));
+  ASSERT_EQ(y.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    // A sub-block's step is at most (its range + dmin) / 15 + d (steps are rounded up to a
+    // multiple of d); no value is clamped, so the error is at most half a step.
+    const size_t b = i / 256, sub = i / 32;
+    const float d = HalfToFloat(HalfBitsAt(q, b, 144));
+    const float dmin = HalfToFloat(HalfBitsAt(q.substr(2), b, 144));
+    float lo = 0.0f, hi = x[sub * 32];
+    for (size_t l = 0; l < 32; ++l) {
+      lo = std::min(lo, x[sub * 32 + l]);
+      hi = std::max(hi, x[sub * 32 + l]);
+    }
+    const float step = (hi - lo + dmin) / 15.0f + d;
+    EXPECT_LE(std::fabs(x[i] - y[i]), 0.5f * step + 1e-6f) << i;
+  }
+}
+
+TEST(QuantizeTest, Q4_KRejectsPartialSuperBlocks) {
+  EXPECT_THAT(QuantizeQ4_K(std::vector<float>(255, 0.0f)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("whole super-blocks of 256 values, got 255")));
+}
+
 TEST(PeekTest, Q4_0UsesLowNibblesForTheFirstHalfOfABlock) {
   // d = 2.0; qs[0] = 0x9f: x[0] = 2*(15-8) = 14, x[16] = 2*(9-8) = 2.
   std::string block = Le16({0x4000}) + std::string(16, '\x88');
@@ -233,10 +263,10 @@ TEST(PeekTest, PeekReadsOnlyTheBlocksItNeeds) {
 
 TEST(PeekTest, UnsupportedTypeIsUnimplementedNamingTheType) {
   GgufWriter w;
-  ASSERT_OK(w.AddSparseTensor("w", {256}, kQ4_K));
+  ASSERT_OK(w.AddSparseTensor("w", {256}, kQ6_K));
   EXPECT_THAT(WriteAndPeek(w, "w", 8),
               StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("decoding ggml type Q4_K (id 12) is not implemented")));
+                       HasSubstr("decoding ggml type Q6_K (id 14) is not implemented")));
 }
 
 TEST(PeekTest, MissingTensorIsNotFound) {

@@ -357,7 +357,9 @@ TEST_P(SafetensorsDtypeRoundTrip, WritesAndParsesBitExactly) {
   SafetensorsWriter w;
   ASSERT_OK(w.AddTensor("t", dtype, shape, data));
   ASSERT_OK(w.AddTensor("t.empty", dtype, {3, 0, 5}, ""));
-  if (bits % 8 == 0) ASSERT_OK(w.AddTensor("t.scalar", dtype, {}, data.substr(0, bits / 8)));
+  if (bits % 8 == 0) {
+    ASSERT_OK(w.AddTensor("t.scalar", dtype, {}, data.substr(0, bits / 8)));
+  }
   w.SetMetadata("dtype", dtype);
 
   TempDir dir;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/formats/dequant.h"
@@ -162,6 +163,81 @@ TEST(TinyLlamaTest, VersionTwoIsWrittenOnRequest) {
   ASSERT_OK_AND_ASSIGN(GgufFile f, ParseGguf(*reader));
   EXPECT_EQ(f.version, 2u);
   EXPECT_EQ(f.GetUint("llama.block_count"), 1u);
+}
+
+TEST(LlamaCppModelTest, HasTheKeysLlamaCppsLoaderRequires) {
+  ASSERT_OK_AND_ASSIGN(GgufWriter w, MakeLlamaCppWriter());
+  ASSERT_OK_AND_ASSIGN(std::string bytes, w.Serialize());
+  auto reader = MakeMemoryRangeReader("llama.gguf", bytes);
+  ASSERT_OK_AND_ASSIGN(GgufFile f, ParseGguf(*reader));
+  EXPECT_EQ(f.GetString("general.architecture"), "llama");
+  EXPECT_EQ(f.GetUint("llama.block_count"), 4u);
+  EXPECT_EQ(f.GetUint("llama.embedding_length"), 256u);
+  EXPECT_EQ(f.GetUint("llama.feed_forward_length"), 768u);
+  EXPECT_EQ(f.GetUint("llama.attention.head_count"), 8u);
+  EXPECT_EQ(f.GetUint("llama.attention.head_count_kv"), 4u);
+  EXPECT_EQ(f.GetUint("llama.rope.dimension_count"), 32u);
+  EXPECT_EQ(f.GetString("tokenizer.ggml.model"), "llama");
+  EXPECT_NE(f.Find("llama.attention.layer_norm_rms_epsilon"), nullptr);
+  EXPECT_NE(f.Find("tokenizer.ggml.scores"), nullptr);
+  EXPECT_NE(f.Find("tokenizer.ggml.token_type"), nullptr);
+  EXPECT_EQ(f.GetUint("tokenizer.ggml.bos_token_id"), 1u);
+  EXPECT_EQ(f.GetUint("tokenizer.ggml.eos_token_id"), 2u);
+}
+
+TEST(LlamaCppModelTest, VocabularyHasByteTokensAndDistinctPieces) {
+  ASSERT_OK_AND_ASSIGN(GgufWriter w, MakeLlamaCppWriter());
+  ASSERT_OK_AND_ASSIGN(std::string bytes, w.Serialize());
+  auto reader = MakeMemoryRangeReader("llama.gguf", bytes);
+  ASSERT_OK_AND_ASSIGN(GgufFile f, ParseGguf(*reader));
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  const auto& items = std::get<GgufArray>(tokens->v).items;
+  ASSERT_EQ(items.size(), 512u);
+  EXPECT_EQ(std::get<std::string>(items[0].v), "<unk>");
+  EXPECT_EQ(std::get<std::string>(items[3 + 0x0A].v), "<0x0A>");
+  EXPECT_EQ(std::get<std::string>(items[259].v), "\xe2\x96\x81");
+  std::set<std::string> distinct;
+  for (const GgufValue& v : items) distinct.insert(std::get<std::string>(v.v));
+  EXPECT_EQ(distinct.size(), 512u);
+}
+
+TEST(LlamaCppModelTest, MatricesAreInTheRequestedType) {
+  for (const auto& [type_id, name] :
+       std::vector<std::pair<uint32_t, std::string>>{{1, "F16"}, {8, "Q8_0"}, {12, "Q4_K"}}) {
+    LlamaCppSpec spec;
+    spec.weight_type = type_id;
+    spec.layers = 1;
+    ASSERT_OK_AND_ASSIGN(GgufWriter w, MakeLlamaCppWriter(spec));
+    ASSERT_OK_AND_ASSIGN(std::string bytes, w.Serialize());
+    auto reader = MakeMemoryRangeReader("llama.gguf", bytes);
+    ASSERT_OK_AND_ASSIGN(GgufFile f, ParseGguf(*reader));
+    auto by_type = ByType(f);
+    // 7 matrices per layer plus output.weight; token_embd is F16 in every variant.
+    EXPECT_EQ(by_type[name].tensors, type_id == 1 ? 9u : 8u) << name;
+    EXPECT_EQ(by_type["F32"].tensors, 3u) << name;
+    EXPECT_EQ(f.tensors.size(), 12u) << name;
+  }
+}
+
+TEST(LlamaCppModelTest, RejectsAQ4_KRowThatIsNotAWholeSuperBlock) {
+  LlamaCppSpec spec;
+  spec.weight_type = 12;
+  spec.embedding = 128;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  EXPECT_THAT(MakeLlamaCppWriter(spec).status(),
+              ::modelfs::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("multiples of 256 for Q4_K")));
+}
+
+TEST(LlamaCppModelTest, LayersForSizeLandsNearTheTarget) {
+  LlamaCppSpec spec;
+  ASSERT_OK_AND_ASSIGN(uint32_t layers, LlamaCppLayersForSize(spec, 32ull << 20));
+  spec.layers = layers;
+  ASSERT_OK_AND_ASSIGN(GgufWriter w, MakeLlamaCppWriter(spec));
+  ASSERT_OK_AND_ASSIGN(uint64_t size, w.FileSize());
+  EXPECT_NEAR(static_cast<double>(size), 32.0 * (1 << 20), 0.6 * 1024 * 1024);
 }
 
 TEST(SyntheticWeightsTest, HaveTheRequestedSpread) {

@@ -74,7 +74,9 @@ TEST_F(FetchTest, PinnedFetchDownloadsTheDefaultFilesAndWritesTheLock) {
               ElementsAre("README.md", "config.json", "generation_config.json", "model.safetensors",
                           "modelfs.lock.json", "tokenizer.json", "tokenizer_config.json"));
   for (const auto& [path, bytes] : files_) {
-    if (fs::exists(out / path)) EXPECT_EQ(Read(out / path), bytes) << path;
+    if (fs::exists(out / path)) {
+      EXPECT_EQ(Read(out / path), bytes) << path;
+    }
   }
   ASSERT_OK_AND_ASSIGN(LockFile lock, ReadLockFile((out / "modelfs.lock.json").string()));
   EXPECT_EQ(lock.repo, "org/tiny");

@@ -133,6 +133,18 @@ TEST(BuildVolumeImageTest, SameInputGivesTheSameDigest) {
   EXPECT_EQ(a.layer, b.layer);
 }
 
+TEST(BuildVolumeImageTest, CreatedTimeIsTheManifestsCreatedAnnotation) {
+  Fixture f = MakeFixture();
+  f.input.created = "2025-02-10T08:00:00Z";
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_EQ(v.manifest.annotations.at("org.opencontainers.image.created"), "2025-02-10T08:00:00Z");
+}
+
+TEST(BuildVolumeImageTest, NoCreatedTimeLeavesTheAnnotationOut) {
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(MakeFixture().input));
+  EXPECT_EQ(v.manifest.annotations.count("org.opencontainers.image.created"), 0u);
+}
+
 TEST(BuildVolumeImageTest, RefusesAChunkIndexForNoLayerOfTheModel) {
   Fixture f = MakeFixture();
   f.input.chunk_indexes.push_back(BuildChunkIndex("unrelated", k64K));

@@ -4,6 +4,8 @@
 // model, a layer whose bytes do not match, Remove, and a restart that registers the model
 // again.
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -61,10 +63,15 @@ class ContentSnapshotTest : public ::testing::Test {
     snapshotter_.reset();
   }
 
-  absl::Status Open() {
+  // containerd_address: when set, the daemon's own client of that socket instead of store_.
+  absl::Status Open(const std::string& containerd_address = "") {
     ModelSnapshotterOptions o;
     o.root = tmp_.Join("root");
-    o.content_store = &store_;
+    if (containerd_address.empty()) {
+      o.content_store = &store_;
+    } else {
+      o.containerd_address = containerd_address;
+    }
     o.prefetch = PrefetchPolicy::kNone;
     o.log = [this](const std::string& line) { log_ += line + "\n"; };
     absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
@@ -194,6 +201,52 @@ TEST_F(ContentSnapshotTest, AfterARestartTheModelIsRegisteredAgain) {
   EXPECT_EQ(got, DescribeFiles(source_));
   ASSERT_OK(snapshotter_->Remove(key));
   EXPECT_FALSE(fs::exists(ModelDir(m)));
+}
+
+TEST_F(ContentSnapshotTest, AnAddressThatReachesNoContainerdFailsThePrepareNamingIt) {
+  TearDown();
+  const std::string address = tmp_.Join("no-containerd.sock").string();
+  ASSERT_OK(Open(address));
+  const std::string key = VolumeKey(Digest::Of("an artifact containerd pulled"));
+  absl::StatusOr<std::vector<Mount>> mounts = snapshotter_->Prepare(key, "", {});
+  EXPECT_THAT(mounts.status(),
+              modelfs::testing::StatusIs(
+                  absl::StatusCode::kUnavailable,
+                  ::testing::HasSubstr(absl::StrCat("image volume ", key, ": containerd_address \"",
+                                                    address, "\" does not reach containerd"))));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ::testing::IsEmpty());
+}
+
+TEST_F(ContentSnapshotTest, ASocketNobodyListensOnFailsThePrepareNamingIt) {
+  TearDown();
+  // A unix socket that is bound but not listening: connections are refused.
+  const std::string address = tmp_.Join("stale.sock").string();
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  ASSERT_LT(address.size(), sizeof(sa.sun_path));
+  memcpy(sa.sun_path, address.c_str(), address.size() + 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << strerror(errno);
+  ASSERT_OK(Open(address));
+  absl::StatusOr<std::vector<Mount>> mounts =
+      snapshotter_->Prepare(VolumeKey(Digest::Of("another artifact")), "", {});
+  close(fd);
+  EXPECT_THAT(mounts.status(),
+              modelfs::testing::StatusIs(absl::StatusCode::kUnavailable,
+                                         ::testing::HasSubstr("no connection within 1s")));
+}
+
+TEST_F(ContentSnapshotTest, AnOrdinaryImagesVolumeIsPreparedAsBeforeWhateverTheAddress) {
+  TearDown();
+  ASSERT_OK(Open(tmp_.Join("no-containerd.sock").string()));
+  // An image with layers: its volume's snapshot has the image's top layer as parent, and never
+  // asks containerd's content store.
+  ASSERT_OK(snapshotter_->Prepare("layer-active", "", {}).status());
+  ASSERT_OK(snapshotter_->Commit("layer", "layer-active", {}));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts,
+                       snapshotter_->Prepare(VolumeKey(Digest::Of("an image")), "layer", {}));
+  EXPECT_EQ(mounts.size(), 1u);
 }
 
 }  // namespace

@@ -457,7 +457,9 @@ TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsF
   labels[kLabelCriManifestDigest] = v_digest;
 
   auto reopen = [&] {
-    if (snapshotter_) ASSERT_OK(snapshotter_->Shutdown());
+    if (snapshotter_) {
+      ASSERT_OK(snapshotter_->Shutdown());
+    }
     snapshotter_.reset();
     ModelSnapshotterOptions o;
     o.root = tmp_.Join("root");
