@@ -111,10 +111,9 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   if (const toml::node* n = root.get("cache")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "cache", "must be a table");
-    if (absl::Status st =
-            CheckKeys(*t,
-                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit"},
-                      source, "cache.");
+    if (absl::Status st = CheckKeys(
+            *t, {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit"},
+            source, "cache.");
         !st.ok()) {
       return st;
     }
