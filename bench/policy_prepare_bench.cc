@@ -117,10 +117,9 @@ int Run(int rounds) {
   {
     std::vector<double> gate_cold, gate_kept;
     for (int r = 0; r < rounds * 4; ++r) {
-      snapshotter::PolicyGate gate(policy_path,
-                                   [&](const std::string&) -> absl::StatusOr<SignatureStore*> {
-                                     return &store;
-                                   });
+      snapshotter::PolicyGate gate(
+          policy_path,
+          [&](const std::string&) -> absl::StatusOr<SignatureStore*> { return &store; });
       absl::Time t0 = absl::Now();
       absl::Status first = gate.Check(*image, *digest).status;
       gate_cold.push_back(Ms(t0));
@@ -129,9 +128,10 @@ int Run(int rounds) {
       gate_kept.push_back(Ms(t0));
       if (!first.ok() || !second.ok()) return Fail("gate", first.ok() ? second : first);
     }
-    printf("policy_prepare_bench: PolicyGate::Check alone, %d rounds: first verdict %.3f ms, "
-           "kept %.4f ms (medians)\n",
-           rounds * 4, Median(gate_cold), Median(gate_kept));
+    printf(
+        "policy_prepare_bench: PolicyGate::Check alone, %d rounds: first verdict %.3f ms, "
+        "kept %.4f ms (medians)\n",
+        rounds * 4, Median(gate_cold), Median(gate_kept));
   }
   printf("policy_prepare_bench: %d rounds, medians in ms (registry on loopback)\n", rounds);
   printf("%-10s | %-24s | %-24s | %-14s\n", "mode", "remote Prepare (cold)",

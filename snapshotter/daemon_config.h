@@ -23,11 +23,11 @@ struct DaemonConfig {
   // Registries ("host[:port]") a volume image may send the daemon to for its model, besides
   // the volume image's own registry. Empty: only the volume image's own.
   std::vector<std::string> model_hosts;
-  std::string docker_config;                // credentials; empty: none
+  std::string docker_config;  // credentials; empty: none
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
-  std::string metrics_address;              // "host:port"; empty: no metrics endpoint
-  std::string log_level = "info";           // info | debug
+  std::string metrics_address;     // "host:port"; empty: no metrics endpoint
+  std::string log_level = "info";  // info | debug
   // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
   // artifact); empty: not used.
   std::string containerd_address = "/run/containerd/containerd.sock";

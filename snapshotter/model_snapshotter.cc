@@ -148,29 +148,28 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
-  RETURN_IF_ERROR(s->base_->Walk({absl::StrCat("labels.\"", kLabelRemoteModel, "\"")},
-                                 [&](const SnapshotInfo& info) -> absl::Status {
-                                   auto it = info.labels.find(kLabelRemoteModel);
-                                   if (info.kind != SnapshotKind::kCommitted ||
-                                       it == info.labels.end()) {
-                                     return absl::OkStatus();
-                                   }
-                                   absl::StatusOr<SnapshotRecord> rec = s->base_->Record(info.name);
-                                   if (!rec.ok()) return absl::OkStatus();
-                                   used[it->second].insert(rec->id);
-                                   auto image = info.labels.find(kLabelCriImageRef);
-                                   auto pinned = info.labels.find(kLabelCriManifestDigest);
-                                   if (image != info.labels.end() && pinned != info.labels.end()) {
-                                     absl::StatusOr<ImageReference> ref =
-                                         ImageReference::Parse(image->second);
-                                     absl::StatusOr<Digest> digest = Digest::Parse(pinned->second);
-                                     if (ref.ok() && digest.ok()) {
-                                       absl::MutexLock lock(&s->mu_);
-                                       s->volume_of_snapshot_[rec->id] = {*ref, *digest};
-                                     }
-                                   }
-                                   return absl::OkStatus();
-                                 }));
+  RETURN_IF_ERROR(
+      s->base_->Walk({absl::StrCat("labels.\"", kLabelRemoteModel, "\"")},
+                     [&](const SnapshotInfo& info) -> absl::Status {
+                       auto it = info.labels.find(kLabelRemoteModel);
+                       if (info.kind != SnapshotKind::kCommitted || it == info.labels.end()) {
+                         return absl::OkStatus();
+                       }
+                       absl::StatusOr<SnapshotRecord> rec = s->base_->Record(info.name);
+                       if (!rec.ok()) return absl::OkStatus();
+                       used[it->second].insert(rec->id);
+                       auto image = info.labels.find(kLabelCriImageRef);
+                       auto pinned = info.labels.find(kLabelCriManifestDigest);
+                       if (image != info.labels.end() && pinned != info.labels.end()) {
+                         absl::StatusOr<ImageReference> ref = ImageReference::Parse(image->second);
+                         absl::StatusOr<Digest> digest = Digest::Parse(pinned->second);
+                         if (ref.ok() && digest.ok()) {
+                           absl::MutexLock lock(&s->mu_);
+                           s->volume_of_snapshot_[rec->id] = {*ref, *digest};
+                         }
+                       }
+                       return absl::OkStatus();
+                     }));
   for (const std::string& name : ListModelRecords(s->models_dir_)) {
     if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
   }

@@ -209,7 +209,7 @@ class BlobCache : public BlobReader {
   struct LayerInfo {
     uint64_t size = 0;
     uint64_t chunk_count = 0;
-    uint64_t cached_chunks = 0;  // on disk (verified, or recorded by an earlier process)
+    uint64_t cached_chunks = 0;   // on disk (verified, or recorded by an earlier process)
     bool whole_verified = false;  // sealed: every chunk verified and on disk
     bool audited = false;         // chunk mode: the audit matched the layer digest
     bool quarantined = false;
