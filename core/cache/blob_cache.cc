@@ -766,28 +766,35 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
     s = RecordChunks(layer, gen, all);
   }
-  s = RecordSeal(layer, gen, s, local);
+  if (!s.ok()) Log(s.message());
+  const std::string seal = RecordSeal(layer, gen, s, local);
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
-  layer->whole_verified = true;
-  if (s.ok()) layer->seal = LayerStore::SealOf(layer->fd);
   layer->expected.resize(layer->count());
   for (uint64_t c = 0; c < layer->count(); ++c) {
     memcpy(layer->expected[c].data(), &local[c * 32], 32);
     if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
   }
-  if (synced) {
-    std::vector<uint64_t> all(layer->count());
-    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-    drop = TakeDropsLocked(*layer, all);
-  }
+  drop = MarkVerifiedLocked(*layer, seal, synced);
 }
 
-absl::Status BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                                   absl::Status synced, const std::string& local_index) {
+std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkVerifiedLocked(Layer& layer,
+                                                                         const std::string& seal,
+                                                                         bool flushed) {
+  layer.whole_verified = true;
+  layer.seal = seal;
+  if (!flushed) return {};
+  std::vector<uint64_t> all(layer.count());
+  for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+  return TakeDropsLocked(layer, all);
+}
+
+std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                                  const absl::Status& synced, const std::string& local_index) {
+  if (!synced.ok()) return std::string();
   Layer fields;
   {
     absl::MutexLock lock(&mu_);
@@ -798,33 +805,29 @@ absl::Status BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t
     fields.last_used = layer->last_used;
   }
   // Taken after the flush: nothing writes a verified layer's file again.
-  absl::Status s = std::move(synced);
-  if (s.ok() && layer->gen.load() == gen) {
-    s = journal_.UpsertLayer(RecordOf(fields, true, local_index, LayerStore::SealOf(layer->fd)));
+  std::string seal = LayerStore::SealOf(layer->fd);
+  if (layer->gen.load() != gen) return std::string();
+  absl::Status s = journal_.UpsertLayer(RecordOf(fields, true, local_index, seal));
+  if (!s.ok()) {
+    Log(s.message());
+    return std::string();
   }
-  if (!s.ok()) Log(s.message());
-  return s;
+  return seal;
 }
 
 bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   const uint64_t gen = layer->gen.load();
   // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
   // layer is whole.
-  absl::Status synced = store_.Sync(layer->fd, layer->digest);
-  const bool flushed = synced.ok();
-  absl::Status s = RecordSeal(layer, gen, std::move(synced), "");
+  const absl::Status synced = store_.Sync(layer->fd, layer->digest);
+  if (!synced.ok()) Log(synced.message());
+  const std::string seal = RecordSeal(layer, gen, synced, "");
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
   if (layer->gen.load() != gen || layer->quarantined) return false;
   counters_.sealed_layers++;
-  layer->whole_verified = true;
-  if (s.ok()) layer->seal = LayerStore::SealOf(layer->fd);
-  if (flushed) {
-    std::vector<uint64_t> all(layer->count());
-    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-    drop = TakeDropsLocked(*layer, all);
-  }
+  drop = MarkVerifiedLocked(*layer, seal, synced.ok());
   return true;
 }
 

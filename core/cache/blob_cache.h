@@ -316,9 +316,16 @@ class BlobCache : public BlobReader {
   // a mismatch quarantines it.
   void AuditLayer(const std::shared_ptr<Layer>& layer);
   // Records the layer verified whole (with its local index, if any) and sealed, when
-  // `synced` is OK and `gen` still holds. Returns what went wrong, logged.
-  absl::Status RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::Status synced,
-                          const std::string& local_index);
+  // `synced` (its flush) is OK and `gen` still holds. Returns the seal recorded; "" when none
+  // was (a failure is logged).
+  std::string RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                         const absl::Status& synced, const std::string& local_index);
+  // Marks a layer verified whole with `seal` ("" : not sealed, so no passthrough); once its
+  // file is `flushed`, returns the byte ranges of its served chunks to drop (DropPages).
+  std::vector<std::pair<uint64_t, uint64_t>> MarkVerifiedLocked(Layer& layer,
+                                                                const std::string& seal,
+                                                                bool flushed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
   void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
                           std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1236,9 +1236,9 @@ class DiskFullTest : public BlobCacheTest {
   std::atomic<bool> full_{true};
 };
 
-// The disk fills up in the middle of a chunk that arrives in pieces: the chunk is served from
-// memory, whole and exact.
-TEST_F(DiskFullTest, AChunkWhoseWriteFailsHalfwayIsServedWholeFromMemory) {
+// Chunks arrive in pieces and the disk refuses every chunk's write (a write that reaches past
+// the middle of a chunk fails): each is served from memory, whole and exact.
+TEST_F(DiskFullTest, ChunksArrivingInPiecesOnAFullDiskAreServedWholeFromMemory) {
   constexpr uint64_t kBig = 64 * 1024;
   CacheOptions o = FullDiskOptions();
   o.write_data = [](int fd, const char* data, uint64_t n, uint64_t offset) {
