@@ -41,6 +41,7 @@
 #include "absl/strings/str_split.h"
 #include "core/base/buffer_pool.h"
 #include "fuse/passthrough.h"
+#include "fuse/read_pool.h"
 
 namespace modelfs {
 namespace {
@@ -52,64 +53,6 @@ struct DirHandle {
 };
 
 }  // namespace
-
-// Reads that must wait for the network run here, so that the session's worker threads stay
-// free for cached reads, lookups and listings however many reads are stalled (issue 9 §3:
-// with every worker blocked, a read of cached bytes waited for the stalled ones to time out).
-// Threads are started as needed, up to `max_threads`; beyond that, jobs queue.
-class ReadPool {
- public:
-  explicit ReadPool(unsigned max_threads) : max_threads_(max_threads) {}
-  ~ReadPool() { Stop(); }
-
-  void Submit(std::function<void()> job) {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;  // the request goes unanswered: the connection is going away
-    queue_.push_back(std::move(job));
-    if (idle_ == 0 && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { Run(); });
-    }
-  }
-
-  // Drops queued jobs (their requests stay unanswered: after Detach the kernel resends them to
-  // the next process; after Unmount nobody waits) and waits for running ones, which are
-  // bounded by the cache's read deadline.
-  void Stop() {
-    std::vector<std::thread> threads;
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      queue_.clear();
-      threads.swap(threads_);
-    }
-    for (auto& t : threads) t.join();
-  }
-
- private:
-  void Run() {
-    absl::MutexLock lock(&mu_);
-    while (true) {
-      idle_++;
-      auto ready = [this]()
-                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      idle_--;
-      if (stopping_) return;
-      std::function<void()> job = std::move(queue_.front());
-      queue_.pop_front();
-      mu_.Unlock();
-      job();
-      mu_.Lock();
-    }
-  }
-
-  const unsigned max_threads_;
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-  unsigned idle_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 struct FuseMount::Context {
   std::shared_ptr<ModelTree> tree;
