@@ -2,7 +2,9 @@
 // libfuse's callbacks reach through fuse_req_userdata, and the session they are registered on.
 //   fuse_ops.cc          the libfuse low-level callbacks (lookup, getattr, open with its
 //                        passthrough decision, read, readdir, release, ...) and the session
-//   fuse_adapter.cc      FuseMount's life: Mount, the session loop, Unmount, Adopt, Detach
+//   fuse_adapter.cc      FuseMount's life: Mount, the session loop, Unmount
+//   restart_protocol.cc  serving a connection across a restart: Adopt, Detach, the synthetic
+//                        FUSE_INIT and the resend of requests in flight
 // Not for use outside fuse/.
 #pragma once
 
