@@ -69,7 +69,8 @@ static_assert(sizeof(InitOut) == 64);
 
 absl::StatusOr<uint64_t> AnswerKernelInit(int fd, const FuseMountOptions& o,
                                           const std::string& dir) {
-  // The kernel queued INIT while mounting; never wait for ever all the same.
+  // The kernel queued INIT while mounting; never wait for ever all the same (in real time: this
+  // waits on the kernel, not on a rule a test would drive with a fake clock).
   pollfd p{fd, POLLIN, 0};
   if (poll(&p, 1, 10000) != 1) {
     return absl::UnavailableError(absl::StrCat("mount of ", dir, ": no FUSE_INIT from the kernel"));
@@ -153,6 +154,7 @@ FuseMount::FuseMount(std::string dir, std::shared_ptr<ModelTree> tree,
   ctx_->attr_timeout = options_.attr_timeout_s;
   ctx_->max_read = options_.max_read;
   ctx_->on_read = options_.on_read;
+  ctx_->clock = options_.clock != nullptr ? options_.clock : Clock::Real();
   ctx_->reads = std::make_unique<ReadPool>(std::max(1u, options_.max_background_reads));
 }
 

@@ -250,10 +250,10 @@ void ReplySpans(fuse_req_t req, const std::vector<BlobSpan>& spans) {
 void DoRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   Guarded(req, "read", [&] {
     const Context& ctx = Ctx(req);
-    absl::Time start = ctx.on_read ? absl::Now() : absl::InfinitePast();
+    absl::Time start = ctx.on_read ? ctx.clock->Now() : absl::InfinitePast();
     absl::StatusOr<std::vector<BlobSpan>> spans =
         ctx.tree->ReadSpans(ino, static_cast<uint64_t>(off), static_cast<uint64_t>(size));
-    if (ctx.on_read) ctx.on_read(absl::Now() - start, spans.ok());
+    if (ctx.on_read) ctx.on_read(ctx.clock->Now() - start, spans.ok());
     if (!spans.ok()) return ReplyStatus(req, "read", spans.status());
     ReplySpans(req, *spans);
   });

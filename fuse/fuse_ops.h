@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
 #include "fuse/passthrough.h"
@@ -44,6 +45,7 @@ struct FuseMount::Context {
   double attr_timeout = 0;
   uint32_t max_read = 0;
   std::function<void(absl::Duration, bool)> on_read;
+  Clock* clock = nullptr;                // times on_read; never null once the mount is built
   std::atomic<bool> initialized{false};  // libfuse called init (FUSE_INIT, real or synthetic)
   // Open files and their I/O mode; set before the loop serves.
   std::unique_ptr<OpenFiles> files;

@@ -261,7 +261,8 @@ absl::Status FuseMount::Detach() {
     // block in read(2) on the device; only unmounting or a signal ends that. So: flag the
     // session as exiting and interrupt sem_wait with a signal until the loop notices. It then
     // cancels its workers and returns. (A signal sent just before sem_wait is lost, hence the
-    // repeats.)
+    // repeats.) The repeats are timed in real time, not on FuseMountOptions::clock: they pace
+    // signals to a thread blocked in the kernel, which a fake clock's time would never free.
     absl::Status wake = InstallWakeSignal();
     if (!wake.ok()) return wake;
     fuse_session_exit(session_);
