@@ -262,9 +262,9 @@ int64_t CachedPages(int fd) {
   return static_cast<int64_t>(cs.nr_cache);
 }
 
-// Issue 10: one copy of the weights on the node. A file not served by passthrough is direct_io,
-// so reading it leaves nothing in its page cache (the cache file's pages are the copy); a
-// shared mapping still works. The same read through a cached open fills the page cache.
+// The node should hold one copy of the weights, the cache file's pages. A file not served by
+// passthrough is direct_io, so reading it leaves nothing in its page cache; a shared mapping
+// still works. The same read through a cached open fills the page cache.
 TEST_F(FuseMountTest, ReadsOfADirectIoFileLeaveNoCopyInItsPageCacheAndSharedMmapWorks) {
   for (bool direct : {true, false}) {
     SCOPED_TRACE(direct ? "direct_io reads" : "cached reads");
@@ -636,7 +636,8 @@ class StallingBlobReader : public BlobReader {
   std::atomic<int> waiting_{0};
 };
 
-// Issue 9 §3: however many reads wait on the network, cached reads, stat and readdir answer.
+// However many reads wait on the network, cached reads, stat and readdir answer: the stalled
+// reads wait on the read pool's threads, not on the session's workers.
 TEST_F(FuseMountTest, CachedReadsStatAndReaddirAnswerWhileFortyReadsAreStalled) {
   const std::string slow_bytes = RandomBytes(64 * 4096, 91);
   const Digest slow = reader_.Add(slow_bytes);
