@@ -139,7 +139,8 @@ using RegistryConnector =
 // What a ModelSnapshotter works with. Open builds the real ones from its options; tests pass
 // fakes (mounter, content store, registry) and real ones in a temp dir (metadata store, cache).
 struct ModelSnapshotterParts {
-  // What waits for a model's registration measure their deadlines on. Not owned; never null.
+  // The clock of every deadline the snapshotter sets: waits for a model's registration, calls
+  // to containerd's content store. Not owned; never null.
   Clock* clock = Clock::Real();
   // The FUSE mount of <root>/mnt. Required.
   std::unique_ptr<ModelMounter> mounter;
