@@ -241,6 +241,23 @@ class ModelSnapshotterTest : public ::testing::Test {
     ASSERT_OK(base->Commit(chain, "extract-" + chain, {{kLabelRemoteModel, name}}));
   }
 
+  // Opens after a restart with committed snapshot `chain` served by a model from a registry
+  // whose registration is still going on: its record is there (M as resolved from the content
+  // store, whose reference names the registry "containerd.invalid"), and the registry connector
+  // holds the restorer until release_registry_ is notified. registering_ names the model.
+  void OpenWithAModelStillRegistering(const std::string& chain) {
+    const Digest m = StoreModel();
+    registering_ = ModelName(m);
+    ASSERT_OK_AND_ASSIGN(ResolvedModel rm,
+                         ResolveContentStoreModel(store_, *ParseImageVolumeKey(VolumeKey(m))));
+    ASSERT_OK(SaveModelRecord(root() / "models", registering_, rm));
+    CommitRemoteModelSnapshot(chain, registering_);
+    release_registry_ = std::make_unique<absl::Notification>();
+    ModelSnapshotterOptions o = Options();
+    o.model_wait = absl::Minutes(5);
+    ASSERT_OK(Open(std::move(o)));
+  }
+
   int CountLog(const std::string& needle) {
     absl::MutexLock lock(&log_mu_);
     int n = 0;
@@ -262,6 +279,7 @@ class ModelSnapshotterTest : public ::testing::Test {
   std::unique_ptr<absl::Notification> release_registry_;
   std::string config_json_;
   Digest tar_layer_;
+  std::string registering_;
   std::unique_ptr<ModelSnapshotter> snapshotter_;
   absl::Mutex log_mu_;
   std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
@@ -495,20 +513,8 @@ TEST_F(ModelSnapshotterTest, ASnapshotOfAModelThatCannotBeRegisteredAgainIsKept)
 }
 
 TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringAfterARestartWaitsModelWaitOnTheClock) {
-  // A record as a remote Prepare keeps one, of M as resolved from the content store: its
-  // reference names the registry "containerd.invalid", which the connector is asked for.
-  const Digest m = StoreModel();
-  ASSERT_OK_AND_ASSIGN(ResolvedModel rm,
-                       ResolveContentStoreModel(store_, *ParseImageVolumeKey(VolumeKey(m))));
-  ASSERT_OK(SaveModelRecord(root() / "models", ModelName(m), rm));
-  CommitRemoteModelSnapshot("chain-m", ModelName(m));
-  release_registry_ = std::make_unique<absl::Notification>();
-  ModelSnapshotterOptions o = Options();
-  o.model_wait = absl::Minutes(5);
-  ASSERT_OK(Open(std::move(o)));
-
-  // The restorer now waits in the registry connector, the model marked as registering. The
-  // clock moves on until the View gives up; no real time passes for the 5 minutes.
+  ASSERT_NO_FATAL_FAILURE(OpenWithAModelStillRegistering("chain-m"));
+  // The clock moves on until the View gives up; no real time passes for the 5 minutes.
   std::atomic<bool> done{false};
   std::thread ticker([&] {
     while (!done) {
@@ -520,7 +526,19 @@ TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringAfterARestartWaitsModel
   done = true;
   ticker.join();
   EXPECT_EQ(st, absl::DeadlineExceededError(absl::StrCat(
-                    "model ", ModelName(m), " is still being registered after a restart")));
+                    "model ", registering_, " is still being registered after a restart")));
+}
+
+TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringFailsWhenTheSnapshotterShutsDown) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithAModelStillRegistering("chain-m"));
+  absl::Status st;
+  std::thread user([&] { st = snapshotter_->View("view-m", "chain-m", {}).status(); });
+  // Shutdown wakes the waiter at once, then joins the restorer, which the registry holds.
+  std::thread stopper([&] { EXPECT_OK(snapshotter_->Shutdown()); });
+  user.join();
+  release_registry_->Notify();
+  stopper.join();
+  EXPECT_EQ(st, absl::UnavailableError("snapshotter is shutting down"));
 }
 
 }  // namespace
