@@ -3,6 +3,9 @@ modelfs_fuzzer(safetensors_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/safetensors_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/formats/safetensors.cc
+    ${PROJECT_SOURCE_DIR}/core/formats/safetensors_dtypes.cc
+    ${PROJECT_SOURCE_DIR}/core/formats/safetensors_writer.cc
+    ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
     ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
     ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
     ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc
