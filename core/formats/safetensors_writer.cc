@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/formats/safetensors_dtypes.h"
 #include "core/status/status_macros.h"
+#include "core/text/escape.h"
 #include "core/text/utf8.h"
 
 namespace modelfs {
@@ -27,47 +28,6 @@ using safetensors_internal::ShapeString;
 using safetensors_internal::SizeResult;
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// serde_json's string escaping, so the writer's bytes match the reference serializer's.
-void AppendJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xF]);
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
 
 std::string ErrnoMessage(int err) { return std::strerror(err); }
 
