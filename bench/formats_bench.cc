@@ -35,6 +35,7 @@
 #include "core/formats/safetensors.h"
 #include "core/io/range_reader.h"
 #include "core/oci/digest.h"
+#include "core/text/number_format.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs {
@@ -148,15 +149,6 @@ uint64_t LeU64(const std::string& b) {
   return n;
 }
 
-std::string Commas(uint64_t n) {
-  std::string d = std::to_string(n), out;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0 && (d.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(d[i]);
-  }
-  return out;
-}
-
 std::string Rss(long kib) {
   if (kib < 0) return "n/a";
   return absl::StrFormat("%.2f MiB", kib / 1024.0);
@@ -171,7 +163,7 @@ void PrintRow(const std::string& c, const std::string& parser, const Measurement
                               : "-";
   printf("%-34s %-28s %10.3f %7s %14s %7s %14s\n", c.c_str(), parser.c_str(), m.median_ms,
          ratio.c_str(), Rss(m.peak_rss_delta_kib).c_str(), rss_ratio.c_str(),
-         Commas(m.bytes_read).c_str());
+         WithCommas(m.bytes_read).c_str());
 }
 
 // (a) A Mixtral/DeepSeek-like expert layout: many small tensors, so the header is large.
@@ -277,9 +269,9 @@ int Main(int argc, char** argv) {
     if (f->tensors.size() != static_cast<size_t>(tensors)) Die("wrong tensor count");
     return (*reader)->stats().bytes;
   });
-  const std::string st_label = absl::StrCat("safetensors, ", Commas(tensors), " tensors");
+  const std::string st_label = absl::StrCat("safetensors, ", WithCommas(tensors), " tensors");
   PrintRow(st_label, "modelfs ParseSafetensors", st_ours, st_base);
-  PrintRow(absl::StrCat("  header ", Commas(st_header), " B"), "nlohmann::json::parse (base)",
+  PrintRow(absl::StrCat("  header ", WithCommas(st_header), " B"), "nlohmann::json::parse (base)",
            st_base, st_base);
 
   // (b) GGUF
@@ -320,12 +312,13 @@ int Main(int argc, char** argv) {
     }
     return (*reader)->stats().bytes;
   });
-  const std::string gguf_label = absl::StrCat("GGUF, ", Commas(vocab), "-token tokenizer");
+  const std::string gguf_label = absl::StrCat("GGUF, ", WithCommas(vocab), "-token tokenizer");
   PrintRow(gguf_label, "modelfs ParseGguf", gguf_ours, gguf_base);
-  PrintRow(absl::StrCat("  header ", Commas(gguf_header), " B"), "read + sha256 (base)", gguf_base,
-           gguf_base);
+  PrintRow(absl::StrCat("  header ", WithCommas(gguf_header), " B"), "read + sha256 (base)",
+           gguf_base, gguf_base);
   printf("\ntoken strings array: %s bytes on disk (+ %s scores, %s token types)\n",
-         Commas(tokens_bytes).c_str(), Commas(4ull * vocab).c_str(), Commas(4ull * vocab).c_str());
+         WithCommas(tokens_bytes).c_str(), WithCommas(4ull * vocab).c_str(),
+         WithCommas(4ull * vocab).c_str());
 
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama_load_bench.sh: llama.cpp as the loader (issue 23): the time until a model server built on
+# llama_load_bench.sh: llama.cpp as the loader: the time until a model server built on
 # llama.cpp has loaded a GGUF and evaluated its first token, through modelfs beside the baselines,
 # in one run against a docker-registry on loopback. The model is `modelfs-synth llama-gguf` of
 # each size (llama architecture, embedding 1024, 16 heads, 4 KV heads, FFN 2816, TYPE weights),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # load_bench.sh: the full model load a model server does at start (every weight byte read),
 # through modelfs beside the baselines, in each of several topologies (where the node fetches
-# from), all measured in one run (issues 10 and 20). The model is `modelfs-synth safetensors`
+# from), all measured in one run, so that modelfs and what it replaces are compared on the same
+# machine under the same load. The model is `modelfs-synth safetensors`
 # of each size, pushed with `modelfs push` (M = the ModelPack artifact at :v1, V = the volume
 # image at :v1-volume). Loaders (bench/load_main.cc; LOADERS): `read` (16 MiB read() calls,
 # vLLM eager) and `mmap` (map, parse the safetensors header, copy each tensor out in offset
@@ -805,7 +806,7 @@ for MIB in $SIZES; do
   rm -rf "$STORE_DISK" "$WORK/push"
 done
 echo
-echo "vs init: the better init container / modelfs cold (above 1.00x modelfs is faster; issue 20's" \
+echo "vs init: the better init container / modelfs cold (above 1.00x modelfs is faster; the" \
   "goal >= 1.5x); vs limit: modelfs cold / the node's limit (goal <= 1.5x, <= 1.15x where the wire" \
   "is the limit); CPU-s/GiB: the mount process over the cold load (goal <= 1.5). warm vs disk:" \
   "disk / warm (goal >= 0.9x). drop_caches before every measure:" \

@@ -10,7 +10,7 @@
 #include <map>
 
 #include "bench/synth_model.h"
-#include "core/formats/synthetic_models.h"
+#include "bench/synthetic_models.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"modelfs-synth: generate synthetic models for tests, demos and benchmarks"};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rollout_bench.sh: many nodes, one origin (issue 24). A model rollout starts the same model on N
+# rollout_bench.sh: many nodes, one origin. A model rollout starts the same model on N
 # nodes at once; each node mounts V (`modelfs mount`, its own cache) and reads every file in
 # full (bench/modelfs-load --mode read). Measured three ways for each N, in one run:
 #   no mirror     the nodes read from the origin registry;

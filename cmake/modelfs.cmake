@@ -3,7 +3,7 @@
 
 set(MODELFS_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wno-missing-field-initializers)
 # Clang checks the ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations on shared state
-# (DESIGN.md "Shared state"); with MODELFS_WERROR a violation fails the build.
+# (docs/design.md, "Locks and their order"); with MODELFS_WERROR a violation fails the build.
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND MODELFS_WARNINGS -Wthread-safety)
 endif()

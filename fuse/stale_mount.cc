@@ -78,14 +78,19 @@ bool ServerIsDead(const std::string& dir) {
   return result.get() == ENOTCONN;
 }
 
-// fusermount3 is setuid root: it may detach a user's own FUSE mount where umount2 may not.
+}  // namespace
+
 // Run without a shell, so `dir` is never parsed.
-bool FusermountDetach(const std::string& dir) {
+bool FusermountUnmount(const std::string& dir, bool lazy) {
   pid_t pid = fork();
   if (pid < 0) return false;
   if (pid == 0) {
-    execlp("fusermount3", "fusermount3", "-u", "-z", "--", dir.c_str(),
-           static_cast<char*>(nullptr));
+    if (lazy) {
+      execlp("fusermount3", "fusermount3", "-u", "-z", "--", dir.c_str(),
+             static_cast<char*>(nullptr));
+    } else {
+      execlp("fusermount3", "fusermount3", "-u", "--", dir.c_str(), static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   int status = 0;
@@ -94,8 +99,6 @@ bool FusermountDetach(const std::string& dir) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-}  // namespace
-
 absl::Status DetachStaleMount(const std::string& dir) {
   const std::string point = MountPointPath(dir);
   // Dead mounts may be stacked (each earlier mount died in turn): clear every one, bounded.
@@ -103,7 +106,7 @@ absl::Status DetachStaleMount(const std::string& dir) {
     if (!FuseMountedAtPoint(point) || !ServerIsDead(point)) return absl::OkStatus();
     if (::umount2(point.c_str(), MNT_DETACH) == 0) continue;
     const int err = errno;
-    if (!FusermountDetach(point)) {
+    if (!FusermountUnmount(point, /*lazy=*/true)) {
       return absl::FailedPreconditionError(absl::StrCat(
           dir, ": a dead FUSE mount is still there and cannot be detached (", strerror(err),
           "); run `fusermount3 -u -z ", dir, "` or `umount -l ", dir, "`"));

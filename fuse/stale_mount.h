@@ -24,4 +24,9 @@ absl::Status DetachStaleMount(const std::string& dir);
 // there is live: mounting on it would stack a second mount that hides the first.
 bool FuseMountedAt(const std::string& dir);
 
+// Runs `fusermount3 -u [-z] -- dir` (lazy adds -z) by exec, without a shell, so `dir` is
+// never parsed. fusermount3 is setuid root: it may unmount a user's own FUSE mount where
+// umount2 says EPERM. True when it ran and exited 0.
+bool FusermountUnmount(const std::string& dir, bool lazy);
+
 }  // namespace modelfs

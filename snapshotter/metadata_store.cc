@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/sqlite/sqlite.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs::snapshotter {
@@ -37,83 +38,11 @@ absl::StatusOr<SnapshotKind> ParseKind(const std::string& s) {
   return absl::DataLossError(absl::StrCat("metadata: unknown snapshot kind '", s, "'"));
 }
 
-// A prepared statement that finalizes itself.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  absl::Status status() const {
-    if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("metadata: prepare: ", sqlite3_errmsg(db_)));
-  }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& BindNullable(int i, const std::string& v) {
-    if (v.empty()) {
-      sqlite3_bind_null(stmt_, i);
-      return *this;
-    }
-    return Bind(i, v);
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  // Returns true when a row is available, false when done.
-  absl::StatusOr<bool> Step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return absl::InternalError(absl::StrCat("metadata: step: ", sqlite3_errmsg(db_)));
-  }
-  std::string Text(int col) {
-    const unsigned char* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p),
-                           static_cast<size_t>(sqlite3_column_bytes(stmt_, col)))
-             : std::string();
-  }
-  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
-};
-
-// Rolls back unless Commit() succeeded.
-class Txn {
- public:
-  explicit Txn(sqlite3* db) : db_(db) {}
-  absl::Status Begin() { return Run("BEGIN IMMEDIATE"); }
-  absl::Status Commit() {
-    RETURN_IF_ERROR(Run("COMMIT"));
-    done_ = true;
-    return absl::OkStatus();
-  }
-  ~Txn() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-
- private:
-  absl::Status Run(const char* sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      std::string msg = err ? err : "unknown";
-      sqlite3_free(err);
-      return absl::InternalError(absl::StrCat("metadata: ", sql, ": ", msg));
-    }
-    return absl::OkStatus();
-  }
-  sqlite3* db_;
-  bool done_ = false;
-};
+using Stmt = sqlite::Statement;
+using Txn = sqlite::Transaction;
+// Every mutation reads before it writes: BEGIN IMMEDIATE takes the write lock first, so a
+// second writer waits (busy timeout) instead of failing half way when it tries to upgrade.
+constexpr Txn::Mode kWrite = Txn::Mode::kImmediate;
 
 std::string LabelsToJson(const Labels& labels) {
   nlohmann::json j = nlohmann::json::object();
@@ -322,15 +251,7 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(
   return store;
 }
 
-absl::Status MetadataStore::Exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown";
-    sqlite3_free(err);
-    return absl::InternalError(absl::StrCat("metadata: ", msg));
-  }
-  return absl::OkStatus();
-}
+absl::Status MetadataStore::Exec(const char* sql) { return sqlite::Exec(db_, sql); }
 
 absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
                                                              const std::string& key,
@@ -345,7 +266,7 @@ absl::StatusOr<SnapshotRecord> MetadataStore::CreateSnapshot(SnapshotKind kind,
   RETURN_IF_ERROR(ValidateLabels(key, labels));
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
-  RETURN_IF_ERROR(txn.Begin());
+  RETURN_IF_ERROR(txn.Begin(kWrite));
   {
     Stmt s(db_, "SELECT 1 FROM snapshots WHERE key = ?1");
     RETURN_IF_ERROR(s.status());
@@ -397,7 +318,7 @@ absl::StatusOr<SnapshotInfo> MetadataStore::UpdateInfo(const SnapshotInfo& info,
                                                        const std::vector<std::string>& paths) {
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
-  RETURN_IF_ERROR(txn.Begin());
+  RETURN_IF_ERROR(txn.Begin(kWrite));
   ASSIGN_OR_RETURN(SnapshotInfo current, QueryInfo(db_, info.name));
   if (paths.empty()) {
     current.labels = info.labels;
@@ -437,7 +358,7 @@ absl::StatusOr<int64_t> MetadataStore::CommitActive(const std::string& key, cons
   RETURN_IF_ERROR(ValidateLabels(name, labels));
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
-  RETURN_IF_ERROR(txn.Begin());
+  RETURN_IF_ERROR(txn.Begin(kWrite));
   {
     Stmt s(db_, "SELECT 1 FROM snapshots WHERE key = ?1");
     RETURN_IF_ERROR(s.status());
@@ -467,7 +388,7 @@ absl::StatusOr<int64_t> MetadataStore::CommitActive(const std::string& key, cons
 absl::StatusOr<SnapshotRecord> MetadataStore::Remove(const std::string& key) {
   absl::MutexLock lock(&mu_);
   Txn txn(db_);
-  RETURN_IF_ERROR(txn.Begin());
+  RETURN_IF_ERROR(txn.Begin(kWrite));
   ASSIGN_OR_RETURN(SnapshotRecord rec, QueryRecord(db_, key));
   {
     Stmt s(db_, "SELECT key FROM snapshots WHERE parent = ?1 ORDER BY key LIMIT 1");

@@ -16,6 +16,7 @@
 #include "core/publish/model_ref.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
+#include "core/text/number_format.h"  // WithCommas, for every command's text output
 #include "core/trust/keys.h"
 #include "nlohmann/json.hpp"
 
@@ -100,8 +101,6 @@ std::string RenderRefInspection(const RefInspection& r);
 // the reference); the snapshotter does so only for hosts in its model_hosts.
 RegistryConnector NotingConnector(const ImageReference& volume, RegistryClients& clients);
 
-// 1234567 -> "1,234,567"
-std::string WithCommas(uint64_t n);
 // 1536 -> "1.50 KiB"
 std::string HumanBytes(uint64_t n);
 bool StdoutIsTty();

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "cmd/modelfs/cli.h"
+#include "core/base/clock.h"
 #include "core/hub/fetch.h"
 #include "core/hub/http_hub_client.h"
 #include "core/status/status_macros.h"
@@ -27,12 +27,13 @@ struct FetchCli {
   bool json = false;
 };
 
-// One progress line on stderr, redrawn, only when stdout is a terminal (as pull does).
-FetchProgressFn MakeFetchProgress(bool json) {
+// One progress line on stderr, redrawn at most every 100 ms of `clock`, only when stdout is a
+// terminal (as pull does).
+FetchProgressFn MakeFetchProgress(bool json, Clock* clock = Clock::Real()) {
   if (json || !StdoutIsTty()) return nullptr;
   auto last = std::make_shared<absl::Time>(absl::InfinitePast());
-  return [last](const std::string& path, uint64_t done, uint64_t total) {
-    const absl::Time now = absl::Now();
+  return [last, clock](const std::string& path, uint64_t done, uint64_t total) {
+    const absl::Time now = clock->Now();
     const bool finished = done >= total;
     if (!finished && now - *last < absl::Milliseconds(100)) return;
     *last = now;

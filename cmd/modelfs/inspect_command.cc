@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cmd/modelfs/cli.h"
+#include "cmd/modelfs/inspect_render.h"
+#include "cmd/modelfs/pickle_render.h"
 #include "core/formats/model_inspect.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cmd/modelfs/cli.h"
+#include "cmd/modelfs/memory_render.h"
 #include "core/formats/memory.h"
 #include "core/formats/model_inspect.h"
 #include "core/status/status_macros.h"

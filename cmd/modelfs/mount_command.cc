@@ -23,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "cmd/modelfs/cli.h"
+#include "core/base/clock.h"
 #include "core/cache/blob_cache.h"
 #include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
@@ -217,7 +218,8 @@ absl::Status RunForeground(const MountCli& c) {
   });
   std::thread stats([&] {
     while (!stopping.load()) {
-      for (int i = 0; i < 10 && !stopping.load(); ++i) usleep(100 * 1000);
+      for (int i = 0; i < 10 && !stopping.load(); ++i)
+        Clock::Real()->SleepFor(absl::Milliseconds(100));
       WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded).dump());
     }
   });
@@ -283,8 +285,7 @@ absl::Status RunUmount(const std::string& dir) {
   if (umount2(dir.c_str(), 0) == 0) return absl::OkStatus();
   int err = errno;
   if (err == EPERM) {
-    std::string cmd = absl::StrCat("fusermount3 -u '", dir, "'");
-    if (system(cmd.c_str()) == 0) return absl::OkStatus();
+    if (FusermountUnmount(dir, /*lazy=*/false)) return absl::OkStatus();
   }
   if (err == EINVAL) return absl::InvalidArgumentError(absl::StrCat(dir, ": not a mount point"));
   if (err == EBUSY) {

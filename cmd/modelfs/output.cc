@@ -8,18 +8,6 @@
 
 namespace modelfs::cli {
 
-std::string WithCommas(uint64_t n) {
-  std::string digits = std::to_string(n);
-  std::string out;
-  int count = 0;
-  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    if (count > 0 && count % 3 == 0) out.insert(out.begin(), ',');
-    out.insert(out.begin(), *it);
-    ++count;
-  }
-  return out;
-}
-
 std::string HumanBytes(uint64_t n) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(n);

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "cmd/modelfs/cli.h"
+#include "core/base/clock.h"
 #include "core/publish/model_ref.h"
 #include "core/publish/pull.h"
 #include "core/publish/push.h"
@@ -44,12 +44,13 @@ RegistryAccessOptions AccessOptions(const RegistryFlags& f) {
   return o;
 }
 
-// A one-line progress display on stderr, only when stdout is a terminal.
-ProgressFn MakeProgress(bool json) {
+// A one-line progress display on stderr, only when stdout is a terminal, redrawn at most every
+// 100 ms of `clock`.
+ProgressFn MakeProgress(bool json, Clock* clock = Clock::Real()) {
   if (json || !StdoutIsTty()) return nullptr;
   auto last = std::make_shared<absl::Time>(absl::InfinitePast());
-  return [last](const TransferProgress& p) {
-    absl::Time now = absl::Now();
+  return [last, clock](const TransferProgress& p) {
+    absl::Time now = clock->Now();
     bool done = p.done >= p.total;
     if (!done && now - *last < absl::Milliseconds(100)) return;
     *last = now;

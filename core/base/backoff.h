@@ -23,7 +23,8 @@ bool RetryableCode(absl::StatusCode code);
 
 // A wrong answer from one host (bytes that failed verification, a Content-Range for another
 // range) is not retried like an outage: the chunk it carried is fetched once more, from the next
-// host if there is one, and only a second wrong answer fails the read (issue 23 §5). The status
+// host if there is one, and only a second wrong answer fails the read: one corrupt or misrouted
+// answer (a proxy, a mirror) is not worth an EIO to the reader. The status
 // keeps its code (kDataLoss, kFailedPrecondition) and carries this mark.
 absl::Status MarkBadAnswer(absl::Status status);
 bool IsBadAnswer(const absl::Status& status);

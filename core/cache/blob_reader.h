@@ -1,7 +1,8 @@
 // BlobReader: the one way the filesystem reads layer bytes. Implementations return only
-// verified bytes (see DESIGN.md "Trust chain"); the FUSE layer maps their errors to errno.
+// verified bytes (docs/design.md, "The trust chain"); the FUSE layer maps their errors to errno.
 //
-// Two cheaper ways to the same verified bytes, for the read path (issue 10):
+// Two cheaper ways to the same verified bytes, so that a cold load costs the reader no extra
+// copy of the weights:
 //  - ReadSpans names where the bytes are (a range of an open file, or memory) instead of
 //    copying them, so the FUSE layer can splice them from the page cache to the kernel;
 //  - OpenVerifiedBlob hands out a file that holds a whole blob, every byte verified and sealed

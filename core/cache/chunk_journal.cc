@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/sqlite/sqlite.h"
+#include "core/status/status_macros.h"
 
 namespace modelfs {
 
@@ -13,11 +15,7 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-// Finalizes a prepared statement on every path out.
-struct Statement {
-  sqlite3_stmt* st = nullptr;
-  ~Statement() { sqlite3_finalize(st); }
-};
+using sqlite::Statement;
 
 }  // namespace
 
@@ -67,24 +65,13 @@ absl::Status ChunkJournal::Open(const std::string& path) {
   return s;
 }
 
-absl::Status ChunkJournal::ExecLocked(const std::string& sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return absl::InternalError(
-        absl::StrCat("cache database ", path_, ": ", msg, " (in: ", sql, ")"));
-  }
-  return absl::OkStatus();
-}
+absl::Status ChunkJournal::ExecLocked(const std::string& sql) { return sqlite::Exec(db_, sql); }
 
 bool ChunkJournal::HasColumnLocked(const std::string& table, const std::string& column) {
-  Statement q;
-  const std::string sql = absl::StrCat("PRAGMA table_info(", table, ")");
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &q.st, nullptr) != SQLITE_OK) return false;
-  while (sqlite3_step(q.st) == SQLITE_ROW) {
-    const unsigned char* name = sqlite3_column_text(q.st, 1);
-    if (name != nullptr && column == reinterpret_cast<const char*>(name)) return true;
+  Statement q(db_, absl::StrCat("PRAGMA table_info(", table, ")"));
+  if (!q.status().ok()) return false;
+  for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
+    if (!q.IsNull(1) && q.Text(1) == column) return true;
   }
   return false;
 }
@@ -92,41 +79,33 @@ bool ChunkJournal::HasColumnLocked(const std::string& table, const std::string& 
 absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
   absl::MutexLock lock(&mu_);
   std::map<std::string, LayerRecord> rows;
+  // A row that cannot be read ends the load early: what was read is kept, and what was not is
+  // fetched and verified again, as after a lost journal write.
   {
-    Statement q;
-    if (sqlite3_prepare_v2(db_,
-                           "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
-                           " last_used, seal FROM layers",
-                           -1, &q.st, nullptr) != SQLITE_OK) {
-      return absl::InternalError(absl::StrCat("cache database ", path_, ": ", sqlite3_errmsg(db_)));
-    }
-    while (sqlite3_step(q.st) == SQLITE_ROW) {
+    Statement q(db_,
+                "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
+                " last_used, seal FROM layers");
+    RETURN_IF_ERROR(q.status());
+    for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
       LayerRecord r;
-      r.digest = reinterpret_cast<const char*>(sqlite3_column_text(q.st, 0));
-      r.size = static_cast<uint64_t>(sqlite3_column_int64(q.st, 1));
-      r.chunk_size = static_cast<uint64_t>(sqlite3_column_int64(q.st, 2));
-      r.mode = sqlite3_column_int(q.st, 3);
-      r.whole_verified = sqlite3_column_int(q.st, 4) != 0;
-      if (const void* b = sqlite3_column_blob(q.st, 5)) {
-        r.local_index.assign(static_cast<const char*>(b), sqlite3_column_bytes(q.st, 5));
-      }
-      r.last_used = sqlite3_column_int64(q.st, 6);
-      if (const unsigned char* t = sqlite3_column_text(q.st, 7)) {
-        r.seal = reinterpret_cast<const char*>(t);
-      }
+      r.digest = q.Text(0);
+      r.size = static_cast<uint64_t>(q.Int(1));
+      r.chunk_size = static_cast<uint64_t>(q.Int(2));
+      r.mode = static_cast<int>(q.Int(3));
+      r.whole_verified = q.Int(4) != 0;
+      r.local_index = q.Blob(5);
+      r.last_used = q.Int(6);
+      r.seal = q.Text(7);
       std::string key = r.digest;
       rows[std::move(key)] = std::move(r);
     }
   }
   {
-    Statement q;
-    if (sqlite3_prepare_v2(db_, "SELECT digest, chunk FROM chunks", -1, &q.st, nullptr) !=
-        SQLITE_OK) {
-      return absl::InternalError(absl::StrCat("cache database ", path_, ": ", sqlite3_errmsg(db_)));
-    }
-    while (sqlite3_step(q.st) == SQLITE_ROW) {
-      auto it = rows.find(reinterpret_cast<const char*>(sqlite3_column_text(q.st, 0)));
-      if (it != rows.end()) it->second.chunks.push_back(sqlite3_column_int64(q.st, 1));
+    Statement q(db_, "SELECT digest, chunk FROM chunks");
+    RETURN_IF_ERROR(q.status());
+    for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
+      auto it = rows.find(q.Text(0));
+      if (it != rows.end()) it->second.chunks.push_back(q.Int(1));
     }
   }
   std::vector<LayerRecord> out;
@@ -137,34 +116,27 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
 
 absl::Status ChunkJournal::UpsertLayer(const LayerRecord& r) {
   absl::MutexLock lock(&mu_);
-  Statement q;
-  const char* sql =
-      "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index, last_used,"
-      " seal) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO UPDATE SET size=?2,"
-      " chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6, last_used=?7, seal=?8";
-  if (sqlite3_prepare_v2(db_, sql, -1, &q.st, nullptr) != SQLITE_OK) {
-    return absl::InternalError(absl::StrCat("cache database ", path_, ": ", sqlite3_errmsg(db_)));
-  }
-  sqlite3_bind_text(q.st, 1, r.digest.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(q.st, 2, static_cast<int64_t>(r.size));
-  sqlite3_bind_int64(q.st, 3, static_cast<int64_t>(r.chunk_size));
-  sqlite3_bind_int(q.st, 4, r.mode);
-  sqlite3_bind_int(q.st, 5, r.whole_verified ? 1 : 0);
+  Statement q(db_,
+              "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index,"
+              " last_used, seal) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO"
+              " UPDATE SET size=?2, chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6,"
+              " last_used=?7, seal=?8");
+  RETURN_IF_ERROR(q.status());
+  q.Bind(1, r.digest)
+      .Bind(2, static_cast<int64_t>(r.size))
+      .Bind(3, static_cast<int64_t>(r.chunk_size))
+      .Bind(4, int64_t{r.mode})
+      .Bind(5, int64_t{r.whole_verified ? 1 : 0});
   if (r.local_index.empty()) {
-    sqlite3_bind_null(q.st, 6);
+    q.BindNull(6);
   } else {
-    sqlite3_bind_blob(q.st, 6, r.local_index.data(), static_cast<int>(r.local_index.size()),
-                      SQLITE_TRANSIENT);
+    q.BindBlob(6, r.local_index);
   }
-  sqlite3_bind_int64(q.st, 7, r.last_used);
-  if (r.seal.empty()) {
-    sqlite3_bind_null(q.st, 8);
-  } else {
-    sqlite3_bind_text(q.st, 8, r.seal.c_str(), -1, SQLITE_TRANSIENT);
-  }
-  if (sqlite3_step(q.st) != SQLITE_DONE) {
+  q.Bind(7, r.last_used).BindNullable(8, r.seal);
+  absl::StatusOr<bool> row = q.Step();
+  if (!row.ok() || *row) {
     return absl::InternalError(absl::StrCat("cache database ", path_, ": recording layer ",
-                                            r.digest, ": ", sqlite3_errmsg(db_)));
+                                            r.digest, ": ", q.LastError()));
   }
   return absl::OkStatus();
 }
@@ -174,53 +146,41 @@ absl::Status ChunkJournal::RecordChunks(const std::string& digest,
                                         const std::function<bool()>& still_current) {
   absl::MutexLock lock(&mu_);
   if (!still_current()) return absl::OkStatus();
-  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
-  bool ok = true;
+  // One transaction per batch: one journal sync for many chunks, and a batch lands whole or not
+  // at all. The transaction rolls back on every early return.
+  sqlite::Transaction txn(db_);
+  RETURN_IF_ERROR(txn.Begin());
   {
-    Statement q;
-    if (sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO chunks(digest, chunk) VALUES(?1, ?2)", -1,
-                           &q.st, nullptr) != SQLITE_OK) {
-      std::string msg = sqlite3_errmsg(db_);
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      return absl::InternalError(absl::StrCat("cache database ", path_, ": ", msg));
-    }
+    Statement q(db_, "INSERT OR IGNORE INTO chunks(digest, chunk) VALUES(?1, ?2)");
+    RETURN_IF_ERROR(q.status());
     for (uint64_t c : chunks) {
-      sqlite3_bind_text(q.st, 1, digest.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(q.st, 2, static_cast<int64_t>(c));
-      ok = ok && sqlite3_step(q.st) == SQLITE_DONE;
-      sqlite3_reset(q.st);
+      q.Bind(1, digest).Bind(2, static_cast<int64_t>(c));
+      absl::StatusOr<bool> row = q.Step();
+      if (!row.ok() || *row) {
+        return absl::InternalError(absl::StrCat("cache database ", path_, ": recording chunks of ",
+                                                digest, ": ", q.LastError()));
+      }
+      q.Reset();
     }
   }
-  if (!ok || sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    std::string msg = sqlite3_errmsg(db_);
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    return absl::InternalError(
-        absl::StrCat("cache database ", path_, ": recording chunks of ", digest, ": ", msg));
-  }
-  return absl::OkStatus();
+  return txn.Commit();
 }
 
 void ChunkJournal::Forget(const std::string& digest) {
   absl::MutexLock lock(&mu_);
   for (const char* sql :
        {"DELETE FROM chunks WHERE digest = ?1", "DELETE FROM layers WHERE digest = ?1"}) {
-    Statement q;
-    if (sqlite3_prepare_v2(db_, sql, -1, &q.st, nullptr) != SQLITE_OK) continue;
-    sqlite3_bind_text(q.st, 1, digest.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_step(q.st);
+    Statement q(db_, sql);
+    if (!q.status().ok()) continue;
+    (void)q.Bind(1, digest).Step();
   }
 }
 
 void ChunkJournal::Touch(const std::string& digest, int64_t last_used) {
   absl::MutexLock lock(&mu_);
-  Statement q;
-  if (sqlite3_prepare_v2(db_, "UPDATE layers SET last_used = ?2 WHERE digest = ?1", -1, &q.st,
-                         nullptr) != SQLITE_OK) {
-    return;
-  }
-  sqlite3_bind_text(q.st, 1, digest.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(q.st, 2, last_used);
-  sqlite3_step(q.st);
+  Statement q(db_, "UPDATE layers SET last_used = ?2 WHERE digest = ?1");
+  if (!q.status().ok()) return;
+  (void)q.Bind(1, digest).Bind(2, last_used).Step();
 }
 
 }  // namespace modelfs

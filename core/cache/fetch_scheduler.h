@@ -1,7 +1,8 @@
 // FetchScheduler: the cache's work queue. Jobs (range fetches, whole-layer checks, journal
 // writes) run by priority, lower first, in submission order within a priority, on a pool of
-// threads per registry endpoint: requests hung on one registry never hold up another's
-// (issue 9 §2). A queued job can be promoted when a foreground reader comes to wait for it.
+// threads per registry endpoint, so that requests hung on one registry never take the threads
+// another registry's reads need. A queued job can be promoted when a foreground reader comes to
+// wait for it.
 //
 // Thread safety: all methods are safe to call concurrently. Its mutex is a leaf: callers may
 // hold their own locks when they call in; jobs run with no scheduler lock held.

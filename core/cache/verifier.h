@@ -1,6 +1,6 @@
-// The cache's verifier: the SHA-256 checks that decide which bytes are good (DESIGN.md
-// "Trust chain" 3-5). A chunk is good when it matches its hash in the chunk index (or in the
-// local index of a layer verified whole); a layer is good when its data file hashes to the
+// The cache's verifier: the SHA-256 checks that decide which bytes are good (docs/design.md,
+// "The trust chain", steps 5 to 8). A chunk is good when it matches its hash in the chunk index (or
+// in the local index of a layer verified whole); a layer is good when its data file hashes to the
 // layer digest.
 #pragma once
 

@@ -146,12 +146,6 @@ struct MemoryReport {
 // a non-positive GPU size, utilization outside (0, 1], or overflow.
 absl::StatusOr<MemoryReport> ComputeMemoryReport(const MemoryRequest& request);
 
-// The report as JSON; every byte and token count is a plain JSON integer.
-nlohmann::json MemoryReportToJson(const MemoryReport& report);
-
-// The report as text for a terminal, with thousands separators, e.g.
-//   kv cache f16: 32 layers x 8 KV heads x (128 + 128) dims = 131,072 bytes/token
-//     32,768 tokens x 16 sequence(s) = 68,719,476,736 bytes (64.00 GiB)
-std::string RenderMemoryReport(const MemoryReport& report);
+// The report's JSON and text forms are the CLI's: cmd/modelfs/memory_render.h.
 
 }  // namespace modelfs

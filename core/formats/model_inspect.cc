@@ -14,26 +14,12 @@
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
 #include "core/status/status_macros.h"
+#include "core/text/base_name.h"
 #include "core/text/escape.h"
+#include "core/text/number_format.h"
 
 namespace modelfs {
 namespace {
-
-std::string Commas(uint64_t n) {
-  std::string d = std::to_string(n), out;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0 && (d.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(d[i]);
-  }
-  return out;
-}
-
-std::string BaseName(const std::string& location) {
-  std::string s = location;
-  if (auto q = s.find_first_of("?#"); q != std::string::npos) s.resize(q);
-  auto slash = s.rfind('/');
-  return slash == std::string::npos ? s : s.substr(slash + 1);
-}
 
 // The dtype with the most bytes, optionally only among quantized ones.
 std::string Dominant(const std::map<std::string, DtypeTotals>& by_dtype, bool quantized_only) {
@@ -160,7 +146,7 @@ bool IsQuantizedDtype(const std::string& dtype) {
 }
 
 SniffedFormat SniffFormat(const std::string& name, std::string_view first) {
-  std::string base = BaseName(name);
+  std::string base = LocationBaseName(name);
   if (first.size() >= 4 && first.substr(0, 4) == "GGUF") return SniffedFormat::kGguf;
   if (absl::EndsWith(base, ".index.json")) return SniffedFormat::kShardedIndex;
   if (base == "config.json") return SniffedFormat::kConfigJson;
@@ -183,7 +169,7 @@ absl::StatusOr<InspectedFile> InspectReader(RangeReader& reader) {
   }
   // Both parsers read from offset 0; sniffing reuses nothing, so keep it to the magic check
   // the parsers do anyway and pick by name first.
-  std::string base = BaseName(reader.name());
+  std::string base = LocationBaseName(reader.name());
   bool gguf_name = absl::EndsWith(base, ".gguf");
   bool st_name = absl::EndsWith(base, ".safetensors");
   InspectedFile out;
@@ -209,7 +195,7 @@ absl::StatusOr<InspectedFile> InspectReader(RangeReader& reader) {
 
 absl::StatusOr<InspectedFile> InspectLocation(const std::string& location,
                                               const InspectOptions& options) {
-  if (absl::EndsWith(BaseName(location), ".index.json")) {
+  if (absl::EndsWith(LocationBaseName(location), ".index.json")) {
     ShardedIndexOptions so;
     so.http = options.http;
     so.open = options.open;
@@ -308,7 +294,7 @@ absl::StatusOr<InspectedModel> InspectModel(const std::vector<std::string>& loca
     }
     // A JSON file named on the command line is a config whatever its name
     // (`memory llama31-8b.json`); in a directory only config.json is.
-    const std::string base = BaseName(loc);
+    const std::string base = LocationBaseName(loc);
     if (base == "config.json" ||
         (absl::EndsWith(base, ".json") && !absl::EndsWith(base, ".index.json"))) {
       configs.push_back(loc);
@@ -327,164 +313,13 @@ absl::StatusOr<InspectedModel> InspectModel(const std::vector<std::string>& loca
     ASSIGN_OR_RETURN(m.config, ReadConfigJson(configs.front(), options));
   }
   SummarizeModel(m);
-  if (m.files.empty() && !m.shape && BaseName(configs.front()) != "config.json") {
+  if (m.files.empty() && !m.shape && LocationBaseName(configs.front()) != "config.json") {
     // Only some other JSON file (tokenizer.json, say), read as a config by its extension.
     return absl::InvalidArgumentError(
         absl::StrCat(configs.front(), ": not a model config and no model files given: ",
                      ShapeFromConfigJson(*m.config).status().message()));
   }
   return m;
-}
-
-namespace {
-nlohmann::json DtypesToJson(const std::map<std::string, DtypeTotals>& by_dtype) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : by_dtype) {
-    j[k] = {{"tensors", v.tensors}, {"parameters", v.parameters}, {"bytes", v.bytes}};
-  }
-  return j;
-}
-}  // namespace
-
-nlohmann::json InspectedFileToJson(const InspectedFile& f, bool with_tensors) {
-  nlohmann::json j = {
-      {"location", f.location},
-      {"format", f.format},
-      {"file_size", f.file_size},
-      {"header_bytes", f.header_bytes},
-      {"tensor_bytes", f.tensor_bytes},
-      {"padding_bytes", f.padding_bytes},
-      {"parameters", f.parameters},
-      {"tensor_count", f.tensor_count},
-      {"dtypes", DtypesToJson(f.by_dtype)},
-      {"precision", f.precision},
-      {"quantization", f.quantization},
-      {"metadata_count", f.metadata_count},
-      {"read", {{"requests", f.read_stats.requests}, {"bytes", f.read_stats.bytes}}},
-      {"warnings", f.warnings},
-  };
-  if (f.format == "gguf") {
-    j["gguf_version"] = f.gguf_version;
-    j["architecture"] = f.architecture;
-    j["name"] = f.model_name;
-    j["file_type"] = f.file_type;
-  }
-  j["metadata"] = f.metadata;
-  if (f.shape) j["shape"] = ModelShapeToJson(*f.shape);
-  if (f.sharded) {
-    nlohmann::json shards = nlohmann::json::array();
-    for (const auto& s : f.sharded->shards) {
-      shards.push_back({{"file", s.file},
-                        {"file_size", s.file_size},
-                        {"tensors", s.tensors},
-                        {"parameters", s.parameters},
-                        {"tensor_bytes", s.tensor_bytes}});
-    }
-    j["shards"] = shards;
-    j["declared_total_size"] = f.sharded->declared_total_size
-                                   ? nlohmann::json(*f.sharded->declared_total_size)
-                                   : nlohmann::json(nullptr);
-  }
-  if (with_tensors) {
-    nlohmann::json ts = nlohmann::json::array();
-    for (const auto& t : f.tensors) {
-      ts.push_back({{"name", t.name},
-                    {"dtype", t.dtype},
-                    {"shape", t.shape},
-                    {"parameters", t.elements},
-                    {"bytes", t.bytes},
-                    {"offset", t.offset}});
-    }
-    j["tensors"] = ts;
-  }
-  return j;
-}
-
-nlohmann::json InspectedModelToJson(const InspectedModel& m, bool with_tensors) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : m.files) files.push_back(InspectedFileToJson(f, with_tensors));
-  nlohmann::json j = {{"format", m.format},
-                      {"parameters", m.parameters},
-                      {"tensor_bytes", m.tensor_bytes},
-                      {"dtypes", DtypesToJson(m.by_dtype)},
-                      {"precision", m.precision},
-                      {"quantization", m.quantization},
-                      {"architecture", m.architecture},
-                      {"files", files},
-                      {"warnings", m.warnings}};
-  j["shape"] = m.shape ? ModelShapeToJson(*m.shape) : nlohmann::json(nullptr);
-  return j;
-}
-
-std::string RenderInspectedFile(const InspectedFile& f, bool with_tensors) {
-  // Names, metadata strings and warnings come from the file: escaped so none can forge a line
-  // or drive the terminal.
-  std::ostringstream out;
-  std::string name = EscapeUntrusted(BaseName(f.location));
-  if (f.format == "gguf") {
-    out << name << ": GGUF v" << f.gguf_version << ", " << f.metadata_count << " metadata keys, "
-        << Commas(f.tensor_count) << " tensors, data at byte " << Commas(f.header_bytes) << "\n";
-    out << "model " << (f.architecture.empty() ? "?" : EscapeUntrusted(f.architecture));
-    if (!f.model_name.empty()) out << " '" << EscapeUntrusted(f.model_name) << "'";
-    if (!f.file_type.empty()) out << ", file type " << EscapeUntrusted(f.file_type);
-    out << "\n";
-  } else if (f.format == "safetensors-index") {
-    out << name << ": sharded safetensors, " << f.sharded->shards.size() << " shards, "
-        << Commas(f.tensor_count) << " tensors\n";
-  } else {
-    out << name << ": safetensors, header " << Commas(f.header_bytes) << " bytes, "
-        << Commas(f.tensor_count) << " tensors, " << f.metadata_count << " metadata entries\n";
-  }
-  if (f.shape) {
-    const ModelShape& s = *f.shape;
-    out << "shape " << s.layers << " layers, embedding " << s.hidden << ", " << s.heads
-        << " heads, " << s.kv_heads << " KV heads, head dim " << s.head_dim_k;
-    if (s.context) out << ", context " << Commas(s.context);
-    if (s.vocab) out << ", vocab " << Commas(s.vocab);
-    out << "\n";
-  }
-  out << "params " << Commas(f.parameters) << absl::StrFormat(" (%.1fM)", f.parameters / 1e6)
-      << "\n";
-  out << absl::StrFormat("%-10s %8s %16s %16s %12s\n", "dtype", "tensors", "parameters", "bytes",
-                         "bits/weight");
-  std::vector<std::pair<std::string, DtypeTotals>> rows(f.by_dtype.begin(), f.by_dtype.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
-  auto bits = [](uint64_t bytes, uint64_t params) {
-    return params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
-  };
-  for (const auto& [k, v] : rows) {
-    out << absl::StrFormat("%-10s %8d %16s %16s %12.2f\n", EscapeUntrusted(k), v.tensors,
-                           Commas(v.parameters), Commas(v.bytes), bits(v.bytes, v.parameters));
-  }
-  out << absl::StrFormat("%-10s %8d %16s %16s %12.2f\n", "total", f.tensor_count,
-                         Commas(f.parameters), Commas(f.tensor_bytes),
-                         bits(f.tensor_bytes, f.parameters));
-  out << "file " << Commas(f.file_size) << " bytes = " << Commas(f.header_bytes) << " header + "
-      << Commas(f.tensor_bytes) << " tensors + " << Commas(f.padding_bytes) << " padding\n";
-  if (f.sharded) {
-    if (f.sharded->declared_total_size) {
-      out << "index total_size " << Commas(*f.sharded->declared_total_size) << ", computed "
-          << Commas(f.tensor_bytes) << "\n";
-    }
-  }
-  for (const auto& w : f.warnings) out << "warning: " << EscapeUntrusted(w) << "\n";
-  if (with_tensors) {
-    for (const auto& t : f.tensors) {
-      std::string shape = "[";
-      for (size_t i = 0; i < t.shape.size(); ++i) {
-        shape += (i ? ", " : "") + std::to_string(t.shape[i]);
-      }
-      shape += "]";
-      out << EscapeUntrusted(t.name) << " " << EscapeUntrusted(t.dtype) << " " << shape << " "
-          << Commas(t.bytes) << "\n";
-    }
-  }
-  if (f.read_stats.requests > 0) {
-    out << "read " << Commas(f.read_stats.bytes) << " bytes in " << f.read_stats.requests
-        << " request(s)\n";
-  }
-  return out.str();
 }
 
 absl::StatusOr<std::vector<float>> PeekTensor(RangeReader& reader, const InspectedFile& f,

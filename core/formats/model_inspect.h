@@ -106,12 +106,7 @@ std::string GgufFileTypeName(uint64_t file_type);
 // Whether a dtype name is a block-quantized or sub-byte integer/float format.
 bool IsQuantizedDtype(const std::string& dtype);
 
-nlohmann::json InspectedFileToJson(const InspectedFile& file, bool with_tensors);
-nlohmann::json InspectedModelToJson(const InspectedModel& model, bool with_tensors);
-// Text like:
-//   model.gguf: GGUF v3, 37 metadata keys, 272 tensors, data at byte 1,785,952
-//   dtype  tensors  parameters  bytes  bits/weight ...
-std::string RenderInspectedFile(const InspectedFile& file, bool with_tensors);
+// The JSON and text forms of an inspection are the CLI's: cmd/modelfs/inspect_render.h.
 
 // First n values of a tensor as floats (GGUF: F32, F16, BF16, Q8_0, Q4_0; safetensors: F32,
 // F16, BF16). Errors: kNotFound (no such tensor), kUnimplemented (dtype).

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status/status_macros.h"
+#include "core/text/number_format.h"
 
 namespace modelfs {
 namespace {
@@ -27,16 +28,6 @@ struct Source {
   std::string prefix;    // "text_config." when reading a nested config
   std::string Key(std::string_view key) const { return absl::StrCat(prefix, std::string(key)); }
 };
-
-std::string Commas(uint64_t v) {
-  std::string digits = std::to_string(v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
-}
 
 absl::Status NotANumber(const Source& src, std::string_view key, const json& v) {
   return absl::InvalidArgumentError(absl::StrCat(src.document, ": ", src.Key(key), " is ", v.dump(),
@@ -190,7 +181,7 @@ void FinishShape(ModelShape& s) {
     uint64_t sliding = s.SlidingLayers();
     if (sliding > 0) {
       s.notes.push_back(absl::StrCat(
-          "sliding window of ", Commas(*s.sliding_window), " tokens on ", sliding, " of ",
+          "sliding window of ", WithCommas(*s.sliding_window), " tokens on ", sliding, " of ",
           s.attention_layers,
           " attention layers: the headline KV figure caches the full context in every layer "
           "(as runtimes without window-aware caches do); the windowed figure caps those layers "
@@ -461,7 +452,7 @@ absl::StatusOr<ModelShape> ShapeFromConfigJson(const nlohmann::json& config) {
   auto use_window = cfg.find("use_sliding_window");
   if (window.has_value() && use_window != cfg.end() && use_window->is_boolean() &&
       !use_window->get<bool>()) {
-    s.notes.push_back(absl::StrCat(src.Key("sliding_window"), " ", Commas(*window),
+    s.notes.push_back(absl::StrCat(src.Key("sliding_window"), " ", WithCommas(*window),
                                    " is ignored: use_sliding_window is false"));
     window.reset();
   }

@@ -98,13 +98,10 @@ absl::StatusOr<PickleScan> ScanPickleBytes(std::string_view bytes, std::string_v
 // True when the first bytes look like a zip archive ("PK\3\4") or a pickle (PROTO 0x80).
 bool LooksLikePickleCheckpoint(std::string_view first_bytes);
 
-nlohmann::json PickleScanToJson(const PickleScan& scan);
-// Text like:
-//   pytorch_model.bin: PyTorch zip checkpoint, 1 pickle (archive/data.pkl, 1,234 bytes)
-//   imports:
-//     collections.OrderedDict             allowed     1 call
-//     posix.system (os.system)            DANGEROUS   1 call   at byte 17 (STACK_GLOBAL)
-//   verdict: 1 import outside the allow-list: posix.system
-std::string RenderPickleScan(const PickleScan& scan);
+// The name a global is better known by, for people reading a scan: "posix.system" ->
+// "os.system", "__builtin__.eval" -> "builtins.eval"; "" when it has no other name.
+std::string PickleGlobalAlias(std::string_view module, std::string_view name);
+
+// The JSON and text forms of a scan are the CLI's: cmd/modelfs/pickle_render.h.
 
 }  // namespace modelfs

@@ -4,16 +4,14 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "core/text/base_name.h"
 
 namespace modelfs {
 namespace {
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string LowerBaseName(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return absl::AsciiStrToLower(AV(slash == std::string_view::npos ? path : path.substr(slash + 1)));
-}
+std::string LowerBaseName(std::string_view path) { return absl::AsciiStrToLower(BaseName(path)); }
 
 bool EndsWithAny(std::string_view s, std::initializer_list<std::string_view> suffixes) {
   for (std::string_view x : suffixes) {

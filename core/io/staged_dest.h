@@ -1,6 +1,7 @@
 // StagedDest: a directory tree built next to its destination and moved into it only when it
 // is complete, so that a failure leaves DEST as it was (or absent, with no parent directory
-// the attempt created). pull and fetch both install this way (issue 9 §7).
+// the attempt created). pull and fetch both install this way, so an interrupted download never
+// leaves a half-written model where a loader would find it.
 //
 // Thread safety: not thread-safe; one owner builds and commits it.
 #pragma once

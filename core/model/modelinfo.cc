@@ -10,6 +10,7 @@
 #include "core/formats/memory.h"
 #include "core/formats/safetensors.h"
 #include "core/model/blob_range_reader.h"
+#include "core/text/base_name.h"
 
 namespace modelfs {
 namespace {
@@ -24,11 +25,6 @@ constexpr const char* kKvTypes[] = {"f16", "fp8", "q8_0"};
 // config.json fields that say where a checkpoint came from.
 constexpr const char* kConfigProvenanceKeys[] = {"_name_or_path", "architectures", "model_type",
                                                  "torch_dtype", "transformers_version"};
-
-std::string BaseName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 bool IsModelFileName(const std::string& path) {
   std::string base = BaseName(path);

@@ -9,6 +9,7 @@
 #include "core/oci/oci_json.h"
 #include "core/oci/path_safety.h"
 #include "core/status/status_macros.h"
+#include "core/text/base_name.h"
 
 namespace modelfs {
 
@@ -47,11 +48,6 @@ void PutIf(Json& j, const char* key, const std::vector<std::string>& v) {
 }
 void PutIf(Json& j, const char* key, const std::optional<bool>& v) {
   if (v.has_value()) j[key] = *v;
-}
-
-std::string BaseName(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
 bool EndsWithAny(std::string_view s, std::initializer_list<std::string_view> suffixes) {

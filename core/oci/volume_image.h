@@ -148,7 +148,7 @@ Digest ChainIdOf(const std::vector<Digest>& diff_ids);
 absl::StatusOr<std::vector<Digest>> ParseImageConfigDiffIds(std::string_view config_json);
 
 // What must hold before a snapshotter answers "already exists" for `target` with the model
-// that V's layer A points to (DESIGN.md "The volume image profile"): that answer promises
+// that V's layer A points to (docs/volume-image.md): that answer promises
 // containerd the snapshot holds A's content, so a wrong binding would let one image take over
 // another image's chain ID. Given V's verified manifest and the diff_ids of its verified
 // config:

@@ -2,8 +2,9 @@
 // name from an artifact, a registry's error body, a snapshot key from a gRPC caller), for the
 // CLI's text output and the daemon's log. Without it a name holding "\n" forges a line of
 // output ("verified ...") or of the log, and one holding ESC drives the reader's terminal.
+// AppendJsonString: the other escaping of text written for someone else, a JSON string literal.
 //
-// Thread safety: a pure function.
+// Thread safety: pure functions.
 #pragma once
 
 #include <string>
@@ -19,5 +20,11 @@ namespace modelfs {
 // and a byte that is not part of valid UTF-8 -> "\\xNN". So the result holds no control
 // character, and distinct inputs stay distinct.
 std::string EscapeUntrusted(std::string_view s);
+
+// Appends `s` to `out` as a JSON string literal, quotes included, escaped as serde_json writes
+// it: '"' and '\\' with a backslash; '\b', '\f', '\n', '\r', '\t' by their short escapes;
+// other C0 controls as "\\u00NN"; every other byte as it is (UTF-8 is not checked). Writers
+// that must match a reference serializer byte for byte (the safetensors header) use it.
+void AppendJsonString(std::string& out, std::string_view s);
 
 }  // namespace modelfs

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "bench/synthetic_models.h"
 #include "core/formats/safetensors.h"
-#include "core/formats/synthetic_models.h"
 
 namespace modelfs::testing {
 

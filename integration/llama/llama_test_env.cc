@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "core/formats/synthetic_models.h"
+#include "bench/synthetic_models.h"
 #include "gtest/gtest.h"
 #include "integration/mount/mount_test_env.h"
 #include "tests/testing/status_matchers.h"

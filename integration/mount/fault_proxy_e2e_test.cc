@@ -370,9 +370,9 @@ TEST_P(BlobFaultTest, AFaultOnEveryAnswerIsEioWithinTheDeadlineAndClearingItHeal
   }
 }
 
-// Issue 23 §5: one wrong answer (a flipped byte, a Content-Range for another range) is not an
-// EIO: the chunk is fetched once more within the read, and every file reads right at the first
-// pass. (Every answer wrong is EIO within the deadline: the test above.)
+// One wrong answer (a flipped byte, a Content-Range for another range) is not an EIO: the chunk is
+// fetched once more within the read, and every file reads right at the first pass. (Every answer
+// wrong is EIO within the deadline: the test above.)
 class OneWrongAnswerTest : public FaultProxyE2eTest,
                            public ::testing::WithParamInterface<BlobFault> {};
 

@@ -1,4 +1,4 @@
-// A small rollout (issue 24): two nodes (two `modelfs mount`s of V, each with its own cache)
+// A small rollout: two nodes (two `modelfs mount`s of V, each with its own cache)
 // read the same model in full at once through a cold pull-through cache (docker-registry,
 // Distribution 2.8, with `proxy.remoteurl` = the origin) named as a mirror in hosts.toml. On
 // loopback, unshaped (bench/rollout_bench.sh measures the same with namespaces and shaped links,
@@ -8,8 +8,9 @@
 // origin served at most 1.1x the model's bytes for the whole rollout: the mirror fetched each
 // blob from it once to store it, plus what it had streamed of the node's first request for a
 // blob when the node cut that whole-blob answer (4-9 MB each on loopback, so the model is
-// 256 MiB), and the nodes did not read from the origin around the mirror. Before issue 24 the
-// origin served each node the whole model besides the mirror's copy (about 3x here).
+// 256 MiB), and the nodes did not read from the origin around the mirror. A node that fell back
+// to the origin while the mirror was still filling would have the origin serve each node the
+// whole model besides the mirror's copy (about 3x here), which is what the bound catches.
 // Bytes are counted from the registries' access logs (Distribution logs each answer's size).
 #include <unistd.h>
 

@@ -8,7 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "bench/synth_model.h"
-#include "core/formats/synthetic_models.h"
+#include "bench/synthetic_models.h"
 #include "core/oci/digest.h"
 #include "core/publish/model_ref.h"
 #include "core/status/status_macros.h"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/synthetic_models.h"
 #include "core/formats/gguf_writer.h"
-#include "core/formats/synthetic_models.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {

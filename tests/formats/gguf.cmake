@@ -9,12 +9,7 @@ modelfs_test(ggml_types_test
   DEPS modelfs_gguf)
 modelfs_test(dequant_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/dequant_test.cc
-  DEPS modelfs_gguf)
+  DEPS modelfs_gguf modelfs_synth)
 modelfs_test(synthetic_models_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/synthetic_models_test.cc
-  DEPS modelfs_gguf)
-modelfs_test(synthetic_models_e2e_test
-  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/synthetic_models_e2e_test.cc
-  DEPS modelfs_gguf
-  LABELS e2e
-  TIMEOUT 300)
+  DEPS modelfs_gguf modelfs_synth)

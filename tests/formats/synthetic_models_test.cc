@@ -1,5 +1,5 @@
 // The synthetic models reproduce the shapes and figures of the real files they stand for.
-#include "core/formats/synthetic_models.h"
+#include "bench/synthetic_models.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

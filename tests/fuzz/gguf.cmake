@@ -3,6 +3,8 @@ modelfs_fuzzer(gguf_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/gguf_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/formats/gguf.cc
+    ${PROJECT_SOURCE_DIR}/core/formats/gguf_file.cc
+    ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
     ${PROJECT_SOURCE_DIR}/core/formats/ggml_types.cc
     ${PROJECT_SOURCE_DIR}/core/formats/dequant.cc
     ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc

@@ -6,6 +6,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/oci_json.cc
   ${PROJECT_SOURCE_DIR}/core/oci/manifest.cc
   ${PROJECT_SOURCE_DIR}/core/oci/modelpack.cc
+  ${PROJECT_SOURCE_DIR}/core/text/base_name.cc
   ${PROJECT_SOURCE_DIR}/core/oci/path_safety.cc
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc

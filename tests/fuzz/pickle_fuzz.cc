@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "cmd/modelfs/pickle_render.h"
 #include "core/formats/pickle_scan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -24,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!flagged) std::abort();
     }
   }
-  (void)modelfs::RenderPickleScan(*scan);
-  (void)modelfs::PickleScanToJson(*scan).dump();
+  (void)modelfs::cli::RenderPickleScan(*scan);
+  (void)modelfs::cli::PickleScanToJson(*scan).dump();
   return 0;
 }

@@ -4,9 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "bench/synthetic_models.h"
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
-#include "core/formats/synthetic_models.h"
 #include "core/model/blob_range_reader.h"
 #include "tests/testing/fake_blob_reader.h"
 #include "tests/testing/status_matchers.h"

@@ -282,7 +282,7 @@ TEST(VolumeLabelsTest, RefusesMalformedValues) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("v9")));
 }
 
-// --- Binding a remote snapshot to V (DESIGN.md "The volume image profile") ------------------
+// --- Binding a remote snapshot to V (docs/volume-image.md) -----------------------------------
 
 TEST(ChainIdOfTest, FollowsTheImageSpecDefinition) {
   const Digest a = Digest::Of("layer a");

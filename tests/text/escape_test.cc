@@ -53,3 +53,34 @@ TEST(EscapeUntrustedTest, BytesThatAreNotValidUtf8BecomeHex) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+std::string Json(std::string_view s) {
+  std::string out;
+  AppendJsonString(out, s);
+  return out;
+}
+
+TEST(AppendJsonStringTest, QuotesAndBackslashesAreEscapedAndTheLiteralIsQuoted) {
+  EXPECT_EQ(Json("a\"b\\c"), "\"a\\\"b\\\\c\"");
+}
+
+TEST(AppendJsonStringTest, ControlsUseTheShortEscapesOrFourHexDigits) {
+  EXPECT_EQ(Json("\b\f\n\r\t"), "\"\\b\\f\\n\\r\\t\"");
+  EXPECT_EQ(Json(std::string("\x01\x1f\0", 3)), "\"\\u0001\\u001f\\u0000\"");
+}
+
+TEST(AppendJsonStringTest, DelAndUtf8AreWrittenAsTheyAre) {
+  EXPECT_EQ(Json("\x7f é 😀"), "\"\x7f é 😀\"");
+}
+
+TEST(AppendJsonStringTest, AppendsToWhatIsThere) {
+  std::string out = "{";
+  AppendJsonString(out, "k");
+  EXPECT_EQ(out, "{\"k\"");
+}
+
+}  // namespace
+}  // namespace modelfs

@@ -1,4 +1,4 @@
-#include "core/formats/synthetic_models.h"
+#include "bench/synthetic_models.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/synthetic_models.h"
 #include "core/formats/dequant.h"
 #include "core/formats/gguf.h"
-#include "core/formats/synthetic_models.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
