@@ -31,96 +31,6 @@ std::string ErrnoText(int err) { return std::string(strerror(err)); }
 
 }  // namespace
 
-struct BlobCache::Layer {
-  Digest digest;
-  uint64_t size = 0;
-  uint64_t chunk_size = 1;
-  VerifyMode mode = VerifyMode::kChunk;
-  std::string endpoint;   // the registry that serves it (RemoteBlobSource::EndpointOf)
-  bool has_spec = false;  // registered in this process (else only known from the database)
-  // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
-  // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
-  std::vector<std::array<uint8_t, 32>> expected;
-  std::vector<ChunkState> state;
-  std::vector<std::shared_ptr<Flight>> flight;
-  absl::flat_hash_set<std::string> refs;
-  int pins = 0;  // readers inside Read
-  int jobs = 0;  // flights and verification jobs queued or running
-  bool whole_verified = false;
-  // SealOf(fd) when the whole layer was verified and flushed, so that a later process trusts
-  // the file without re-hashing it; "" otherwise.
-  std::string seal;
-  bool whole_verify_scheduled = false;
-  bool audited = false;  // the audit (CacheOptions::audit) found the layer digest in this process
-  bool quarantined = false;
-  uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
-  absl::Status fill_error;
-  std::atomic<uint64_t> gen{0};  // bumped by quarantine and eviction: stale flights are dropped
-  int fd = -1;                   // fixed for the Layer's lifetime
-  int64_t last_used = 0;
-  uint64_t cached_bytes = 0;
-  uint64_t run_start = 0, run_end = 0;  // the sequential run readers are extending
-  uint64_t window = 0;
-  bool bulk_active = false;
-  uint64_t bulk_next = 0;
-  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched
-  // in requests of options.stream_request_bytes, options.stream_segments of them in flight at
-  // once, never more than that many requests ahead of the reader.
-  bool streaming = false;
-  uint64_t stream_next = 0;     // the first chunk no stream request has asked for
-  int stream_in_flight = 0;     // stream requests queued or running
-  bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
-  // Verified chunks the full disk could not take (state kInMemory).
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
-  // Per chunk, for CacheOptions::drop_served_pages: bytes of it whose replies were sent since
-  // it was written (or its pages last dropped); whether it is flushed (its pages are clean, so
-  // they can be dropped); whether its pages were dropped (the audit drops them again).
-  std::vector<uint32_t> served;
-  std::vector<bool> durable;
-  std::vector<bool> dropped;
-
-  ~Layer() {
-    if (fd >= 0) close(fd);
-  }
-  // `n` chunks, all in state `s` (on disk, and so flushed, unless kMissing).
-  void ResetChunks(uint64_t n, ChunkState s) {
-    state.assign(n, s);
-    flight.resize(n);
-    served.assign(n, 0);
-    durable.assign(n, s != ChunkState::kMissing);
-    dropped.assign(n, false);
-  }
-  uint64_t count() const { return state.size(); }
-  uint64_t ChunkLen(uint64_t c) const { return std::min(chunk_size, size - c * chunk_size); }
-  bool Servable(uint64_t c) const {
-    return state[c] == ChunkState::kVerified ||
-           (state[c] == ChunkState::kPresent && mode == VerifyMode::kInsecureStream);
-  }
-};
-
-struct BlobCache::Flight {
-  std::shared_ptr<Layer> layer;
-  uint64_t first = 0, last = 0;
-  uint64_t gen = 0;
-  std::shared_ptr<FetchScheduler::Ticket> ticket;  // set when queued, so a reader can promote it
-  bool bulk = false;
-  bool stream = false;  // a request of the layer's stream (Layer::stream_in_flight)
-  absl::Time deadline;
-  std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
-  bool done = false;
-  // Chunks land one by one as the stream delivers them: [first, first + landed) have their
-  // final state and chunk_status (sized at creation).
-  uint64_t landed = 0;
-  bool failed = false;  // some chunk of it failed
-  // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
-  // already; the next one fails its chunks. Only RunFlight's thread uses it.
-  bool refetched = false;
-  std::vector<absl::Status> chunk_status;
-  // Verified chunks that only memory holds (the disk is full), for the readers that waited:
-  // the memory budget may drop them from the layer before those readers look again.
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
-};
-
 BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
     : options_(std::move(options)),
       remote_(remote),
@@ -213,13 +123,17 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      auto layer = std::make_shared<Layer>();
-      layer->digest = *digest;
-      layer->size = r.size;
-      layer->chunk_size = r.chunk_size;
-      layer->mode = static_cast<VerifyMode>(r.mode);
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
-      layer->ResetChunks(n, ChunkState::kMissing);
+      clock_ = std::max(clock_, r.last_used);
+      const int fd = store_.OpenExisting(*digest);
+      if (fd < 0) {
+        forget.push_back(r.digest);
+        continue;
+      }
+      auto layer = std::make_shared<Layer>(mu_, *digest, r.size, r.chunk_size, fd);
+      LayerGuard held(*layer, Held(mu_));
+      layer->mode = static_cast<VerifyMode>(r.mode);
+      layer->ResetChunks(ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
       if (r.local_index.size() == n * 32) {
         layer->expected.resize(n);
@@ -228,16 +142,10 @@ absl::Status BlobCache::LoadFromJournal() {
         }
       }
       layer->last_used = r.last_used;
-      clock_ = std::max(clock_, r.last_used);
-      layer->fd = store_.OpenExisting(layer->digest);
-      if (layer->fd < 0) {
-        forget.push_back(r.digest);
-        continue;
-      }
       if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
-        layer->ResetChunks(n, ChunkState::kVerified);
+        layer->ResetChunks(ChunkState::kVerified);
         layer->cached_bytes = layer->size;
       } else {
         // Unsealed (a cache from before seals, or a seal that no longer matches): its chunks
@@ -311,19 +219,20 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
 
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Layer> layer = FindLocked(spec.digest);
-  if (layer && layer->has_spec) {
-    if (layer->size != spec.size) {
-      return absl::InvalidArgumentError(absl::StrCat("cache: layer ", spec.digest.str(),
-                                                     " registered with size ", spec.size,
-                                                     " but already known with size ", layer->size));
-    }
-    layer->refs.insert(spec.model_ref);
-    layer->endpoint = endpoint;
-    layer->last_used = ++clock_;
-    return absl::OkStatus();
-  }
   const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
   if (layer) {
+    LayerGuard held(*layer, Held(mu_));
+    if (layer->has_spec) {
+      if (layer->size != spec.size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cache: layer ", spec.digest.str(), " registered with size ", spec.size,
+                         " but already known with size ", layer->size));
+      }
+      layer->refs.insert(spec.model_ref);
+      layer->endpoint = endpoint;
+      layer->last_used = ++clock_;
+      return absl::OkStatus();
+    }
     // Known from an earlier process: keep its recorded chunks if they can be re-verified.
     const bool compatible =
         layer->size == spec.size && layer->chunk_size == chunk_size && layer->jobs == 0 &&
@@ -342,15 +251,14 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
   }
   if (!layer) {
-    layer = std::make_shared<Layer>();
-    layer->digest = spec.digest;
-    layer->size = spec.size;
-    layer->chunk_size = chunk_size;
+    ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
+    layer = std::make_shared<Layer>(mu_, spec.digest, spec.size, chunk_size, fd);
+    LayerGuard held(*layer, Held(mu_));
     layer->mode = spec.mode;
-    layer->ResetChunks(n, ChunkState::kMissing);
+    layer->ResetChunks(ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) layer->expected = spec.index->chunks;
-    ASSIGN_OR_RETURN(layer->fd, store_.Create(layer->digest, layer->size, /*truncate=*/true));
   }
+  LayerGuard held(*layer, Held(mu_));
   layer->has_spec = true;
   layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
@@ -374,7 +282,9 @@ void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_re
   {
     absl::MutexLock lock(&mu_);
     auto layer = FindLocked(digest);
-    if (!layer || !layer->refs.erase(std::string(model_ref))) return;
+    if (!layer) return;
+    LayerGuard held(*layer, Held(mu_));
+    if (!layer->refs.erase(std::string(model_ref))) return;
     if (!layer->refs.empty()) return;
     layer->last_used = stamp = ++clock_;
   }
@@ -387,6 +297,7 @@ void BlobCache::UnregisterModel(absl::string_view model_ref) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [digest, layer] : layers_) {
+      LayerGuard held(*layer, Held(mu_));
       if (layer->refs.contains(std::string(model_ref))) digests.push_back(digest);
     }
   }
@@ -499,11 +410,15 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, 
     // Said at once, not when the flight ends: readers may already be served.
     disk_full_ = w->became_full = true;
     // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
-    for (auto& l : bulk_layers_) l->bulk_active = false;
+    for (auto& l : bulk_layers_) {
+      LayerGuard held_l(*l, Held(mu_));
+      l->bulk_active = false;
+    }
     bulk_layers_.clear();
   } else if (!w->disk_full && cst.ok()) {
     disk_full_ = false;  // this write worked: the disk has room again
   }
+  LayerGuard held(*layer, Held(mu_));
   if (layer->flight[c] == f) layer->flight[c] = nullptr;
   if (layer->gen.load() != f->gen) {
     cst = absl::DataLossError(
@@ -538,6 +453,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   std::vector<std::array<uint8_t, 32>> expected;
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (!layer->expected.empty()) {
       expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
     }
@@ -633,6 +549,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   bool became_full = false;
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     const bool stale = layer->gen.load() != f->gen;
     // The chunks the stream never delivered fail with its error.
     for (uint64_t i = next; i < n; ++i) {
@@ -698,6 +615,7 @@ void BlobCache::KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t
     memory_order_.pop_front();
     std::shared_ptr<Layer> l = weak.lock();
     if (!l) continue;
+    LayerGuard held_l(*l, Held(mu_));
     auto it = l->in_memory.find(c);
     if (it == l->in_memory.end()) continue;
     memory_bytes_ -= it->second->size();
@@ -727,17 +645,19 @@ void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
   layer->whole_verify_scheduled = true;
   layer->jobs++;
   // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
-  SubmitLocalLocked(layer->mode == VerifyMode::kChunk ? kVerify : kForeground,
-                    [this, layer] { RunWholeVerify(layer); });
+  const VerifyMode mode = layer->mode;
+  SubmitLocalLocked(mode == VerifyMode::kChunk ? kVerify : kForeground,
+                    [this, layer, mode] { RunWholeVerify(layer, mode); });
 }
 
-void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
-  if (layer->mode == VerifyMode::kChunk) {
+void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode) {
+  if (mode == VerifyMode::kChunk) {
     // Every chunk matched the chunk index, which chains to the pinned manifest: the layer is
     // verified. It is sealed now, so that opens from here on get passthrough without waiting
     // for the audit; the audit against the layer digest is defense in depth.
     if (SealVerifiedLayer(layer) && options_.audit) AuditLayer(layer);
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
     return;
   }
@@ -753,6 +673,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
                                                  hashed->digest.str())
                                   : std::string(hashed.status().message()));
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
     return;
   }
@@ -771,6 +692,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->expected.resize(layer->count());
@@ -795,19 +717,18 @@ std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkVerifiedLocked(Layer& 
 std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
                                   const absl::Status& synced, const std::string& local_index) {
   if (!synced.ok()) return std::string();
-  Layer fields;
+  LayerRecord record;
   {
     absl::MutexLock lock(&mu_);
-    fields.digest = layer->digest;
-    fields.size = layer->size;
-    fields.chunk_size = layer->chunk_size;
-    fields.mode = layer->mode;
-    fields.last_used = layer->last_used;
+    LayerGuard held(*layer, Held(mu_));
+    record = RecordOf(*layer, true, std::string(), std::string());
   }
+  record.local_index = local_index;
   // Taken after the flush: nothing writes a verified layer's file again.
   std::string seal = LayerStore::SealOf(layer->fd);
   if (layer->gen.load() != gen) return std::string();
-  absl::Status s = journal_.UpsertLayer(RecordOf(fields, true, local_index, seal));
+  record.seal = seal;
+  absl::Status s = journal_.UpsertLayer(record);
   if (!s.ok()) {
     Log(s.message());
     return std::string();
@@ -825,6 +746,7 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
   absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
   if (layer->gen.load() != gen || layer->quarantined) return false;
   counters_.sealed_layers++;
   drop = MarkVerifiedLocked(*layer, seal, synced.ok());
@@ -849,6 +771,7 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   std::vector<bool> drop_after;
   if (options_.drop_served_pages) {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     drop_after = layer->dropped;
   }
   absl::StatusOr<LayerFileHash> hashed;
@@ -859,6 +782,7 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   if (hashed.ok() && hashed->digest == layer->digest) {
     counters_.audited_layers++;
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     layer->audited = true;
     return;
   }
@@ -904,6 +828,7 @@ void BlobCache::PersistPending() {
     absl::MutexLock lock(&mu_);
     for (const PendingPersist& p : batch) {
       if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
+        LayerGuard held(*p.layer, Held(mu_));
         auto ranges = TakeDropsLocked(*p.layer, p.chunks);
         if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
       }
@@ -911,7 +836,10 @@ void BlobCache::PersistPending() {
   }
   for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
   absl::MutexLock lock(&mu_);
-  for (const PendingPersist& p : batch) p.layer->jobs--;
+  for (const PendingPersist& p : batch) {
+    LayerGuard held(*p.layer, Held(mu_));
+    p.layer->jobs--;
+  }
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> BlobCache::TakeDropsLocked(
@@ -956,6 +884,7 @@ void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uin
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || from >= to || to > layer->size) return;
     const uint64_t cs = layer->chunk_size;
     std::vector<uint64_t> whole;
@@ -974,6 +903,7 @@ void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uin
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined) return;
     layer->quarantined = true;
     layer->whole_verified = false;
@@ -998,6 +928,7 @@ void BlobCache::PumpBulkLocked() {
   if (disk_full_) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
+    LayerGuard held(*layer, Held(mu_));
     auto current = FindLocked(layer->digest);
     while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
            layer->state[layer->bulk_next] != ChunkState::kMissing) {
@@ -1099,6 +1030,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   uint64_t len;
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (layer->state[c] != ChunkState::kRecorded) return true;
     len = layer->ChunkLen(c);
     if (layer->expected.size() != layer->count()) {
@@ -1114,6 +1046,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   absl::Status io = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
   const bool ok = io.ok() && HashChunk(buf) == want;
   absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
   if (layer->state[c] != ChunkState::kRecorded) return ok;
   if (ok) {
     layer->state[c] = ChunkState::kVerified;
@@ -1142,6 +1075,7 @@ absl::Status BlobCache::EnsureChunks(
     memory->clear();
     {
       absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
       if (layer->quarantined) {
         return absl::DataLossError(
             absl::StrCat("layer ", layer->digest.str(), " is quarantined (failed verification)"));
@@ -1197,8 +1131,9 @@ absl::Status BlobCache::EnsureChunks(
     if (waits.empty()) return absl::OkStatus();
 
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     // A flight's chunks land one by one: wait only for the ones this read needs.
-    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_, layer->mu) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
         if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
@@ -1236,6 +1171,7 @@ absl::Status BlobCache::EnsureChunks(
 
 absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
   while (true) {
     if (layer->quarantined) {
       return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(),
@@ -1248,7 +1184,7 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
     }
     AfterChunksLandedLocked(layer);
     const uint64_t epoch = layer->fill_epoch;
-    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_, layer->mu) {
       return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
     };
     if (!time_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline)) {
@@ -1286,7 +1222,9 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
 bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Layer> layer = FindLocked(digest);
-  if (!layer || !layer->has_spec || layer->quarantined) return true;  // fails at once
+  if (!layer) return true;  // fails at once
+  LayerGuard held(*layer, Held(mu_));
+  if (!layer->has_spec || layer->quarantined) return true;
   if (offset >= layer->size || length == 0) return true;
   if (layer->mode == VerifyMode::kWholeLayer && !layer->whole_verified) return false;
   const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
@@ -1300,8 +1238,10 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
   {
     absl::MutexLock lock(&mu_);
     std::shared_ptr<Layer> layer = FindLocked(digest);
-    if (!layer || !layer->has_spec || layer->refs.empty() || layer->quarantined ||
-        !layer->whole_verified || layer->seal.empty() || offset != 0 || length != layer->size) {
+    if (!layer) return -1;
+    LayerGuard held(*layer, Held(mu_));
+    if (!layer->has_spec || layer->refs.empty() || layer->quarantined || !layer->whole_verified ||
+        layer->seal.empty() || offset != 0 || length != layer->size) {
       return -1;
     }
     for (ChunkState s : layer->state) {
@@ -1319,12 +1259,16 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
   const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
   std::string endpoint;
+  VerifyMode mode;  // fixed once the layer is registered (has_spec)
   {
     absl::MutexLock lock(&mu_);
     layer = FindLocked(digest);
-    if (!layer || !layer->has_spec || layer->refs.empty()) {
+    const auto not_registered = [&] {
       return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-    }
+    };
+    if (!layer) return not_registered();
+    LayerGuard held(*layer, Held(mu_));
+    if (!layer->has_spec || layer->refs.empty()) return not_registered();
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
@@ -1334,6 +1278,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     last_read_ = start;
     reads_in_progress_++;
     endpoint = layer->endpoint;
+    mode = layer->mode;
   }
   const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
   struct Unpin {
@@ -1341,6 +1286,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     Layer* layer;
     ~Unpin() {
       absl::MutexLock lock(&cache->mu_);
+      LayerGuard held(*layer, Held(cache->mu_));
       layer->pins--;
       cache->reads_in_progress_--;
       cache->last_read_ = cache->time_->Now();
@@ -1354,10 +1300,11 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
 
   absl::Status s;
   std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
-  if (layer->mode == VerifyMode::kWholeLayer) {
+  if (mode == VerifyMode::kWholeLayer) {
     bool verified;
     {
       absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
       verified = layer->whole_verified;
       (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
     }
@@ -1368,6 +1315,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
   } else {
     {
       absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadaheadLocked(*layer, offset, end);
         // A reader that has streamed stream_after bytes in a row will read the rest: fetch
@@ -1397,7 +1345,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
   // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
   // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
   if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
-      layer->mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
+      mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
     Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
                      " did not serve layer ", digest.str(), " within the read deadline of ",
                      absl::FormatDuration(options_.read_deadline), "; for the next ",
@@ -1443,6 +1391,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
   }
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
@@ -1477,9 +1426,12 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
                                  const std::vector<ByteRange>& header_ranges) {
   absl::MutexLock lock(&mu_);
   auto layer = FindLocked(digest);
-  if (!layer || !layer->has_spec || layer->refs.empty()) {
+  const auto not_registered = [&] {
     return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-  }
+  };
+  if (!layer) return not_registered();
+  LayerGuard held(*layer, Held(mu_));
+  if (!layer->has_spec || layer->refs.empty()) return not_registered();
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
@@ -1519,32 +1471,40 @@ void BlobCache::EnforceSizeLimit() {
 }
 
 std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
-  std::vector<std::shared_ptr<Layer>> victims;
+  // Each victim with its cached bytes, taken under the lock.
+  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
   {
     absl::MutexLock lock(&mu_);
     if (cached_bytes_ <= target) return {0, 0};
     std::vector<std::shared_ptr<Layer>> candidates;
     for (const auto& [digest, layer] : layers_) {
+      LayerGuard held(*layer, Held(mu_));
       if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
         candidates.push_back(layer);
       }
     }
     std::sort(candidates.begin(), candidates.end(),
-              [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                LayerGuard held_a(*a, Held(mu_));
+                LayerGuard held_b(*b, Held(mu_));
+                return a->last_used < b->last_used;
+              });
     for (auto& layer : candidates) {
       if (cached_bytes_ <= target) break;
+      LayerGuard held(*layer, Held(mu_));
       layer->gen++;
       cached_bytes_ -= layer->cached_bytes;
       DropFromMemoryLocked(*layer);
       layers_.erase(layer->digest);
-      victims.push_back(std::move(layer));
+      const uint64_t layer_bytes = layer->cached_bytes;
+      victims.emplace_back(std::move(layer), layer_bytes);
     }
   }
   uint64_t bytes = 0;
-  for (const auto& layer : victims) {
+  for (const auto& [layer, layer_bytes] : victims) {
     counters_.evicted_layers++;
-    bytes += layer->cached_bytes;
-    Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer->cached_bytes,
+    bytes += layer_bytes;
+    Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer_bytes,
                      " bytes cached, unreferenced)"));
     journal_.Forget(layer->digest.str());
     store_.Remove(layer->digest);
@@ -1576,6 +1536,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
   if (!layer) {
     return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
   }
+  LayerGuard held(*layer, Held(mu_));
   LayerInfo info;
   info.size = layer->size;
   info.chunk_count = layer->count();

@@ -58,6 +58,7 @@
 #include "core/base/backoff.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/cache/cache_layer.h"
 #include "core/cache/chunk_journal.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
@@ -67,12 +68,6 @@
 #include "core/oci/digest.h"
 
 namespace modelfs {
-
-enum class VerifyMode {
-  kChunk,           // needs LayerSpec::index
-  kWholeLayer,      // default when no chunk index exists
-  kInsecureStream,  // serve unverified bytes: explicit opt-in only
-};
 
 enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
 
@@ -231,18 +226,9 @@ class BlobCache : public BlobReader {
   bool disk_full() const;
 
  private:
-  // kInMemory: verified, but the data file could not take it (disk full); the bytes are held
-  // in Layer::in_memory until memory_fallback_bytes pushes them out.
-  enum class ChunkState : uint8_t {
-    kMissing,
-    kInFlight,
-    kPresent,
-    kRecorded,
-    kVerified,
-    kInMemory
-  };
-  struct Layer;
-  struct Flight;
+  // Per-layer and per-request state, and the lock of each field: cache_layer.h.
+  using Layer = CacheLayer;
+  using Flight = CacheFlight;
   static constexpr int kForeground = 0;
   static constexpr int kReadahead = 1;
   static constexpr int kHeader = 2;
@@ -273,15 +259,16 @@ class BlobCache : public BlobReader {
   // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
   void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
                           std::shared_ptr<const std::string> bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+  void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
   // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
   // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created,
-                             uint64_t max_request = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             uint64_t max_request = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void RunFlight(const std::shared_ptr<Flight>& flight);
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {
@@ -303,11 +290,12 @@ class BlobCache : public BlobReader {
   absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The check of a layer whose chunks are all here: in chunk mode, SealVerifiedLayer then
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+  // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
+  // it does not change once the layer is registered): in chunk mode, SealVerifiedLayer then
   // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
   // servable at all.
-  void RunWholeVerify(const std::shared_ptr<Layer>& layer);
+  void RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode);
   // Flushes a chunk-mode layer whose every chunk is verified and records it sealed, so that it
   // is served by passthrough from here on and trusted after a restart. False when quarantine
   // or eviction dropped it meanwhile.
@@ -325,10 +313,11 @@ class BlobCache : public BlobReader {
   std::vector<std::pair<uint64_t, uint64_t>> MarkVerifiedLocked(Layer& layer,
                                                                 const std::string& seal,
                                                                 bool flushed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
   void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                          std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          std::vector<uint64_t> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void PersistPending();
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
   // keep_alive ended): chunks now wholly served and on disk leave the page cache.
@@ -338,21 +327,22 @@ class BlobCache : public BlobReader {
   // again. OnServed passes chunks it found flushed and wholly served.
   std::vector<std::pair<uint64_t, uint64_t>> TakeDropsLocked(Layer& layer,
                                                              const std::vector<uint64_t>& chunks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
   void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PumpStreamLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+  void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
   void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
   // The journal row of a layer, as it stands.
   static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                              std::string seal);
+                              std::string seal) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
   // Records `chunks` of `layer` unless quarantine or eviction dropped it since `gen`.
   absl::Status RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
                             const std::vector<uint64_t>& chunks);
