@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
+#include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
@@ -711,7 +712,8 @@ std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkVerifiedLocked(Layer& 
   if (!flushed) return {};
   std::vector<uint64_t> all(layer.count());
   for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-  return TakeDropsLocked(layer, all);
+  return TakeServedDrops(layer, all, options_.drop_served_pages,
+                         counters_.page_cache_bytes_dropped);
 }
 
 std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
@@ -829,7 +831,8 @@ void BlobCache::PersistPending() {
     for (const PendingPersist& p : batch) {
       if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
         LayerGuard held(*p.layer, Held(mu_));
-        auto ranges = TakeDropsLocked(*p.layer, p.chunks);
+        auto ranges = TakeServedDrops(*p.layer, p.chunks, options_.drop_served_pages,
+                                      counters_.page_cache_bytes_dropped);
         if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
       }
     }
@@ -842,60 +845,16 @@ void BlobCache::PersistPending() {
   }
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> BlobCache::TakeDropsLocked(
-    Layer& layer, const std::vector<uint64_t>& chunks) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (uint64_t c : chunks) {
-    if (c >= layer.count() || layer.state[c] == ChunkState::kMissing ||
-        layer.state[c] == ChunkState::kInFlight || layer.state[c] == ChunkState::kInMemory) {
-      continue;
-    }
-    layer.durable[c] = true;
-    if (options_.drop_served_pages && layer.served[c] >= layer.ChunkLen(c)) {
-      layer.served[c] = 0;
-      layer.dropped[c] = true;
-      counters_.page_cache_bytes_dropped += layer.ChunkLen(c);
-      uint64_t from = c * layer.chunk_size;
-      const uint64_t to = from + layer.ChunkLen(c);
-      if (!ranges.empty() && ranges.back().second >= from) {
-        ranges.back().second = to;
-        continue;
-      }
-      // Folios that span into the dropped chunks before go too (kPageDropReach).
-      for (uint64_t b = c; b > 0 && layer.dropped[b - 1] && to - from < kPageDropReach; --b) {
-        from -= layer.chunk_size;
-      }
-      ranges.emplace_back(from, to);
-    }
-  }
-  return ranges;
-}
-
-void BlobCache::DropPages(const Layer& layer,
-                          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
-  for (const auto& [from, to] : ranges) {
-    // Only clean pages go; a failure leaves them cached, which is always safe.
-    posix_fadvise(layer.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
-                  POSIX_FADV_DONTNEED);
-  }
-}
-
 void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   {
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || from >= to || to > layer->size) return;
-    const uint64_t cs = layer->chunk_size;
-    std::vector<uint64_t> whole;
-    for (uint64_t c = from / cs; c <= (to - 1) / cs; ++c) {
-      if (!layer->Servable(c)) continue;
-      const uint64_t len = layer->ChunkLen(c);
-      const uint64_t overlap = std::min(to, c * cs + len) - std::max(from, c * cs);
-      layer->served[c] = static_cast<uint32_t>(std::min<uint64_t>(layer->served[c] + overlap, len));
-      if (layer->served[c] >= len && layer->durable[c]) whole.push_back(c);
-    }
-    if (!whole.empty()) ranges = TakeDropsLocked(*layer, whole);
+    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
+    if (!whole.empty())
+      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
+                               counters_.page_cache_bytes_dropped);
   }
   if (!ranges.empty()) DropPages(*layer, ranges);
 }

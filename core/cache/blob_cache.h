@@ -320,15 +320,9 @@ class BlobCache : public BlobReader {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void PersistPending();
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
-  // keep_alive ended): chunks now wholly served and on disk leave the page cache.
+  // keep_alive ended): chunks now wholly served and on disk leave the page cache
+  // (served_pages.h).
   void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
-  // Marks `chunks` as flushed to disk (their pages are clean) and takes those of them wholly
-  // served: returns their byte ranges, for DropPages outside mu_, and counts them as unserved
-  // again. OnServed passes chunks it found flushed and wholly served.
-  std::vector<std::pair<uint64_t, uint64_t>> TakeDropsLocked(Layer& layer,
-                                                             const std::vector<uint64_t>& chunks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
-  void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
   void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
