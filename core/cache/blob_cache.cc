@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
+#include "core/cache/fetch_planner.h"
 #include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
@@ -330,12 +331,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
       continue;
     }
     const uint64_t start = c;
-    uint64_t bytes = 0;
-    while (c <= last && c < layer->count() && layer->state[c] == ChunkState::kMissing &&
-           (c == start || bytes + layer->ChunkLen(c) <= max_request)) {
-      bytes += layer->ChunkLen(c);
-      ++c;
-    }
+    c = MissingRunEnd(*layer, start, last, max_request);
     auto f = std::make_shared<Flight>();
     f->layer = layer;
     f->first = start;
@@ -899,14 +895,8 @@ void BlobCache::PumpBulkLocked() {
       continue;
     }
     std::vector<std::shared_ptr<Flight>> created;
-    uint64_t end = layer->bulk_next;
-    uint64_t bytes = 0;
-    while (
-        end < layer->count() && layer->state[end] == ChunkState::kMissing &&
-        (end == layer->bulk_next || bytes + layer->ChunkLen(end) <= options_.max_request_bytes)) {
-      bytes += layer->ChunkLen(end);
-      ++end;
-    }
+    const uint64_t end =
+        MissingRunEnd(*layer, layer->bulk_next, layer->count() - 1, options_.max_request_bytes);
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
                           time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) f->bulk = true;
@@ -926,30 +916,11 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (!layer->streaming || disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) {
     return;
   }
-  // Requests are large (each one costs the registry far more than its bytes: Distribution
-  // 2.8 spent 0.5 CPU-s on one GET of 1 GiB, twice that on 64 ranges of 16 MiB), several run
-  // at once, and none asks for more than stream_segments requests ahead of the reader. What
-  // is fetched ahead waits in the page cache until the reader takes it, and then leaves it
-  // (drop_served_pages): so the node holds little more than one copy of the weights, and a
-  // page that is freed is soon used again (on a VM whose host takes back free memory, a page
-  // touched for the first time costs far more than one reused).
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t per_request = std::max<uint64_t>(1, (options_.stream_request_bytes + cs - 1) / cs);
-  const uint64_t reader = layer->run_end / cs;
-  layer->stream_next = std::max(layer->stream_next, reader);  // what it passed, it fetched
-  const uint64_t limit = std::min<uint64_t>(
-      layer->count(), reader + per_request * static_cast<uint64_t>(options_.stream_segments));
-  while (layer->stream_in_flight < options_.stream_segments && layer->stream_next < limit) {
-    const uint64_t first = layer->stream_next;
-    const uint64_t last = std::min(layer->count(), first + per_request) - 1;
-    layer->stream_next = last + 1;
-    // The deadline grows with the request: one of many max_request_bytes gets as long as that
-    // many would have (a stalled one is cut off by the client's stall check).
-    const int64_t pieces = static_cast<int64_t>(std::max<uint64_t>(
-        1, (last - first + 1) * cs / std::max<uint64_t>(1, options_.max_request_bytes)));
+  const StreamPlan plan = PlanStream(*layer, options_);
+  while (std::optional<StreamSegment> segment = NextStreamSegment(*layer, options_, plan)) {
     std::vector<std::shared_ptr<Flight>> created;
-    ScheduleMissingLocked(layer, first, last, kReadahead,
-                          time_->Now() + options_.background_deadline * pieces, &created,
+    ScheduleMissingLocked(layer, segment->first, segment->last, kReadahead,
+                          time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
       f->stream = true;
@@ -963,26 +934,6 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
 
 // ---------------------------------------------------------------------------------------------
 // Reads.
-
-void BlobCache::UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end) {
-  // The kernel sends a streaming reader's requests in parallel (its readahead: 8 requests of
-  // a chunk each), so they arrive a little out of order: a read that starts inside the current
-  // run, or at most 8 chunks past its end, continues it. A run earns readahead once it is
-  // readahead_min long, and the window is half the run: a lone random read (the kernel turns
-  // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
-  const uint64_t slack = 8 * layer.chunk_size;
-  if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
-    layer.run_end = std::max(layer.run_end, end);
-    const uint64_t run = layer.run_end - layer.run_start;
-    layer.window = run < std::max<uint64_t>(options_.readahead_min, 1)
-                       ? 0
-                       : std::clamp(run / 2, options_.readahead_min, options_.readahead_max);
-  } else {
-    layer.run_start = offset;
-    layer.run_end = end;
-    layer.window = 0;
-  }
-}
 
 bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
   std::array<uint8_t, 32> want;
@@ -1276,7 +1227,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
       absl::MutexLock lock(&mu_);
       LayerGuard held(*layer, Held(mu_));
       if (layer->mode == VerifyMode::kChunk) {
-        UpdateReadaheadLocked(*layer, offset, end);
+        UpdateReadahead(*layer, options_, offset, end);
         // A reader that has streamed stream_after bytes in a row will read the rest: fetch
         // it with parallel ranges (a registry reading from disk serves several streams
         // several times faster than one).

@@ -330,8 +330,6 @@ class BlobCache : public BlobReader {
   void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
-  void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
   // The journal row of a layer, as it stands.
