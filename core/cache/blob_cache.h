@@ -60,6 +60,7 @@
 #include "core/cache/blob_reader.h"
 #include "core/cache/cache_layer.h"
 #include "core/cache/chunk_journal.h"
+#include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_store.h"
@@ -256,11 +257,6 @@ class BlobCache : public BlobReader {
   // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
   // are cached. Returns the layers and bytes evicted.
   std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
-  // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
-  void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
-                          std::shared_ptr<const std::string> bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
   // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
   // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
@@ -277,17 +273,11 @@ class BlobCache : public BlobReader {
     bool disk_full = false;
     bool became_full = false;  // this flight found the disk full first
   };
-  // A chunk as RunFlight received it: its bytes, and their SHA-256, taken piece by piece as
-  // they arrived (kChunk mode only).
-  struct Received {
-    absl::string_view bytes;
-    std::array<uint8_t, 32> hash{};
-  };
   // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
   // readers waiting for it go on while the rest of the range streams in. Bytes that fail
   // verification in a flight that has not refetched yet are not landed: the result is the
   // mismatch marked IsBadAnswer, and the flight fetches the chunk once more.
-  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
+  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const ReceivedChunk& r,
                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
@@ -357,9 +347,8 @@ class BlobCache : public BlobReader {
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Set when a data-file write fails with ENOSPC/EDQUOT, cleared by the next one that works.
   bool disk_full_ ABSL_GUARDED_BY(mu_) = false;
-  // Chunks held in memory while the disk is full, oldest first, and their bytes.
-  std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
-  uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Chunks held in memory while the disk is full (chunk_landing.h).
+  MemoryFallback memory_ ABSL_GUARDED_BY(mu_);
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
   absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
   int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
