@@ -1,5 +1,6 @@
 // BlobCache: the verified, crash-safe, single-flight cache of layer blobs behind the lazy
-// filesystem (DESIGN.md "Trust chain", "Data path"; on-disk format in docs/cache-format.md).
+// filesystem (docs/design.md, "The trust chain" and "The read path"; on-disk format in
+// docs/cache-format.md).
 //
 // A layer is registered (with a chunk index, or for whole-layer verification) before it is
 // read. Reads fetch missing chunks from a RemoteBlobSource: one fetch per chunk however many
@@ -22,10 +23,15 @@
 // the disk's flush.
 //
 // The pieces, each with one job: the data files (layer_store.h), the record of what they hold
-// (chunk_journal.h), the hash checks (verifier.h), and the fetch scheduler (fetch_scheduler.h:
-// priority queues and a pool of threads per registry). BlobCache owns the layer state that ties
-// them: which chunks are missing, in flight or verified, who waits for what, readahead and
-// streaming, the memory fallback and eviction.
+// (chunk_journal.h), the hash checks (verifier.h), the fetch scheduler (fetch_scheduler.h:
+// priority queues and a pool of threads per registry), the per-layer state and the lock of
+// each field (cache_layer.h), the fetch planner (fetch_planner.h: readahead, streaming, request
+// coalescing), chunk assembly and the memory fallback (chunk_landing.h), and the served-page
+// dropper (served_pages.h). BlobCache is the coordinator: it owns the layers, the mutex and the
+// pieces, and ties them together: which chunks are missing, in flight or verified, who waits
+// for what, and eviction. Its methods are in blob_cache.cc (opening, registration, scheduling,
+// prefetch, eviction), blob_cache_read.cc (the read path), chunk_landing.cc (flights, landing
+// chunks, persistence, sealing) and layer_audit.cc (whole-layer checks, audit, quarantine).
 //
 // Thread safety: all public methods are safe to call concurrently.
 // Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote

@@ -340,7 +340,8 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/true, &memory);
   }
   // Only a read that was given the whole deadline says the registry is not answering; a
-  // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
+  // shortened one failing says nothing new, and must not extend the window, or a registry
+  // whose reads keep failing fast would never be given the whole deadline again.
   // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
   if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
       mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
