@@ -302,6 +302,17 @@ std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) co
   return it == layers_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<BlobCache::Layer> BlobCache::FindRegisteredLocked(const Digest& digest) const {
+  std::shared_ptr<Layer> layer = FindLocked(digest);
+  if (!layer) return nullptr;
+  LayerGuard held(*layer, Held(mu_));
+  return layer->has_spec && !layer->refs.empty() ? layer : nullptr;
+}
+
+absl::Status BlobCache::NotRegistered(const Digest& digest) {
+  return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
@@ -418,13 +429,9 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
                                  const std::vector<ByteRange>& header_ranges) {
   absl::MutexLock lock(&mu_);
-  auto layer = FindLocked(digest);
-  const auto not_registered = [&] {
-    return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-  };
-  if (!layer) return not_registered();
+  auto layer = FindRegisteredLocked(digest);
+  if (!layer) return NotRegistered(digest);
   LayerGuard held(*layer, Held(mu_));
-  if (!layer->has_spec || layer->refs.empty()) return not_registered();
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }

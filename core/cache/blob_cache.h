@@ -252,6 +252,11 @@ class BlobCache : public BlobReader {
   void Log(absl::string_view line) const;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The layer if it is registered in this process and referenced; null otherwise (a read or a
+  // prefetch of it fails with NotRegistered).
+  std::shared_ptr<Layer> FindRegisteredLocked(const Digest& digest) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::Status NotRegistered(const Digest& digest);
   // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
   // `deadline` bounds the wait; fetches started for it get `fetch_deadline` (later when the
   // wait was shortened by EndpointHealth, so a slow registry's answer still lands).

@@ -260,13 +260,9 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
   VerifyMode mode;  // fixed once the layer is registered (has_spec)
   {
     absl::MutexLock lock(&mu_);
-    layer = FindLocked(digest);
-    const auto not_registered = [&] {
-      return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-    };
-    if (!layer) return not_registered();
+    layer = FindRegisteredLocked(digest);
+    if (!layer) return NotRegistered(digest);
     LayerGuard held(*layer, Held(mu_));
-    if (!layer->has_spec || layer->refs.empty()) return not_registered();
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
