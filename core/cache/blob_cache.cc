@@ -336,6 +336,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
     c = MissingRunEnd(*layer, start, last, max_request);
     auto f = std::make_shared<Flight>();
     f->layer = layer;
+    LayerGuard held_f(*f->layer, Held(mu_));
     f->first = start;
     f->last = c - 1;
     f->gen = layer->gen.load();
@@ -393,7 +394,10 @@ void BlobCache::PumpBulkLocked() {
         MissingRunEnd(*layer, layer->bulk_next, layer->count() - 1, options_.max_request_bytes);
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
                           time_->Now() + options_.background_deadline, &created);
-    for (auto& f : created) f->bulk = true;
+    for (auto& f : created) {
+      LayerGuard held_f(*f->layer, Held(mu_));
+      f->bulk = true;
+    }
     bulk_in_flight_ += static_cast<int>(created.size());
     layer->bulk_next = end;
   }
@@ -417,6 +421,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
                           time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
+      LayerGuard held_f(*f->layer, Held(mu_));
       f->stream = true;
       layer->stream_in_flight++;
     }

@@ -117,6 +117,7 @@ absl::Status BlobCache::EnsureChunks(
           c = run_end + 1;
         }
         for (const auto& w : waits) {
+          LayerGuard held_w(*w->layer, Held(mu_));
           if (w->ticket) scheduler_.Promote(w->ticket, kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
@@ -131,9 +132,10 @@ absl::Status BlobCache::EnsureChunks(
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     // A flight's chunks land one by one: wait only for the ones this read needs.
-    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_, layer->mu) {
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
+        LayerGuard held_w(*w->layer, Held(mu_));
         if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
       }
       return true;
@@ -145,6 +147,7 @@ absl::Status BlobCache::EnsureChunks(
                        absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
+      LayerGuard held_w(*w->layer, Held(mu_));
       for (const auto& [c, bytes] : w->memory) {
         if (c >= first && c <= last) from_flights[c] = bytes;
       }

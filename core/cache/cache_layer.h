@@ -160,30 +160,29 @@ class ABSL_SCOPED_LOCKABLE LayerGuard {
   ~LayerGuard() ABSL_UNLOCK_FUNCTION() {}
 };
 
-// One range request: chunks [first, last] of a layer, fetched by one RunFlight. The fields not
-// fixed at creation are under the cache's mutex, except `refetched`. They carry no
-// ABSL_GUARDED_BY(layer->mu): code reaches a flight through a layer's `flight` slots or a
-// reader's wait list, where the analysis cannot tell that `flight->layer` is the layer it holds.
+// One range request: chunks [first, last] of a layer, fetched by one RunFlight.
 struct CacheFlight {
   // Fixed at creation, before the flight is queued or any chunk points to it.
   std::shared_ptr<CacheLayer> layer;
   uint64_t first = 0, last = 0;
   uint64_t gen = 0;
   std::string endpoint;  // read without the lock by RunFlight
-  // Under the cache's mutex from here on.
-  std::shared_ptr<FetchScheduler::Ticket> ticket;  // set when queued, so a reader can promote it
-  bool bulk = false;
-  bool stream = false;  // a request of the layer's stream (CacheLayer::stream_in_flight)
-  absl::Time deadline;
-  bool done = false;
+  // Set when queued, so a reader can promote it.
+  std::shared_ptr<FetchScheduler::Ticket> ticket ABSL_GUARDED_BY(layer->mu);
+  bool bulk ABSL_GUARDED_BY(layer->mu) = false;
+  // A request of the layer's stream (CacheLayer::stream_in_flight).
+  bool stream ABSL_GUARDED_BY(layer->mu) = false;
+  absl::Time deadline ABSL_GUARDED_BY(layer->mu);
+  bool done ABSL_GUARDED_BY(layer->mu) = false;
   // Chunks land one by one as the stream delivers them: [first, first + landed) have their
   // final state and chunk_status (sized at creation).
-  uint64_t landed = 0;
-  bool failed = false;  // some chunk of it failed
-  std::vector<absl::Status> chunk_status;
+  uint64_t landed ABSL_GUARDED_BY(layer->mu) = 0;
+  bool failed ABSL_GUARDED_BY(layer->mu) = false;  // some chunk of it failed
+  std::vector<absl::Status> chunk_status ABSL_GUARDED_BY(layer->mu);
   // Verified chunks that only memory holds (the disk is full), for the readers that waited:
   // the memory budget may drop them from the layer before those readers look again.
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
+  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory
+      ABSL_GUARDED_BY(layer->mu);
   // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
   // already; the next one fails its chunks. Only RunFlight's thread uses it: no lock.
   bool refetched = false;

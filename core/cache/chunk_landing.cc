@@ -111,6 +111,7 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
     disk_full_ = false;  // this write worked: the disk has room again
   }
   LayerGuard held(*layer, Held(mu_));
+  LayerGuard held_f(*f->layer, Held(mu_));
   if (layer->flight[c] == f) layer->flight[c] = nullptr;
   if (layer->gen.load() != f->gen) {
     cst = absl::DataLossError(
@@ -163,6 +164,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
+      LayerGuard held_f(*f->layer, Held(mu_));
       deadline = f->deadline;
     }
     if (layer->gen.load() != f->gen) {
@@ -223,6 +225,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   {
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
+    LayerGuard held_f(*f->layer, Held(mu_));
     const bool stale = layer->gen.load() != f->gen;
     // The chunks the stream never delivered fail with its error.
     for (uint64_t i = next; i < n; ++i) {
