@@ -367,9 +367,10 @@ void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uin
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || from >= to || to > layer->size) return;
     const std::vector<uint64_t> whole = CountServed(*layer, from, to);
-    if (!whole.empty())
+    if (!whole.empty()) {
       ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
                                counters_.page_cache_bytes_dropped);
+    }
   }
   if (!ranges.empty()) DropPages(*layer, ranges);
 }

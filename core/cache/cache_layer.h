@@ -5,10 +5,12 @@
 // as `mu`. One lock for the whole table, not one per layer, so that a read, a landing chunk,
 // eviction and the disk-full switch all see one consistent state. The thread-safety analysis
 // cannot see that `layer->mu` and the cache's `mu_` are the same mutex, so code that holds
-// `mu_` opens a LayerGuard for each layer it touches; the analysis then checks every access.
+// `mu_` opens a LayerGuard for each layer (or flight's layer) it touches; the analysis then
+// checks every access.
 // Fields without ABSL_GUARDED_BY say why they need no lock.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cassert>
