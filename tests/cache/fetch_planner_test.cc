@@ -8,25 +8,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "core/cache/cache_layer.h"
+#include "tests/cache/test_layer.h"
 
 namespace modelfs {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
-
-std::shared_ptr<CacheLayer> MakeLayer(absl::Mutex& mu, uint64_t chunks)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  auto layer =
-      std::make_shared<CacheLayer>(mu, Digest::Of("layer"), chunks * kMiB, kMiB, /*fd=*/-1);
-  LayerGuard held(*layer, Held(mu));
-  layer->ResetChunks(ChunkState::kMissing);
-  return layer;
-}
-
 TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 100);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;  // readahead_min 4 MiB, readahead_max 64 MiB
   UpdateReadahead(*layer, options, 0, 1 * kMiB);
@@ -41,7 +31,7 @@ TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
 TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 100);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
@@ -54,7 +44,7 @@ TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
 TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 100);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
@@ -67,7 +57,7 @@ TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
 TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 10);
+  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   layer->state[4] = ChunkState::kInFlight;
   EXPECT_EQ(MissingRunEnd(*layer, 0, 9, 16 * kMiB), 4u);
@@ -76,7 +66,7 @@ TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
 TEST(FetchPlannerTest, AMissingRunStopsAtTheRequestCapButHoldsAtLeastOneChunk) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 10);
+  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 3 * kMiB), 8u);
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 1), 6u);
@@ -86,7 +76,7 @@ TEST(FetchPlannerTest, AMissingRunStopsAtTheRequestCapButHoldsAtLeastOneChunk) {
 TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 1000);
+  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;  // 64 MiB requests, 4 segments, max_request_bytes 16 MiB
   layer->run_end = 32 * kMiB;
@@ -107,7 +97,7 @@ TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader)
 TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 1000);
+  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;
   layer->stream_in_flight = options.stream_segments;
@@ -118,7 +108,7 @@ TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
 TEST(FetchPlannerTest, AStreamNeverAsksAgainForWhatTheReaderPassed) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeLayer(mu, 100);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
   LayerGuard held(*layer, Held(mu));
   const CacheOptions options;
   layer->run_end = 90 * kMiB;

@@ -10,26 +10,15 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cache/cache_layer.h"
 #include "core/cache/verifier.h"
+#include "tests/cache/test_layer.h"
 
 namespace modelfs {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
-
-// A layer of `chunks` 1 MiB chunks, all verified and flushed.
-std::shared_ptr<CacheLayer> MakeVerifiedLayer(absl::Mutex& mu, uint64_t chunks)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  auto layer =
-      std::make_shared<CacheLayer>(mu, Digest::Of("layer"), chunks * kMiB, kMiB, /*fd=*/-1);
-  LayerGuard held(*layer, Held(mu));
-  layer->ResetChunks(ChunkState::kVerified);
-  return layer;
-}
-
 TEST(ServedPagesTest, AChunkCountsAsServedOnlyOnceEveryByteOfItWasSent) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeVerifiedLayer(mu, 8);
+  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
   LayerGuard held(*layer, Held(mu));
   EXPECT_EQ(CountServed(*layer, 0, kMiB + kMiB / 2), std::vector<uint64_t>{0});
   EXPECT_EQ(CountServed(*layer, kMiB + kMiB / 2, 2 * kMiB), std::vector<uint64_t>{1});
@@ -38,7 +27,7 @@ TEST(ServedPagesTest, AChunkCountsAsServedOnlyOnceEveryByteOfItWasSent) {
 TEST(ServedPagesTest, AServedChunkThatIsNotFlushedIsNotTaken) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeVerifiedLayer(mu, 8);
+  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
   LayerGuard held(*layer, Held(mu));
   layer->durable[0] = false;
   EXPECT_TRUE(CountServed(*layer, 0, kMiB).empty());
@@ -47,7 +36,7 @@ TEST(ServedPagesTest, AServedChunkThatIsNotFlushedIsNotTaken) {
 TEST(ServedPagesTest, AdjacentServedChunksAreDroppedAsOneRangeAndCounted) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeVerifiedLayer(mu, 8);
+  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
   LayerGuard held(*layer, Held(mu));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
@@ -60,7 +49,7 @@ TEST(ServedPagesTest, AdjacentServedChunksAreDroppedAsOneRangeAndCounted) {
 TEST(ServedPagesTest, ADropReachesBackOverTheChunksDroppedBeforeIt) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeVerifiedLayer(mu, 8);
+  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
   LayerGuard held(*layer, Held(mu));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
@@ -76,7 +65,7 @@ TEST(ServedPagesTest, ADropReachesBackOverTheChunksDroppedBeforeIt) {
 TEST(ServedPagesTest, WithoutDropServedPagesChunksAreOnlyMarkedFlushed) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
-  auto layer = MakeVerifiedLayer(mu, 8);
+  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
   LayerGuard held(*layer, Held(mu));
   std::atomic<uint64_t> dropped{0};
   layer->durable[3] = false;
