@@ -51,6 +51,10 @@
 #        TOPOLOGIES="loopback-disk redirect-tmpfs redirect-10gbit-disk redirect-10gbit-tmpfs
 #                    redirect-25gbit-tmpfs"   (or BACKEND=registry|redirect RATE=... STORE=...)
 #   BUILD_DIR needs cmd/modelfs, bench/modelfs-synth and bench/modelfs-load.
+#   BASE_BUILD=DIR (optional): a previous build's tree (only its cmd/modelfs is used). Each cold
+#   and warm modelfs measure is then taken with both binaries, one right after the other (the
+#   order swapped every run), and a last table sets them side by side: a change is judged
+#   against the build before it under the same load, not against a number from another day.
 #   Quick check: SIZES=256 RUNS=1 bench/load_bench.sh build
 # Needs root (FUSE, drop_caches, namespaces), docker-registry, nginx (nginx-light), ip and tc
 # (iproute2), skopeo, curl, openssl, fincore (util-linux), python3; about 5x the largest model
@@ -110,6 +114,21 @@ for t in "${TOPOS[@]}"; do
 done
 
 require_exec "$MODELFS" "build target modelfs"
+NEW_MODELFS=$MODELFS
+VARIANTS=(new)  # new: BUILD_DIR's modelfs; base: BASE_BUILD's (its keys are prefixed "base_")
+if [[ -n ${BASE_BUILD:-} ]]; then
+  BASE_MODELFS=$(realpath "$BASE_BUILD/cmd/modelfs")
+  require_exec "$BASE_MODELFS" "BASE_BUILD's modelfs"
+  VARIANTS+=(base)
+fi
+V=""
+use_variant() {  # use_variant new|base: the modelfs binary the next measures run
+  if [[ $1 == new ]]; then V="" MODELFS=$NEW_MODELFS; else V="base_" MODELFS=$BASE_MODELFS; fi
+}
+# The variants in the order of run N: swapped every run, so neither always goes first.
+variants_for_run() {
+  if (( $1 % 2 == 1 )); then echo "${VARIANTS[@]}"; else printf '%s ' "${VARIANTS[@]}" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i; print ""}'; fi
+}
 require_exec "$SYNTH" "build target modelfs-synth"
 require_exec "$LOAD" "build target modelfs-load"
 require_tools docker-registry nginx skopeo curl openssl fincore python3 dd find mountpoint fusermount3 sync tee
@@ -417,25 +436,25 @@ measure_modelfs_cold() {
   load "$mode" "${files[@]}"
   t2=$(now)
   # The mount's CPU over the load (the whole-layer audit starts a second after it).
-  add "${TK}cold_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
-  add "${TK}cold_user:$mode" "$(user_seconds "$MOUNT_PID")"
-  add "${TK}cold_reg_cpu:$mode" "$(elapsed "$reg0" "$(reg_cpu)")"
-  [[ -z $NG_PID ]] || add "${TK}cold_ng_cpu:$mode" "$(elapsed "$ng0" "$(ng_cpu)")"
+  add "${TK}${V}cold_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
+  add "${TK}${V}cold_user:$mode" "$(user_seconds "$MOUNT_PID")"
+  add "${TK}${V}cold_reg_cpu:$mode" "$(elapsed "$reg0" "$(reg_cpu)")"
+  [[ -z $NG_PID ]] || add "${TK}${V}cold_ng_cpu:$mode" "$(elapsed "$ng0" "$(ng_cpu)")"
   check_loaded "modelfs cold ($mode)"
-  add "${TK}cold:$mode" "$(elapsed "$t0" "$t2")"
-  add "${TK}cold_mount:$mode" "$(elapsed "$t0" "$t1")"
-  add "${TK}cold_fetched:$mode" "$(settled_fetched "$mnt")"
-  add "${TK}cold_rss:$mode" "$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$MOUNT_PID/status")"
+  add "${TK}${V}cold:$mode" "$(elapsed "$t0" "$t2")"
+  add "${TK}${V}cold_mount:$mode" "$(elapsed "$t0" "$t1")"
+  add "${TK}${V}cold_fetched:$mode" "$(settled_fetched "$mnt")"
+  add "${TK}${V}cold_rss:$mode" "$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$MOUNT_PID/status")"
   umount_wait "$mnt" "$MOUNT_PID"
   # The requests of the load (and of the mount), counted once both servers have logged them.
   st=$(log_statuses "$REG_LOG" "$rl0")
-  add "${TK}cold_reg_307:$mode" "$(count "$st" 307)"
-  add "${TK}cold_reg_2xx:$mode" "$(count "$st" 200 206)"
-  add "${TK}cold_reg_206:$mode" "$(count "$st" 206)"
+  add "${TK}${V}cold_reg_307:$mode" "$(count "$st" 307)"
+  add "${TK}${V}cold_reg_2xx:$mode" "$(count "$st" 200 206)"
+  add "${TK}${V}cold_reg_206:$mode" "$(count "$st" 206)"
   if [[ -n $NG_LOG ]]; then
     st=$(log_statuses "$NG_LOG" "$nl0")
-    add "${TK}cold_ng_206:$mode" "$(count "$st" 206)"
-    add "${TK}cold_ng_200:$mode" "$(count "$st" 200)"
+    add "${TK}${V}cold_ng_206:$mode" "$(count "$st" 206)"
+    add "${TK}${V}cold_ng_200:$mode" "$(count "$st" 200)"
   fi
   if [[ ${TK%|} == "$FIRST" ]]; then WARM_CACHE=$cache; else rm -rf "$cache"; fi
 }
@@ -451,16 +470,16 @@ measure_modelfs_warm() {
   t0=$(now)
   load "$mode" "${files[@]}"
   t1=$(now)
-  add "pc_node:$mode" "$("$PY" -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / int(sys.argv[3]))" "$cached0" "$(page_cache_bytes)" "$TOTAL")"
+  add "${V}pc_node:$mode" "$("$PY" -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / int(sys.argv[3]))" "$cached0" "$(page_cache_bytes)" "$TOTAL")"
   check_loaded "modelfs warm ($mode)"
-  add "warm:$mode" "$(elapsed "$t0" "$t1")"
-  add "warm_cpu:$mode" "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
-  add "warm_fetched:$mode" "$(settled_fetched "$mnt")"
+  add "${V}warm:$mode" "$(elapsed "$t0" "$t1")"
+  add "${V}warm_cpu:$mode" "$(elapsed "$cpu0" "$(cpu_seconds "$MOUNT_PID")")"
+  add "${V}warm_fetched:$mode" "$(settled_fetched "$mnt")"
   fuse_res=$(resident "${files[@]}")
   cache_res=$(resident "$WARM_CACHE"/blobs/sha256/*.data)
-  add "pc_fuse:$mode" "$fuse_res"
-  add "pc_cache:$mode" "$cache_res"
-  add "pc_x:$mode" "$("$PY" -c "import sys; print((int(sys.argv[1]) + int(sys.argv[2])) / int(sys.argv[3]))" "$fuse_res" "$cache_res" "$TOTAL")"
+  add "${V}pc_fuse:$mode" "$fuse_res"
+  add "${V}pc_cache:$mode" "$cache_res"
+  add "${V}pc_x:$mode" "$("$PY" -c "import sys; print((int(sys.argv[1]) + int(sys.argv[2])) / int(sys.argv[3]))" "$fuse_res" "$cache_res" "$TOTAL")"
   umount_wait "$mnt" "$MOUNT_PID"
 }
 
@@ -691,6 +710,29 @@ print_first_tables() {
   for l in $LOADERS; do echo "skopeo, $l: copy $(med "skopeo_copy:$l") s"; done
 }
 
+btrow() { printf '| %-24s | %-6s | %-5s | %8s | %8s | %10s | %9s | %9s |\n' "$@"; }
+print_base_table() {
+  local t l n b
+  echo
+  echo "This build beside BASE_BUILD ($BASE_BUILD), measured one after the other in each run"
+  echo "(seconds and the mount's CPU-s; medians of $RUNS; base/new above 1.00x: this build is faster):"
+  echo
+  btrow "topology" "loader" "path" "new s" "base s" "base/new" "new CPU-s" "base CPU-s"
+  btrow "---" "---" "---" "---" "---" "---" "---" "---"
+  for t in "${TOPOS[@]}"; do
+    for l in $LOADERS; do
+      n=$(med "$t|cold:$l")
+      b=$(med "$t|base_cold:$l")
+      btrow "$t" "$l" "cold" "$n" "$b" "$(ratio "$b" "$n")" "$(med "$t|cold_cpu:$l")" "$(med "$t|base_cold_cpu:$l")"
+    done
+  done
+  for l in $LOADERS; do
+    n=$(med "warm:$l")
+    b=$(med "base_warm:$l")
+    btrow "$FIRST" "$l" "warm" "$n" "$b" "$(ratio "$b" "$n")" "$(med "warm_cpu:$l")" "$(med "base_warm_cpu:$l")"
+  done
+}
+
 # --- main ------------------------------------------------------------------------------------
 T_START=$(now)
 echo "load_bench: $(nproc) CPUs, kernel $(uname -r), SIZES=\"$SIZES\" RUNS=$RUNS LOADERS=\"$LOADERS\"," \
@@ -731,12 +773,18 @@ for MIB in $SIZES; do
       measure_raw
       for l in $LOADERS; do measure_init_serial "$l"; done
       for l in $LOADERS; do measure_init_overlapped "$l"; done
-      for l in $LOADERS; do measure_modelfs_cold "$l"; done
+      for l in $LOADERS; do
+        for v in $(variants_for_run "$run"); do use_variant "$v"; measure_modelfs_cold "$l"; done
+      done
+      use_variant new
       if [[ $t == "$FIRST" ]]; then
         for l in $LOADERS; do measure_skopeo "$l"; done
         for l in $LOADERS; do measure_local_disk "$l"; done
         measure_limits
-        for l in $LOADERS; do measure_modelfs_warm "$l"; done
+        for l in $LOADERS; do
+          for v in $(variants_for_run "$run"); do use_variant "$v"; measure_modelfs_warm "$l"; done
+        done
+        use_variant new
         rm -rf "$WARM_CACHE"
         WARM_CACHE=""
         measure_ready_and_random_read
@@ -751,6 +799,7 @@ for MIB in $SIZES; do
   echo "### ${MIB} MiB model: $(human "$TOTAL") in $NFILES files; medians of $RUNS run(s)"
   print_topology_tables
   print_first_tables
+  [[ ${#VARIANTS[@]} == 1 ]] || print_base_table
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   if [[ -n $TMPFS ]]; then umount "$TMPFS"; TMPFS=""; fi
   rm -rf "$STORE_DISK" "$WORK/push"

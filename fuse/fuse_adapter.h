@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "fuse/model_tree.h"
 
 struct fuse_session;
@@ -77,6 +78,9 @@ struct FuseMountOptions {
   // Called after every read request with its duration and outcome (the daemon's latency
   // histogram). Must be thread-safe and fast.
   std::function<void(absl::Duration latency, bool ok)> on_read;
+  // The clock on_read's durations are measured on; null: Clock::Real(). Must outlive the
+  // mount. Tests pass a FakeClock.
+  Clock* clock = nullptr;
 };
 
 class FuseMount {

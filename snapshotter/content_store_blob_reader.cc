@@ -112,12 +112,13 @@ absl::Status ContentStoreBlobReader::VerifyLayer(const Digest& digest) {
   uint64_t got = 0;
   for (uint64_t offset = 0; offset < layer->size;) {
     const uint64_t n = std::min(options_.piece_bytes, layer->size - offset);
-    absl::Status st = store_->Read(ns, digest, offset, n, absl::Now() + options_.call_deadline,
-                                   [&](std::string_view piece) {
-                                     builder.Update(piece);
-                                     got += piece.size();
-                                     return absl::OkStatus();
-                                   });
+    absl::Status st =
+        store_->Read(ns, digest, offset, n, options_.clock->Now() + options_.call_deadline,
+                     [&](std::string_view piece) {
+                       builder.Update(piece);
+                       got += piece.size();
+                       return absl::OkStatus();
+                     });
     if (absl::IsOutOfRange(st)) {
       layer->quarantined = absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " in containerd's content store (namespace \"", ns,
@@ -160,11 +161,12 @@ absl::StatusOr<std::shared_ptr<const std::string>> ContentStoreBlobReader::Verif
   const uint64_t length = layer.index.ChunkLength(chunk);
   std::string bytes;
   bytes.reserve(length);
-  absl::Status st = store_->Read(layer.ns, layer.digest, offset, length,
-                                 absl::Now() + options_.call_deadline, [&](std::string_view piece) {
-                                   bytes.append(piece);
-                                   return absl::OkStatus();
-                                 });
+  absl::Status st =
+      store_->Read(layer.ns, layer.digest, offset, length,
+                   options_.clock->Now() + options_.call_deadline, [&](std::string_view piece) {
+                     bytes.append(piece);
+                     return absl::OkStatus();
+                   });
   if (absl::IsOutOfRange(st)) st = absl::DataLossError(st.message());
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(layer.index.VerifyChunk(chunk, bytes));

@@ -3,16 +3,17 @@
 // read from containerd on demand; nothing is copied to disk, so the node keeps one copy of the
 // weights (containerd's).
 //
-// Verification (DESIGN.md "Trust chain"): M carries no chunk index (those live in the volume
-// image V, which this pod did not name), so a layer is verified whole before any of its bytes is
-// served: its first use streams it once through the content API, checking its SHA-256 and size
-// against the digest in M's verified manifest, and builds a chunk index of it in memory on the
-// way (32 bytes per MiB). Every later read then checks the chunks it touches against that index
-// before returning them, so bytes that change in the content store after the check (they never
-// should: content is committed by digest) are refused too. A mismatch quarantines the layer
-// (kDataLoss, sticky until the layer is registered again); a failure to reach containerd is
-// retried by the next read. The last few verified chunks are kept in memory, so sequential
-// reads smaller than a chunk hash each chunk once.
+// Verification: every byte served must chain to the digests of M's verified manifest, as a
+// registry model's bytes do. M carries no chunk index (those live in the volume image V, which
+// this pod did not name), so a layer is verified whole before any of its bytes is served: its first
+// use streams it once through the content API, checking its SHA-256 and size against the digest in
+// M's verified manifest, and builds a chunk index of it in memory on the way (32 bytes per MiB).
+// Every later read then checks the chunks it touches against that index before returning them, so
+// bytes that change in the content store after the check (they never should: content is committed
+// by digest) are refused too. A mismatch quarantines the layer (kDataLoss, sticky until the layer
+// is registered again); a failure to reach containerd is retried by the next read. The last few
+// verified chunks are kept in memory, so sequential reads smaller than a chunk hash each chunk
+// once.
 //
 // LayerRoutingReader sends each layer to this reader when it holds it and to another
 // BlobReader (the verified blob cache) otherwise, so the daemon's one ModelTree serves both.
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
@@ -49,6 +51,8 @@ struct ContentStoreReaderOptions {
   // `call_deadline`.
   uint64_t piece_bytes = 64ull << 20;
   absl::Duration call_deadline = absl::Seconds(120);
+  // What the deadlines are measured on. Never null; not owned.
+  Clock* clock = Clock::Real();
 };
 
 class ContentStoreBlobReader final : public BlobReader {

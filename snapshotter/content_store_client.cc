@@ -29,8 +29,9 @@ absl::Status FromGrpc(const grpc::Status& st, const std::string& what) {
 
 class GrpcContentStore final : public ContentStore {
  public:
-  explicit GrpcContentStore(std::string socket_path)
+  GrpcContentStore(std::string socket_path, Clock* clock)
       : socket_path_(std::move(socket_path)),
+        clock_(clock),
         channel_(grpc::CreateChannel(absl::StrCat("unix:", socket_path_),
                                      grpc::InsecureChannelCredentials())),
         stub_(api::Content::NewStub(channel_)),
@@ -45,7 +46,7 @@ class GrpcContentStore final : public ContentStore {
     struct stat st;
     if (stat(socket_path_.c_str(), &st) != 0) return unreachable(strerror(errno));
     if (!S_ISSOCK(st.st_mode)) return unreachable("not a unix socket");
-    if (!channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    if (!channel_->WaitForConnected(absl::ToChronoTime(clock_->Now() + timeout))) {
       return unreachable(absl::StrCat("no connection within ", absl::FormatDuration(timeout)));
     }
     return absl::OkStatus();
@@ -53,7 +54,7 @@ class GrpcContentStore final : public ContentStore {
 
   absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) override {
     grpc::ClientContext ctx;
-    Prepare(ctx, ns, absl::Now() + kInfoTimeout);
+    Prepare(ctx, ns, clock_->Now() + kInfoTimeout);
     api::InfoRequest req;
     req.set_digest(digest.str());
     api::InfoResponse resp;
@@ -69,7 +70,7 @@ class GrpcContentStore final : public ContentStore {
   absl::StatusOr<std::vector<std::string>> ImageNames(const std::string& ns,
                                                       const Digest& digest) override {
     grpc::ClientContext ctx;
-    Prepare(ctx, ns, absl::Now() + kInfoTimeout);
+    Prepare(ctx, ns, clock_->Now() + kInfoTimeout);
     images_api::ListImagesRequest req;
     req.add_filters(absl::StrCat("target.digest==\"", digest.str(), "\""));
     images_api::ListImagesResponse resp;
@@ -148,6 +149,7 @@ class GrpcContentStore final : public ContentStore {
   }
 
   const std::string socket_path_;
+  Clock* const clock_;  // what call deadlines are measured on
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<api::Content::Stub> stub_;
   std::unique_ptr<images_api::Images::Stub> images_;
@@ -155,11 +157,12 @@ class GrpcContentStore final : public ContentStore {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ContentStore>> ConnectContentStore(const std::string& socket_path) {
+absl::StatusOr<std::unique_ptr<ContentStore>> ConnectContentStore(const std::string& socket_path,
+                                                                  Clock* clock) {
   if (socket_path.empty()) {
     return absl::InvalidArgumentError("containerd content store: empty socket path");
   }
-  return std::make_unique<GrpcContentStore>(socket_path);
+  return std::make_unique<GrpcContentStore>(socket_path, clock);
 }
 
 }  // namespace modelfs::snapshotter

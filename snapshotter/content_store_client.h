@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/oci/digest.h"
 
 namespace modelfs::snapshotter {
@@ -60,7 +61,9 @@ class ContentStore {
 
 // A client of containerd's content API on the unix socket `socket_path` (containerd's
 // [grpc] address, /run/containerd/containerd.sock by default). Connects on first use, so
-// containerd may start after the snapshotter. Errors: kInvalidArgument for an empty path.
-absl::StatusOr<std::unique_ptr<ContentStore>> ConnectContentStore(const std::string& socket_path);
+// containerd may start after the snapshotter. Call deadlines are measured on `clock` (not owned;
+// never null). Errors: kInvalidArgument for an empty path.
+absl::StatusOr<std::unique_ptr<ContentStore>> ConnectContentStore(const std::string& socket_path,
+                                                                  Clock* clock = Clock::Real());
 
 }  // namespace modelfs::snapshotter

@@ -13,7 +13,7 @@ absl::StatusOr<std::string> ContentStoreModelFetcher::ReadVerified(const Digest&
   out.reserve(size);
   Sha256 h;
   if (size > 0) {
-    absl::Status st = store_.Read(ns_, digest, 0, size, absl::Now() + absl::Seconds(60),
+    absl::Status st = store_.Read(ns_, digest, 0, size, clock_->Now() + absl::Seconds(60),
                                   [&](std::string_view piece) {
                                     out.append(piece);
                                     h.Update(piece);
@@ -76,8 +76,8 @@ std::string ContentStoreReference(const Digest& manifest) {
 }
 
 absl::StatusOr<ResolvedModel> ResolveContentStoreModel(ContentStore& store,
-                                                       const ImageVolumeKey& key) {
-  ContentStoreModelFetcher fetcher(store, key.ns);
+                                                       const ImageVolumeKey& key, Clock* clock) {
+  ContentStoreModelFetcher fetcher(store, key.ns, clock);
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(ContentStoreReference(key.image)));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(fetcher, ref));
   if (rm.volume_descriptor) {

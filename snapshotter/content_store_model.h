@@ -27,8 +27,9 @@ inline constexpr uint64_t kMaxContentManifestBytes = 4u << 20;
 // the content store's errors.
 class ContentStoreModelFetcher final : public ModelFetcher {
  public:
-  ContentStoreModelFetcher(ContentStore& store, std::string ns)
-      : store_(store), ns_(std::move(ns)) {}
+  // Read deadlines are measured on `clock` (not owned; never null).
+  ContentStoreModelFetcher(ContentStore& store, std::string ns, Clock* clock = Clock::Real())
+      : store_(store), ns_(std::move(ns)), clock_(clock) {}
   absl::StatusOr<ManifestResult> GetManifest(const std::string& repository,
                                              const std::string& reference) override;
   absl::StatusOr<std::string> GetBlob(const std::string& repository, const Descriptor& d,
@@ -38,6 +39,7 @@ class ContentStoreModelFetcher final : public ModelFetcher {
   absl::StatusOr<std::string> ReadVerified(const Digest& digest, uint64_t size);
   ContentStore& store_;
   const std::string ns_;
+  Clock* const clock_;
 };
 
 // The reference a content-store model is known by (in logs and `.modelinfo.json`):
@@ -49,6 +51,7 @@ std::string ContentStoreReference(const Digest& manifest);
 // ModelPack (or Docker model) manifest, kNotFound when containerd does not hold it, kDataLoss
 // on a digest mismatch, the content store's errors.
 absl::StatusOr<ResolvedModel> ResolveContentStoreModel(ContentStore& store,
-                                                       const ImageVolumeKey& key);
+                                                       const ImageVolumeKey& key,
+                                                       Clock* clock = Clock::Real());
 
 }  // namespace modelfs::snapshotter

@@ -24,66 +24,21 @@
 namespace modelfs::snapshotter {
 namespace fs = std::filesystem;
 
-// The cache's remote side for many models: each layer digest is fetched from the registry and
-// repository of the model that registered it (any one will do: content is addressed by digest).
-class ModelSnapshotter::RoutingSource final : public RemoteBlobSource {
- public:
-  void Add(const Digest& layer, std::shared_ptr<RegistryClient> client,
-           const std::string& repository) {
-    absl::MutexLock lock(&mu_);
-    routes_[layer.str()] = Route{std::move(client), repository};
-  }
-
-  absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
-                                         absl::Time deadline) override {
-    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
-    return route.client->GetBlobRange(route.repository, blob, offset, length, deadline);
-  }
-
-  absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
-                           absl::Time deadline,
-                           const std::function<absl::Status(absl::string_view)>& sink) override {
-    ASSIGN_OR_RETURN(Route route, RouteOf(blob));
-    return route.client->StreamBlobRange(route.repository, blob, offset, length, deadline, sink);
-  }
-
-  // The cache keeps health and fetch threads per registry, so one model's registry outage
-  // does not touch reads of models from other registries.
-  std::string EndpointOf(const Digest& blob) override {
-    absl::MutexLock lock(&mu_);
-    auto it = routes_.find(blob.str());
-    return it == routes_.end() ? std::string() : it->second.client->registry();
-  }
-
- private:
-  struct Route {
-    std::shared_ptr<RegistryClient> client;
-    std::string repository;
-  };
-  absl::StatusOr<Route> RouteOf(const Digest& blob) {
-    absl::MutexLock lock(&mu_);
-    auto it = routes_.find(blob.str());
-    if (it == routes_.end()) {
-      return absl::NotFoundError(absl::StrCat("no registry is known for layer ", blob.str()));
-    }
-    return it->second;
-  }
-  absl::Mutex mu_;
-  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
-};
-
-namespace {
-
-std::string ModelName(const Digest& model) {
-  return absl::StrCat("sha256-", std::string(model.hex()));
-}
-
-}  // namespace
-
-ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options)
+ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapshotterParts parts)
     : options_(std::move(options)),
       mnt_dir_(options_.root / "mnt"),
-      models_dir_(options_.root / "models") {}
+      models_dir_(options_.root / "models"),
+      lock_fd_(parts.root_lock_fd),
+      clock_(parts.clock != nullptr ? parts.clock : Clock::Real()),
+      connect_registry_(std::move(parts.connect_registry)) {
+  source_ = std::move(parts.source);
+  cache_ = std::move(parts.cache);
+  owned_content_store_ = std::move(parts.owned_content_store);
+  content_store_ =
+      parts.content_store != nullptr ? parts.content_store : owned_content_store_.get();
+  mounter_ = std::move(parts.mounter);
+  base_ = std::move(parts.base);
+}
 
 void ModelSnapshotter::Log(const std::string& line) const {
   if (options_.log) {
@@ -93,43 +48,81 @@ void ModelSnapshotter::Log(const std::string& line) const {
   }
 }
 
+namespace {
+
+// The real collaborators of a snapshotter on options.root, in the order Open has always made
+// them (the metadata store, the cache, containerd's content store), each failing Open as before.
+absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts& parts) {
+  ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root, o.overlay));
+  CacheOptions co = o.cache;
+  if (co.dir.empty()) co.dir = (o.root / "cache").string();
+  std::error_code ec;
+  fs::create_directories(co.dir, ec);
+  parts.source = std::make_unique<RegistryRoutingSource>();
+  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
+  if (o.content_store != nullptr) {
+    parts.content_store = o.content_store;
+  } else if (!o.containerd_address.empty()) {
+    ASSIGN_OR_RETURN(parts.owned_content_store,
+                     ConnectContentStore(o.containerd_address, parts.clock));
+  }
+  parts.connect_registry = [access = o.registry](const std::string& registry) {
+    return ConnectRegistry(registry, HostCapability::kPull, access);
+  };
+  parts.mounter = NewFuseModelMounter();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     ModelSnapshotterOptions options) {
   if (options.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
-  std::unique_ptr<ModelSnapshotter> s(new ModelSnapshotter(std::move(options)));
-  const ModelSnapshotterOptions& o = s->options_;
+  const ModelSnapshotterOptions& o = options;
   std::error_code ec;
   fs::create_directories(o.root, ec);
   if (ec) {
     return absl::InternalError(
         absl::StrCat("snapshotter: create ", o.root.string(), ": ", ec.message()));
   }
+  ModelSnapshotterParts parts;
   // One daemon per root: two would share the database and fight over <root>/mnt.
   const fs::path lock_path = o.root / "lock";
-  s->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (s->lock_fd_ < 0 || ::flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("snapshotter: ", o.root.string(),
-                                                      " is in use by another modelfs-snapshotter (",
-                                                      lock_path.string(), " is locked)"));
+  parts.root_lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  absl::Status st;
+  if (parts.root_lock_fd < 0 || ::flock(parts.root_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    st = absl::FailedPreconditionError(absl::StrCat("snapshotter: ", o.root.string(),
+                                                    " is in use by another modelfs-snapshotter (",
+                                                    lock_path.string(), " is locked)"));
+  } else {
+    st = BuildParts(o, parts);
   }
-  ASSIGN_OR_RETURN(s->base_, OverlaySnapshotter::Open(o.root, o.overlay));
-  s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
+  if (!st.ok()) {
+    if (parts.root_lock_fd >= 0) ::close(parts.root_lock_fd);
+    return st;
+  }
+  return Create(std::move(options), std::move(parts));
+}
 
-  CacheOptions co = o.cache;
-  if (co.dir.empty()) co.dir = (o.root / "cache").string();
-  fs::create_directories(co.dir, ec);
-  s->source_ = std::make_unique<RoutingSource>();
-  ASSIGN_OR_RETURN(s->cache_, BlobCache::Open(co, s->source_.get()));
+absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
+    ModelSnapshotterOptions options, ModelSnapshotterParts parts) {
+  // Made first, so that it owns (and closes) the root's lock whatever fails below.
+  std::unique_ptr<ModelSnapshotter> s(new ModelSnapshotter(std::move(options), std::move(parts)));
+  const ModelSnapshotterOptions& o = s->options_;
+  if (o.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
+  if (!s->mounter_ || !s->base_ || !s->source_ || !s->cache_ || !s->connect_registry_) {
+    return absl::InvalidArgumentError(
+        "snapshotter: the mounter, the overlay snapshotter, the cache with its source and the "
+        "registry connector are all required");
+  }
+  std::error_code ec;
+  s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
   s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
                                                  PipelineOptions{o.prefetch, o.insecure_stream});
-  if (o.content_store != nullptr) {
-    s->content_store_ = o.content_store;
-  } else if (!o.containerd_address.empty()) {
-    ASSIGN_OR_RETURN(s->owned_content_store_, ConnectContentStore(o.containerd_address));
-    s->content_store_ = s->owned_content_store_.get();
-  }
   if (s->content_store_ != nullptr) {
-    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_);
+    ContentStoreReaderOptions ro;
+    ro.clock = s->clock_;
+    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_, ro);
   }
   if (!o.policy.empty()) {
     ModelSnapshotter* raw = s.get();
@@ -197,8 +190,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
     s->RestoreContentSnapshots(content);
-    absl::StatusOr<std::unique_ptr<FuseMount>> adopted =
-        FuseMount::Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
+    absl::StatusOr<std::unique_ptr<ModelMount>> adopted =
+        s->mounter_->Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
     if (adopted.ok()) {
       s->fuse_ = *std::move(adopted);
       s->Log(absl::StrCat("serving the inherited FUSE connection of ", s->mnt_dir_.string(), " (",
@@ -209,14 +202,14 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Open(
       s->Log(absl::StrCat("cannot resume the inherited FUSE connection (",
                           adopted.status().ToString(), "); mounting afresh"));
       ::close(o.inherited_fuse_fd);
-      ::umount2(s->mnt_dir_.c_str(), MNT_DETACH);
+      s->mounter_->LazyUnmount(s->mnt_dir_.string());
       fs::create_directories(s->mnt_dir_, ec);
-      ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
+      ASSIGN_OR_RETURN(s->fuse_, s->mounter_->Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
-    RETURN_IF_ERROR(DetachStaleMount(s->mnt_dir_.string()));
-    ASSIGN_OR_RETURN(s->fuse_, FuseMount::Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
+    RETURN_IF_ERROR(s->mounter_->DetachStaleMount(s->mnt_dir_.string()));
+    ASSIGN_OR_RETURN(s->fuse_, s->mounter_->Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
     if (!names.empty() || !content.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names, content] {
         raw->RestoreModels(names);
@@ -237,7 +230,7 @@ absl::Status ModelSnapshotter::Shutdown(bool keep_mount) {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
-    changed_.SignalAll();
+    ++changes_;
   }
   stopping_ = true;
   if (restorer_.joinable()) restorer_.join();
@@ -253,47 +246,22 @@ std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
   return (mnt_dir_ / it->second).string();
 }
 
-absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
-    const std::string& registry) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = clients_.find(registry);
-    if (it != clients_.end()) return it->second;
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
-                   ConnectRegistry(registry, HostCapability::kPull, options_.registry));
-  std::shared_ptr<RegistryClient> client(std::move(made));
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = clients_.emplace(registry, client);
-  return it->second;
-}
-
-absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
-                                             std::shared_ptr<RegistryClient> client,
-                                             PrefetchStart prefetch) {
-  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
-  auto serve = [&](const LoadedModel& m) {
-    absl::Status added =
-        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
-    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
-  };
-  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline_->Register(rm, rm.ref.String(), serve, prefetch));
-  Log(absl::StrCat("model ", rm.model_descriptor.digest.str(), " from ", rm.ref.String(),
-                   " registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(),
-                   " files, ", loaded.verification, " verification)"));
-  return absl::OkStatus();
+bool ModelSnapshotter::TimedOutWaitingForChange(absl::Time deadline) {
+  const uint64_t seen = changes_;
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return changes_ != seen; };
+  return !clock_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline);
 }
 
 absl::StatusOr<bool> ModelSnapshotter::BeginRegistration(const std::string& name,
                                                          const std::string& model_ref) {
   absl::MutexLock lock(&mu_);
-  absl::Time deadline = absl::Now() + options_.model_wait;
+  absl::Time deadline = clock_->Now() + options_.model_wait;
   while (true) {
     auto it = models_.find(name);
     if (it == models_.end() || it->second.state == ModelState::kFailed) break;
     if (it->second.state == ModelState::kReady) return false;
     if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
-    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+    if (TimedOutWaitingForChange(deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("model ", name, " is still being registered"));
     }
@@ -311,18 +279,8 @@ absl::Status ModelSnapshotter::FinishRegistration(const std::string& name, absl:
   e.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
   e.error = st;
   if (!st.ok() && e.snapshot_ids.empty()) models_.erase(name);
-  changed_.SignalAll();
+  ++changes_;
   return st;
-}
-
-absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
-                                           std::shared_ptr<RegistryClient> client) {
-  ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
-  if (!mine) return absl::OkStatus();
-  absl::Status st = SaveModelRecord(models_dir_, name, rm);
-  // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
-  if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
-  return FinishRegistration(name, std::move(st));
 }
 
 void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
@@ -352,7 +310,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
         it->second.state = st.ok() ? ModelState::kReady : ModelState::kFailed;
         it->second.error = st;
       }
-      changed_.SignalAll();
+      ++changes_;
     }
     if (orphaned && st.ok()) {
       (void)tree_->RemoveModel(name);
@@ -363,7 +321,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
 
 bool ModelSnapshotter::WaitRestored(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = clock_->Now() + timeout;
   auto loading = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& [name, e] : models_) {
       if (e.state == ModelState::kLoading) return true;
@@ -371,7 +329,7 @@ bool ModelSnapshotter::WaitRestored(absl::Duration timeout) {
     return false;
   };
   while (loading()) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) return !loading();
+    if (TimedOutWaitingForChange(deadline)) return !loading();
   }
   return true;
 }
@@ -393,7 +351,7 @@ RemotePrepareCounts ModelSnapshotter::remote_counts() const {
 absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) {
   std::vector<std::string> used;  // model_refs
   absl::ReleasableMutexLock lock(&mu_);
-  absl::Time deadline = absl::Now() + options_.model_wait;
+  absl::Time deadline = clock_->Now() + options_.model_wait;
   for (int64_t id : ids) {
     auto sit = model_of_snapshot_.find(id);
     if (sit == model_of_snapshot_.end()) continue;
@@ -412,7 +370,7 @@ absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) 
             absl::StrCat("model ", name, " is not available: ", it->second.error.ToString()));
       }
       if (shut_down_) return absl::UnavailableError("snapshotter is shutting down");
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      if (TimedOutWaitingForChange(deadline)) {
         return absl::DeadlineExceededError(
             absl::StrCat("model ", name, " is still being registered after a restart"));
       }
@@ -447,140 +405,6 @@ absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
     }
   }
   return WaitForModelIds(ids);
-}
-
-absl::Status ModelSnapshotter::CheckPolicy(const ImageReference& image, const Digest& digest,
-                                           const std::string& what) {
-  if (!policy_gate_) return absl::OkStatus();
-  PolicyGate::Outcome outcome = policy_gate_->Check(image, digest);
-  if (!outcome.status.ok()) {
-    Log(absl::StrCat(what, " refused by policy: ", outcome.status.message()));
-    return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ModelSnapshotter::CheckModelLocation(const ResolvedModel& rm) {
-  if (!policy_gate_ || !rm.volume_descriptor) return absl::OkStatus();
-  // V's signature covers M by digest; a location of M other than V's repository is a place
-  // the node is sent to, and the policy must accept M there too.
-  if (rm.registry == rm.ref.registry() && rm.repository == rm.ref.repository()) {
-    return absl::OkStatus();
-  }
-  ASSIGN_OR_RETURN(ImageReference m,
-                   ImageReference::Parse(absl::StrCat(rm.registry, "/", rm.repository, "@",
-                                                      rm.model_descriptor.digest.str())));
-  return CheckPolicy(m, rm.model_descriptor.digest, "model");
-}
-
-std::map<std::string, uint64_t> ModelSnapshotter::policy_refusals() const {
-  return policy_gate_ ? policy_gate_->refusals() : std::map<std::string, uint64_t>{};
-}
-
-uint64_t ModelSnapshotter::policy_evaluations() const {
-  return policy_gate_ ? policy_gate_->evaluations() : 0;
-}
-
-absl::Status ModelSnapshotter::CheckModelHost(const ImageReference& volume, const Digest& model,
-                                              const std::string& registry) const {
-  if (registry == volume.registry()) return absl::OkStatus();
-  for (const std::string& allowed : options_.model_hosts) {
-    if (allowed == registry) return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat("volume image ", volume.String(), " on registry ", volume.registry(),
-                   " names its model ", model.str(), " on registry ", registry,
-                   ", which this node does not follow volume images to; ",
-                   "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"",
-                   registry, "\"]"));
-}
-
-absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
-                                            const std::string& parent, const std::string& target) {
-  if (!rm.volume_descriptor) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(rm.ref.String(), " is not a volume image; only a volume layer is mounted"));
-  }
-  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
-  // V's config is small; 1 MiB bounds what a hostile one can make us hold.
-  ASSIGN_OR_RETURN(std::string config,
-                   FetchVerifiedBlob(client, rm.ref.repository(), v.config, 1u << 20));
-  ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(config));
-  absl::Status st = CheckVolumeSnapshotBinding(v, diff_ids, parent, target);
-  if (!st.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "volume image ", rm.ref.String(), " does not bind to this snapshot: ", st.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::string& parent,
-                                             const std::string& target, const VolumeLabels& volume,
-                                             const Labels& labels) {
-  if (base_->Stat(target).ok()) {
-    return absl::AlreadyExistsError(absl::StrCat("target snapshot \"", target, "\" exists"));
-  }
-  auto image = labels.find(kLabelCriImageRef);
-  if (image == labels.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", kLabelCriImageRef,
-                     " label (CRI pulls with disable_snapshot_annotations = false pass it)"));
-  }
-  // The binding is checked against V's manifest fetched by the digest containerd pinned, never
-  // by a tag that may have moved since containerd resolved it.
-  auto pinned = labels.find(kLabelCriManifestDigest);
-  if (pinned == labels.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", kLabelCriManifestDigest,
-                     " label: the layer cannot be bound to a verified volume manifest"));
-  }
-  ASSIGN_OR_RETURN(ImageReference named, ImageReference::Parse(image->second));
-  ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned->second));
-  // The policy judges the reference the pod named (its scope, and the identity a signature
-  // must match) at the digest containerd resolved it to, before anything of V or M is read.
-  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
-  ASSIGN_OR_RETURN(ImageReference ref,
-                   ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
-  // ResolveModel asks for another registry only when V's record names M there, and before it
-  // fetches anything of M: the one place to hold V to the hosts the admin allowed.
-  ASSIGN_OR_RETURN(
-      ResolvedModel rm,
-      ResolveModel(
-          *client, ref,
-          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-            RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
-            return ClientFor(registry);
-          }));
-  RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
-  RETURN_IF_ERROR(CheckModelLocation(rm));
-  if (rm.model_descriptor.digest != volume.model.digest) {
-    return absl::DataLossError(absl::StrCat(
-        "volume image ", ref.String(), " points to model ", rm.model_descriptor.digest.str(),
-        ", but its layer annotation says ", volume.model.digest.str()));
-  }
-  const std::string name = ModelName(rm.model_descriptor.digest);
-  // M's layers are read from M's registry, which V's record may name apart from V's.
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
-  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
-
-  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
-  Labels committed = labels;
-  committed[kLabelRemoteModel] = name;
-  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
-    (void)base_->Remove(key);
-    return st;
-  }
-  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
-  {
-    absl::MutexLock lock(&mu_);
-    model_of_snapshot_[rec.id] = name;
-    models_[name].snapshot_ids.insert(rec.id);
-    volume_of_snapshot_[rec.id] = {named, pinned_digest};
-  }
-  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
-  return absl::AlreadyExistsError(
-      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
 }
 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& key,

@@ -37,9 +37,16 @@
 // registry (uncached bytes are still fetched on demand). Mounts on top of a model wait until it
 // is registered again.
 //
+// Where the code lives: model_snapshotter.cc holds the state machine (the collaborators, the
+// models' registration states, Prepare/View/Mounts/Remove, restart recovery);
+// model_snapshotter_registry.cc the remote Prepare of a volume layer from a registry (binding,
+// model hosts, policy); model_snapshotter_content.cc the image volumes served from containerd's
+// content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
+// ones, tests their own.
+//
 // Thread-safety: every method may be called concurrently. Lock order: OverlaySnapshotter's
 // locks before mu_ (the lower-directory resolver takes mu_); mu_ is never held across a call
-// into the overlay snapshotter, the cache or the registry.
+// into the overlay snapshotter, the cache, the mounter or the registry.
 #pragma once
 
 #include <atomic>
@@ -59,6 +66,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 #include "core/cache/blob_cache.h"
 #include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
@@ -68,8 +76,10 @@
 #include "snapshotter/content_store_blob_reader.h"
 #include "snapshotter/content_store_client.h"
 #include "snapshotter/image_volume_key.h"
+#include "snapshotter/model_mounter.h"
 #include "snapshotter/overlay_snapshotter.h"
 #include "snapshotter/policy_gate.h"
+#include "snapshotter/registry_routing_source.h"
 #include "snapshotter/snapshotter.h"
 
 namespace modelfs::snapshotter {
@@ -122,6 +132,34 @@ struct ModelSnapshotterOptions {
   int inherited_fuse_fd = -1;
 };
 
+// How the snapshotter reaches registry `registry` ("host[:port]") for pulls.
+using RegistryConnector =
+    std::function<absl::StatusOr<std::unique_ptr<RegistryClient>>(const std::string& registry)>;
+
+// What a ModelSnapshotter works with. Open builds the real ones from its options; tests pass
+// fakes (mounter, content store, registry) and real ones in a temp dir (metadata store, cache).
+struct ModelSnapshotterParts {
+  // The clock of every deadline the snapshotter sets: waits for a model's registration, calls
+  // to containerd's content store. Not owned; never null.
+  Clock* clock = Clock::Real();
+  // The FUSE mount of <root>/mnt. Required.
+  std::unique_ptr<ModelMounter> mounter;
+  // Ordinary layers, and the metadata store of every snapshot. Required.
+  std::unique_ptr<OverlaySnapshotter> base;
+  // The cache's remote side, which the snapshotter tells where each model's layers are, and
+  // the cache over it. Both required.
+  std::unique_ptr<RegistryRoutingSource> source;
+  std::unique_ptr<BlobCache> cache;
+  // containerd's content store; null: image volumes naming a model stay empty. Not owned unless
+  // it is owned_content_store.
+  ContentStore* content_store = nullptr;
+  std::unique_ptr<ContentStore> owned_content_store;
+  // Pull clients by registry name. Required.
+  RegistryConnector connect_registry;
+  // <root>/lock, flock()ed by the caller; held (and closed) by the snapshotter. -1: none.
+  int root_lock_fd = -1;
+};
+
 struct RemotePrepareCounts {
   uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
   uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
@@ -135,6 +173,13 @@ class ModelSnapshotter final : public Snapshotter {
   // Errors: kFailedPrecondition (another daemon holds the root), kUnavailable (FUSE mount
   // failed), kInternal (I/O, SQLite).
   static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Open(ModelSnapshotterOptions options);
+  // The same with the collaborators given: mounts <root>/mnt through parts.mounter and starts
+  // re-registering the models whose snapshots parts.base holds. options.cache,
+  // options.registry, options.overlay, options.containerd_address and options.content_store
+  // are not read (the parts stand for them). Errors: kInvalidArgument (a required part is
+  // missing), the mounter's, kInternal (I/O, SQLite).
+  static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Create(ModelSnapshotterOptions options,
+                                                                  ModelSnapshotterParts parts);
   ~ModelSnapshotter() override;
 
   // Stops background work and unmounts <root>/mnt (lazily when containers still use it), or,
@@ -179,7 +224,6 @@ class ModelSnapshotter final : public Snapshotter {
   std::filesystem::path mount_dir() const { return mnt_dir_; }
 
  private:
-  class RoutingSource;
   enum class ModelState { kLoading, kReady, kFailed };
   struct ModelEntry {
     ModelState state = ModelState::kLoading;
@@ -188,7 +232,7 @@ class ModelSnapshotter final : public Snapshotter {
     std::set<int64_t> snapshot_ids;
   };
 
-  explicit ModelSnapshotter(ModelSnapshotterOptions options);
+  ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapshotterParts parts);
   void Log(const std::string& line) const;
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
@@ -260,13 +304,18 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status WaitForModelsBelow(const std::string& parent);
   absl::Status WaitForModelIds(const std::vector<int64_t>& ids);
   std::optional<std::string> ModelDirFor(int64_t id);
+  // With mu_ held: waits, on clock_, until changes_ moves or `deadline` passes (releasing mu_
+  // meanwhile). True when the deadline passed first, as absl::CondVar::WaitWithDeadline.
+  bool TimedOutWaitingForChange(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ModelSnapshotterOptions options_;
   const std::filesystem::path mnt_dir_;
   const std::filesystem::path models_dir_;
   int lock_fd_ = -1;
+  Clock* const clock_;
+  const RegistryConnector connect_registry_;
 
-  std::unique_ptr<RoutingSource> source_;
+  std::unique_ptr<RegistryRoutingSource> source_;
   std::unique_ptr<BlobCache> cache_;
   std::unique_ptr<ModelPipeline> pipeline_;                 // over cache_
   std::unique_ptr<ContentStore> owned_content_store_;       // the client of containerd_address
@@ -274,13 +323,15 @@ class ModelSnapshotter final : public Snapshotter {
   std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
   std::unique_ptr<LayerRoutingReader> reader_;  // what tree_ reads: content store, else cache_
   std::shared_ptr<ModelTree> tree_;
-  std::unique_ptr<FuseMount> fuse_;
+  std::unique_ptr<ModelMounter> mounter_;
+  std::unique_ptr<ModelMount> fuse_;
   std::unique_ptr<OverlaySnapshotter> base_;
   std::thread restorer_;
   std::atomic<bool> stopping_{false};
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // a model's state changed
+  // Counts changes of a model's state (and the shutdown), for waiters.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);

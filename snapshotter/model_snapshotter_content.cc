@@ -95,7 +95,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
       !reach.ok()) {
     return absl::UnavailableError(absl::StrCat("image volume ", key, ": ", reach.message()));
   }
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, volume));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, volume, clock_));
   RETURN_IF_ERROR(CheckContentModelPolicy(volume));
   const std::string name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   RETURN_IF_ERROR(EnsureContentModel(name, rm, volume.ns));
@@ -149,7 +149,7 @@ absl::Status ModelSnapshotter::RestoreContentSnapshot(const std::string& key, in
     return absl::DataLossError(absl::StrCat("snapshot ", key, ": its labels (model ", name,
                                             ", namespace \"", ns, "\") do not match its key"));
   }
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, *volume));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveContentStoreModel(*content_store_, *volume, clock_));
   RETURN_IF_ERROR(EnsureContentModel(name, rm, ns));
   absl::MutexLock lock(&mu_);
   model_of_snapshot_[id] = name;

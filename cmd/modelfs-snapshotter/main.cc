@@ -19,6 +19,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/clock.h"
 #include "core/base/heap.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
@@ -222,7 +223,7 @@ absl::Status Run(const DaemonConfig& c) {
   sd_notify(0, "STOPPING=1");
   // Connections not yet accepted stay in the socket's queue for the next process.
   listener.reset();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->Shutdown(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(1)));
   server.reset();
   metrics.reset();
   // With the fd in the store, leave the mount for the next process (if the unit is stopped

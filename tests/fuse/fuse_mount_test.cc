@@ -42,6 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "tests/testing/fake_blob_reader.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -50,9 +51,12 @@ namespace modelfs {
 namespace {
 
 using ::modelfs::testing::FakeBlobReader;
+using ::modelfs::testing::FakeClock;
 using ::modelfs::testing::StatusIs;
 using ::modelfs::testing::TempDir;
 using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
 std::string RandomBytes(size_t n, uint64_t seed) {
@@ -258,9 +262,9 @@ int64_t CachedPages(int fd) {
   return static_cast<int64_t>(cs.nr_cache);
 }
 
-// Issue 10: one copy of the weights on the node. A file not served by passthrough is direct_io,
-// so reading it leaves nothing in its page cache (the cache file's pages are the copy); a
-// shared mapping still works. The same read through a cached open fills the page cache.
+// The node should hold one copy of the weights, the cache file's pages. A file not served by
+// passthrough is direct_io, so reading it leaves nothing in its page cache; a shared mapping
+// still works. The same read through a cached open fills the page cache.
 TEST_F(FuseMountTest, ReadsOfADirectIoFileLeaveNoCopyInItsPageCacheAndSharedMmapWorks) {
   for (bool direct : {true, false}) {
     SCOPED_TRACE(direct ? "direct_io reads" : "cached reads");
@@ -336,6 +340,48 @@ TEST_F(FuseMountTest, AVerificationFailureIsEio) {
   EXPECT_EQ(pread(fd, buf, sizeof(buf), 8192), -1);
   EXPECT_EQ(errno, EIO);
   close(fd);
+}
+
+// A BlobReader whose every read takes `step` on a fake clock: a fetch of known duration.
+class SlowOnFakeClockBlobReader : public BlobReader {
+ public:
+  SlowOnFakeClockBlobReader(BlobReader* inner, FakeClock* clock, absl::Duration step)
+      : inner_(inner), clock_(clock), step_(step) {}
+  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
+                                   uint64_t length) override {
+    clock_->Advance(step_);
+    return inner_->Read(digest, offset, length);
+  }
+
+ private:
+  BlobReader* inner_;
+  FakeClock* clock_;
+  absl::Duration step_;
+};
+
+TEST_F(FuseMountTest, OnReadReportsTheDurationOfAReadOnTheMountsClock) {
+  FakeClock clock;
+  SlowOnFakeClockBlobReader slow(&reader_, &clock, absl::Milliseconds(250));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelTree> tree, ModelTree::SingleModel(&slow, Files(), {}));
+  absl::Mutex mu;
+  std::vector<std::pair<absl::Duration, bool>> reads;
+  FuseMountOptions options;
+  options.clock = &clock;
+  options.on_read = [&](absl::Duration latency, bool ok) {
+    absl::MutexLock lock(&mu);
+    reads.emplace_back(latency, ok);
+  };
+  ASSERT_OK_AND_ASSIGN(mount_, FuseMount::Mount(mnt_, std::move(tree), options));
+
+  int fd = open(Path("config.json").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  char buf[38];
+  EXPECT_EQ(pread(fd, buf, sizeof(buf), 0), 38);
+  close(fd);
+  ASSERT_OK(mount_->Unmount());  // no read request, so no on_read, after this
+
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(reads, ElementsAre(Pair(absl::Milliseconds(250), true)));
 }
 
 TEST_F(FuseMountTest, StatfsReportsTheModelSizeReadOnly) {
@@ -590,7 +636,8 @@ class StallingBlobReader : public BlobReader {
   std::atomic<int> waiting_{0};
 };
 
-// Issue 9 §3: however many reads wait on the network, cached reads, stat and readdir answer.
+// However many reads wait on the network, cached reads, stat and readdir answer: the stalled
+// reads wait on the read pool's threads, not on the session's workers.
 TEST_F(FuseMountTest, CachedReadsStatAndReaddirAnswerWhileFortyReadsAreStalled) {
   const std::string slow_bytes = RandomBytes(64 * 4096, 91);
   const Digest slow = reader_.Add(slow_bytes);

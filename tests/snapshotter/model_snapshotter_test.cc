@@ -1,0 +1,545 @@
+// ModelSnapshotter's state machine with its collaborators faked or in a temp dir: no root, no
+// FUSE, no network. A fake mounter records what the snapshotter asks of the kernel, a fake
+// content store holds the models of image volumes, a registry connector reaches nothing (or
+// waits until the test lets it go), and the clock is a FakeClock; the metadata store and the
+// cache are the real ones under a temp dir.
+//
+// Covered: the FUSE mount at start (fresh, inherited, failing) and at shutdown; Prepare of a
+// model (registered once, shared by a second snapshot), Remove (the model leaves the mount with
+// its last snapshot); Prepares that fail or are refused leaving nothing behind; restart recovery
+// (snapshots adopted, stale records deleted, a model still registering waited for on the clock).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "core/oci/manifest.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
+#include "core/oci/volume_image.h"
+#include "core/status/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "snapshotter/content_store_model.h"
+#include "snapshotter/model_records.h"
+#include "snapshotter/model_snapshotter.h"
+#include "tests/snapshotter/fake_content_store.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+namespace fs = std::filesystem;
+using ::modelfs::testing::FakeClock;
+using ::modelfs::testing::FakeContentStore;
+using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr char kNamespace[] = "k8s.io";
+constexpr char kRegistry[] = "registry.test:5000";
+
+// What the snapshotter asked of the kernel, one line per call, in order.
+class MountCalls {
+ public:
+  void Add(const std::string& call) {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(call);
+  }
+  std::vector<std::string> Get() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    calls_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeMount final : public ModelMount {
+ public:
+  FakeMount(std::shared_ptr<ModelTree> tree, MountCalls* calls)
+      : tree_(std::move(tree)), calls_(calls) {}
+  absl::Status RemoveModel(const std::string& model_name) override {
+    RETURN_IF_ERROR(tree_->RemoveModel(model_name));
+    calls_->Add("remove " + model_name);
+    return absl::OkStatus();
+  }
+  absl::Status Unmount() override {
+    calls_->Add("unmount");
+    return absl::OkStatus();
+  }
+  absl::Status Detach() override {
+    calls_->Add("detach");
+    return absl::OkStatus();
+  }
+  int fuse_fd() const override { return -1; }
+
+ private:
+  std::shared_ptr<ModelTree> tree_;
+  MountCalls* const calls_;
+};
+
+class FakeMounter final : public ModelMounter {
+ public:
+  FakeMounter(MountCalls* calls, absl::Status mount_result, absl::Status adopt_result)
+      : calls_(calls), mount_result_(mount_result), adopt_result_(adopt_result) {}
+  absl::Status DetachStaleMount(const std::string& dir) override {
+    calls_->Add("detach-stale " + dir);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<ModelMount>> Mount(const std::string& dir,
+                                                    std::shared_ptr<ModelTree> tree,
+                                                    const FuseMountOptions& options) override {
+    calls_->Add("mount " + dir);
+    RETURN_IF_ERROR(mount_result_);
+    return std::make_unique<FakeMount>(std::move(tree), calls_);
+  }
+  absl::StatusOr<std::unique_ptr<ModelMount>> Adopt(int fuse_fd, const std::string& dir,
+                                                    std::shared_ptr<ModelTree> tree,
+                                                    const FuseMountOptions& options) override {
+    calls_->Add("adopt " + dir);
+    RETURN_IF_ERROR(adopt_result_);
+    return std::make_unique<FakeMount>(std::move(tree), calls_);
+  }
+  void LazyUnmount(const std::string& dir) override { calls_->Add("lazy-unmount " + dir); }
+
+ private:
+  MountCalls* const calls_;
+  const absl::Status mount_result_;
+  const absl::Status adopt_result_;
+};
+
+// The key containerd 2.1 prepares an image volume of `image` under, for pod sandbox `sandbox`.
+std::string VolumeKey(const Digest& image, char sandbox = 'b') {
+  return absl::StrCat(kNamespace, "/7//run/containerd/io.containerd.grpc.v1.cri/image-volumes/",
+                      std::string(64, sandbox), "/", std::string(image.hex()));
+}
+
+std::string ModelName(const Digest& m) { return "sha256-" + std::string(m.hex()); }
+
+class ModelSnapshotterTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (release_registry_ != nullptr && !release_registry_->HasBeenNotified()) {
+      release_registry_->Notify();
+    }
+    Close();
+  }
+
+  fs::path root() const { return tmp_.Join("root"); }
+  std::string mnt() const { return (root() / "mnt").string(); }
+
+  ModelSnapshotterOptions Options() {
+    ModelSnapshotterOptions o;
+    o.root = root();
+    o.prefetch = PrefetchPolicy::kNone;
+    o.log = [this](const std::string& line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.push_back(line);
+    };
+    return o;
+  }
+
+  absl::Status Open(ModelSnapshotterOptions o) {
+    ModelSnapshotterParts parts;
+    parts.clock = &clock_;
+    parts.mounter = std::make_unique<FakeMounter>(&calls_, mount_result_, adopt_result_);
+    ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root));
+    parts.source = std::make_unique<RegistryRoutingSource>();
+    CacheOptions co;
+    co.dir = (o.root / "cache").string();
+    fs::create_directories(co.dir);
+    ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
+    parts.content_store = &store_;
+    parts.connect_registry =
+        [this](const std::string& registry) -> absl::StatusOr<std::unique_ptr<RegistryClient>> {
+      {
+        absl::MutexLock lock(&log_mu_);
+        connected_.push_back(registry);
+      }
+      if (release_registry_ != nullptr) release_registry_->WaitForNotification();
+      return absl::UnavailableError(absl::StrCat("registry ", registry, " is unreachable"));
+    };
+    ASSIGN_OR_RETURN(snapshotter_, ModelSnapshotter::Create(std::move(o), std::move(parts)));
+    return absl::OkStatus();
+  }
+  absl::Status Open() { return Open(Options()); }
+
+  void Close() {
+    if (snapshotter_) EXPECT_OK(snapshotter_->Shutdown());
+    snapshotter_.reset();
+  }
+
+  // M as containerd's content store holds it after a pull: config.json as a raw layer,
+  // README.md in a tar layer (tar_layer_, which registration reads whole), its config and its
+  // manifest.
+  Digest StoreModel() {
+    std::vector<ModelLayerInput> layers;
+    ModelLayerInput raw;
+    raw.path = "config.json";
+    raw.kind = ClassifyFile(raw.path);
+    const std::string config_file = R"({"model_type":"llama"})";
+    raw.digest = store_.Add(kNamespace, config_file);
+    raw.size = config_file.size();
+    layers.push_back(raw);
+    ModelLayerInput tar;
+    tar.path = "README.md";
+    tar.kind = ClassifyFile(tar.path);
+    tar.encoding = LayerEncoding::kTar;
+    TarWriter writer;
+    EXPECT_OK(writer.AddFile(tar.path, "# a test model\n"));
+    const std::string tar_bytes = writer.Finish();
+    tar_layer_ = store_.Add(kNamespace, tar_bytes);
+    tar.digest = tar_layer_;
+    tar.size = tar_bytes.size();
+    layers.push_back(tar);
+    ModelPackConfig config;
+    config.descriptor.name = "state machine test";
+    config_json_ = SerializeModelPackConfig(config);
+    store_.Add(kNamespace, config_json_);
+    absl::StatusOr<Manifest> m = BuildModelManifest(config_json_, layers);
+    EXPECT_OK(m.status());
+    return m.ok() ? store_.Add(kNamespace, SerializeManifest(*m)) : Digest();
+  }
+
+  // The labels containerd's CRI pull sends with the Prepare of volume image V's layer A.
+  Labels VolumeLayerLabels(const std::string& target) {
+    Descriptor model{std::string(kOciManifestMediaType), Digest::Of("model manifest"), 1234};
+    Labels labels = MakeVolumeLabels(model, "models/m");
+    labels[kLabelTargetRef] = target;
+    labels[kLabelCriImageRef] = absl::StrCat(kRegistry, "/models/m-volume:v1");
+    labels[kLabelCriManifestDigest] = Digest::Of("volume manifest").str();
+    return labels;
+  }
+
+  // A committed snapshot `chain` served by model `name` from a registry, as a remote Prepare
+  // leaves it in the metadata store, written before the snapshotter opens.
+  void CommitRemoteModelSnapshot(const std::string& chain, const std::string& name) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<OverlaySnapshotter> base,
+                         OverlaySnapshotter::Open(root()));
+    ASSERT_OK(base->Prepare("extract-" + chain, "", {}).status());
+    ASSERT_OK(base->Commit(chain, "extract-" + chain, {{kLabelRemoteModel, name}}));
+  }
+
+  // Opens after a restart with committed snapshot `chain` served by a model from a registry
+  // whose registration is still going on: its record is there (M as resolved from the content
+  // store, whose reference names the registry "containerd.invalid"), and the registry connector
+  // holds the restorer until release_registry_ is notified. registering_ names the model.
+  void OpenWithAModelStillRegistering(const std::string& chain) {
+    const Digest m = StoreModel();
+    registering_ = ModelName(m);
+    ASSERT_OK_AND_ASSIGN(ResolvedModel rm,
+                         ResolveContentStoreModel(store_, *ParseImageVolumeKey(VolumeKey(m))));
+    ASSERT_OK(SaveModelRecord(root() / "models", registering_, rm));
+    CommitRemoteModelSnapshot(chain, registering_);
+    release_registry_ = std::make_unique<absl::Notification>();
+    ModelSnapshotterOptions o = Options();
+    o.model_wait = absl::Minutes(5);
+    ASSERT_OK(Open(std::move(o)));
+  }
+
+  int CountLog(const std::string& needle) {
+    absl::MutexLock lock(&log_mu_);
+    int n = 0;
+    for (const std::string& line : log_) n += line.find(needle) != std::string::npos;
+    return n;
+  }
+  std::vector<std::string> Connected() {
+    absl::MutexLock lock(&log_mu_);
+    return connected_;
+  }
+
+  TempDir tmp_;
+  FakeClock clock_;
+  FakeContentStore store_;
+  MountCalls calls_;
+  absl::Status mount_result_;
+  absl::Status adopt_result_;
+  // Set: the registry connector waits for it before failing.
+  std::unique_ptr<absl::Notification> release_registry_;
+  std::string config_json_;
+  Digest tar_layer_;
+  std::string registering_;
+  std::unique_ptr<ModelSnapshotter> snapshotter_;
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
+  std::vector<std::string> connected_ ABSL_GUARDED_BY(log_mu_);
+};
+
+// --- The FUSE mount of <root>/mnt ---
+
+TEST_F(ModelSnapshotterTest, OpeningClearsAStaleMountThenMountsTheModelTreeOnce) {
+  ASSERT_OK(Open());
+  EXPECT_THAT(calls_.Get(), ElementsAre("detach-stale " + mnt(), "mount " + mnt()));
+}
+
+TEST_F(ModelSnapshotterTest, AFailedMountFailsTheOpenWithTheMountersError) {
+  mount_result_ = absl::UnavailableError("no /dev/fuse here");
+  EXPECT_EQ(Open(), absl::UnavailableError("no /dev/fuse here"));
+}
+
+TEST_F(ModelSnapshotterTest, AnInheritedConnectionIsAdoptedNotMountedAgain) {
+  ModelSnapshotterOptions o = Options();
+  o.inherited_fuse_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(o.inherited_fuse_fd, 0);
+  const int fd = o.inherited_fuse_fd;
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(calls_.Get(), ElementsAre("adopt " + mnt()));
+  ::close(fd);
+}
+
+TEST_F(ModelSnapshotterTest, AnInheritedConnectionThatCannotBeResumedIsUnmountedAndMountedAfresh) {
+  adopt_result_ = absl::UnavailableError("the connection is gone");
+  ModelSnapshotterOptions o = Options();
+  o.inherited_fuse_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(o.inherited_fuse_fd, 0);
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(calls_.Get(),
+              ElementsAre("adopt " + mnt(), "lazy-unmount " + mnt(), "mount " + mnt()));
+}
+
+TEST_F(ModelSnapshotterTest, ShutdownUnmountsTheModelTree) {
+  ASSERT_OK(Open());
+  calls_.Clear();
+  ASSERT_OK(snapshotter_->Shutdown());
+  EXPECT_THAT(calls_.Get(), ElementsAre("unmount"));
+}
+
+TEST_F(ModelSnapshotterTest, ShutdownKeepingTheMountDetachesInsteadOfUnmounting) {
+  ASSERT_OK(Open());
+  calls_.Clear();
+  ASSERT_OK(snapshotter_->Shutdown(/*keep_mount=*/true));
+  EXPECT_THAT(calls_.Get(), ElementsAre("detach"));
+}
+
+TEST_F(ModelSnapshotterTest, OpeningWithoutAMounterIsInvalid) {
+  ModelSnapshotterParts parts;
+  EXPECT_THAT(ModelSnapshotter::Create(Options(), std::move(parts)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// --- Prepare and Remove of a model (an image volume served from the content store) ---
+
+TEST_F(ModelSnapshotterTest, PreparingAModelReturnsAReadOnlyBindOfItsDirectory) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare(VolumeKey(m), "", {}));
+  EXPECT_EQ(mounts,
+            (std::vector<Mount>{{"bind", mnt() + "/" + ModelName(m), "", {"ro", "rbind"}}}));
+}
+
+TEST_F(ModelSnapshotterTest, PreparingAModelRegistersItInTheMountedTree) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+}
+
+TEST_F(ModelSnapshotterTest, ASecondSnapshotOfTheSameModelSharesItsRegistration) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> first, snapshotter_->Prepare(VolumeKey(m), "", {}));
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> second, snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}));
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(CountLog(" registered at "), 1);
+}
+
+TEST_F(ModelSnapshotterTest, RemovingOneOfTwoSnapshotsOfAModelKeepsItMounted) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}).status());
+  calls_.Clear();
+  ASSERT_OK(snapshotter_->Remove(VolumeKey(m)));
+  EXPECT_THAT(calls_.Get(), IsEmpty());
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+}
+
+TEST_F(ModelSnapshotterTest, RemovingTheLastSnapshotOfAModelTakesItOutOfTheMount) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}).status());
+  ASSERT_OK(snapshotter_->Remove(VolumeKey(m)));
+  calls_.Clear();
+  ASSERT_OK(snapshotter_->Remove(VolumeKey(m, 'c')));
+  EXPECT_THAT(calls_.Get(), ElementsAre("remove " + ModelName(m)));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, AModelWhoseLayerDoesNotMatchItsDigestIsRefused) {
+  const Digest m = StoreModel();
+  store_.Corrupt(kNamespace, tar_layer_, 0);
+  ASSERT_OK(Open());
+  EXPECT_THAT(snapshotter_->Prepare(VolumeKey(m), "", {}).status(),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(ModelSnapshotterTest, ARefusedModelLeavesNoSnapshotAndNoModel) {
+  const Digest m = StoreModel();
+  store_.Corrupt(kNamespace, tar_layer_, 0);
+  ASSERT_OK(Open());
+  ASSERT_FALSE(snapshotter_->Prepare(VolumeKey(m), "", {}).ok());
+  EXPECT_THAT(snapshotter_->Stat(VolumeKey(m)).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, AModelThatFailedToRegisterIsRegisteredAfreshByTheNextPrepare) {
+  const Digest m = StoreModel();
+  store_.Corrupt(kNamespace, tar_layer_, 0);
+  ASSERT_OK(Open());
+  ASSERT_FALSE(snapshotter_->Prepare(VolumeKey(m), "", {}).ok());
+  store_.Corrupt(kNamespace, tar_layer_, 0);  // the same bit flipped back
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+}
+
+TEST_F(ModelSnapshotterTest, AnImageVolumeContainerdDoesNotHoldIsAnOrdinaryEmptySnapshot) {
+  ASSERT_OK(Open());
+  const std::string key = VolumeKey(Digest::Of("nothing containerd holds"));
+  ASSERT_OK(snapshotter_->Prepare(key, "", {}).status());
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat(key));
+  EXPECT_THAT(info.labels, IsEmpty());
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+// --- The remote Prepare of a volume layer, from a registry ---
+
+TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedIsUnpackedTheOrdinaryWay) {
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status());
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+}
+
+TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedLeavesNoModelBehind) {
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status());
+  EXPECT_THAT(snapshotter_->Stat("chain-a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(ListModelRecords(root() / "models"), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, AVolumeLayerWithoutTheCriImageLabelNeverReachesARegistry) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, AVolumeLayerRefusedByThePolicyFailsThePrepare) {
+  ModelSnapshotterOptions o = Options();
+  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
+}
+
+TEST_F(ModelSnapshotterTest, AVolumeLayerRefusedByThePolicyLeavesNothingBehind) {
+  ModelSnapshotterOptions o = Options();
+  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  ASSERT_OK(Open(std::move(o)));
+  ASSERT_FALSE(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).ok());
+  EXPECT_THAT(snapshotter_->Stat("extract-a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->Stat("chain-a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+  EXPECT_THAT(ListModelRecords(root() / "models"), IsEmpty());
+}
+
+// --- Restart recovery ---
+
+TEST_F(ModelSnapshotterTest, AfterARestartAModelSnapshotIsServedAgain) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  Close();
+  ASSERT_OK(Open());
+  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Mounts(VolumeKey(m)));
+  EXPECT_EQ(mounts,
+            (std::vector<Mount>{{"bind", mnt() + "/" + ModelName(m), "", {"ro", "rbind"}}}));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+}
+
+TEST_F(ModelSnapshotterTest, AModelRecordNoSnapshotUsesIsDeletedAtStart) {
+  const fs::path stale = root() / "models" / ("sha256-" + std::string(64, 'a'));
+  fs::create_directories(stale);
+  ASSERT_OK(Open());
+  EXPECT_FALSE(fs::exists(stale));
+}
+
+TEST_F(ModelSnapshotterTest, ASnapshotOfAModelThatCannotBeRegisteredAgainFailsItsUsers) {
+  const std::string name = "sha256-" + std::string(64, 'c');
+  CommitRemoteModelSnapshot("chain-c", name);
+  ASSERT_OK(Open());
+  ASSERT_TRUE(snapshotter_->WaitRestored(absl::Seconds(30)));
+  const absl::Status missing = LoadModelRecord(root() / "models", name).status();
+  EXPECT_EQ(snapshotter_->View("view-c", "chain-c", {}).status(),
+            absl::UnavailableError(
+                absl::StrCat("model ", name, " is not available: ", missing.ToString())));
+}
+
+TEST_F(ModelSnapshotterTest, ASnapshotOfAModelThatCannotBeRegisteredAgainIsKept) {
+  const std::string name = "sha256-" + std::string(64, 'c');
+  CommitRemoteModelSnapshot("chain-c", name);
+  ASSERT_OK(Open());
+  ASSERT_TRUE(snapshotter_->WaitRestored(absl::Seconds(30)));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat("chain-c"));
+  EXPECT_EQ(info.labels.at(kLabelRemoteModel), name);
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringAfterARestartWaitsModelWaitOnTheClock) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithAModelStillRegistering("chain-m"));
+  // The clock moves on until the View gives up; no real time passes for the 5 minutes.
+  std::atomic<bool> done{false};
+  std::thread ticker([&] {
+    while (!done) {
+      clock_.Advance(absl::Minutes(1));
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  absl::Status st = snapshotter_->View("view-m", "chain-m", {}).status();
+  done = true;
+  ticker.join();
+  EXPECT_EQ(st, absl::DeadlineExceededError(absl::StrCat(
+                    "model ", registering_, " is still being registered after a restart")));
+}
+
+TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringFailsWhenTheSnapshotterShutsDown) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithAModelStillRegistering("chain-m"));
+  absl::Status st;
+  std::thread user([&] { st = snapshotter_->View("view-m", "chain-m", {}).status(); });
+  // Shutdown wakes the waiter at once, then joins the restorer, which the registry holds.
+  std::thread stopper([&] { EXPECT_OK(snapshotter_->Shutdown()); });
+  user.join();
+  release_registry_->Notify();
+  stopper.join();
+  EXPECT_EQ(st, absl::UnavailableError("snapshotter is shutting down"));
+}
+
+}  // namespace
+}  // namespace modelfs::snapshotter
