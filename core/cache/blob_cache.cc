@@ -16,110 +16,13 @@
 #include "absl/strings/str_format.h"
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
+#include "core/cache/fetch_planner.h"
+#include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
-
-namespace {
-
-// The one retry rule (core/base/backoff.h): kInternal is not worth a second attempt.
-bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
-
-std::string ErrnoText(int err) { return std::string(strerror(err)); }
-
-}  // namespace
-
-struct BlobCache::Layer {
-  Digest digest;
-  uint64_t size = 0;
-  uint64_t chunk_size = 1;
-  VerifyMode mode = VerifyMode::kChunk;
-  std::string endpoint;   // the registry that serves it (RemoteBlobSource::EndpointOf)
-  bool has_spec = false;  // registered in this process (else only known from the database)
-  // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
-  // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
-  std::vector<std::array<uint8_t, 32>> expected;
-  std::vector<ChunkState> state;
-  std::vector<std::shared_ptr<Flight>> flight;
-  absl::flat_hash_set<std::string> refs;
-  int pins = 0;  // readers inside Read
-  int jobs = 0;  // flights and verification jobs queued or running
-  bool whole_verified = false;
-  // SealOf(fd) when the whole layer was verified and flushed, so that a later process trusts
-  // the file without re-hashing it; "" otherwise.
-  std::string seal;
-  bool whole_verify_scheduled = false;
-  bool audited = false;  // the audit (CacheOptions::audit) found the layer digest in this process
-  bool quarantined = false;
-  uint64_t fill_epoch = 0;  // bumped when a whole-layer fill request fails
-  absl::Status fill_error;
-  std::atomic<uint64_t> gen{0};  // bumped by quarantine and eviction: stale flights are dropped
-  int fd = -1;                   // fixed for the Layer's lifetime
-  int64_t last_used = 0;
-  uint64_t cached_bytes = 0;
-  uint64_t run_start = 0, run_end = 0;  // the sequential run readers are extending
-  uint64_t window = 0;
-  bool bulk_active = false;
-  uint64_t bulk_next = 0;
-  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched
-  // in requests of options.stream_request_bytes, options.stream_segments of them in flight at
-  // once, never more than that many requests ahead of the reader.
-  bool streaming = false;
-  uint64_t stream_next = 0;     // the first chunk no stream request has asked for
-  int stream_in_flight = 0;     // stream requests queued or running
-  bool fill_disk_full = false;  // a whole-layer fill failed for want of disk space
-  // Verified chunks the full disk could not take (state kInMemory).
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory;
-  // Per chunk, for CacheOptions::drop_served_pages: bytes of it whose replies were sent since
-  // it was written (or its pages last dropped); whether it is flushed (its pages are clean, so
-  // they can be dropped); whether its pages were dropped (the audit drops them again).
-  std::vector<uint32_t> served;
-  std::vector<bool> durable;
-  std::vector<bool> dropped;
-
-  ~Layer() {
-    if (fd >= 0) close(fd);
-  }
-  // `n` chunks, all in state `s` (on disk, and so flushed, unless kMissing).
-  void ResetChunks(uint64_t n, ChunkState s) {
-    state.assign(n, s);
-    flight.resize(n);
-    served.assign(n, 0);
-    durable.assign(n, s != ChunkState::kMissing);
-    dropped.assign(n, false);
-  }
-  uint64_t count() const { return state.size(); }
-  uint64_t ChunkLen(uint64_t c) const { return std::min(chunk_size, size - c * chunk_size); }
-  bool Servable(uint64_t c) const {
-    return state[c] == ChunkState::kVerified ||
-           (state[c] == ChunkState::kPresent && mode == VerifyMode::kInsecureStream);
-  }
-};
-
-struct BlobCache::Flight {
-  std::shared_ptr<Layer> layer;
-  uint64_t first = 0, last = 0;
-  uint64_t gen = 0;
-  std::shared_ptr<FetchScheduler::Ticket> ticket;  // set when queued, so a reader can promote it
-  bool bulk = false;
-  bool stream = false;  // a request of the layer's stream (Layer::stream_in_flight)
-  absl::Time deadline;
-  std::string endpoint;  // fixed at creation: read without mu_ by RunFlight
-  bool done = false;
-  // Chunks land one by one as the stream delivers them: [first, first + landed) have their
-  // final state and chunk_status (sized at creation).
-  uint64_t landed = 0;
-  bool failed = false;  // some chunk of it failed
-  // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
-  // already; the next one fails its chunks. Only RunFlight's thread uses it.
-  bool refetched = false;
-  std::vector<absl::Status> chunk_status;
-  // Verified chunks that only memory holds (the disk is full), for the readers that waited:
-  // the memory budget may drop them from the layer before those readers look again.
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
-};
 
 BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
     : options_(std::move(options)),
@@ -213,13 +116,17 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      auto layer = std::make_shared<Layer>();
-      layer->digest = *digest;
-      layer->size = r.size;
-      layer->chunk_size = r.chunk_size;
-      layer->mode = static_cast<VerifyMode>(r.mode);
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
-      layer->ResetChunks(n, ChunkState::kMissing);
+      clock_ = std::max(clock_, r.last_used);
+      const int fd = store_.OpenExisting(*digest);
+      if (fd < 0) {
+        forget.push_back(r.digest);
+        continue;
+      }
+      auto layer = std::make_shared<Layer>(mu_, *digest, r.size, r.chunk_size, fd);
+      LayerGuard held(*layer, Held(mu_));
+      layer->mode = static_cast<VerifyMode>(r.mode);
+      layer->ResetChunks(ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
       if (r.local_index.size() == n * 32) {
         layer->expected.resize(n);
@@ -228,16 +135,10 @@ absl::Status BlobCache::LoadFromJournal() {
         }
       }
       layer->last_used = r.last_used;
-      clock_ = std::max(clock_, r.last_used);
-      layer->fd = store_.OpenExisting(layer->digest);
-      if (layer->fd < 0) {
-        forget.push_back(r.digest);
-        continue;
-      }
       if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
-        layer->ResetChunks(n, ChunkState::kVerified);
+        layer->ResetChunks(ChunkState::kVerified);
         layer->cached_bytes = layer->size;
       } else {
         // Unsealed (a cache from before seals, or a seal that no longer matches): its chunks
@@ -311,19 +212,20 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
 
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Layer> layer = FindLocked(spec.digest);
-  if (layer && layer->has_spec) {
-    if (layer->size != spec.size) {
-      return absl::InvalidArgumentError(absl::StrCat("cache: layer ", spec.digest.str(),
-                                                     " registered with size ", spec.size,
-                                                     " but already known with size ", layer->size));
-    }
-    layer->refs.insert(spec.model_ref);
-    layer->endpoint = endpoint;
-    layer->last_used = ++clock_;
-    return absl::OkStatus();
-  }
   const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
   if (layer) {
+    LayerGuard held(*layer, Held(mu_));
+    if (layer->has_spec) {
+      if (layer->size != spec.size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cache: layer ", spec.digest.str(), " registered with size ", spec.size,
+                         " but already known with size ", layer->size));
+      }
+      layer->refs.insert(spec.model_ref);
+      layer->endpoint = endpoint;
+      layer->last_used = ++clock_;
+      return absl::OkStatus();
+    }
     // Known from an earlier process: keep its recorded chunks if they can be re-verified.
     const bool compatible =
         layer->size == spec.size && layer->chunk_size == chunk_size && layer->jobs == 0 &&
@@ -342,15 +244,14 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
   }
   if (!layer) {
-    layer = std::make_shared<Layer>();
-    layer->digest = spec.digest;
-    layer->size = spec.size;
-    layer->chunk_size = chunk_size;
+    ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
+    layer = std::make_shared<Layer>(mu_, spec.digest, spec.size, chunk_size, fd);
+    LayerGuard held(*layer, Held(mu_));
     layer->mode = spec.mode;
-    layer->ResetChunks(n, ChunkState::kMissing);
+    layer->ResetChunks(ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) layer->expected = spec.index->chunks;
-    ASSIGN_OR_RETURN(layer->fd, store_.Create(layer->digest, layer->size, /*truncate=*/true));
   }
+  LayerGuard held(*layer, Held(mu_));
   layer->has_spec = true;
   layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
@@ -374,7 +275,9 @@ void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_re
   {
     absl::MutexLock lock(&mu_);
     auto layer = FindLocked(digest);
-    if (!layer || !layer->refs.erase(std::string(model_ref))) return;
+    if (!layer) return;
+    LayerGuard held(*layer, Held(mu_));
+    if (!layer->refs.erase(std::string(model_ref))) return;
     if (!layer->refs.empty()) return;
     layer->last_used = stamp = ++clock_;
   }
@@ -387,6 +290,7 @@ void BlobCache::UnregisterModel(absl::string_view model_ref) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [digest, layer] : layers_) {
+      LayerGuard held(*layer, Held(mu_));
       if (layer->refs.contains(std::string(model_ref))) digests.push_back(digest);
     }
   }
@@ -396,6 +300,17 @@ void BlobCache::UnregisterModel(absl::string_view model_ref) {
 std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) const {
   auto it = layers_.find(digest);
   return it == layers_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<BlobCache::Layer> BlobCache::FindRegisteredLocked(const Digest& digest) const {
+  std::shared_ptr<Layer> layer = FindLocked(digest);
+  if (!layer) return nullptr;
+  LayerGuard held(*layer, Held(mu_));
+  return layer->has_spec && !layer->refs.empty() ? layer : nullptr;
+}
+
+absl::Status BlobCache::NotRegistered(const Digest& digest) {
+  return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,14 +333,10 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
       continue;
     }
     const uint64_t start = c;
-    uint64_t bytes = 0;
-    while (c <= last && c < layer->count() && layer->state[c] == ChunkState::kMissing &&
-           (c == start || bytes + layer->ChunkLen(c) <= max_request)) {
-      bytes += layer->ChunkLen(c);
-      ++c;
-    }
+    c = MissingRunEnd(*layer, start, last, max_request);
     auto f = std::make_shared<Flight>();
     f->layer = layer;
+    LayerGuard held_f(*f->layer, Held(mu_));
     f->first = start;
     f->last = c - 1;
     f->gen = layer->gen.load();
@@ -449,555 +360,26 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   }
 }
 
-absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
-                                  const std::vector<std::array<uint8_t, 32>>& expected,
-                                  FlightWrites* w) {
-  const std::shared_ptr<Layer>& layer = f->layer;
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t c = f->first + i;
-  const uint64_t len = r.bytes.size();
-  absl::Status cst;
-  std::shared_ptr<const std::string> memory;
-  if (!expected.empty()) {
-    cst = CheckChunkHash(r.hash, expected[i], layer->digest, c, c * cs, len);
-    if (!cst.ok()) {
-      counters_.verification_failures++;
-      if (!f->refetched) {
-        // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
-        Log(absl::StrCat(cst.message(), "; fetching it once more"));
-        return MarkBadAnswer(cst);
-      }
-      Log(cst.message());
-    }
-  }
-  if (cst.ok()) {
-    const int err = store_.Write(layer->fd, r.bytes.data(), len, c * cs);
-    if (err == 0) {
-      w->good.push_back(c);
-      w->wrote = true;
-    } else if (err == ENOSPC || err == EDQUOT) {
-      w->disk_full = true;
-      if (expected.empty()) {
-        // Nothing of a whole-layer fill is servable before all of it is verified on disk.
-        cst = absl::ResourceExhaustedError(
-            absl::StrCat("cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
-                         " has no chunk index, so it must be cached whole before it is served"));
-      } else {
-        // Verified: hand the bytes to the readers without recording them.
-        memory = std::make_shared<const std::string>(r.bytes.data(), r.bytes.size());
-      }
-    } else {
-      cst = absl::InternalError(absl::StrCat("writing ", store_.PathOf(layer->digest),
-                                             " at offset ", c * cs, ": ", ErrnoText(err)));
-    }
-  }
-  // Verified chunks are served from the page cache at once; their fdatasync and record are
-  // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
-  // the layer digest matches (RunWholeVerify).
-  absl::MutexLock lock(&mu_);
-  if (w->disk_full && !disk_full_) {
-    // Said at once, not when the flight ends: readers may already be served.
-    disk_full_ = w->became_full = true;
-    // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
-    for (auto& l : bulk_layers_) l->bulk_active = false;
-    bulk_layers_.clear();
-  } else if (!w->disk_full && cst.ok()) {
-    disk_full_ = false;  // this write worked: the disk has room again
-  }
-  if (layer->flight[c] == f) layer->flight[c] = nullptr;
-  if (layer->gen.load() != f->gen) {
-    cst = absl::DataLossError(
-        absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
-  } else if (memory) {
-    f->memory.emplace_back(c, memory);
-    KeepInMemoryLocked(layer, c, std::move(memory));
-  } else if (cst.ok()) {
-    layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
-    layer->served[c] = 0;
-    layer->durable[c] = false;  // dirty until PersistPending's fdatasync
-    layer->dropped[c] = false;
-    layer->cached_bytes += len;
-    cached_bytes_ += len;
-  } else {
-    layer->state[c] = ChunkState::kMissing;
-    if (!f->failed) {
-      layer->fill_error = cst;
-      layer->fill_disk_full = absl::IsResourceExhausted(cst);
-    }
-    f->failed = true;
-  }
-  f->chunk_status[i] = std::move(cst);
-  f->landed = i + 1;
-  return absl::OkStatus();
-}
-
-void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
-  const std::shared_ptr<Layer>& layer = f->layer;
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t n = f->last - f->first + 1;
-  std::vector<std::array<uint8_t, 32>> expected;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!layer->expected.empty()) {
-      expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
-    }
-  }
-  const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
-
-  FlightWrites writes;
-  // The chunk being received: hashed piece by piece as it arrives (while the piece is still in
-  // the CPU's cache from the socket copy), collected in `piece`, and written whole when
-  // complete. One aligned write of the whole chunk lets the kernel use large page-cache
-  // folios: writing each piece straight from the transfer's buffer saved this copy but cost
-  // more in the kernel (small folios), and was slower (docs/snapshotter.md, "The read path").
-  BufferPool::Buffer piece_buffer = BufferPool::Shared().Get(cs);
-  char* const piece = piece_buffer.data();
-  uint64_t have = 0;  // bytes of it received
-  uint64_t next = 0;  // chunks of the flight that have landed
-  std::optional<Sha256> hasher;
-  absl::Status st;
-  Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  while (next < n) {
-    const uint64_t offset = (f->first + next) * cs;
-    const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
-    absl::Time deadline;
-    {
-      absl::MutexLock lock(&mu_);
-      deadline = f->deadline;
-    }
-    if (layer->gen.load() != f->gen) {
-      st = absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
-      break;
-    }
-    if (time_->Now() >= deadline) {
-      st = absl::DeadlineExceededError(
-          absl::StrCat("fetching ", range, ": deadline passed",
-                       st.ok() ? "" : "; last error: ", st.ok() ? "" : std::string(st.message())));
-      break;
-    }
-    counters_.requests++;
-    have = 0;
-    st = remote_->StreamRange(
-        layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
-          counters_.bytes_fetched += data.size();
-          while (!data.empty() && next < n) {
-            const uint64_t c = f->first + next;
-            const uint64_t len = layer->ChunkLen(c);
-            if (have == 0 && !expected.empty()) hasher.emplace();
-            const size_t take = std::min<uint64_t>(len - have, data.size());
-            if (!expected.empty()) hasher->Update(data.data(), take);
-            memcpy(piece + have, data.data(), take);
-            have += take;
-            data.remove_prefix(take);
-            if (have == len) {
-              Received got{absl::string_view(piece, len), {}};
-              if (!expected.empty()) got.hash = hasher->Finish().raw();
-              RETURN_IF_ERROR(LandChunk(f, next, got, expected, &writes));
-              ++next;
-              have = 0;
-            }
-          }
-          if (layer->gen.load() != f->gen) {
-            return absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
-          }
-          return absl::OkStatus();
-        });
-    if (next == n) {
-      st = absl::OkStatus();
-      if (health_.RecordSuccess(f->endpoint)) {
-        Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
-                         " answers again; reads that need it get the full deadline"));
-      }
-      break;
-    }
-    if (st.ok()) {
-      st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
-    }
-    if (IsBadAnswer(st) && !f->refetched) {
-      // At once, from the chunk that was wrong (the remote asks the next host for it).
-      f->refetched = true;
-      continue;
-    }
-    if (!Retryable(st.code())) break;
-    std::optional<absl::Duration> wait = backoff.Next();
-    if (!wait) break;
-    // The reader's deadline may move later (another reader joins), so the loop checks it
-    // itself rather than giving the Backoff a fixed one.
-    time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
-  }
-  if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
-    Log(absl::StrCat("fetch failed: ", st.message()));
-  }
-
-  bool over_budget = false;
-  bool became_full = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const bool stale = layer->gen.load() != f->gen;
-    // The chunks the stream never delivered fail with its error.
-    for (uint64_t i = next; i < n; ++i) {
-      const uint64_t c = f->first + i;
-      if (layer->flight[c] == f) layer->flight[c] = nullptr;
-      if (stale) {
-        f->chunk_status[i] = absl::DataLossError(
-            absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
-        continue;
-      }
-      layer->state[c] = ChunkState::kMissing;
-      if (!f->failed) {
-        layer->fill_error = st;
-        layer->fill_disk_full = absl::IsResourceExhausted(st);
-      }
-      f->failed = true;
-      f->chunk_status[i] = st;
-    }
-    became_full = writes.became_full;
-    if (writes.wrote && !writes.disk_full) disk_full_ = false;
-    if (!stale && !writes.good.empty() && !expected.empty()) {
-      QueuePersistLocked(layer, f->gen, std::move(writes.good));
-    }
-    if (f->failed && !stale) layer->fill_epoch++;
-    f->landed = n;
-    f->done = true;
-    layer->jobs--;
-    if (f->bulk) {
-      bulk_in_flight_--;
-      PumpBulkLocked();
-    }
-    if (f->stream) {
-      layer->stream_in_flight--;
-      if (stale || f->failed) layer->streaming = false;  // the reader's own fetches go on
-      PumpStreamLocked(layer);
-    }
-    if (!stale) AfterChunksLandedLocked(layer);
-    over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
-  }
-  if (became_full) {
-    // Make room for the models in use: what no model references goes first, all of it.
-    auto [layers, bytes] = EvictUnreferenced(0);
-    Log(absl::StrCat("cache directory ", options_.dir,
-                     " is full (no space left on device): serving verified bytes from the "
-                     "network without caching them, readahead and prefetch paused; evicted ",
-                     layers, " unreferenced layer(s), ", bytes, " bytes"));
-  } else if (over_budget) {
-    EnforceSizeLimit();
-  }
-}
-
-void BlobCache::KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
-                                   std::shared_ptr<const std::string> bytes) {
-  memory_bytes_ += bytes->size();
-  auto& slot = layer->in_memory[chunk];
-  if (slot) memory_bytes_ -= slot->size();
-  slot = std::move(bytes);
-  layer->state[chunk] = ChunkState::kInMemory;
-  memory_order_.emplace_back(layer, chunk);
-  // Readers that got a chunk hold their own reference, so dropping one here is always safe.
-  while (memory_bytes_ > options_.memory_fallback_bytes && !memory_order_.empty()) {
-    auto [weak, c] = memory_order_.front();
-    memory_order_.pop_front();
-    std::shared_ptr<Layer> l = weak.lock();
-    if (!l) continue;
-    auto it = l->in_memory.find(c);
-    if (it == l->in_memory.end()) continue;
-    memory_bytes_ -= it->second->size();
-    l->in_memory.erase(it);
-    if (l->state[c] == ChunkState::kInMemory) l->state[c] = ChunkState::kMissing;
-  }
-}
-
-void BlobCache::DropFromMemoryLocked(Layer& layer) {
-  for (const auto& [c, bytes] : layer.in_memory) memory_bytes_ -= bytes->size();
-  layer.in_memory.clear();
-}
-
-bool BlobCache::disk_full() const {
-  absl::MutexLock lock(&mu_);
-  return disk_full_;
-}
-
-void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
-  if (layer->quarantined || layer->whole_verified || layer->whole_verify_scheduled) return;
-  for (uint64_t c = 0; c < layer->count(); ++c) {
-    const ChunkState s = layer->state[c];
-    if (s == ChunkState::kVerified) continue;
-    if (s == ChunkState::kPresent && layer->mode != VerifyMode::kChunk) continue;
-    return;
-  }
-  layer->whole_verify_scheduled = true;
-  layer->jobs++;
-  // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
-  SubmitLocalLocked(layer->mode == VerifyMode::kChunk ? kVerify : kForeground,
-                    [this, layer] { RunWholeVerify(layer); });
-}
-
-void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer) {
-  if (layer->mode == VerifyMode::kChunk) {
-    // Every chunk matched the chunk index, which chains to the pinned manifest: the layer is
-    // verified. It is sealed now, so that opens from here on get passthrough without waiting
-    // for the audit; the audit against the layer digest is defense in depth.
-    if (SealVerifiedLayer(layer) && options_.audit) AuditLayer(layer);
-    absl::MutexLock lock(&mu_);
-    layer->jobs--;
-    return;
-  }
-  // Whole-layer modes: nothing is verified before this check, and readers wait for it.
-  const uint64_t gen = layer->gen.load();
-  absl::StatusOr<LayerFileHash> hashed =
-      HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
-                    /*with_local_index=*/true);
-  if (!hashed.ok() || hashed->digest != layer->digest) {
-    if (hashed.ok()) counters_.verification_failures++;
-    Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
-                                                 " bytes) failed whole-layer verification: got ",
-                                                 hashed->digest.str())
-                                  : std::string(hashed.status().message()));
-    absl::MutexLock lock(&mu_);
-    layer->jobs--;
-    return;
-  }
-  std::string local = std::move(hashed->local_index);
-  // The data must be on disk before the journal says it is (whole-layer fills never did an
-  // fdatasync).
-  absl::Status s = store_.Sync(layer->fd, layer->digest);
-  const bool synced = s.ok();
-  if (s.ok()) {
-    std::vector<uint64_t> all(layer->count());
-    for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-    s = RecordChunks(layer, gen, all);
-  }
-  if (!s.ok()) Log(s.message());
-  const std::string seal = RecordSeal(layer, gen, s, local);
-  std::vector<std::pair<uint64_t, uint64_t>> drop;
-  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
-  absl::MutexLock lock(&mu_);
-  layer->jobs--;
-  if (layer->gen.load() != gen || layer->quarantined) return;
-  layer->expected.resize(layer->count());
-  for (uint64_t c = 0; c < layer->count(); ++c) {
-    memcpy(layer->expected[c].data(), &local[c * 32], 32);
-    if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;
-  }
-  drop = MarkVerifiedLocked(*layer, seal, synced);
-}
-
-std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkVerifiedLocked(Layer& layer,
-                                                                         const std::string& seal,
-                                                                         bool flushed) {
-  layer.whole_verified = true;
-  layer.seal = seal;
-  if (!flushed) return {};
-  std::vector<uint64_t> all(layer.count());
-  for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-  return TakeDropsLocked(layer, all);
-}
-
-std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                                  const absl::Status& synced, const std::string& local_index) {
-  if (!synced.ok()) return std::string();
-  Layer fields;
-  {
-    absl::MutexLock lock(&mu_);
-    fields.digest = layer->digest;
-    fields.size = layer->size;
-    fields.chunk_size = layer->chunk_size;
-    fields.mode = layer->mode;
-    fields.last_used = layer->last_used;
-  }
-  // Taken after the flush: nothing writes a verified layer's file again.
-  std::string seal = LayerStore::SealOf(layer->fd);
-  if (layer->gen.load() != gen) return std::string();
-  absl::Status s = journal_.UpsertLayer(RecordOf(fields, true, local_index, seal));
-  if (!s.ok()) {
-    Log(s.message());
-    return std::string();
-  }
-  return seal;
-}
-
-bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
-  const uint64_t gen = layer->gen.load();
-  // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
-  // layer is whole.
-  const absl::Status synced = store_.Sync(layer->fd, layer->digest);
-  if (!synced.ok()) Log(synced.message());
-  const std::string seal = RecordSeal(layer, gen, synced, "");
-  std::vector<std::pair<uint64_t, uint64_t>> drop;
-  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
-  absl::MutexLock lock(&mu_);
-  if (layer->gen.load() != gen || layer->quarantined) return false;
-  counters_.sealed_layers++;
-  drop = MarkVerifiedLocked(*layer, seal, synced.ok());
-  return true;
-}
-
-void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
-  if (options_.verify_when_idle > absl::ZeroDuration()) {
-    // It can wait for the loader to finish. Idle means no read is being served (one that
-    // waits on the network counts as busy) and none ended in the last verify_when_idle.
-    absl::MutexLock lock(&mu_);
-    const absl::Time give_up = time_->Now() + absl::Seconds(30);
-    while (!stopping_ && time_->Now() < give_up &&
-           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
-      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
-                                                      : last_read_ + options_.verify_when_idle;
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
-    }
-  }
-  // The audit reads the whole file: chunks whose pages were dropped once served leave the page
-  // cache again behind it.
-  std::vector<bool> drop_after;
-  if (options_.drop_served_pages) {
-    absl::MutexLock lock(&mu_);
-    drop_after = layer->dropped;
-  }
-  absl::StatusOr<LayerFileHash> hashed;
-  RunAtBackgroundPriority([&] {
-    hashed = HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
-                           /*with_local_index=*/false, drop_after);
-  });
-  if (hashed.ok() && hashed->digest == layer->digest) {
-    counters_.audited_layers++;
-    absl::MutexLock lock(&mu_);
-    layer->audited = true;
-    return;
-  }
-  if (hashed.ok()) counters_.verification_failures++;
-  Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,
-                                               " bytes) failed the whole-layer audit: its chunks "
-                                               "match the chunk index, the layer digest does not: "
-                                               "got ",
-                                               hashed->digest.str())
-                                : std::string(hashed.status().message()));
-}
-
-void BlobCache::QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                                   std::vector<uint64_t> chunks) {
-  layer->jobs++;  // keeps eviction (and its unlink) away until the record is written
-  persist_pending_.push_back(PendingPersist{layer, gen, std::move(chunks)});
-  if (persist_scheduled_ || stopping_) return;
-  persist_scheduled_ = true;
-  SubmitLocalLocked(kVerify, [this] { PersistPending(); });
-}
-
-void BlobCache::PersistPending() {
-  std::vector<PendingPersist> batch;
-  {
-    absl::MutexLock lock(&mu_);
-    batch.swap(persist_pending_);
-    persist_scheduled_ = false;
-  }
-  // One fdatasync per layer for the whole batch, then its records.
-  absl::flat_hash_map<Layer*, absl::Status> synced;
-  for (const PendingPersist& p : batch) {
-    auto [it, inserted] = synced.try_emplace(p.layer.get());
-    if (inserted) {
-      it->second = store_.Sync(p.layer->fd, p.layer->digest);
-      if (!it->second.ok()) Log(it->second.message());
-    }
-    if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost
-    absl::Status s = RecordChunks(p.layer, p.gen, p.chunks);
-    if (!s.ok()) Log(s.message());
-  }
-  std::vector<std::pair<const PendingPersist*, std::vector<std::pair<uint64_t, uint64_t>>>> drops;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const PendingPersist& p : batch) {
-      if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
-        auto ranges = TakeDropsLocked(*p.layer, p.chunks);
-        if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
-      }
-    }
-  }
-  for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
-  absl::MutexLock lock(&mu_);
-  for (const PendingPersist& p : batch) p.layer->jobs--;
-}
-
-std::vector<std::pair<uint64_t, uint64_t>> BlobCache::TakeDropsLocked(
-    Layer& layer, const std::vector<uint64_t>& chunks) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (uint64_t c : chunks) {
-    if (c >= layer.count() || layer.state[c] == ChunkState::kMissing ||
-        layer.state[c] == ChunkState::kInFlight || layer.state[c] == ChunkState::kInMemory) {
-      continue;
-    }
-    layer.durable[c] = true;
-    if (options_.drop_served_pages && layer.served[c] >= layer.ChunkLen(c)) {
-      layer.served[c] = 0;
-      layer.dropped[c] = true;
-      counters_.page_cache_bytes_dropped += layer.ChunkLen(c);
-      uint64_t from = c * layer.chunk_size;
-      const uint64_t to = from + layer.ChunkLen(c);
-      if (!ranges.empty() && ranges.back().second >= from) {
-        ranges.back().second = to;
-        continue;
-      }
-      // Folios that span into the dropped chunks before go too (kPageDropReach).
-      for (uint64_t b = c; b > 0 && layer.dropped[b - 1] && to - from < kPageDropReach; --b) {
-        from -= layer.chunk_size;
-      }
-      ranges.emplace_back(from, to);
-    }
-  }
-  return ranges;
-}
-
-void BlobCache::DropPages(const Layer& layer,
-                          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
-  for (const auto& [from, to] : ranges) {
-    // Only clean pages go; a failure leaves them cached, which is always safe.
-    posix_fadvise(layer.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
-                  POSIX_FADV_DONTNEED);
-  }
-}
-
 void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   {
     absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || from >= to || to > layer->size) return;
-    const uint64_t cs = layer->chunk_size;
-    std::vector<uint64_t> whole;
-    for (uint64_t c = from / cs; c <= (to - 1) / cs; ++c) {
-      if (!layer->Servable(c)) continue;
-      const uint64_t len = layer->ChunkLen(c);
-      const uint64_t overlap = std::min(to, c * cs + len) - std::max(from, c * cs);
-      layer->served[c] = static_cast<uint32_t>(std::min<uint64_t>(layer->served[c] + overlap, len));
-      if (layer->served[c] >= len && layer->durable[c]) whole.push_back(c);
+    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
+    if (!whole.empty()) {
+      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
+                               counters_.page_cache_bytes_dropped);
     }
-    if (!whole.empty()) ranges = TakeDropsLocked(*layer, whole);
   }
   if (!ranges.empty()) DropPages(*layer, ranges);
-}
-
-void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (layer->quarantined) return;
-    layer->quarantined = true;
-    layer->whole_verified = false;
-    layer->seal.clear();
-    layer->gen++;
-    for (uint64_t c = 0; c < layer->count(); ++c) {
-      layer->state[c] = ChunkState::kMissing;
-      layer->flight[c] = nullptr;
-    }
-    cached_bytes_ -= layer->cached_bytes;
-    layer->cached_bytes = 0;
-    DropFromMemoryLocked(*layer);
-    // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
-    counters_.quarantined_layers++;
-    Log(absl::StrCat("quarantined layer ", layer->digest.str(), ": ", reason));
-    journal_.Forget(layer->digest.str());
-    store_.Remove(layer->digest);
-  }
 }
 
 void BlobCache::PumpBulkLocked() {
   if (disk_full_) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
+    LayerGuard held(*layer, Held(mu_));
     auto current = FindLocked(layer->digest);
     while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
            layer->state[layer->bulk_next] != ChunkState::kMissing) {
@@ -1009,17 +391,14 @@ void BlobCache::PumpBulkLocked() {
       continue;
     }
     std::vector<std::shared_ptr<Flight>> created;
-    uint64_t end = layer->bulk_next;
-    uint64_t bytes = 0;
-    while (
-        end < layer->count() && layer->state[end] == ChunkState::kMissing &&
-        (end == layer->bulk_next || bytes + layer->ChunkLen(end) <= options_.max_request_bytes)) {
-      bytes += layer->ChunkLen(end);
-      ++end;
-    }
+    const uint64_t end =
+        MissingRunEnd(*layer, layer->bulk_next, layer->count() - 1, options_.max_request_bytes);
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
                           time_->Now() + options_.background_deadline, &created);
-    for (auto& f : created) f->bulk = true;
+    for (auto& f : created) {
+      LayerGuard held_f(*f->layer, Held(mu_));
+      f->bulk = true;
+    }
     bulk_in_flight_ += static_cast<int>(created.size());
     layer->bulk_next = end;
   }
@@ -1036,32 +415,14 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (!layer->streaming || disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) {
     return;
   }
-  // Requests are large (each one costs the registry far more than its bytes: Distribution
-  // 2.8 spent 0.5 CPU-s on one GET of 1 GiB, twice that on 64 ranges of 16 MiB), several run
-  // at once, and none asks for more than stream_segments requests ahead of the reader. What
-  // is fetched ahead waits in the page cache until the reader takes it, and then leaves it
-  // (drop_served_pages): so the node holds little more than one copy of the weights, and a
-  // page that is freed is soon used again (on a VM whose host takes back free memory, a page
-  // touched for the first time costs far more than one reused).
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t per_request = std::max<uint64_t>(1, (options_.stream_request_bytes + cs - 1) / cs);
-  const uint64_t reader = layer->run_end / cs;
-  layer->stream_next = std::max(layer->stream_next, reader);  // what it passed, it fetched
-  const uint64_t limit = std::min<uint64_t>(
-      layer->count(), reader + per_request * static_cast<uint64_t>(options_.stream_segments));
-  while (layer->stream_in_flight < options_.stream_segments && layer->stream_next < limit) {
-    const uint64_t first = layer->stream_next;
-    const uint64_t last = std::min(layer->count(), first + per_request) - 1;
-    layer->stream_next = last + 1;
-    // The deadline grows with the request: one of many max_request_bytes gets as long as that
-    // many would have (a stalled one is cut off by the client's stall check).
-    const int64_t pieces = static_cast<int64_t>(std::max<uint64_t>(
-        1, (last - first + 1) * cs / std::max<uint64_t>(1, options_.max_request_bytes)));
+  const StreamPlan plan = PlanStream(*layer, options_);
+  while (std::optional<StreamSegment> segment = NextStreamSegment(*layer, options_, plan)) {
     std::vector<std::shared_ptr<Flight>> created;
-    ScheduleMissingLocked(layer, first, last, kReadahead,
-                          time_->Now() + options_.background_deadline * pieces, &created,
+    ScheduleMissingLocked(layer, segment->first, segment->last, kReadahead,
+                          time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
+      LayerGuard held_f(*f->layer, Held(mu_));
       f->stream = true;
       layer->stream_in_flight++;
     }
@@ -1071,415 +432,12 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reads.
-
-void BlobCache::UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end) {
-  // The kernel sends a streaming reader's requests in parallel (its readahead: 8 requests of
-  // a chunk each), so they arrive a little out of order: a read that starts inside the current
-  // run, or at most 8 chunks past its end, continues it. A run earns readahead once it is
-  // readahead_min long, and the window is half the run: a lone random read (the kernel turns
-  // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
-  const uint64_t slack = 8 * layer.chunk_size;
-  if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
-    layer.run_end = std::max(layer.run_end, end);
-    const uint64_t run = layer.run_end - layer.run_start;
-    layer.window = run < std::max<uint64_t>(options_.readahead_min, 1)
-                       ? 0
-                       : std::clamp(run / 2, options_.readahead_min, options_.readahead_max);
-  } else {
-    layer.run_start = offset;
-    layer.run_end = end;
-    layer.window = 0;
-  }
-}
-
-bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
-  std::array<uint8_t, 32> want;
-  uint64_t len;
-  {
-    absl::MutexLock lock(&mu_);
-    if (layer->state[c] != ChunkState::kRecorded) return true;
-    len = layer->ChunkLen(c);
-    if (layer->expected.size() != layer->count()) {
-      layer->state[c] = ChunkState::kMissing;
-      layer->cached_bytes -= len;
-      cached_bytes_ -= len;
-      return false;
-    }
-    want = layer->expected[c];
-  }
-  std::string buf(len, '\0');
-  const uint64_t off = c * layer->chunk_size;
-  absl::Status io = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
-  const bool ok = io.ok() && HashChunk(buf) == want;
-  absl::MutexLock lock(&mu_);
-  if (layer->state[c] != ChunkState::kRecorded) return ok;
-  if (ok) {
-    layer->state[c] = ChunkState::kVerified;
-    AfterChunksLandedLocked(layer);
-  } else {
-    counters_.verification_failures++;
-    layer->state[c] = ChunkState::kMissing;
-    layer->cached_bytes -= len;
-    cached_bytes_ -= len;
-    Log(absl::StrCat("cached chunk ", c, " of layer ", layer->digest.str(), " (bytes [", off, ", ",
-                     off + len, ")) failed re-verification",
-                     io.ok() ? "" : absl::StrCat(" (", io.message(), ")"), "; refetching"));
-  }
-  return ok;
-}
-
-absl::Status BlobCache::EnsureChunks(
-    const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last, absl::Time deadline,
-    absl::Time fetch_deadline, bool count,
-    std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>>* memory) {
-  // Chunks the flights we waited for left only in memory; taken even if the layer dropped them.
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> from_flights;
-  while (true) {
-    std::vector<std::shared_ptr<Flight>> waits;
-    std::vector<uint64_t> recheck;
-    memory->clear();
-    {
-      absl::MutexLock lock(&mu_);
-      if (layer->quarantined) {
-        return absl::DataLossError(
-            absl::StrCat("layer ", layer->digest.str(), " is quarantined (failed verification)"));
-      }
-      uint64_t hits = 0, misses = 0;
-      for (uint64_t c = first; c <= last; ++c) {
-        if (layer->Servable(c)) {
-          hits++;
-        } else if (layer->state[c] == ChunkState::kInMemory) {
-          hits++;
-          memory->emplace_back(c, layer->in_memory.at(c));
-        } else if (auto it = from_flights.find(c); it != from_flights.end()) {
-          hits++;
-          memory->emplace_back(c, it->second);
-        } else if (layer->state[c] == ChunkState::kRecorded) {
-          hits++;
-          recheck.push_back(c);
-        } else {
-          misses++;
-          if (layer->state[c] == ChunkState::kInFlight &&
-              (waits.empty() || waits.back() != layer->flight[c])) {
-            waits.push_back(layer->flight[c]);
-          }
-        }
-      }
-      if (count) {
-        counters_.chunk_hits += hits;
-        counters_.chunk_misses += misses;
-        count = false;
-      }
-      if (recheck.empty()) {
-        // Fetch the runs of chunks that no flight left us in memory.
-        for (uint64_t c = first; c <= last;) {
-          if (from_flights.contains(c)) {
-            ++c;
-            continue;
-          }
-          uint64_t run_end = c;
-          while (run_end < last && !from_flights.contains(run_end + 1)) ++run_end;
-          ScheduleMissingLocked(layer, c, run_end, kForeground, fetch_deadline, &waits);
-          c = run_end + 1;
-        }
-        for (const auto& w : waits) {
-          if (w->ticket) scheduler_.Promote(w->ticket, kForeground);
-          w->deadline = std::max(w->deadline, fetch_deadline);
-        }
-      }
-    }
-    if (!recheck.empty()) {
-      for (uint64_t c : recheck) RecheckRecorded(layer, c);
-      continue;
-    }
-    if (waits.empty()) return absl::OkStatus();
-
-    absl::MutexLock lock(&mu_);
-    // A flight's chunks land one by one: wait only for the ones this read needs.
-    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      if (layer->quarantined) return true;
-      for (const auto& w : waits) {
-        if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
-      }
-      return true;
-    };
-    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&done), deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("reading layer ", layer->digest.str(), " chunks ", first, "..", last,
-                       ": not fetched within the read deadline of ",
-                       absl::FormatDuration(options_.read_deadline)));
-    }
-    for (const auto& w : waits) {
-      for (const auto& [c, bytes] : w->memory) {
-        if (c >= first && c <= last) from_flights[c] = bytes;
-      }
-      const uint64_t landed_end = w->first + w->landed;
-      for (uint64_t c = std::max(first, w->first); c <= std::min(last, w->last) && c < landed_end;
-           ++c) {
-        const absl::Status& s = w->chunk_status[c - w->first];
-        if (s.ok()) continue;
-        // A transient failure of a request started for another reader is retried within our
-        // own deadline; verification failures and permanent refusals are reported at once.
-        if (!Retryable(s.code()) || time_->Now() >= deadline) {
-          if (s.code() == absl::StatusCode::kAborted) {
-            return absl::DataLossError(
-                absl::StrCat("layer ", layer->digest.str(), ": ", s.message()));
-          }
-          return s;
-        }
-      }
-    }
-  }
-}
-
-absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    if (layer->quarantined) {
-      return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(),
-                                              " is quarantined (failed whole-layer verification)"));
-    }
-    if (layer->whole_verified) return absl::OkStatus();
-    if (layer->count() > 0) {
-      ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                            time_->Now() + options_.background_deadline, nullptr);
-    }
-    AfterChunksLandedLocked(layer);
-    const uint64_t epoch = layer->fill_epoch;
-    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
-    };
-    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "reading layer ", layer->digest.str(), ": whole-layer fetch and verification (",
-          layer->size, " bytes) not done within the read deadline of ",
-          absl::FormatDuration(options_.read_deadline), "; it continues in the background"));
-    }
-    if (!layer->quarantined && !layer->whole_verified && layer->fill_epoch != epoch &&
-        (layer->fill_disk_full || (!Retryable(layer->fill_error.code()) &&
-                                   layer->fill_error.code() != absl::StatusCode::kDataLoss))) {
-      return layer->fill_error;
-    }
-  }
-}
-
-absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
-                                            uint64_t length) {
-  ASSIGN_OR_RETURN(std::vector<BlobSpan> spans, ReadSpans(digest, offset, length));
-  uint64_t total = 0;
-  for (const BlobSpan& span : spans) total += span.length;
-  std::string out(total, '\0');
-  char* dst = out.data();
-  for (const BlobSpan& span : spans) {
-    if (span.fd >= 0) {
-      RETURN_IF_ERROR(store_.ReadFull(span.fd, digest, dst, span.length, span.offset));
-    } else {
-      memcpy(dst, span.memory->data() + span.offset, span.length);
-    }
-    dst += span.length;
-  }
-  return out;
-}
-
-bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) {
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> layer = FindLocked(digest);
-  if (!layer || !layer->has_spec || layer->quarantined) return true;  // fails at once
-  if (offset >= layer->size || length == 0) return true;
-  if (layer->mode == VerifyMode::kWholeLayer && !layer->whole_verified) return false;
-  const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
-  for (uint64_t c = offset / layer->chunk_size; c <= (end - 1) / layer->chunk_size; ++c) {
-    if (!layer->Servable(c) && layer->state[c] != ChunkState::kInMemory) return false;
-  }
-  return true;
-}
-
-int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
-  {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
-    if (!layer || !layer->has_spec || layer->refs.empty() || layer->quarantined ||
-        !layer->whole_verified || layer->seal.empty() || offset != 0 || length != layer->size) {
-      return -1;
-    }
-    for (ChunkState s : layer->state) {
-      if (s != ChunkState::kVerified) return -1;
-    }
-    layer->last_used = ++clock_;
-  }
-  // A new open file description, read-only: whoever holds it can never write the cache.
-  return store_.OpenReadOnly(digest);
-}
-
-absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
-                                                           uint64_t length) {
-  const absl::Time start = time_->Now();
-  const absl::Time fetch_deadline = start + options_.read_deadline;
-  std::shared_ptr<Layer> layer;
-  std::string endpoint;
-  {
-    absl::MutexLock lock(&mu_);
-    layer = FindLocked(digest);
-    if (!layer || !layer->has_spec || layer->refs.empty()) {
-      return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-    }
-    if (layer->quarantined) {
-      return absl::DataLossError(
-          absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
-    }
-    layer->pins++;
-    layer->last_used = ++clock_;
-    last_read_ = start;
-    reads_in_progress_++;
-    endpoint = layer->endpoint;
-  }
-  const absl::Time deadline = health_.ReadDeadline(endpoint, start, options_.read_deadline);
-  struct Unpin {
-    BlobCache* cache;
-    Layer* layer;
-    ~Unpin() {
-      absl::MutexLock lock(&cache->mu_);
-      layer->pins--;
-      cache->reads_in_progress_--;
-      cache->last_read_ = cache->time_->Now();
-    }
-  } unpin{this, layer.get()};
-
-  if (offset >= layer->size || length == 0) return std::vector<BlobSpan>();
-  const uint64_t end = layer->size - offset < length ? layer->size : offset + length;
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t first = offset / cs, last = (end - 1) / cs;
-
-  absl::Status s;
-  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory;
-  if (layer->mode == VerifyMode::kWholeLayer) {
-    bool verified;
-    {
-      absl::MutexLock lock(&mu_);
-      verified = layer->whole_verified;
-      (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
-    }
-    s = EnsureWholeLayer(layer, deadline);
-    if (s.ok()) {
-      s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/false, &memory);
-    }
-  } else {
-    {
-      absl::MutexLock lock(&mu_);
-      if (layer->mode == VerifyMode::kChunk) {
-        UpdateReadaheadLocked(*layer, offset, end);
-        // A reader that has streamed stream_after bytes in a row will read the rest: fetch
-        // it with parallel ranges (a registry reading from disk serves several streams
-        // several times faster than one).
-        if (options_.stream_segments > 0 &&
-            layer->run_end - layer->run_start >= options_.stream_after) {
-          StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
-          PumpStreamLocked(layer);  // the reader moved on: so may the stream
-        }
-        if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
-          const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
-          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
-                                time_->Now() + options_.background_deadline, nullptr);
-        }
-      } else if (!layer->whole_verified && layer->count() > 0) {
-        // kInsecureStream: serve what is fetched, but still fetch and check everything. The
-        // reader's own chunks go first, in their own request.
-        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, nullptr);
-        ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
-                              time_->Now() + options_.background_deadline, nullptr);
-      }
-    }
-    s = EnsureChunks(layer, first, last, deadline, fetch_deadline, /*count=*/true, &memory);
-  }
-  // Only a read that was given the whole deadline says the registry is not answering; a
-  // shortened one failing says nothing new (and must not extend the window: issue 9 §2).
-  // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
-  if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
-      layer->mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
-    Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
-                     " did not serve layer ", digest.str(), " within the read deadline of ",
-                     absl::FormatDuration(options_.read_deadline), "; for the next ",
-                     absl::FormatDuration(EndpointHealthOptions().retry_window),
-                     " (or until it answers) reads that need it wait at most ",
-                     absl::FormatDuration(EndpointHealthOptions().fail_fast_wait)));
-  }
-  if (!s.ok()) return s;
-
-  // The spans hold the layer, and so its fd, for as long as they live: eviction may unlink the
-  // data file meanwhile, never close it under a reader.
-  std::vector<BlobSpan> spans;
-  auto add_file = [&](uint64_t from, uint64_t to) {
-    if (!spans.empty() && spans.back().fd >= 0 &&
-        spans.back().offset + spans.back().length == from) {
-      spans.back().length += to - from;
-      return;
-    }
-    BlobSpan span;
-    span.fd = layer->fd;
-    span.offset = from;
-    span.length = to - from;
-    span.keep_alive = layer;
-    spans.push_back(std::move(span));
-  };
-  if (memory.empty()) {
-    add_file(offset, end);
-  } else {
-    // Some chunks live only in memory (the disk is full): those come from there.
-    size_t next = 0;
-    for (uint64_t c = first; c <= last; ++c) {
-      const uint64_t from = std::max(offset, c * cs), to = std::min(end, (c + 1) * cs);
-      if (next < memory.size() && memory[next].first == c) {
-        BlobSpan span;
-        span.offset = from - c * cs;
-        span.length = to - from;
-        span.memory = std::move(memory[next++].second);
-        spans.push_back(std::move(span));
-      } else {
-        add_file(from, to);
-      }
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (layer->quarantined) {
-      return absl::DataLossError(
-          absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
-    }
-  }
-  if (options_.drop_served_pages) {
-    // The reply is sent when the caller lets go of the span: then its bytes count as served.
-    class Served {
-     public:
-      Served(BlobCache* cache, std::shared_ptr<Layer> layer, uint64_t from, uint64_t to)
-          : cache_(cache), layer_(std::move(layer)), from_(from), to_(to) {}
-      Served(const Served&) = delete;
-      Served& operator=(const Served&) = delete;
-      ~Served() { cache_->OnServed(layer_, from_, to_); }
-
-     private:
-      BlobCache* const cache_;
-      const std::shared_ptr<Layer> layer_;
-      const uint64_t from_, to_;
-    };
-    for (BlobSpan& span : spans) {
-      if (span.fd < 0) continue;
-      span.keep_alive =
-          std::make_shared<const Served>(this, layer, span.offset, span.offset + span.length);
-    }
-  }
-  counters_.bytes_served += end - offset;
-  return spans;
-}
-
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
                                  const std::vector<ByteRange>& header_ranges) {
   absl::MutexLock lock(&mu_);
-  auto layer = FindLocked(digest);
-  if (!layer || !layer->has_spec || layer->refs.empty()) {
-    return absl::NotFoundError(absl::StrCat("cache: layer ", digest.str(), " is not registered"));
-  }
+  auto layer = FindRegisteredLocked(digest);
+  if (!layer) return NotRegistered(digest);
+  LayerGuard held(*layer, Held(mu_));
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
@@ -1519,32 +477,40 @@ void BlobCache::EnforceSizeLimit() {
 }
 
 std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
-  std::vector<std::shared_ptr<Layer>> victims;
+  // Each victim with its cached bytes, taken under the lock.
+  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
   {
     absl::MutexLock lock(&mu_);
     if (cached_bytes_ <= target) return {0, 0};
     std::vector<std::shared_ptr<Layer>> candidates;
     for (const auto& [digest, layer] : layers_) {
+      LayerGuard held(*layer, Held(mu_));
       if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
         candidates.push_back(layer);
       }
     }
     std::sort(candidates.begin(), candidates.end(),
-              [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                LayerGuard held_a(*a, Held(mu_));
+                LayerGuard held_b(*b, Held(mu_));
+                return a->last_used < b->last_used;
+              });
     for (auto& layer : candidates) {
       if (cached_bytes_ <= target) break;
+      LayerGuard held(*layer, Held(mu_));
       layer->gen++;
       cached_bytes_ -= layer->cached_bytes;
-      DropFromMemoryLocked(*layer);
+      memory_.Drop(*layer);
       layers_.erase(layer->digest);
-      victims.push_back(std::move(layer));
+      const uint64_t layer_bytes = layer->cached_bytes;
+      victims.emplace_back(std::move(layer), layer_bytes);
     }
   }
   uint64_t bytes = 0;
-  for (const auto& layer : victims) {
+  for (const auto& [layer, layer_bytes] : victims) {
     counters_.evicted_layers++;
-    bytes += layer->cached_bytes;
-    Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer->cached_bytes,
+    bytes += layer_bytes;
+    Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", layer_bytes,
                      " bytes cached, unreferenced)"));
     journal_.Forget(layer->digest.str());
     store_.Remove(layer->digest);
@@ -1576,6 +542,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
   if (!layer) {
     return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
   }
+  LayerGuard held(*layer, Held(mu_));
   LayerInfo info;
   info.size = layer->size;
   info.chunk_count = layer->count();

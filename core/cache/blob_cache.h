@@ -1,5 +1,6 @@
 // BlobCache: the verified, crash-safe, single-flight cache of layer blobs behind the lazy
-// filesystem (DESIGN.md "Trust chain", "Data path"; on-disk format in docs/cache-format.md).
+// filesystem (docs/design.md, "The trust chain" and "The read path"; on-disk format in
+// docs/cache-format.md).
 //
 // A layer is registered (with a chunk index, or for whole-layer verification) before it is
 // read. Reads fetch missing chunks from a RemoteBlobSource: one fetch per chunk however many
@@ -22,10 +23,15 @@
 // the disk's flush.
 //
 // The pieces, each with one job: the data files (layer_store.h), the record of what they hold
-// (chunk_journal.h), the hash checks (verifier.h), and the fetch scheduler (fetch_scheduler.h:
-// priority queues and a pool of threads per registry). BlobCache owns the layer state that ties
-// them: which chunks are missing, in flight or verified, who waits for what, readahead and
-// streaming, the memory fallback and eviction.
+// (chunk_journal.h), the hash checks (verifier.h), the fetch scheduler (fetch_scheduler.h:
+// priority queues and a pool of threads per registry), the per-layer state and the lock of
+// each field (cache_layer.h), the fetch planner (fetch_planner.h: readahead, streaming, request
+// coalescing), chunk assembly and the memory fallback (chunk_landing.h), and the served-page
+// dropper (served_pages.h). BlobCache is the coordinator: it owns the layers, the mutex and the
+// pieces, and ties them together: which chunks are missing, in flight or verified, who waits
+// for what, and eviction. Its methods are in blob_cache.cc (opening, registration, scheduling,
+// prefetch, eviction), blob_cache_read.cc (the read path), chunk_landing.cc (flights, landing
+// chunks, persistence, sealing) and layer_audit.cc (whole-layer checks, audit, quarantine).
 //
 // Thread safety: all public methods are safe to call concurrently.
 // Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
@@ -58,7 +64,9 @@
 #include "core/base/backoff.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/cache/cache_layer.h"
 #include "core/cache/chunk_journal.h"
+#include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_store.h"
@@ -67,12 +75,6 @@
 #include "core/oci/digest.h"
 
 namespace modelfs {
-
-enum class VerifyMode {
-  kChunk,           // needs LayerSpec::index
-  kWholeLayer,      // default when no chunk index exists
-  kInsecureStream,  // serve unverified bytes: explicit opt-in only
-};
 
 enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
 
@@ -231,18 +233,9 @@ class BlobCache : public BlobReader {
   bool disk_full() const;
 
  private:
-  // kInMemory: verified, but the data file could not take it (disk full); the bytes are held
-  // in Layer::in_memory until memory_fallback_bytes pushes them out.
-  enum class ChunkState : uint8_t {
-    kMissing,
-    kInFlight,
-    kPresent,
-    kRecorded,
-    kVerified,
-    kInMemory
-  };
-  struct Layer;
-  struct Flight;
+  // Per-layer and per-request state, and the lock of each field: cache_layer.h.
+  using Layer = CacheLayer;
+  using Flight = CacheFlight;
   static constexpr int kForeground = 0;
   static constexpr int kReadahead = 1;
   static constexpr int kHeader = 2;
@@ -259,6 +252,11 @@ class BlobCache : public BlobReader {
   void Log(absl::string_view line) const;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The layer if it is registered in this process and referenced; null otherwise (a read or a
+  // prefetch of it fails with NotRegistered).
+  std::shared_ptr<Layer> FindRegisteredLocked(const Digest& digest) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::Status NotRegistered(const Digest& digest);
   // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
   // `deadline` bounds the wait; fetches started for it get `fetch_deadline` (later when the
   // wait was shortened by EndpointHealth, so a slow registry's answer still lands).
@@ -270,18 +268,14 @@ class BlobCache : public BlobReader {
   // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
   // are cached. Returns the layers and bytes evicted.
   std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
-  // Keeps a verified chunk in memory (the disk is full), dropping the oldest beyond the budget.
-  void KeepInMemoryLocked(const std::shared_ptr<Layer>& layer, uint64_t chunk,
-                          std::shared_ptr<const std::string> bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropFromMemoryLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
   // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
   // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created,
-                             uint64_t max_request = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             uint64_t max_request = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void RunFlight(const std::shared_ptr<Flight>& flight);
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {
@@ -290,24 +284,19 @@ class BlobCache : public BlobReader {
     bool disk_full = false;
     bool became_full = false;  // this flight found the disk full first
   };
-  // A chunk as RunFlight received it: its bytes, and their SHA-256, taken piece by piece as
-  // they arrived (kChunk mode only).
-  struct Received {
-    absl::string_view bytes;
-    std::array<uint8_t, 32> hash{};
-  };
   // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
   // readers waiting for it go on while the rest of the range streams in. Bytes that fail
   // verification in a flight that has not refetched yet are not landed: the result is the
   // mismatch marked IsBadAnswer, and the flight fetches the chunk once more.
-  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const Received& r,
+  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const ReceivedChunk& r,
                          const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The check of a layer whose chunks are all here: in chunk mode, SealVerifiedLayer then
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+  // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
+  // it does not change once the layer is registered): in chunk mode, SealVerifiedLayer then
   // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
   // servable at all.
-  void RunWholeVerify(const std::shared_ptr<Layer>& layer);
+  void RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode);
   // Flushes a chunk-mode layer whose every chunk is verified and records it sealed, so that it
   // is served by passthrough from here on and trusted after a restart. False when quarantine
   // or eviction dropped it meanwhile.
@@ -325,34 +314,28 @@ class BlobCache : public BlobReader {
   std::vector<std::pair<uint64_t, uint64_t>> MarkVerifiedLocked(Layer& layer,
                                                                 const std::string& seal,
                                                                 bool flushed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
   void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                          std::vector<uint64_t> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          std::vector<uint64_t> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void PersistPending();
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
-  // keep_alive ended): chunks now wholly served and on disk leave the page cache.
+  // keep_alive ended): chunks now wholly served and on disk leave the page cache
+  // (served_pages.h).
   void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
-  // Marks `chunks` as flushed to disk (their pages are clean) and takes those of them wholly
-  // served: returns their byte ranges, for DropPages outside mu_, and counts them as unserved
-  // again. OnServed passes chunks it found flushed and wholly served.
-  std::vector<std::pair<uint64_t, uint64_t>> TakeDropsLocked(Layer& layer,
-                                                             const std::vector<uint64_t>& chunks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropPages(const Layer& layer, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
   void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PumpStreamLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+  void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
-  void UpdateReadaheadLocked(Layer& layer, uint64_t offset, uint64_t end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
   // The journal row of a layer, as it stands.
   static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                              std::string seal);
+                              std::string seal) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
   // Records `chunks` of `layer` unless quarantine or eviction dropped it since `gen`.
   absl::Status RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
                             const std::vector<uint64_t>& chunks);
@@ -375,9 +358,8 @@ class BlobCache : public BlobReader {
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Set when a data-file write fails with ENOSPC/EDQUOT, cleared by the next one that works.
   bool disk_full_ ABSL_GUARDED_BY(mu_) = false;
-  // Chunks held in memory while the disk is full, oldest first, and their bytes.
-  std::deque<std::pair<std::weak_ptr<Layer>, uint64_t>> memory_order_ ABSL_GUARDED_BY(mu_);
-  uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Chunks held in memory while the disk is full (chunk_landing.h).
+  MemoryFallback memory_ ABSL_GUARDED_BY(mu_);
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
   absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
   int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;

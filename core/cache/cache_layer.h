@@ -1,0 +1,193 @@
+// The state BlobCache keeps per layer (CacheLayer) and per range request (CacheFlight), with
+// the lock that guards each field.
+//
+// One mutex guards the mutable state of every layer: BlobCache::mu_, which each layer refers to
+// as `mu`. One lock for the whole table, not one per layer, so that a read, a landing chunk,
+// eviction and the disk-full switch all see one consistent state. The thread-safety analysis
+// cannot see that `layer->mu` and the cache's `mu_` are the same mutex, so code that holds
+// `mu_` opens a LayerGuard for each layer (or flight's layer) it touches; the analysis then
+// checks every access.
+// Fields without ABSL_GUARDED_BY say why they need no lock.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cassert>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/cache/fetch_scheduler.h"
+#include "core/oci/digest.h"
+
+namespace modelfs {
+
+enum class VerifyMode {
+  kChunk,           // needs LayerSpec::index
+  kWholeLayer,      // default when no chunk index exists
+  kInsecureStream,  // serve unverified bytes: explicit opt-in only
+};
+
+// kInMemory: verified, but the data file could not take it (disk full); the bytes are held
+// in CacheLayer::in_memory until memory_fallback_bytes pushes them out.
+enum class ChunkState : uint8_t { kMissing, kInFlight, kPresent, kRecorded, kVerified, kInMemory };
+
+struct CacheFlight;
+
+struct CacheLayer {
+  // `table_mu` is the cache's mutex; `fd` (the data file) is closed with the layer.
+  CacheLayer(absl::Mutex& table_mu, Digest digest_in, uint64_t size_in, uint64_t chunk_size_in,
+             int fd_in)
+      : mu(table_mu),
+        digest(std::move(digest_in)),
+        size(size_in),
+        chunk_size(chunk_size_in),
+        chunks((size_in + chunk_size_in - 1) / chunk_size_in),
+        fd(fd_in) {}
+  CacheLayer(const CacheLayer&) = delete;
+  CacheLayer& operator=(const CacheLayer&) = delete;
+  ~CacheLayer() {
+    if (fd >= 0) close(fd);
+  }
+
+  // The cache's mutex (BlobCache::mu_), which guards the fields marked with it.
+  absl::Mutex& mu;
+
+  // Fixed at construction, before the layer is in the cache's table, and read without the lock:
+  // a layer registered again with another size or chunking is replaced by a new CacheLayer.
+  const Digest digest;
+  const uint64_t size;
+  const uint64_t chunk_size;
+  const uint64_t chunks;  // the per-chunk vectors below have this many entries
+  const int fd;
+
+  VerifyMode mode ABSL_GUARDED_BY(mu) = VerifyMode::kChunk;
+  // The registry that serves it (RemoteBlobSource::EndpointOf).
+  std::string endpoint ABSL_GUARDED_BY(mu);
+  // Registered in this process (else only known from the database).
+  bool has_spec ABSL_GUARDED_BY(mu) = false;
+  // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
+  // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
+  std::vector<std::array<uint8_t, 32>> expected ABSL_GUARDED_BY(mu);
+  std::vector<ChunkState> state ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<CacheFlight>> flight ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<std::string> refs ABSL_GUARDED_BY(mu);
+  int pins ABSL_GUARDED_BY(mu) = 0;  // readers inside Read
+  int jobs ABSL_GUARDED_BY(mu) = 0;  // flights and verification jobs queued or running
+  bool whole_verified ABSL_GUARDED_BY(mu) = false;
+  // SealOf(fd) when the whole layer was verified and flushed, so that a later process trusts
+  // the file without re-hashing it; "" otherwise.
+  std::string seal ABSL_GUARDED_BY(mu);
+  bool whole_verify_scheduled ABSL_GUARDED_BY(mu) = false;
+  // The audit (CacheOptions::audit) found the layer digest in this process.
+  bool audited ABSL_GUARDED_BY(mu) = false;
+  bool quarantined ABSL_GUARDED_BY(mu) = false;
+  uint64_t fill_epoch ABSL_GUARDED_BY(mu) = 0;  // bumped when a whole-layer fill request fails
+  absl::Status fill_error ABSL_GUARDED_BY(mu);
+  // Bumped (under mu) by quarantine and eviction: stale flights are dropped. Atomic because
+  // flights and journal writes compare it without the lock, between their steps.
+  std::atomic<uint64_t> gen{0};
+  int64_t last_used ABSL_GUARDED_BY(mu) = 0;
+  uint64_t cached_bytes ABSL_GUARDED_BY(mu) = 0;
+  // The sequential run readers are extending.
+  uint64_t run_start ABSL_GUARDED_BY(mu) = 0;
+  uint64_t run_end ABSL_GUARDED_BY(mu) = 0;
+  uint64_t window ABSL_GUARDED_BY(mu) = 0;
+  bool bulk_active ABSL_GUARDED_BY(mu) = false;
+  uint64_t bulk_next ABSL_GUARDED_BY(mu) = 0;
+  // Streaming (a reader is loading the layer from start to end): the rest of it is fetched
+  // in requests of options.stream_request_bytes, options.stream_segments of them in flight at
+  // once, never more than that many requests ahead of the reader.
+  bool streaming ABSL_GUARDED_BY(mu) = false;
+  // The first chunk no stream request has asked for.
+  uint64_t stream_next ABSL_GUARDED_BY(mu) = 0;
+  int stream_in_flight ABSL_GUARDED_BY(mu) = 0;  // stream requests queued or running
+  // A whole-layer fill failed for want of disk space.
+  bool fill_disk_full ABSL_GUARDED_BY(mu) = false;
+  // Verified chunks the full disk could not take (state kInMemory).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const std::string>> in_memory ABSL_GUARDED_BY(mu);
+  // Per chunk, for CacheOptions::drop_served_pages: bytes of it whose replies were sent since
+  // it was written (or its pages last dropped); whether it is flushed (its pages are clean, so
+  // they can be dropped); whether its pages were dropped (the audit drops them again).
+  std::vector<uint32_t> served ABSL_GUARDED_BY(mu);
+  std::vector<bool> durable ABSL_GUARDED_BY(mu);
+  std::vector<bool> dropped ABSL_GUARDED_BY(mu);
+
+  // Every chunk in state `s` (on disk, and so flushed, unless kMissing).
+  void ResetChunks(ChunkState s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    state.assign(chunks, s);
+    flight.resize(chunks);
+    served.assign(chunks, 0);
+    durable.assign(chunks, s != ChunkState::kMissing);
+    dropped.assign(chunks, false);
+  }
+  uint64_t count() const { return chunks; }
+  uint64_t ChunkLen(uint64_t c) const { return std::min(chunk_size, size - c * chunk_size); }
+  bool Servable(uint64_t c) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return state[c] == ChunkState::kVerified ||
+           (state[c] == ChunkState::kPresent && mode == VerifyMode::kInsecureStream);
+  }
+};
+
+// The cache's mutex `mu`, when the caller holds it: the second argument of a LayerGuard.
+inline const absl::Mutex& Held(const absl::Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  return mu;
+}
+
+// Within a scope that holds the cache's mutex, lets the thread-safety analysis check the
+// accesses to `layer`'s fields: the layer's `mu` is that mutex, which the analysis cannot see
+// through the reference. Written `LayerGuard g(*layer, Held(mu_))`, so that the analysis also
+// checks that mu_ is held. Costs nothing at run time (debug builds check it is the same mutex).
+class ABSL_SCOPED_LOCKABLE LayerGuard {
+ public:
+  LayerGuard(const CacheLayer& layer, const absl::Mutex& held)
+      ABSL_EXCLUSIVE_LOCK_FUNCTION(layer.mu) {
+    assert(&layer.mu == &held);
+    (void)layer;
+    (void)held;
+  }
+  LayerGuard(const LayerGuard&) = delete;
+  LayerGuard& operator=(const LayerGuard&) = delete;
+  ~LayerGuard() ABSL_UNLOCK_FUNCTION() {}
+};
+
+// One range request: chunks [first, last] of a layer, fetched by one RunFlight.
+struct CacheFlight {
+  // Fixed at creation, before the flight is queued or any chunk points to it.
+  std::shared_ptr<CacheLayer> layer;
+  uint64_t first = 0, last = 0;
+  uint64_t gen = 0;
+  std::string endpoint;  // read without the lock by RunFlight
+  // Set when queued, so a reader can promote it.
+  std::shared_ptr<FetchScheduler::Ticket> ticket ABSL_GUARDED_BY(layer->mu);
+  bool bulk ABSL_GUARDED_BY(layer->mu) = false;
+  // A request of the layer's stream (CacheLayer::stream_in_flight).
+  bool stream ABSL_GUARDED_BY(layer->mu) = false;
+  absl::Time deadline ABSL_GUARDED_BY(layer->mu);
+  bool done ABSL_GUARDED_BY(layer->mu) = false;
+  // Chunks land one by one as the stream delivers them: [first, first + landed) have their
+  // final state and chunk_status (sized at creation).
+  uint64_t landed ABSL_GUARDED_BY(layer->mu) = 0;
+  bool failed ABSL_GUARDED_BY(layer->mu) = false;  // some chunk of it failed
+  std::vector<absl::Status> chunk_status ABSL_GUARDED_BY(layer->mu);
+  // Verified chunks that only memory holds (the disk is full), for the readers that waited:
+  // the memory budget may drop them from the layer before those readers look again.
+  std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory
+      ABSL_GUARDED_BY(layer->mu);
+  // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
+  // already; the next one fails its chunks. Only RunFlight's thread uses it: no lock.
+  bool refetched = false;
+};
+
+}  // namespace modelfs

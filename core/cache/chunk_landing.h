@@ -1,0 +1,94 @@
+// Landing chunks: a fetched chunk is put together from the pieces of a range response and
+// hashed as they arrive (ChunkAssembler), checked against its expected hash, written whole to
+// the layer's data file, or, when the disk is full, held in memory (MemoryFallback), and marked
+// verified; when every chunk of a layer has landed the layer is flushed and sealed. The steps
+// that need the cache's state are BlobCache's, in chunk_landing.cc; the two self-contained
+// ones are here.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "core/base/buffer_pool.h"
+#include "core/cache/cache_layer.h"
+#include "core/oci/digest.h"
+
+namespace modelfs {
+
+// A chunk as a flight received it: its bytes, and their SHA-256, taken piece by piece as they
+// arrived (kChunk mode only).
+struct ReceivedChunk {
+  absl::string_view bytes;
+  std::array<uint8_t, 32> hash{};
+};
+
+// The chunk being received: hashed piece by piece as it arrives (while the piece is still in
+// the CPU's cache from the socket copy), collected in one buffer, and handed on whole when
+// complete. One aligned write of the whole chunk lets the kernel use large page-cache folios:
+// writing each piece straight from the transfer's buffer saved this copy but cost more in the
+// kernel (small folios), and was slower (docs/snapshotter.md, "The read path").
+// Used by one flight's thread; on the per-piece path, so inline.
+class ChunkAssembler {
+ public:
+  // Chunks of at most `chunk_size` bytes; `hash`: take their SHA-256 (chunk mode).
+  ChunkAssembler(uint64_t chunk_size, bool hash)
+      : buffer_(BufferPool::Shared().Get(chunk_size)), hash_(hash) {}
+
+  // Starts the chunk over: a new request delivers it from its first byte.
+  void Restart() { have_ = 0; }
+  // Moves bytes of a chunk of `len` bytes from the front of `data` into the chunk. True once
+  // the chunk is complete: then Finish() hands it on.
+  bool Take(absl::string_view& data, uint64_t len) {
+    if (have_ == 0 && hash_) hasher_.emplace();
+    const size_t take = std::min<uint64_t>(len - have_, data.size());
+    if (hash_) hasher_->Update(data.data(), take);
+    memcpy(buffer_.data() + have_, data.data(), take);
+    have_ += take;
+    data.remove_prefix(take);
+    return have_ == len;
+  }
+  // The complete chunk (its bytes stay valid until the next Take); the next Take starts the
+  // next chunk.
+  ReceivedChunk Finish() {
+    ReceivedChunk got{absl::string_view(buffer_.data(), have_), {}};
+    if (hash_) got.hash = hasher_->Finish().raw();
+    have_ = 0;
+    return got;
+  }
+
+ private:
+  BufferPool::Buffer buffer_;
+  const bool hash_;
+  uint64_t have_ = 0;  // bytes of the chunk received
+  std::optional<Sha256> hasher_;
+};
+
+// While the cache disk is full, verified chunks are served from memory instead of the data
+// file; this holds them, oldest first, within a budget (CacheOptions::memory_fallback_bytes).
+// BlobCache keeps one, under its mutex.
+class MemoryFallback {
+ public:
+  // Keeps `bytes` as chunk `chunk` of `layer` (state kInMemory), dropping the oldest chunks of
+  // any layer beyond `budget` bytes (those go back to kMissing). Readers that got a chunk hold
+  // their own reference, so dropping one is always safe.
+  void Keep(const std::shared_ptr<CacheLayer>& layer, uint64_t chunk,
+            std::shared_ptr<const std::string> bytes, uint64_t budget)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
+  // Lets go of every chunk of `layer` (quarantined or evicted).
+  void Drop(CacheLayer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
+
+ private:
+  std::deque<std::pair<std::weak_ptr<CacheLayer>, uint64_t>> order_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace modelfs

@@ -1,0 +1,124 @@
+// The fetch planner: readahead windows, the coalescing of missing chunks, and stream segments,
+// on a CacheLayer of its own (no cache, no remote).
+#include "core/cache/fetch_planner.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "core/cache/cache_layer.h"
+#include "tests/cache/test_layer.h"
+
+namespace modelfs {
+namespace {
+
+TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;  // readahead_min 4 MiB, readahead_max 64 MiB
+  UpdateReadahead(*layer, options, 0, 1 * kMiB);
+  UpdateReadahead(*layer, options, 1 * kMiB, 2 * kMiB);
+  EXPECT_EQ(layer->window, 0u);  // a 2 MiB run is not yet readahead_min long
+  UpdateReadahead(*layer, options, 2 * kMiB, 6 * kMiB);
+  EXPECT_EQ(layer->window, 4 * kMiB);  // half of 6 MiB, raised to readahead_min
+  UpdateReadahead(*layer, options, 6 * kMiB, 30 * kMiB);
+  EXPECT_EQ(layer->window, 15 * kMiB);
+}
+
+TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;
+  UpdateReadahead(*layer, options, 0, 30 * kMiB);
+  UpdateReadahead(*layer, options, 38 * kMiB, 39 * kMiB);
+  EXPECT_EQ(layer->run_start, 0u);
+  EXPECT_EQ(layer->run_end, 39 * kMiB);
+  EXPECT_EQ(layer->window, 39 * kMiB / 2);
+}
+
+TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;
+  UpdateReadahead(*layer, options, 0, 30 * kMiB);
+  UpdateReadahead(*layer, options, 50 * kMiB, 51 * kMiB);
+  EXPECT_EQ(layer->run_start, 50 * kMiB);
+  EXPECT_EQ(layer->run_end, 51 * kMiB);
+  EXPECT_EQ(layer->window, 0u);
+}
+
+TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  layer->state[4] = ChunkState::kInFlight;
+  EXPECT_EQ(MissingRunEnd(*layer, 0, 9, 16 * kMiB), 4u);
+}
+
+TEST(FetchPlannerTest, AMissingRunStopsAtTheRequestCapButHoldsAtLeastOneChunk) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 3 * kMiB), 8u);
+  EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 1), 6u);
+  EXPECT_EQ(MissingRunEnd(*layer, 5, 6, 16 * kMiB), 7u);
+}
+
+TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;  // 64 MiB requests, 4 segments, max_request_bytes 16 MiB
+  layer->run_end = 32 * kMiB;
+  layer->stream_next = 33;
+  const StreamPlan plan = PlanStream(*layer, options);
+  EXPECT_EQ(plan.per_request, 64u);
+  EXPECT_EQ(plan.limit, 32u + 4 * 64);
+  std::vector<std::pair<uint64_t, uint64_t>> asked;
+  while (std::optional<StreamSegment> segment = NextStreamSegment(*layer, options, plan)) {
+    EXPECT_EQ(segment->pieces, 4);  // 64 MiB is four 16 MiB requests' worth of deadline
+    asked.emplace_back(segment->first, segment->last);
+  }
+  EXPECT_EQ(asked, (std::vector<std::pair<uint64_t, uint64_t>>{
+                       {33, 96}, {97, 160}, {161, 224}, {225, 288}}));
+  EXPECT_EQ(layer->stream_next, 289u);
+}
+
+TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;
+  layer->stream_in_flight = options.stream_segments;
+  const StreamPlan plan = PlanStream(*layer, options);
+  EXPECT_FALSE(NextStreamSegment(*layer, options, plan).has_value());
+}
+
+TEST(FetchPlannerTest, AStreamNeverAsksAgainForWhatTheReaderPassed) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;
+  layer->run_end = 90 * kMiB;
+  const StreamPlan plan = PlanStream(*layer, options);
+  std::optional<StreamSegment> segment = NextStreamSegment(*layer, options, plan);
+  ASSERT_TRUE(segment.has_value());
+  EXPECT_EQ(segment->first, 90u);
+  EXPECT_EQ(segment->last, 99u);  // the layer ends first
+  EXPECT_EQ(segment->pieces, 1);
+}
+
+}  // namespace
+}  // namespace modelfs
