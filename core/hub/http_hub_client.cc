@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/base/backoff.h"
-#include "core/io/curl_global.h"
+#include "core/http/curl_global.h"
 #include "core/status/status_macros.h"
 #include "nlohmann/json.hpp"
 

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "core/io/curl_global.h"
+#include "core/http/curl_global.h"
 #include "core/io/header_cursor.h"
 #include "core/io/range_reader.h"
 #include "core/status/status_macros.h"

@@ -2,7 +2,6 @@
 
 #include "core/oci/descriptor.h"
 
-#include <curl/curl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +19,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/io/curl_global.h"
+#include "core/http/content_range.h"
+#include "core/http/transport.h"
+#include "core/http/url.h"
 #include "core/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -78,14 +79,6 @@ std::string PercentEncode(std::string_view s) {
 
 std::string AppendQuery(const std::string& url, const std::string& param) {
   return absl::StrCat(url, url.find('?') == std::string::npos ? "?" : "&", param);
-}
-
-// "scheme://authority" of a URL, lowercased.
-std::string Origin(const std::string& url) {
-  size_t sep = url.find("://");
-  if (sep == std::string::npos) return "";
-  size_t end = url.find_first_of("/?#", sep + 3);
-  return absl::AsciiStrToLower(url.substr(0, end));
 }
 
 struct ChallengeParams {
@@ -233,12 +226,8 @@ struct RegistryClient::Response {
   // Start offset of a 206 body ("Content-Range: bytes 100-199/1000"); 0 otherwise.
   uint64_t RangeStart() const {
     if (status != 206) return 0;
-    std::string cr = Header("content-range");
-    absl::string_view v = cr;
-    absl::ConsumePrefix(&v, "bytes ");
-    uint64_t start = 0;
-    (void)absl::SimpleAtoi(v.substr(0, v.find('-')), &start);
-    return start;
+    std::optional<ContentRange> cr = ParseContentRange(Header("content-range"));
+    return cr.has_value() && cr->first.has_value() ? *cr->first : 0;
   }
 };
 
@@ -256,39 +245,6 @@ Backoff RegistryClient::MakeBackoff(absl::Time deadline) const {
   policy.max_backoff = options_.max_backoff;
   return Backoff(policy, clock_, std::min(clock_->Now() + options_.retry_deadline, deadline));
 }
-
-// Idle curl easy handles; a reset handle keeps its connection cache, so keep-alive
-// connections survive between requests.
-class RegistryClient::HandlePool {
- public:
-  ~HandlePool() {
-    for (CURL* h : idle_) curl_easy_cleanup(h);
-  }
-  CURL* Acquire() {
-    {
-      absl::MutexLock l(&mu_);
-      if (!idle_.empty()) {
-        CURL* h = idle_.back();
-        idle_.pop_back();
-        return h;
-      }
-    }
-    return curl_easy_init();
-  }
-  void Release(CURL* h) {
-    curl_easy_reset(h);
-    absl::MutexLock l(&mu_);
-    if (idle_.size() < 16) {
-      idle_.push_back(h);
-      return;
-    }
-    curl_easy_cleanup(h);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
-};
 
 // ---------------------------------------------------------------------------------------------
 
@@ -341,7 +297,6 @@ class RegistryClient::Host {
 
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
     RegistryClientOptions options) {
-  EnsureCurlGlobalInit();
   if (options.registry.empty()) {
     return absl::InvalidArgumentError("RegistryClient needs a registry name");
   }
@@ -403,7 +358,7 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
 RegistryClient::RegistryClient(RegistryClientOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
-      pool_(std::make_unique<HandlePool>()) {}
+      pool_(std::make_unique<HttpHandlePool>()) {}
 
 RegistryClient::~RegistryClient() = default;
 
@@ -429,7 +384,7 @@ std::string RegistryClient::Url(const Host& h, const std::string& path) const {
 }
 
 RegistryClient::Host* RegistryClient::HostOf(const std::string& url) const {
-  std::string origin = Origin(url);
+  std::string origin = UrlOrigin(url);
   for (const auto& h : hosts_) {
     if (h->origin == origin) return h.get();
   }
@@ -537,82 +492,18 @@ bool RegistryClient::MirrorAnswered(Host& h, const std::string& blob,
   return now - f.filling_since < options_.mirror_fill_wait;
 }
 
-std::string RegistryClient::ResolveLocation(const std::string& base_url,
-                                            const std::string& location) const {
-  if (location.find("://") != std::string::npos) return location;
-  std::string origin = Origin(base_url);
-  if (absl::StartsWith(location, "//")) {
-    return absl::StrCat(base_url.substr(0, base_url.find(':')), ":", location);
-  }
-  if (absl::StartsWith(location, "/")) {
-    // Origin() lowercases; keep the original spelling of the base instead.
-    return absl::StrCat(base_url.substr(0, origin.size()), location);
-  }
-  std::string dir = base_url.substr(0, base_url.find_first_of("?#"));
-  dir = dir.substr(0, dir.rfind('/') + 1);
-  return dir + location;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Transport: one curl exchange.
-
-namespace {
-
-struct TransferState {
-  CURL* handle = nullptr;
-  const void* request = nullptr;
-  void* response = nullptr;
-  std::function<size_t(char*, size_t)> on_write;
-  std::function<size_t(char*, size_t)> on_read;
-  std::function<void(std::string_view)> on_header;
-};
-
-size_t WriteCb(char* ptr, size_t size, size_t nmemb, void* user) {
-  return static_cast<TransferState*>(user)->on_write(ptr, size * nmemb);
-}
-size_t ReadCb(char* ptr, size_t size, size_t nmemb, void* user) {
-  return static_cast<TransferState*>(user)->on_read(ptr, size * nmemb);
-}
-size_t HeaderCb(char* ptr, size_t size, size_t nmemb, void* user) {
-  static_cast<TransferState*>(user)->on_header(std::string_view(ptr, size * nmemb));
-  return size * nmemb;
-}
-
-// No byte in either direction for `limit` aborts the transfer (`stalled`). libcurl's low-speed
-// check alone averages over a few seconds: a connection that sent megabytes and then stopped
-// went on for seconds past the stall timeout (and a request for a reader with a 3 s deadline
-// outlived it).
-struct IdleState {
-  std::chrono::steady_clock::time_point last;
-  curl_off_t seen = -1;
-  std::chrono::nanoseconds limit{0};
-  bool stalled = false;
-};
-int XferInfoCb(void* user, curl_off_t /*dltotal*/, curl_off_t dlnow, curl_off_t /*ultotal*/,
-               curl_off_t ulnow) {
-  auto* s = static_cast<IdleState*>(user);
-  const auto now = std::chrono::steady_clock::now();
-  if (dlnow + ulnow != s->seen) {
-    s->seen = dlnow + ulnow;
-    s->last = now;
-    return 0;
-  }
-  if (now - s->last < s->limit) return 0;
-  s->stalled = true;
-  return 1;
-}
-
-}  // namespace
+// Transport: one exchange through core/http.
 
 absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
     const Request& req, const std::string& url, const std::string& authorization) {
-  CURL* h = pool_->Acquire();
-  if (h == nullptr) return absl::InternalError("curl_easy_init failed");
+  std::unique_ptr<HttpHandle> handle = pool_->Acquire();
+  if (handle == nullptr) return absl::InternalError("curl_easy_init failed");
   struct Releaser {
-    HandlePool* pool;
-    CURL* h;
-    ~Releaser() { pool->Release(h); }
-  } releaser{pool_.get(), h};
+    HttpHandlePool* pool;
+    std::unique_ptr<HttpHandle>& h;
+    ~Releaser() { pool->Release(std::move(h)); }
+  } releaser{pool_.get(), handle};
 
   Response resp;
   resp.url = url;
@@ -622,31 +513,26 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   uint64_t body_length = req.body ? req.body->size() : req.reader ? req.reader_length : 0;
   bool has_body = req.body != nullptr || req.reader != nullptr;
 
-  TransferState st;
-  st.handle = h;
-  st.on_header = [&](std::string_view line) {
-    if (absl::StartsWith(AV(line), "HTTP/")) {
-      resp.headers.clear();  // a new response (after 100 Continue)
-      return;
-    }
-    size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return;
-    std::string name = absl::AsciiStrToLower(AV(line.substr(0, colon)));
-    std::string value(absl::StripAsciiWhitespace(AV(line.substr(colon + 1))));
+  HttpRequest http;
+  http.method = req.method;
+  http.url = url;
+  http.on_response = [&] { resp.headers.clear(); };  // a new response (after 100 Continue)
+  http.on_header = [&](std::string name, std::string value) {
     resp.headers.emplace(std::move(name), std::move(value));
   };
-  st.on_write = [&](char* data, size_t n) -> size_t {
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  http.on_body = [&](long status, std::string_view data) -> bool {
+    const size_t n = data.size();
+    resp.status = status;
     bytes_received_ += n;
     bool ok_status = resp.status >= 200 && resp.status < 300;
     if (ok_status && req.sink) {
-      absl::Status s = req.sink(resp, std::string_view(data, n));
+      absl::Status s = req.sink(resp, data);
       resp.body_bytes += n;
       if (!s.ok()) {
         callback_error = s;
-        return 0;
+        return false;
       }
-      return n;
+      return true;
     }
     size_t limit = ok_status ? req.max_body : kMaxErrorBodyBytes;
     if (resp.body.size() + n > limit) {
@@ -656,13 +542,13 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
       } else {
         truncated_error_body = true;  // enough of the error to explain it
       }
-      return 0;
+      return false;
     }
-    resp.body.append(data, n);
+    resp.body.append(data.data(), n);
     resp.body_bytes += n;
-    return n;
+    return true;
   };
-  st.on_read = [&](char* buf, size_t n) -> size_t {
+  http.read_body = [&](char* buf, size_t n) -> std::optional<size_t> {
     uint64_t left = body_length - read_pos;
     size_t want = static_cast<size_t>(std::min<uint64_t>(n, left));
     if (want == 0) return 0;
@@ -674,13 +560,13 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
     absl::StatusOr<size_t> got = (*req.reader)(req.reader_offset + read_pos, buf, want);
     if (!got.ok()) {
       callback_error = got.status();
-      return CURL_READFUNC_ABORT;
+      return std::nullopt;
     }
     if (*got == 0) {
       callback_error = absl::OutOfRangeError(
           absl::StrCat("upload source ended at byte ", req.reader_offset + read_pos, ", expected ",
                        req.reader_offset + body_length));
-      return CURL_READFUNC_ABORT;
+      return std::nullopt;
     }
     read_pos += *got;
     return *got;
@@ -688,119 +574,69 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
 
   // The host this URL is on, if it is one of the registry's (not a storage backend).
   const Host* on_host = HostOf(url);
-  curl_slist* headers = nullptr;
-  for (const std::string& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
+  http.headers = req.headers;
   if (on_host != nullptr) {
-    for (const std::string& hd : on_host->endpoint.headers) {
-      headers = curl_slist_append(headers, hd.c_str());
-    }
+    for (const std::string& hd : on_host->endpoint.headers) http.headers.push_back(hd);
   }
   if (req.dynamic_header) {
     std::string dh = req.dynamic_header();
-    if (!dh.empty()) headers = curl_slist_append(headers, dh.c_str());
+    if (!dh.empty()) http.headers.push_back(std::move(dh));
   }
-  if (!authorization.empty()) {
-    headers = curl_slist_append(headers, ("Authorization: " + authorization).c_str());
-  }
-  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
-  struct SlistFree {
-    curl_slist* l;
-    ~SlistFree() { curl_slist_free_all(l); }
-  } slist_free{headers};
-
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCb);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &st);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCb);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+  if (!authorization.empty()) http.headers.push_back("Authorization: " + authorization);
+  http.headers.push_back("Expect:");  // no 100-continue round trip
+  http.user_agent = options_.user_agent;
   // Blob bodies arrive in 512 KiB pieces (curl's largest) rather than 16 KiB: 32 times fewer
   // recv calls and callbacks on the read path.
-  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-  IdleState idle;
-  idle.last = std::chrono::steady_clock::now();
-  idle.limit = absl::ToChronoNanoseconds(options_.stall_timeout);
-  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, XferInfoCb);
-  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &idle);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(
-      h, CURLOPT_LOW_SPEED_TIME,
-      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
+  http.buffer_size = 512L * 1024;
+  http.connect_timeout = options_.connect_timeout;
+  http.idle_limit = options_.stall_timeout;
+  http.low_speed_time = options_.stall_timeout;
   absl::Duration timeout = req.long_transfer ? absl::InfiniteDuration() : options_.request_timeout;
   if (req.deadline != absl::InfiniteFuture()) {
     absl::Duration left = req.deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(
-          absl::StrCat(req.method, " ", Origin(url), ": deadline passed before the request"));
+          absl::StrCat(req.method, " ", UrlOrigin(url), ": deadline passed before the request"));
     }
     timeout = std::min(timeout, left);
   }
   if (timeout != absl::InfiniteDuration()) {
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+    http.total_timeout =
+        absl::Milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
   }
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-
   // TLS: a host's own settings apply to that host only; storage backends behind redirects
   // and token realms elsewhere are verified against the system store.
   if (on_host != nullptr) {
     const HostEndpoint& ep = on_host->endpoint;
-    if (ep.skip_verify) {
-      curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-      curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    curl_blob blob{};
-    if (!on_host->ca_blob.empty()) {
-      blob.data = const_cast<char*>(on_host->ca_blob.data());
-      blob.len = on_host->ca_blob.size();
-      blob.flags = CURL_BLOB_COPY;
-      curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &blob);
-    }
+    http.tls.verify = !ep.skip_verify;
+    http.tls.ca_pem = on_host->ca_blob;
     if (!ep.client_cert.empty()) {
-      curl_easy_setopt(h, CURLOPT_SSLCERT, ep.client_cert.c_str());
-      curl_easy_setopt(h, CURLOPT_SSLKEY, ep.client_key.c_str());
+      http.tls.client_cert = ep.client_cert;
+      http.tls.client_key = ep.client_key;
     }
   }
-
-  if (req.method == "HEAD") {
-    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-  } else if (has_body || req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
-    // An upload with a known length, whatever the verb: curl sends Content-Length.
-    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCb);
-    curl_easy_setopt(h, CURLOPT_READDATA, &st);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_length));
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
-  } else if (req.method != "GET") {
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
-  }
+  http.upload = req.method != "HEAD" &&
+                (has_body || req.method == "POST" || req.method == "PUT" || req.method == "PATCH");
+  http.upload_length = body_length;
 
   ++requests_;
-  CURLcode rc = curl_easy_perform(h);
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
-  curl_off_t sent = 0;
-  curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &sent);
-  bytes_sent_ += static_cast<uint64_t>(sent);
+  HttpResult done = handle->Perform(http);
+  resp.status = done.status;
+  bytes_sent_ += done.bytes_uploaded;
 
   if (!callback_error.ok()) return callback_error;
-  if (idle.stalled) {
-    return TransportError(absl::StrCat(req.method, " ", Origin(url), " failed: no byte for ",
+  if (done.stalled) {
+    return TransportError(absl::StrCat(req.method, " ", UrlOrigin(url), " failed: no byte for ",
                                        absl::FormatDuration(options_.stall_timeout), " (stalled)"));
   }
   // An error answer that stops short (Distribution announces the blob's Content-Length on a
   // 416) or that we cut off ourselves still says everything we need.
-  bool error_answer_complete = (rc == CURLE_WRITE_ERROR && truncated_error_body) ||
-                               (rc == CURLE_PARTIAL_FILE && resp.status >= 400);
-  if (rc != CURLE_OK && !error_answer_complete) {
+  bool error_answer_complete = (done.error == HttpError::kWriteAborted && truncated_error_body) ||
+                               (done.error == HttpError::kPartialBody && resp.status >= 400);
+  if (!done.ok() && !error_answer_complete) {
     // The URL can carry a presigned query string; name only its origin.
     return TransportError(
-        absl::StrCat(req.method, " ", Origin(url), " failed: ", curl_easy_strerror(rc)));
+        absl::StrCat(req.method, " ", UrlOrigin(url), " failed: ", done.error_text));
   }
   return resp;
 }
@@ -928,12 +764,12 @@ absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
     }
     if (r->status == 401 || r->status == 403) {
       return absl::UnauthenticatedError(absl::StrCat(
-          "token server ", Origin(challenge.realm), " refused ",
+          "token server ", UrlOrigin(challenge.realm), " refused ",
           cred.has_value() ? "the configured credentials" : "anonymous access", " for ",
           absl::StrJoin(scopes, " "), " on ", host.label, " (HTTP ", r->status, ")"));
     }
     if (r->status != 200) {
-      return absl::UnavailableError(absl::StrCat("token server ", Origin(challenge.realm),
+      return absl::UnavailableError(absl::StrCat("token server ", UrlOrigin(challenge.realm),
                                                  " answered HTTP ", r->status, " for ",
                                                  host.label));
     }
@@ -951,7 +787,7 @@ absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
       }
     }
     if (token.empty()) {
-      return absl::UnauthenticatedError(absl::StrCat("token server ", Origin(challenge.realm),
+      return absl::UnauthenticatedError(absl::StrCat("token server ", UrlOrigin(challenge.realm),
                                                      " returned no token for ", host.label));
     }
     // Renew a little early so a request never leaves with a token about to expire.
@@ -972,7 +808,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& ori
   bool auth_retried = false;
   bool redirected = false;
   for (int hops = 0; hops <= kMaxRedirects;) {
-    bool on_host = Origin(req.url) == host.origin;
+    bool on_host = UrlOrigin(req.url) == host.origin;
     // Authorization never follows a redirect to another host (a storage backend).
     std::string authorization = on_host ? AuthorizationFor(host, req.scopes) : "";
     ASSIGN_OR_RETURN(Response r, Transport(req, req.url, authorization));
@@ -990,8 +826,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& ori
       }
       continue;
     }
-    bool is_redirect =
-        r.status == 301 || r.status == 302 || r.status == 303 || r.status == 307 || r.status == 308;
+    bool is_redirect = IsRedirectStatus(r.status);
     std::string location = r.Header("location");
     if (is_redirect && !location.empty()) {
       req.url = ResolveLocation(req.url, location);
@@ -1352,8 +1187,9 @@ absl::Status RegistryClient::StreamBlobRange(
       return done;
     }
     if (resp.status != 206) {
-      absl::Status s = absl::FailedPreconditionError(absl::StrCat(
-          what, ": registry ignored Range (HTTP ", resp.status, " from ", Origin(resp.url), ")"));
+      absl::Status s = absl::FailedPreconditionError(
+          absl::StrCat(what, ": registry ignored Range (HTTP ", resp.status, " from ",
+                       UrlOrigin(resp.url), ")"));
       s.SetPayload(kIgnoredRangePayload, absl::Cord("1"));
       if (whole > 0) s.SetPayload(kWholeSizePayload, absl::Cord(absl::StrCat(whole)));
       return s;
@@ -1364,7 +1200,7 @@ absl::Status RegistryClient::StreamBlobRange(
         Host* from = HostOf(resp.url);
         if (from != nullptr) DemoteForBlob(*from, req.range_blob, options_.bad_answer_cooldown);
         return MarkBadAnswer(absl::FailedPreconditionError(
-            absl::StrCat(what, ": ", from != nullptr ? from->label : Origin(resp.url),
+            absl::StrCat(what, ": ", from != nullptr ? from->label : UrlOrigin(resp.url),
                          " answered with Content-Range ", resp.Header("content-range"))));
       }
     }

@@ -79,6 +79,8 @@
 
 namespace modelfs {
 
+class HttpHandlePool;
+
 inline constexpr char kMediaTypeOciManifest[] = "application/vnd.oci.image.manifest.v1+json";
 inline constexpr char kMediaTypeOciIndex[] = "application/vnd.oci.image.index.v1+json";
 inline constexpr char kMediaTypeDockerManifest[] =
@@ -297,7 +299,6 @@ class RegistryClient {
     std::string url;
     absl::Time expires;
   };
-  class HandlePool;
   class Host;
   // Which hosts may serve a request: containerd's capabilities.
   enum class Op { kResolve, kPull, kPush };
@@ -311,7 +312,6 @@ class RegistryClient {
   std::vector<Host*> Candidates(Op op, const std::string& blob);
   // "<api root>/<path>" on host `h`, with "ns=<registry>" for a host of another name.
   std::string Url(const Host& h, const std::string& path) const;
-  std::string ResolveLocation(const std::string& base_url, const std::string& location) const;
   // How messages name a host ("registry r" when null).
   std::string HostLabel(const Host* h) const;
   // The configured host whose scheme://authority is url's, or null (a storage backend, a
@@ -355,7 +355,7 @@ class RegistryClient {
   RegistryClientOptions options_;
   Clock* const clock_;
   std::vector<std::unique_ptr<Host>> hosts_;  // configuration order; fixed after Create
-  std::unique_ptr<HandlePool> pool_;
+  std::unique_ptr<HttpHandlePool> pool_;
 
   absl::Mutex mu_;
   std::map<std::string, CachedRedirect> redirects_ ABSL_GUARDED_BY(mu_);
