@@ -103,7 +103,8 @@ struct RegistryClient::Response {
     for (auto [it, end] = headers.equal_range(name); it != end; ++it) v.push_back(it->second);
     return v;
   }
-  // Start offset of a 206 body ("Content-Range: bytes 100-199/1000"); 0 otherwise.
+  // Start offset of a 206 body ("Content-Range: bytes 100-199/1000"); 0 otherwise, and when
+  // Content-Range is missing or not one ParseContentRange accepts.
   uint64_t RangeStart() const {
     if (status != 206) return 0;
     std::optional<ContentRange> cr = ParseContentRange(Header("content-range"));
