@@ -27,7 +27,7 @@
 #include "core/cache/blob_cache.h"
 #include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
-#include "core/publish/registry_blob_source.h"
+#include "core/registry/registry_blob_source.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"

@@ -1,6 +1,5 @@
 #include "core/hub/http_hub_client.h"
 
-#include <curl/curl.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -13,7 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/base/backoff.h"
-#include "core/io/curl_global.h"
+#include "core/http/transport.h"
+#include "core/http/url.h"
 #include "core/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -28,14 +28,6 @@ constexpr int kMaxHubRedirects = 5;
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// "scheme://authority" of a URL, lowercased; "" when it has none.
-std::string Origin(std::string_view url) {
-  const size_t sep = url.find("://");
-  if (sep == std::string_view::npos) return "";
-  const size_t end = url.find_first_of("/?#", sep + 3);
-  return absl::AsciiStrToLower(AV(url.substr(0, end)));
-}
-
 // A URL for messages: no userinfo, no query (CDN URLs carry signatures there).
 std::string ForMessage(std::string_view url) {
   std::string u(url.substr(0, url.find_first_of("?#")));
@@ -48,17 +40,6 @@ std::string ForMessage(std::string_view url) {
     }
   }
   return u;
-}
-
-std::string Resolve(const std::string& base, const std::string& location) {
-  if (location.find("://") != std::string::npos) return location;
-  const std::string origin_lower = Origin(base);
-  const std::string origin = base.substr(0, origin_lower.size());
-  if (absl::StartsWith(location, "//"))
-    return absl::StrCat(base.substr(0, base.find(':')), ":", location);
-  if (absl::StartsWith(location, "/")) return origin + location;
-  std::string dir = base.substr(0, base.find_first_of("?#"));
-  return dir.substr(0, dir.rfind('/') + 1) + location;
 }
 
 std::string NormalizeEtag(std::string_view v) {
@@ -120,58 +101,6 @@ struct HubHttpExchange {
   }
 };
 
-namespace {
-
-size_t HeaderCb(char* ptr, size_t size, size_t nmemb, void* user) {
-  auto* ex = static_cast<HubHttpExchange*>(user);
-  const size_t n = size * nmemb;
-  absl::string_view line(ptr, n);
-  if (absl::StartsWith(line, "HTTP/")) {
-    ex->headers.clear();
-    ex->status = 0;
-    const size_t sp = line.find(' ');
-    int code = 0;
-    if (sp != absl::string_view::npos && absl::SimpleAtoi(line.substr(sp + 1, 3), &code)) {
-      ex->status = code;
-    }
-    return n;
-  }
-  const size_t colon = line.find(':');
-  if (colon == absl::string_view::npos) return n;
-  ex->headers.emplace(absl::AsciiStrToLower(line.substr(0, colon)),
-                      std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
-  return n;
-}
-
-size_t WriteCb(char* ptr, size_t size, size_t nmemb, void* user) {
-  auto* ex = static_cast<HubHttpExchange*>(user);
-  const size_t n = size * nmemb;
-  const bool ok = ex->status >= 200 && ex->status < 300;
-  if (ok && ex->sink) {
-    if (!ex->body_started) {
-      ex->body_started = true;
-      if (ex->before_body) {
-        ex->callback_error = ex->before_body();
-        if (!ex->callback_error.ok()) return 0;
-      }
-    }
-    ex->callback_error = ex->sink(std::string_view(ptr, n));
-    return ex->callback_error.ok() ? n : 0;
-  }
-  const size_t limit = ok ? kMaxApiBody : kMaxErrorBody;
-  if (ex->body.size() + n > limit) {
-    if (ok) {
-      ex->callback_error =
-          absl::OutOfRangeError(absl::StrCat("answer larger than ", limit, " bytes"));
-    }
-    return 0;  // an error body is cut: enough of it to explain the error
-  }
-  ex->body.append(ptr, n);
-  return n;
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<HttpHubClient>> HttpHubClient::Create(HubClientOptions options) {
   while (!options.endpoint.empty() && options.endpoint.back() == '/') options.endpoint.pop_back();
   if (!absl::StartsWith(options.endpoint, "http://") &&
@@ -183,7 +112,6 @@ absl::StatusOr<std::unique_ptr<HttpHubClient>> HttpHubClient::Create(HubClientOp
     return absl::InvalidArgumentError(
         absl::StrCat("HF_ENDPOINT '", ForMessage(options.endpoint), "' has a query or fragment"));
   }
-  EnsureCurlGlobalInit();
   return std::unique_ptr<HttpHubClient>(new HttpHubClient(std::move(options)));
 }
 
@@ -192,64 +120,66 @@ HttpHubClient::HttpHubClient(HubClientOptions options)
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()) {}
 
 absl::Status HttpHubClient::Perform(HubHttpExchange& ex) {
-  CURL* h = curl_easy_init();
-  if (h == nullptr) return absl::InternalError("curl_easy_init failed");
-  struct Cleanup {
-    CURL* h;
-    curl_slist* headers = nullptr;
-    ~Cleanup() {
-      curl_slist_free_all(headers);
-      curl_easy_cleanup(h);
-    }
-  } cleanup{h};
+  std::unique_ptr<HttpHandle> handle = HttpHandle::Create();
+  if (handle == nullptr) return absl::InternalError("curl_easy_init failed");
+  HttpRequest req;
+  req.url = ex.url;
   // Bytes exactly as stored: a compressed answer would not hash to the Hub's digests.
-  cleanup.headers = curl_slist_append(cleanup.headers, "Accept-Encoding: identity");
+  req.headers.push_back("Accept-Encoding: identity");
   if (ex.send_token && !options_.token.empty()) {
-    cleanup.headers =
-        curl_slist_append(cleanup.headers, ("Authorization: Bearer " + options_.token).c_str());
+    req.headers.push_back("Authorization: Bearer " + options_.token);
   }
-  char error[CURL_ERROR_SIZE] = {};
-  curl_easy_setopt(h, CURLOPT_URL, ex.url.c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  // libcurl drops a custom Authorization header on a redirect to another host
-  // (CURLOPT_UNRESTRICTED_AUTH stays off); the token is only set for the Hub's origin anyway.
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, ex.follow_redirects ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, cleanup.headers);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCb);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &ex);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCb);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &ex);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-  curl_easy_setopt(
-      h, CURLOPT_LOW_SPEED_TIME,
-      static_cast<long>(std::max<int64_t>(1, absl::ToInt64Seconds(options_.stall_timeout))));
-  if (ex.api) {
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(absl::ToInt64Milliseconds(options_.api_timeout)));
-  }
-  const CURLcode rc = curl_easy_perform(h);
+  // The transport drops a custom Authorization header on a redirect to another host; the
+  // token is only set for the Hub's origin anyway.
+  req.follow_redirects = ex.follow_redirects;
+  req.max_redirects = 10;
+  req.user_agent = options_.user_agent;
+  req.connect_timeout = options_.connect_timeout;
+  req.low_speed_time = options_.stall_timeout;
+  if (ex.api) req.total_timeout = options_.api_timeout;
+  req.on_response = [&ex] {
+    ex.headers.clear();
+    ex.status = 0;
+  };
+  req.on_header = [&ex](std::string name, std::string value) {
+    ex.headers.emplace(std::move(name), std::move(value));
+  };
+  req.on_body = [&ex](long status, std::string_view data) -> bool {
+    ex.status = status;
+    const size_t n = data.size();
+    const bool ok = ex.status >= 200 && ex.status < 300;
+    if (ok && ex.sink) {
+      if (!ex.body_started) {
+        ex.body_started = true;
+        if (ex.before_body) {
+          ex.callback_error = ex.before_body();
+          if (!ex.callback_error.ok()) return false;
+        }
+      }
+      ex.callback_error = ex.sink(data);
+      return ex.callback_error.ok();
+    }
+    const size_t limit = ok ? kMaxApiBody : kMaxErrorBody;
+    if (ex.body.size() + n > limit) {
+      if (ok) {
+        ex.callback_error =
+            absl::OutOfRangeError(absl::StrCat("answer larger than ", limit, " bytes"));
+      }
+      return false;  // an error body is cut: enough of it to explain the error
+    }
+    ex.body.append(data.data(), n);
+    return true;
+  };
+  const HttpResult done = handle->Perform(req);
   if (!ex.callback_error.ok()) return ex.callback_error;
-  if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && !(ex.status >= 200 && ex.status < 300))) {
-    const std::string msg =
-        absl::StrCat(ForMessage(ex.url), ": ", error[0] != '\0' ? error : curl_easy_strerror(rc));
-    if (rc == CURLE_URL_MALFORMAT || rc == CURLE_UNSUPPORTED_PROTOCOL) {
-      return absl::InvalidArgumentError(msg);
-    }
-    if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
-      return absl::PermissionDeniedError(msg);
-    }
+  if (!done.ok() &&
+      !(done.error == HttpError::kWriteAborted && !(ex.status >= 200 && ex.status < 300))) {
+    const std::string msg = absl::StrCat(ForMessage(ex.url), ": ", done.Message());
+    if (done.error == HttpError::kBadUrl) return absl::InvalidArgumentError(msg);
+    if (done.error == HttpError::kTlsVerify) return absl::PermissionDeniedError(msg);
     return absl::UnavailableError(msg);
   }
-  long status = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  ex.status = status;
+  ex.status = done.status;
   return absl::OkStatus();
 }
 
@@ -391,7 +321,7 @@ absl::Status HttpHubClient::Download(const std::string& repo, const std::string&
                                      const HubSinkFn& sink) {
   RETURN_IF_ERROR(CheckRepoId(repo));
   const std::string what = absl::StrCat(repo, "@", commit, ": ", path);
-  const std::string hub_origin = Origin(options_.endpoint);
+  const std::string hub_origin = UrlOrigin(options_.endpoint);
   std::string url = absl::StrCat(options_.endpoint, "/", repo, "/resolve/",
                                  HubUrlEncode(commit, false), "/", HubUrlEncode(path, true));
   auto identity_of = [](const HubHttpExchange& ex) {
@@ -406,7 +336,7 @@ absl::Status HttpHubClient::Download(const std::string& repo, const std::string&
   for (int hop = 0; hop <= kMaxHubRedirects; ++hop) {
     HubHttpExchange ex;
     ex.url = url;
-    ex.send_token = Origin(url) == hub_origin;
+    ex.send_token = UrlOrigin(url) == hub_origin;
     bool delivered = false;
     ex.before_body = [&]() -> absl::Status {
       HubFileIdentity id = identity_of(ex);
@@ -426,11 +356,11 @@ absl::Status HttpHubClient::Download(const std::string& repo, const std::string&
     if (location.empty()) {
       return absl::DataLossError(absl::StrCat(what, ": HTTP ", ex.status, " without a Location"));
     }
-    const std::string next = Resolve(url, location);
+    const std::string next = ResolveLocation(url, location);
     HubFileIdentity id = identity_of(ex);
     if (id.commit.empty() && id.etag.empty()) {
       // No identity: only a redirect within the Hub (a renamed repository) is followed.
-      if (Origin(next) != hub_origin) {
+      if (UrlOrigin(next) != hub_origin) {
         return absl::DataLossError(
             absl::StrCat(what, ": the Hub redirected to ", ForMessage(next),
                          " without X-Repo-Commit or X-Linked-Etag, so nothing states what the "
@@ -439,12 +369,12 @@ absl::Status HttpHubClient::Download(const std::string& repo, const std::string&
       url = next;
       continue;
     }
-    id.redirected = Origin(next) != hub_origin;
+    id.redirected = UrlOrigin(next) != hub_origin;
     id.location = ForMessage(next);
     RETURN_IF_ERROR(on_identity(id));
     HubHttpExchange cdn;
     cdn.url = next;
-    cdn.send_token = Origin(next) == hub_origin;
+    cdn.send_token = UrlOrigin(next) == hub_origin;
     cdn.follow_redirects = true;
     cdn.sink = sink;
     RETURN_IF_ERROR(Perform(cdn));

@@ -1,4 +1,4 @@
-// HttpHubClient: HubSource over the Hugging Face Hub's HTTP API with libcurl.
+// HttpHubClient: HubSource over the Hugging Face Hub's HTTP API, sent through core/http.
 //
 //   revision  GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true   (JSON: sha, siblings)
 //   file      GET {endpoint}/{repo}/resolve/{commit}/{path}, redirects not followed:

@@ -1,11 +1,9 @@
-// The http(s) RangeReader: Range GETs over one reused libcurl easy handle (keep-alive).
+// The http(s) RangeReader: Range GETs over one reused HttpHandle (core/http; keep-alive).
 //
 // Size() costs one request that also fetches the first HeaderCursor::kInitialChunk bytes, so a
 // parser that asks Size() and then reads a header of under 64 KiB touches the network once.
 // There are no retries here: a transient failure is kUnavailable and the caller, which knows
 // its deadline, decides whether to try again.
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -18,7 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "core/io/curl_global.h"
+#include "core/http/content_range.h"
+#include "core/http/transport.h"
 #include "core/io/header_cursor.h"
 #include "core/io/range_reader.h"
 #include "core/status/status_macros.h"
@@ -48,39 +47,7 @@ std::string RedactUrl(const std::string& url) {
   return out;
 }
 
-struct ContentRange {
-  std::optional<uint64_t> first, last;  // absent for "bytes */N"
-  std::optional<uint64_t> total;        // absent for "bytes a-b/*"
-};
-
-// Parses "bytes a-b/N", "bytes */N" and "bytes a-b/*".
-std::optional<ContentRange> ParseContentRange(absl::string_view v) {
-  v = absl::StripAsciiWhitespace(v);
-  if (!absl::ConsumePrefix(&v, "bytes ") && !absl::ConsumePrefix(&v, "bytes=")) return std::nullopt;
-  size_t slash = v.find('/');
-  if (slash == absl::string_view::npos) return std::nullopt;
-  absl::string_view range = v.substr(0, slash), total = v.substr(slash + 1);
-  ContentRange cr;
-  if (total != "*") {
-    uint64_t t;
-    if (!absl::SimpleAtoi(total, &t)) return std::nullopt;
-    cr.total = t;
-  }
-  if (range != "*") {
-    size_t dash = range.find('-');
-    if (dash == absl::string_view::npos) return std::nullopt;
-    uint64_t a, b;
-    if (!absl::SimpleAtoi(range.substr(0, dash), &a) ||
-        !absl::SimpleAtoi(range.substr(dash + 1), &b) || b < a) {
-      return std::nullopt;
-    }
-    cr.first = a;
-    cr.last = b;
-  }
-  return cr;
-}
-
-// State of one transfer, filled by libcurl's header and write callbacks. With redirects the
+// State of one transfer, filled by the transport's header and body callbacks. With redirects the
 // header callback sees several responses; each status line starts a new one.
 struct Transfer {
   uint64_t cap = 0;         // most body bytes accepted from a 206
@@ -93,91 +60,13 @@ struct Transfer {
   bool refused_200 = false;
 };
 
-size_t HeaderCallback(char* data, size_t size, size_t nitems, void* userdata) {
-  auto* t = static_cast<Transfer*>(userdata);
-  const size_t n = size * nitems;
-  absl::string_view line(data, n);
-  if (absl::StartsWith(line, "HTTP/")) {
-    t->status = 0;
-    t->content_range.clear();
-    t->body.clear();
-    t->discarded = 0;
-    size_t sp = line.find(' ');
-    if (sp != absl::string_view::npos) {
-      int code = 0;
-      if (absl::SimpleAtoi(line.substr(sp + 1, 3), &code)) t->status = code;
-    }
-    return n;
-  }
-  size_t colon = line.find(':');
-  if (colon != absl::string_view::npos &&
-      absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(line.substr(0, colon)), "content-range")) {
-    t->content_range = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-  }
-  return n;
-}
-
-size_t WriteCallback(char* data, size_t size, size_t nmemb, void* userdata) {
-  auto* t = static_cast<Transfer*>(userdata);
-  const size_t n = size * nmemb;
-  if (t->status == 206 || (t->status == 200 && t->accept_200)) {
-    if (t->body.size() + n > t->cap) {
-      t->over_cap = true;
-      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
-    }
-    t->body.append(data, n);
-    return n;
-  }
-  if (t->status == 200) {
-    t->refused_200 = true;
-    return 0;
-  }
-  t->discarded += n;
-  return t->discarded > kMaxErrorBody ? 0 : n;
-}
-
 class HttpRangeReader final : public RangeReader {
  public:
-  HttpRangeReader(std::string url, HttpReaderOptions options, CURL* curl)
-      : url_(std::move(url)), name_(RedactUrl(url_)), options_(std::move(options)), curl_(curl) {}
-  ~HttpRangeReader() override {
-    curl_easy_cleanup(curl_);
-    if (headers_ != nullptr) curl_slist_free_all(headers_);
-  }
-
-  absl::Status Configure() {
-    if (!options_.bearer_token.empty()) {
-      // A custom Authorization header is dropped by libcurl on a redirect to another host
-      // (CURLOPT_UNRESTRICTED_AUTH stays off), so a token never follows a redirect to a CDN.
-      std::string h = "Authorization: Bearer " + options_.bearer_token;
-      headers_ = curl_slist_append(headers_, h.c_str());
-      if (headers_ == nullptr) return absl::ResourceExhaustedError("curl_slist_append failed");
-    }
-    CURLcode rc = CURLE_OK;
-    auto set = [&](CURLoption opt, auto value) {
-      if (rc == CURLE_OK) rc = curl_easy_setopt(curl_, opt, value);
-    };
-    set(CURLOPT_URL, url_.c_str());
-    set(CURLOPT_NOSIGNAL, 1L);
-    set(CURLOPT_FOLLOWLOCATION, 1L);
-    set(CURLOPT_MAXREDIRS, 10L);
-    set(CURLOPT_PROTOCOLS_STR, "http,https");
-    set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    set(CURLOPT_CONNECTTIMEOUT_MS, options_.connect_timeout_ms);
-    set(CURLOPT_TIMEOUT_MS, options_.request_timeout_ms);
-    set(CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
-    set(CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-    set(CURLOPT_USERAGENT, options_.user_agent.c_str());
-    set(CURLOPT_HTTPHEADER, headers_);
-    set(CURLOPT_ERRORBUFFER, error_);
-    set(CURLOPT_HEADERFUNCTION, &HeaderCallback);
-    set(CURLOPT_WRITEFUNCTION, &WriteCallback);
-    if (rc != CURLE_OK) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": configuring libcurl: ", curl_easy_strerror(rc)));
-    }
-    return absl::OkStatus();
-  }
+  HttpRangeReader(std::string url, HttpReaderOptions options, std::unique_ptr<HttpHandle> handle)
+      : url_(std::move(url)),
+        name_(RedactUrl(url_)),
+        options_(std::move(options)),
+        handle_(std::move(handle)) {}
 
   const std::string& name() const override { return name_; }
   RangeReadStats stats() const override { return stats_; }
@@ -263,11 +152,49 @@ class HttpRangeReader final : public RangeReader {
   absl::StatusOr<std::string> Fetch(uint64_t offset, uint64_t length, Transfer& t) {
     const uint64_t last = offset + length - 1;
     std::string range = absl::StrCat(offset, "-", last);
-    error_[0] = '\0';
-    curl_easy_setopt(curl_, CURLOPT_RANGE, range.c_str());
-    curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &t);
-    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &t);
-    CURLcode rc = curl_easy_perform(curl_);
+    HttpRequest req;
+    req.url = url_;
+    if (!options_.bearer_token.empty()) {
+      // The transport follows redirects with Authorization dropped on a redirect to another
+      // host, so a token never follows a redirect to a CDN.
+      req.headers.push_back("Authorization: Bearer " + options_.bearer_token);
+    }
+    req.user_agent = options_.user_agent;
+    req.range = range;
+    req.follow_redirects = true;
+    req.max_redirects = 10;
+    req.connect_timeout = absl::Milliseconds(options_.connect_timeout_ms);
+    req.total_timeout = absl::Milliseconds(options_.request_timeout_ms);
+    req.tls.verify = options_.verify_tls;
+    // With redirects followed, each response's status line starts a new one.
+    req.on_response = [&t] {
+      t.status = 0;
+      t.content_range.clear();
+      t.body.clear();
+      t.discarded = 0;
+    };
+    req.on_header = [&t](std::string name, std::string value) {
+      if (absl::StripAsciiWhitespace(name) == "content-range") t.content_range = std::move(value);
+    };
+    req.on_body = [&t](long status, std::string_view data) -> bool {
+      t.status = status;
+      const size_t n = data.size();
+      if (t.status == 206 || (t.status == 200 && t.accept_200)) {
+        if (t.body.size() + n > t.cap) {
+          t.over_cap = true;
+          return false;  // aborts the transfer
+        }
+        t.body.append(data.data(), n);
+        return true;
+      }
+      if (t.status == 200) {
+        t.refused_200 = true;
+        return false;
+      }
+      t.discarded += n;
+      return t.discarded <= kMaxErrorBody;
+    };
+    HttpResult done = handle_->Perform(req);
     ++stats_.requests;
     stats_.bytes += t.body.size();
     const std::string what = absl::StrCat(name_, " (bytes ", range, ")");
@@ -277,17 +204,14 @@ class HttpRangeReader final : public RangeReader {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": the server sent more than the ", length, " bytes asked for"));
     }
-    if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && t.discarded > 0)) {
-      std::string msg = error_[0] != '\0' ? std::string(error_) : curl_easy_strerror(rc);
-      msg = absl::StrCat(what, ": ", msg);
-      if (rc == CURLE_URL_MALFORMAT || rc == CURLE_UNSUPPORTED_PROTOCOL ||
-          rc == CURLE_TOO_MANY_REDIRECTS) {
+    if (!done.ok() && !(done.error == HttpError::kWriteAborted && t.discarded > 0)) {
+      const std::string msg = absl::StrCat(what, ": ", done.Message());
+      if (done.error == HttpError::kBadUrl || done.error == HttpError::kTooManyRedirects) {
         return absl::InvalidArgumentError(msg);
       }
       return absl::UnavailableError(msg);
     }
-    long status = 0;
-    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+    const long status = done.status;
     t.status = status;
 
     switch (status) {
@@ -346,9 +270,7 @@ class HttpRangeReader final : public RangeReader {
   const std::string url_;  // may hold credentials: never put it in a message
   const std::string name_;
   const HttpReaderOptions options_;
-  CURL* const curl_;
-  curl_slist* headers_ = nullptr;
-  char error_[CURL_ERROR_SIZE] = {};
+  const std::unique_ptr<HttpHandle> handle_;  // one handle: its connection is kept alive
   std::optional<uint64_t> size_;
   std::string prefix_;  // bytes [0, prefix_.size()) from the Size() probe
   RangeReadStats stats_;
@@ -361,12 +283,10 @@ absl::StatusOr<std::unique_ptr<RangeReader>> OpenHttpRangeReader(const std::stri
   if (!IsHttpUrl(url)) {
     return absl::InvalidArgumentError(absl::StrCat(RedactUrl(url), ": not an http(s) URL"));
   }
-  EnsureCurlGlobalInit();
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return absl::ResourceExhaustedError("curl_easy_init failed");
-  auto reader = std::make_unique<HttpRangeReader>(url, options, curl);
-  RETURN_IF_ERROR(reader->Configure());
-  return std::unique_ptr<RangeReader>(std::move(reader));
+  std::unique_ptr<HttpHandle> handle = HttpHandle::Create();
+  if (handle == nullptr) return absl::ResourceExhaustedError("curl_easy_init failed");
+  return std::unique_ptr<RangeReader>(
+      std::make_unique<HttpRangeReader>(url, options, std::move(handle)));
 }
 
 }  // namespace modelfs

@@ -1,7 +1,7 @@
-// RegistryClient: the OCI Distribution API (v2) over libcurl for one registry, served by one
+// RegistryClient: the OCI Distribution API (v2) over core/http for one registry, served by one
 // or more hosts: blobs (HEAD, streaming GET, ranged GET, monolithic and chunked upload,
 // cross-repository mount), manifests (GET/HEAD/PUT, digest computed and checked), referrers
-// (the API, or the "sha256-<hex>" fallback tag on registries without it) and tags.
+// (the API, or the "sha256-<hex>" fallback tag on registries without it).
 //
 // Hosts (mirrors and the server, from hosts.toml; see hosts.h) are used the way containerd's
 // resolver and fetcher use them:
@@ -50,8 +50,17 @@
 // and says by its code whether another is worth it (kUnavailable for 5xx and connection
 // errors, kResourceExhausted for 429).
 //
-// Thread safety: all methods may be called concurrently. Each request uses its own curl easy
-// handle (taken from a small pool so connections are reused); token, redirect and host-health
+// Where the code is: this class is the façade; its parts are in files of their own.
+//   registry_client.cc     creation, host resolution from hosts.toml, stats, Ping
+//   registry_exchange.h/cc one exchange (Request, Response) over core/http, error statuses
+//   registry_auth.cc       the token dance, Basic, credentials; Send (auth and redirects)
+//   registry_host.h        what the client knows of one host (tokens, cooldowns, mirror fills)
+//   registry_fallback.cc   host order, failure backoff, mirror gating, SendToHosts
+//   registry_blobs.cc      blob HEAD, GET, range reads, uploads, mounts
+//   registry_manifests.cc  manifests and referrers
+//
+// Thread safety: all methods may be called concurrently. Each request uses its own HttpHandle
+// (taken from an HttpHandlePool so connections are reused); token, redirect and host-health
 // state is guarded by absl::Mutex (lock order: a host's mutex is never held while taking
 // another lock).
 #pragma once
@@ -78,6 +87,8 @@
 #include "core/registry/hosts.h"
 
 namespace modelfs {
+
+class HttpHandlePool;
 
 inline constexpr char kMediaTypeOciManifest[] = "application/vnd.oci.image.manifest.v1+json";
 inline constexpr char kMediaTypeOciIndex[] = "application/vnd.oci.image.index.v1+json";
@@ -274,9 +285,6 @@ class RegistryClient {
   absl::Status PutReferrersFallback(const std::string& repo, const Digest& subject,
                                     const std::string& descriptor_json);
 
-  // All tags of a repository, following pagination.
-  absl::StatusOr<std::vector<std::string>> ListTags(const std::string& repo);
-
   RegistryStats stats() const;
   const std::string& registry() const { return options_.registry; }
   // The hosts in configuration order.
@@ -297,7 +305,6 @@ class RegistryClient {
     std::string url;
     absl::Time expires;
   };
-  class HandlePool;
   class Host;
   // Which hosts may serve a request: containerd's capabilities.
   enum class Op { kResolve, kPull, kPush };
@@ -311,7 +318,6 @@ class RegistryClient {
   std::vector<Host*> Candidates(Op op, const std::string& blob);
   // "<api root>/<path>" on host `h`, with "ns=<registry>" for a host of another name.
   std::string Url(const Host& h, const std::string& path) const;
-  std::string ResolveLocation(const std::string& base_url, const std::string& location) const;
   // How messages name a host ("registry r" when null).
   std::string HostLabel(const Host* h) const;
   // The configured host whose scheme://authority is url's, or null (a storage backend, a
@@ -355,7 +361,7 @@ class RegistryClient {
   RegistryClientOptions options_;
   Clock* const clock_;
   std::vector<std::unique_ptr<Host>> hosts_;  // configuration order; fixed after Create
-  std::unique_ptr<HandlePool> pool_;
+  std::unique_ptr<HttpHandlePool> pool_;
 
   absl::Mutex mu_;
   std::map<std::string, CachedRedirect> redirects_ ABSL_GUARDED_BY(mu_);

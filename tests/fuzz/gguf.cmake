@@ -10,7 +10,6 @@ modelfs_fuzzer(gguf_fuzz
     ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
     ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
     ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc
-    ${PROJECT_SOURCE_DIR}/core/io/curl_global.cc
-  DEPS modelfs_status nlohmann_json::nlohmann_json absl::strings CURL::libcurl
+  DEPS modelfs_status nlohmann_json::nlohmann_json absl::strings modelfs_http
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/gguf
   RUNS 20000)

@@ -13,11 +13,10 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
-  ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc
-  ${PROJECT_SOURCE_DIR}/core/io/curl_global.cc)
+  ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
 set(MODELFS_OCI_FUZZ_DEPS
   modelfs_status OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings absl::str_format
-  CURL::libcurl)
+  modelfs_http)
 
 # ParseManifest / ParseIndex / ParseModelPackConfig / ParseVolumeModelJson on arbitrary bytes,
 # and parse -> serialize -> parse must be a fixed point.

@@ -7,11 +7,10 @@ modelfs_fuzzer(pickle_fuzz
     ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
     ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
     ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc
-    ${PROJECT_SOURCE_DIR}/core/io/curl_global.cc
     ${PROJECT_SOURCE_DIR}/core/text/escape.cc
     ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
     ${PROJECT_SOURCE_DIR}/core/text/base_name.cc
     ${PROJECT_SOURCE_DIR}/cmd/modelfs/pickle_render.cc
-  DEPS modelfs_status nlohmann_json::nlohmann_json absl::strings absl::str_format CURL::libcurl
+  DEPS modelfs_status nlohmann_json::nlohmann_json absl::strings absl::str_format modelfs_http
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/pickle
   RUNS 20000)

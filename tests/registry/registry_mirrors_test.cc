@@ -385,7 +385,8 @@ TEST_F(RegistryMirrorsTest, AReadWaitsForAFillingMirrorAtMostHalfItsTimeLeft) {
 }
 
 // Bytes the caller found wrong (a chunk that failed verification) make the host that sent
-// them avoided for that blob, so the caller's refetch goes to the next host (issue 23 §5).
+// them avoided for that blob, so the caller's refetch goes to the next host rather than back
+// to the one whose bytes were wrong.
 TEST_F(RegistryMirrorsTest, AnAnswerTheCallerFindsWrongSendsTheNextReadOfTheBlobToTheServer) {
   ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({Mirror(), Server()})));
   absl::Status s = client->StreamBlobRange(

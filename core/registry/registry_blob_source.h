@@ -1,6 +1,10 @@
 // RegistryBlobSource: the blob cache's remote side (RemoteBlobSource) over a RegistryClient,
 // by range GETs on one repository. Bytes it returns are unverified; the cache verifies them.
 //
+// It lives beside the registry client, not above it: RemoteBlobSource is an interface header of
+// core/cache with no code (it includes only core/oci/digest.h), so core/registry implements it
+// without linking the cache, and the cache still never includes core/registry.
+//
 // Thread safety: safe for concurrent calls (RegistryClient is).
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "core/io/curl_global.h"
+#include "core/http/curl_global.h"
 
 #include <curl/curl.h>
 
