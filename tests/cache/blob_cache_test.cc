@@ -302,7 +302,7 @@ TEST_F(BlobCacheTest, CorruptChunkIsNotCachedAndRereadsCorrectlyOnceTheRemoteIsF
   EXPECT_EQ(remote_.requests(), 3);  // the failed read fetched it twice (one refetch)
 }
 
-// Issue 23 §5: one wrong answer (a flaky middlebox, a bad mirror) is not an EIO.
+// One wrong answer (a flaky middlebox, a bad mirror) is not an EIO.
 TEST_F(BlobCacheTest, AChunkThatFailsVerificationOnceIsFetchedAgainAndReadRight) {
   auto cache = Open();
   const std::string blob = RandomBytes(64 * 1024, 31);
@@ -998,7 +998,7 @@ size_t CountResident(const std::vector<bool>& pages) {
   return static_cast<size_t>(std::count(pages.begin(), pages.end(), true));
 }
 
-// Issue 10: the node keeps one copy of the weights. A chunk whose bytes all went to readers
+// The node keeps one copy of the weights. A chunk whose bytes all went to readers
 // and which is on disk leaves the page cache (the FUSE file's pages hold the reader's copy);
 // the pages stay while the reply is still being sent (a span is held).
 TEST_F(BlobCacheTest, ServedChunksLeaveThePageCacheOnceOnDiskButNotWhileTheReplyIsSent) {
@@ -1065,7 +1065,7 @@ TEST_F(BlobCacheTest, TheAuditAfterTheLoadLeavesNoSecondCopyBehind) {
 namespace modelfs {
 namespace {
 
-// Registry health (issue 9 §2): reads run on a FakeClock, so deadlines and windows are exact
+// Registry health: reads run on a FakeClock, so deadlines and windows are exact
 // and nothing sleeps. The read deadline is 5 s; a timed-out read opens a 2 s window in which
 // reads of that registry wait at most 1 s.
 class RegistryHealthTest : public BlobCacheTest {
@@ -1221,7 +1221,7 @@ TEST_F(RegistryHealthTest, AHungRegistryCannotTakeTheFetchThreadsOfAnother) {
 namespace modelfs {
 namespace {
 
-// A full cache disk (issue 9 §4), injected at the data-file writer: every write fails with
+// A full cache disk, injected at the data-file writer: every write fails with
 // ENOSPC while `full` is set.
 class DiskFullTest : public BlobCacheTest {
  protected:
