@@ -20,7 +20,9 @@
 //
 // Thread safety: every method is safe to call concurrently. Locks: mu_ (the layer table) and
 // recent_mu_ are leaves; a layer's own verify_mu serializes its whole-layer check and is taken
-// before, never under, mu_. No lock is held across a call to containerd.
+// before, never under, mu_. verify_mu is the one lock held across calls to containerd: it is
+// held for the whole check so that a second caller waits for the check in progress rather than
+// reading the layer again; the readiness probe only tries it, so it never waits on containerd.
 #pragma once
 
 #include <cstdint>
