@@ -186,7 +186,9 @@ class ModelSnapshotterTest : public ::testing::Test {
   absl::Status Open() { return Open(Options()); }
 
   void Close() {
-    if (snapshotter_) EXPECT_OK(snapshotter_->Shutdown());
+    if (snapshotter_) {
+      EXPECT_OK(snapshotter_->Shutdown());
+    }
     snapshotter_.reset();
   }
 
