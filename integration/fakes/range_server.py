@@ -29,6 +29,9 @@ keys are the fault flags with underscores (ignore_range, corrupt_offset, reset_a
 delay_ms, fail_first, fail_status, require_token, token_realm, redirect_host) replaces all of them (absent
 keys are off) and restarts the fail_first count. Control requests are neither logged nor faulted.
 
+A PUT to any other path is an upload: the body is read whole, logged with its length as
+`bytes`, and answered 201 (nothing is stored).
+
 Only the Python 3 standard library is used.
 """
 
@@ -143,10 +146,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.serve(send_body=False)
 
     def do_PUT(self):
-        if urllib.parse.urlsplit(self.path).path != "/__faults":
-            self.simple(405, b"only PUT /__faults\n", log=False)
-            return
         length = int(self.headers.get("Content-Length") or 0)
+        if urllib.parse.urlsplit(self.path).path != "/__faults":
+            # An upload: the body is read whole before the answer, so a client never races a
+            # reply to a request it is still sending; the log records how many bytes came.
+            body = self.rfile.read(length)
+            self.state.write_log(self.entry(201, len(body)))
+            self.simple(201, b"stored\n", log=False)
+            return
         try:
             faults = json.loads(self.rfile.read(length) or b"{}")
             if not isinstance(faults, dict):

@@ -141,7 +141,12 @@ TEST_F(HttpTransportTest, AnUploadSendsTheBodyItsReaderGives) {
     return std::min<size_t>(n, 5);
   };
   HttpResult r = h->Perform(req);
+  EXPECT_EQ(r.status, 201);
   EXPECT_EQ(r.bytes_uploaded, 5u);
+  std::vector<RequestLogEntry> log = server_->ReadLog();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].method, "PUT");
+  EXPECT_EQ(log[0].bytes, 5u);
 }
 
 TEST_F(HttpTransportTest, APooledHandleReusesItsConnection) {

@@ -55,12 +55,12 @@ struct RangeServerOptions {
 
 // One request as the server saw it (a line of its --log).
 struct RequestLogEntry {
-  std::string method;  // "GET", "HEAD"
+  std::string method;  // "GET", "HEAD", "PUT"
   std::string path;    // URL path without the query, e.g. "/model.safetensors"
   std::string query;   // the query string without '?', "" when absent
   std::string range;   // the Range header as sent, "" when absent
   int status = 0;
-  uint64_t bytes = 0;  // body bytes the response carries (after any reset cut)
+  uint64_t bytes = 0;  // body bytes the response carries (after any reset cut); for a PUT, received
   int conn = 0;        // client port: equal values mean one reused connection
   bool auth = false;   // whether an Authorization header was sent
 };
