@@ -80,8 +80,6 @@ absl::Status ValidateLabels(const std::string& key, const Labels& labels) {
   return absl::OkStatus();
 }
 
-int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
-
 constexpr char kSelectInfo[] = "SELECT key, parent, kind, labels, created, updated FROM snapshots";
 
 absl::StatusOr<SnapshotInfo> ReadInfo(Stmt& s) {
@@ -225,7 +223,7 @@ std::string KindName(SnapshotKind kind) {
   }
 }
 
-MetadataStore::MetadataStore(sqlite3* db) : db_(db) {}
+MetadataStore::MetadataStore(sqlite3* db, Clock* clock) : clock_(clock), db_(db) {}
 
 MetadataStore::~MetadataStore() {
   absl::MutexLock lock(&mu_);
@@ -233,7 +231,7 @@ MetadataStore::~MetadataStore() {
 }
 
 absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(
-    const std::filesystem::path& path) {
+    const std::filesystem::path& path, Clock* clock) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
@@ -242,7 +240,7 @@ absl::StatusOr<std::unique_ptr<MetadataStore>> MetadataStore::Open(
     return absl::InternalError(absl::StrCat("metadata: open ", path.string(), ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<MetadataStore> store(new MetadataStore(db));
+  std::unique_ptr<MetadataStore> store(new MetadataStore(db, clock));
   absl::MutexLock lock(&store->mu_);
   RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/clock.h"
 
 struct sqlite3;
 
@@ -55,7 +56,10 @@ struct Usage {
 class MetadataStore {
  public:
   // Opens (creating if needed) the database at `path` with WAL journaling and foreign keys.
-  static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::filesystem::path& path);
+  // Snapshots' created and updated times are read from `clock` (never null; must outlive the
+  // store).
+  static absl::StatusOr<std::unique_ptr<MetadataStore>> Open(const std::filesystem::path& path,
+                                                             Clock* clock = Clock::Real());
   ~MetadataStore();
   MetadataStore(const MetadataStore&) = delete;
   MetadataStore& operator=(const MetadataStore&) = delete;
@@ -108,8 +112,11 @@ class MetadataStore {
   absl::StatusOr<std::vector<int64_t>> Ids();
 
  private:
-  explicit MetadataStore(sqlite3* db);
+  MetadataStore(sqlite3* db, Clock* clock);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NowNanos() const { return absl::ToUnixNanos(clock_->Now()); }
+
+  Clock* const clock_;
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -53,7 +53,7 @@ namespace {
 // The real collaborators of a snapshotter on options.root, in the order Open has always made
 // them (the metadata store, the cache, containerd's content store), each failing Open as before.
 absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts& parts) {
-  ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root, o.overlay));
+  ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root, o.overlay, parts.clock));
   CacheOptions co = o.cache;
   if (co.dir.empty()) co.dir = (o.root / "cache").string();
   std::error_code ec;
@@ -180,6 +180,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
 
   // The open-file table goes with the connection to the next process (fuse/passthrough.h).
   FuseMountOptions fuse_options = o.fuse;
+  if (fuse_options.clock == nullptr) fuse_options.clock = s->clock_;
   if (fuse_options.open_files_state.empty()) {
     fuse_options.open_files_state = (o.root / "fuse-open-files").string();
   }

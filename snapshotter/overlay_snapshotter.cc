@@ -63,7 +63,7 @@ OverlaySnapshotter::OverlaySnapshotter(fs::path root, OverlayOptions options,
       store_(std::move(store)) {}
 
 absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(
-    const fs::path& root, OverlayOptions options) {
+    const fs::path& root, OverlayOptions options, Clock* clock) {
   std::error_code ec;
   fs::create_directories(root / "snapshots", ec);
   if (ec) {
@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(
   // The snapshot directories hold other containers' files: keep them private to root.
   ::chmod(root.c_str(), 0700);
   ::chmod((root / "snapshots").c_str(), 0700);
-  ASSIGN_OR_RETURN(auto store, MetadataStore::Open(root / "metadata.db"));
+  ASSIGN_OR_RETURN(auto store, MetadataStore::Open(root / "metadata.db", clock));
   return std::unique_ptr<OverlaySnapshotter>(
       new OverlaySnapshotter(root, options, std::move(store)));
 }

@@ -39,9 +39,11 @@ OverlayOptions DetectOverlayOptions();
 
 class OverlaySnapshotter final : public Snapshotter {
  public:
-  // Creates <root>/snapshots and opens <root>/metadata.db.
+  // Creates <root>/snapshots and opens <root>/metadata.db, whose times are read from `clock`
+  // (never null; must outlive the snapshotter).
   static absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> Open(const std::filesystem::path& root,
-                                                                  OverlayOptions options = {});
+                                                                  OverlayOptions options = {},
+                                                                  Clock* clock = Clock::Real());
 
   // Creates an active (writable) snapshot `key` on top of committed `parent` (may be empty)
   // and returns its mounts. Errors as MetadataStore::CreateSnapshot.

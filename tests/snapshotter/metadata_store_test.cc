@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -20,7 +21,7 @@ using ::testing::Pair;
 class MetadataStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto store = MetadataStore::Open(dir_.Join("metadata.db"));
+    auto store = MetadataStore::Open(dir_.Join("metadata.db"), &clock_);
     ASSERT_OK(store);
     store_ = std::move(store).value();
   }
@@ -40,6 +41,7 @@ class MetadataStoreTest : public ::testing::Test {
     return names;
   }
 
+  modelfs::testing::FakeClock clock_;
   modelfs::testing::TempDir dir_;
   std::unique_ptr<MetadataStore> store_;
 };
@@ -144,12 +146,14 @@ TEST_F(MetadataStoreTest, IdsAreNotReusedAfterRemove) {
 
 TEST_F(MetadataStoreTest, UpdateWithLabelPathSetsOneLabelAndKeepsTheOthers) {
   ASSERT_OK(store_->CreateSnapshot(SnapshotKind::kActive, "k", "", {{"a", "1"}, {"b", "2"}}));
+  clock_.Advance(absl::Seconds(5));
   SnapshotInfo change;
   change.name = "k";
   change.labels = {{"b", "20"}, {"c", "ignored"}};
   ASSERT_OK_AND_ASSIGN(SnapshotInfo updated, store_->UpdateInfo(change, {"labels.b"}));
   EXPECT_THAT(updated.labels, ElementsAre(Pair("a", "1"), Pair("b", "20")));
-  EXPECT_GT(updated.updated, updated.created);
+  EXPECT_EQ(updated.created, clock_.Now() - absl::Seconds(5));
+  EXPECT_EQ(updated.updated, clock_.Now());
 }
 
 TEST_F(MetadataStoreTest, UpdateWithLabelPathAbsentFromInfoDeletesTheLabel) {
@@ -211,7 +215,7 @@ TEST_F(MetadataStoreTest, SnapshotsSurviveReopeningTheDatabase) {
   MakeCommitted("k1", "base", "");
   ASSERT_OK(store_->CreateSnapshot(SnapshotKind::kActive, "a", "base", {{"x", "y"}}));
   store_.reset();
-  ASSERT_OK_AND_ASSIGN(store_, MetadataStore::Open(dir_.Join("metadata.db")));
+  ASSERT_OK_AND_ASSIGN(store_, MetadataStore::Open(dir_.Join("metadata.db"), &clock_));
   ASSERT_OK_AND_ASSIGN(SnapshotInfo info, store_->GetInfo("a"));
   EXPECT_EQ(info.parent, "base");
   EXPECT_THAT(info.labels, ElementsAre(Pair("x", "y")));
