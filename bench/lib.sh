@@ -12,10 +12,21 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f\n", b - a}'; }
 median() { "$PY" -c "import sys,statistics; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
 # ratio BASELINE_S MODELFS_S: baseline time / modelfs time (above 1.0: modelfs is faster).
 ratio() { "$PY" -c "import sys; b,m=map(float,sys.argv[1:]); print(f'{b/m:.2f}x' if m>0 else 'n/a')" "$1" "$2"; }
-mbps() { "$PY" -c "import sys; n,t=map(float,sys.argv[1:]); print(f'{n/t/1e6:.0f}' if t>0 else 'n/a')" "$1" "$2"; }
-human() {  # human BYTES: 1.5 GiB, 12.0 MiB, ...
+mbps() {  # mbps BYTES SECONDS: decimal MB/s; n/a when either is not a number or the time is 0
   "$PY" -c "import sys
-n=float(sys.argv[1]); u=['B','KiB','MiB','GiB','TiB']; i=0
+try:
+    n,t=map(float,sys.argv[1:])
+except ValueError:
+    n,t=0,0
+print(f'{n/t/1e6:.0f}' if t>0 else 'n/a')" "$1" "$2"
+}
+human() {  # human BYTES: 1.5 GiB, 12.0 MiB, ...; anything not a number (n/a) as it is
+  "$PY" -c "import sys
+try:
+    n=float(sys.argv[1])
+except ValueError:
+    print(sys.argv[1]); sys.exit(0)
+u=['B','KiB','MiB','GiB','TiB']; i=0
 while n>=1024 and i<len(u)-1: n/=1024; i+=1
 print(f'{n:.0f} {u[i]}' if i==0 else f'{n:.1f} {u[i]}')" "$1"
 }
