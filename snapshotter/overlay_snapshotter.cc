@@ -62,8 +62,9 @@ OverlaySnapshotter::OverlaySnapshotter(fs::path root, OverlayOptions options,
       options_(options),
       store_(std::move(store)) {}
 
-absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(
-    const fs::path& root, OverlayOptions options, Clock* clock) {
+absl::StatusOr<std::unique_ptr<OverlaySnapshotter>> OverlaySnapshotter::Open(const fs::path& root,
+                                                                             OverlayOptions options,
+                                                                             Clock* clock) {
   std::error_code ec;
   fs::create_directories(root / "snapshots", ec);
   if (ec) {
