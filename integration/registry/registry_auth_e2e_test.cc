@@ -6,11 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "core/registry/registry_client.h"
 #include "integration/harness/registry_fixture.h"
+#include "integration/registry/blob_round_trip.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {
 
+using ::modelfs::testing::Pull;
+using ::modelfs::testing::Push;
 using ::modelfs::testing::RegistryFixture;
 using ::modelfs::testing::RegistryFixtureOptions;
 using ::modelfs::testing::StatusIs;
@@ -37,21 +40,6 @@ Credential Good(const RegistryFixture& f) {
 }
 Credential Bad(const RegistryFixture& f) {
   return Credential{f.options().username, "wrong-password-xyz", "", ""};
-}
-
-absl::Status Push(RegistryClient& c, const std::string& repo, const std::string& bytes) {
-  return c.PushBlob(repo, Digest::Of(bytes), bytes.size(),
-                    BlobReadAtString(std::make_shared<const std::string>(bytes)));
-}
-
-absl::StatusOr<std::string> Pull(RegistryClient& c, const std::string& repo, const Digest& d) {
-  std::string out;
-  absl::Status s = c.GetBlob(repo, d, [&](std::string_view chunk) {
-    out.append(chunk.data(), chunk.size());
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
 }
 
 class AuthE2E : public ::testing::Test {

@@ -13,6 +13,7 @@
 #include "core/oci/descriptor.h"
 #include "core/registry/registry_client.h"
 #include "integration/harness/registry_fixture.h"
+#include "integration/registry/blob_round_trip.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 
@@ -21,6 +22,8 @@ namespace {
 
 using ::modelfs::testing::FaultProxy;
 using ::modelfs::testing::FaultProxyOptions;
+using ::modelfs::testing::Pull;
+using ::modelfs::testing::Push;
 using ::modelfs::testing::RegistryFixture;
 using ::modelfs::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -52,21 +55,6 @@ std::unique_ptr<RegistryClient> ClientFor(const std::string& host_port,
   auto c = RegistryClient::Create(std::move(o));
   EXPECT_TRUE(c.ok()) << c.status();
   return std::move(c).value();
-}
-
-absl::Status Push(RegistryClient& c, const std::string& repo, const std::string& bytes) {
-  return c.PushBlob(repo, Digest::Of(bytes), bytes.size(),
-                    BlobReadAtString(std::make_shared<const std::string>(bytes)));
-}
-
-absl::StatusOr<std::string> Pull(RegistryClient& c, const std::string& repo, const Digest& d) {
-  std::string out;
-  absl::Status s = c.GetBlob(repo, d, [&](std::string_view chunk) {
-    out.append(chunk.data(), chunk.size());
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
 }
 
 // An OCI image manifest naming a pushed config and layer.
