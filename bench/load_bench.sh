@@ -56,6 +56,13 @@
 #   and warm modelfs measure is then taken with both binaries, one right after the other (the
 #   order swapped every run), and a last table sets them side by side: a change is judged
 #   against the build before it under the same load, not against a number from another day.
+#   CHUNK_DIGEST=blake3|sha256 (default blake3): the hash of V's chunk indexes (push
+#   --chunk-digest); with BASE_BUILD the base binary mounts a second V of the same M with
+#   SHA-256 indexes (BASE_CHUNK_DIGEST, default sha256: what a build before BLAKE3 reads), so
+#   each variant is measured with the index its users get. Every modelfs row names its hash.
+#   The load average (1 min) must be at most 0.5 when the bench starts, else it refuses:
+#   numbers from a busy machine measure the other work. FORCE=1 runs anyway, and every table
+#   then says so.
 #   Quick check: SIZES=256 RUNS=1 bench/load_bench.sh build
 # Needs root (FUSE, drop_caches, namespaces), docker-registry, nginx (nginx-light), ip and tc
 # (iproute2), skopeo, curl, openssl, fincore (util-linux), python3; about 5x the largest model
@@ -75,7 +82,21 @@ LOAD=$(realpath "$BUILD/bench/modelfs-load")
 SIZES=${SIZES:-"2048 8192"}
 RUNS=${RUNS:-3}
 LOADERS=${LOADERS:-"read mmap"}
+CHUNK_DIGEST=${CHUNK_DIGEST:-blake3}
+BASE_CHUNK_DIGEST=${BASE_CHUNK_DIGEST:-sha256}
 READERS=16
+LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
+FORCED=""
+if "${PY:-python3}" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
+  if [[ ${FORCE:-0} != 1 ]]; then
+    echo "load_bench: load average $LOAD_AT_START is above 0.5: the machine is not quiet, so the" \
+      "numbers would measure the other work too. Wait, or FORCE=1 to run anyway." >&2
+    exit 2
+  fi
+  FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
+fi
+# forced_note: a line under every table when the run was forced.
+forced_note() { [[ -z $FORCED ]] || { echo; echo "** $FORCED **"; }; }
 if [[ -z ${TOPOLOGIES:-} ]]; then
   if [[ -n ${BACKEND:-}${RATE:-}${STORE:-} ]]; then
     TOPOLOGIES="${BACKEND:-registry}-${RATE:-loopback}-${STORE:-disk}"
@@ -123,8 +144,13 @@ if [[ -n ${BASE_BUILD:-} ]]; then
   VARIANTS+=(base)
 fi
 V=""
-use_variant() {  # use_variant new|base: the modelfs binary the next measures run
-  if [[ $1 == new ]]; then V="" MODELFS=$NEW_MODELFS; else V="base_" MODELFS=$BASE_MODELFS; fi
+VOLUME_TAG_SUFFIX="-volume"
+use_variant() {  # use_variant new|base: the modelfs binary (and its V) the next measures run
+  if [[ $1 == new ]]; then
+    V="" MODELFS=$NEW_MODELFS VOLUME_TAG_SUFFIX="-volume"
+  else
+    V="base_" MODELFS=$BASE_MODELFS VOLUME_TAG_SUFFIX="-volume-$BASE_CHUNK_DIGEST"
+  fi
 }
 # The variants in the order of run N: swapped every run, so neither always goes first.
 variants_for_run() {
@@ -218,7 +244,7 @@ mount_v() {
   local out
   mkdir -p "$2"
   out=$("$MODELFS" mount --plain-http --hosts-dir "$HOSTS_DIR" --cache "$1" --log "$WORK/mount.log" \
-    "$REF-volume" "$2")
+    "$REF$VOLUME_TAG_SUFFIX" "$2")
   MOUNTS+=("$2")
   MOUNT_PID=$(mount_pid <<< "$out")
   [[ -n "$MOUNT_PID" ]] || MOUNT_PID=$(stat_field "$2" pid)
@@ -590,14 +616,14 @@ c = [(v, k) for v, k in ((raw, 'wire'), (sha / cores if sha else None, f'SHA ove
 print(f'{max(c)[0]:.3f} {max(c)[1]}' if c else 'n/a n/a')
 PY
 }
-trow() { printf '| %-24s | %-6s | %8s | %8s | %8s | %-28s | %9s | %9s | %9s |\n' "$@"; }
+trow() { printf '| %-24s | %-6s | %-6s | %8s | %8s | %8s | %-28s | %9s | %9s | %9s |\n' "$@"; }
 print_topology_tables() {
   local t l cold a b lim better
   echo
   echo "Cold load against the init container and the node's limit (seconds; medians of $RUNS):"
   echo
-  trow "topology" "loader" "cold" "init (a)" "init (b)" "limit (which)" "vs init" "vs limit" "CPU-s/GiB"
-  trow "---" "---" "---" "---" "---" "---" "---" "---" "---"
+  trow "topology" "loader" "hash" "cold" "init (a)" "init (b)" "limit (which)" "vs init" "vs limit" "CPU-s/GiB"
+  trow "---" "---" "---" "---" "---" "---" "---" "---" "---" "---"
   for t in "${TOPOS[@]}"; do
     for l in $LOADERS; do
       cold=$(med "$t|cold:$l")
@@ -605,7 +631,7 @@ print_topology_tables() {
       b=$(med "$t|init_b:$l")
       better=$(calc 'min(a, b)' "$a" "$b")
       lim=$(limit "$t" "$l")
-      trow "$t" "$l" "$cold" "$a" "$b" "$lim" \
+      trow "$t" "$l" "$CHUNK_DIGEST" "$cold" "$a" "$b" "$lim" \
         "$(calc "f'{a / b:.2f}x'" "$better" "$cold" | tr -d "'")" \
         "$(calc "f'{a / b:.2f}x'" "$cold" "${lim%% *}" | tr -d "'")" \
         "$(calc "f'{a / (b / 2**30):.2f}'" "$(med "$t|cold_cpu:$l")" "$TOTAL" | tr -d "'")"
@@ -669,14 +695,14 @@ print_first_tables() {
   row "skopeo copy + load" "$(med skopeo:read)" "$(med skopeo:mmap)" "" "" ""
   r=$(med "${F}cold:read")
   m=$(med "${F}cold:mmap")
-  row "modelfs cold (mount + load)" "$r" "$m" \
+  row "modelfs cold (mount + load), $CHUNK_DIGEST" "$r" "$m" \
     "$(ratio "$(calc 'min(a, b)' "$(med "${F}init_a:read")" "$(med "${F}init_b:read")")" "$r") init, $(ratio "$raw" "$r") raw" \
     "$(ratio "$(calc 'min(a, b)' "$(med "${F}init_a:mmap")" "$(med "${F}init_b:mmap")")" "$m") init, $(ratio "$raw" "$m") raw" \
     "$(human "$(med "${F}cold_fetched:read")") / $(human "$(med "${F}cold_fetched:mmap")")"
   row "local disk" "$(med disk:read)" "$(med disk:mmap)" "" "" ""
   r=$(med warm:read)
   m=$(med warm:mmap)
-  row "modelfs warm (load)" "$r" "$m" "$(ratio "$(med disk:read)" "$r") disk" \
+  row "modelfs warm (load), $CHUNK_DIGEST" "$r" "$m" "$(ratio "$(med disk:read)" "$r") disk" \
     "$(ratio "$(med disk:mmap)" "$m") disk" \
     "$(human "$(med warm_fetched:read)") / $(human "$(med warm_fetched:mmap)")"
   echo
@@ -716,7 +742,8 @@ print_base_table() {
   local t l n b
   echo
   echo "This build beside BASE_BUILD ($BASE_BUILD), measured one after the other in each run"
-  echo "(seconds and the mount's CPU-s; medians of $RUNS; base/new above 1.00x: this build is faster):"
+  echo "(seconds and the mount's CPU-s; medians of $RUNS; base/new above 1.00x: this build is faster;"
+  echo "this build mounts V with $CHUNK_DIGEST indexes, the base one V with $BASE_CHUNK_DIGEST indexes):"
   echo
   btrow "topology" "loader" "path" "new s" "base s" "base/new" "new CPU-s" "base CPU-s"
   btrow "---" "---" "---" "---" "---" "---" "---" "---"
@@ -737,7 +764,8 @@ print_base_table() {
 # --- main ------------------------------------------------------------------------------------
 T_START=$(now)
 echo "load_bench: $(nproc) CPUs, kernel $(uname -r), SIZES=\"$SIZES\" RUNS=$RUNS LOADERS=\"$LOADERS\"," \
-  "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "CHUNK_DIGEST=$CHUNK_DIGEST, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+[[ -z $FORCED ]] || echo "** $FORCED **"
 echo "topologies: ${TOPOS[*]} (skopeo, local disk, node limits, warm and the second table in $FIRST)"
 STORE_DISK="$WORK/store"
 for MIB in $SIZES; do
@@ -751,7 +779,12 @@ for MIB in $SIZES; do
   NFILES=$(find "$WORK/src" -type f | wc -l)
   PUSH_REG=$REG
   REF="$PUSH_REG/$REPO:v1"
-  "$MODELFS" push --plain-http "$REF" "$WORK/src" > /dev/null
+  "$MODELFS" push --plain-http --chunk-digest "$CHUNK_DIGEST" "$REF" "$WORK/src" > /dev/null
+  if [[ -n ${BASE_BUILD:-} ]]; then
+    # The same M, a second V with the index the base build reads.
+    "$MODELFS" convert --plain-http --chunk-digest "$BASE_CHUNK_DIGEST" \
+      --volume-tag "v1-volume-$BASE_CHUNK_DIGEST" "$REF" > /dev/null
+  fi
   rm -rf "$WORK/src"
   MANIFEST=$(curl -fs -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG/v2/$REPO/manifests/v1")
   stop_registry
@@ -801,6 +834,7 @@ for MIB in $SIZES; do
   print_topology_tables
   print_first_tables
   [[ ${#VARIANTS[@]} == 1 ]] || print_base_table
+  forced_note
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   if [[ -n $TMPFS ]]; then umount "$TMPFS"; TMPFS=""; fi
   rm -rf "$STORE_DISK" "$WORK/push"

@@ -23,6 +23,8 @@ PACKAGES=(
   libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
   libmicrohttpd-dev
+  # BLAKE3's official C sources (bookworm has no libblake3-dev; cmake/blake3.cmake builds them)
+  librust-blake3-dev
   # signing: NaCl secretbox of cosign-encrypted keys (scrypt and ECDSA come from OpenSSL)
   libsodium-dev
   libgtest-dev libgmock-dev

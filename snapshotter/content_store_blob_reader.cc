@@ -108,7 +108,8 @@ absl::Status ContentStoreBlobReader::VerifyLayer(const Digest& digest) {
     }
     ns = layer->refs.begin()->second;
   }
-  ChunkIndexBuilder builder(options_.chunk_size);
+  // BLAKE3: every later read of the layer is checked again against this index.
+  ChunkIndexBuilder builder(options_.chunk_size, ChunkDigestAlgorithm::kBlake3);
   uint64_t got = 0;
   for (uint64_t offset = 0; offset < layer->size;) {
     const uint64_t n = std::min(options_.piece_bytes, layer->size - offset);

@@ -80,6 +80,10 @@ struct RefInspection {
     std::string path, digest;
     uint64_t size = 0;
     std::string kind;
+    // From V's chunk index for the layer: "blake3" or "sha256", and its chunk size; "" and 0
+    // when the layer is verified whole (no volume image, or no index for it).
+    std::string chunk_digest;
+    uint64_t chunk_size = 0;
   };
   std::string reference, repository, manifest, volume;
   std::string name, format, param_size, precision;

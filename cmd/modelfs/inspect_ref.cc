@@ -54,8 +54,13 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& arg, bool plai
     out.precision = c.config.precision;
   }
   for (const ModelLayer& l : rm.layers) {
-    out.layers.push_back(
-        {l.path, l.descriptor.digest.str(), l.descriptor.size, std::string(LayerKindName(l.kind))});
+    RefInspection::Layer layer{l.path, l.descriptor.digest.str(), l.descriptor.size,
+                               std::string(LayerKindName(l.kind))};
+    if (auto it = rm.chunk_indexes.find(l.descriptor.digest); it != rm.chunk_indexes.end()) {
+      layer.chunk_digest = std::string(ChunkDigestName(it->second.algorithm));
+      layer.chunk_size = it->second.chunk_size;
+    }
+    out.layers.push_back(std::move(layer));
   }
   return out;
 }
@@ -63,7 +68,15 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& arg, bool plai
 nlohmann::json RefInspectionToJson(const RefInspection& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : r.layers) {
-    layers.push_back({{"path", l.path}, {"digest", l.digest}, {"size", l.size}, {"kind", l.kind}});
+    nlohmann::json chunk_index = nullptr;
+    if (!l.chunk_digest.empty()) {
+      chunk_index = {{"algorithm", l.chunk_digest}, {"chunkSize", l.chunk_size}};
+    }
+    layers.push_back({{"path", l.path},
+                      {"digest", l.digest},
+                      {"size", l.size},
+                      {"kind", l.kind},
+                      {"chunkIndex", chunk_index}});
   }
   return {{"reference", r.reference},
           {"repository", r.repository},
@@ -105,8 +118,12 @@ std::string RenderRefInspection(const RefInspection& r) {
   }
   absl::StrAppend(&out, "files:\n");
   for (const auto& l : r.layers) {
+    const std::string verified =
+        l.chunk_digest.empty()
+            ? std::string(r.volume.empty() ? "" : ", verified whole")
+            : absl::StrCat(", ", l.chunk_digest, " chunks of ", WithCommas(l.chunk_size), " bytes");
     absl::StrAppend(&out, "  ", l.digest.substr(7, 12), " ", WithCommas(l.size), "  ",
-                    or_dash(l.path), " (", l.kind, ")\n");
+                    or_dash(l.path), " (", l.kind, verified, ")\n");
   }
   return out;
 }

@@ -240,6 +240,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       layer->mode = spec.mode;
       if (spec.mode == VerifyMode::kChunk) {
         layer->expected = spec.index->chunks;
+        layer->expected_algorithm = spec.index->algorithm;
       }
     }
   }
@@ -249,7 +250,10 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     LayerGuard held(*layer, Held(mu_));
     layer->mode = spec.mode;
     layer->ResetChunks(ChunkState::kMissing);
-    if (spec.mode == VerifyMode::kChunk) layer->expected = spec.index->chunks;
+    if (spec.mode == VerifyMode::kChunk) {
+      layer->expected = spec.index->chunks;
+      layer->expected_algorithm = spec.index->algorithm;
+    }
   }
   LayerGuard held(*layer, Held(mu_));
   layer->has_spec = true;
@@ -257,7 +261,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   layer->refs.insert(spec.model_ref);
   layer->last_used = ++clock_;
   std::string local;
-  if (spec.mode != VerifyMode::kChunk && layer->whole_verified) {
+  if (spec.mode != VerifyMode::kChunk && layer->whole_verified &&
+      layer->expected_algorithm == ChunkDigestAlgorithm::kSha256) {
     for (const auto& h : layer->expected) local.append(reinterpret_cast<const char*>(h.data()), 32);
   }
   if (absl::Status s =

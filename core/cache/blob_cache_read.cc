@@ -25,6 +25,7 @@ bool Retryable(absl::StatusCode code) { return RetryableCode(code); }
 
 bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c) {
   std::array<uint8_t, 32> want;
+  ChunkDigestAlgorithm algorithm;
   uint64_t len;
   {
     absl::MutexLock lock(&mu_);
@@ -38,11 +39,12 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
       return false;
     }
     want = layer->expected[c];
+    algorithm = layer->expected_algorithm;
   }
   std::string buf(len, '\0');
   const uint64_t off = c * layer->chunk_size;
   absl::Status io = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
-  const bool ok = io.ok() && HashChunk(buf) == want;
+  const bool ok = io.ok() && HashChunkBytes(algorithm, buf) == want;
   absl::MutexLock lock(&mu_);
   LayerGuard held(*layer, Held(mu_));
   if (layer->state[c] != ChunkState::kRecorded) return ok;

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/cache/fetch_scheduler.h"
+#include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
@@ -80,6 +81,8 @@ struct CacheLayer {
   // Expected chunk hashes: the chunk index (kChunk), or hashes of the verified layer computed
   // locally (whole-layer modes, once the layer digest matched). Empty while unknown.
   std::vector<std::array<uint8_t, 32>> expected ABSL_GUARDED_BY(mu);
+  // The algorithm of `expected`: the chunk index's, or SHA-256 for a local index.
+  ChunkDigestAlgorithm expected_algorithm ABSL_GUARDED_BY(mu) = ChunkDigestAlgorithm::kSha256;
   std::vector<ChunkState> state ABSL_GUARDED_BY(mu);
   std::vector<std::shared_ptr<CacheFlight>> flight ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<std::string> refs ABSL_GUARDED_BY(mu);

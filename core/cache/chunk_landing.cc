@@ -144,17 +144,19 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   const uint64_t cs = layer->chunk_size;
   const uint64_t n = f->last - f->first + 1;
   std::vector<std::array<uint8_t, 32>> expected;
+  ChunkDigestAlgorithm algorithm;
   {
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     if (!layer->expected.empty()) {
       expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
     }
+    algorithm = layer->expected_algorithm;
   }
   const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
 
   FlightWrites writes;
-  ChunkAssembler chunk(cs, /*hash=*/!expected.empty());
+  ChunkAssembler chunk(cs, expected.empty() ? std::nullopt : std::optional(algorithm));
   uint64_t next = 0;  // chunks of the flight that have landed
   absl::Status st;
   Backoff backoff(options_.retry, time_, absl::InfiniteFuture());

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/base/buffer_pool.h"
 #include "core/cache/cache_layer.h"
+#include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
@@ -39,18 +40,23 @@ struct ReceivedChunk {
 // Used by one flight's thread; on the per-piece path, so inline.
 class ChunkAssembler {
  public:
-  // Chunks of at most `chunk_size` bytes; `hash`: take their SHA-256 (chunk mode).
-  ChunkAssembler(uint64_t chunk_size, bool hash)
-      : buffer_(BufferPool::Shared().Get(chunk_size)), hash_(hash) {}
+  // Chunks of at most `chunk_size` bytes; with `hash`, take their hash with that algorithm
+  // (chunk mode, the chunk index's).
+  ChunkAssembler(uint64_t chunk_size, std::optional<ChunkDigestAlgorithm> hash)
+      : buffer_(BufferPool::Shared().Get(chunk_size)) {
+    if (hash.has_value()) hasher_.emplace(*hash);
+  }
 
   // Starts the chunk over: a new request delivers it from its first byte.
-  void Restart() { have_ = 0; }
+  void Restart() {
+    if (hasher_ && have_ > 0) hasher_->Finish();  // discards the partial hash
+    have_ = 0;
+  }
   // Moves bytes of a chunk of `len` bytes from the front of `data` into the chunk. True once
   // the chunk is complete: then Finish() hands it on.
   bool Take(absl::string_view& data, uint64_t len) {
-    if (have_ == 0 && hash_) hasher_.emplace();
     const size_t take = std::min<uint64_t>(len - have_, data.size());
-    if (hash_) hasher_->Update(data.data(), take);
+    if (hasher_) hasher_->Update(data.data(), take);
     memcpy(buffer_.data() + have_, data.data(), take);
     have_ += take;
     data.remove_prefix(take);
@@ -60,16 +66,15 @@ class ChunkAssembler {
   // next chunk.
   ReceivedChunk Finish() {
     ReceivedChunk got{absl::string_view(buffer_.data(), have_), {}};
-    if (hash_) got.hash = hasher_->Finish().raw();
+    if (hasher_) got.hash = hasher_->Finish();
     have_ = 0;
     return got;
   }
 
  private:
   BufferPool::Buffer buffer_;
-  const bool hash_;
   uint64_t have_ = 0;  // bytes of the chunk received
-  std::optional<Sha256> hasher_;
+  std::optional<ChunkHasher> hasher_;
 };
 
 // While the cache disk is full, verified chunks are served from memory instead of the data

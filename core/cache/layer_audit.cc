@@ -60,6 +60,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->expected.resize(layer->count());
+  layer->expected_algorithm = ChunkDigestAlgorithm::kSha256;  // a local index
   for (uint64_t c = 0; c < layer->count(); ++c) {
     memcpy(layer->expected[c].data(), &local[c * 32], 32);
     if (layer->state[c] == ChunkState::kPresent) layer->state[c] = ChunkState::kVerified;

@@ -13,11 +13,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/cache/layer_store.h"
+#include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
 
-using ChunkHash = std::array<uint8_t, 32>;
+// ChunkHash comes from core/oci/chunk_hash.h; HashChunk is SHA-256 (local indexes).
 
 ChunkHash HashChunk(absl::string_view bytes);
 

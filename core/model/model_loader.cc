@@ -131,6 +131,14 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
   ctx.digests["config"] = rm.model.config.digest.str();
   if (rm.volume_descriptor) ctx.digests["volumeManifest"] = rm.volume_descriptor->digest.str();
   ctx.verification = out.verification;
+  {
+    std::set<std::string> algorithms;
+    for (const auto& [digest, idx] : rm.chunk_indexes) {
+      algorithms.insert(std::string(ChunkDigestName(idx.algorithm)));
+    }
+    if (out.verification == "chunk-index")
+      ctx.chunk_digests.assign(algorithms.begin(), algorithms.end());
+  }
   ctx.provenance["repository"] = rm.repository;
   if (rm.config) {
     const auto& desc = rm.config->descriptor;

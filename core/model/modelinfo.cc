@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/formats/memory.h"
 #include "core/formats/safetensors.h"
 #include "core/model/blob_range_reader.h"
@@ -218,6 +219,9 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
               {"generator", "modelfs"},
               {"reference", OrNull(context.reference)},
               {"verification", context.verification},
+              {"chunkDigest", context.chunk_digests.empty()
+                                  ? json(nullptr)
+                                  : json(absl::StrJoin(context.chunk_digests, ","))},
               {"digests", StringMap(context.digests)},
               {"provenance", std::move(provenance)},
               {"identity", context.identity},

@@ -37,9 +37,12 @@ struct ModelInfoContext {
   // ModelPack config fields and manifest annotations worth showing ("org.opencontainers.image.
   // source", "modelpack.family", "name", "createdAt", ...). Written as given.
   std::map<std::string, std::string> provenance;
-  // How served bytes are verified: "chunk-index" (per-chunk SHA-256 from a chunk index),
+  // How served bytes are verified: "chunk-index" (per-chunk hashes from a chunk index),
   // "whole-layer" (the blob's digest before any byte is served) or "unverified" (opt-in).
   std::string verification = "whole-layer";
+  // The chunk indexes' hash algorithms, sorted ("blake3", "sha256"); written as
+  // "chunkDigest" ("blake3", or "blake3,sha256" for a mix) when not empty.
+  std::vector<std::string> chunk_digests;
   // The identity record (core/hub/identity.h IdentityToJson); written as given, null if unset.
   nlohmann::json identity;
 };

@@ -22,8 +22,6 @@ uint64_t GetLE(std::string_view b, size_t at, size_t n) {
   return v;
 }
 
-std::array<uint8_t, 32> RawOf(Sha256& h) { return h.Finish().raw(); }
-
 }  // namespace
 
 bool ChunkIndex::ValidChunkSize(uint64_t chunk_size) {
@@ -48,19 +46,21 @@ absl::Status ChunkIndex::VerifyChunk(uint64_t i, std::string_view bytes) const {
                                             ChunkOffset(i), ": got ", bytes.size(), " bytes, want ",
                                             want));
   }
-  Digest got = Digest::Of(bytes);
-  if (got.raw() != chunks[i]) {
+  const ChunkHash got = HashChunkBytes(algorithm, bytes);
+  if (got != chunks[i]) {
     return absl::DataLossError(
-        absl::StrCat("chunk ", i, " of ", blob_digest.str(), " at offset ", ChunkOffset(i),
-                     ": sha256 mismatch (got ", std::string(got.short_hex()), ", want ",
+        absl::StrCat("chunk ", i, " of ", blob_digest.str(), " at offset ", ChunkOffset(i), ": ",
+                     std::string(ChunkDigestName(algorithm)), " mismatch (got ",
+                     std::string(Digest::FromRaw(got).short_hex()), ", want ",
                      std::string(Digest::FromRaw(chunks[i]).short_hex()), ")"));
   }
   return absl::OkStatus();
 }
 
-ChunkIndexBuilder::ChunkIndexBuilder(uint64_t chunk_size)
+ChunkIndexBuilder::ChunkIndexBuilder(uint64_t chunk_size, ChunkDigestAlgorithm algorithm)
     : chunk_size_(ChunkIndex::ValidChunkSize(chunk_size) ? chunk_size
-                                                         : ChunkIndex::kDefaultChunkSize) {}
+                                                         : ChunkIndex::kDefaultChunkSize),
+      chunk_(algorithm) {}
 
 void ChunkIndexBuilder::Update(std::string_view bytes) {
   whole_.Update(bytes);
@@ -71,8 +71,7 @@ void ChunkIndexBuilder::Update(std::string_view bytes) {
     in_chunk_ += take;
     bytes.remove_prefix(take);
     if (in_chunk_ == chunk_size_) {
-      chunks_.push_back(RawOf(chunk_));
-      chunk_ = Sha256();
+      chunks_.push_back(chunk_.Finish());
       in_chunk_ = 0;
     }
   }
@@ -80,10 +79,11 @@ void ChunkIndexBuilder::Update(std::string_view bytes) {
 
 ChunkIndex ChunkIndexBuilder::Finish() {
   if (in_chunk_ > 0) {
-    chunks_.push_back(RawOf(chunk_));
+    chunks_.push_back(chunk_.Finish());
     in_chunk_ = 0;
   }
   ChunkIndex index;
+  index.algorithm = chunk_.algorithm();
   index.blob_digest = whole_.Finish();
   index.blob_size = total_;
   index.chunk_size = chunk_size_;
@@ -91,17 +91,35 @@ ChunkIndex ChunkIndexBuilder::Finish() {
   return index;
 }
 
-ChunkIndex BuildChunkIndex(std::string_view blob, uint64_t chunk_size) {
-  ChunkIndexBuilder b(chunk_size);
+ChunkIndex BuildChunkIndex(std::string_view blob, uint64_t chunk_size,
+                           ChunkDigestAlgorithm algorithm) {
+  ChunkIndexBuilder b(chunk_size, algorithm);
   b.Update(blob);
   return b.Finish();
 }
 
+uint64_t SerializedChunkIndexSize(uint64_t blob_size, uint64_t chunk_size,
+                                  ChunkDigestAlgorithm algorithm) {
+  const uint64_t count = chunk_size == 0 ? 0 : (blob_size + chunk_size - 1) / chunk_size;
+  return (algorithm == ChunkDigestAlgorithm::kSha256 ? ChunkIndex::kHeaderSizeV1
+                                                     : ChunkIndex::kHeaderSizeV2) +
+         32 * count;
+}
+
 std::string SerializeChunkIndex(const ChunkIndex& index) {
+  const bool v1 = index.algorithm == ChunkDigestAlgorithm::kSha256;
   std::string out;
-  out.reserve(ChunkIndex::kHeaderSize + 32 * index.chunks.size());
+  out.reserve((v1 ? ChunkIndex::kHeaderSizeV1 : ChunkIndex::kHeaderSizeV2) +
+              32 * index.chunks.size());
   out.append(kMagic);
-  PutU32(out, ChunkIndex::kVersion);
+  if (v1) {
+    PutU32(out, ChunkIndex::kVersion1);
+  } else {
+    PutU32(out, ChunkIndex::kVersion2);
+    PutU32(out, static_cast<uint32_t>(index.algorithm));
+    PutU32(out, 0);  // content: the blob's bytes as stored
+    PutU32(out, 0);  // reserved
+  }
   PutU64(out, index.chunk_size);
   PutU64(out, index.blob_size);
   const std::array<uint8_t, 32> raw = index.blob_digest.raw();
@@ -112,25 +130,55 @@ std::string SerializeChunkIndex(const ChunkIndex& index) {
 }
 
 absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
-  if (bytes.size() < ChunkIndex::kHeaderSize) {
-    return absl::OutOfRangeError(
-        absl::StrCat("chunk index: truncated: ", bytes.size(), " bytes, the header alone is 68"));
+  if (bytes.size() < 12) {
+    return absl::OutOfRangeError(absl::StrCat("chunk index: truncated: ", bytes.size(),
+                                              " bytes, too short for a magic and a version"));
   }
   if (bytes.substr(0, 8) != kMagic) {
     return absl::InvalidArgumentError("chunk index: bad magic (want \"MFSCIDX\\0\")");
   }
   const uint64_t version = GetLE(bytes, 8, 4);
-  if (version != ChunkIndex::kVersion) {
+  if (version != ChunkIndex::kVersion1 && version != ChunkIndex::kVersion2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("chunk index: version is ", version, ", this build reads version 1"));
+        absl::StrCat("chunk index: version is ", version, ", this build reads versions 1 and 2"));
+  }
+  const size_t header =
+      version == ChunkIndex::kVersion1 ? ChunkIndex::kHeaderSizeV1 : ChunkIndex::kHeaderSizeV2;
+  if (bytes.size() < header) {
+    return absl::OutOfRangeError(absl::StrCat("chunk index: truncated: ", bytes.size(),
+                                              " bytes, the version ", version, " header alone is ",
+                                              header));
   }
   ChunkIndex index;
-  index.chunk_size = GetLE(bytes, 12, 8);
-  index.blob_size = GetLE(bytes, 20, 8);
+  size_t at = 12;
+  if (version == ChunkIndex::kVersion2) {
+    const uint64_t algorithm = GetLE(bytes, 12, 4);
+    if (!KnownChunkDigestAlgorithm(static_cast<uint32_t>(algorithm))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk index: hash algorithm ", algorithm,
+                       " is not one this build knows (1 sha256, 2 blake3)"));
+    }
+    index.algorithm = static_cast<ChunkDigestAlgorithm>(algorithm);
+    if (index.algorithm == ChunkDigestAlgorithm::kSha256) {
+      // One form per index: SHA-256 is written as version 1.
+      return absl::InvalidArgumentError(
+          "chunk index: version 2 names sha256, which is written as version 1");
+    }
+    const uint64_t content = GetLE(bytes, 16, 4);
+    const uint64_t reserved = GetLE(bytes, 20, 4);
+    if (content != 0 || reserved != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk index: content ", content, " and reserved ", reserved,
+                       " must be 0 (an index of the layer's bytes as stored)"));
+    }
+    at = 24;
+  }
+  index.chunk_size = GetLE(bytes, at, 8);
+  index.blob_size = GetLE(bytes, at + 8, 8);
   std::array<uint8_t, 32> raw;
-  memcpy(raw.data(), bytes.data() + 28, 32);
+  memcpy(raw.data(), bytes.data() + at + 16, 32);
   index.blob_digest = Digest::FromRaw(raw);
-  const uint64_t count = GetLE(bytes, 60, 8);
+  const uint64_t count = GetLE(bytes, at + 48, 8);
   if (!ChunkIndex::ValidChunkSize(index.chunk_size)) {
     return absl::InvalidArgumentError(absl::StrCat("chunk index for ", index.blob_digest.str(),
                                                    ": chunk_size ", index.chunk_size,
@@ -143,7 +191,7 @@ absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
         "chunk index for ", index.blob_digest.str(), ": count is ", count, " but blob_size ",
         index.blob_size, " / chunk_size ", index.chunk_size, " needs ", want_count));
   }
-  const uint64_t body = bytes.size() - ChunkIndex::kHeaderSize;
+  const uint64_t body = bytes.size() - header;
   if (body / 32 < count) {
     return absl::OutOfRangeError(absl::StrCat("chunk index for ", index.blob_digest.str(),
                                               ": truncated: ", count, " hashes need ", count * 32,
@@ -156,7 +204,7 @@ absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
   }
   index.chunks.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
-    memcpy(index.chunks[i].data(), bytes.data() + ChunkIndex::kHeaderSize + 32 * i, 32);
+    memcpy(index.chunks[i].data(), bytes.data() + header + 32 * i, 32);
   }
   return index;
 }

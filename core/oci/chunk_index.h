@@ -1,6 +1,7 @@
-// ChunkIndex: one SHA-256 per fixed-size chunk of a blob, so a lazily fetched layer can be
-// verified chunk by chunk. The index itself is a blob whose digest is named inside the volume
-// image's verified manifest chain (see docs/chunk-index.md for the on-wire format).
+// ChunkIndex: one hash per fixed-size chunk of a blob (BLAKE3, or SHA-256 in version 1 indexes
+// and on request), so a lazily fetched layer can be verified chunk by chunk. The index itself is
+// a blob whose digest is named inside the volume image's verified manifest chain (see
+// docs/chunk-index.md for the on-wire format).
 //
 // Thread safety: ChunkIndex is an immutable-after-build value (const methods are safe to call
 // concurrently); a ChunkIndexBuilder belongs to one thread.
@@ -14,23 +15,30 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
 
 struct ChunkIndex {
-  static constexpr uint32_t kVersion = 1;
+  // Version 1: SHA-256 chunk hashes, 68-byte header. Version 2: the header names the hash
+  // algorithm (80 bytes). A SHA-256 index is written as version 1, so indexes published before
+  // version 2 existed and their rebuilds stay byte-identical.
+  static constexpr uint32_t kVersion1 = 1;
+  static constexpr uint32_t kVersion2 = 2;
   // 1 MiB: a mount's first reads (safetensors/GGUF headers) cost one chunk each, keeping
   // time-to-ready under 1% of a 256 MiB model, while range coalescing keeps streaming fast.
   static constexpr uint64_t kDefaultChunkSize = 1ull << 20;
   static constexpr uint64_t kMinChunkSize = 64ull << 10;
   static constexpr uint64_t kMaxChunkSize = 64ull << 20;
-  static constexpr size_t kHeaderSize = 68;  // magic 8 + version 4 + 3*8 + digest 32
+  static constexpr size_t kHeaderSizeV1 = 68;  // magic 8 + version 4 + 3*8 + digest 32
+  static constexpr size_t kHeaderSizeV2 = 80;  // v1 + algorithm 4 + content 4 + reserved 4
 
-  Digest blob_digest;  // the layer this index describes
+  Digest blob_digest;  // the layer this index describes (always its SHA-256 OCI digest)
+  ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256;  // of the chunk hashes
   uint64_t blob_size = 0;
-  uint64_t chunk_size = kDefaultChunkSize;      // power of two, 64 KiB .. 64 MiB
-  std::vector<std::array<uint8_t, 32>> chunks;  // ceil(blob_size / chunk_size) entries
+  uint64_t chunk_size = kDefaultChunkSize;  // power of two, 64 KiB .. 64 MiB
+  std::vector<ChunkHash> chunks;            // ceil(blob_size / chunk_size) entries
 
   uint64_t chunk_count() const { return chunks.size(); }
   // Byte length of chunk i (the last one may be short); 0 when i is out of range.
@@ -49,12 +57,13 @@ struct ChunkIndex {
 };
 
 // Builds an index by streaming: feed the blob's bytes in order with Update, then Finish.
-// Also computes the whole-blob digest, so one pass both verifies a layer and indexes it.
-// `chunk_size` must satisfy ChunkIndex::ValidChunkSize (checked by callers; an invalid one
+// Also computes the whole-blob digest (SHA-256), so one pass both verifies a layer and indexes
+// it. `chunk_size` must satisfy ChunkIndex::ValidChunkSize (checked by callers; an invalid one
 // falls back to kDefaultChunkSize).
 class ChunkIndexBuilder {
  public:
-  explicit ChunkIndexBuilder(uint64_t chunk_size = ChunkIndex::kDefaultChunkSize);
+  explicit ChunkIndexBuilder(uint64_t chunk_size = ChunkIndex::kDefaultChunkSize,
+                             ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256);
   void Update(std::string_view bytes);
   ChunkIndex Finish();  // blob_digest is the SHA-256 of everything fed; call once
 
@@ -63,19 +72,27 @@ class ChunkIndexBuilder {
   uint64_t total_ = 0;
   uint64_t in_chunk_ = 0;
   Sha256 whole_;
-  Sha256 chunk_;
-  std::vector<std::array<uint8_t, 32>> chunks_;
+  ChunkHasher chunk_;
+  std::vector<ChunkHash> chunks_;
 };
 
 // Convenience: the index of bytes held in memory.
 ChunkIndex BuildChunkIndex(std::string_view blob,
-                           uint64_t chunk_size = ChunkIndex::kDefaultChunkSize);
+                           uint64_t chunk_size = ChunkIndex::kDefaultChunkSize,
+                           ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256);
 
-// Serialization (docs/chunk-index.md). Deterministic: equal indexes give equal bytes.
+// The length of SerializeChunkIndex's output for a blob of `blob_size` bytes, without building
+// it (sizes a volume image before any layer is read).
+uint64_t SerializedChunkIndexSize(uint64_t blob_size, uint64_t chunk_size,
+                                  ChunkDigestAlgorithm algorithm);
+
+// Serialization (docs/chunk-index.md). Deterministic: equal indexes give equal bytes. SHA-256
+// indexes are written as version 1, others as version 2.
 std::string SerializeChunkIndex(const ChunkIndex& index);
-// Errors: kInvalidArgument naming the field at fault (bad magic/version, chunk size not a
-// power of two in range, count not matching blob_size / chunk_size, trailing bytes);
-// kOutOfRange when truncated.
+// Reads versions 1 and 2. Errors: kInvalidArgument naming the field at fault (bad
+// magic/version, unknown algorithm, content or reserved field not 0, chunk size not a power of
+// two in range, count not matching blob_size / chunk_size, trailing bytes); kOutOfRange when
+// truncated.
 absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes);
 
 }  // namespace modelfs

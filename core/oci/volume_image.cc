@@ -54,6 +54,9 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       cj["path"] = l.chunk_index->path;
       cj["digest"] = l.chunk_index->digest.str();
       cj["chunkSize"] = l.chunk_index->chunk_size;
+      if (l.chunk_index->algorithm != ChunkDigestAlgorithm::kSha256) {
+        cj["algorithm"] = std::string(ChunkDigestName(l.chunk_index->algorithm));
+      }
       lj["chunkIndex"] = std::move(cj);
     }
     layers.push_back(std::move(lj));
@@ -121,6 +124,13 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       if (!ChunkIndex::ValidChunkSize(ref.chunk_size)) {
         return absl::InvalidArgumentError(absl::StrCat(cw, ".chunkSize: ", ref.chunk_size,
                                                        " is not a power of two in 64 KiB..64 MiB"));
+      }
+      ASSIGN_OR_RETURN(std::string algorithm, oci_json::GetString(*cj, "algorithm", cw, false));
+      if (!algorithm.empty()) {
+        absl::StatusOr<ChunkDigestAlgorithm> a = ParseChunkDigestName(algorithm);
+        if (!a.ok())
+          return absl::InvalidArgumentError(absl::StrCat(cw, ".algorithm: ", a.status().message()));
+        ref.algorithm = *a;
       }
       l.chunk_index = std::move(ref);
     }
@@ -248,6 +258,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       ref.path = ChunkIndexPath(rec.digest);
       ref.digest = Digest::Of(bytes);
       ref.chunk_size = idx.chunk_size;
+      ref.algorithm = idx.algorithm;
       index_files[ref.path] = std::move(bytes);
       rec.chunk_index = std::move(ref);
       used.insert(rec.digest);
@@ -270,9 +281,10 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
   v.layer = tar.Finish();
   if (v.layer.size() > kMaxVolumeLayerBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "volume layer for ", info.manifest.digest.str(), " would be ", v.layer.size(),
-        " bytes, over the 4 MiB limit; build the chunk indexes with a larger chunk size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ", v.layer.size(),
+                     " bytes, over the 4 MiB limit; build the chunk indexes with a larger chunk "
+                     "size (--chunk-size)"));
   }
   v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);
   v.layer_descriptor.annotations = MakeVolumeLabels(info.manifest, info.repository);
@@ -336,15 +348,48 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
     }
     ASSIGN_OR_RETURN(ChunkIndex idx, ParseChunkIndex(it->second));
     if (idx.blob_digest != l.digest || idx.blob_size != l.size ||
-        idx.chunk_size != ref.chunk_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "volume layer: chunk index ", ref.path, " describes ", idx.blob_digest.str(), " (",
-          idx.blob_size, " bytes, chunk ", idx.chunk_size, ") but model.json says ", l.digest.str(),
-          " (", l.size, " bytes, chunk ", ref.chunk_size, ")"));
+        idx.chunk_size != ref.chunk_size || idx.algorithm != ref.algorithm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("volume layer: chunk index ", ref.path, " describes ", idx.blob_digest.str(),
+                       " (", idx.blob_size, " bytes, chunk ", idx.chunk_size, ", ",
+                       std::string(ChunkDigestName(idx.algorithm)), ") but model.json says ",
+                       l.digest.str(), " (", l.size, " bytes, chunk ", ref.chunk_size, ", ",
+                       std::string(ChunkDigestName(ref.algorithm)), ")"));
     }
     out.chunk_indexes.emplace(l.digest, std::move(idx));
   }
   return out;
+}
+
+uint64_t VolumeLayerBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t chunk_size,
+                             ChunkDigestAlgorithm algorithm) {
+  // README, model.json's fixed part and the tar's directories and end blocks.
+  uint64_t bytes = 16 << 10;
+  for (uint64_t size : layer_sizes) {
+    const uint64_t index = SerializedChunkIndexSize(size, chunk_size, algorithm);
+    // One tar header and the padding of the index file, and the layer's model.json entry (a
+    // path is at most a few hundred bytes).
+    bytes += 512 + (index + 511) / 512 * 512 + 1024;
+  }
+  return bytes;
+}
+
+absl::StatusOr<uint64_t> ChunkSizeForLayers(const std::vector<uint64_t>& layer_sizes,
+                                            ChunkDigestAlgorithm algorithm, uint64_t at_least) {
+  const uint64_t from = at_least == 0 ? ChunkIndex::kDefaultChunkSize : at_least;
+  if (!ChunkIndex::ValidChunkSize(from)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk size ", from, " is not a power of two from 65536 (64 KiB) to 67108864 (64 MiB)"));
+  }
+  for (uint64_t cs = from; cs <= ChunkIndex::kMaxChunkSize; cs *= 2) {
+    if (VolumeLayerBytesFor(layer_sizes, cs, algorithm) <= kMaxVolumeLayerBytes) return cs;
+  }
+  uint64_t total = 0;
+  for (uint64_t size : layer_sizes) total += size;
+  return absl::InvalidArgumentError(
+      absl::StrCat("a model of ", total, " bytes in ", layer_sizes.size(),
+                   " layers needs chunk indexes over the volume layer's 4 MiB even at 64 MiB "
+                   "chunks"));
 }
 
 bool IsVolumeImageManifest(const Manifest& v) {

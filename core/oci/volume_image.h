@@ -52,6 +52,9 @@ struct VolumeChunkIndexRef {
   std::string path;  // ".modelfs/chunks/<layer hex>.idx"
   Digest digest;     // SHA-256 of the index file
   uint64_t chunk_size = 0;
+  // The chunk hashes' algorithm, "algorithm" in model.json (written only for BLAKE3, so a V
+  // with SHA-256 indexes keeps the bytes it had before the field existed).
+  ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256;
   friend bool operator==(const VolumeChunkIndexRef&, const VolumeChunkIndexRef&) = default;
 };
 struct VolumeLayerRecord {
@@ -105,6 +108,18 @@ struct VolumeImage {
 // size, or when A would exceed kMaxVolumeLayerBytes; kPermissionDenied for an unsafe layer path
 // in M.
 absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input);
+
+// The chunk size for the indexes of layers of these sizes: the smallest power of two from
+// `at_least` (ChunkIndex::kDefaultChunkSize when 0) up to ChunkIndex::kMaxChunkSize with which
+// every index, README and model.json fit in A's kMaxVolumeLayerBytes. So a model of any size up
+// to about 7.9 TiB gets a volume image, and a small one keeps 1 MiB chunks. Errors:
+// kInvalidArgument when even 64 MiB chunks do not fit, naming the model's size, or when
+// `at_least` is not a valid chunk size.
+absl::StatusOr<uint64_t> ChunkSizeForLayers(const std::vector<uint64_t>& layer_sizes,
+                                            ChunkDigestAlgorithm algorithm, uint64_t at_least = 0);
+// The bytes of A that indexes of these layers at `chunk_size` need (an upper bound).
+uint64_t VolumeLayerBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t chunk_size,
+                             ChunkDigestAlgorithm algorithm);
 
 // The README text written to .modelfs/README.txt for M.
 std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repository);

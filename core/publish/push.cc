@@ -62,14 +62,31 @@ class Fd {
   int fd_;
 };
 
+// The chunk size of a model's indexes: `asked` when given (and the indexes fit the volume
+// layer with it), else the smallest that fits from 1 MiB up.
+absl::StatusOr<uint64_t> PickChunkSize(const std::vector<uint64_t>& layer_sizes, uint64_t asked,
+                                       ChunkDigestAlgorithm algorithm) {
+  if (asked == 0) return ChunkSizeForLayers(layer_sizes, algorithm);
+  ASSIGN_OR_RETURN(const uint64_t fits, ChunkSizeForLayers(layer_sizes, algorithm, asked));
+  if (fits != asked) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk-size ", asked, ": the chunk indexes would need ",
+                     VolumeLayerBytesFor(layer_sizes, asked, algorithm),
+                     " bytes, over the volume layer's 4 MiB; use --chunk-size ", fits,
+                     " or more, or leave it out to pick it by the model's size"));
+  }
+  return asked;
+}
+
 // Streams a file through the chunk index builder: one read gives the digest and the index.
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
-                                     const std::string& role, const ProgressFn& progress) {
+                                     ChunkDigestAlgorithm algorithm, const std::string& role,
+                                     const ProgressFn& progress) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
   posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   off_t size = lseek(fd.get(), 0, SEEK_END);
-  ChunkIndexBuilder b(chunk_size);
+  ChunkIndexBuilder b(chunk_size, algorithm);
   std::string buf(4 << 20, '\0');
   uint64_t done = 0;
   for (;;) {
@@ -266,6 +283,16 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       for (const auto& f : files) unlink(f.c_str());
     }
   } cleanup{temp_files};
+  std::vector<uint64_t> layer_sizes;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const uint64_t size = fs::file_size(f.path, ec);
+    // A tar layer adds its header, the padding and the two end blocks.
+    layer_sizes.push_back(o.tar ? kTarBlockSize + size + TarPadding(size) + 2 * kTarBlockSize
+                                : size);
+  }
+  ASSIGN_OR_RETURN(const uint64_t chunk_size,
+                   PickChunkSize(layer_sizes, o.chunk_size, o.chunk_digest));
   for (const auto& f : files) {
     std::string blob_path = f.path;
     LayerEncoding enc = LayerEncoding::kRaw;
@@ -297,7 +324,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       blob_path = tmp;
       enc = LayerEncoding::kTar;
     }
-    ASSIGN_OR_RETURN(ChunkIndex idx, IndexFile(blob_path, o.chunk_size, f.rel, o.progress));
+    ASSIGN_OR_RETURN(ChunkIndex idx,
+                     IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress));
     if (lock.has_value() && f.dir == lock_dir && f.rel != kLockFileName) {
       // Before this file is uploaded: for .raw the layer digest is the file's SHA-256.
       if (enc == LayerEncoding::kRaw) {
@@ -358,9 +386,13 @@ namespace {
 absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, const ResolvedModel& rm,
                                                     const ConvertOptions& o, PushResult& result) {
   std::vector<ChunkIndex> indexes;
+  std::vector<uint64_t> layer_sizes;
+  for (const auto& layer : rm.layers) layer_sizes.push_back(layer.descriptor.size);
+  ASSIGN_OR_RETURN(const uint64_t chunk_size,
+                   PickChunkSize(layer_sizes, o.chunk_size, o.chunk_digest));
   for (const auto& layer : rm.layers) {
     const Descriptor& d = layer.descriptor;
-    ChunkIndexBuilder b(o.chunk_size);
+    ChunkIndexBuilder b(chunk_size, o.chunk_digest);
     uint64_t done = 0;
     std::string role = layer.path.empty() ? d.digest.str() : layer.path;
     RETURN_IF_ERROR(source.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {

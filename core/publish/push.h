@@ -35,7 +35,10 @@ struct PushOptions {
   std::string volume_tag;                          // default "<tag>-volume"
   std::map<std::string, std::string> annotations;  // on M
   std::vector<std::string> mount_from;  // repositories (same registry) to mount blobs from
-  uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  // 0: the smallest from 1 MiB up with which every index fits the volume layer
+  // (ChunkSizeForLayers); otherwise exactly this, refused when the indexes would not fit.
+  uint64_t chunk_size = 0;
+  ChunkDigestAlgorithm chunk_digest = ChunkDigestAlgorithm::kBlake3;
   std::string name;      // ModelPack descriptor.name (default: the repository's last part)
   std::string revision;  // ModelPack descriptor.revision, e.g. the Hugging Face commit
   // Pickle checkpoints (named so by IsPickleFileName, and whose bytes are a zip with a .pkl
@@ -91,8 +94,9 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                      const PushOptions& options);
 
 struct ConvertOptions {
-  std::string volume_tag;  // default "<tag>-volume", or "sha256-<hex>.volume" for a digest ref
-  uint64_t chunk_size = ChunkIndex::kDefaultChunkSize;
+  std::string volume_tag;   // default "<tag>-volume", or "sha256-<hex>.volume" for a digest ref
+  uint64_t chunk_size = 0;  // as PushOptions::chunk_size
+  ChunkDigestAlgorithm chunk_digest = ChunkDigestAlgorithm::kBlake3;
   std::string path_prefix;  // as PushOptions::path_prefix
   ProgressFn progress;
 };

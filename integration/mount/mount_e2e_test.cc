@@ -237,6 +237,7 @@ TEST_F(MountE2eTest, VolumeMountIsReadyWithModelInfoAfterFetchingUnderOnePercent
   ASSERT_FALSE(info.is_discarded()) << text;
   EXPECT_EQ(info["schemaVersion"], 1);
   EXPECT_EQ(info["verification"], "chunk-index");
+  EXPECT_EQ(info["chunkDigest"], "blake3");  // push's default
   EXPECT_EQ(info["format"], "safetensors");
   EXPECT_EQ(info["totals"]["parameters"].get<uint64_t>(), env->big.parameters);
   EXPECT_EQ(info["warnings"], nlohmann::json::array());

@@ -155,7 +155,8 @@ TEST_F(ConvertTest, VolumeChunkIndexesAreTheIndexesOfTheModelLayers) {
   ASSERT_THAT(contents.model.layers, SizeIs(layers_->size()));
   ASSERT_THAT(contents.chunk_indexes, SizeIs(layers_->size()));
   for (size_t i = 0; i < layers_->size(); ++i) {
-    ChunkIndexBuilder b;
+    // convert's default: 1 MiB chunks for a small model, BLAKE3.
+    ChunkIndexBuilder b(ChunkIndex::kDefaultChunkSize, ChunkDigestAlgorithm::kBlake3);
     b.Update((*layers_)[i]);
     ChunkIndex want = b.Finish();
     const VolumeLayerRecord& rec = contents.model.layers[i];

@@ -224,6 +224,47 @@ TEST_F(PushPullTest, TarLayersRoundTripBitForBit) {
   EXPECT_EQ(DescribeFiles(dest), ModelFiles());
 }
 
+// push's default is BLAKE3 at 1 MiB for a small model; `inspect` of V names both per layer.
+TEST_F(PushPullTest, PushIndexesWithBlake3ByDefaultAndInspectSaysSo) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult inspect, RunModelfs({"inspect", "--plain-http",
+                                                          Ref("demo/llama:v1-volume"), "--json"}));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  nlohmann::json j = ParseJsonOutput(inspect.out);
+  ASSERT_EQ(j["layers"].size(), files_->size());
+  for (const auto& l : j["layers"]) {
+    ASSERT_TRUE(l["chunkIndex"].is_object()) << l.dump();
+    EXPECT_EQ(l["chunkIndex"]["algorithm"], "blake3") << l.dump();
+    EXPECT_EQ(l["chunkIndex"]["chunkSize"], 1u << 20) << l.dump();
+  }
+}
+
+TEST_F(PushPullTest, PushWithAChunkSizeAndSha256WritesThoseIndexesAndPullsBitForBit) {
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult push,
+      RunModelfs({"push", "--plain-http", Ref("demo/llama-sha:v1"), model_dir_->path().string(),
+                  "--chunk-size", "64KiB", "--chunk-digest", "sha256"}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult inspect,
+      RunModelfs({"inspect", "--plain-http", Ref("demo/llama-sha:v1-volume"), "--json"}));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  for (const auto& l : ParseJsonOutput(inspect.out)["layers"]) {
+    EXPECT_EQ(l["chunkIndex"]["algorithm"], "sha256") << l.dump();
+    EXPECT_EQ(l["chunkIndex"]["chunkSize"], 64u << 10) << l.dump();
+  }
+  TempDir tmp;
+  std::string dest = PullOrFail(Ref("demo/llama-sha:v1-volume"), tmp);
+  EXPECT_EQ(DescribeFiles(dest), ModelFiles());
+}
+
+TEST_F(PushPullTest, AChunkSizeThatIsNotAPowerOfTwoIsBadInput) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                       RunModelfs({"push", "--plain-http", Ref("demo/llama-bad:v1"),
+                                   model_dir_->path().string(), "--chunk-size", "3MiB"}));
+  EXPECT_EQ(push.exit_code, 2);
+  EXPECT_THAT(push.err, HasSubstr("--chunk-size 3MiB: want a power of two"));
+}
+
 // A registry of its own: tampering with a blob's stored bytes would break the other tests.
 TEST(TamperedBlobTest, PullByDigestRefusesATamperedWeightLayerAndLeavesNothingBehind) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryFixture> registry, RegistryFixture::Start());

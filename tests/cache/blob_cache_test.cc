@@ -43,15 +43,15 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
-ChunkIndex MakeIndex(const Digest& digest, const std::string& blob, uint64_t chunk_size) {
+ChunkIndex MakeIndex(const Digest& digest, const std::string& blob, uint64_t chunk_size,
+                     ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256) {
   ChunkIndex idx;
   idx.blob_digest = digest;
   idx.blob_size = blob.size();
   idx.chunk_size = chunk_size;
+  idx.algorithm = algorithm;
   for (uint64_t off = 0; off < blob.size(); off += chunk_size) {
-    Sha256 h;
-    h.Update(std::string_view(blob).substr(off, chunk_size));
-    idx.chunks.push_back(h.Finish().raw());
+    idx.chunks.push_back(HashChunkBytes(algorithm, std::string_view(blob).substr(off, chunk_size)));
   }
   return idx;
 }
@@ -276,6 +276,47 @@ TEST_F(BlobCacheTest, CorruptChunkIsDataLossWhileNeighboursReadFine) {
   EXPECT_EQ(after, blob.substr(3 * 4096, 4096));
   // The chunk was fetched twice (one refetch after a wrong answer), wrong both times.
   EXPECT_EQ(cache->stats().verification_failures, 2u);
+}
+
+TEST_F(BlobCacheTest, ABlake3IndexedLayerServesExactBytesAndRefusesACorruptChunk) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * 4096 + 77, 40);
+  const Digest d = remote_.AddBlob(blob);
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                VerifyMode::kChunk, "m1"}));
+  remote_.CorruptByte(d, 3 * 4096 + 1);
+  EXPECT_THAT(cache->Read(d, 3 * 4096, 10),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("chunk 3 ")));
+  remote_.Heal();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  // Complete and every chunk verified: the audit's SHA-256 of the layer digest agrees too.
+  EXPECT_TRUE(Idle(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+}
+
+TEST_F(BlobCacheTest, ABlake3LayerRecordedByAnEarlierProcessIsRecheckedWithBlake3) {
+  const std::string blob = RandomBytes(8 * 4096, 41);
+  Digest d;
+  {
+    auto cache = Open();
+    d = remote_.AddBlob(blob);
+    ASSERT_OK(cache->RegisterLayer(
+        LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                  VerifyMode::kChunk, "m1"}));
+    ASSERT_OK(cache->Read(d, 0, 4096));  // one chunk recorded, the layer not sealed
+    EXPECT_TRUE(Idle(*cache));
+  }
+  WriteDataFile(d, 0, static_cast<char>(blob[0] ^ 1));  // changes the recorded chunk
+  auto cache = Open();
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                VerifyMode::kChunk, "m1"}));
+  const int before = remote_.requests();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 4096));
+  EXPECT_EQ(got, blob.substr(0, 4096));
+  EXPECT_EQ(remote_.requests(), before + 1);  // refetched: the rehash found the change
 }
 
 TEST_F(BlobCacheTest, ReadSpanningACorruptChunkIsDataLoss) {

@@ -8,6 +8,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/modelpack.cc
   ${PROJECT_SOURCE_DIR}/core/text/base_name.cc
   ${PROJECT_SOURCE_DIR}/core/oci/path_safety.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/chunk_hash.cc
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
@@ -15,8 +16,8 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
   ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
 set(MODELFS_OCI_FUZZ_DEPS
-  modelfs_status OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings absl::str_format
-  modelfs_http)
+  modelfs_status modelfs_blake3 OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings
+  absl::str_format modelfs_http)
 
 # ParseManifest / ParseIndex / ParseModelPackConfig / ParseVolumeModelJson on arbitrary bytes,
 # and parse -> serialize -> parse must be a fixed point.
@@ -27,13 +28,15 @@ modelfs_fuzzer(oci_manifest_fuzz
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_manifest
   RUNS 20000)
 
-# ParseChunkIndex on arbitrary bytes; accepted indexes serialize back to the same bytes.
+# ParseChunkIndex on arbitrary bytes (versions 1 and 2); accepted indexes serialize back to the
+# same bytes.
 modelfs_fuzzer(oci_chunk_index_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_chunk_index_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/chunk_hash.cc
     ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
-  DEPS modelfs_status OpenSSL::Crypto absl::strings
+  DEPS modelfs_status modelfs_blake3 OpenSSL::Crypto absl::strings
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_chunk_index
   RUNS 20000)
 

@@ -63,11 +63,19 @@ class SafetensorsModelInfoTest : public ::testing::Test {
   ModelInfoContext context_;
 };
 
+TEST_F(SafetensorsModelInfoTest, ChunkDigestNamesTheIndexesAlgorithms) {
+  context_.chunk_digests = {"blake3"};
+  EXPECT_EQ(Build()["chunkDigest"], "blake3");
+  context_.chunk_digests = {"blake3", "sha256"};
+  EXPECT_EQ(Build()["chunkDigest"], "blake3,sha256");
+}
+
 TEST_F(SafetensorsModelInfoTest, DocumentCarriesSchemaVersionAndContext) {
   json j = Build();
   EXPECT_EQ(j["schemaVersion"], 1);
   EXPECT_EQ(j["reference"], context_.reference);
   EXPECT_EQ(j["verification"], "chunk-index");
+  EXPECT_EQ(j["chunkDigest"], nullptr);  // the context names none
   EXPECT_EQ(j["digests"]["manifest"], "sha256:" + std::string(64, 'b'));
   EXPECT_EQ(j["provenance"]["annotations"]["org.opencontainers.image.source"],
             "https://example.test/tiny");

@@ -101,9 +101,104 @@ TEST(ChunkIndexFormatTest, RefusesBadMagic) {
 
 TEST(ChunkIndexFormatTest, RefusesUnknownVersion) {
   std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K));
-  bytes[8] = 2;
+  bytes[8] = 3;
   EXPECT_THAT(ParseChunkIndex(bytes),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version is 2")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("version is 3")));
+}
+
+TEST(ChunkIndexFormatTest, ASha256IndexIsWrittenAsVersion1) {
+  const std::string bytes = SerializeChunkIndex(BuildChunkIndex(Pattern(3 * k64K), k64K));
+  EXPECT_EQ(bytes[8], 1);
+  EXPECT_EQ(bytes.size(), ChunkIndex::kHeaderSizeV1 + 3 * 32);
+  EXPECT_EQ(bytes.size(), SerializedChunkIndexSize(3 * k64K, k64K, ChunkDigestAlgorithm::kSha256));
+}
+
+TEST(ChunkIndexFormatTest, ABlake3IndexIsVersion2AndRoundTrips) {
+  const ChunkIndex idx =
+      BuildChunkIndex(Pattern(2 * k64K + 5), k64K, ChunkDigestAlgorithm::kBlake3);
+  const std::string bytes = SerializeChunkIndex(idx);
+  EXPECT_EQ(bytes[8], 2);
+  EXPECT_EQ(bytes[12], 2);  // the algorithm: BLAKE3
+  EXPECT_EQ(bytes.size(), ChunkIndex::kHeaderSizeV2 + 3 * 32);
+  EXPECT_EQ(bytes.size(),
+            SerializedChunkIndexSize(2 * k64K + 5, k64K, ChunkDigestAlgorithm::kBlake3));
+  ASSERT_OK_AND_ASSIGN(ChunkIndex back, ParseChunkIndex(bytes));
+  EXPECT_EQ(back, idx);
+  EXPECT_EQ(back.algorithm, ChunkDigestAlgorithm::kBlake3);
+  EXPECT_EQ(SerializeChunkIndex(back), bytes);
+}
+
+TEST(ChunkIndexFormatTest, Blake3ChunkHashesAreBlake3AndTheBlobDigestStaysSha256) {
+  const std::string blob = Pattern(k64K + 9);
+  const ChunkIndex idx = BuildChunkIndex(blob, k64K, ChunkDigestAlgorithm::kBlake3);
+  EXPECT_EQ(idx.blob_digest, Digest::Of(blob));
+  ASSERT_EQ(idx.chunks.size(), 2u);
+  EXPECT_EQ(idx.chunks[1],
+            HashChunkBytes(ChunkDigestAlgorithm::kBlake3, std::string_view(blob).substr(k64K)));
+  EXPECT_NE(idx.chunks[1],
+            HashChunkBytes(ChunkDigestAlgorithm::kSha256, std::string_view(blob).substr(k64K)));
+}
+
+TEST(ChunkHashTest, Blake3OfTheEmptyStringIsTheReferenceValue) {
+  // The BLAKE3 paper's test vector for empty input.
+  EXPECT_EQ(Digest::FromRaw(HashChunkBytes(ChunkDigestAlgorithm::kBlake3, "")).hex(),
+            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262");
+}
+
+TEST(ChunkHashTest, AHasherStartsOverAfterFinish) {
+  ChunkHasher h(ChunkDigestAlgorithm::kBlake3);
+  h.Update("first chunk");
+  h.Finish();
+  h.Update("abc");
+  EXPECT_EQ(h.Finish(), HashChunkBytes(ChunkDigestAlgorithm::kBlake3, "abc"));
+}
+
+TEST(ChunkHashTest, NamesParseBothWaysAndUnknownOnesAreRefused) {
+  EXPECT_EQ(*ParseChunkDigestName("blake3"), ChunkDigestAlgorithm::kBlake3);
+  EXPECT_EQ(*ParseChunkDigestName("sha256"), ChunkDigestAlgorithm::kSha256);
+  EXPECT_EQ(ChunkDigestName(ChunkDigestAlgorithm::kBlake3), "blake3");
+  EXPECT_THAT(ParseChunkDigestName("md5"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"md5\"")));
+}
+
+TEST(ChunkIndexFormatTest, Version2RefusesAnUnknownAlgorithm) {
+  std::string bytes =
+      SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K, ChunkDigestAlgorithm::kBlake3));
+  bytes[12] = 9;
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hash algorithm 9")));
+}
+
+TEST(ChunkIndexFormatTest, Version2NamingSha256IsRefusedSoEachIndexHasOneForm) {
+  std::string bytes =
+      SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K, ChunkDigestAlgorithm::kBlake3));
+  bytes[12] = 1;
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("written as version 1")));
+}
+
+TEST(ChunkIndexFormatTest, Version2RefusesAContentOtherThanTheStoredBytes) {
+  std::string bytes =
+      SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K, ChunkDigestAlgorithm::kBlake3));
+  bytes[16] = 1;
+  EXPECT_THAT(ParseChunkIndex(bytes),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("content 1")));
+}
+
+TEST(ChunkIndexFormatTest, Version2RefusesATruncatedHeader) {
+  const std::string bytes =
+      SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K, ChunkDigestAlgorithm::kBlake3));
+  EXPECT_THAT(ParseChunkIndex(bytes.substr(0, 70)),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("header alone is 80")));
+}
+
+TEST(ChunkIndexTest, ABlake3ChunkThatDiffersIsDataLossNamingTheAlgorithm) {
+  std::string blob = Pattern(2 * k64K);
+  const ChunkIndex idx = BuildChunkIndex(blob, k64K, ChunkDigestAlgorithm::kBlake3);
+  EXPECT_OK(idx.VerifyChunk(1, std::string_view(blob).substr(k64K)));
+  blob[k64K + 3] ^= 1;
+  EXPECT_THAT(idx.VerifyChunk(1, std::string_view(blob).substr(k64K)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("blake3 mismatch")));
 }
 
 TEST(ChunkIndexFormatTest, RefusesChunkSizeThatIsNotAPowerOfTwo) {

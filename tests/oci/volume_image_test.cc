@@ -395,5 +395,113 @@ TEST(VolumeLayerIndexTest, RefusesAManifestWithoutOrWithTwoAnnotatedLayers) {
   EXPECT_THAT(VolumeLayerIndex(none), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(BuildVolumeImageTest, ABlake3IndexIsNamedInModelJsonAndReadBack) {
+  Fixture f = MakeFixture();
+  f.input.chunk_indexes = {BuildChunkIndex(f.weights, k64K, ChunkDigestAlgorithm::kBlake3)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_TRUE(v.model_info.layers[0].chunk_index.has_value());
+  EXPECT_EQ(v.model_info.layers[0].chunk_index->algorithm, ChunkDigestAlgorithm::kBlake3);
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(back.model, v.model_info);
+  EXPECT_EQ(back.chunk_indexes.at(Digest::Of(f.weights)), f.input.chunk_indexes[0]);
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, HasSubstr(R"("algorithm":"blake3")"));
+}
+
+TEST(BuildVolumeImageTest, ASha256IndexWritesNoAlgorithmField) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_THAT(SerializeVolumeModelJson(v.model_info), ::testing::Not(HasSubstr("algorithm")));
+}
+
+TEST(ParseVolumeLayerTest, AnIndexWhoseAlgorithmDisagreesWithModelJsonIsRefused) {
+  Fixture f = MakeFixture();
+  f.input.chunk_indexes = {BuildChunkIndex(f.weights, k64K, ChunkDigestAlgorithm::kBlake3)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.layers[0].chunk_index->algorithm = ChunkDigestAlgorithm::kSha256;
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
+  ASSERT_OK(
+      tar.AddFile(info.layers[0].chunk_index->path, SerializeChunkIndex(f.input.chunk_indexes[0])));
+  EXPECT_THAT(ParseVolumeLayer(tar.Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("blake3) but model.json")));
+}
+
+TEST(ChunkSizeForLayersTest, ASmallModelKeepsOneMiBChunks) {
+  EXPECT_EQ(*ChunkSizeForLayers({256ull << 20, 4096}, ChunkDigestAlgorithm::kBlake3), 1u << 20);
+}
+
+TEST(ChunkSizeForLayersTest, AnExplicitSmallerChunkIsTakenWhenItFits) {
+  EXPECT_EQ(*ChunkSizeForLayers({8ull << 20}, ChunkDigestAlgorithm::kBlake3, 64 << 10), 64u << 10);
+}
+
+TEST(ChunkSizeForLayersTest, SeveralGiBAt64KiBDoNotFitAndAGreaterSizeIsNamed) {
+  // 8 GiB at 64 KiB: 131,072 hashes, 4 MiB of index alone.
+  EXPECT_EQ(*ChunkSizeForLayers({8ull << 30}, ChunkDigestAlgorithm::kBlake3, 64 << 10), 128u << 10);
+}
+
+TEST(ChunkSizeForLayersTest, ModelsBeyondEightTiBAreRefusedNamingTheirSize) {
+  const std::vector<uint64_t> sizes(3, 3ull << 40);  // 9 TiB
+  EXPECT_THAT(ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("9895604649984 bytes")));
+}
+
+// A 1 TiB model, sizes only: 205 shards of 5 GB and the rest, as large checkpoints are split.
+// Its indexes (zero hashes: only their sizes matter here) fit the 4 MiB volume layer at 16 MiB
+// chunks, and the volume image it gives parses back with every index.
+TEST(BuildVolumeImageTest, AOneTiBModelGetsAVolumeImageAtSixteenMiBChunks) {
+  const uint64_t total = 1ull << 40;
+  const uint64_t shard = 5'000'000'000ull;
+  std::vector<uint64_t> sizes;
+  for (uint64_t left = total; left > 0; left -= std::min(left, shard)) {
+    sizes.push_back(std::min(left, shard));
+  }
+  ASSERT_OK_AND_ASSIGN(const uint64_t cs, ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3));
+  EXPECT_EQ(cs, 16u << 20);
+
+  std::vector<ModelLayerInput> layers;
+  std::vector<ChunkIndex> indexes;
+  ModelPackConfig config;
+  config.descriptor.name = "huge";
+  config.config.format = "safetensors";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ChunkIndex idx;
+    // A distinct digest per shard (the bytes are never read).
+    idx.blob_digest = Digest::Of("shard " + std::to_string(i));
+    idx.blob_size = sizes[i];
+    idx.chunk_size = cs;
+    idx.algorithm = ChunkDigestAlgorithm::kBlake3;
+    idx.chunks.resize((sizes[i] + cs - 1) / cs);
+    layers.push_back({"model-" + std::to_string(i) + ".safetensors", idx.blob_digest, sizes[i],
+                      LayerKind::kWeight, LayerEncoding::kRaw, ""});
+    config.modelfs.diff_ids.push_back(idx.blob_digest);
+    indexes.push_back(std::move(idx));
+  }
+  VolumeImageInput in;
+  ASSERT_OK_AND_ASSIGN(in.model, BuildModelManifest(SerializeModelPackConfig(config), layers));
+  const std::string model_json = SerializeManifest(in.model);
+  in.model_manifest = DescribeBlob(kOciManifestMediaType, model_json);
+  in.model_manifest.artifact_type = std::string(kModelArtifactType);
+  in.repository = "registry.local:5000/models/huge";
+  in.chunk_indexes = indexes;
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  EXPECT_LE(v.layer.size(), kMaxVolumeLayerBytes);
+  EXPECT_LE(v.layer.size(), VolumeLayerBytesFor(sizes, cs, ChunkDigestAlgorithm::kBlake3));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(back.chunk_indexes.size(), sizes.size());
+  uint64_t covered = 0;
+  for (const auto& [digest, idx] : back.chunk_indexes) covered += idx.blob_size;
+  EXPECT_EQ(covered, total);
+
+  // At 8 MiB chunks the same indexes (4 MiB of hashes alone) would not fit.
+  for (ChunkIndex& idx : in.chunk_indexes) {
+    idx.chunk_size = 8u << 20;
+    idx.chunks.resize((idx.blob_size + idx.chunk_size - 1) / idx.chunk_size);
+  }
+  EXPECT_THAT(BuildVolumeImage(in),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("over the 4 MiB limit")));
+}
+
 }  // namespace
 }  // namespace modelfs
