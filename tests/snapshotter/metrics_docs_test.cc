@@ -40,7 +40,9 @@ std::set<std::string> ExportedFamilies() {
   return names;
 }
 
-bool IsNameChar(char ch) { return (ch >= 'a' && ch <= 'z') || ch == '_' || (ch >= '0' && ch <= '9'); }
+bool IsNameChar(char ch) {
+  return (ch >= 'a' && ch <= 'z') || ch == '_' || (ch >= '0' && ch <= '9');
+}
 
 // Every `modelfs_...` name in the first column of the table under "## Metrics" in snapshotter.md
 // (labels such as {result} dropped).
@@ -109,9 +111,9 @@ TEST(MetricsDocsTest, EverySampleAlertNamesOnlyExportedMetrics) {
 
 TEST(MetricsDocsTest, TheSampleAlertsCoverWhatTheDocsPromise) {
   const std::string rules = ReadSourceFile("packaging/modelfs-alerts.rules.yml");
-  for (const char* alert : {"ModelfsVerificationFailures", "ModelfsLayerQuarantined",
-                            "ModelfsRemotePrepareFallback", "ModelfsPolicyRefusals",
-                            "ModelfsCacheNearlyFull", "ModelfsReadErrors"}) {
+  for (const char* alert :
+       {"ModelfsVerificationFailures", "ModelfsLayerQuarantined", "ModelfsRemotePrepareFallback",
+        "ModelfsPolicyRefusals", "ModelfsCacheNearlyFull", "ModelfsReadErrors"}) {
     EXPECT_TRUE(absl::StrContains(rules, std::string("alert: ") + alert)) << alert;
   }
 }
