@@ -128,6 +128,13 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           c.policy_evaluations);
   out += reads.Render("modelfs_read_latency_seconds",
                       "Time to answer one FUSE read request, cache hits included.");
+  if (!c.version.empty()) {
+    // The version is ours (a CMake project version), so it needs no label escaping.
+    absl::StrAppend(&out,
+                    "# HELP modelfs_build_info The running daemon's version.\n"
+                    "# TYPE modelfs_build_info gauge\nmodelfs_build_info{version=\"",
+                    c.version, "\"} 1\n");
+  }
   return out;
 }
 

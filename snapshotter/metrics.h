@@ -48,6 +48,8 @@ struct DaemonCounters {
   uint64_t policy_evaluations = 0;
   uint64_t active_models = 0;
   uint64_t read_errors = 0;
+  // The daemon's version, rendered as modelfs_build_info{version="..."} 1; "" = not rendered.
+  std::string version;
 };
 
 // The whole /metrics page.

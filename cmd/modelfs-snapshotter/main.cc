@@ -179,6 +179,7 @@ absl::Status Run(const DaemonConfig& c) {
                        counters.policy_evaluations = s->policy_evaluations();
                        counters.active_models = s->ActiveModels().size();
                        counters.read_errors = read_errors->load();
+                       counters.version = MODELFS_VERSION;
                        return RenderPrometheus(counters, *reads);
                      }));
     LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));

@@ -180,7 +180,13 @@ absl::Status RunForeground(const MountCli& c) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
   };
   fs::create_directories(co.dir, ec);
-  ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, BlobCache::Open(co, &source));
+  absl::StatusOr<std::unique_ptr<BlobCache>> opened = BlobCache::Open(co, &source);
+  // A cache directory another process holds (as root, by default the daemon's) is a usage
+  // error: exit 2, and the message names the directory and its holder.
+  if (absl::IsFailedPrecondition(opened.status())) {
+    return absl::InvalidArgumentError(opened.status().message());
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, std::move(opened));
   PipelineOptions po;
   po.prefetch = policy;
   po.insecure_stream = c.insecure_stream;

@@ -62,6 +62,13 @@ ProgressFn MakeProgress(bool json, Clock* clock = Clock::Real()) {
   };
 }
 
+// The last lines of push and convert: V pinned by digest, alone on the last line so that it can
+// be copied (or taken with `tail -n1`) into a pod's image volume. Pods must pin V, not M.
+void PrintVolumePinLast(const PushResult& r) {
+  printf("pin pods to the volume image (volumes[].image.reference):\n%s@%s\n", r.repository.c_str(),
+         r.volume.digest.str().c_str());
+}
+
 struct PushCli {
   RegistryFlags reg;
   std::string ref;
@@ -169,8 +176,9 @@ absl::Status RunPush(const PushCli& c) {
                : absl::StrCat(" (", EscapeUntrusted(id.base_model_relation), ")").c_str());
   }
   if (!id.tokenizer_sha256.empty()) printf("tokenizer %s\n", id.tokenizer_sha256.c_str());
-  printf("pin it as %s@%s (or the volume image %s@%s)\n", r.repository.c_str(),
-         r.model.digest.str().c_str(), r.repository.c_str(), r.volume.digest.str().c_str());
+  printf("model artifact (modelfs pull/mount, signing): %s@%s\n", r.repository.c_str(),
+         r.model.digest.str().c_str());
+  PrintVolumePinLast(r);
   return absl::OkStatus();
 }
 
@@ -254,6 +262,7 @@ absl::Status RunConvert(const ConvertCli& c) {
   if (!r.model_repository.empty()) {
     printf("the weights stay in %s; the volume image reads them from there\n", model_repo.c_str());
   }
+  PrintVolumePinLast(r);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,8 +47,35 @@ absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
   return cache;
 }
 
+absl::Status BlobCache::LockDir() {
+  // One cache per directory: two processes would each trust the other's half-written files
+  // and evict layers the other serves. flock is released by the kernel when the holder dies.
+  const std::string lock_path = options_.dir + "/lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("cache: open ", lock_path, ": ", strerror(errno)));
+  }
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[128] = {};
+    ssize_t n = ::pread(lock_fd_, holder, sizeof(holder) - 1, 0);
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
+    while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) who.pop_back();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache: ", options_.dir, " is in use by ", who, " (", lock_path,
+                     " is locked); a cache directory serves one process: give this one its own "
+                     "(modelfs mount --cache DIR)"));
+  }
+  // Who holds it, for the message above: "modelfs-snapshotter (pid 123)".
+  const std::string me = absl::StrCat(program_invocation_short_name, " (pid ", ::getpid(), ")\n");
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
+    Log(absl::StrCat("cannot record the holder in ", lock_path, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BlobCache::Init() {
   RETURN_IF_ERROR(store_.Init());
+  RETURN_IF_ERROR(LockDir());
   const std::string db_path = options_.dir + "/cache.db";
   if (absl::Status s = journal_.Open(db_path); !s.ok()) {
     // A full disk ("database or disk is full") must not stop the filesystem from mounting:
@@ -72,6 +100,7 @@ BlobCache::~BlobCache() {
   for (auto& drop : dropped) drop();
   bulk_layers_.clear();
   layers_.clear();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // last: the directory is free once nothing writes
 }
 
 void BlobCache::Log(absl::string_view line) const {

@@ -160,7 +160,10 @@ struct CacheStats {
 class BlobCache : public BlobReader {
  public:
   // Opens (or creates) the cache in options.dir and starts the fetch threads. `remote` must
-  // outlive the cache. Errors: kInvalidArgument (bad options), kInternal (I/O, SQLite).
+  // outlive the cache. One cache per directory at a time: it holds flock on <dir>/lock until
+  // destroyed. Errors: kInvalidArgument (bad options), kFailedPrecondition (another cache, in
+  // this or another process, holds the directory; the message names the holder), kInternal
+  // (I/O, SQLite).
   static absl::StatusOr<std::unique_ptr<BlobCache>> Open(CacheOptions options,
                                                          RemoteBlobSource* remote);
   // Stops the fetch threads (in-flight requests finish first; queued ones are dropped).
@@ -245,6 +248,9 @@ class BlobCache : public BlobReader {
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
+  // Takes flock on <dir>/lock (kFailedPrecondition naming the holder when another process has
+  // it) and records this process there.
+  absl::Status LockDir();
   absl::Status LoadFromJournal();
   // Queues local work (checks, journal writes) on the scheduler's "" pool.
   void SubmitLocalLocked(int priority, std::function<void()> run)
@@ -342,6 +348,7 @@ class BlobCache : public BlobReader {
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
+  int lock_fd_ = -1;  // flock on <dir>/lock, held for the cache's life
   Clock* const time_;
 
   mutable absl::Mutex mu_;

@@ -14,12 +14,21 @@
 //         PullImage, Prepare(KEY, PARENT), mount on TARGET, then read the first byte of
 //         TARGET/FILE; prints one JSON line of seconds from the start of the pull:
 //         {"pull":..,"prepare":..,"mount":..,"first_byte":..}. Leaves TARGET mounted.
+//     run-pod NAME VOLUME READER MOUNTPATH SCRIPT [--log-dir DIR]
+//         what a kubelet does for a pod with one container mounting an image volume:
+//         RunPodSandbox (host network), PullImage of VOLUME and READER with the pod's sandbox
+//         config, CreateContainer (READER running `/bin/sh -c SCRIPT`, VOLUME read-only at
+//         MOUNTPATH), StartContainer, wait for it to exit; prints its stdout and stderr, then
+//         deletes the pod. Exit status: the container's, or 1 when a CRI call fails.
 // Exit status: 0 on success, 1 on failure (the reason on stderr).
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -92,6 +101,14 @@ int main(int argc, char** argv) {
   pull_read->add_option("KEY", key)->required();
   pull_read->add_option("TARGET", target)->required();
   pull_read->add_option("FILE", file)->required();
+  std::string pod_name, volume, reader, mount_path, script, log_dir = "/tmp";
+  auto* run_pod = app.add_subcommand("run-pod", "A pod whose container mounts an image volume");
+  run_pod->add_option("NAME", pod_name)->required();
+  run_pod->add_option("VOLUME", volume)->required();
+  run_pod->add_option("READER", reader)->required();
+  run_pod->add_option("MOUNTPATH", mount_path)->required();
+  run_pod->add_option("SCRIPT", script)->required();
+  run_pod->add_option("--log-dir", log_dir, "parent of the pod's log directory");
   CLI11_PARSE(app, argc, argv);
 
   const std::string grpc_target = "unix://" + address;
@@ -114,6 +131,52 @@ int main(int argc, char** argv) {
       if (!s.ok()) return Fail(s);
     }
     return 0;
+  }
+  if (run_pod->parsed()) {
+    auto cri = CriImageClient::Connect(grpc_target);
+    if (!cri.ok()) return Fail(cri.status());
+    auto rt = modelfs::testing::CriRuntimeClient::Connect(grpc_target);
+    if (!rt.ok()) return Fail(rt.status());
+    modelfs::testing::CriPodSpec pod;
+    pod.name = pod_name;
+    pod.uid = pod_name + "-uid";
+    pod.log_directory = absl::StrCat(log_dir, "/", pod_name);
+    std::filesystem::create_directories(pod.log_directory);
+    auto sandbox = (*rt)->RunPodSandbox(pod);
+    if (!sandbox.ok()) return Fail(sandbox.status());
+    int rc = 1;
+    std::string container;
+    [&] {
+      auto v = (*cri)->PullImageForPod(volume, pod);
+      if (!v.ok()) return (void)Fail(v.status());
+      auto r = (*cri)->PullImageForPod(reader, pod);
+      if (!r.ok()) return (void)Fail(r.status());
+      modelfs::testing::CriContainerSpec c;
+      c.name = "reader";
+      c.image = *r;
+      c.command = {"/bin/sh", "-c", script};
+      c.mounts = {{mount_path, "", *v, true}};
+      c.log_path = "reader.log";
+      auto id = (*rt)->CreateContainer(*sandbox, c, pod);
+      if (!id.ok()) return (void)Fail(id.status());
+      container = *id;
+      absl::Status s = (*rt)->StartContainer(*id);
+      if (!s.ok()) return (void)Fail(s);
+      auto st = (*rt)->WaitForExit(*id, absl::Minutes(10));
+      if (!st.ok()) return (void)Fail(st.status());
+      std::ifstream in(absl::StrCat(pod.log_directory, "/reader.log"));
+      std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      printf("%s", modelfs::testing::ParseCriLog(log).c_str());
+      fprintf(stderr, "%s", modelfs::testing::ParseCriLog(log, "stderr").c_str());
+      rc = st->exit_code;
+    }();
+    if (!container.empty()) {
+      (void)(*rt)->StopContainer(container, absl::Seconds(5));
+      (void)(*rt)->RemoveContainer(container);
+    }
+    (void)(*rt)->StopPodSandbox(*sandbox);
+    (void)(*rt)->RemovePodSandbox(*sandbox);
+    return rc;
   }
   if (umount->parsed()) {
     absl::Status s = modelfs::testing::UnmountAll(target);

@@ -1,7 +1,8 @@
 // `modelfs mount` over a mount whose process was killed (kill -9): the dead FUSE mount answers
 // ENOTCONN; the next mount at the same directory detaches it first, so after `umount` nothing
-// is left in the mount table. A small model pushed with `modelfs push` to a real registry,
-// mounted through the kernel's FUSE.
+// is left in the mount table; a mount over a live mount, or with a live mount's cache, is
+// refused. A small model pushed with `modelfs push` to a real registry, mounted through the
+// kernel's FUSE.
 #include <errno.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -115,6 +116,26 @@ TEST_F(StaleMountTest, AMountOverALiveMountIsRefusedWithExitTwoAndTheFirstKeepsS
   EXPECT_EQ(readme, "# a model mounted twice\n");
   EXPECT_OK(first->Unmount());
   EXPECT_EQ(MountsAt(dir_), 0);
+}
+
+// One process per cache directory (the cache's flock on <cache>/lock): a second mount that
+// names the cache of a live one is a usage error naming the directory and its holder, and the
+// first keeps serving. (AMountOverAKilledMount... shows that a killed holder frees it.)
+TEST_F(StaleMountTest, AMountNamingTheCacheOfALiveMountExitsTwoNamingTheHolder) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelMount> first, ModelMount::Start(ref_, dir_, options_));
+  const std::string other = tmp_.Join("other").string();
+  fs::create_directories(other);
+  ASSERT_OK_AND_ASSIGN(CommandResult again,
+                       RunCommand({ModelfsBinary(), "mount", "--plain-http", "--cache",
+                                   options_.cache_dir, ref_, other}));
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_THAT(again.err,
+              HasSubstr(absl::StrCat("cache: ", options_.cache_dir, " is in use by modelfs (pid ",
+                                     first->pid(), ") (", options_.cache_dir, "/lock is locked)")));
+  EXPECT_EQ(MountsAt(other), 0);
+  ASSERT_OK_AND_ASSIGN(std::string readme, ReadWholeFile(dir_ + "/README.md"));
+  EXPECT_EQ(readme, "# a model mounted twice\n");
+  EXPECT_OK(first->Unmount());
 }
 
 }  // namespace

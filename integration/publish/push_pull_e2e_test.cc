@@ -165,6 +165,22 @@ TEST_F(PushPullTest, SecondPushOfTheSameFilesUploadsNothingAndGivesTheSameDigest
   EXPECT_EQ(j["volume"]["digest"], (*first_push_)["volume"]["digest"]);
 }
 
+TEST_F(PushPullTest, TextOutputEndsWithTheVolumeImagePinnedByDigestAloneOnTheLastLine) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", Ref("demo/llama:v1"),
+                                                       model_dir_->path().string()}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  const std::string v = (*first_push_)["volume"]["reference"];
+  EXPECT_EQ(v, Ref("demo/llama@") + std::string((*first_push_)["volume"]["digest"]));
+  ASSERT_TRUE(absl::EndsWith(push.out, "\n")) << push.out;
+  const std::string body = push.out.substr(0, push.out.size() - 1);
+  EXPECT_EQ(body.substr(body.rfind('\n') + 1), v) << push.out;
+  EXPECT_THAT(push.out, HasSubstr("\npin pods to the volume image (volumes[].image.reference):\n" +
+                                  v + "\n"));
+  // M is still printed, for pull, mount and signing, before the line to copy.
+  EXPECT_THAT(push.out, HasSubstr("model artifact (modelfs pull/mount, signing): " +
+                                  std::string((*first_push_)["model"]["reference"]) + "\n"));
+}
+
 TEST_F(PushPullTest, PushWithAVolumeTagPublishesTheSameVolumeImageUnderThatTag) {
   ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", Ref("demo/llama:v2"),
                                                        model_dir_->path().string(), "--volume-tag",

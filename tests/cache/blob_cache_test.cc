@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -142,6 +143,23 @@ class BlobCacheTest : public ::testing::Test {
   absl::Mutex log_mu_;
   std::vector<std::string> log_;
 };
+
+TEST_F(BlobCacheTest, ASecondCacheOnTheSameDirectoryIsRefusedNamingTheDirectoryAndHolder) {
+  auto first = Open();
+  ASSERT_NE(first, nullptr);
+  auto second = BlobCache::Open(Options(), &remote_);
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  const std::string dir = Options().dir;
+  EXPECT_THAT(
+      std::string(second.status().message()),
+      HasSubstr(absl::StrCat("cache: ", dir, " is in use by ", program_invocation_short_name,
+                             " (pid ", getpid(), ") (", dir, "/lock is locked)")));
+}
+
+TEST_F(BlobCacheTest, TheDirectoryIsFreeAgainOnceTheCacheIsClosed) {
+  Open().reset();
+  EXPECT_NE(Open(), nullptr);
+}
 
 TEST_F(BlobCacheTest, RandomReadsReturnExactBytes) {
   auto cache = Open();

@@ -71,6 +71,17 @@ TEST(BuildVolumeImageTest, LayerHoldsPointerReadmeAndChunkIndexes) {
               HasSubstr("registry.local:5000/models/tiny@" + f.model_descriptor.digest.str()));
 }
 
+TEST(BuildVolumeImageTest, PointerReadmeGivesAdviceByContainerdVersion) {
+  const std::string readme = VolumeReadme(MakeFixture().model_descriptor, "r/m");
+  // 2.1+: the export, and no disable_snapshot_annotations (it would leave the transfer service).
+  EXPECT_THAT(readme, HasSubstr("containerd 2.1 or later (what Kubernetes image volumes need)"));
+  EXPECT_THAT(readme, HasSubstr("enable_remote_snapshot_annotations = \"true\""));
+  EXPECT_THAT(readme, HasSubstr("do NOT set\n     disable_snapshot_annotations there."));
+  // 1.6/1.7/2.0: the CRI plugin's setting.
+  EXPECT_THAT(readme, HasSubstr("containerd 1.6, 1.7 and 2.0: in the CRI plugin set snapshotter "
+                                "= \"modelfs\"\n     and disable_snapshot_annotations = false."));
+}
+
 TEST(BuildVolumeImageTest, ModelJsonNamesModelLayersAndIndexDigests) {
   Fixture f = MakeFixture();
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));

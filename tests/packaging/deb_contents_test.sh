@@ -42,7 +42,8 @@ has -rwxr-xr-x "$P/bin/modelfs"
 if [ "$HAS_DAEMON" = ON ]; then has -rwxr-xr-x "$P/bin/modelfs-snapshotter"; fi
 has -rw-r--r-- "$P/lib/systemd/system/modelfs-snapshotter.service"
 has -rw-r--r-- ".$CONFDIR/snapshotter.toml"
-for doc in install.md snapshotter.md cli.md volume-image.md cache-format.md containerd/containerd-1.x.toml containerd/containerd-2.x.toml; do
+for doc in install.md troubleshooting.md publishing.md snapshotter.md signing.md cli.md volume-image.md \
+    cache-format.md design.md modelfs-alerts.rules.yml containerd/containerd-1.x.toml containerd/containerd-2.x.toml; do
   has -rw-r--r-- "$P/share/doc/modelfs/$doc"
 done
 if [ $missing -ne 0 ]; then echo "package holds:"; cat "$WORK/contents"; fi
@@ -121,6 +122,18 @@ if [ "$HAS_DAEMON" = ON ] && [ "$(id -u)" = 0 ] && [ -c /dev/fuse ]; then
 else
   echo "skipping the daemon start/stop check (needs the daemon, root and /dev/fuse)"
 fi
+
+# Every doc the installed files point at is installed: relative links between the docs
+# (`](page.md`) and absolute /usr/share/doc/modelfs/ paths in the docs, the config and the unit.
+DOCS="$WORK/root${PREFIX%/}/share/doc/modelfs"
+for f in "$DOCS"/*.md "$WORK/root$CONFDIR/snapshotter.toml" "$unit"; do
+  for link in $(grep -oE '\]\([a-z0-9-]+\.md' "$f" | sed 's/^](//' | sort -u); do
+    [ -f "$DOCS/$link" ] || fail "$(basename "$f") links to $link, which the package does not install"
+  done
+  for path in $(grep -oE '/usr/share/doc/modelfs/[A-Za-z0-9._/-]+[A-Za-z0-9]' "$f" | sort -u); do
+    [ -e "$DOCS/${path#/usr/share/doc/modelfs/}" ] || fail "$(basename "$f") names $path, which the package does not install"
+  done
+done
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo PASS
