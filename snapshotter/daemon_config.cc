@@ -120,6 +120,10 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     double gib = static_cast<double>(c.cache_max_size_gib);
     if (absl::Status st = GetNumber(*t, "max_size_gib", source, "cache.", gib); !st.ok()) return st;
     if (gib < 0) return KeyError(source, "cache.max_size_gib", "must be >= 0");
+    if (gib != static_cast<double>(static_cast<uint64_t>(gib))) {
+      // A fraction would be truncated, and 0.5 would silently mean unbounded.
+      return KeyError(source, "cache.max_size_gib", "must be a whole number of GiB");
+    }
     c.cache_max_size_gib = static_cast<uint64_t>(gib);
     if (absl::Status st = GetString(*t, "prefetch", source, "cache.", c.prefetch); !st.ok())
       return st;

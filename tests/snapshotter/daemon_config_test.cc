@@ -9,6 +9,7 @@ namespace {
 
 using ::modelfs::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
@@ -101,6 +102,15 @@ TEST(DaemonConfigTest, AReadPathSwitchThatIsNotABoolNamesTheKey) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fuse.passthrough")));
   EXPECT_THAT(ParseDaemonConfig("[cache]\ndrop_served_pages = 0\n", "n.toml", c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.drop_served_pages")));
+}
+
+TEST(DaemonConfigTest, AFractionalCacheSizeIsRefusedRatherThanTruncated) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("[cache]\nmax_size_gib = 0.5\n", "n.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("cache.max_size_gib"), HasSubstr("whole number"))));
+  ASSERT_OK(ParseDaemonConfig("[cache]\nmax_size_gib = 2.0\n", "n.toml", c));
+  EXPECT_EQ(c.cache_max_size_gib, 2u);
 }
 
 TEST(DaemonConfigTest, ATomlSyntaxErrorNamesTheFileAndLine) {
