@@ -179,7 +179,7 @@ absl::StatusOr<std::unique_ptr<LayerDecoder>> LayerDecoder::Create(LayerEncoding
     case LayerEncoding::kTar:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(layer, ": encoding ", LayerEncodingName(encoding),
+  return absl::InvalidArgumentError(absl::StrCat(layer, ": encoding ", std::string(LayerEncodingName(encoding)),
                                                  " is not compressed"));
 }
 

@@ -383,6 +383,12 @@ absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, cons
     PushedBlob pb{role, d, "present"};
     ++result.present;
     result.blobs.push_back(pb);
+    if (layer.encoding == LayerEncoding::kTarGzip || layer.encoding == LayerEncoding::kTarZstd) {
+      // A compressed layer cannot be read by range: mounts fetch it whole, check it against its
+      // digest and decompress it, so V lists it without a chunk index.
+      result.verified_whole.push_back(d.digest);
+      continue;
+    }
     indexes.push_back(std::move(idx));
   }
   return indexes;
@@ -454,6 +460,8 @@ nlohmann::json PushResultToJson(const PushResult& r) {
                      {"mediaType", b.descriptor.media_type},
                      {"action", b.action}});
   }
+  nlohmann::json verified_whole = nlohmann::json::array();
+  for (const Digest& d : r.verified_whole) verified_whole.push_back(d.str());
   return {
       {"repository", r.repository},
       {"identity", IdentityToJson(r.identity)},
@@ -475,6 +483,7 @@ nlohmann::json PushResultToJson(const PushResult& r) {
       {"present", r.present},
       {"mounted", r.mounted},
       {"bytes_uploaded", r.bytes_uploaded},
+      {"verified_whole", verified_whole},
   };
 }
 

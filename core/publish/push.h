@@ -76,6 +76,9 @@ struct PushResult {
   std::vector<PushedBlob> blobs;
   uint64_t bytes_uploaded = 0;  // request body bytes sent to the registry
   int uploaded = 0, present = 0, mounted = 0;
+  // Layers V lists without a chunk index (compressed tar layers): mounts fetch each whole,
+  // check it against its digest and decompress it before serving any of its files.
+  std::vector<Digest> verified_whole;
 };
 
 // A directory holding modelfs.lock.json (from `modelfs fetch`) keeps its origin: the lock's
@@ -99,6 +102,7 @@ struct ConvertOptions {
 
 // Writes V for the ModelPack artifact at ref into ref's repository: every layer is streamed
 // once, its digest verified and its chunk index built; weights are not uploaded again.
+// Compressed tar layers (.tar+gzip, .tar+zstd) get no chunk index (PushResult::verified_whole).
 absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
                                         const ConvertOptions& options);
 

@@ -1,19 +1,19 @@
 #include "core/oci/layer_decoder.h"
 
-#include <zlib.h>
-#include <zstd.h>
-
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/compress.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {
 
+using ::modelfs::testing::Gzip;
 using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::ZstdFrames;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -24,44 +24,6 @@ std::string Weights(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::string out(n, '\0');
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(i % 2 ? 0x3c + rng() % 3 : rng());
-  return out;
-}
-
-// One gzip member, as `gzip` writes it; `name` sets the header's FNAME field.
-std::string Gzip(const std::string& data, const char* name = nullptr) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  gz_header header{};
-  if (name != nullptr) {
-    header.name = reinterpret_cast<Bytef*>(const_cast<char*>(name));
-    EXPECT_EQ(deflateSetHeader(&zs, &header), Z_OK);
-  }
-  std::string out(deflateBound(&zs, data.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
-// One zstd frame per `piece` bytes of `data`, at level 3, with content checksums.
-std::string ZstdFrames(const std::string& data, size_t piece) {
-  std::string out;
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 3);
-  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-  for (size_t off = 0; off < data.size(); off += piece) {
-    const size_t n = std::min(piece, data.size() - off);
-    std::string frame(ZSTD_compressBound(n), '\0');
-    const size_t r = ZSTD_compress2(cctx, frame.data(), frame.size(), data.data() + off, n);
-    EXPECT_FALSE(ZSTD_isError(r));
-    frame.resize(r);
-    out += frame;
-  }
-  ZSTD_freeCCtx(cctx);
   return out;
 }
 
