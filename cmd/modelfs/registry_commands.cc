@@ -230,9 +230,10 @@ absl::Status RunConvert(const ConvertCli& c) {
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
   for (const Digest& d : r.verified_whole) {
-    printf("layer %s is compressed: no chunk index; mounts fetch it whole, verify and "
-           "decompress it before serving its files\n",
-           d.str().c_str());
+    printf(
+        "layer %s is compressed: no chunk index; mounts fetch it whole, verify and "
+        "decompress it before serving its files\n",
+        d.str().c_str());
   }
   if (!r.model_repository.empty()) {
     printf("the weights stay in %s; the volume image reads them from there\n", model_repo.c_str());

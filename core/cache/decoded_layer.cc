@@ -12,6 +12,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/cache/blob_cache.h"
+#include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -34,10 +35,9 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
     // Registered in this process (the same bytes as another model's .tar layer, or a decode
     // done earlier): it serves verified bytes in its own mode. Known from an earlier process:
     // only whole, verified and with its seal intact, the state a decode leaves it in.
-    const bool sealed_whole = layer->whole_verified && !layer->seal.empty() &&
-                              layer->mode == VerifyMode::kWholeLayer &&
-                              layer->chunk_size == options_.whole_chunk_size &&
-                              layer->expected.size() == layer->count();
+    const bool sealed_whole =
+        layer->whole_verified && !layer->seal.empty() && layer->mode == VerifyMode::kWholeLayer &&
+        layer->chunk_size == options_.whole_chunk_size && layer->expected.size() == layer->count();
     if (!layer->has_spec && !sealed_whole) return std::nullopt;
     size = layer->size;
   }
@@ -137,10 +137,16 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
       [&](uint64_t offset) -> absl::StatusOr<std::string> {
         const uint64_t n = std::min(kDecodeReadBytes, compressed->size - offset);
         piece.resize(n);
-        if (n > 0) RETURN_IF_ERROR(store_.ReadFull(compressed->fd, spec.source, piece.data(), n, offset));
+        if (n > 0)
+          RETURN_IF_ERROR(store_.ReadFull(compressed->fd, spec.source, piece.data(), n, offset));
         return piece;
       },
       [&](std::string_view bytes) -> absl::Status {
+        // A layer that decompresses past the largest layer accepted is refused as it grows.
+        if (written + bytes.size() > kMaxModelLayerBytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              name, " decompresses to more than the limit of ", kMaxModelLayerBytes, " bytes"));
+        }
         const int err = store_.Write(out, bytes.data(), bytes.size(), written);
         if (err == ENOSPC || err == EDQUOT) {
           return absl::ResourceExhaustedError(absl::StrCat(
@@ -159,11 +165,6 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
       Log(decoded.status().message());
     }
     return decoded.status();
-  }
-  if (decoded->size > kMaxModelLayerBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " decompresses to ", decoded->size,
-                                                   " bytes, over the limit of ",
-                                                   kMaxModelLayerBytes));
   }
 
   // 3. Installed under its digest, unless the same bytes are here already.
@@ -197,8 +198,8 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
       return absl::InternalError(
           absl::StrCat(store_.PathOf(decoded->digest), ": cannot reopen: ", strerror(errno)));
     }
-    layer = std::make_shared<Layer>(mu_, decoded->digest, decoded->size,
-                                    options_.whole_chunk_size, fd);
+    layer =
+        std::make_shared<Layer>(mu_, decoded->digest, decoded->size, options_.whole_chunk_size, fd);
     LayerGuard held(*layer, Held(mu_));
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;

@@ -171,7 +171,8 @@ absl::StatusOr<std::unique_ptr<LayerDecoder>> LayerDecoder::Create(LayerEncoding
     case LayerEncoding::kTarZstd: {
       ZSTD_DCtx* dctx = ZSTD_createDCtx();
       if (dctx == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(layer, ": cannot allocate a zstd context"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(layer, ": cannot allocate a zstd context"));
       }
       return std::unique_ptr<LayerDecoder>(new ZstdDecoder(std::move(layer), dctx));
     }
@@ -179,8 +180,8 @@ absl::StatusOr<std::unique_ptr<LayerDecoder>> LayerDecoder::Create(LayerEncoding
     case LayerEncoding::kTar:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(layer, ": encoding ", std::string(LayerEncodingName(encoding)),
-                                                 " is not compressed"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      layer, ": encoding ", std::string(LayerEncodingName(encoding)), " is not compressed"));
 }
 
 absl::StatusOr<DecodedLayer> DecodeLayer(LayerEncoding encoding, const Digest& layer,

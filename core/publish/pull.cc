@@ -315,8 +315,8 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       const std::string part = part_of(i);
       const std::string download =
           IsCompressed(l) ? absl::StrCat(staging, "/compressed/", i, ".part") : part;
-      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role,
-                                         download, o.progress, total);
+      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role, download,
+                                         o.progress, total);
       // A compressed layer is decoded only once its bytes matched the layer digest, and its
       // tar is used only once the decoded bytes matched the diff ID.
       if (st.ok() && download != part) {

@@ -124,7 +124,7 @@ TEST_F(DecodedLayerTest, RefusesADiffIdMismatchNamingTheLayerAndBothDigestsAndSe
                                                   HasSubstr(Digest::Of(tar).str()))));
   EXPECT_THAT(cache->GetLayerInfo(Digest::Of(tar)), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(cache->GetLayerInfo(wrong), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_EQ(DataFiles(), std::vector<std::string>{absl::StrCat(source.hex(), ".data")});
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
 }
 
 TEST_F(DecodedLayerTest, RefusesACompressedLayerWhoseBytesFailItsDigest) {
@@ -148,7 +148,7 @@ TEST_F(DecodedLayerTest, RefusesATruncatedStreamAndKeepsNoPartialLayer) {
   EXPECT_THAT(cache->RegisterDecodedLayer(Spec(source, cut, LayerEncoding::kTarZstd)),
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr(source.str()), HasSubstr("ends inside a frame"))));
-  EXPECT_EQ(DataFiles(), std::vector<std::string>{absl::StrCat(source.hex(), ".data")});
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
   EXPECT_EQ(cache->stats().verification_failures, 1u);
 }
 
@@ -192,7 +192,7 @@ TEST_F(DecodedLayerTest, DecodesAgainWhenTheDecodedFileWasWrittenToAfterItsSeal)
   }
   {
     const auto path =
-        dir_.Join("cache") / "blobs" / "sha256" / absl::StrCat(decoded.hex(), ".data");
+        dir_.Join("cache") / "blobs" / "sha256" / (std::string(decoded.hex()) + ".data");
     FILE* f = fopen(path.c_str(), "r+b");
     ASSERT_NE(f, nullptr);
     fseek(f, 1000, SEEK_SET);
@@ -200,8 +200,8 @@ TEST_F(DecodedLayerTest, DecodesAgainWhenTheDecodedFileWasWrittenToAfterItsSeal)
     fclose(f);
   }
   auto cache = Open();
-  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(Spec(
-                                           source, gz, LayerEncoding::kTarGzip, decoded)));
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(
+                                           Spec(source, gz, LayerEncoding::kTarGzip, decoded)));
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
   EXPECT_EQ(got, tar);
 }

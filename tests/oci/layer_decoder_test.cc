@@ -81,8 +81,8 @@ TEST(LayerDecoderTest, DecodesAZstdStreamOfManyFrames) {
 TEST(LayerDecoderTest, AcceptsTheDiffIdOfTheDecodedBytes) {
   const std::string data = Weights(70000, 6);
   std::string out;
-  EXPECT_OK(Decode(LayerEncoding::kTarZstd, ZstdFrames(data, 1 << 20), &out, Digest::Of(data))
-                .status());
+  EXPECT_OK(
+      Decode(LayerEncoding::kTarZstd, ZstdFrames(data, 1 << 20), &out, Digest::Of(data)).status());
 }
 
 TEST(LayerDecoderTest, RefusesADiffIdOtherThanTheDecodedBytesNamingBothDigests) {
@@ -123,20 +123,20 @@ TEST(LayerDecoderTest, RefusesATruncatedGzipStreamNamingTheOffset) {
   const std::string compressed = Gzip(Weights(1 << 20, 11));
   const std::string cut = compressed.substr(0, compressed.size() - 100);
   std::string out;
-  EXPECT_THAT(Decode(LayerEncoding::kTarGzip, cut, &out),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr(absl::StrCat("ends inside a member at compressed offset ",
-                                              cut.size()))));
+  EXPECT_THAT(
+      Decode(LayerEncoding::kTarGzip, cut, &out),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr(absl::StrCat("ends inside a member at compressed offset ", cut.size()))));
 }
 
 TEST(LayerDecoderTest, RefusesAZstdStreamCutInsideAFrame) {
   const std::string compressed = ZstdFrames(Weights(3 << 20, 12), 1 << 20);
   const std::string cut = compressed.substr(0, compressed.size() - 1000);
   std::string out;
-  EXPECT_THAT(Decode(LayerEncoding::kTarZstd, cut, &out),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr(absl::StrCat("ends inside a frame at compressed offset ",
-                                              cut.size()))));
+  EXPECT_THAT(
+      Decode(LayerEncoding::kTarZstd, cut, &out),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr(absl::StrCat("ends inside a frame at compressed offset ", cut.size()))));
 }
 
 TEST(LayerDecoderTest, RefusesBytesAfterTheLastGzipMember) {
