@@ -275,7 +275,9 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
   // for a well-formed config before anything is downloaded.
   std::vector<std::optional<Digest>> diff_ids(rm.layers.size());
   for (size_t i = 0; i < rm.layers.size(); ++i) {
-    if (IsCompressed(rm.layers[i])) ASSIGN_OR_RETURN(diff_ids[i], LayerDiffId(rm, i));
+    if (IsCompressed(rm.layers[i])) {
+      ASSIGN_OR_RETURN(diff_ids[i], LayerDiffId(rm, i));
+    }
   }
 
   // Everything is staged next to DEST and moved into it only when every layer verified and
