@@ -76,10 +76,9 @@ class CompressedLayersTest : public ::testing::Test {
     in.kind = LayerKind::kWeight;
     in.encoding = encoding;
     ASSERT_OK_AND_ASSIGN(Manifest m, BuildModelManifest(config_blob, {in}));
-    ASSERT_OK(client_
-                  ->PutManifest(kRepo, tag, SerializeManifest(m),
-                                std::string(kOciManifestMediaType))
-                  .status());
+    ASSERT_OK(
+        client_->PutManifest(kRepo, tag, SerializeManifest(m), std::string(kOciManifestMediaType))
+            .status());
   }
 
   std::string Ref(const std::string& tag) const {
@@ -135,9 +134,8 @@ TEST_F(CompressedLayersTest, MountRefusesALayerWhoseDecompressedBytesMissTheDiff
   PushModel("lie", LayerEncoding::kTarGzip, gz, lie);
   const std::string dir = tmp_.Join("mnt-lie").string();
   std::filesystem::create_directories(dir);
-  ASSERT_OK_AND_ASSIGN(ProcessResult r,
-                       RunModelfs({"mount", "--plain-http", "--cache-dir",
-                                   tmp_.Join("cache").string(), Ref("lie"), dir}));
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"mount", "--plain-http", "--cache",
+                                                    tmp_.Join("cache").string(), Ref("lie"), dir}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(Digest::Of(gz).str()));
   EXPECT_THAT(r.err, HasSubstr(lie.str()));

@@ -59,8 +59,8 @@ TEST_F(ModelLoaderTest, AGzipTarLayerServesItsFilesFromTheDecompressedLayer) {
   ASSERT_EQ(loaded.files.size(), 1u);
   EXPECT_EQ(loaded.files[0].path, "weights/model.bin");
   EXPECT_EQ(loaded.files[0].layer, decoded);
-  ASSERT_OK_AND_ASSIGN(std::string got,
-                       cache_->Read(decoded, loaded.files[0].offset_in_layer, loaded.files[0].size));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(decoded, loaded.files[0].offset_in_layer,
+                                                     loaded.files[0].size));
   EXPECT_EQ(got, "the weights\n");
   EXPECT_EQ(References(decoded), 1);
 }
@@ -70,16 +70,16 @@ TEST_F(ModelLoaderTest, AZstdTarLayerWhoseDiffIdDiffersIsDataLossAndLeavesNoRefe
   ASSERT_OK(tar.AddFile("model.bin", "the weights\n"));
   const std::string bytes = tar.Finish();
   Digest raw = AddRawLayer("a raw file\n", "a.txt");
-  Digest zst = AddLayer(::modelfs::testing::ZstdFrames(bytes, 1 << 20), LayerEncoding::kTarZstd,
-                        "", "application/vnd.cncf.model.weight.v1.tar+zstd");
+  Digest zst = AddLayer(::modelfs::testing::ZstdFrames(bytes, 1 << 20), LayerEncoding::kTarZstd, "",
+                        "application/vnd.cncf.model.weight.v1.tar+zstd");
   ModelPackConfig config;
   const Digest lie = Digest::Of("some other tar");
   config.modelfs.diff_ids = {raw, lie};
   model_.config = config;
-  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr(zst.str()), HasSubstr(lie.str()),
-                             HasSubstr(Digest::Of(bytes).str()))));
+  EXPECT_THAT(
+      LoadModel(model_, *cache_, {}).status(),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(zst.str()), HasSubstr(lie.str()),
+                                                  HasSubstr(Digest::Of(bytes).str()))));
   EXPECT_EQ(References(raw), 0);
   EXPECT_EQ(References(Digest::Of(bytes)), 0);
 }
@@ -90,9 +90,9 @@ TEST_F(ModelLoaderTest, DiffIdsThatAreNotOnePerLayerAreInvalidArgument) {
   ModelPackConfig config;
   config.modelfs.diff_ids = {Digest::Of("a"), Digest::Of("b")};
   model_.config = config;
-  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("lists 2 diffIds for 1 layers")));
+  EXPECT_THAT(
+      LoadModel(model_, *cache_, {}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lists 2 diffIds for 1 layers")));
 }
 
 TEST_F(ModelLoaderTest, ATarLayerRepeatingARawPathLeavesNoReferenceOnEitherLayer) {
