@@ -165,5 +165,56 @@ TEST_F(CompressedLayersTest, ConvertWritesAVolumeImageWithoutAChunkIndexThatMoun
   EXPECT_OK(m->Unmount());
 }
 
+TEST_F(CompressedLayersTest, PushCompressZstdWritesFramedLayersThatZstdReadsAndAMountServes) {
+  const std::string src = tmp_.Join("src").string();
+  ASSERT_OK_AND_ASSIGN(ProcessResult p, RunModelfs({"push", "--plain-http", "--json", "--compress",
+                                                    "zstd", Ref("pushed"), src}));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  nlohmann::json j = ParseJsonOutput(p.out);
+  const uint64_t tars = j["uncompressed_bytes"].get<uint64_t>();
+  const uint64_t compressed = j["compressed_bytes"].get<uint64_t>();
+  EXPECT_GT(tars, 0u);
+  EXPECT_LT(compressed, tars);
+  uint64_t layer_bytes = 0;
+  int layers = 0;
+  for (const auto& b : j["blobs"]) {
+    const std::string role = b["role"].get<std::string>();
+    if (role == "config" || role == "volume layer" || role == "volume config") continue;
+    const std::string mt = b["mediaType"].get<std::string>();
+    EXPECT_THAT(mt, ::testing::EndsWith(".tar+zstd"));
+    layer_bytes += b["size"].get<uint64_t>();
+    ++layers;
+    // A standard stream: the zstd tool decodes the layer to a tar holding the file.
+    ASSERT_OK_AND_ASSIGN(std::string blob,
+                         FetchBlob(*client_, kRepo, b["digest"].get<std::string>()));
+    const std::string zst = tmp_.Join("layer.zst").string();
+    {
+      FILE* f = fopen(zst.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      fwrite(blob.data(), 1, blob.size(), f);
+      fclose(f);
+    }
+    ASSERT_OK_AND_ASSIGN(CommandResult d, RunCommand({"zstd", "-d", "-f", "-q", zst}));
+    EXPECT_EQ(d.exit_code, 0) << d.err;
+    const std::string tar = ReadFileOrDie(tmp_.Join("layer").string());
+    EXPECT_EQ(tar.substr(0, role.size()), role);  // the tar's first header names the file
+  }
+  EXPECT_EQ(layers, static_cast<int>(want_.size()) - 1);  // the extra weights were not pushed
+  EXPECT_EQ(layer_bytes, compressed);
+  want_.erase("extra/weights.bin");
+  MountOptions o;
+  o.cache_dir = tmp_.Join("cache").string();
+  const std::string dir = tmp_.Join("mnt-pushed").string();
+  std::filesystem::create_directories(dir);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelMount> m,
+                       ModelMount::Start(Ref("pushed-volume"), dir, o));
+  std::map<std::string, std::string> got = DescribeFiles(dir);
+  got.erase(".modelinfo.json");
+  std::map<std::string, std::string> want;
+  for (const auto& [path, bytes] : want_) want[path] = Digest::Of(bytes).str();
+  EXPECT_EQ(got, want);
+  EXPECT_OK(m->Unmount());
+}
+
 }  // namespace
 }  // namespace modelfs::testing
