@@ -1,7 +1,8 @@
 // Compressed tar layers (.tar+gzip, .tar+zstd of many frames) of a ModelPack artifact built
 // here with the spec's media types and diffIds, pushed to a real registry, then mounted with
 // `modelfs mount`, pulled and converted: every byte read equals the original, and a layer
-// whose decompressed bytes do not match its diffId is refused as a verification failure.
+// whose decompressed bytes do not match its diffId is refused as a verification failure. Also
+// `push --compress zstd`, and the passthrough_opens counter of `modelfs stats`.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -213,6 +214,39 @@ TEST_F(CompressedLayersTest, PushCompressZstdWritesFramedLayersThatZstdReadsAndA
   std::map<std::string, std::string> want;
   for (const auto& [path, bytes] : want_) want[path] = Digest::Of(bytes).str();
   EXPECT_EQ(got, want);
+  EXPECT_OK(m->Unmount());
+}
+
+TEST_F(CompressedLayersTest, StatsCountPassthroughOpensOnceRawLayersAreSealed) {
+  const std::string src = tmp_.Join("src").string();
+  ASSERT_OK_AND_ASSIGN(ProcessResult p, RunModelfs({"push", "--plain-http", Ref("raw"), src}));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  want_.erase("extra/weights.bin");
+  std::unique_ptr<ModelMount> m = Mount("raw-volume");
+  ASSERT_NE(m, nullptr);
+  for (const auto& [path, bytes] : want_) EXPECT_EQ(ReadFileOrDie(m->dir() + "/" + path), bytes);
+  // Each layer is sealed once all its chunks are verified and flushed, in the background.
+  nlohmann::json stats;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+    if (stats["sealed_layers"].get<size_t>() == want_.size()) break;
+  }
+  ASSERT_EQ(stats["sealed_layers"].get<size_t>(), want_.size()) << stats.dump();
+  const uint64_t before = stats["passthrough_opens"].get<uint64_t>();
+  for (const auto& [path, bytes] : want_) EXPECT_EQ(ReadFileOrDie(m->dir() + "/" + path), bytes);
+  ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  EXPECT_EQ(stats["passthrough_opens"].get<uint64_t>() - before, want_.size()) << stats.dump();
+  EXPECT_OK(m->Unmount());
+}
+
+TEST_F(CompressedLayersTest, StatsCountNoPassthroughOpenForFilesInsideATarLayer) {
+  PushModel("gzip", LayerEncoding::kTarGzip, Gzip(tar_), Digest::Of(tar_));
+  std::unique_ptr<ModelMount> m = Mount("gzip");
+  ASSERT_NE(m, nullptr);
+  ExpectTheTarsFiles(m->dir());
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_GT(stats["opens"].get<uint64_t>(), 0u) << stats.dump();
+  EXPECT_EQ(stats["passthrough_opens"].get<uint64_t>(), 0u) << stats.dump();
   EXPECT_OK(m->Unmount());
 }
 
