@@ -123,13 +123,17 @@ class ZstdDecoder : public LayerDecoder {
     ZSTD_inBuffer input{in.data(), in.size(), 0};
     while (input.pos < input.size || pending_output_) {
       ZSTD_outBuffer output{out_.data(), out_.size(), 0};
+      const size_t in_before = input.pos;
       const size_t r = ZSTD_decompressStream(dctx_, &output, &input);
       if (ZSTD_isError(r)) {
         return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is corrupt near compressed ",
                                                 "offset ", consumed_ + input.pos, " (",
                                                 ZSTD_getErrorName(r), ")"));
       }
-      frame_open_ = r != 0;
+      // A call that moved nothing says nothing about the frame: after a frame that filled the
+      // output exactly, the next call (made in case output was pending) hints at the next
+      // frame's header.
+      if (input.pos != in_before || output.pos > 0) frame_open_ = r != 0;
       if (input.pos > 0) saw_input_ = true;
       // A full output buffer may leave decoded bytes inside the context.
       pending_output_ = output.pos == output.size;

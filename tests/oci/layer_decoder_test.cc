@@ -78,6 +78,25 @@ TEST(LayerDecoderTest, DecodesAZstdStreamOfManyFrames) {
   EXPECT_EQ(d.digest, Digest::Of(data));
 }
 
+TEST(LayerDecoderTest, DecodesAZstdStreamWhoseFramesFillTheOutputExactly) {
+  const std::string data = Weights(2 * LayerDecoder::kMaxPiece, 13);
+  std::string out;
+  ASSERT_OK(Decode(LayerEncoding::kTarZstd, ZstdFrames(data, LayerDecoder::kMaxPiece), &out, {},
+                   /*piece=*/8 << 20)
+                .status());
+  EXPECT_EQ(out, data);
+}
+
+TEST(LayerDecoderTest, DecodesGzipMembersThatFillTheOutputExactly) {
+  const std::string a = Weights(LayerDecoder::kMaxPiece, 14);
+  const std::string b = Weights(LayerDecoder::kMaxPiece, 15);
+  for (size_t piece : {size_t{1} << 12, size_t{8} << 20}) {
+    std::string out;
+    ASSERT_OK(Decode(LayerEncoding::kTarGzip, Gzip(a) + Gzip(b), &out, {}, piece).status());
+    EXPECT_EQ(out, a + b) << piece;
+  }
+}
+
 TEST(LayerDecoderTest, AcceptsTheDiffIdOfTheDecodedBytes) {
   const std::string data = Weights(70000, 6);
   std::string out;
