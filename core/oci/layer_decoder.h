@@ -1,6 +1,6 @@
 // LayerDecoder: the decompression of a compressed tar layer (.tar+gzip, .tar+zstd) as a
 // stream, so a layer of any size is decoded in bounded memory. gzip goes through ISA-L's
-// igzip (about 1.5x zlib's inflate on bf16 weights here; docs/design.md, "Numbers"), zstd
+// igzip (1.4-1.9x zlib's inflate on bf16 weights here; docs/design.md, "Numbers"), zstd
 // through libzstd. Both accept what their command-line tools write and read: several gzip
 // members one after another, several zstd frames (and skippable frames) one after another.
 //
