@@ -64,12 +64,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       // Fetched whole, checked against its digest, decompressed into a layer of its own and
       // checked against its diffId before anything of it is served. V's chunk index of the
       // compressed bytes (if any) is not needed: the whole-layer check covers every byte.
-      if (o.insecure_stream) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                         "): it is verified whole before it is decompressed, so it cannot be "
-                         "streamed unverified"));
-      }
+      // insecure_stream does not apply: nothing can be decompressed before it is all here.
       ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, i));
       DecodedLayerSpec ds;
       ds.source = d.digest;

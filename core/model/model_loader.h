@@ -38,8 +38,8 @@ struct LoadedModel {
 // fetched whole, checked against its digest, decompressed into a layer of its own and checked
 // against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer); its
 // files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
-// digests), kInvalidArgument (insecure_stream with a compressed layer, a config whose diffIds
-// are not one per layer), kPermissionDenied for unsafe paths; the cache's errors.
+// digests), kInvalidArgument (a config whose diffIds are not one per layer), kPermissionDenied
+// for unsafe paths; the cache's errors.
 // A failed load takes back every cache reference held under M's digest (UnregisterModel), so
 // the caller is left with nothing to undo; a caller must not load a model that is still
 // registered in the same cache.
