@@ -144,6 +144,31 @@ TEST_F(CompressedLayersTest, MountRefusesALayerWhoseDecompressedBytesMissTheDiff
   EXPECT_FALSE(FindMount(std::filesystem::canonical(dir).string()).has_value());
 }
 
+TEST_F(CompressedLayersTest, MountRefusesATruncatedZstdLayerWithExit1AndMountsNothing) {
+  const std::string full = ZstdFrames(tar_, 1 << 20);
+  const std::string cut = full.substr(0, full.size() - 100000);  // published cut: digest matches
+  PushModel("cut", LayerEncoding::kTarZstd, cut, Digest::Of(tar_));
+  const std::string dir = tmp_.Join("mnt-cut").string();
+  std::filesystem::create_directories(dir);
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"mount", "--plain-http", "--cache",
+                                                    tmp_.Join("cache").string(), Ref("cut"), dir}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(Digest::Of(cut).str()));
+  EXPECT_THAT(r.err, HasSubstr("ends inside a frame"));
+  EXPECT_FALSE(FindMount(std::filesystem::canonical(dir).string()).has_value());
+}
+
+TEST_F(CompressedLayersTest, PullRefusesAGzipLayerWithACorruptByteWithExit1AndLeavesNoDest) {
+  std::string gz = Gzip(tar_);
+  gz[gz.size() / 2] ^= 0x10;  // published corrupt: the layer digest is of these bytes
+  PushModel("corrupt", LayerEncoding::kTarGzip, gz, Digest::Of(tar_));
+  const std::string dest = tmp_.Join("dest-corrupt").string();
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"pull", "--plain-http", Ref("corrupt"), dest}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(Digest::Of(gz).str()));
+  EXPECT_FALSE(std::filesystem::exists(dest));
+}
+
 TEST_F(CompressedLayersTest, PullExtractsEveryFileOfAZstdTarLayer) {
   PushModel("zstd", LayerEncoding::kTarZstd, ZstdFrames(tar_, 1 << 20), Digest::Of(tar_));
   const std::string dest = tmp_.Join("dest").string();
