@@ -193,7 +193,7 @@ absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, si
         absl::StrCat("model ", model.model_descriptor.digest.str(), ": its config lists ",
                      ids.size(), " diffIds for ", model.layers.size(), " layers"));
   }
-  if (i >= ids.size()) return std::nullopt;
+  if (i >= ids.size() || ids[i] == model.layers[i].descriptor.digest) return std::nullopt;
   return ids[i];
 }
 

@@ -84,6 +84,19 @@ TEST_F(ModelLoaderTest, AZstdTarLayerWhoseDiffIdDiffersIsDataLossAndLeavesNoRefe
   EXPECT_EQ(References(Digest::Of(bytes)), 0);
 }
 
+TEST_F(ModelLoaderTest, ADiffIdThatIsTheCompressedLayersOwnDigestIsAccepted) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("model.bin", "the weights\n"));
+  const std::string bytes = tar.Finish();
+  Digest gz = AddLayer(::modelfs::testing::Gzip(bytes), LayerEncoding::kTarGzip, "",
+                       "application/vnd.cncf.model.weight.v1.tar+gzip");
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {gz};
+  model_.config = config;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  EXPECT_EQ(loaded.layers, std::vector<Digest>{Digest::Of(bytes)});
+}
+
 TEST_F(ModelLoaderTest, DiffIdsThatAreNotOnePerLayerAreInvalidArgument) {
   AddLayer(::modelfs::testing::Gzip("x"), LayerEncoding::kTarGzip, "",
            "application/vnd.cncf.model.weight.v1.tar+gzip");
