@@ -112,7 +112,8 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
         landed++;
       }
     }
-    if (landed <= progress) {
+    // Every chunk here: the whole-layer hash is running, local work that ends.
+    if (landed <= progress && landed < compressed->count()) {
       return absl::DeadlineExceededError(
           absl::StrCat(name, ": the compressed layer's fetch made no progress within ",
                        absl::FormatDuration(options_.read_deadline)));
