@@ -154,6 +154,7 @@ FuseMount::FuseMount(std::string dir, std::shared_ptr<ModelTree> tree,
   ctx_->attr_timeout = options_.attr_timeout_s;
   ctx_->max_read = options_.max_read;
   ctx_->on_read = options_.on_read;
+  ctx_->on_open = options_.on_open;
   ctx_->clock = options_.clock != nullptr ? options_.clock : Clock::Real();
   ctx_->reads = std::make_unique<ReadPool>(std::max(1u, options_.max_background_reads));
 }

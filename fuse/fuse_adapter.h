@@ -78,6 +78,9 @@ struct FuseMountOptions {
   // Called after every read request with its duration and outcome (the daemon's latency
   // histogram). Must be thread-safe and fast.
   std::function<void(absl::Duration latency, bool ok)> on_read;
+  // Called after every open the kernel took, with whether it is served by passthrough (the
+  // passthrough_opens counters of `modelfs stats` and the daemon). Thread-safe and fast.
+  std::function<void(bool passthrough)> on_open;
   // The clock on_read's durations are measured on; null: Clock::Real(). Must outlive the
   // mount. Tests pass a FakeClock.
   Clock* clock = nullptr;

@@ -189,7 +189,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       rc = fuse_reply_open(req, fi);
     }
     // Not taken (the opener was interrupted): the kernel will send no release for it.
-    if (rc != 0) ctx.files->Release(d.fh);
+    if (rc != 0) {
+      ctx.files->Release(d.fh);
+    } else if (ctx.on_open) {
+      ctx.on_open(d.mode == OpenFiles::Mode::kPassthrough);
+    }
   });
 }
 

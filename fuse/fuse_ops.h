@@ -45,6 +45,7 @@ struct FuseMount::Context {
   double attr_timeout = 0;
   uint32_t max_read = 0;
   std::function<void(absl::Duration, bool)> on_read;
+  std::function<void(bool)> on_open;     // FuseMountOptions::on_open
   Clock* clock = nullptr;                // times on_read; never null once the mount is built
   std::atomic<bool> initialized{false};  // libfuse called init (FUSE_INIT, real or synthetic)
   // Open files and their I/O mode; set before the loop serves.

@@ -20,7 +20,7 @@ PACKAGES=(
   llvm
   # libraries
   libabsl-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev
-  libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev
+  libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev libisal-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
   libmicrohttpd-dev
   # BLAKE3's official C sources (bookworm has no libblake3-dev; cmake/blake3.cmake builds them)
@@ -29,7 +29,7 @@ PACKAGES=(
   libsodium-dev
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
-  docker-registry containerd skopeo apache2-utils curl python3 util-linux procps
+  docker-registry containerd skopeo apache2-utils curl python3 util-linux procps zstd
   # bench/load_bench.sh: the blob store behind a redirect, and shaped network namespaces
   nginx-light iproute2
   # pause and reader images of the containerd 2.1 image-volume tests

@@ -106,6 +106,9 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           c.cache.evicted_layers);
   Gauge(out, "modelfs_active_models", "Models registered in the FUSE mount.", c.active_models);
   Counter(out, "modelfs_read_errors_total", "FUSE reads that returned an error.", c.read_errors);
+  Counter(out, "modelfs_passthrough_opens_total",
+          "Opens served by FUSE passthrough: the kernel reads the sealed cache file itself.",
+          c.passthrough_opens);
   absl::StrAppend(&out,
                   "# HELP modelfs_remote_prepares_total Prepare calls for volume-image layers, "
                   "by outcome.\n# TYPE modelfs_remote_prepares_total counter\n",

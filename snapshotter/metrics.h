@@ -48,6 +48,7 @@ struct DaemonCounters {
   uint64_t policy_evaluations = 0;
   uint64_t active_models = 0;
   uint64_t read_errors = 0;
+  uint64_t passthrough_opens = 0;  // opens served by FUSE passthrough (the kernel reads)
   // The daemon's version, rendered as modelfs_build_info{version="..."} 1; "" = not rendered.
   std::string version;
 };

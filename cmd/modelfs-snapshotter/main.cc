@@ -120,6 +120,7 @@ absl::Status Run(const DaemonConfig& c) {
 
   auto reads = std::make_shared<LatencyHistogram>();
   auto read_errors = std::make_shared<std::atomic<uint64_t>>(0);
+  auto passthrough_opens = std::make_shared<std::atomic<uint64_t>>(0);
 
   ModelSnapshotterOptions o;
   o.root = c.root;
@@ -143,6 +144,9 @@ absl::Status Run(const DaemonConfig& c) {
   o.fuse.on_read = [reads, read_errors](absl::Duration d, bool ok) {
     reads->Observe(d);
     if (!ok) read_errors->fetch_add(1, std::memory_order_relaxed);
+  };
+  o.fuse.on_open = [passthrough_opens](bool passthrough) {
+    if (passthrough) passthrough_opens->fetch_add(1, std::memory_order_relaxed);
   };
   o.containerd_address = c.containerd_address;
   o.log = LogLine;
@@ -168,20 +172,22 @@ absl::Status Run(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     ASSIGN_OR_RETURN(auto hp, SplitHostPort(c.metrics_address));
     ModelSnapshotter* s = snapshotter.get();
-    ASSIGN_OR_RETURN(metrics, MetricsServer::Start(hp.first, hp.second, [s, reads, read_errors] {
-                       DaemonCounters counters;
-                       counters.cache = s->cache_stats();
-                       RemotePrepareCounts r = s->remote_counts();
-                       counters.remote_mounted = r.mounted;
-                       counters.remote_fallback = r.fallback;
-                       counters.remote_error = r.error;
-                       counters.policy_refusals = s->policy_refusals();
-                       counters.policy_evaluations = s->policy_evaluations();
-                       counters.active_models = s->ActiveModels().size();
-                       counters.read_errors = read_errors->load();
-                       counters.version = MODELFS_VERSION;
-                       return RenderPrometheus(counters, *reads);
-                     }));
+    ASSIGN_OR_RETURN(metrics, MetricsServer::Start(
+                                  hp.first, hp.second, [s, reads, read_errors, passthrough_opens] {
+                                    DaemonCounters counters;
+                                    counters.cache = s->cache_stats();
+                                    RemotePrepareCounts r = s->remote_counts();
+                                    counters.remote_mounted = r.mounted;
+                                    counters.remote_fallback = r.fallback;
+                                    counters.remote_error = r.error;
+                                    counters.policy_refusals = s->policy_refusals();
+                                    counters.policy_evaluations = s->policy_evaluations();
+                                    counters.active_models = s->ActiveModels().size();
+                                    counters.read_errors = read_errors->load();
+                                    counters.passthrough_opens = passthrough_opens->load();
+                                    counters.version = MODELFS_VERSION;
+                                    return RenderPrometheus(counters, *reads);
+                                  }));
     LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
   }
 

@@ -80,8 +80,15 @@ std::string StatsPath(const std::string& dir) {
   return absl::StrCat(StatsDir(), "/", absl::StrReplaceAll(abs, {{"/", "_"}}), ".json");
 }
 
+// Opens the kernel took, and those of them served by FUSE passthrough (the kernel reads the
+// sealed cache file itself), since the mount started.
+struct OpenCounts {
+  std::atomic<uint64_t> opens{0};
+  std::atomic<uint64_t> passthrough{0};
+};
+
 nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const std::string& dir,
-                         const LoadedModel& m) {
+                         const LoadedModel& m, const OpenCounts& opens) {
   CacheStats s = cache.stats();
   return {{"reference", ref},
           {"mountpoint", dir},
@@ -97,7 +104,9 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
           {"sealed_layers", s.sealed_layers},
           {"audited_layers", s.audited_layers},
-          {"cached_bytes", s.cached_bytes}};
+          {"cached_bytes", s.cached_bytes},
+          {"opens", opens.opens.load()},
+          {"passthrough_opens", opens.passthrough.load()}};
 }
 
 void WriteAtomically(const std::string& path, const std::string& text) {
@@ -192,12 +201,17 @@ absl::Status RunForeground(const MountCli& c) {
   po.insecure_stream = c.insecure_stream;
   ModelPipeline pipeline(cache.get(), po);
   // The model is the root of its own tree, served by a mount of its own.
+  OpenCounts opens;  // outlives the mount, whose on_open counts into it
   std::unique_ptr<FuseMount> mount;
   auto serve = [&](const LoadedModel& m) -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
                      ModelTree::SingleModel(cache.get(), m.files, m.synthetic,
                                             ModelOptions{.mtime_sec = m.mtime_sec}));
     FuseMountOptions fo;
+    fo.on_open = [&opens](bool passthrough) {
+      opens.opens.fetch_add(1, std::memory_order_relaxed);
+      if (passthrough) opens.passthrough.fetch_add(1, std::memory_order_relaxed);
+    };
     fo.passthrough = c.passthrough;
     fo.direct_io_reads = c.direct_io;
     ASSIGN_OR_RETURN(mount,
@@ -208,7 +222,7 @@ absl::Status RunForeground(const MountCli& c) {
 
   fs::create_directories(StatsDir(), ec);
   const std::string stats_path = StatsPath(c.dir);
-  WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded).dump());
+  WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded, opens).dump());
   Report(c.ready_fd, absl::OkStatus());
   if (c.ready_fd < 0) {
     printf("mounted %s at %s (%s verification); Ctrl-C or `modelfs umount %s` to stop\n",
@@ -226,7 +240,7 @@ absl::Status RunForeground(const MountCli& c) {
     while (!stopping.load()) {
       for (int i = 0; i < 10 && !stopping.load(); ++i)
         Clock::Real()->SleepFor(absl::Milliseconds(100));
-      WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded).dump());
+      WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded, opens).dump());
     }
   });
   absl::Status waited = mount->Wait();

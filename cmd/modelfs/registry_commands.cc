@@ -74,6 +74,7 @@ struct PushCli {
   std::string ref;
   std::vector<std::string> inputs;
   bool tar = false;
+  std::string compress;  // "" or "zstd"
   std::string volume_tag;
   std::vector<std::string> annotations;
   std::vector<std::string> mount_from;
@@ -114,6 +115,7 @@ absl::Status RunPush(const PushCli& c) {
   RETURN_IF_ERROR(ParseChunkFlags(c.chunk_size, c.chunk_digest, &o.chunk_size, &o.chunk_digest));
   o.inputs = c.inputs;
   o.tar = c.tar;
+  o.compress_zstd = c.compress == "zstd";
   o.volume_tag = c.volume_tag;
   o.mount_from = c.mount_from;
   o.revision = c.revision;
@@ -156,6 +158,15 @@ absl::Status RunPush(const PushCli& c) {
   }
   printf("%d blob(s) uploaded, %d already present, %d mounted; %s bytes sent\n", r.uploaded,
          r.present, r.mounted, WithCommas(r.bytes_uploaded).c_str());
+  if (r.uncompressed_bytes > 0) {
+    printf("zstd: %s of %s tar bytes (%.3f), %s bytes saved\n",
+           WithCommas(r.compressed_bytes).c_str(), WithCommas(r.uncompressed_bytes).c_str(),
+           static_cast<double>(r.compressed_bytes) / static_cast<double>(r.uncompressed_bytes),
+           WithCommas(r.uncompressed_bytes > r.compressed_bytes
+                          ? r.uncompressed_bytes - r.compressed_bytes
+                          : 0)
+               .c_str());
+  }
   printf("model  %s:%s  %s\n", r.repository.c_str(), r.model_tag.c_str(),
          r.model.digest.str().c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
@@ -259,6 +270,12 @@ absl::Status RunConvert(const ConvertCli& c) {
          r.model.digest.str().c_str(), WithCommas(r.bytes_uploaded).c_str());
   printf("volume %s:%s  %s\n", r.repository.c_str(), r.volume_tag.c_str(),
          r.volume.digest.str().c_str());
+  for (const Digest& d : r.verified_whole) {
+    printf(
+        "layer %s is compressed: no chunk index; mounts fetch it whole, verify and "
+        "decompress it before serving its files\n",
+        d.str().c_str());
+  }
   if (!r.model_repository.empty()) {
     printf("the weights stay in %s; the volume image reads them from there\n", model_repo.c_str());
   }
@@ -314,6 +331,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("REF", c->ref, "Target reference, registry/repo:tag")->required();
     cmd->add_option("FILES", c->inputs, "Files and directories")->required();
     cmd->add_flag("--tar", c->tar, "One .tar layer per file instead of .raw");
+    cmd->add_option("--compress", c->compress,
+                    "zstd: one .tar+zstd layer per file (implies --tar), in independent frames "
+                    "of one chunk each, level 3")
+        ->check(CLI::IsMember({"zstd"}));
     cmd->add_option("--volume-tag", c->volume_tag,
                     "Tag for the volume image (default <tag>-volume)");
     cmd->add_option("--annotation", c->annotations, "KEY=VALUE annotation on the model manifest");

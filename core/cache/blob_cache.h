@@ -73,6 +73,8 @@
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
+#include "core/oci/layer_decoder.h"
+#include "core/oci/media_types.h"
 
 namespace modelfs {
 
@@ -135,6 +137,15 @@ struct LayerSpec {
   std::string model_ref;  // who references the layer; a layer with no reference is evictable
 };
 
+// A compressed tar layer (.tar+gzip, .tar+zstd) to serve decompressed: RegisterDecodedLayer.
+struct DecodedLayerSpec {
+  Digest source;  // the compressed layer, as M lists it
+  uint64_t source_size = 0;
+  LayerEncoding encoding = LayerEncoding::kTarGzip;
+  std::optional<Digest> diff_id;  // M's config diffId for the layer, when it gives one
+  std::string model_ref;
+};
+
 // A byte range of a layer, e.g. a safetensors header to prefetch first.
 struct ByteRange {
   uint64_t offset = 0;
@@ -178,6 +189,19 @@ class BlobCache : public BlobReader {
   // count, size conflicting with an earlier registration or over kMaxModelLayerBytes, empty
   // model_ref), kInternal (I/O).
   absl::Status RegisterLayer(const LayerSpec& spec);
+  // Registers the decompressed form of a compressed tar layer for `spec.model_ref` as a layer
+  // of its own, keyed by the digest of the decompressed bytes (docs/cache-format.md, "Decoded
+  // layers"), and returns that digest and size. Blocks until the layer is verified and sealed:
+  // the compressed layer is fetched whole and checked against its digest (whole-layer mode),
+  // decompressed into its own data file (streamed, bounded memory), checked against
+  // `spec.diff_id` when given, then hashed and sealed like a whole-verified layer; the compressed
+  // copy is then unreferenced (evictable). A decoded layer found sealed (by its diff ID, or by
+  // the record of an earlier decode of the same source) is used without any of that. Decoded
+  // layers are never fetched: until the call returns OK nothing of it is served.
+  // Errors: kDataLoss naming the layer (compressed layer failing its digest, a corrupt or
+  // truncated stream, the diffId not matching: both digests), kResourceExhausted (disk full),
+  // kDeadlineExceeded (the compressed fetch stopped making progress), RegisterLayer's errors.
+  absl::StatusOr<DecodedLayer> RegisterDecodedLayer(const DecodedLayerSpec& spec);
   // Drops `model_ref`'s reference to `digest` / to every layer. Cached data stays until
   // eviction needs the space. Unknown digests or refs are not an error.
   void UnregisterLayer(const Digest& digest, absl::string_view model_ref);
@@ -373,6 +397,14 @@ class BlobCache : public BlobReader {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Stopped (its threads joined) first thing in the destructor.
   FetchScheduler scheduler_;
+  // Compressed layers being decoded by RegisterDecodedLayer: one decode per source at a time.
+  absl::flat_hash_set<Digest> decoding_ ABSL_GUARDED_BY(mu_);
+  // The decoded layer `digest` for `model_ref` if the cache holds it usable (verified and
+  // sealed, or registered in this process); its size, else nullopt.
+  std::optional<uint64_t> ReuseDecoded(const Digest& digest, const std::string& model_ref);
+  // Decodes `spec.source` (verified whole) into a new data file and installs it.
+  absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
+
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 

@@ -51,7 +51,8 @@ absl::Status ChunkJournal::Open(const std::string& path) {
         " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
         " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
-        " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;");
+        " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"
+        "CREATE TABLE IF NOT EXISTS decoded(source TEXT PRIMARY KEY, digest TEXT NOT NULL);");
   }
   if (s.ok() && !HasColumnLocked("layers", "seal")) {
     // Caches written before seals existed: their layers are re-hashed once, then sealed.
@@ -174,6 +175,22 @@ void ChunkJournal::Forget(const std::string& digest) {
     if (!q.status().ok()) continue;
     (void)q.Bind(1, digest).Step();
   }
+}
+
+absl::Status ChunkJournal::RecordDecoded(const std::string& source, const std::string& digest) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "INSERT OR REPLACE INTO decoded(source, digest) VALUES(?1, ?2)");
+  RETURN_IF_ERROR(q.status());
+  return q.Bind(1, source).Bind(2, digest).Step().status();
+}
+
+std::string ChunkJournal::DecodedOf(const std::string& source) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "SELECT digest FROM decoded WHERE source = ?1");
+  if (!q.status().ok()) return std::string();
+  absl::StatusOr<bool> row = q.Bind(1, source).Step();
+  if (!row.ok() || !*row) return std::string();
+  return q.Text(0);
 }
 
 void ChunkJournal::Touch(const std::string& digest, int64_t last_used) {

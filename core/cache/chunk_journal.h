@@ -57,6 +57,12 @@ class ChunkJournal {
   // Deletes the layer's row and its chunks. Errors are ignored: an orphan row is dropped on
   // the next Open, since its data file is gone.
   void Forget(const std::string& digest);
+  // Remembers that decoding layer `source` (a compressed tar layer) gave layer `digest`, so a
+  // later process finds the decoded layer without decoding again. A hint only: the decoded
+  // layer is trusted through its own row and seal.
+  absl::Status RecordDecoded(const std::string& source, const std::string& digest);
+  // The digest RecordDecoded stored for `source`; "" when none (or on error).
+  std::string DecodedOf(const std::string& source);
   // The layer's LRU stamp; a failure only costs eviction order.
   void Touch(const std::string& digest, int64_t last_used);
 

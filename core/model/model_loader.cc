@@ -1,5 +1,6 @@
 #include "core/model/model_loader.h"
 
+#include <map>
 #include <optional>
 #include <set>
 #include <utility>
@@ -38,15 +39,14 @@ class CacheRollback {
   bool armed_ = true;
 };
 
-// Lazy mounts read layers by range: compressed ones cannot be served.
-absl::Status CheckUncompressed(const ModelLayer& l) {
-  if (l.encoding != LayerEncoding::kTarGzip && l.encoding != LayerEncoding::kTarZstd) {
-    return absl::OkStatus();
-  }
-  return absl::UnimplementedError(
-      absl::StrCat("layer ", l.descriptor.digest.str(), " is compressed (", l.descriptor.media_type,
-                   "); lazy mounts serve .raw and .tar layers (push without compression)"));
+bool IsCompressed(const ModelLayer& l) {
+  return l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd;
 }
+
+// The tree of M's layers; `decoded` gives the decompressed layer of each compressed one.
+absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,
+                                     const std::string& verification, const LoadOptions& o,
+                                     const std::map<Digest, DecodedLayer>& decoded);
 
 }  // namespace
 
@@ -56,9 +56,28 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   CacheRollback rollback(cache, model_ref);
   bool all_indexed = true;
   std::vector<Digest> layers;
-  for (const ModelLayer& l : rm.layers) {
+  std::map<Digest, DecodedLayer> decoded;
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    const ModelLayer& l = rm.layers[i];
     const Descriptor& d = l.descriptor;
-    RETURN_IF_ERROR(CheckUncompressed(l));
+    if (IsCompressed(l)) {
+      // Fetched whole, checked against its digest, decompressed into a layer of its own and
+      // checked against its diffId before anything of it is served. V's chunk index of the
+      // compressed bytes (if any) is not needed: the whole-layer check covers every byte.
+      // insecure_stream does not apply: nothing can be decompressed before it is all here.
+      ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, i));
+      DecodedLayerSpec ds;
+      ds.source = d.digest;
+      ds.source_size = d.size;
+      ds.encoding = l.encoding;
+      ds.diff_id = diff_id;
+      ds.model_ref = model_ref;
+      ASSIGN_OR_RETURN(DecodedLayer dl, cache.RegisterDecodedLayer(ds));
+      decoded[d.digest] = dl;
+      layers.push_back(dl.digest);
+      all_indexed = false;
+      continue;
+    }
     LayerSpec spec;
     spec.digest = d.digest;
     spec.size = d.size;
@@ -79,7 +98,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   const std::string verification = o.insecure_stream ? "unverified"
                                    : all_indexed     ? "chunk-index"
                                                      : "whole-layer";
-  ASSIGN_OR_RETURN(LoadedModel out, AssembleModel(rm, cache, verification, o));
+  ASSIGN_OR_RETURN(LoadedModel out, Assemble(rm, cache, verification, o, decoded));
   out.layers = std::move(layers);
   rollback.Dismiss();
   return out;
@@ -87,6 +106,14 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
 
 absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& reader,
                                           const std::string& verification, const LoadOptions& o) {
+  return Assemble(rm, reader, verification, o, {});
+}
+
+namespace {
+
+absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,
+                                     const std::string& verification, const LoadOptions& o,
+                                     const std::map<Digest, DecodedLayer>& decoded) {
   LoadedModel out;
   out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   out.verification = verification;
@@ -102,7 +129,20 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
   std::set<std::string> seen;
   for (const ModelLayer& l : rm.layers) {
     const Descriptor& d = l.descriptor;
-    RETURN_IF_ERROR(CheckUncompressed(l));
+    // The layer whose bytes are the tar: a compressed layer's decoded one.
+    Digest tar_digest = d.digest;
+    uint64_t tar_size = d.size;
+    if (IsCompressed(l)) {
+      auto it = decoded.find(d.digest);
+      if (it == decoded.end()) {
+        return absl::UnimplementedError(
+            absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
+                         "); only the modelfs cache serves compressed layers (decompressed "
+                         "whole), not this reader"));
+      }
+      tar_digest = it->second.digest;
+      tar_size = it->second.size;
+    }
     if (l.encoding == LayerEncoding::kRaw) {
       RETURN_IF_ERROR(CheckRelativePath(l.path));
       if (!seen.insert(l.path).second) {
@@ -112,7 +152,7 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
       continue;
     }
     // A tar layer: index its headers by range reads of verified bytes.
-    BlobRangeReader tar(&reader, d.digest, 0, d.size, absl::StrCat("layer ", d.digest.str()));
+    BlobRangeReader tar(&reader, tar_digest, 0, tar_size, absl::StrCat("layer ", d.digest.str()));
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
     for (const TarEntry& e : entries) {
       if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
@@ -122,7 +162,7 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
         return absl::PermissionDeniedError(absl::StrCat("layer ", d.digest.str(), ": path '", rel,
                                                         "' appears twice in the model"));
       }
-      out.files.push_back(TreeFile{rel, d.digest, e.data_offset, e.size, ""});
+      out.files.push_back(TreeFile{rel, tar_digest, e.data_offset, e.size, ""});
     }
   }
   ModelInfoContext ctx;
@@ -174,5 +214,7 @@ absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& r
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace modelfs

@@ -34,8 +34,12 @@ struct LoadedModel {
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
 // indexes tar layers by range reads through the cache (so their headers are verified too), and
-// makes .modelinfo.json from the files' headers on its first lookup. Errors: kUnimplemented for
-// compressed tar layers; kPermissionDenied for unsafe paths; the cache's errors.
+// makes .modelinfo.json from the files' headers on its first lookup. A compressed tar layer is
+// fetched whole, checked against its digest, decompressed into a layer of its own and checked
+// against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer); its
+// files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
+// digests), kInvalidArgument (a config whose diffIds are not one per layer), kPermissionDenied
+// for unsafe paths; the cache's errors.
 // A failed load takes back every cache reference held under M's digest (UnregisterModel), so
 // the caller is left with nothing to undo; a caller must not load a model that is still
 // registered in the same cache.

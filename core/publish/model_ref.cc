@@ -185,4 +185,16 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
   return r;
 }
 
+absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, size_t i) {
+  if (!model.config || model.config->modelfs.diff_ids.empty()) return std::nullopt;
+  const std::vector<Digest>& ids = model.config->modelfs.diff_ids;
+  if (ids.size() != model.layers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", model.model_descriptor.digest.str(), ": its config lists ",
+                     ids.size(), " diffIds for ", model.layers.size(), " layers"));
+  }
+  if (i >= ids.size() || ids[i] == model.layers[i].descriptor.digest) return std::nullopt;
+  return ids[i];
+}
+
 }  // namespace modelfs

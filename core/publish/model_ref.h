@@ -84,6 +84,13 @@ struct ResolvedModel {
   std::string path_prefix;
 };
 
+// The diff ID M's ModelPack config gives layer `i` (the digest of its uncompressed content),
+// or nullopt when the config gives none, or gives the layer's own digest: some publishers
+// record the digest of the layer as stored for every layer, compressed or not, and that digest
+// is checked anyway. Errors: kInvalidArgument when the config lists diffIds, but not one per
+// layer.
+absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, size_t i);
+
 // Where ResolveModel gets manifests and small blobs: a registry, or the copies the snapshotter
 // keeps so a restart does not need the registry.
 class ModelFetcher {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/io/range_reader.h"
 #include "core/io/staged_dest.h"
+#include "core/oci/layer_decoder.h"
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
@@ -95,6 +96,40 @@ absl::Status CopyRange(RangeReader& reader, uint64_t offset, uint64_t size, int 
     done += n;
   }
   return absl::OkStatus();
+}
+
+bool IsCompressed(const ModelLayer& l) {
+  return l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd;
+}
+
+// Decompresses the verified compressed layer at `in` into `out`, checking the decoded bytes
+// against `diff_id` when given. Errors: kDataLoss naming the layer (a corrupt or truncated
+// stream, a diff ID that does not match); kInternal for I/O.
+absl::Status DecodeFile(const std::string& in, const ModelLayer& l,
+                        const std::optional<Digest>& diff_id, const std::string& out) {
+  constexpr uint64_t kPiece = 4ull << 20;
+  ASSIGN_OR_RETURN(auto reader, OpenFileRangeReader(in));
+  std::error_code ec;
+  fs::create_directories(fs::path(out).parent_path(), ec);
+  int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat(out, ": ", strerror(errno)));
+  absl::StatusOr<DecodedLayer> decoded = DecodeLayer(
+      l.encoding, l.descriptor.digest, diff_id,
+      [&](uint64_t offset) -> absl::StatusOr<std::string> {
+        if (offset >= l.descriptor.size) return std::string();
+        return reader->ReadAt(offset, std::min(kPiece, l.descriptor.size - offset));
+      },
+      [&](std::string_view bytes) -> absl::Status {
+        while (!bytes.empty()) {
+          ssize_t n = write(fd, bytes.data(), bytes.size());
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) return absl::InternalError(absl::StrCat(out, ": write: ", strerror(errno)));
+          bytes.remove_prefix(static_cast<size_t>(n));
+        }
+        return absl::OkStatus();
+      });
+  close(fd);
+  return decoded.status();
 }
 
 // What the pull has placed at each relative path of the staged tree, across every layer.
@@ -236,11 +271,12 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     RETURN_IF_ERROR(CheckNotReservedModelPath(l.path, where));
     RETURN_IF_ERROR(Claim(placed, l.path, Placed::kFile, where));
   }
-  for (const auto& l : rm.layers) {
-    if (l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd) {
-      return absl::UnimplementedError(absl::StrCat("layer ", l.descriptor.digest.str(),
-                                                   " is compressed (", l.descriptor.media_type,
-                                                   "); pull supports .raw and .tar layers"));
+  // The diff ID of each compressed layer (its decompressed bytes must hash to it), checked
+  // for a well-formed config before anything is downloaded.
+  std::vector<std::optional<Digest>> diff_ids(rm.layers.size());
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    if (IsCompressed(rm.layers[i])) {
+      ASSIGN_OR_RETURN(diff_ids[i], LayerDiffId(rm, i));
     }
   }
 
@@ -279,10 +315,20 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
       const ModelLayer& l = rm.layers[i];
       std::string role = l.path.empty() ? l.descriptor.digest.str() : l.path;
       const std::string part = part_of(i);
-      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role, part,
+      const std::string download =
+          IsCompressed(l) ? absl::StrCat(staging, "/compressed/", i, ".part") : part;
+      absl::Status st = DownloadVerified(model_client, rm.repository, l.descriptor, role, download,
                                          o.progress, total);
+      // A compressed layer is decoded only once its bytes matched the layer digest, and its
+      // tar is used only once the decoded bytes matched the diff ID.
+      if (st.ok() && download != part) {
+        st = DecodeFile(download, l, diff_ids[i], part);
+        std::error_code e2;
+        fs::remove(download, e2);
+      }
       if (!st.ok()) {
         std::error_code e2;
+        fs::remove(download, e2);
         fs::remove(part, e2);
         absl::MutexLock lock(&mu);
         if (first_error.ok()) first_error = st;

@@ -29,6 +29,7 @@
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
 #include "core/oci/volume_image.h"
+#include "core/oci/zstd_frames.h"
 #include "core/publish/model_ref.h"
 #include "core/publish/push_inputs.h"
 #include "core/status/status_macros.h"
@@ -296,7 +297,8 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   for (const auto& f : files) {
     std::string blob_path = f.path;
     LayerEncoding enc = LayerEncoding::kRaw;
-    if (o.tar) {
+    std::optional<Digest> diff_id;  // of a compressed layer: its tar's digest
+    if (o.tar || o.compress_zstd) {
       // One tar per file: header, data, padding, two zero blocks; staged on disk.
       std::string tmp = absl::StrCat(fs::temp_directory_path().string(), "/modelfs-push-", getpid(),
                                      "-", temp_files.size(), ".tar");
@@ -323,6 +325,18 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       }
       blob_path = tmp;
       enc = LayerEncoding::kTar;
+      if (o.compress_zstd) {
+        // Independent frames of one chunk of the tar each: a standard zstd stream whose
+        // frames can be decoded one by one.
+        const std::string zst = tmp + ".zst";
+        temp_files.push_back(zst);
+        ASSIGN_OR_RETURN(ZstdFramesResult z, WriteZstdFrames(tmp, zst, o.chunk_size));
+        diff_id = z.diff_id;
+        result.uncompressed_bytes += z.input_size;
+        result.compressed_bytes += z.size;
+        blob_path = zst;
+        enc = LayerEncoding::kTarZstd;
+      }
     }
     ASSIGN_OR_RETURN(ChunkIndex idx,
                      IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress));
@@ -346,9 +360,14 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     in.kind = ClassifyFile(f.rel);
     in.encoding = enc;
     in.file_metadata_json = SerializeFileMetadata(meta);
-    config.modelfs.diff_ids.push_back(idx.blob_digest);
+    config.modelfs.diff_ids.push_back(diff_id.value_or(idx.blob_digest));
     layers.push_back(std::move(in));
-    indexes.push_back(std::move(idx));
+    if (diff_id) {
+      // Mounts fetch a compressed layer whole (design.md, "The trust chain"): no chunk index.
+      result.verified_whole.push_back(idx.blob_digest);
+    } else {
+      indexes.push_back(std::move(idx));
+    }
 
     Descriptor d;
     d.media_type = std::string(ModelLayerMediaType(layers.back().kind, enc));
@@ -415,6 +434,12 @@ absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, cons
     PushedBlob pb{role, d, "present"};
     ++result.present;
     result.blobs.push_back(pb);
+    if (layer.encoding == LayerEncoding::kTarGzip || layer.encoding == LayerEncoding::kTarZstd) {
+      // A compressed layer cannot be read by range: mounts fetch it whole, check it against its
+      // digest and decompress it, so V lists it without a chunk index.
+      result.verified_whole.push_back(d.digest);
+      continue;
+    }
     indexes.push_back(std::move(idx));
   }
   return indexes;
@@ -486,6 +511,8 @@ nlohmann::json PushResultToJson(const PushResult& r) {
                      {"mediaType", b.descriptor.media_type},
                      {"action", b.action}});
   }
+  nlohmann::json verified_whole = nlohmann::json::array();
+  for (const Digest& d : r.verified_whole) verified_whole.push_back(d.str());
   return {
       {"repository", r.repository},
       {"identity", IdentityToJson(r.identity)},
@@ -507,6 +534,9 @@ nlohmann::json PushResultToJson(const PushResult& r) {
       {"present", r.present},
       {"mounted", r.mounted},
       {"bytes_uploaded", r.bytes_uploaded},
+      {"verified_whole", verified_whole},
+      {"uncompressed_bytes", r.uncompressed_bytes},
+      {"compressed_bytes", r.compressed_bytes},
   };
 }
 

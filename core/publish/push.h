@@ -30,8 +30,11 @@ struct TransferProgress {
 using ProgressFn = std::function<void(const TransferProgress&)>;
 
 struct PushOptions {
-  std::vector<std::string> inputs;                 // files and directories
-  bool tar = false;                                // one .tar layer per file instead of .raw
+  std::vector<std::string> inputs;  // files and directories
+  bool tar = false;                 // one .tar layer per file instead of .raw
+  // One .tar+zstd layer per file (implies tar): independent zstd frames of chunk_size bytes of
+  // the tar each, level 3; the config's diffIds name the tars. V has no chunk index for them.
+  bool compress_zstd = false;
   std::string volume_tag;                          // default "<tag>-volume"
   std::map<std::string, std::string> annotations;  // on M
   std::vector<std::string> mount_from;  // repositories (same registry) to mount blobs from
@@ -79,6 +82,11 @@ struct PushResult {
   std::vector<PushedBlob> blobs;
   uint64_t bytes_uploaded = 0;  // request body bytes sent to the registry
   int uploaded = 0, present = 0, mounted = 0;
+  // Layers V lists without a chunk index (compressed tar layers): mounts fetch each whole,
+  // check it against its digest and decompress it before serving any of its files.
+  std::vector<Digest> verified_whole;
+  // push --compress zstd: the tars' bytes and the compressed layers' bytes (0 otherwise).
+  uint64_t uncompressed_bytes = 0, compressed_bytes = 0;
 };
 
 // A directory holding modelfs.lock.json (from `modelfs fetch`) keeps its origin: the lock's
@@ -103,6 +111,7 @@ struct ConvertOptions {
 
 // Writes V for the ModelPack artifact at ref into ref's repository: every layer is streamed
 // once, its digest verified and its chunk index built; weights are not uploaded again.
+// Compressed tar layers (.tar+gzip, .tar+zstd) get no chunk index (PushResult::verified_whole).
 absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
                                         const ConvertOptions& options);
 

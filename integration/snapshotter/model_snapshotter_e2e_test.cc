@@ -23,6 +23,7 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/compress.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -351,19 +352,38 @@ TEST_F(ModelSnapshotterTest, ALayerAnnotationNamingAnotherModelIsDataLossAndLeav
 }
 
 TEST_F(ModelSnapshotterTest, AModelThatFailsToLoadFallsBackAndHoldsNoCacheReference) {
-  // The raw layer is registered with the cache before the compressed one makes the load fail.
+  // The raw layer is registered with the cache before the tar layer, shorter than one tar
+  // header, makes the load fail (kOutOfRange: not a verification failure, so a fallback).
   Descriptor raw{"application/vnd.cncf.model.doc.v1.raw", {}, 6, {}, {}};
   raw.annotations[std::string(kAnnotationFilepath)] = "notes.txt";
-  Descriptor gz{"application/vnd.cncf.model.weight.v1.tar+gzip", {}, 9, {}, {}};
-  Labels labels = PushHandBuiltVolume("fails-to-load", {{raw, "notes\n"}, {gz, "not gzip\n"}});
+  Descriptor tar{"application/vnd.cncf.model.weight.v1.tar", {}, 10, {}, {}};
+  Labels labels = PushHandBuiltVolume("fails-to-load", {{raw, "notes\n"}, {tar, "not a tar\n"}});
   ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
   EXPECT_EQ(mounts.size(), 1u);
   EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
-  EXPECT_THAT(log_, HasSubstr("is compressed"));
+  EXPECT_THAT(log_, HasSubstr("tar truncated"));
   absl::StatusOr<BlobCache::LayerInfo> info =
       snapshotter_->cache_layer_info(Digest::Of(std::string("notes\n")));
   EXPECT_EQ(info.ok() ? info->references : 0, 0);
+}
+
+TEST_F(ModelSnapshotterTest, AGzipTarLayerIsServedDecompressedWithExactBytes) {
+  std::string weights(5 << 20, '\0');
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>((i * 7919) >> 3);
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("weights/model.bin", weights));
+  const std::string gz = ::modelfs::testing::Gzip(tar.Finish());
+  // The helper records each layer's own digest as its diffId, as some publishers do.
+  Descriptor layer{"application/vnd.cncf.model.weight.v1.tar+gzip", {}, gz.size(), {}, {}};
+  Labels labels = PushHandBuiltVolume("gzip-layer", {{layer, gz}});
+  ASSERT_THAT(snapshotter_->Prepare("extract-1", "", labels).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_EQ(snapshotter_->ActiveModels().size(), 1u);
+  const std::string dir =
+      (snapshotter_->mount_dir() / *snapshotter_->ActiveModels().begin()).string();
+  EXPECT_EQ(ReadFileOrDie(dir + "/weights/model.bin"), weights);
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 1u);
 }
 
 TEST_F(ModelSnapshotterTest, AnAbsurdLayerSizeFallsBackNamingTheLayerAndTheNextPrepareToo) {

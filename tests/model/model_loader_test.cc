@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model/cached_model_fixture.h"
+#include "tests/testing/compress.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {
@@ -34,13 +35,77 @@ TEST_F(ModelLoaderTest, ASuccessfulLoadKeepsOneReferencePerLayer) {
   EXPECT_EQ(References(b), 1);
 }
 
-TEST_F(ModelLoaderTest, ACompressedLayerAfterARegisteredOneLeavesNoReference) {
+TEST_F(ModelLoaderTest, ACorruptCompressedLayerAfterARegisteredOneLeavesNoReference) {
   Digest raw = AddRawLayer("registered before the failure\n", "a.txt");
-  AddLayer("not really gzip", LayerEncoding::kTarGzip, "",
-           "application/vnd.cncf.model.weight.v1.tar+gzip");
+  Digest gz = AddLayer("not really gzip", LayerEncoding::kTarGzip, "",
+                       "application/vnd.cncf.model.weight.v1.tar+gzip");
   EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("compressed")));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr(gz.str()), HasSubstr("not a gzip header"))));
   EXPECT_EQ(References(raw), 0);
+  EXPECT_EQ(References(gz), 0);
+}
+
+TEST_F(ModelLoaderTest, AGzipTarLayerServesItsFilesFromTheDecompressedLayer) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("weights/model.bin", "the weights\n"));
+  const std::string bytes = tar.Finish();
+  AddLayer(::modelfs::testing::Gzip(bytes), LayerEncoding::kTarGzip, "",
+           "application/vnd.cncf.model.weight.v1.tar+gzip");
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  const Digest decoded = Digest::Of(bytes);
+  EXPECT_EQ(loaded.layers, std::vector<Digest>{decoded});
+  EXPECT_EQ(loaded.verification, "whole-layer");
+  ASSERT_EQ(loaded.files.size(), 1u);
+  EXPECT_EQ(loaded.files[0].path, "weights/model.bin");
+  EXPECT_EQ(loaded.files[0].layer, decoded);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(decoded, loaded.files[0].offset_in_layer,
+                                                     loaded.files[0].size));
+  EXPECT_EQ(got, "the weights\n");
+  EXPECT_EQ(References(decoded), 1);
+}
+
+TEST_F(ModelLoaderTest, AZstdTarLayerWhoseDiffIdDiffersIsDataLossAndLeavesNoReference) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("model.bin", "the weights\n"));
+  const std::string bytes = tar.Finish();
+  Digest raw = AddRawLayer("a raw file\n", "a.txt");
+  Digest zst = AddLayer(::modelfs::testing::ZstdFrames(bytes, 1 << 20), LayerEncoding::kTarZstd, "",
+                        "application/vnd.cncf.model.weight.v1.tar+zstd");
+  ModelPackConfig config;
+  const Digest lie = Digest::Of("some other tar");
+  config.modelfs.diff_ids = {raw, lie};
+  model_.config = config;
+  EXPECT_THAT(
+      LoadModel(model_, *cache_, {}).status(),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(zst.str()), HasSubstr(lie.str()),
+                                                  HasSubstr(Digest::Of(bytes).str()))));
+  EXPECT_EQ(References(raw), 0);
+  EXPECT_EQ(References(Digest::Of(bytes)), 0);
+}
+
+TEST_F(ModelLoaderTest, ADiffIdThatIsTheCompressedLayersOwnDigestIsAccepted) {
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("model.bin", "the weights\n"));
+  const std::string bytes = tar.Finish();
+  Digest gz = AddLayer(::modelfs::testing::Gzip(bytes), LayerEncoding::kTarGzip, "",
+                       "application/vnd.cncf.model.weight.v1.tar+gzip");
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {gz};
+  model_.config = config;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  EXPECT_EQ(loaded.layers, std::vector<Digest>{Digest::Of(bytes)});
+}
+
+TEST_F(ModelLoaderTest, DiffIdsThatAreNotOnePerLayerAreInvalidArgument) {
+  AddLayer(::modelfs::testing::Gzip("x"), LayerEncoding::kTarGzip, "",
+           "application/vnd.cncf.model.weight.v1.tar+gzip");
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {Digest::Of("a"), Digest::Of("b")};
+  model_.config = config;
+  EXPECT_THAT(
+      LoadModel(model_, *cache_, {}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lists 2 diffIds for 1 layers")));
 }
 
 TEST_F(ModelLoaderTest, ATarLayerRepeatingARawPathLeavesNoReferenceOnEitherLayer) {

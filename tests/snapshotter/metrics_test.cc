@@ -39,6 +39,7 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   c.active_models = 2;
   c.remote_mounted = 4;
   c.remote_fallback = 1;
+  c.passthrough_opens = 9;
   LatencyHistogram h;
   std::string text = RenderPrometheus(c, h);
   EXPECT_THAT(text, HasSubstr("\nmodelfs_bytes_fetched_total 1234\n"));
@@ -51,6 +52,7 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   EXPECT_THAT(text, HasSubstr("modelfs_remote_prepares_total{result=\"mounted\"} 4\n"));
   EXPECT_THAT(text, HasSubstr("modelfs_remote_prepares_total{result=\"fallback\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("modelfs_read_latency_seconds_count 0\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_passthrough_opens_total 9\n"));
 }
 
 TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresent) {

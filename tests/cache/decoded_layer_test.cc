@@ -1,0 +1,210 @@
+// BlobCache::RegisterDecodedLayer: compressed tar layers served as the layer of their
+// decompressed bytes, verified before any byte is served.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/cache/blob_cache.h"
+#include "tests/cache/fake_remote.h"
+#include "tests/testing/compress.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::FakeRemote;
+using ::modelfs::testing::Gzip;
+using ::modelfs::testing::IsOk;
+using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::ZstdFrames;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// Bytes that compress like bf16 weights (about 0.8).
+std::string Weights(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(i % 2 ? 0x3c + rng() % 3 : rng());
+  return out;
+}
+
+class DecodedLayerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<BlobCache> Open() {
+    CacheOptions o;
+    o.dir = dir_.Join("cache").string();
+    o.fetch_threads = 2;
+    o.whole_chunk_size = 64 << 10;
+    o.verify_when_idle = absl::ZeroDuration();
+    o.read_deadline = absl::Seconds(20);
+    o.log = [](absl::string_view) {};
+    auto cache = BlobCache::Open(std::move(o), &remote_);
+    EXPECT_THAT(cache, IsOk());
+    return cache.ok() ? std::move(*cache) : nullptr;
+  }
+  DecodedLayerSpec Spec(const Digest& source, const std::string& compressed, LayerEncoding enc,
+                        std::optional<Digest> diff_id = {}) {
+    DecodedLayerSpec s;
+    s.source = source;
+    s.source_size = compressed.size();
+    s.encoding = enc;
+    s.diff_id = diff_id;
+    s.model_ref = "m1";
+    return s;
+  }
+  std::vector<std::string> DataFiles() {
+    std::vector<std::string> names;
+    for (const auto& e :
+         std::filesystem::directory_iterator(dir_.Join("cache") / "blobs" / "sha256")) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  testing::TempDir dir_;
+  FakeRemote remote_;
+};
+
+TEST_F(DecodedLayerTest, ServesAGzipLayerAsTheLayerOfItsDecompressedBytes) {
+  const std::string tar = Weights(1 << 20, 1);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)));
+  EXPECT_EQ(d.digest, Digest::Of(tar));
+  EXPECT_EQ(d.size, tar.size());
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+}
+
+TEST_F(DecodedLayerTest, SealsTheDecodedLayerSoItIsServedByPassthrough) {
+  const std::string tar = Weights(300000, 2);
+  const std::string zst = ZstdFrames(tar, 64 << 10);
+  const Digest source = remote_.AddBlob(zst);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(Spec(
+                                           source, zst, LayerEncoding::kTarZstd, Digest::Of(tar))));
+  ASSERT_OK_AND_ASSIGN(BlobCache::LayerInfo info, cache->GetLayerInfo(d.digest));
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_EQ(info.references, 1);
+  const int fd = cache->OpenVerifiedBlob(d.digest, 0, tar.size());
+  ASSERT_GE(fd, 0);
+  std::string bytes(tar.size(), '\0');
+  EXPECT_EQ(pread(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(tar.size()));
+  close(fd);
+  EXPECT_EQ(bytes, tar);
+}
+
+TEST_F(DecodedLayerTest, LeavesTheCompressedCopyUnreferencedOnceDecoded) {
+  const std::string tar = Weights(200000, 3);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  auto cache = Open();
+  ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
+  ASSERT_OK_AND_ASSIGN(BlobCache::LayerInfo info, cache->GetLayerInfo(source));
+  EXPECT_EQ(info.references, 0);
+}
+
+TEST_F(DecodedLayerTest, RefusesADiffIdMismatchNamingTheLayerAndBothDigestsAndServesNothing) {
+  const std::string tar = Weights(200000, 4);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  const Digest wrong = Digest::Of("another tar");
+  auto cache = Open();
+  EXPECT_THAT(
+      cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip, wrong)),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(source.str()), HasSubstr(wrong.str()),
+                                                  HasSubstr(Digest::Of(tar).str()))));
+  EXPECT_THAT(cache->GetLayerInfo(Digest::Of(tar)), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache->GetLayerInfo(wrong), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
+}
+
+TEST_F(DecodedLayerTest, RefusesACompressedLayerWhoseBytesFailItsDigest) {
+  const std::string tar = Weights(200000, 5);
+  std::string gz = Gzip(tar);
+  const Digest source = Digest::Of(gz);
+  gz[gz.size() / 2] ^= 1;
+  remote_.AddBlobAs(source, gz);
+  auto cache = Open();
+  EXPECT_THAT(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(source.str())));
+  EXPECT_THAT(cache->GetLayerInfo(Digest::Of(tar)), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(DecodedLayerTest, RefusesATruncatedStreamAndKeepsNoPartialLayer) {
+  const std::string tar = Weights(500000, 6);
+  const std::string full = ZstdFrames(tar, 64 << 10);
+  const std::string cut = full.substr(0, full.size() - 5000);  // published as is
+  const Digest source = remote_.AddBlob(cut);
+  auto cache = Open();
+  EXPECT_THAT(cache->RegisterDecodedLayer(Spec(source, cut, LayerEncoding::kTarZstd)),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr(source.str()), HasSubstr("ends inside a frame"))));
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
+  EXPECT_EQ(cache->stats().verification_failures, 1u);
+}
+
+TEST_F(DecodedLayerTest, RefusesACorruptStreamWhoseBytesMatchTheLayerDigest) {
+  const std::string tar = Weights(200000, 7);
+  std::string gz = Gzip(tar);
+  gz[gz.size() / 3] ^= 0x40;  // published corrupt: the layer digest is of these bytes
+  const Digest source = remote_.AddBlob(gz);
+  auto cache = Open();
+  EXPECT_THAT(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(source.str())));
+}
+
+TEST_F(DecodedLayerTest, FindsTheDecodedLayerAfterARestartWithoutTheRegistry) {
+  const std::string tar = Weights(400000, 8);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  {
+    auto cache = Open();
+    ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
+  }
+  const int requests = remote_.requests();
+  remote_.Fail(absl::UnavailableError("registry down"));
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)));
+  EXPECT_EQ(d.digest, Digest::Of(tar));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+  EXPECT_EQ(remote_.requests(), requests);
+}
+
+TEST_F(DecodedLayerTest, DecodesAgainWhenTheDecodedFileWasWrittenToAfterItsSeal) {
+  const std::string tar = Weights(300000, 9);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  const Digest decoded = Digest::Of(tar);
+  {
+    auto cache = Open();
+    ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
+  }
+  {
+    const auto path =
+        dir_.Join("cache") / "blobs" / "sha256" / (std::string(decoded.hex()) + ".data");
+    FILE* f = fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    fseek(f, 1000, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+  }
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(
+                                           Spec(source, gz, LayerEncoding::kTarGzip, decoded)));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+}
+
+}  // namespace
+}  // namespace modelfs
