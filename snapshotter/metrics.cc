@@ -90,6 +90,9 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   Counter(out, "modelfs_verification_failures_total",
           "Chunks or layers whose digest did not match (never served).",
           c.cache.verification_failures);
+  Counter(out, "modelfs_refetch_recoveries_total",
+          "Chunks fetched again after a wrong answer that then verified.",
+          c.cache.refetch_recoveries);
   Gauge(out, "modelfs_quarantined_layers", "Layers refused after a verification failure.",
         c.cache.quarantined_layers);
   Counter(out, "modelfs_bytes_served_total", "Bytes returned to readers.", c.cache.bytes_served);

@@ -525,6 +525,7 @@ CacheStats BlobCache::stats() const {
   s.chunk_hits = counters_.chunk_hits.load();
   s.chunk_misses = counters_.chunk_misses.load();
   s.verification_failures = counters_.verification_failures.load();
+  s.refetch_recoveries = counters_.refetch_recoveries.load();
   s.quarantined_layers = counters_.quarantined_layers.load();
   s.bytes_served = counters_.bytes_served.load();
   s.page_cache_bytes_dropped = counters_.page_cache_bytes_dropped.load();

@@ -142,11 +142,16 @@ struct ByteRange {
 };
 
 struct CacheStats {
-  uint64_t bytes_fetched = 0;          // bytes received from the remote
-  uint64_t requests = 0;               // range requests sent (each retry counts)
-  uint64_t chunk_hits = 0;             // chunks a Read found cached
-  uint64_t chunk_misses = 0;           // chunks a Read had to wait for
-  uint64_t verification_failures = 0;  // chunks (or layers) whose hash did not match
+  uint64_t bytes_fetched = 0;  // bytes received from the remote
+  uint64_t requests = 0;       // range requests sent (each retry counts)
+  uint64_t chunk_hits = 0;     // chunks a Read found cached
+  uint64_t chunk_misses = 0;   // chunks a Read had to wait for
+  // Answers of a chunk (or whole layers) whose hash did not match, each counted once, whether
+  // or not a refetch then brought the right bytes.
+  uint64_t verification_failures = 0;
+  // Refetches after a wrong answer (a chunk failing verification, a wrong Content-Range) whose
+  // chunk then verified.
+  uint64_t refetch_recoveries = 0;
   uint64_t quarantined_layers = 0;
   uint64_t bytes_served = 0;  // bytes returned by Read
   uint64_t evicted_layers = 0;
@@ -375,7 +380,7 @@ class BlobCache : public BlobReader {
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
         verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0};
+        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0};
   };
   mutable Counters counters_;
 };

@@ -315,6 +315,40 @@ TEST_F(BlobCacheTest, AChunkThatFailsVerificationOnceIsFetchedAgainAndReadRight)
   EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 2 "), HasSubstr("fetching it once more")));
 }
 
+TEST_F(BlobCacheTest, ARefetchThatBringsTheRightBytesCountsOneRecoveryAndOneFailure) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 34);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 2 * 4096 + 5, /*answers=*/1);
+  ASSERT_OK(cache->Read(d, 2 * 4096, 4096).status());
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 1u);
+  EXPECT_EQ(s.refetch_recoveries, 1u);
+}
+
+// Each refusal is counted by the time the reader gets its error, not only when a later
+// snapshot of the counters happens to be taken.
+TEST_F(BlobCacheTest, AChunkRefusedAfterItsRefetchIsCountedBeforeTheReadReturns) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 35);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 6 * 4096 + 1);
+  ASSERT_THAT(cache->Read(d, 6 * 4096, 4096), StatusIs(absl::StatusCode::kDataLoss));
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 2u);  // the answer and the refetch's
+  EXPECT_EQ(s.refetch_recoveries, 0u);
+}
+
+TEST_F(BlobCacheTest, AChunkRightAtTheFirstAnswerCountsNoRecovery) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 36);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 64 * 1024).status());
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 0u);
+  EXPECT_EQ(s.refetch_recoveries, 0u);
+}
+
 // The refetch starts at the chunk that was wrong: the chunks before it landed and are not
 // fetched again.
 TEST_F(BlobCacheTest, TheRefetchAfterAWrongChunkStartsAtThatChunk) {
