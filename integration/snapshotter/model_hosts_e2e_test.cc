@@ -6,7 +6,9 @@
 //  - by default the CRI pull of V fails, containerd's error names both repositories and the
 //    line to add, and the daemon sent no request for M at all;
 //  - with model_hosts = [registry 2] (a host: any repository there), or [registry 1/tenant-b/*]
-//    (a repository prefix), the same pull mounts M.
+//    (a repository prefix), the same pull mounts M;
+//  - with registry 2 down, the pull fails UNAVAILABLE naming it (no pointer files in the
+//    model's place), and the retry once it is back mounts M.
 #include <unistd.h>
 
 #include <filesystem>
@@ -197,6 +199,29 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAListedRegistryIsMounted) {
   EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
   EXPECT_EQ(got, DescribeFiles(source_));
   EXPECT_EQ(ReadFileOrDie(ModelDir() + "/config.json"), ReadFileOrDie(source_ + "/config.json"));
+}
+
+// No pointer where a model was meant: the model's registry is down at the first pull. The
+// pull fails, UNAVAILABLE naming that registry (the kubelet retries it), nothing is unpacked
+// in the model's place; once the registry answers, the same pull mounts the model.
+TEST_F(ModelHostsTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetryMountsTheModel) {
+  StartNode({models_->host_port()});
+  ASSERT_FALSE(HasFatalFailure());
+  models_->Stop();
+  absl::StatusOr<std::string> pulled = cri_->PullImage(v_ref_);
+  ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
+  const std::string why(pulled.status().message());
+  std::cout << "[registry down] CRI PullImage: " << why << "\n";
+  EXPECT_THAT(why, HasSubstr(absl::StrCat("cannot be reached on registry ", models_->host_port())));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
+              ::testing::Not(HasSubstr("unpacking the volume")));
+
+  ASSERT_OK(models_->Restart());
+  ASSERT_OK(cri_->PullImage(v_ref_).status());
+  std::map<std::string, std::string> got = DescribeFiles(ModelDir());
+  EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
+  EXPECT_EQ(got, DescribeFiles(source_));
 }
 
 }  // namespace
