@@ -215,7 +215,7 @@ TEST_F(ModelHostsTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetryMountsTh
   EXPECT_THAT(why, HasSubstr(absl::StrCat("cannot be reached on registry ", models_->host_port())));
   EXPECT_FALSE(fs::exists(ModelDir()));
   EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
-              ::testing::Not(HasSubstr("unpacking the volume")));
+              ::testing::Not(HasSubstr("unpacking the volume layer instead")));
 
   ASSERT_OK(models_->Restart());
   ASSERT_OK(cri_->PullImage(v_ref_).status());
