@@ -357,10 +357,10 @@ bool IsMountProcess(pid_t pid) {
   const fs::path other = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec);
   if (ec || other != self) return false;
   std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
-  std::string argv0, argv1;
-  std::getline(cmdline, argv0, '\0');
-  std::getline(cmdline, argv1, '\0');
-  return argv1 == "mount";
+  for (std::string arg; std::getline(cmdline, arg, '\0');) {
+    if (arg == "mount") return true;
+  }
+  return false;
 }
 
 // The mount's counters as of now: asks the mount process to write them (it answers within
