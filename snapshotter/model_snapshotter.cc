@@ -420,7 +420,14 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
       absl::MutexLock lock(&mu_);
       counts_.fallback++;
     } else if (volume->has_value()) {
-      if (std::optional<std::string> missing = MissingCriLabel(labels)) {
+      if (std::optional<std::string> missing = MissingCriLabel(labels);
+          missing && base_->Stat(target->second).ok()) {
+        // Nothing to bind the layer to a model with: what is there answers, as before.
+        absl::MutexLock lock(&mu_);
+        counts_.mounted++;
+        return absl::AlreadyExistsError(
+            absl::StrCat("target snapshot \"", target->second, "\" exists"));
+      } else if (missing) {
         // A node configuration error (CRI's snapshot annotations off), named in the log: the
         // only case where the pointer layer is unpacked in place of the model.
         Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),

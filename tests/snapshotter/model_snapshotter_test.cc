@@ -477,6 +477,17 @@ TEST_F(ModelSnapshotterTest, WithoutThePinnedDigestLabelTheVolumeLayerIsUnpacked
   EXPECT_EQ(CountLog("cri.manifest-digest"), 1);
 }
 
+TEST_F(ModelSnapshotterTest, WithoutTheCriLabelsAnExistingTargetAnswersAlreadyExists) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  ASSERT_OK(snapshotter_->Commit("chain-a", "extract-a", labels));
+  EXPECT_THAT(snapshotter_->Prepare("extract-b", "", labels).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
 // What an earlier fallback left: the volume layer unpacked and committed under its chain ID.
 TEST_F(ModelSnapshotterTest, AnUnpackedSnapshotOfTheTargetDoesNotAnswerALaterRemotePrepare) {
   ASSERT_OK(Open());
