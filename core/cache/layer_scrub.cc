@@ -29,29 +29,29 @@ void BlobCache::ScrubLoop() {
 int BlobCache::ScrubOnce() {
   // Layers never audited first: a process that stopped before its audit left them unchecked
   // against their digest.
-  std::vector<std::shared_ptr<Layer>> todo;
+  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> todo;  // with the gen seen now
   {
     absl::MutexLock lock(&mu_);
-    std::vector<std::shared_ptr<Layer>> audited;
+    std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> audited;
     for (const auto& [digest, layer] : layers_) {
       LayerGuard held(*layer, Held(mu_));
       if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) continue;
-      layer->jobs++;  // keeps eviction (and its unlink) away while it is read
-      (layer->audited ? audited : todo).push_back(layer);
+      (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
     }
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
-  for (const std::shared_ptr<Layer>& layer : todo) {
-    bool stopping;
+  for (const auto& [layer, gen] : todo) {
     {
       absl::MutexLock lock(&mu_);
-      stopping = stopping_;
+      LayerGuard held(*layer, Held(mu_));
+      if (stopping_) break;
+      // Evicted or quarantined since: not this pass's business.
+      if (layer->gen.load() != gen || layer->quarantined) continue;
+      layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
     }
-    if (!stopping) {
-      ScrubLayer(layer);
-      ++scrubbed;
-    }
+    ScrubLayer(layer);
+    ++scrubbed;
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
