@@ -9,6 +9,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "snapshotter/model_hosts.h"
 
 namespace modelfs::snapshotter {
 namespace {
@@ -111,9 +113,11 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   if (const toml::node* n = root.get("cache")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "cache", "must be a table");
-    if (absl::Status st = CheckKeys(
-            *t, {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit"},
-            source, "cache.");
+    if (absl::Status st =
+            CheckKeys(*t,
+                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit",
+                       "scrub_interval", "scrub_rate_mib"},
+                      source, "cache.");
         !st.ok()) {
       return st;
     }
@@ -134,6 +138,12 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
         !st.ok())
       return st;
     if (absl::Status st = GetBool(*t, "audit", source, "cache.", c.audit); !st.ok()) return st;
+    if (absl::Status st = GetString(*t, "scrub_interval", source, "cache.", c.scrub_interval);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetNumber(*t, "scrub_rate_mib", source, "cache.", c.scrub_rate_mib);
+        !st.ok())
+      return st;
   }
   if (const toml::node* n = root.get("fuse")) {
     const toml::table* t = n->as_table();
@@ -208,15 +218,19 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
                                                    "\" must be an absolute path or \"\""));
   }
-  for (const std::string& host : c.model_hosts) {
-    // Compared with the registry of a reference ("host[:port]"), so a URL or a path here would
-    // never match and only look like it allows something.
-    if (host.empty() || host.find_first_of("/ \t@") != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model_hosts \"", host,
-                       "\": want a registry as written in image references, host[:port] "
-                       "(no scheme, no path)"));
-    }
+  if (absl::Duration d; !absl::ParseDuration(c.scrub_interval, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.scrub_interval \"", c.scrub_interval,
+                     "\": want a duration such as \"24h\" or \"90m\", or \"0\" for no scrub"));
+  }
+  if (!(c.scrub_rate_mib > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.scrub_rate_mib ", c.scrub_rate_mib, " must be > 0"));
+  }
+  for (const std::string& entry : c.model_hosts) {
+    // Compared with a reference's registry and repository, so a URL here would never match
+    // and only look like it allows something.
+    if (absl::Status st = CheckModelHostEntry(entry); !st.ok()) return st;
   }
   if (!c.metrics_address.empty()) {
     if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);

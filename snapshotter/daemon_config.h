@@ -20,8 +20,9 @@ struct DaemonConfig {
   std::string address = "/run/modelfs/snapshotter.sock";
   std::string hosts_dir = "/etc/containerd/certs.d";
   std::vector<std::string> insecure_hosts;  // plain HTTP to exactly these registries
-  // Registries ("host[:port]") a volume image may send the daemon to for its model, besides
-  // the volume image's own registry. Empty: only the volume image's own.
+  // Where a volume image may send the daemon for its model besides its own repository:
+  // "host[:port]" (any repository there), "host[:port]/repo" or "host[:port]/prefix/*"
+  // (model_hosts.h). Empty: only the volume image's own repository.
   std::vector<std::string> model_hosts;
   std::string docker_config;  // credentials; empty: none
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
@@ -37,6 +38,10 @@ struct DaemonConfig {
   double read_deadline_s = 30;
   bool drop_served_pages = true;  // CacheOptions::drop_served_pages
   bool audit = true;              // CacheOptions::audit
+  // CacheOptions::scrub_interval as absl::ParseDuration reads it ("24h", "90m"; "0": off) and
+  // scrub_rate in MiB a second.
+  std::string scrub_interval = "24h";
+  double scrub_rate_mib = 32;
 
   bool allow_other = true;
   bool insecure_stream = false;
@@ -55,7 +60,7 @@ absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
 
 // Checks values that parsing alone cannot: prefetch and log_level names, a positive read
 // deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts
-// entries that are a registry name (no scheme, path or spaces). Errors: kInvalidArgument.
+// entries of the forms model_hosts.h lists (no scheme or spaces). Errors: kInvalidArgument.
 absl::Status ValidateDaemonConfig(const DaemonConfig& config);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.

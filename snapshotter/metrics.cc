@@ -90,6 +90,9 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   Counter(out, "modelfs_verification_failures_total",
           "Chunks or layers whose digest did not match (never served).",
           c.cache.verification_failures);
+  Counter(out, "modelfs_refetch_recoveries_total",
+          "Chunks fetched again after a wrong answer that then verified.",
+          c.cache.refetch_recoveries);
   Gauge(out, "modelfs_quarantined_layers", "Layers refused after a verification failure.",
         c.cache.quarantined_layers);
   Counter(out, "modelfs_bytes_served_total", "Bytes returned to readers.", c.cache.bytes_served);
@@ -102,6 +105,13 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           c.cache.sealed_layers);
   Counter(out, "modelfs_audited_layers_total",
           "Sealed layers whose whole-layer audit matched their digest.", c.cache.audited_layers);
+  Counter(out, "modelfs_scrubbed_bytes_total",
+          "Bytes of sealed layers the background scrub read and hashed again.",
+          c.cache.scrubbed_bytes);
+  Counter(out, "modelfs_scrub_failures_total",
+          "Sealed layers the scrub found changed on disk (quarantined).", c.cache.scrub_failures);
+  Gauge(out, "modelfs_fs_verity", "1 when the cache directory's filesystem supports fs-verity.",
+        c.cache.fs_verity ? 1 : 0);
   Counter(out, "modelfs_evicted_layers_total", "Layers evicted to respect the size bound.",
           c.cache.evicted_layers);
   Gauge(out, "modelfs_active_models", "Models registered in the FUSE mount.", c.active_models);

@@ -420,23 +420,36 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
       absl::MutexLock lock(&mu_);
       counts_.fallback++;
     } else if (volume->has_value()) {
-      absl::Status st = PrepareRemote(key, parent, target->second, **volume, labels);
-      absl::MutexLock lock(&mu_);
-      if (absl::IsAlreadyExists(st)) {
+      if (std::optional<std::string> missing = MissingCriLabel(labels);
+          missing && base_->Stat(target->second).ok()) {
+        // Nothing to bind the layer to a model with: what is there answers, as before.
+        absl::MutexLock lock(&mu_);
         counts_.mounted++;
-        return st;
-      }
-      // A verification failure or a refusal fails the Prepare: unpacking the layer instead
-      // would still hand the pod what was refused (its pointer files).
-      if (absl::IsDataLoss(st) || absl::IsPermissionDenied(st)) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("target snapshot \"", target->second, "\" exists"));
+      } else if (missing) {
+        // A node configuration error (CRI's snapshot annotations off), named in the log: the
+        // only case where the pointer layer is unpacked in place of the model.
+        Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),
+                         " not mounted lazily (", *missing,
+                         "); unpacking the volume layer instead"));
+        absl::MutexLock lock(&mu_);
+        counts_.fallback++;
+      } else {
+        absl::Status st = PrepareRemote(key, parent, target->second, **volume, labels);
+        absl::MutexLock lock(&mu_);
+        if (absl::IsAlreadyExists(st)) {
+          counts_.mounted++;
+          return st;
+        }
+        // Any other outcome fails the Prepare: unpacking the layer instead would hand the pod
+        // its pointer files where it asked for a model. An unreachable model is kUnavailable,
+        // which the kubelet's pull retries.
         counts_.error++;
-        Log(absl::StrCat("snapshot ", key, ": refused: ", st.ToString()));
+        Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),
+                         " not mounted: ", st.ToString()));
         return st;
       }
-      counts_.fallback++;
-      Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),
-                       " not mounted lazily (", st.ToString(),
-                       "); unpacking the volume layer instead"));
     }
   }
   if (parent.empty()) {

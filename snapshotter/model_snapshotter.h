@@ -14,12 +14,16 @@
 //   layer A carries the chunk indexes), registers M
 //   in the daemon's single FUSE mount at <root>/mnt/sha256-<hex of M>, commits an empty
 //   snapshot named by the chain ID (label modelfs.remote = the model's directory) and answers
-//   ALREADY_EXISTS, so containerd fetches none of the model. V may name M on another registry
-//   only when `model_hosts` lists it: otherwise the Prepare fails (kPermissionDenied) before
-//   anything is fetched from there. When that cannot be done (no image
-//   reference or pinned digest, a binding that does not hold, registry unreachable), it logs
-//   why and falls back to the ordinary path:
-//   containerd unpacks A and the container sees the `.modelfs/` pointer files.
+//   ALREADY_EXISTS, so containerd fetches none of the model. V may name M outside its own
+//   repository only where `model_hosts` allows it: otherwise the Prepare fails
+//   (kPermissionDenied) before anything of M is requested. A model that cannot be reached (registry
+//   down, slow, refusing the node's credentials) fails the Prepare with kUnavailable naming the
+//   registry and the reason, so the kubelet retries the pull; any other failure fails it too. Only
+//   without the CRI labels (image reference, pinned digest: a node configuration error) does it log
+//   why and fall back to the ordinary path: containerd unpacks A and the container sees the
+//   `.modelfs/` pointer files. Such an unpacked snapshot of the target never answers a later
+//   remote Prepare: once the model is registered it is removed (unless a snapshot uses it:
+//   kFailedPrecondition) and the lazy one committed in its place.
 //
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
@@ -107,11 +111,12 @@ struct ModelSnapshotterOptions {
   OverlayOptions overlay = DetectOverlayOptions();
   // How long a mount on top of a model waits for the model to be registered after a restart.
   absl::Duration model_wait = absl::Seconds(60);
-  // Registries ("host[:port]") a volume image may send the daemon to for its model M, besides
-  // the volume image's own registry. M is fetched with the node's credentials for that host,
-  // so without this a volume image could point a pod at any model the node can read, or make
-  // the node send requests where it chooses. Others are refused (kPermissionDenied) before
-  // anything is fetched from them.
+  // Where a volume image may send the daemon for its model M besides its own repository
+  // (model_hosts.h: "host[:port]", "host[:port]/repo", "host[:port]/prefix/*"). M is fetched
+  // with the node's credentials, so without this a volume image could point a pod at any model
+  // the node can read (another tenant's repository on the same registry too), or make the
+  // node send requests where it chooses. Others are refused (kPermissionDenied) before
+  // anything of M is requested.
   std::vector<std::string> model_hosts;
   // A containers-policy.json (policy_gate.h) that volume images must satisfy before their model
   // is registered, and again each time a container is to use one; empty: no policy, nothing
@@ -237,11 +242,16 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
-  // OK when volume image `volume` may send the daemon to `registry` for its model `model`:
-  // V's own registry, or one listed in model_hosts. Else kPermissionDenied naming both
-  // registries and the key to set.
+  // OK when volume image `volume` may send the daemon to `repository` on `registry` for its
+  // model `model`: V's own repository, or one an entry of model_hosts allows (model_hosts.h).
+  // Else kPermissionDenied naming both repositories and the line to add to snapshotter.toml.
   absl::Status CheckModelHost(const ImageReference& volume, const Digest& model,
-                              const std::string& registry) const;
+                              const std::string& registry, const std::string& repository) const;
+  // Why a volume layer's Prepare cannot be bound to a pinned volume image: the CRI label that
+  // is missing (snapshot annotations off); nullopt when both are there.
+  static std::optional<std::string> MissingCriLabel(const Labels& labels);
+  // How many snapshots name `key` as their parent.
+  absl::StatusOr<int> CountChildren(const std::string& key);
   // With a policy: OK when it accepts `image` at `digest`, else kPermissionDenied (logged).
   // Without one: OK.
   absl::Status CheckPolicy(const ImageReference& image, const Digest& digest,

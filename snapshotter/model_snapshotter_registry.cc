@@ -1,11 +1,13 @@
 // ModelSnapshotter, the remote Prepare of a volume layer: V's binding to the snapshot, the hosts
 // V may send the node to, the policy, and registering M from its registry (see
 // model_snapshotter.h).
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
+#include "snapshotter/model_hosts.h"
 #include "snapshotter/model_records.h"
 #include "snapshotter/model_snapshotter.h"
 
@@ -16,7 +18,51 @@ std::string ModelName(const Digest& model) {
   return absl::StrCat("sha256-", std::string(model.hex()));
 }
 
+// The codes of a registry that did not answer as asked (down, slow, refusing the node's
+// credentials, busy): a retry may succeed. Verification failures, malformed images and the
+// daemon's own refusals are not among them.
+bool UnreachableCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// `st`, from a step that asked `registry`, as the Prepare's answer: kUnavailable naming the
+// registry and the reason when the registry could not be reached, so that containerd fails the
+// pull and the kubelet retries it; otherwise `st` itself.
+absl::Status AsUnreachable(const absl::Status& st, const ImageReference& volume,
+                           const Digest& model, const std::string& registry) {
+  if (st.ok() || !UnreachableCode(st.code())) return st;
+  return absl::UnavailableError(absl::StrCat(
+      "volume image ", volume.String(), ": model ", model.str(), " cannot be reached on registry ",
+      registry, " (", absl::StatusCodeToString(st.code()), ": ", st.message(),
+      "); the pull fails so that it is retried, rather than unpacking the volume's pointer "
+      "files in place of the model"));
+}
+
 }  // namespace
+
+std::optional<std::string> ModelSnapshotter::MissingCriLabel(const Labels& labels) {
+  if (!labels.contains(kLabelCriImageRef)) {
+    return absl::StrCat("no ", kLabelCriImageRef,
+                        " label (CRI pulls with disable_snapshot_annotations = false pass it)");
+  }
+  if (!labels.contains(kLabelCriManifestDigest)) {
+    return absl::StrCat("no ", kLabelCriManifestDigest,
+                        " label: the layer cannot be bound to a verified volume manifest");
+  }
+  return std::nullopt;
+}
 
 absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
     const std::string& registry) {
@@ -91,17 +137,20 @@ uint64_t ModelSnapshotter::policy_evaluations() const {
 }
 
 absl::Status ModelSnapshotter::CheckModelHost(const ImageReference& volume, const Digest& model,
-                                              const std::string& registry) const {
-  if (registry == volume.registry()) return absl::OkStatus();
-  for (const std::string& allowed : options_.model_hosts) {
-    if (allowed == registry) return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat("volume image ", volume.String(), " on registry ", volume.registry(),
-                   " names its model ", model.str(), " on registry ", registry,
-                   ", which this node does not follow volume images to; ",
-                   "to allow it, add it to model_hosts in snapshotter.toml: model_hosts = [\"",
-                   registry, "\"]"));
+                                              const std::string& registry,
+                                              const std::string& repository) const {
+  return modelfs::snapshotter::CheckModelHost(options_.model_hosts, volume.String(),
+                                              {volume.registry(), volume.repository()}, model.str(),
+                                              {registry, repository});
+}
+
+absl::StatusOr<int> ModelSnapshotter::CountChildren(const std::string& key) {
+  int n = 0;
+  RETURN_IF_ERROR(base_->Walk({absl::StrCat("parent==", key)}, [&n](const SnapshotInfo&) {
+    ++n;
+    return absl::OkStatus();
+  }));
+  return n;
 }
 
 absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const ResolvedModel& rm,
@@ -126,23 +175,31 @@ absl::Status ModelSnapshotter::CheckBinding(RegistryClient& client, const Resolv
 absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::string& parent,
                                              const std::string& target, const VolumeLabels& volume,
                                              const Labels& labels) {
-  if (base_->Stat(target).ok()) {
-    return absl::AlreadyExistsError(absl::StrCat("target snapshot \"", target, "\" exists"));
+  // A snapshot of the target that no model backs was unpacked the ordinary way (a fallback,
+  // by an earlier version or without the CRI labels): it holds the pointer files, never the
+  // model, so it does not answer this Prepare. It is replaced once the model is registered.
+  bool replace_unpacked = false;
+  if (absl::StatusOr<SnapshotInfo> existing = base_->Stat(target); existing.ok()) {
+    if (existing->labels.contains(kLabelRemoteModel)) {
+      return absl::AlreadyExistsError(absl::StrCat("target snapshot \"", target, "\" exists"));
+    }
+    ASSIGN_OR_RETURN(int users, CountChildren(target));
+    if (users > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "snapshot \"", target, "\" holds volume layer ", volume.model.digest.str(),
+          "'s pointer files, unpacked in place of the model by an earlier Prepare, and ", users,
+          " snapshot(s) use it; remove the containers that use it (or the image, `crictl rmi`) "
+          "so that the model can be mounted in its place"));
+    }
+    replace_unpacked = true;
+  }
+  if (std::optional<std::string> missing = MissingCriLabel(labels)) {
+    return absl::FailedPreconditionError(*missing);
   }
   auto image = labels.find(kLabelCriImageRef);
-  if (image == labels.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", kLabelCriImageRef,
-                     " label (CRI pulls with disable_snapshot_annotations = false pass it)"));
-  }
   // The binding is checked against V's manifest fetched by the digest containerd pinned, never
   // by a tag that may have moved since containerd resolved it.
   auto pinned = labels.find(kLabelCriManifestDigest);
-  if (pinned == labels.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", kLabelCriManifestDigest,
-                     " label: the layer cannot be bound to a verified volume manifest"));
-  }
   ASSIGN_OR_RETURN(ImageReference named, ImageReference::Parse(image->second));
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned->second));
   // The policy judges the reference the pod named (its scope, and the identity a signature
@@ -150,18 +207,29 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
   ASSIGN_OR_RETURN(ImageReference ref,
                    ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(ref.registry()));
+  const Digest& model = volume.model.digest;
+  absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(ref.registry());
+  if (!client.ok()) return AsUnreachable(client.status(), ref, model, ref.registry());
   // ResolveModel asks for another registry only when V's record names M there, and before it
   // fetches anything of M: the one place to hold V to the hosts the admin allowed.
-  ASSIGN_OR_RETURN(
-      ResolvedModel rm,
-      ResolveModel(
-          *client, ref,
-          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-            RETURN_IF_ERROR(CheckModelHost(ref, volume.model.digest, registry));
-            return ClientFor(registry);
-          }));
-  RETURN_IF_ERROR(CheckBinding(*client, rm, parent, target));
+  std::string asking = ref.registry();  // the registry the resolution is talking to
+  absl::Status host_refusal;
+  absl::StatusOr<ResolvedModel> resolved = ResolveModel(
+      **client, ref,
+      [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+        asking = registry;
+        return ClientFor(registry);
+      },
+      [&](const std::string& registry, const std::string& repository) {
+        host_refusal = CheckModelHost(ref, model, registry, repository);
+        return host_refusal;
+      });
+  if (!host_refusal.ok()) return host_refusal;
+  if (!resolved.ok()) return AsUnreachable(resolved.status(), ref, model, asking);
+  ResolvedModel& rm = *resolved;
+  if (absl::Status st = CheckBinding(**client, rm, parent, target); !st.ok()) {
+    return AsUnreachable(st, ref, model, ref.registry());
+  }
   RETURN_IF_ERROR(CheckModelLocation(rm));
   if (rm.model_descriptor.digest != volume.model.digest) {
     return absl::DataLossError(absl::StrCat(
@@ -170,9 +238,18 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
   // M's layers are read from M's registry, which V's record may name apart from V's.
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
-  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
+  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = ClientFor(rm.registry);
+  if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
+  if (absl::Status st = EnsureModel(name, rm, *model_client); !st.ok()) {
+    return AsUnreachable(st, ref, model, rm.registry);
+  }
 
+  if (replace_unpacked) {
+    // Fails (kFailedPrecondition) if a container took the unpacked layer meanwhile.
+    RETURN_IF_ERROR(base_->Remove(target));
+    Log(absl::StrCat("snapshot ", target, ": the volume layer unpacked in place of model ",
+                     model.str(), " was removed; the model is mounted lazily in its place"));
+  }
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;

@@ -141,6 +141,9 @@ absl::Status Run(const DaemonConfig& c) {
   o.fuse.direct_io_reads = c.direct_io;
   o.cache.drop_served_pages = c.drop_served_pages;
   o.cache.audit = c.audit;
+  // Validated with the config.
+  (void)absl::ParseDuration(c.scrub_interval, &o.cache.scrub_interval);
+  o.cache.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
   o.fuse.on_read = [reads, read_errors](absl::Duration d, bool ok) {
     reads->Observe(d);
     if (!ok) read_errors->fetch_add(1, std::memory_order_relaxed);

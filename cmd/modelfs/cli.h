@@ -100,10 +100,11 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& ref, bool plai
 nlohmann::json RefInspectionToJson(const RefInspection& r);
 std::string RenderRefInspection(const RefInspection& r);
 
-// clients.Connector() for resolving `volume`, which also says on stderr when the volume
-// image sends the CLI to another registry for its model. The CLI follows it (the user chose
-// the reference); the snapshotter does so only for hosts in its model_hosts.
-RegistryConnector NotingConnector(const ImageReference& volume, RegistryClients& clients);
+// For resolving `volume`: says on stderr when the volume image sends the CLI outside its own
+// repository for its model (another repository, or another registry), naming both. The CLI
+// follows it (the user chose the reference); the snapshotter does so only where its
+// model_hosts allows.
+ModelLocationCheck NotingLocation(const ImageReference& volume);
 
 // 1536 -> "1.50 KiB"
 std::string HumanBytes(uint64_t n);

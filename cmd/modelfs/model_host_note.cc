@@ -1,4 +1,4 @@
-// The note the CLI prints when a volume image sends it to another registry for its model.
+// The note the CLI prints when a volume image sends it outside its own repository for its model.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -7,18 +7,23 @@
 
 namespace modelfs::cli {
 
-RegistryConnector NotingConnector(const ImageReference& volume, RegistryClients& clients) {
-  // ResolveModel calls the connector only for a registry other than the volume image's.
-  return [volume, &clients](const std::string& registry) {
-    // Both names come from the artifact: escaped, one line.
+ModelLocationCheck NotingLocation(const ImageReference& volume) {
+  // ResolveModel asks only for a location other than the volume image's own repository.
+  return [volume](const std::string& registry, const std::string& repository) {
+    const std::string where =
+        registry == volume.registry()
+            ? absl::StrCat("repository ", repository, " of its registry")
+            : absl::StrCat("repository ", repository, " on registry ", registry);
+    // The names come from the artifact: escaped, one line.
     fprintf(stderr, "%s\n",
-            EscapeUntrusted(absl::StrCat("modelfs: note: volume image ", volume.String(),
-                                         " names its model on registry ", registry,
-                                         ", not its own ", volume.registry(),
-                                         "; reading the model from there (modelfs-snapshotter "
-                                         "does so only for hosts in its model_hosts)"))
+            EscapeUntrusted(
+                absl::StrCat("modelfs: note: volume image ", volume.String(),
+                             " names its model in ", where, ", not in its own repository ",
+                             volume.registry(), "/", volume.repository(),
+                             "; reading the model from there (modelfs-snapshotter does so only "
+                             "where its model_hosts allows)"))
                 .c_str());
-    return clients.For(registry);
+    return absl::OkStatus();
   };
 }
 

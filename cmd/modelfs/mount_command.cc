@@ -15,15 +15,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "cmd/modelfs/cli.h"
-#include "core/base/clock.h"
 #include "core/cache/blob_cache.h"
 #include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
@@ -54,6 +56,8 @@ struct MountCli {
   bool direct_io = true;
   bool drop_served_pages = true;
   bool audit = true;
+  std::string scrub_interval = "24h";
+  double scrub_rate_mib = 32;
   std::string log_file;
   std::string policy;
   int ready_fd = -1;  // internal: set when re-executed in the background
@@ -87,23 +91,34 @@ struct OpenCounts {
   std::atomic<uint64_t> passthrough{0};
 };
 
+// `modelfs stats` sends this to a mount for counters taken after its request, so that a
+// refusal the caller has just seen is in them (the file is otherwise rewritten every second).
+constexpr int kStatsRefreshSignal = SIGUSR1;
+
 nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const std::string& dir,
                          const LoadedModel& m, const OpenCounts& opens) {
+  // Taken before the counters: a reader that asked at time T knows these are from after T.
+  const int64_t taken_ns = absl::GetCurrentTimeNanos();
   CacheStats s = cache.stats();
   return {{"reference", ref},
           {"mountpoint", dir},
           {"pid", getpid()},
+          {"taken_ns", taken_ns},
           {"verification", m.verification},
           {"bytes_fetched", s.bytes_fetched},
           {"requests", s.requests},
           {"cache_hits", s.chunk_hits},
           {"cache_misses", s.chunk_misses},
           {"verification_failures", s.verification_failures},
+          {"refetch_recoveries", s.refetch_recoveries},
           {"quarantined_layers", s.quarantined_layers},
           {"bytes_served", s.bytes_served},
           {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
           {"sealed_layers", s.sealed_layers},
           {"audited_layers", s.audited_layers},
+          {"scrubbed_bytes", s.scrubbed_bytes},
+          {"scrub_failures", s.scrub_failures},
+          {"fs_verity", s.fs_verity},
           {"cached_bytes", s.cached_bytes},
           {"opens", opens.opens.load()},
           {"passthrough_opens", opens.passthrough.load()}};
@@ -135,6 +150,7 @@ absl::Status RunForeground(const MountCli& c) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGHUP);
+  sigaddset(&sigs, kStatsRefreshSignal);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   PrefetchPolicy policy;
@@ -174,7 +190,8 @@ absl::Status RunForeground(const MountCli& c) {
   // Before anything is fetched, cached or mounted: the signature on what REF names (for a
   // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref, NotingConnector(ref, clients)));
+  ASSIGN_OR_RETURN(ResolvedModel rm,
+                   ResolveModel(*client, ref, clients.Connector(), NotingLocation(ref)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
   RegistryBlobSource source(model_client, rm.repository);
@@ -184,6 +201,13 @@ absl::Status RunForeground(const MountCli& c) {
   co.max_bytes = c.cache_max_mib << 20;
   co.drop_served_pages = c.drop_served_pages;
   co.audit = c.audit;
+  if (!absl::ParseDuration(c.scrub_interval, &co.scrub_interval) ||
+      co.scrub_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--scrub-interval \"", c.scrub_interval,
+                                                   "\": want a duration such as 24h or 90m, or 0"));
+  }
+  if (!(c.scrub_rate_mib > 0)) return absl::InvalidArgumentError("--scrub-rate-mib must be > 0");
+  co.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
   // Cache lines quote registry errors and digests from the artifact: one escaped line each.
   co.log = [](absl::string_view line) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
@@ -231,21 +255,41 @@ absl::Status RunForeground(const MountCli& c) {
   }
 
   std::atomic<bool> stopping{false};
+  // The stats writer's wake-ups: a refresh asked for by `modelfs stats`, or the end.
+  struct StatsWake {
+    absl::Mutex mu;
+    bool refresh ABSL_GUARDED_BY(mu) = false;
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  } wake;
   std::thread signals([&] {
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while (sigwait(&sigs, &sig) == 0 && sig == kStatsRefreshSignal) {
+      absl::MutexLock lock(&wake.mu);
+      wake.refresh = true;
+    }
     if (!stopping.exchange(true)) (void)mount->Unmount();
   });
   std::thread stats([&] {
-    while (!stopping.load()) {
-      for (int i = 0; i < 10 && !stopping.load(); ++i)
-        Clock::Real()->SleepFor(absl::Milliseconds(100));
+    while (true) {
+      {
+        absl::MutexLock lock(&wake.mu);
+        auto woken = [&wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake.mu) {
+          return wake.refresh || wake.stop;
+        };
+        wake.mu.AwaitWithTimeout(absl::Condition(&woken), absl::Seconds(1));
+        if (wake.stop) return;
+        wake.refresh = false;
+      }
       WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded, opens).dump());
     }
   });
   absl::Status waited = mount->Wait();
   if (!stopping.exchange(true)) pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
+  {
+    absl::MutexLock lock(&wake.mu);
+    wake.stop = true;
+  }
   stats.join();
   unlink(stats_path.c_str());
   mount.reset();
@@ -314,13 +358,64 @@ absl::Status RunUmount(const std::string& dir) {
   return absl::InternalError(absl::StrCat("umount ", dir, ": ", strerror(err)));
 }
 
-absl::Status RunStats(const std::string& dir, bool json) {
-  std::ifstream in(StatsPath(dir));
-  if (!in) return absl::NotFoundError(absl::StrCat(dir, ": no modelfs mount with live counters"));
+std::optional<nlohmann::json> ReadStatsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return absl::InternalError("unreadable counters file");
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+// True when `pid` runs this same binary as `modelfs mount`: only then is it sent the refresh
+// signal (for any other process, a reused pid, SIGUSR1 would be fatal).
+bool IsMountProcess(pid_t pid) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return false;
+  const fs::path other = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec);
+  if (ec || other != self) return false;
+  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"), std::ios::binary);
+  for (std::string arg; std::getline(cmdline, arg, '\0');) {
+    if (arg == "mount") return true;
+  }
+  return false;
+}
+
+// The mount's counters as of now: asks the mount process to write them (it answers within
+// milliseconds) and waits at most 2 s for that; the file as it is otherwise (at most 1 s old).
+absl::StatusOr<nlohmann::json> FreshStats(const std::string& dir) {
+  const std::string path = StatsPath(dir);
+  std::optional<nlohmann::json> j = ReadStatsFile(path);
+  if (!j) {
+    if (access(path.c_str(), F_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(dir, ": no modelfs mount with live counters"));
+    }
+    return absl::InternalError(absl::StrCat("unreadable counters file ", path));
+  }
+  // A mount that writes taken_ns answers the refresh signal; older ones would die of it.
+  if (!j->contains("taken_ns") || !j->contains("pid") || !(*j)["pid"].is_number_integer()) {
+    return *j;
+  }
+  const pid_t pid = (*j)["pid"].get<pid_t>();
+  if (pid <= 0 || !IsMountProcess(pid)) return *j;
+  const int64_t asked_ns = absl::GetCurrentTimeNanos();
+  if (kill(pid, kStatsRefreshSignal) != 0) return *j;
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < deadline) {
+    std::optional<nlohmann::json> now = ReadStatsFile(path);
+    if (now && now->contains("taken_ns") && (*now)["taken_ns"].is_number_integer() &&
+        (*now)["taken_ns"].get<int64_t>() >= asked_ns) {
+      return *now;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return *j;
+}
+
+absl::Status RunStats(const std::string& dir, bool json) {
+  ASSIGN_OR_RETURN(nlohmann::json j, FreshStats(dir));
   if (json) {
     printf("%s\n", j.dump(2).c_str());
     return absl::OkStatus();
@@ -367,6 +462,13 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     cmd->add_flag("--audit,!--no-audit", c->audit,
                   "Once every chunk of a layer is verified, rehash the whole layer against its "
                   "digest at idle priority (default on)");
+    cmd->add_option("--scrub-interval", c->scrub_interval,
+                    "Re-verify sealed layers of the cache this often, in the background at idle "
+                    "priority (24h, 90m; 0: never)")
+        ->default_val("24h");
+    cmd->add_option("--scrub-rate-mib", c->scrub_rate_mib,
+                    "The scrub reads at most this many MiB a second")
+        ->default_val(32);
     cmd->add_option("--log", c->log_file, "Log file for a background mount");
     cmd->add_option("--policy", c->policy,
                     "containers-policy.json: REF's signatures are verified before anything is "

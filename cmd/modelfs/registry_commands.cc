@@ -304,7 +304,8 @@ absl::Status RunPull(const PullCli& c) {
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
   // Verified before anything is fetched; what is pulled is the digest that was verified.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
-  o.connect = NotingConnector(ref, clients);
+  o.connect = clients.Connector();
+  o.check_location = NotingLocation(ref);
   ASSIGN_OR_RETURN(PullResult r, PullModel(*client, ref, c.dest, o));
   if (c.reg.json) {
     printf("%s\n", PullResultToJson(r).dump(2).c_str());

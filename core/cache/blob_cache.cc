@@ -18,6 +18,7 @@
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
 #include "core/cache/fetch_planner.h"
+#include "core/cache/fs_verity.h"
 #include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
@@ -86,14 +87,24 @@ absl::Status BlobCache::Init() {
                      "is dropped and nothing cached now survives a restart"));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  return LoadFromJournal();
+  RETURN_IF_ERROR(LoadFromJournal());
+  // Said once, at open: whether the kernel could check the cache's pages itself.
+  const absl::Status verity = ProbeFsVerity(options_.dir);
+  fs_verity_ = verity.ok();
+  Log(verity.ok() ? absl::StrCat("fs-verity: supported by the filesystem of ", options_.dir)
+                  : absl::StrCat("fs-verity: ", verity.message()));
+  if (options_.scrub_interval > absl::ZeroDuration()) {
+    scrub_thread_ = std::thread([this] { ScrubLoop(); });
+  }
+  return absl::OkStatus();
 }
 
 BlobCache::~BlobCache() {
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;  // wakes whole-layer checks waiting for idle reads
+    stopping_ = true;  // wakes whole-layer checks waiting for idle reads, and the scrub
   }
+  if (scrub_thread_.joinable()) scrub_thread_.join();
   std::vector<std::function<void()>> dropped = scheduler_.Stop();
   PersistPending();  // what the dropped queue would have recorded
   absl::MutexLock lock(&mu_);
@@ -122,6 +133,7 @@ LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::st
   r.local_index = std::move(local_index);
   r.last_used = layer.last_used;
   r.seal = std::move(seal);
+  r.audited = layer.audited;
   return r;
 }
 
@@ -167,6 +179,8 @@ absl::Status BlobCache::LoadFromJournal() {
       if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
+        // Whole-layer modes were checked against the digest before they were sealed.
+        layer->audited = r.audited || layer->mode != VerifyMode::kChunk;
         layer->ResetChunks(ChunkState::kVerified);
         layer->cached_bytes = layer->size;
       } else {
@@ -559,11 +573,15 @@ CacheStats BlobCache::stats() const {
   s.chunk_hits = counters_.chunk_hits.load();
   s.chunk_misses = counters_.chunk_misses.load();
   s.verification_failures = counters_.verification_failures.load();
+  s.refetch_recoveries = counters_.refetch_recoveries.load();
   s.quarantined_layers = counters_.quarantined_layers.load();
   s.bytes_served = counters_.bytes_served.load();
   s.page_cache_bytes_dropped = counters_.page_cache_bytes_dropped.load();
   s.sealed_layers = counters_.sealed_layers.load();
   s.audited_layers = counters_.audited_layers.load();
+  s.scrubbed_bytes = counters_.scrubbed_bytes.load();
+  s.scrub_failures = counters_.scrub_failures.load();
+  s.fs_verity = fs_verity_;
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);
   s.cached_bytes = cached_bytes_;

@@ -111,6 +111,12 @@ struct CacheOptions {
   // the pinned manifest; the audit is defense in depth against a chunk index that disagrees
   // with its layer. It runs at idle CPU and I/O priority.
   bool audit = true;
+  // The scrub: every scrub_interval (zero: never) each sealed layer is read and hashed again
+  // (layer_scrub.cc), at idle CPU and I/O priority and at most scrub_rate bytes a second;
+  // layers sealed but never audited (by this process or an earlier one) go first and are
+  // audited by the same pass. A mismatch quarantines the layer at once.
+  absl::Duration scrub_interval = absl::ZeroDuration();
+  uint64_t scrub_rate = 32ull << 20;
   // While the cache disk is full, verified chunks are served from memory instead of the data
   // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
   uint64_t memory_fallback_bytes = 64ull << 20;
@@ -153,11 +159,16 @@ struct ByteRange {
 };
 
 struct CacheStats {
-  uint64_t bytes_fetched = 0;          // bytes received from the remote
-  uint64_t requests = 0;               // range requests sent (each retry counts)
-  uint64_t chunk_hits = 0;             // chunks a Read found cached
-  uint64_t chunk_misses = 0;           // chunks a Read had to wait for
-  uint64_t verification_failures = 0;  // chunks (or layers) whose hash did not match
+  uint64_t bytes_fetched = 0;  // bytes received from the remote
+  uint64_t requests = 0;       // range requests sent (each retry counts)
+  uint64_t chunk_hits = 0;     // chunks a Read found cached
+  uint64_t chunk_misses = 0;   // chunks a Read had to wait for
+  // Answers of a chunk (or whole layers) whose hash did not match, each counted once, whether
+  // or not a refetch then brought the right bytes.
+  uint64_t verification_failures = 0;
+  // Refetches after a wrong answer (a chunk failing verification, a wrong Content-Range) whose
+  // chunk then verified.
+  uint64_t refetch_recoveries = 0;
   uint64_t quarantined_layers = 0;
   uint64_t bytes_served = 0;  // bytes returned by Read
   uint64_t evicted_layers = 0;
@@ -166,6 +177,10 @@ struct CacheStats {
   uint64_t page_cache_bytes_dropped = 0;
   uint64_t sealed_layers = 0;   // chunk-mode layers sealed once every chunk was verified
   uint64_t audited_layers = 0;  // of them, audited against their digest (CacheOptions::audit)
+  uint64_t scrubbed_bytes = 0;  // bytes of sealed layers the scrub read and hashed again
+  uint64_t scrub_failures = 0;  // sealed layers the scrub found changed (quarantined)
+  // The cache directory's filesystem can enable fs-verity on a file (probed at Open).
+  bool fs_verity = false;
 };
 
 class BlobCache : public BlobReader {
@@ -233,6 +248,14 @@ class BlobCache : public BlobReader {
 
   // Counters; safe to call at any time.
   CacheStats stats() const;
+
+  // One scrub pass, on the calling thread (the scrub thread calls it every scrub_interval):
+  // every sealed layer, those never audited first, is read again at background priority and
+  // at most options.scrub_rate bytes a second, each chunk against its expected hash where the
+  // cache has one, and the whole file against the layer digest when the layer was never
+  // audited or has no chunk hashes. A mismatch quarantines the layer (logged with its digest
+  // and byte range, counted in scrub_failures). Returns the number of layers scrubbed.
+  int ScrubOnce();
 
   // State of one layer, for status output and tests.
   struct LayerInfo {
@@ -361,6 +384,12 @@ class BlobCache : public BlobReader {
   void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
+  // The scrub of one sealed layer (ScrubOnce); false when it was found changed.
+  bool ScrubLayer(const std::shared_ptr<Layer>& layer);
+  // Records `layer` audited in the journal, so a restart does not audit it again.
+  void RecordAudited(const std::shared_ptr<Layer>& layer);
+  // The scrub thread: ScrubOnce every options.scrub_interval until the cache closes.
+  void ScrubLoop();
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
   // The journal row of a layer, as it stands.
@@ -405,6 +434,9 @@ class BlobCache : public BlobReader {
   // Decodes `spec.source` (verified whole) into a new data file and installs it.
   absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
 
+  // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
+  std::thread scrub_thread_;
+  bool fs_verity_ = false;  // set by Init, before any other thread runs
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 
@@ -414,7 +446,8 @@ class BlobCache : public BlobReader {
   struct Counters {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
         verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0};
+        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0},
+        scrubbed_bytes{0}, scrub_failures{0};
   };
   mutable Counters counters_;
 };

@@ -189,8 +189,10 @@ struct CacheFlight {
   std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>> memory
       ABSL_GUARDED_BY(layer->mu);
   // A wrong answer (bytes failing verification, a wrong Content-Range) was refetched once
-  // already; the next one fails its chunks. Only RunFlight's thread uses it: no lock.
+  // already, from chunk `refetch_from` of the flight; the next one fails its chunks. Only
+  // RunFlight's thread uses them: no lock.
   bool refetched = false;
+  uint64_t refetch_from = 0;
 };
 
 }  // namespace modelfs

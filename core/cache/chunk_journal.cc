@@ -49,7 +49,8 @@ absl::Status ChunkJournal::Open(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
         " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
-        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT);"
+        " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT,"
+        " audited INTEGER NOT NULL DEFAULT 0);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
         " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"
         "CREATE TABLE IF NOT EXISTS decoded(source TEXT PRIMARY KEY, digest TEXT NOT NULL);");
@@ -57,6 +58,10 @@ absl::Status ChunkJournal::Open(const std::string& path) {
   if (s.ok() && !HasColumnLocked("layers", "seal")) {
     // Caches written before seals existed: their layers are re-hashed once, then sealed.
     s = ExecLocked("ALTER TABLE layers ADD COLUMN seal TEXT");
+  }
+  if (s.ok() && !HasColumnLocked("layers", "audited")) {
+    // Caches written before the scrub: their sealed chunk-mode layers are audited first.
+    s = ExecLocked("ALTER TABLE layers ADD COLUMN audited INTEGER NOT NULL DEFAULT 0");
   }
   if (s.ok()) {
     s = ExecLocked(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
@@ -85,7 +90,7 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
   {
     Statement q(db_,
                 "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
-                " last_used, seal FROM layers");
+                " last_used, seal, audited FROM layers");
     RETURN_IF_ERROR(q.status());
     for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
       LayerRecord r;
@@ -97,6 +102,7 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
       r.local_index = q.Blob(5);
       r.last_used = q.Int(6);
       r.seal = q.Text(7);
+      r.audited = q.Int(8) != 0;
       std::string key = r.digest;
       rows[std::move(key)] = std::move(r);
     }
@@ -119,9 +125,9 @@ absl::Status ChunkJournal::UpsertLayer(const LayerRecord& r) {
   absl::MutexLock lock(&mu_);
   Statement q(db_,
               "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index,"
-              " last_used, seal) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(digest) DO"
-              " UPDATE SET size=?2, chunk_size=?3, mode=?4, whole_verified=?5, local_index=?6,"
-              " last_used=?7, seal=?8");
+              " last_used, seal, audited) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON"
+              " CONFLICT(digest) DO UPDATE SET size=?2, chunk_size=?3, mode=?4,"
+              " whole_verified=?5, local_index=?6, last_used=?7, seal=?8, audited=?9");
   RETURN_IF_ERROR(q.status());
   q.Bind(1, r.digest)
       .Bind(2, static_cast<int64_t>(r.size))
@@ -133,7 +139,7 @@ absl::Status ChunkJournal::UpsertLayer(const LayerRecord& r) {
   } else {
     q.BindBlob(6, r.local_index);
   }
-  q.Bind(7, r.last_used).BindNullable(8, r.seal);
+  q.Bind(7, r.last_used).BindNullable(8, r.seal).Bind(9, int64_t{r.audited ? 1 : 0});
   absl::StatusOr<bool> row = q.Step();
   if (!row.ok() || *row) {
     return absl::InternalError(absl::StrCat("cache database ", path_, ": recording layer ",
@@ -191,6 +197,18 @@ std::string ChunkJournal::DecodedOf(const std::string& source) {
   absl::StatusOr<bool> row = q.Bind(1, source).Step();
   if (!row.ok() || !*row) return std::string();
   return q.Text(0);
+}
+
+absl::Status ChunkJournal::MarkAudited(const std::string& digest) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "UPDATE layers SET audited = 1 WHERE digest = ?1");
+  RETURN_IF_ERROR(q.status());
+  absl::StatusOr<bool> row = q.Bind(1, digest).Step();
+  if (!row.ok() || *row) {
+    return absl::InternalError(absl::StrCat("cache database ", path_, ": recording layer ", digest,
+                                            " audited: ", q.LastError()));
+  }
+  return absl::OkStatus();
 }
 
 void ChunkJournal::Touch(const std::string& digest, int64_t last_used) {

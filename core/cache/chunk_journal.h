@@ -30,7 +30,8 @@ struct LayerRecord {
   bool whole_verified = false;
   std::string local_index;  // 32 bytes per chunk (whole-layer modes), or empty
   int64_t last_used = 0;
-  std::string seal;  // "" when not sealed
+  std::string seal;      // "" when not sealed
+  bool audited = false;  // chunk mode: the whole-layer audit (or a scrub) matched its digest
   std::vector<uint64_t> chunks;
 };
 
@@ -65,6 +66,8 @@ class ChunkJournal {
   std::string DecodedOf(const std::string& source);
   // The layer's LRU stamp; a failure only costs eviction order.
   void Touch(const std::string& digest, int64_t last_used);
+  // The layer was audited against its digest; a failure only costs a second audit.
+  absl::Status MarkAudited(const std::string& digest);
 
  private:
   absl::Status ExecLocked(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -73,6 +73,10 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
       Log(cst.message());
     }
   }
+  if (cst.ok() && f->refetched && i == f->refetch_from) {
+    // The answer after a wrong one was right: counted apart, so a flipped byte stays visible.
+    counters_.refetch_recoveries++;
+  }
   if (cst.ok()) {
     const int err = store_.Write(layer->fd, r.bytes.data(), len, c * cs);
     if (err == 0) {
@@ -209,6 +213,7 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
     if (IsBadAnswer(st) && !f->refetched) {
       // At once, from the chunk that was wrong (the remote asks the next host for it).
       f->refetched = true;
+      f->refetch_from = next;
       continue;
     }
     if (!RetryableCode(st.code())) break;  // kInternal is not worth a second attempt

@@ -96,9 +96,12 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   });
   if (hashed.ok() && hashed->digest == layer->digest) {
     counters_.audited_layers++;
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    layer->audited = true;
+    {
+      absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
+      layer->audited = true;
+    }
+    RecordAudited(layer);  // the scrub after a restart need not audit it again
     return;
   }
   if (hashed.ok()) counters_.verification_failures++;

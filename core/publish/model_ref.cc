@@ -98,12 +98,14 @@ absl::StatusOr<std::string> RegistryModelFetcher::GetBlob(const std::string& rep
 }
 
 absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref,
-                                           const RegistryConnector& connect) {
+                                           const RegistryConnector& connect,
+                                           const ModelLocationCheck& check_location) {
   RegistryModelFetcher fetcher(client, connect);
-  return ResolveModel(fetcher, ref);
+  return ResolveModel(fetcher, ref, check_location);
 }
 
-absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageReference& ref) {
+absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageReference& ref,
+                                           const ModelLocationCheck& check_location) {
   ResolvedModel r;
   r.ref = ref;
   r.registry = ref.registry();
@@ -146,6 +148,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
       }
       r.registry = where->registry();
       r.repository = where->repository();
+      if (check_location && (r.registry != ref.registry() || r.repository != ref.repository())) {
+        RETURN_IF_ERROR(check_location(r.registry, r.repository));
+      }
       if (r.registry != ref.registry()) {
         ASSIGN_OR_RETURN(model_fetcher, client.OnRegistry(r.registry));
       }

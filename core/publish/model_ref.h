@@ -131,9 +131,15 @@ class RegistryModelFetcher final : public ModelFetcher {
 // Errors: kNotFound, kDataLoss (digest mismatch), kInvalidArgument (not a model / not a
 // volume image / a record naming no valid repository), kPermissionDenied (a layer path that
 // escapes), kFailedPrecondition (M on another registry and no way to reach it).
+// `check_location` (optional) is asked, before anything of M is requested, whenever V's record
+// puts M anywhere but V's own repository (registry, repository); its error ends the resolution.
+using ModelLocationCheck =
+    std::function<absl::Status(const std::string& registry, const std::string& repository)>;
 absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref,
-                                           const RegistryConnector& connect = nullptr);
-absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& fetcher, const ImageReference& ref);
+                                           const RegistryConnector& connect = nullptr,
+                                           const ModelLocationCheck& check_location = nullptr);
+absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& fetcher, const ImageReference& ref,
+                                           const ModelLocationCheck& check_location = nullptr);
 
 // Fetches a whole blob into memory, refusing more than max_bytes, and verifies its digest.
 absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,

@@ -247,7 +247,7 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
 
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
                                      const std::string& dest, const PullOptions& o) {
-  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref, o.connect));
+  ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref, o.connect, o.check_location));
   // The layers come from M's registry (a volume image may live on another one).
   std::shared_ptr<RegistryClient> other;
   if (rm.registry != client.registry()) {

@@ -23,6 +23,8 @@ struct PullOptions {
   // Reaches M's registry when a volume image's record names another one; null: only the
   // client's registry.
   RegistryConnector connect;
+  // Asked before M is fetched from anywhere but V's own repository (ResolveModel).
+  ModelLocationCheck check_location;
 };
 
 struct PulledFile {

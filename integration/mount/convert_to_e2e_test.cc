@@ -197,16 +197,18 @@ TEST_F(ConvertToTest, PullOfTheConvertedVolumeDownloadsTheWeightsFromTheSourceRe
   EXPECT_EQ(DescribeFiles(dest), want_);
 }
 
-// The CLI follows V to M's registry where the user points it, and says so on stderr (the
-// snapshotter would refuse it unless model_hosts lists that registry).
+// The CLI follows V to M's registry where the user points it, and says so on stderr, naming
+// the repository (the snapshotter would refuse it unless model_hosts allows it).
 TEST_F(ConvertToTest, PullSaysWhenTheVolumeImageSendsItToAnotherRegistry) {
   ASSERT_OK_AND_ASSIGN(ProcessResult c, Modelfs({"convert", src_ref_, "--to", dst_ref_}));
   ASSERT_EQ(c.exit_code, 0) << c.err;
   ASSERT_OK_AND_ASSIGN(ProcessResult p, Modelfs({"pull", dst_ref_, tmp_.Join("pulled").string()}));
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  EXPECT_THAT(p.err, HasSubstr(absl::StrCat(
-                         "modelfs: note: volume image ", dst_ref_, " names its model on registry ",
-                         read_only_->host_port(), ", not its own ", target_->host_port())));
+  EXPECT_THAT(p.err, HasSubstr(absl::StrCat("modelfs: note: volume image ", dst_ref_,
+                                            " names its model in repository ")));
+  EXPECT_THAT(p.err,
+              HasSubstr(absl::StrCat(" on registry ", read_only_->host_port(),
+                                     ", not in its own repository ", target_->host_port(), "/")));
 }
 
 TEST_F(ConvertToTest, ATagInToAndADifferentVolumeTagIsABadInvocation) {

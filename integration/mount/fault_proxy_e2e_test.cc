@@ -285,6 +285,16 @@ class FaultProxyE2eTest : public ::testing::Test {
     return 0;
   }
 
+  // `modelfs stats --json` of the mount, as an admin runs it right after a read.
+  nlohmann::json CliStats() {
+    absl::StatusOr<CommandResult> r =
+        RunCommand({ModelfsBinary(), "stats", "--json", mnt_}, absl::Seconds(10));
+    EXPECT_OK(r.status());
+    if (!r.ok()) return nlohmann::json::object();
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    return nlohmann::json::parse(r->out, nullptr, false);
+  }
+
   int Stat(const std::string& name) {
     auto v = proxy_->Stat(name);
     EXPECT_OK(v.status());
@@ -387,6 +397,33 @@ TEST_P(OneWrongAnswerTest, IsRefetchedWithinTheReadAndEveryFileReadsRight) {
     EXPECT_EQ(ReadUntilRight(rel, 1), 1) << rel << " did not read right at the first pass";
   }
   EXPECT_EQ(Stat("blob_faults"), 1) << "the fault did not hit (or hit more than once)";
+}
+
+// A middlebox that flipped a byte once: the read is right, and `modelfs stats` right after it
+// shows the refusal and the refetch that recovered from it.
+TEST_F(FaultProxyE2eTest, OneFlippedByteIsCountedAsOneFailureAndOneRecoveryAtOnce) {
+  ASSERT_NE(Mount(env->volume_ref), nullptr);
+  ASSERT_OK(proxy_->SetBlobFault(BlobFault::kCorrupt, /*first=*/1));
+  ASSERT_EQ(ReadUntilRight(env->weights, 1), 1);
+  ASSERT_EQ(Stat("blob_faults"), 1);
+  nlohmann::json stats = CliStats();
+  EXPECT_EQ(stats.value("verification_failures", -1), 1) << stats.dump();
+  EXPECT_EQ(stats.value("refetch_recoveries", -1), 1) << stats.dump();
+}
+
+// Every answer corrupt: the read fails, and `modelfs stats` run right after the EIO counts
+// both refusals (the answer and its refetch), not the counters of up to a second before.
+TEST_F(FaultProxyE2eTest, AChunkRefusedForGoodIsCountedByTheTimeStatsIsAskedAfterTheEio) {
+  ASSERT_NE(Mount(env->volume_ref), nullptr);
+  ASSERT_OK(proxy_->SetBlobFault(BlobFault::kCorrupt, /*first=*/0));
+  const std::string& want = env->files.at(env->weights);
+  ReadOutcome o = BoundedRead(mnt_ + "/" + env->weights, want, 2 * kMiB + 4096, 65536,
+                              /*random=*/true);
+  ASSERT_EQ(o.kind, ReadOutcome::kError) << Describe(o);
+  ASSERT_EQ(o.err, EIO) << Describe(o);
+  nlohmann::json stats = CliStats();
+  EXPECT_EQ(stats.value("verification_failures", -1), 2) << stats.dump();
+  EXPECT_EQ(stats.value("refetch_recoveries", -1), 0) << stats.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, OneWrongAnswerTest,

@@ -441,6 +441,89 @@ TEST_F(MountE2eTest, WholeLayerModeFailsTheWholeTamperedFileAndRecoversAfterTheF
 }
 
 // 4. Registry stopped mid-read.
+// The cache file of a sealed layer changed while mounted, after every chunk of it was verified
+// in this process (as bit rot, a bad disk or a process writing to the cache would), its pages
+// dropped: the scrub finds it within an interval, and no open after that reads a byte of it.
+// (The audit is off, so that the scrub, not the audit, is what finds it.)
+TEST_F(MountE2eTest, TheScrubFindsACacheFileChangedWhileMountedAndNoLaterReadGetsItsBytes) {
+  const PushedModel& bad = env->bad;
+  ModelMount* m = Mount(bad.volume_ref, 0, "", {"--scrub-interval", "1s", "--no-audit"});
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK_AND_ASSIGN(Digest got, DigestFile(InMount(bad.weights)));
+  ASSERT_EQ(got.str(), bad.digests.at(bad.weights));
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  nlohmann::json stats;
+  do {
+    ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  } while (stats["sealed_layers"].get<uint64_t>() == 0 && absl::Now() < give_up);
+  ASSERT_GE(stats["sealed_layers"].get<uint64_t>(), 1u) << stats.dump();
+
+  ASSERT_OK_AND_ASSIGN(Digest layer, Digest::Parse(bad.digests.at(bad.weights)));
+  const std::string data = cache_ + "/blobs/sha256/" + std::string(layer.hex()) + ".data";
+  ByteFlip flip(data, 5 * kChunk + 123);
+  ASSERT_TRUE(flip.flipped());
+  if (int fd = open(data.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+  do {
+    ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  } while (stats["scrub_failures"].get<uint64_t>() == 0 && absl::Now() < give_up);
+  EXPECT_EQ(stats["scrub_failures"], 1) << stats.dump();
+  EXPECT_GE(stats["scrubbed_bytes"].get<uint64_t>(), 5 * kChunk) << stats.dump();
+
+  int fd = OpenNoReadahead(InMount(bad.weights));
+  ASSERT_GE(fd, 0);
+  int err = 0;
+  EXPECT_FALSE(PreadExact(fd, 5 * kChunk, kChunk, &err).ok());
+  EXPECT_EQ(err, EIO);
+  close(fd);
+  ASSERT_OK_AND_ASSIGN(std::string log, ReadWholeFile(tmp_->Join("mount.log").string()));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("quarantined layer ", layer.str())));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("(bytes [", 5 * kChunk, ", ", 6 * kChunk, "))")));
+}
+
+// What the scrub cannot do (cache-format.md, "The scrub"): a file opened by passthrough before
+// the change is read by the kernel from the cache file, so that open keeps seeing the changed
+// byte after the scrub found it; only opens made after the finding are refused.
+TEST_F(MountE2eTest, APassthroughOpenMadeBeforeTheScrubsFindingStillReadsTheChangedFile) {
+  const PushedModel& bad = env->bad;
+  ModelMount* m = Mount(bad.volume_ref, 0, "", {"--scrub-interval", "1s", "--no-audit"});
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK(DigestFile(InMount(bad.weights)).status());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  nlohmann::json stats;
+  do {
+    ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  } while (stats["sealed_layers"].get<uint64_t>() == 0 && absl::Now() < give_up);
+  ASSERT_GE(stats["sealed_layers"].get<uint64_t>(), 1u) << stats.dump();
+  // Opened once sealed: served by passthrough.
+  int held = OpenNoReadahead(InMount(bad.weights));
+  ASSERT_GE(held, 0);
+  const uint64_t at = 5 * kChunk + 123;
+  ASSERT_OK_AND_ASSIGN(std::string before, PreadExact(held, at, 1));
+
+  ASSERT_OK_AND_ASSIGN(Digest layer, Digest::Parse(bad.digests.at(bad.weights)));
+  const std::string data = cache_ + "/blobs/sha256/" + std::string(layer.hex()) + ".data";
+  ByteFlip flip(data, at);
+  ASSERT_TRUE(flip.flipped());
+  do {
+    ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  } while (stats["scrub_failures"].get<uint64_t>() == 0 && absl::Now() < give_up);
+  ASSERT_EQ(stats["scrub_failures"], 1) << stats.dump();
+
+  ASSERT_OK_AND_ASSIGN(std::string after, PreadExact(held, at, 1));
+  EXPECT_EQ(static_cast<unsigned char>(after[0]), static_cast<unsigned char>(before[0] ^ 0xff))
+      << "the open made before the finding";
+  close(held);
+  int fresh = OpenNoReadahead(InMount(bad.weights));
+  ASSERT_GE(fresh, 0);
+  int err = 0;
+  EXPECT_FALSE(PreadExact(fresh, at, 1, &err).ok());
+  EXPECT_EQ(err, EIO);
+  close(fresh);
+}
+
 TEST_F(MountE2eTest, ReadFailsWithEioNearTheDeadlineWhileTheRegistryIsDownAndWorksAfterRestart) {
   ModelMount* m = Mount(env->big.volume_ref, /*read_deadline_s=*/3);
   ASSERT_NE(m, nullptr);

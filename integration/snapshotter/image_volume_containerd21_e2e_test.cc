@@ -169,6 +169,9 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     ASSERT_FALSE(HasFatalFailure());
     SnapshotterDaemonOptions so;
     so.insecure_hosts = {registry_->host_port()};
+    // Volume images converted into kVolumesRepo name their model in kModelRepo: the node allows
+    // that repository (a volume image is followed only within its own by default).
+    so.model_hosts = {absl::StrCat(registry_->host_port(), "/", kModelRepo)};
     // The daemon reads containerd's content store (image volumes naming M itself) on the
     // socket the fixture's containerd will listen on.
     const std::string containerd_socket = tmp_.Join("containerd.sock").string();

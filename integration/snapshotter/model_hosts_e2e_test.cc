@@ -1,11 +1,14 @@
 // Where a volume image may send the node: V on registry 1 (anonymous) names its model M on
-// registry 2, which wants credentials the node has and the pod's owner may not. modelfs-snapshotter
-// under a real containerd 1.6 (CRI, the modelfs proxy snapshotter) follows V to M only when
-// snapshotter.toml lists registry 2 in model_hosts:
-//  - by default the CRI pull of V fails, containerd's error names both registries and the key
-//    to set, and the daemon sent registry 2 no request at all;
-//  - with model_hosts = [registry 2] the same pull mounts M, read from registry 2 with the
-//    node's credentials.
+// registry 2, which wants credentials the node has and the pod's owner may not; and V in
+// tenant-a/ names M in tenant-b/ of its own registry, which the node can read too (a
+// multi-tenant registry). modelfs-snapshotter under a real containerd 1.6 (CRI, the modelfs
+// proxy snapshotter) follows V to M only where snapshotter.toml's model_hosts allows:
+//  - by default the CRI pull of V fails, containerd's error names both repositories and the
+//    line to add, and the daemon sent no request for M at all;
+//  - with model_hosts = [registry 2] (a host: any repository there), or [registry 1/tenant-b/*]
+//    (a repository prefix), the same pull mounts M;
+//  - with registry 2 down, the pull fails UNAVAILABLE naming it (no pointer files in the
+//    model's place), and the retry once it is back mounts M.
 #include <unistd.h>
 
 #include <filesystem>
@@ -102,6 +105,19 @@ class ModelHostsTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(cri_, CriImageClient::Connect(containerd_->grpc_target()));
   }
 
+  // M in tenant-b/ of registry 1 and V made from it in tenant-a/ (`convert --to`).
+  void PushTenantModel() {
+    const std::string m_ref = absl::StrCat(volumes_->host_port(), "/tenant-b/llama:v1");
+    ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                         RunModelfs({"push", "--plain-http", "--json", m_ref, source_}));
+    ASSERT_EQ(push.exit_code, 0) << push.err;
+    tenant_model_digest_ = ParseJsonOutput(push.out)["model"]["digest"];
+    tenant_v_ref_ = absl::StrCat(volumes_->host_port(), "/tenant-a/llama:v1-volume");
+    ASSERT_OK_AND_ASSIGN(ProcessResult convert,
+                         RunModelfs({"convert", "--plain-http", m_ref, "--to", tenant_v_ref_}));
+    ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  }
+
   std::string ModelDir() const {
     return daemon_->root() + "/mnt/sha256-" + model_digest_.substr(7);
   }
@@ -116,6 +132,8 @@ class ModelHostsTest : public ::testing::Test {
   std::string source_;
   std::string model_digest_;
   std::string v_ref_;
+  std::string tenant_model_digest_;
+  std::string tenant_v_ref_;
 };
 
 TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAnotherRegistryIsRefusedByDefault) {
@@ -126,15 +144,51 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAnotherRegistryIsRefusedByDefau
   ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
   const std::string why(pulled.status().message());
   std::cout << "[refusal] CRI PullImage: " << why << "\n";
-  EXPECT_THAT(why,
-              HasSubstr(absl::StrCat("on registry ", volumes_->host_port(), " names its model ",
-                                     model_digest_, " on registry ", models_->host_port())));
-  EXPECT_THAT(why, HasSubstr(absl::StrCat("model_hosts = [\"", models_->host_port(), "\"]")));
+  EXPECT_THAT(why, HasSubstr(absl::StrCat(
+                       "in repository ", volumes_->host_port(), "/team/llama names its model ",
+                       model_digest_, " in repository ", models_->host_port(), "/private/llama")));
+  EXPECT_THAT(
+      why, HasSubstr(absl::StrCat("model_hosts = [\"", models_->host_port(), "/private/llama\"]")));
   // Refused before any request to registry 2, and nothing registered.
   EXPECT_THAT(ReadFileOrDie(models_->log_path()).substr(models_log_before),
               ::testing::Not(HasSubstr("/v2/")));
   EXPECT_FALSE(fs::exists(ModelDir()));
-  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), HasSubstr("refused: PERMISSION_DENIED"));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), HasSubstr("not mounted: PERMISSION_DENIED"));
+}
+
+// The confused deputy on one registry: tenant-a's V names tenant-b's M.
+TEST_F(ModelHostsTest, AVolumeImageNamingAModelInAnotherTenantsRepositoryIsRefusedByDefault) {
+  PushTenantModel();
+  ASSERT_FALSE(HasFatalFailure());
+  StartNode({});
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t log_before = ReadFileOrDie(volumes_->log_path()).size();
+  absl::StatusOr<std::string> pulled = cri_->PullImage(tenant_v_ref_);
+  ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
+  const std::string why(pulled.status().message());
+  std::cout << "[refusal] CRI PullImage: " << why << "\n";
+  EXPECT_THAT(why,
+              HasSubstr(absl::StrCat("in repository ", volumes_->host_port(),
+                                     "/tenant-a/llama names its model ", tenant_model_digest_,
+                                     " in repository ", volumes_->host_port(), "/tenant-b/llama")));
+  EXPECT_THAT(why, HasSubstr(absl::StrCat("model_hosts = [\"", volumes_->host_port(),
+                                          "/tenant-b/llama\"]")));
+  // No request for anything of tenant-b's repository, and nothing registered.
+  EXPECT_THAT(ReadFileOrDie(volumes_->log_path()).substr(log_before),
+              ::testing::Not(HasSubstr("/v2/tenant-b/")));
+  EXPECT_FALSE(fs::exists(daemon_->root() + "/mnt/sha256-" + tenant_model_digest_.substr(7)));
+}
+
+TEST_F(ModelHostsTest, AVolumeImageNamingAModelInAnotherTenantsRepositoryIsMountedOncePrefixed) {
+  PushTenantModel();
+  ASSERT_FALSE(HasFatalFailure());
+  StartNode({absl::StrCat(volumes_->host_port(), "/tenant-b/*")});
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_OK(cri_->PullImage(tenant_v_ref_).status());
+  const std::string dir = daemon_->root() + "/mnt/sha256-" + tenant_model_digest_.substr(7);
+  std::map<std::string, std::string> got = DescribeFiles(dir);
+  EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << dir;
+  EXPECT_EQ(got, DescribeFiles(source_));
 }
 
 TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAListedRegistryIsMounted) {
@@ -145,6 +199,29 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAListedRegistryIsMounted) {
   EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
   EXPECT_EQ(got, DescribeFiles(source_));
   EXPECT_EQ(ReadFileOrDie(ModelDir() + "/config.json"), ReadFileOrDie(source_ + "/config.json"));
+}
+
+// No pointer where a model was meant: the model's registry is down at the first pull. The
+// pull fails, UNAVAILABLE naming that registry (the kubelet retries it), nothing is unpacked
+// in the model's place; once the registry answers, the same pull mounts the model.
+TEST_F(ModelHostsTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetryMountsTheModel) {
+  StartNode({models_->host_port()});
+  ASSERT_FALSE(HasFatalFailure());
+  models_->Stop();
+  absl::StatusOr<std::string> pulled = cri_->PullImage(v_ref_);
+  ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
+  const std::string why(pulled.status().message());
+  std::cout << "[registry down] CRI PullImage: " << why << "\n";
+  EXPECT_THAT(why, HasSubstr(absl::StrCat("cannot be reached on registry ", models_->host_port())));
+  EXPECT_FALSE(fs::exists(ModelDir()));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
+              ::testing::Not(HasSubstr("unpacking the volume layer instead")));
+
+  ASSERT_OK(models_->Restart());
+  ASSERT_OK(cri_->PullImage(v_ref_).status());
+  std::map<std::string, std::string> got = DescribeFiles(ModelDir());
+  EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
+  EXPECT_EQ(got, DescribeFiles(source_));
 }
 
 }  // namespace

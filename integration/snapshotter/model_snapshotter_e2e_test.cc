@@ -1,6 +1,7 @@
 // ModelSnapshotter against a real docker-registry and the kernel's FUSE and overlayfs: the
-// remote Prepare of a volume image's layer, the snapshots on top of it, the fallbacks, and a
-// restart that re-registers the model while the registry is down.
+// remote Prepare of a volume image's layer, the snapshots on top of it, the failures (and the
+// one fallback, without CRI labels), and a restart that re-registers the model while the
+// registry is down.
 #include "snapshotter/model_snapshotter.h"
 
 #include <sys/mount.h>
@@ -301,35 +302,32 @@ TEST_F(ModelSnapshotterTest, WithoutTheCriImageReferenceItFallsBackToAnOrdinaryS
 }
 
 // Snapshot poisoning: the labels of a volume layer with the chain ID of another image's layer
-// as target. The model must not be committed under that chain ID; the layer is unpacked the
-// ordinary way (where containerd's diff ID check then fails the pull).
-TEST_F(ModelSnapshotterTest, ATargetThatIsNotTheVolumeLayersChainIdIsUnpackedNotCommitted) {
+// as target. The model must not be committed under that chain ID, nor the layer unpacked: the
+// Prepare fails.
+TEST_F(ModelSnapshotterTest, ATargetThatIsNotTheVolumeLayersChainIdFailsThePrepare) {
   const std::string base_chain = Digest::Of("a common base layer").str();
   Labels labels = labels_;
   labels[kLabelTargetRef] = base_chain;
-  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
-  EXPECT_EQ(mounts.size(), 1u);
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("does not bind")));
   EXPECT_THAT(snapshotter_->Stat(base_chain).status(), StatusIs(absl::StatusCode::kNotFound));
-  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat("extract-1"));
-  EXPECT_EQ(info.kind, SnapshotKind::kActive);
-  EXPECT_EQ(info.labels.count(kLabelRemoteModel), 0u);
+  EXPECT_THAT(snapshotter_->Stat("extract-1").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
   EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
-  EXPECT_THAT(log_, HasSubstr("does not bind"));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
 }
 
-TEST_F(ModelSnapshotterTest, AParentBelowTheVolumeLayerThatItsConfigDoesNotListIsUnpacked) {
+TEST_F(ModelSnapshotterTest, AParentBelowTheVolumeLayerThatItsConfigDoesNotListFailsThePrepare) {
   ASSERT_OK(snapshotter_->Prepare("base-extract", "", {}).status());
   const std::string base = Digest::Of("base").str();
   ASSERT_OK(snapshotter_->Commit(base, "base-extract", {}));
   Labels labels = labels_;
   labels[kLabelTargetRef] = Digest::Of(base + " " + chain_id_).str();
-  ASSERT_OK(snapshotter_->Prepare("extract-1", base, labels).status());
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", base, labels).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("parent snapshot")));
   EXPECT_THAT(snapshotter_->Stat(labels[kLabelTargetRef]).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
-  EXPECT_THAT(log_, HasSubstr("parent snapshot"));
 }
 
 TEST_F(ModelSnapshotterTest, WithoutThePinnedManifestDigestItFallsBackToAnOrdinarySnapshot) {
@@ -351,16 +349,15 @@ TEST_F(ModelSnapshotterTest, ALayerAnnotationNamingAnotherModelIsDataLossAndLeav
   EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
 }
 
-TEST_F(ModelSnapshotterTest, AModelThatFailsToLoadFallsBackAndHoldsNoCacheReference) {
+TEST_F(ModelSnapshotterTest, AModelThatFailsToLoadFailsThePrepareAndHoldsNoCacheReference) {
   // The raw layer is registered with the cache before the tar layer, shorter than one tar
-  // header, makes the load fail (kOutOfRange: not a verification failure, so a fallback).
+  // header, makes the load fail.
   Descriptor raw{"application/vnd.cncf.model.doc.v1.raw", {}, 6, {}, {}};
   raw.annotations[std::string(kAnnotationFilepath)] = "notes.txt";
   Descriptor tar{"application/vnd.cncf.model.weight.v1.tar", {}, 10, {}, {}};
   Labels labels = PushHandBuiltVolume("fails-to-load", {{raw, "notes\n"}, {tar, "not a tar\n"}});
-  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels));
-  EXPECT_EQ(mounts.size(), 1u);
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_FALSE(snapshotter_->Prepare("extract-1", "", labels).ok());
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
   EXPECT_THAT(log_, HasSubstr("tar truncated"));
   absl::StatusOr<BlobCache::LayerInfo> info =
@@ -386,27 +383,51 @@ TEST_F(ModelSnapshotterTest, AGzipTarLayerIsServedDecompressedWithExactBytes) {
   EXPECT_EQ(snapshotter_->remote_counts().mounted, 1u);
 }
 
-TEST_F(ModelSnapshotterTest, AnAbsurdLayerSizeFallsBackNamingTheLayerAndTheNextPrepareToo) {
+TEST_F(ModelSnapshotterTest, AnAbsurdLayerSizeFailsNamingTheLayerAndTheNextPrepareToo) {
   Descriptor huge{"application/vnd.cncf.model.weight.v1.raw", {}, 9223372036854775807ull, {}, {}};
   huge.annotations[std::string(kAnnotationFilepath)] = "huge.bin";
   Labels labels = PushHandBuiltVolume("absurd-size", {{huge, "tiny\n"}});
-  ASSERT_OK_AND_ASSIGN(std::vector<Mount> first, snapshotter_->Prepare("extract-1", "", labels));
-  EXPECT_EQ(first.size(), 1u);
+  EXPECT_FALSE(snapshotter_->Prepare("extract-1", "", labels).ok());
   EXPECT_THAT(log_, HasSubstr(Digest::Of(std::string("tiny\n")).str()));
   EXPECT_THAT(log_, HasSubstr("9223372036854775807"));
-  // Nothing was left half-registered: a second Prepare of the same layer falls back too.
-  ASSERT_OK_AND_ASSIGN(std::vector<Mount> second, snapshotter_->Prepare("extract-2", "", labels));
-  EXPECT_EQ(second.size(), 1u);
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 2u);
+  // Nothing was left half-registered: a second Prepare of the same layer fails the same way.
+  EXPECT_FALSE(snapshotter_->Prepare("extract-2", "", labels).ok());
+  EXPECT_EQ(snapshotter_->remote_counts().error, 2u);
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
 }
 
-TEST_F(ModelSnapshotterTest, WhenTheRegistryIsDownItFallsBackAndLogsWhy) {
+TEST_F(ModelSnapshotterTest, WhenTheRegistryIsDownThePrepareIsUnavailableNamingIt) {
   registry_->Stop();
-  ASSERT_OK_AND_ASSIGN(std::vector<Mount> mounts, snapshotter_->Prepare("extract-1", "", labels_));
-  EXPECT_EQ(mounts.size(), 1u);
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
-  EXPECT_THAT(log_, HasSubstr("not mounted lazily"));
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("cannot be reached on registry " + registry_->host_port())));
+  EXPECT_THAT(snapshotter_->Stat("extract-1").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(snapshotter_->Stat(chain_id_).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 0u);
+}
+
+// The kubelet retries the pull: once the registry answers, the retry mounts the model.
+TEST_F(ModelSnapshotterTest, ARetryAfterTheRegistryIsBackMountsTheModel) {
+  registry_->Stop();
+  ASSERT_FALSE(snapshotter_->Prepare("extract-1", "", labels_).ok());
+  ASSERT_OK(registry_->Restart());
+  EXPECT_THAT(snapshotter_->Prepare("extract-2", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
+}
+
+// What an earlier fallback left (the volume layer unpacked under its chain ID) is replaced by
+// the model at the next remote Prepare, not answered from.
+TEST_F(ModelSnapshotterTest, AnUnpackedVolumeLayerIsReplacedByTheModelAtTheNextPrepare) {
+  Labels labels = labels_;
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels).status());
+  ASSERT_OK(snapshotter_->Commit(chain_id_, "extract-1", labels));
+  EXPECT_THAT(snapshotter_->Prepare("extract-2", "", labels_).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat(chain_id_));
+  EXPECT_EQ(info.labels[std::string(kLabelRemoteModel)], ModelName());
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName()));
 }
 
 TEST_F(ModelSnapshotterTest, ARestartRegistersTheModelAgainWithoutTheRegistry) {
@@ -505,15 +526,16 @@ TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsF
   EXPECT_EQ(got, DescribeFiles(model_dir_.string())) << log_;
 }
 
-TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndItFallsBack) {
+TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndThePrepareFails) {
   ASSERT_OK(snapshotter_->Shutdown());
   snapshotter_.reset();
   ModelSnapshotterOptions o;
   o.root = tmp_.Join("root");
   o.log = [this](const std::string& line) { log_ += line + "\n"; };
   ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
-  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels_).status());
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 0u);
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
 }
 
@@ -629,11 +651,12 @@ TEST_F(ModelSnapshotterAuthTest, CredentialsFromDockerConfigMountThePrivateModel
   EXPECT_EQ(log_.find(password_), std::string::npos);
 }
 
-TEST_F(ModelSnapshotterAuthTest, WithoutCredentialsItFallsBackAndNeverLogsASecret) {
+TEST_F(ModelSnapshotterAuthTest, WithoutCredentialsThePrepareIsUnavailableAndNeverLogsASecret) {
   Open("");
-  ASSERT_OK(snapshotter_->Prepare("extract-1", "", labels_).status());
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
-  EXPECT_THAT(log_, HasSubstr("not mounted lazily"));
+  EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("UNAUTHENTICATED")));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
+  EXPECT_THAT(log_, HasSubstr("not mounted: UNAVAILABLE"));
   EXPECT_EQ(log_.find(password_), std::string::npos);
 }
 

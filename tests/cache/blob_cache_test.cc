@@ -1,4 +1,5 @@
 #include "core/cache/blob_cache.h"
+#include "core/cache/fs_verity.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -372,6 +373,40 @@ TEST_F(BlobCacheTest, AChunkThatFailsVerificationOnceIsFetchedAgainAndReadRight)
   EXPECT_EQ(cache->stats().verification_failures, 1u);
   EXPECT_EQ(remote_.requests(), 2);
   EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 2 "), HasSubstr("fetching it once more")));
+}
+
+TEST_F(BlobCacheTest, ARefetchThatBringsTheRightBytesCountsOneRecoveryAndOneFailure) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 34);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 2 * 4096 + 5, /*answers=*/1);
+  ASSERT_OK(cache->Read(d, 2 * 4096, 4096).status());
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 1u);
+  EXPECT_EQ(s.refetch_recoveries, 1u);
+}
+
+// Each refusal is counted by the time the reader gets its error, not only when a later
+// snapshot of the counters happens to be taken.
+TEST_F(BlobCacheTest, AChunkRefusedAfterItsRefetchIsCountedBeforeTheReadReturns) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 35);
+  Digest d = AddChunked(*cache, blob);
+  remote_.CorruptByte(d, 6 * 4096 + 1);
+  ASSERT_THAT(cache->Read(d, 6 * 4096, 4096), StatusIs(absl::StatusCode::kDataLoss));
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 2u);  // the answer and the refetch's
+  EXPECT_EQ(s.refetch_recoveries, 0u);
+}
+
+TEST_F(BlobCacheTest, AChunkRightAtTheFirstAnswerCountsNoRecovery) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(64 * 1024, 36);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 64 * 1024).status());
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.verification_failures, 0u);
+  EXPECT_EQ(s.refetch_recoveries, 0u);
 }
 
 // The refetch starts at the chunk that was wrong: the chunks before it landed and are not
@@ -1448,6 +1483,165 @@ TEST_F(DiskFullTest, ACacheWhoseDatabaseCannotBeOpenedStillServes) {
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, 100));
   EXPECT_EQ(got, blob.substr(0, 100));
   EXPECT_THAT(Logged(), HasSubstr("without a persistent record"));
+}
+
+// --- The scrub: sealed layers re-verified in the background ---
+
+// A sealed layer whose data file changed after every chunk was verified (bit rot, a bad disk,
+// a process writing to the cache): nothing re-hashes it until the scrub.
+TEST_F(BlobCacheTest, TheScrubQuarantinesASealedLayerWhoseFileChanged) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 40);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 5 * kChunk + 3, static_cast<char>(blob[5 * kChunk + 3] ^ 0x01));
+  EXPECT_EQ(cache->ScrubOnce(), 1);
+  EXPECT_TRUE(cache->GetLayerInfo(d)->quarantined);
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+}
+
+TEST_F(BlobCacheTest, TheScrubLogsTheDigestAndByteRangeOfAChange) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 41);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 5 * kChunk + 3, static_cast<char>(blob[5 * kChunk + 3] ^ 0x01));
+  cache->ScrubOnce();
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("quarantined layer " + d.str()), HasSubstr("chunk 5 "),
+                              HasSubstr("(bytes [20480, 24576))")));
+}
+
+TEST_F(BlobCacheTest, AfterTheScrubFoundAChangeNoReadGetsABlockOfTheLayer) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 42);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 5 * kChunk + 3, static_cast<char>(blob[5 * kChunk + 3] ^ 0x01));
+  cache->ScrubOnce();
+  EXPECT_THAT(cache->Read(d, 5 * kChunk, kChunk), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(BlobCacheTest, AfterTheScrubFoundAChangeNoOpenGetsThePassthroughFd) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 43);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 0, static_cast<char>(blob[0] ^ 0x01));
+  cache->ScrubOnce();
+  EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
+}
+
+TEST_F(BlobCacheTest, AnUntouchedSealedLayerPassesTheScrubAndCountsItsBytes) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk + 100, 44);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->ScrubOnce(), 1);
+  EXPECT_FALSE(cache->GetLayerInfo(d)->quarantined);
+  EXPECT_EQ(cache->stats().scrubbed_bytes, blob.size());
+  EXPECT_EQ(cache->stats().scrub_failures, 0u);
+}
+
+TEST_F(BlobCacheTest, TheScrubLeavesALayerNotYetSealedAlone) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 45);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, kChunk).status());
+  EXPECT_EQ(cache->ScrubOnce(), 0);
+  EXPECT_EQ(cache->stats().scrubbed_bytes, 0u);
+}
+
+// A layer sealed but never audited (here the audit is off; or its process stopped first) is
+// audited by the scrub, and the journal says so after a restart.
+TEST_F(BlobCacheTest, TheScrubAuditsALayerSealedButNeverAudited) {
+  CacheOptions o = Options();
+  o.audit = false;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(16 * kChunk, 46);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_FALSE(cache->GetLayerInfo(d)->audited);
+  cache->ScrubOnce();
+  EXPECT_TRUE(cache->GetLayerInfo(d)->audited);
+  EXPECT_EQ(cache->stats().audited_layers, 1u);
+}
+
+TEST_F(BlobCacheTest, ALayerTheScrubAuditedIsRecordedAuditedForTheNextProcess) {
+  CacheOptions o = Options();
+  o.audit = false;
+  const std::string blob = RandomBytes(16 * kChunk, 47);
+  Digest d;
+  {
+    auto cache = Open(o);
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+    ASSERT_TRUE(Idle(*cache));
+    cache->ScrubOnce();
+  }
+  auto cache = Open(o);
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
+  EXPECT_TRUE(cache->GetLayerInfo(d)->audited);
+}
+
+// A chunk index that matches every chunk of a layer whose digest it does not match: only the
+// audit's whole-layer hash tells, and the scrub does it for a layer never audited.
+TEST_F(BlobCacheTest, TheScrubsAuditQuarantinesALayerWhoseIndexDisagreesWithItsDigest) {
+  CacheOptions o = Options();
+  o.audit = false;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(4 * kChunk, 48);
+  Digest lie = Digest::Of("not these bytes");
+  remote_.AddBlobAs(lie, blob);
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{lie, blob.size(), MakeIndex(lie, blob, kChunk), VerifyMode::kChunk, "m"}));
+  ASSERT_OK(cache->Read(lie, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  cache->ScrubOnce();
+  EXPECT_TRUE(cache->GetLayerInfo(lie)->quarantined);
+}
+
+// The scrub thread, with the real clock: within one interval of a change, the layer is out.
+TEST_F(BlobCacheTest, TheScrubThreadFindsAChangeWithinAnInterval) {
+  CacheOptions o = Options();
+  o.scrub_interval = absl::Milliseconds(50);
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(16 * kChunk, 49);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 9 * kChunk, static_cast<char>(blob[9 * kChunk] ^ 0x80));
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!cache->GetLayerInfo(d)->quarantined && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(cache->GetLayerInfo(d)->quarantined);
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+}
+
+// This kernel has no CONFIG_FS_VERITY: the cache says so once, and the scrub is still on.
+TEST_F(BlobCacheTest, AFilesystemWithoutFsVerityIsDetectedAndReported) {
+  CacheOptions o = Options();
+  std::filesystem::create_directories(o.dir);
+  const absl::Status probe = ProbeFsVerity(o.dir);
+  if (probe.ok()) GTEST_SKIP() << "the filesystem of " << o.dir << " supports fs-verity";
+  EXPECT_THAT(probe, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("CONFIG_FS_VERITY")));
+  auto cache = Open(o);
+  EXPECT_FALSE(cache->stats().fs_verity);
+  EXPECT_THAT(Logged(),
+              HasSubstr("fs-verity: the filesystem of " + o.dir + " does not support fs-verity"));
+}
+
+TEST_F(BlobCacheTest, TheProbeLeavesNoFileInTheCacheDirectory) {
+  CacheOptions o = Options();
+  std::filesystem::create_directories(o.dir);
+  (void)ProbeFsVerity(o.dir);
+  EXPECT_TRUE(std::filesystem::is_empty(o.dir));
 }
 
 }  // namespace

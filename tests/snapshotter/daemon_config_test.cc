@@ -177,6 +177,24 @@ TEST(DaemonConfigTest, AModelHostWrittenAsAUrlFailsValidation) {
                        HasSubstr("model_hosts \"https://models.example.com\"")));
 }
 
+TEST(DaemonConfigTest, ModelHostsTakeHostsRepositoriesAndRepositoryPrefixes) {
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(
+      "model_hosts = [\"models.example.com\", \"reg:5000/tenant-b/llama\", \"reg:5000/team/*\"]\n",
+      "n.toml", c));
+  EXPECT_THAT(c.model_hosts,
+              ElementsAre("models.example.com", "reg:5000/tenant-b/llama", "reg:5000/team/*"));
+  EXPECT_OK(ValidateDaemonConfig(c));
+}
+
+TEST(DaemonConfigTest, AModelHostWithAWildcardInsideThePathFailsValidation) {
+  DaemonConfig c;
+  c.model_hosts = {"reg:5000/team-*/llama"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("model_hosts \"reg:5000/team-*/llama\"")));
+}
+
 TEST(DaemonConfigTest, AnEmptyModelHostFailsValidation) {
   DaemonConfig c;
   c.model_hosts = {""};

@@ -55,6 +55,17 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   EXPECT_THAT(text, HasSubstr("\nmodelfs_passthrough_opens_total 9\n"));
 }
 
+TEST(RenderPrometheusTest, RefetchRecoveriesAreACounterOfTheirOwn) {
+  DaemonCounters c;
+  c.cache.verification_failures = 3;
+  c.cache.refetch_recoveries = 2;
+  LatencyHistogram h;
+  std::string text = RenderPrometheus(c, h);
+  EXPECT_THAT(text, HasSubstr("# TYPE modelfs_refetch_recoveries_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_refetch_recoveries_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_verification_failures_total 3\n"));
+}
+
 TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresent) {
   DaemonCounters c;
   c.policy_refusals = {{"no_signature", 2}, {"no_key_matched", 1}};

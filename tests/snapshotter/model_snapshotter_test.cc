@@ -48,7 +48,9 @@ using ::modelfs::testing::FakeClock;
 using ::modelfs::testing::FakeContentStore;
 using ::modelfs::testing::StatusIs;
 using ::modelfs::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr char kNamespace[] = "k8s.io";
@@ -427,20 +429,34 @@ TEST_F(ModelSnapshotterTest, AnImageVolumeContainerdDoesNotHoldIsAnOrdinaryEmpty
 
 // --- The remote Prepare of a volume layer, from a registry ---
 
-TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedIsUnpackedTheOrdinaryWay) {
+TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedFailsUnavailableNamingIt) {
   ASSERT_OK(Open());
-  ASSERT_OK(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status());
-  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
-  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr(absl::StrCat("cannot be reached on registry ", kRegistry)),
+                             HasSubstr("registry.test:5000 is unreachable"))));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 0u);
   EXPECT_THAT(Connected(), ElementsAre(kRegistry));
 }
 
-TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedLeavesNoModelBehind) {
+TEST_F(ModelSnapshotterTest, AVolumeLayerWhoseRegistryCannotBeReachedLeavesNothingBehind) {
   ASSERT_OK(Open());
-  ASSERT_OK(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status());
+  ASSERT_FALSE(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).ok());
+  EXPECT_THAT(snapshotter_->Stat("extract-a").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(snapshotter_->Stat("chain-a").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
   EXPECT_THAT(ListModelRecords(root() / "models"), IsEmpty());
+}
+
+// The kubelet retries a failed pull: each retry asks the registry again, none is answered from
+// what the last one left.
+TEST_F(ModelSnapshotterTest, ARetriedPrepareWhileTheRegistryIsStillDownAsksItAgain) {
+  ASSERT_OK(Open());
+  ASSERT_FALSE(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).ok());
+  EXPECT_THAT(snapshotter_->Prepare("extract-b", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry, kRegistry));
 }
 
 TEST_F(ModelSnapshotterTest, AVolumeLayerWithoutTheCriImageLabelNeverReachesARegistry) {
@@ -449,6 +465,52 @@ TEST_F(ModelSnapshotterTest, AVolumeLayerWithoutTheCriImageLabelNeverReachesAReg
   labels.erase(kLabelCriImageRef);
   ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
   EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, WithoutThePinnedDigestLabelTheVolumeLayerIsUnpackedTheOrdinaryWay) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriManifestDigest);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  EXPECT_EQ(snapshotter_->remote_counts().fallback, 1u);
+  EXPECT_EQ(CountLog("cri.manifest-digest"), 1);
+}
+
+TEST_F(ModelSnapshotterTest, WithoutTheCriLabelsAnExistingTargetAnswersAlreadyExists) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  ASSERT_OK(snapshotter_->Commit("chain-a", "extract-a", labels));
+  EXPECT_THAT(snapshotter_->Prepare("extract-b", "", labels).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
+// What an earlier fallback left: the volume layer unpacked and committed under its chain ID.
+TEST_F(ModelSnapshotterTest, AnUnpackedSnapshotOfTheTargetDoesNotAnswerALaterRemotePrepare) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  ASSERT_OK(snapshotter_->Commit("chain-a", "extract-a", labels));
+  EXPECT_THAT(snapshotter_->Prepare("extract-b", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(kRegistry)));
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+}
+
+TEST_F(ModelSnapshotterTest, AnUnpackedSnapshotOfTheTargetInUseFailsTheRemotePrepareNamingIt) {
+  ASSERT_OK(Open());
+  Labels labels = VolumeLayerLabels("chain-a");
+  labels.erase(kLabelCriImageRef);
+  ASSERT_OK(snapshotter_->Prepare("extract-a", "", labels).status());
+  ASSERT_OK(snapshotter_->Commit("chain-a", "extract-a", labels));
+  ASSERT_OK(snapshotter_->Prepare("container-1", "chain-a", {}).status());
+  EXPECT_THAT(snapshotter_->Prepare("extract-b", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("\"chain-a\""), HasSubstr("1 snapshot(s) use it"),
+                             HasSubstr("crictl rmi"))));
   EXPECT_THAT(Connected(), IsEmpty());
 }
 

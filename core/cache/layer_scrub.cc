@@ -1,0 +1,157 @@
+// BlobCache's scrub: sealed layers are trusted for as long as their seal holds, and a passthrough
+// read is never checked by the daemon, so their bytes are read and hashed again in the
+// background, at idle priority and a bounded rate; a change quarantines the layer at once.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/background_priority.h"
+#include "core/base/buffer_pool.h"
+#include "core/cache/blob_cache.h"
+#include "core/cache/verifier.h"
+
+namespace modelfs {
+
+void BlobCache::ScrubLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
+                               time_->Now() + options_.scrub_interval);
+      if (stopping_) return;
+    }
+    ScrubOnce();
+  }
+}
+
+int BlobCache::ScrubOnce() {
+  // Layers never audited first: a process that stopped before its audit left them unchecked
+  // against their digest.
+  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> todo;  // with the gen seen now
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> audited;
+    for (const auto& [digest, layer] : layers_) {
+      LayerGuard held(*layer, Held(mu_));
+      if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) continue;
+      (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
+    }
+    todo.insert(todo.end(), audited.begin(), audited.end());
+  }
+  int scrubbed = 0;
+  for (const auto& [layer, gen] : todo) {
+    {
+      absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
+      if (stopping_) break;
+      // Evicted or quarantined since: not this pass's business.
+      if (layer->gen.load() != gen || layer->quarantined) continue;
+      layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
+    }
+    ScrubLayer(layer);
+    ++scrubbed;
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    layer->jobs--;
+  }
+  return scrubbed;
+}
+
+bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
+  const uint64_t gen = layer->gen.load();
+  std::vector<ChunkHash> expected;
+  std::vector<bool> drop_after;
+  bool audited;
+  {
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    if (layer->quarantined || !layer->whole_verified) return true;
+    if (layer->expected.size() == layer->count()) expected = layer->expected;
+    if (options_.drop_served_pages) drop_after = layer->dropped;
+    audited = layer->audited;
+  }
+  // Without chunk hashes (a chunk-mode layer sealed by an earlier process and not registered
+  // again), or never audited: the whole file against the layer digest too.
+  std::optional<Sha256> whole;
+  if (!audited || expected.empty()) whole.emplace();
+  absl::Status found;  // the first mismatch or read error
+  bool aborted = false;
+  RunAtBackgroundPriority([&] {
+    BufferPool::Buffer buf =
+        BufferPool::Shared().Get(std::min(layer->chunk_size, std::max<uint64_t>(layer->size, 1)));
+    const absl::Time start = time_->Now();
+    uint64_t read = 0;
+    for (uint64_t c = 0; c < layer->count(); ++c) {
+      const uint64_t off = c * layer->chunk_size;
+      const uint64_t len = layer->ChunkLen(c);
+      if (layer->gen.load() != gen) {
+        aborted = true;  // quarantined or evicted meanwhile
+        return;
+      }
+      found = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
+      if (!found.ok()) return;
+      const absl::string_view bytes(buf.data(), len);
+      if (!expected.empty()) {
+        found = CheckChunkHash(HashChunk(bytes), expected[c], layer->digest, c, off, len);
+        if (!found.ok()) return;
+      }
+      if (whole) whole->Update(bytes.data(), bytes.size());
+      if (c < drop_after.size() && drop_after[c]) {
+        // It was not in the page cache before the scrub: leave it out again.
+        posix_fadvise(layer->fd, static_cast<off_t>(off), static_cast<off_t>(len),
+                      POSIX_FADV_DONTNEED);
+      }
+      read += len;
+      counters_.scrubbed_bytes += len;
+      // Never ahead of scrub_rate; the wait ends early when the cache closes.
+      const absl::Time due =
+          start + absl::Seconds(static_cast<double>(read) /
+                                static_cast<double>(std::max<uint64_t>(options_.scrub_rate, 1)));
+      absl::MutexLock lock(&mu_);
+      if (time_->Now() < due) time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), due);
+      if (stopping_) {
+        aborted = true;
+        return;
+      }
+    }
+  });
+  if (aborted) return true;
+  if (found.ok() && whole) {
+    const Digest got = whole->Finish();
+    if (got != layer->digest) {
+      found = absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), " (bytes [0, ",
+                                               layer->size, ")) hashes to ", got.str()));
+    }
+  }
+  if (!found.ok()) {
+    if (layer->gen.load() != gen) return true;
+    counters_.scrub_failures++;
+    counters_.verification_failures++;
+    // No new open gets passthrough or a byte of it from here on (docs/cache-format.md says what
+    // becomes of a passthrough fd already open).
+    Quarantine(layer,
+               absl::StrCat("the scrub found the sealed layer changed on disk: ", found.message()));
+    return false;
+  }
+  if (!audited) {
+    {
+      absl::MutexLock lock(&mu_);
+      LayerGuard held(*layer, Held(mu_));
+      if (layer->gen.load() != gen || layer->quarantined || layer->mode != VerifyMode::kChunk) {
+        return true;
+      }
+      layer->audited = true;
+    }
+    counters_.audited_layers++;
+    RecordAudited(layer);
+  }
+  return true;
+}
+
+void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
+  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok()) Log(s.message());
+}
+
+}  // namespace modelfs
