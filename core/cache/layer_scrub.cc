@@ -62,6 +62,7 @@ int BlobCache::ScrubOnce() {
 bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   const uint64_t gen = layer->gen.load();
   std::vector<ChunkHash> expected;
+  ChunkDigestAlgorithm algorithm;
   std::vector<bool> drop_after;
   bool audited;
   {
@@ -69,6 +70,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || !layer->whole_verified) return true;
     if (layer->expected.size() == layer->count()) expected = layer->expected;
+    algorithm = layer->expected_algorithm;
     if (options_.drop_served_pages) drop_after = layer->dropped;
     audited = layer->audited;
   }
@@ -94,7 +96,9 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       if (!found.ok()) return;
       const absl::string_view bytes(buf.data(), len);
       if (!expected.empty()) {
-        found = CheckChunkHash(HashChunk(bytes), expected[c], layer->digest, c, off, len);
+        found =
+            CheckChunkHash(HashChunkBytes(algorithm, std::string_view(bytes.data(), bytes.size())),
+                           expected[c], layer->digest, c, off, len);
         if (!found.ok()) return;
       }
       if (whole) whole->Update(bytes.data(), bytes.size());

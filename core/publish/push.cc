@@ -330,7 +330,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
         // frames can be decoded one by one.
         const std::string zst = tmp + ".zst";
         temp_files.push_back(zst);
-        ASSIGN_OR_RETURN(ZstdFramesResult z, WriteZstdFrames(tmp, zst, o.chunk_size));
+        ASSIGN_OR_RETURN(ZstdFramesResult z, WriteZstdFrames(tmp, zst, chunk_size));
         diff_id = z.diff_id;
         result.uncompressed_bytes += z.input_size;
         result.compressed_bytes += z.size;

@@ -1547,6 +1547,24 @@ TEST_F(BlobCacheTest, AnUntouchedSealedLayerPassesTheScrubAndCountsItsBytes) {
   EXPECT_EQ(cache->stats().scrub_failures, 0u);
 }
 
+TEST_F(BlobCacheTest, AnUntouchedBlake3LayerPassesTheScrubAndAChangedOneIsFound) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk + 100, 46);
+  const Digest d = remote_.AddBlob(blob);
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                VerifyMode::kChunk, "m1"}));
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->ScrubOnce(), 1);
+  EXPECT_FALSE(cache->GetLayerInfo(d)->quarantined);
+  EXPECT_EQ(cache->stats().scrub_failures, 0u);
+  WriteDataFile(d, 3 * kChunk, static_cast<char>(blob[3 * kChunk] ^ 0x01));
+  cache->ScrubOnce();
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+  EXPECT_THAT(Logged(), HasSubstr(absl::StrCat("[", 3 * kChunk, ", ", 4 * kChunk, ")")));
+}
+
 TEST_F(BlobCacheTest, TheScrubLeavesALayerNotYetSealedAlone) {
   auto cache = Open();
   const std::string blob = RandomBytes(16 * kChunk, 45);
