@@ -31,6 +31,7 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       remote_(remote),
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       scheduler_(options_.fetch_threads),
+      verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
       store_(options_.dir, options_.write_data) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
@@ -87,12 +88,12 @@ absl::Status BlobCache::Init() {
                      "is dropped and nothing cached now survives a restart"));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  RETURN_IF_ERROR(LoadFromJournal());
   // Said once, at open: whether the kernel could check the cache's pages itself.
-  const absl::Status verity = ProbeFsVerity(options_.dir);
+  const absl::Status verity = verity_->Probe(options_.dir);
   fs_verity_ = verity.ok();
   Log(verity.ok() ? absl::StrCat("fs-verity: supported by the filesystem of ", options_.dir)
                   : absl::StrCat("fs-verity: ", verity.message()));
+  RETURN_IF_ERROR(LoadFromJournal());
   if (options_.scrub_interval > absl::ZeroDuration()) {
     scrub_thread_ = std::thread([this] { ScrubLoop(); });
   }
@@ -134,6 +135,7 @@ LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::st
   r.last_used = layer.last_used;
   r.seal = std::move(seal);
   r.audited = layer.audited;
+  r.verity = layer.verity;
   return r;
 }
 
@@ -149,6 +151,7 @@ absl::Status BlobCache::LoadFromJournal() {
   ASSIGN_OR_RETURN(std::vector<LayerRecord> rows, journal_.LoadAll());
   std::vector<std::string> forget;
   absl::flat_hash_set<std::string> keep_files;
+  std::vector<std::shared_ptr<Layer>> protect;  // sealed, trusted, without fs-verity yet
   {
     absl::MutexLock lock(&mu_);
     for (LayerRecord& r : rows) {
@@ -159,7 +162,21 @@ absl::Status BlobCache::LoadFromJournal() {
       }
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
       clock_ = std::max(clock_, r.last_used);
-      const int fd = store_.OpenExisting(*digest);
+      // A sealed file is opened read-only: nothing writes it again, and fs-verity (which a
+      // file with fs-verity keeps for ever) needs a file nobody holds open for writing. It is
+      // trusted when its seal and fs-verity digest are still the ones recorded.
+      int fd = -1;
+      bool trusted = false;
+      if (r.whole_verified && !r.seal.empty()) {
+        fd = store_.OpenReadOnly(*digest);
+        trusted = fd >= 0 && LayerStore::SealOf(fd) == r.seal && VerityHolds(*digest, fd, r.verity);
+        if (!trusted && fd >= 0) {
+          close(fd);
+          fd = -1;
+        }
+      }
+      // Else read-write, for its missing chunks (a file with fs-verity cannot be: dropped).
+      if (fd < 0) fd = store_.OpenExisting(*digest);
       if (fd < 0) {
         forget.push_back(r.digest);
         continue;
@@ -176,9 +193,11 @@ absl::Status BlobCache::LoadFromJournal() {
         }
       }
       layer->last_used = r.last_used;
-      if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
+      if (trusted) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
+        layer->verity = r.verity;
+        if (fs_verity_ && r.verity.empty()) protect.push_back(layer);
         // Whole-layer modes were checked against the digest before they were sealed.
         layer->audited = r.audited || layer->mode != VerifyMode::kChunk;
         layer->ResetChunks(ChunkState::kVerified);
@@ -209,7 +228,45 @@ absl::Status BlobCache::LoadFromJournal() {
   for (const std::string& d : forget) journal_.Forget(d);
   // Data files the journal does not vouch for are untrusted leftovers.
   store_.RemoveAllExcept(keep_files);
+  ProtectSealed(protect);
   return absl::OkStatus();
+}
+
+bool BlobCache::VerityHolds(const Digest& digest, int fd, const std::string& recorded) const {
+  if (recorded.empty()) return true;
+  absl::StatusOr<std::string> now = verity_->Measure(fd);
+  if (now.ok() && *now == recorded) return true;
+  Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
+                   now.ok() ? absl::StrCat("has fs-verity digest ", *now)
+                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
+                   ", where ", recorded,
+                   " was recorded with its seal: not trusted, its chunks are verified again "
+                   "before they are served"));
+  return false;
+}
+
+void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
+  for (const std::shared_ptr<Layer>& layer : layers) {
+    // Reads the whole file to build its Merkle tree: not under mu_.
+    absl::Status s = verity_->Enable(store_.PathOf(layer->digest));
+    absl::StatusOr<std::string> digest =
+        s.ok() ? verity_->Measure(layer->fd) : absl::StatusOr<std::string>(s);
+    if (!digest.ok()) {
+      Log(absl::StrCat("layer ", layer->digest.str(),
+                       ": fs-verity not enabled on its data file: ", digest.status().message()));
+      continue;
+    }
+    // Enabling changed the file's ctime: the seal is taken again.
+    const std::string seal = LayerStore::SealOf(layer->fd);
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+      Log(r.message());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    layer->seal = seal;
+    layer->verity = *digest;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -581,6 +638,7 @@ CacheStats BlobCache::stats() const {
   s.audited_layers = counters_.audited_layers.load();
   s.scrubbed_bytes = counters_.scrubbed_bytes.load();
   s.scrub_failures = counters_.scrub_failures.load();
+  s.scrub_repairs = counters_.scrub_repairs.load();
   s.fs_verity = fs_verity_;
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);

@@ -1,6 +1,7 @@
 // BlobCache's scrub: sealed layers are trusted for as long as their seal holds, and a passthrough
 // read is never checked by the daemon, so their bytes are read and hashed again in the
-// background, at idle priority and a bounded rate; a change quarantines the layer at once.
+// background, at idle priority and a bounded rate; a changed layer is at once out of service
+// and fetched again into a new data file (RenewLayerLocked).
 #include <fcntl.h>
 
 #include <algorithm>
@@ -123,16 +124,26 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     if (got != layer->digest) {
       found = absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), " (bytes [0, ",
                                                layer->size, ")) hashes to ", got.str()));
+      if (!expected.empty()) {
+        // Every chunk matched the chunk index, the whole file not the layer digest: the index
+        // disagrees with its layer, and the same bytes fetched again would too.
+        if (layer->gen.load() != gen) return true;
+        counters_.verification_failures++;
+        Quarantine(layer, absl::StrCat("the scrub's audit: its chunks match the chunk index, "
+                                       "the layer digest does not: ",
+                                       found.message()));
+        return false;
+      }
     }
   }
   if (!found.ok()) {
     if (layer->gen.load() != gen) return true;
     counters_.scrub_failures++;
     counters_.verification_failures++;
-    // No new open gets passthrough or a byte of it from here on (docs/cache-format.md says what
-    // becomes of a passthrough fd already open).
-    Quarantine(layer,
-               absl::StrCat("the scrub found the sealed layer changed on disk: ", found.message()));
+    // No new open gets passthrough or a byte of it from here on, and its chunks are fetched
+    // and verified again (docs/cache-format.md says what becomes of a passthrough fd already
+    // open).
+    OnScrubFinding(layer, gen, found.message());
     return false;
   }
   if (!audited) {
