@@ -232,43 +232,6 @@ absl::Status BlobCache::LoadFromJournal() {
   return absl::OkStatus();
 }
 
-bool BlobCache::VerityHolds(const Digest& digest, int fd, const std::string& recorded) const {
-  if (recorded.empty()) return true;
-  absl::StatusOr<std::string> now = verity_->Measure(fd);
-  if (now.ok() && *now == recorded) return true;
-  Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
-                   now.ok() ? absl::StrCat("has fs-verity digest ", *now)
-                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
-                   ", where ", recorded,
-                   " was recorded with its seal: not trusted, its chunks are verified again "
-                   "before they are served"));
-  return false;
-}
-
-void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
-  for (const std::shared_ptr<Layer>& layer : layers) {
-    // Reads the whole file to build its Merkle tree: not under mu_.
-    absl::Status s = verity_->Enable(store_.PathOf(layer->digest));
-    absl::StatusOr<std::string> digest =
-        s.ok() ? verity_->Measure(layer->fd) : absl::StatusOr<std::string>(s);
-    if (!digest.ok()) {
-      Log(absl::StrCat("layer ", layer->digest.str(),
-                       ": fs-verity not enabled on its data file: ", digest.status().message()));
-      continue;
-    }
-    // Enabling changed the file's ctime: the seal is taken again.
-    const std::string seal = LayerStore::SealOf(layer->fd);
-    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
-      Log(r.message());
-      continue;
-    }
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    layer->seal = seal;
-    layer->verity = *digest;
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Registration.
 

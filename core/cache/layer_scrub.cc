@@ -1,7 +1,8 @@
-// BlobCache's scrub: sealed layers are trusted for as long as their seal holds, and a passthrough
-// read is never checked by the daemon, so their bytes are read and hashed again in the
-// background, at idle priority and a bounded rate; a changed layer is at once out of service
-// and fetched again into a new data file (RenewLayerLocked).
+// Keeping sealed layers true. The scrub: sealed layers are trusted for as long as their seal
+// holds, and a passthrough read is never checked by the daemon, so their bytes are read and
+// hashed again in the background, at idle priority and a bounded rate; a changed layer is at
+// once out of service and fetched again into a new data file (RenewLayerLocked). fs-verity:
+// sealed files get it at Open where the filesystem has it, and its digest is checked there.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -63,6 +64,7 @@ int BlobCache::ScrubOnce() {
 bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   const uint64_t gen = layer->gen.load();
   std::vector<ChunkHash> expected;
+  ChunkDigestAlgorithm algorithm;
   std::vector<bool> drop_after;
   bool audited;
   {
@@ -70,6 +72,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || !layer->whole_verified) return true;
     if (layer->expected.size() == layer->count()) expected = layer->expected;
+    algorithm = layer->expected_algorithm;  // the chunk index's (BLAKE3 or SHA-256)
     if (options_.drop_served_pages) drop_after = layer->dropped;
     audited = layer->audited;
   }
@@ -95,7 +98,9 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       if (!found.ok()) return;
       const absl::string_view bytes(buf.data(), len);
       if (!expected.empty()) {
-        found = CheckChunkHash(HashChunk(bytes), expected[c], layer->digest, c, off, len);
+        found =
+            CheckChunkHash(HashChunkBytes(algorithm, std::string_view(bytes.data(), bytes.size())),
+                           expected[c], layer->digest, c, off, len);
         if (!found.ok()) return;
       }
       if (whole) whole->Update(bytes.data(), bytes.size());
@@ -163,6 +168,43 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
 
 void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
   if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok()) Log(s.message());
+}
+
+bool BlobCache::VerityHolds(const Digest& digest, int fd, const std::string& recorded) const {
+  if (recorded.empty()) return true;
+  absl::StatusOr<std::string> now = verity_->Measure(fd);
+  if (now.ok() && *now == recorded) return true;
+  Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
+                   now.ok() ? absl::StrCat("has fs-verity digest ", *now)
+                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
+                   ", where ", recorded,
+                   " was recorded with its seal: not trusted, its chunks are verified again "
+                   "before they are served"));
+  return false;
+}
+
+void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
+  for (const std::shared_ptr<Layer>& layer : layers) {
+    // Reads the whole file to build its Merkle tree: not under mu_.
+    absl::Status s = verity_->Enable(store_.PathOf(layer->digest));
+    absl::StatusOr<std::string> digest =
+        s.ok() ? verity_->Measure(layer->fd) : absl::StatusOr<std::string>(s);
+    if (!digest.ok()) {
+      Log(absl::StrCat("layer ", layer->digest.str(),
+                       ": fs-verity not enabled on its data file: ", digest.status().message()));
+      continue;
+    }
+    // Enabling changed the file's ctime: the seal is taken again.
+    const std::string seal = LayerStore::SealOf(layer->fd);
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+      Log(r.message());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    layer->seal = seal;
+    layer->verity = *digest;
+  }
 }
 
 }  // namespace modelfs

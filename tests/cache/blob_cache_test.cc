@@ -1667,6 +1667,37 @@ TEST_F(BlobCacheTest, AnUntouchedSealedLayerPassesTheScrubAndCountsItsBytes) {
   EXPECT_EQ(cache->stats().scrub_failures, 0u);
 }
 
+// Version 2 chunk indexes (the default of push and convert) hash with BLAKE3: the scrub
+// checks each chunk with the index's own algorithm.
+TEST_F(BlobCacheTest, AnUntouchedLayerWithABlake3IndexPassesTheScrub) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 56);
+  Digest d = remote_.AddBlob(blob);
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                VerifyMode::kChunk, "m1"}));
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->ScrubOnce(), 1);
+  EXPECT_EQ(cache->stats().scrub_failures, 0u);
+  EXPECT_EQ(cache->stats().scrubbed_bytes, blob.size());
+}
+
+TEST_F(BlobCacheTest, AChangedLayerWithABlake3IndexIsFoundByTheScrub) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 57);
+  Digest d = remote_.AddBlob(blob);
+  ASSERT_OK(cache->RegisterLayer(
+      LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk, ChunkDigestAlgorithm::kBlake3),
+                VerifyMode::kChunk, "m1"}));
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  WriteDataFile(d, 11 * kChunk, static_cast<char>(blob[11 * kChunk] ^ 0x04));
+  cache->ScrubOnce();
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+  EXPECT_THAT(Logged(), HasSubstr("chunk 11 "));
+}
+
 TEST_F(BlobCacheTest, TheScrubLeavesALayerNotYetSealedAlone) {
   auto cache = Open();
   const std::string blob = RandomBytes(16 * kChunk, 45);
