@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -1850,6 +1851,27 @@ class FsVerityTest : public BlobCacheTest {
   }
   FakeVerity fake_;
 };
+
+// A cache written before the verity column: its sealed layers stay trusted and the column is
+// added.
+TEST_F(BlobCacheTest, ACacheFromBeforeFsVerityGainsTheColumnAndKeepsItsSealedLayers) {
+  const std::string blob = RandomBytes(8 * kChunk, 66);
+  Digest d = CacheWholeAndClose(blob);
+  const std::string db_path = (dir_.Join("cache") / "cache.db").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, "ALTER TABLE layers DROP COLUMN verity", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    auto cache = Open();
+    ASSERT_OK(RegisterChunked(*cache, d, blob));
+    EXPECT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  }
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, "SELECT verity FROM layers", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+}
 
 TEST_F(FsVerityTest, ASealedLayerGetsFsVerityWhenTheCacheIsNextOpened) {
   const std::string blob = RandomBytes(8 * kChunk, 60);
