@@ -197,6 +197,7 @@ absl::Status BlobCache::LoadFromJournal() {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
         layer->verity = r.verity;
+        layer->read_only = true;
         if (fs_verity_ && r.verity.empty()) protect.push_back(layer);
         // Whole-layer modes were checked against the digest before they were sealed.
         layer->audited = r.audited || layer->mode != VerifyMode::kChunk;

@@ -132,9 +132,11 @@ struct CacheOptions {
   // Time for deadlines, backoff and registry health; null: Clock::Real(). Must outlive the cache.
   Clock* clock = nullptr;
   // fs-verity (fs_verity.h); null: the kernel's. Must outlive the cache. Where the cache
-  // directory's filesystem has it, a sealed layer's data file gets fs-verity when the cache is
-  // next opened (no writer holds it then) and its digest is recorded with the seal; a sealed
-  // file whose digest differs, or that lost it, is not trusted (re-hashed, or fetched again).
+  // directory's filesystem has it, a sealed layer's data file gets fs-verity at the first scrub
+  // pass after its seal that finds no writer holding it (the layer moves to a read-only fd
+  // first), or when the cache is next opened, and its digest is recorded with the seal; a
+  // sealed file whose digest differs, or that lost it, is not trusted (re-hashed, or fetched
+  // again).
   VerityOps* verity = nullptr;
   // Receives one line per notable event (verification failure, quarantine, eviction).
   // Default: stderr.
@@ -427,6 +429,10 @@ class BlobCache : public BlobReader {
   bool ScrubLayer(const std::shared_ptr<Layer>& layer);
   // Records `layer` audited in the journal, so a restart does not audit it again.
   void RecordAudited(const std::shared_ptr<Layer>& layer);
+  // After a scrub pass, where the filesystem has fs-verity: the sealed layers of `passed` that
+  // lack it get it (a read-only copy first, ReadOnlyCopyLocked; a layer whose old fd is still
+  // held by a reader is left for the next pass).
+  void ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed);
   // The scrub thread: ScrubOnce every options.scrub_interval until the cache closes.
   void ScrubLoop();
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
@@ -483,6 +489,12 @@ class BlobCache : public BlobReader {
   // Enables fs-verity on the data files of `layers` (sealed, trusted, open read-only and by no
   // writer) and records each digest with the new seal. Runs in Init, without mu_ held.
   void ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers);
+  // For fs-verity on a layer sealed in this process, whose fd is open for writing: puts in the
+  // table, in `layer`'s place, a copy of its state over a new read-only fd (readers of
+  // `layer` finish with it). Null when `layer` is not sealed, current and idle, or the file
+  // cannot be opened. The file is opened under mu_, as RegisterLayer's is.
+  std::shared_ptr<Layer> ReadOnlyCopyLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 

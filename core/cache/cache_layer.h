@@ -106,6 +106,9 @@ struct CacheLayer {
   // The decompressed form of a compressed tar layer (RegisterDecodedLayer): no registry
   // serves its digest, so it cannot be refetched, only decoded again.
   bool decoded ABSL_GUARDED_BY(mu) = false;
+  // `fd` is read-only (a sealed file, opened so at Open or by BlobCache::ReadOnlyCopyLocked):
+  // fs-verity may be enabled on the file once no other entry holds it open for writing.
+  bool read_only ABSL_GUARDED_BY(mu) = false;
   uint64_t fill_epoch ABSL_GUARDED_BY(mu) = 0;  // bumped when a whole-layer fill request fails
   absl::Status fill_error ABSL_GUARDED_BY(mu);
   // Bumped (under mu) by quarantine and eviction: stale flights are dropped. Atomic because

@@ -43,6 +43,7 @@ int BlobCache::ScrubOnce() {
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
+  std::vector<std::shared_ptr<Layer>> passed;
   for (const auto& [layer, gen] : todo) {
     {
       absl::MutexLock lock(&mu_);
@@ -52,13 +53,109 @@ int BlobCache::ScrubOnce() {
       if (layer->gen.load() != gen || layer->quarantined) continue;
       layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
     }
-    ScrubLayer(layer);
+    if (ScrubLayer(layer) && fs_verity_) passed.push_back(layer);
     ++scrubbed;
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
   }
+  todo.clear();  // ProtectScrubbed needs the last references to read-write fds gone
+  ProtectScrubbed(std::move(passed));
   return scrubbed;
+}
+
+std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
+    const std::shared_ptr<Layer>& layer) {
+  if (FindLocked(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
+      layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty()) {
+    return nullptr;
+  }
+  const int fd = store_.OpenReadOnly(layer->digest);
+  if (fd < 0) return nullptr;
+  auto copy = std::make_shared<Layer>(mu_, layer->digest, layer->size, layer->chunk_size, fd);
+  LayerGuard held(*copy, Held(mu_));
+  copy->mode = layer->mode;
+  copy->endpoint = layer->endpoint;
+  copy->has_spec = layer->has_spec;
+  copy->expected = layer->expected;
+  copy->expected_algorithm = layer->expected_algorithm;
+  copy->ResetChunks(ChunkState::kVerified);
+  copy->served = layer->served;
+  copy->durable = layer->durable;
+  copy->dropped = layer->dropped;
+  copy->refs = layer->refs;
+  copy->whole_verified = true;
+  copy->seal = layer->seal;
+  copy->verity = layer->verity;
+  copy->whole_verify_scheduled = layer->whole_verify_scheduled;
+  copy->audited = layer->audited;
+  copy->decoded = layer->decoded;
+  copy->read_only = true;
+  copy->last_used = layer->last_used;
+  copy->cached_bytes = layer->cached_bytes;
+  copy->run_start = layer->run_start;
+  copy->run_end = layer->run_end;
+  copy->window = layer->window;
+  copy->bulk_next = layer->bulk_next;
+  copy->stream_next = layer->stream_next;
+  // The old entry is out of the table: its bytes are the copy's now (eviction and quarantine
+  // count them there), its readers finish on its fd.
+  layer->cached_bytes = 0;
+  layers_[copy->digest] = copy;
+  return copy;
+}
+
+void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
+  std::vector<std::shared_ptr<Layer>> protect;
+  {
+    absl::MutexLock lock(&mu_);
+    for (std::shared_ptr<Layer>& layer : passed) {
+      LayerGuard held(*layer, Held(mu_));
+      if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
+          FindLocked(layer->digest) != layer) {
+        continue;
+      }
+      if (layer->read_only) {
+        protect.push_back(layer);
+      } else if (std::shared_ptr<Layer> copy = ReadOnlyCopyLocked(layer)) {
+        protect.push_back(std::move(copy));
+      }
+    }
+  }
+  // The read-write entries are let go of here; one a reader still holds makes its file refuse
+  // fs-verity (ETXTBSY) until a later pass.
+  passed.clear();
+  std::vector<std::shared_ptr<Layer>> enabled;
+  for (std::shared_ptr<Layer>& layer : protect) {
+    absl::Status s;
+    // Builds the file's Merkle tree, reading all of it: at idle priority, as the scrub.
+    RunAtBackgroundPriority([&] { s = verity_->Enable(store_.PathOf(layer->digest)); });
+    if (s.ok()) {
+      enabled.push_back(std::move(layer));
+    } else if (!absl::IsFailedPrecondition(s)) {
+      Log(absl::StrCat("layer ", layer->digest.str(),
+                       ": fs-verity not enabled on its data file: ", s.message()));
+    }
+  }
+  for (const std::shared_ptr<Layer>& layer : enabled) {
+    absl::StatusOr<std::string> digest = verity_->Measure(layer->fd);
+    if (!digest.ok()) {
+      Log(absl::StrCat("layer ", layer->digest.str(), ": fs-verity: ", digest.status().message()));
+      continue;
+    }
+    const uint64_t gen = layer->gen.load();
+    // Enabling changed the file's ctime: the seal is taken again.
+    const std::string seal = LayerStore::SealOf(layer->fd);
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+      Log(r.message());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    if (layer->gen.load() != gen || layer->quarantined || layer->seal.empty()) continue;
+    layer->seal = seal;
+    layer->verity = *digest;
+  }
 }
 
 bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1806,6 +1807,16 @@ class FakeVerity : public VerityOps {
   absl::Status Enable(const std::string& path) override {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) return absl::InternalError("stat " + path);
+    // As the kernel: no fs-verity for a file open for writing (here, by this process).
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const int fd = std::atoi(entry.path().filename().c_str());
+      struct stat fst;
+      const int flags = fcntl(fd, F_GETFL);
+      if (flags >= 0 && (flags & O_ACCMODE) != O_RDONLY && fstat(fd, &fst) == 0 &&
+          fst.st_ino == st.st_ino && fst.st_dev == st.st_dev) {
+        return absl::FailedPreconditionError("ETXTBSY");
+      }
+    }
     absl::MutexLock lock(&mu_);
     enabled_++;
     digests_.emplace(st.st_ino, absl::StrCat("sha256:fake-", st.st_ino));
@@ -1927,6 +1938,65 @@ TEST_F(FsVerityTest, ALayerNoLongerTrustedIsStillServedWithItsRightBytes) {
   ASSERT_OK(RegisterChunked(*cache, d, blob));
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 2 * kChunk, kChunk));
   EXPECT_EQ(got, blob.substr(2 * kChunk, kChunk));
+}
+
+// Sealed in this process, the layer's file is held open for writing: the scrub moves the layer
+// to a read-only fd and enables fs-verity then.
+TEST_F(FsVerityTest, ALayerSealedInThisProcessGetsFsVerityFromTheNextScrub) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * kChunk, 67);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->ScrubOnce(), 1);
+  EXPECT_EQ(fake_.enabled(), 1);
+}
+
+TEST_F(FsVerityTest, ALayerMovedToAReadOnlyFdStillServesAndPassesThrough) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * kChunk, 68);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  cache->ScrubOnce();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 3 * kChunk, 100));
+  EXPECT_EQ(got, blob.substr(3 * kChunk, 100));
+  const int fd = cache->OpenVerifiedBlob(d, 0, blob.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  EXPECT_EQ(cache->stats().cached_bytes, blob.size());
+}
+
+TEST_F(FsVerityTest, TheDigestTheScrubEnabledIsTrustedAfterARestart) {
+  const std::string blob = RandomBytes(8 * kChunk, 69);
+  Digest d;
+  {
+    auto cache = Open();
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+    ASSERT_TRUE(Idle(*cache));
+    cache->ScrubOnce();
+  }
+  auto cache = Open();
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
+  EXPECT_TRUE(cache->GetLayerInfo(d)->whole_verified);
+  EXPECT_EQ(fake_.enabled(), 1);
+}
+
+// A read's span still holds the read-write fd: fs-verity waits for the next pass.
+TEST_F(FsVerityTest, AReaderHoldingTheOldFdPutsFsVerityOffToTheNextScrub) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(8 * kChunk, 70);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  {
+    ASSERT_OK_AND_ASSIGN(std::vector<BlobSpan> spans, cache->ReadSpans(d, 0, 100));
+    cache->ScrubOnce();
+    EXPECT_EQ(fake_.enabled(), 0);
+  }
+  cache->ScrubOnce();
+  EXPECT_EQ(fake_.enabled(), 1);
 }
 
 TEST_F(FsVerityTest, WhereTheFilesystemHasNoFsVerityNoneIsEnabled) {
