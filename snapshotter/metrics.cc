@@ -108,8 +108,11 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   Counter(out, "modelfs_scrubbed_bytes_total",
           "Bytes of sealed layers the background scrub read and hashed again.",
           c.cache.scrubbed_bytes);
-  Counter(out, "modelfs_scrub_failures_total",
-          "Sealed layers the scrub found changed on disk (quarantined).", c.cache.scrub_failures);
+  Counter(out, "modelfs_scrub_failures_total", "Sealed layers the scrub found changed on disk.",
+          c.cache.scrub_failures);
+  Counter(out, "modelfs_scrub_repairs_total",
+          "Of them, layers put out of service and fetched again into a new data file.",
+          c.cache.scrub_repairs);
   Gauge(out, "modelfs_fs_verity", "1 when the cache directory's filesystem supports fs-verity.",
         c.cache.fs_verity ? 1 : 0);
   Counter(out, "modelfs_evicted_layers_total", "Layers evicted to respect the size bound.",

@@ -118,6 +118,7 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"audited_layers", s.audited_layers},
           {"scrubbed_bytes", s.scrubbed_bytes},
           {"scrub_failures", s.scrub_failures},
+          {"scrub_repairs", s.scrub_repairs},
           {"fs_verity", s.fs_verity},
           {"cached_bytes", s.cached_bytes},
           {"opens", opens.opens.load()},

@@ -31,6 +31,7 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       remote_(remote),
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       scheduler_(options_.fetch_threads),
+      verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
       store_(options_.dir, options_.write_data) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
@@ -87,12 +88,12 @@ absl::Status BlobCache::Init() {
                      "is dropped and nothing cached now survives a restart"));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  RETURN_IF_ERROR(LoadFromJournal());
   // Said once, at open: whether the kernel could check the cache's pages itself.
-  const absl::Status verity = ProbeFsVerity(options_.dir);
+  const absl::Status verity = verity_->Probe(options_.dir);
   fs_verity_ = verity.ok();
   Log(verity.ok() ? absl::StrCat("fs-verity: supported by the filesystem of ", options_.dir)
                   : absl::StrCat("fs-verity: ", verity.message()));
+  RETURN_IF_ERROR(LoadFromJournal());
   if (options_.scrub_interval > absl::ZeroDuration()) {
     scrub_thread_ = std::thread([this] { ScrubLoop(); });
   }
@@ -134,6 +135,7 @@ LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::st
   r.last_used = layer.last_used;
   r.seal = std::move(seal);
   r.audited = layer.audited;
+  r.verity = layer.verity;
   return r;
 }
 
@@ -149,6 +151,7 @@ absl::Status BlobCache::LoadFromJournal() {
   ASSIGN_OR_RETURN(std::vector<LayerRecord> rows, journal_.LoadAll());
   std::vector<std::string> forget;
   absl::flat_hash_set<std::string> keep_files;
+  std::vector<std::shared_ptr<Layer>> protect;  // sealed, trusted, without fs-verity yet
   {
     absl::MutexLock lock(&mu_);
     for (LayerRecord& r : rows) {
@@ -159,7 +162,21 @@ absl::Status BlobCache::LoadFromJournal() {
       }
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
       clock_ = std::max(clock_, r.last_used);
-      const int fd = store_.OpenExisting(*digest);
+      // A sealed file is opened read-only: nothing writes it again, and fs-verity (which a
+      // file with fs-verity keeps for ever) needs a file nobody holds open for writing. It is
+      // trusted when its seal and fs-verity digest are still the ones recorded.
+      int fd = -1;
+      bool trusted = false;
+      if (r.whole_verified && !r.seal.empty()) {
+        fd = store_.OpenReadOnly(*digest);
+        trusted = fd >= 0 && LayerStore::SealOf(fd) == r.seal && VerityHolds(*digest, fd, r.verity);
+        if (!trusted && fd >= 0) {
+          close(fd);
+          fd = -1;
+        }
+      }
+      // Else read-write, for its missing chunks (a file with fs-verity cannot be: dropped).
+      if (fd < 0) fd = store_.OpenExisting(*digest);
       if (fd < 0) {
         forget.push_back(r.digest);
         continue;
@@ -176,9 +193,12 @@ absl::Status BlobCache::LoadFromJournal() {
         }
       }
       layer->last_used = r.last_used;
-      if (r.whole_verified && !r.seal.empty() && LayerStore::SealOf(layer->fd) == r.seal) {
+      if (trusted) {
         // Verified whole and untouched since: no chunk needs re-hashing.
         layer->seal = r.seal;
+        layer->verity = r.verity;
+        layer->read_only = true;
+        if (fs_verity_ && r.verity.empty()) protect.push_back(layer);
         // Whole-layer modes were checked against the digest before they were sealed.
         layer->audited = r.audited || layer->mode != VerifyMode::kChunk;
         layer->ResetChunks(ChunkState::kVerified);
@@ -209,6 +229,7 @@ absl::Status BlobCache::LoadFromJournal() {
   for (const std::string& d : forget) journal_.Forget(d);
   // Data files the journal does not vouch for are untrusted leftovers.
   store_.RemoveAllExcept(keep_files);
+  ProtectSealed(protect);
   return absl::OkStatus();
 }
 
@@ -581,6 +602,7 @@ CacheStats BlobCache::stats() const {
   s.audited_layers = counters_.audited_layers.load();
   s.scrubbed_bytes = counters_.scrubbed_bytes.load();
   s.scrub_failures = counters_.scrub_failures.load();
+  s.scrub_repairs = counters_.scrub_repairs.load();
   s.fs_verity = fs_verity_;
   s.evicted_layers = counters_.evicted_layers.load();
   absl::MutexLock lock(&mu_);

@@ -69,6 +69,7 @@
 #include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
+#include "core/cache/fs_verity.h"
 #include "core/cache/layer_store.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
@@ -130,6 +131,13 @@ struct CacheOptions {
   std::function<int(int fd, const char* data, uint64_t n, uint64_t offset)> write_data;
   // Time for deadlines, backoff and registry health; null: Clock::Real(). Must outlive the cache.
   Clock* clock = nullptr;
+  // fs-verity (fs_verity.h); null: the kernel's. Must outlive the cache. Where the cache
+  // directory's filesystem has it, a sealed layer's data file gets fs-verity at the first scrub
+  // pass after its seal that finds no writer holding it (the layer moves to a read-only fd
+  // first), or when the cache is next opened, and its digest is recorded with the seal; a
+  // sealed file whose digest differs, or that lost it, is not trusted (re-hashed, or fetched
+  // again).
+  VerityOps* verity = nullptr;
   // Receives one line per notable event (verification failure, quarantine, eviction).
   // Default: stderr.
   std::function<void(absl::string_view)> log;
@@ -178,7 +186,11 @@ struct CacheStats {
   uint64_t sealed_layers = 0;   // chunk-mode layers sealed once every chunk was verified
   uint64_t audited_layers = 0;  // of them, audited against their digest (CacheOptions::audit)
   uint64_t scrubbed_bytes = 0;  // bytes of sealed layers the scrub read and hashed again
-  uint64_t scrub_failures = 0;  // sealed layers the scrub found changed (quarantined)
+  uint64_t scrub_failures = 0;  // sealed layers the scrub found changed on disk
+  // Of them, layers renewed: a new, empty data file took the changed one's place and its
+  // chunks are fetched and verified again (the others were dropped: decoded layers, layers
+  // no model registered in this process).
+  uint64_t scrub_repairs = 0;
   // The cache directory's filesystem can enable fs-verity on a file (probed at Open).
   bool fs_verity = false;
 };
@@ -253,8 +265,12 @@ class BlobCache : public BlobReader {
   // every sealed layer, those never audited first, is read again at background priority and
   // at most options.scrub_rate bytes a second, each chunk against its expected hash where the
   // cache has one, and the whole file against the layer digest when the layer was never
-  // audited or has no chunk hashes. A mismatch quarantines the layer (logged with its digest
-  // and byte range, counted in scrub_failures). Returns the number of layers scrubbed.
+  // audited or has no chunk hashes. A changed file is at once out of service (no new
+  // passthrough open, no byte served from it) and renewed (RenewLayerLocked: refetched into a
+  // new data file and verified, sealed again once complete), logged with its digest and byte
+  // range and counted in scrub_failures and scrub_repairs. A chunk index that matches every
+  // chunk but not the layer digest quarantines the layer instead. Returns the number of layers
+  // scrubbed.
   int ScrubOnce();
 
   // State of one layer, for status output and tests.
@@ -384,10 +400,39 @@ class BlobCache : public BlobReader {
   void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
+  // Quarantine's state change: nothing of the layer is servable or passed through from here
+  // on, its flights are stale (gen), its bytes no longer counted.
+  void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
+  // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says.
+  // A layer registered in this process and fetchable is renewed; any other is dropped from
+  // the table (a later registration or decode starts it over).
+  void OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::string_view what);
+  // Replaces `old` in the table with a new layer of the same spec, references and registry,
+  // over a new empty data file at the same path (the changed one is unlinked: only fds already
+  // open, a passthrough open among them, still read it). Its chunks are fetched and verified
+  // again as reads and the refetch started here need them, and it is sealed again once
+  // complete. Readers of `old` read again from the new layer (ReadSpansRenewing). When the new
+  // file cannot be created, `old` is dropped from the table. Its file operations (unlink,
+  // create) run under mu_, as RegisterLayer's do.
+  void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
+  // ReadSpans of the layer registered as `digest`, once; `used` is the layer read.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,
+                                                      uint64_t length,
+                                                      std::shared_ptr<Layer>* used);
+  // ReadSpansOnce, again (at most twice more) when the layer it read was renewed meanwhile.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpansRenewing(const Digest& digest, uint64_t offset,
+                                                          uint64_t length,
+                                                          std::shared_ptr<Layer>* used);
+  bool Renewed(const Layer& layer) const;
   // The scrub of one sealed layer (ScrubOnce); false when it was found changed.
   bool ScrubLayer(const std::shared_ptr<Layer>& layer);
   // Records `layer` audited in the journal, so a restart does not audit it again.
   void RecordAudited(const std::shared_ptr<Layer>& layer);
+  // After a scrub pass, where the filesystem has fs-verity: the sealed layers of `passed` that
+  // lack it get it (a read-only copy first, ReadOnlyCopyLocked; a layer whose old fd is still
+  // held by a reader is left for the next pass).
+  void ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed);
   // The scrub thread: ScrubOnce every options.scrub_interval until the cache closes.
   void ScrubLoop();
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
@@ -437,6 +482,19 @@ class BlobCache : public BlobReader {
   // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
   std::thread scrub_thread_;
   bool fs_verity_ = false;  // set by Init, before any other thread runs
+  VerityOps* const verity_;
+  // Whether the fs-verity digest of the open data file `fd` of `digest` is `recorded` (true when
+  // none was recorded); a difference is logged.
+  bool VerityHolds(const Digest& digest, int fd, const std::string& recorded) const;
+  // Enables fs-verity on the data files of `layers` (sealed, trusted, open read-only and by no
+  // writer) and records each digest with the new seal. Runs in Init, without mu_ held.
+  void ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers);
+  // For fs-verity on a layer sealed in this process, whose fd is open for writing: puts in the
+  // table, in `layer`'s place, a copy of its state over a new read-only fd (readers of
+  // `layer` finish with it). Null when `layer` is not sealed, current and idle, or the file
+  // cannot be opened. The file is opened under mu_, as RegisterLayer's is.
+  std::shared_ptr<Layer> ReadOnlyCopyLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 
@@ -447,7 +505,7 @@ class BlobCache : public BlobReader {
     std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
         verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
         page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0},
-        scrubbed_bytes{0}, scrub_failures{0};
+        scrubbed_bytes{0}, scrub_failures{0}, scrub_repairs{0};
   };
   mutable Counters counters_;
 };

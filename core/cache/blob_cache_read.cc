@@ -206,20 +206,56 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
 
 absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offset,
                                             uint64_t length) {
-  ASSIGN_OR_RETURN(std::vector<BlobSpan> spans, ReadSpans(digest, offset, length));
-  uint64_t total = 0;
-  for (const BlobSpan& span : spans) total += span.length;
-  std::string out(total, '\0');
-  char* dst = out.data();
-  for (const BlobSpan& span : spans) {
-    if (span.fd >= 0) {
-      RETURN_IF_ERROR(store_.ReadFull(span.fd, digest, dst, span.length, span.offset));
-    } else {
-      memcpy(dst, span.memory->data() + span.offset, span.length);
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<Layer> used;
+    ASSIGN_OR_RETURN(std::vector<BlobSpan> spans, ReadSpansRenewing(digest, offset, length, &used));
+    uint64_t total = 0;
+    for (const BlobSpan& span : spans) total += span.length;
+    std::string out(total, '\0');
+    char* dst = out.data();
+    for (const BlobSpan& span : spans) {
+      if (span.fd >= 0) {
+        RETURN_IF_ERROR(store_.ReadFull(span.fd, digest, dst, span.length, span.offset));
+      } else {
+        memcpy(dst, span.memory->data() + span.offset, span.length);
+      }
+      dst += span.length;
     }
-    dst += span.length;
+    // The scrub renewed the layer while these bytes were copied from its changed file: they
+    // may be the changed ones. Read again, from the new file.
+    if (used && Renewed(*used)) {
+      if (attempt < 2) continue;
+      return absl::DataLossError(absl::StrCat("layer ", digest.str(), " (bytes [", offset, ", ",
+                                              offset + length,
+                                              ")) was found changed on disk during the read"));
+    }
+    return out;
   }
-  return out;
+}
+
+bool BlobCache::Renewed(const Layer& layer) const {
+  absl::MutexLock lock(&mu_);
+  LayerGuard held(layer, Held(mu_));
+  return layer.renewed;
+}
+
+absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
+                                                           uint64_t length) {
+  std::shared_ptr<Layer> used;
+  return ReadSpansRenewing(digest, offset, length, &used);
+}
+
+absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansRenewing(const Digest& digest,
+                                                                   uint64_t offset, uint64_t length,
+                                                                   std::shared_ptr<Layer>* used) {
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<std::vector<BlobSpan>> spans = ReadSpansOnce(digest, offset, length, used);
+    // A layer renewed is quarantined: its readers go on with the new one in the table.
+    if (spans.ok() || attempt == 2 || !absl::IsDataLoss(spans.status()) || !*used ||
+        !Renewed(**used)) {
+      return spans;
+    }
+  }
 }
 
 bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) {
@@ -256,8 +292,10 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
   return store_.OpenReadOnly(digest);
 }
 
-absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest, uint64_t offset,
-                                                           uint64_t length) {
+absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& digest,
+                                                               uint64_t offset, uint64_t length,
+                                                               std::shared_ptr<Layer>* used) {
+  used->reset();
   const absl::Time start = time_->Now();
   const absl::Time fetch_deadline = start + options_.read_deadline;
   std::shared_ptr<Layer> layer;
@@ -267,6 +305,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpans(const Digest& digest,
     absl::MutexLock lock(&mu_);
     layer = FindRegisteredLocked(digest);
     if (!layer) return NotRegistered(digest);
+    *used = layer;
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined) {
       return absl::DataLossError(

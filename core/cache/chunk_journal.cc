@@ -50,7 +50,7 @@ absl::Status ChunkJournal::Open(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS layers(digest TEXT PRIMARY KEY, size INTEGER NOT NULL,"
         " chunk_size INTEGER NOT NULL, mode INTEGER NOT NULL, whole_verified INTEGER NOT NULL"
         " DEFAULT 0, local_index BLOB, last_used INTEGER NOT NULL DEFAULT 0, seal TEXT,"
-        " audited INTEGER NOT NULL DEFAULT 0);"
+        " audited INTEGER NOT NULL DEFAULT 0, verity TEXT);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
         " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"
         "CREATE TABLE IF NOT EXISTS decoded(source TEXT PRIMARY KEY, digest TEXT NOT NULL);");
@@ -62,6 +62,10 @@ absl::Status ChunkJournal::Open(const std::string& path) {
   if (s.ok() && !HasColumnLocked("layers", "audited")) {
     // Caches written before the scrub: their sealed chunk-mode layers are audited first.
     s = ExecLocked("ALTER TABLE layers ADD COLUMN audited INTEGER NOT NULL DEFAULT 0");
+  }
+  if (s.ok() && !HasColumnLocked("layers", "verity")) {
+    // Caches written before fs-verity was used: no file of theirs has it yet.
+    s = ExecLocked("ALTER TABLE layers ADD COLUMN verity TEXT");
   }
   if (s.ok()) {
     s = ExecLocked(absl::StrCat("INSERT OR IGNORE INTO meta(key, value) VALUES('format_version', '",
@@ -90,7 +94,7 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
   {
     Statement q(db_,
                 "SELECT digest, size, chunk_size, mode, whole_verified, local_index,"
-                " last_used, seal, audited FROM layers");
+                " last_used, seal, audited, verity FROM layers");
     RETURN_IF_ERROR(q.status());
     for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
       LayerRecord r;
@@ -103,6 +107,7 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
       r.last_used = q.Int(6);
       r.seal = q.Text(7);
       r.audited = q.Int(8) != 0;
+      r.verity = q.IsNull(9) ? std::string() : q.Text(9);
       std::string key = r.digest;
       rows[std::move(key)] = std::move(r);
     }
@@ -125,9 +130,10 @@ absl::Status ChunkJournal::UpsertLayer(const LayerRecord& r) {
   absl::MutexLock lock(&mu_);
   Statement q(db_,
               "INSERT INTO layers(digest, size, chunk_size, mode, whole_verified, local_index,"
-              " last_used, seal, audited) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON"
-              " CONFLICT(digest) DO UPDATE SET size=?2, chunk_size=?3, mode=?4,"
-              " whole_verified=?5, local_index=?6, last_used=?7, seal=?8, audited=?9");
+              " last_used, seal, audited, verity) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+              " ?10) ON CONFLICT(digest) DO UPDATE SET size=?2, chunk_size=?3, mode=?4,"
+              " whole_verified=?5, local_index=?6, last_used=?7, seal=?8, audited=?9,"
+              " verity=?10");
   RETURN_IF_ERROR(q.status());
   q.Bind(1, r.digest)
       .Bind(2, static_cast<int64_t>(r.size))
@@ -139,7 +145,10 @@ absl::Status ChunkJournal::UpsertLayer(const LayerRecord& r) {
   } else {
     q.BindBlob(6, r.local_index);
   }
-  q.Bind(7, r.last_used).BindNullable(8, r.seal).Bind(9, int64_t{r.audited ? 1 : 0});
+  q.Bind(7, r.last_used)
+      .BindNullable(8, r.seal)
+      .Bind(9, int64_t{r.audited ? 1 : 0})
+      .BindNullable(10, r.verity);
   absl::StatusOr<bool> row = q.Step();
   if (!row.ok() || *row) {
     return absl::InternalError(absl::StrCat("cache database ", path_, ": recording layer ",
@@ -207,6 +216,19 @@ absl::Status ChunkJournal::MarkAudited(const std::string& digest) {
   if (!row.ok() || *row) {
     return absl::InternalError(absl::StrCat("cache database ", path_, ": recording layer ", digest,
                                             " audited: ", q.LastError()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkJournal::RecordVerity(const std::string& digest, const std::string& seal,
+                                        const std::string& verity) {
+  absl::MutexLock lock(&mu_);
+  Statement q(db_, "UPDATE layers SET seal = ?2, verity = ?3 WHERE digest = ?1");
+  RETURN_IF_ERROR(q.status());
+  absl::StatusOr<bool> row = q.Bind(1, digest).BindNullable(2, seal).BindNullable(3, verity).Step();
+  if (!row.ok() || *row) {
+    return absl::InternalError(absl::StrCat(
+        "cache database ", path_, ": recording the fs-verity of ", digest, ": ", q.LastError()));
   }
   return absl::OkStatus();
 }

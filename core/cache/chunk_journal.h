@@ -32,6 +32,9 @@ struct LayerRecord {
   int64_t last_used = 0;
   std::string seal;      // "" when not sealed
   bool audited = false;  // chunk mode: the whole-layer audit (or a scrub) matched its digest
+  // The data file's fs-verity digest ("sha256:<hex>") once fs-verity was enabled on it with
+  // the seal below; "" when it has none.
+  std::string verity;
   std::vector<uint64_t> chunks;
 };
 
@@ -42,7 +45,8 @@ class ChunkJournal {
   ChunkJournal(const ChunkJournal&) = delete;
   ChunkJournal& operator=(const ChunkJournal&) = delete;
 
-  // Opens `path` (or ":memory:") with the schema, upgrading older caches (the seal column).
+  // Opens `path` (or ":memory:") with the schema, upgrading older caches (the seal, audited and
+  // verity columns).
   // Errors: kInternal naming the path and SQLite's message.
   absl::Status Open(const std::string& path);
 
@@ -68,6 +72,11 @@ class ChunkJournal {
   void Touch(const std::string& digest, int64_t last_used);
   // The layer was audited against its digest; a failure only costs a second audit.
   absl::Status MarkAudited(const std::string& digest);
+  // fs-verity was enabled on the layer's data file: its new `seal` (enabling changes the
+  // ctime) and `verity` digest. A failure only costs the layer's trust at the next Open (it is
+  // re-hashed then).
+  absl::Status RecordVerity(const std::string& digest, const std::string& seal,
+                            const std::string& verity);
 
  private:
   absl::Status ExecLocked(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -47,6 +47,11 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
   spec.mode = VerifyMode::kWholeLayer;
   spec.model_ref = model_ref;
   if (!RegisterLayer(spec).ok()) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  if (std::shared_ptr<Layer> layer = FindLocked(digest)) {
+    LayerGuard held(*layer, Held(mu_));
+    layer->decoded = true;  // a scrub finding drops it instead of fetching it
+  }
   return size;
 }
 
@@ -204,6 +209,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     LayerGuard held(*layer, Held(mu_));
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;
+    layer->decoded = true;
     layer->refs.insert(spec.model_ref);
     layer->last_used = ++clock_;
     // Present, not verified: nothing is served before RunWholeVerify below marks it.

@@ -113,27 +113,107 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
                                 : std::string(hashed.status().message()));
 }
 
+void BlobCache::WipeLocked(Layer& layer) {
+  layer.quarantined = true;
+  layer.whole_verified = false;
+  layer.seal.clear();
+  layer.gen++;
+  for (uint64_t c = 0; c < layer.count(); ++c) {
+    layer.state[c] = ChunkState::kMissing;
+    layer.flight[c] = nullptr;
+  }
+  cached_bytes_ -= layer.cached_bytes;
+  layer.cached_bytes = 0;
+  memory_.Drop(layer);
+}
+
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
   {
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined) return;
-    layer->quarantined = true;
-    layer->whole_verified = false;
-    layer->seal.clear();
-    layer->gen++;
-    for (uint64_t c = 0; c < layer->count(); ++c) {
-      layer->state[c] = ChunkState::kMissing;
-      layer->flight[c] = nullptr;
-    }
-    cached_bytes_ -= layer->cached_bytes;
-    layer->cached_bytes = 0;
-    memory_.Drop(*layer);
+    WipeLocked(*layer);
     // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
     counters_.quarantined_layers++;
     Log(absl::StrCat("quarantined layer ", layer->digest.str(), ": ", reason));
     journal_.Forget(layer->digest.str());
     store_.Remove(layer->digest);
+  }
+}
+
+void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                               absl::string_view what) {
+  absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
+  if (layer->gen.load() != gen || layer->quarantined || FindLocked(layer->digest) != layer) return;
+  if (layer->has_spec && !layer->decoded) {
+    RenewLayerLocked(layer, what);
+    return;
+  }
+  // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
+  // dropped, so that the next registration or decode starts it over.
+  WipeLocked(*layer);
+  layers_.erase(layer->digest);
+  journal_.Forget(layer->digest.str());
+  store_.Remove(layer->digest);
+  Log(absl::StrCat("the scrub found layer ", layer->digest.str(), " changed on disk: ", what,
+                   "; dropped from the cache (",
+                   layer->decoded ? "a decoded layer, decoded again" : "registered again",
+                   " when a model needs it)"));
+}
+
+void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what) {
+  // At once, before any file operation: no open gets passthrough, no read a byte of it.
+  WipeLocked(*old);
+  old->renewed = true;
+  journal_.Forget(old->digest.str());
+  // The changed inode is unlinked, not rewritten: fds already open on it (passthrough opens,
+  // spans of reads under way) keep the old bytes, and nothing new ever reads them.
+  store_.Remove(old->digest);
+  absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
+  if (!fd.ok()) {
+    layers_.erase(old->digest);
+    Log(absl::StrCat("the scrub found layer ", old->digest.str(), " changed on disk: ", what,
+                     "; no new data file for it (", fd.status().message(),
+                     "): dropped until registered again"));
+    return;
+  }
+  auto fresh = std::make_shared<Layer>(mu_, old->digest, old->size, old->chunk_size, *fd);
+  LayerGuard held(*fresh, Held(mu_));
+  fresh->mode = old->mode;
+  fresh->ResetChunks(ChunkState::kMissing);
+  if (old->mode == VerifyMode::kChunk) {
+    // The chunk index, which chains to the pinned manifest. (A whole-layer mode layer's local
+    // index came from the changed file's first verification; it is computed again.)
+    fresh->expected = old->expected;
+    fresh->expected_algorithm = old->expected_algorithm;
+    // The audit said the chunk index agrees with the layer digest: the same chunks will.
+    fresh->audited = old->audited;
+  }
+  fresh->has_spec = true;
+  fresh->endpoint = old->endpoint;
+  fresh->refs = old->refs;
+  fresh->last_used = old->last_used;
+  if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
+    Log(s.message());  // serves; only not remembered across a restart
+  }
+  layers_[fresh->digest] = fresh;
+  counters_.scrub_repairs++;
+  Log(absl::StrCat("the scrub found layer ", old->digest.str(), " changed on disk: ", what,
+                   "; it is out of service and fetched again into a new data file, each chunk "
+                   "verified (passthrough opens made before this keep the changed file)"));
+  if (fresh->count() > 0) {
+    // Refetched now, not only when read, so that passthrough comes back (the seal) without
+    // waiting for a reader of every chunk.
+    if (fresh->mode == VerifyMode::kChunk) {
+      fresh->bulk_active = true;
+      fresh->bulk_next = 0;
+      bulk_layers_.push_back(fresh);
+      PumpBulkLocked();
+    } else {
+      ScheduleMissingLocked(fresh, 0, fresh->count() - 1, kFill,
+                            time_->Now() + options_.background_deadline, nullptr);
+    }
   }
 }
 

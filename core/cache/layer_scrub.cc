@@ -1,6 +1,8 @@
-// BlobCache's scrub: sealed layers are trusted for as long as their seal holds, and a passthrough
-// read is never checked by the daemon, so their bytes are read and hashed again in the
-// background, at idle priority and a bounded rate; a change quarantines the layer at once.
+// Keeping sealed layers true. The scrub: sealed layers are trusted for as long as their seal
+// holds, and a passthrough read is never checked by the daemon, so their bytes are read and
+// hashed again in the background, at idle priority and a bounded rate; a changed layer is at
+// once out of service and fetched again into a new data file (RenewLayerLocked). fs-verity:
+// sealed files get it at Open where the filesystem has it, and its digest is checked there.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -41,6 +43,7 @@ int BlobCache::ScrubOnce() {
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
+  std::vector<std::shared_ptr<Layer>> passed;
   for (const auto& [layer, gen] : todo) {
     {
       absl::MutexLock lock(&mu_);
@@ -50,13 +53,109 @@ int BlobCache::ScrubOnce() {
       if (layer->gen.load() != gen || layer->quarantined) continue;
       layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
     }
-    ScrubLayer(layer);
+    if (ScrubLayer(layer) && fs_verity_) passed.push_back(layer);
     ++scrubbed;
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
   }
+  todo.clear();  // ProtectScrubbed needs the last references to read-write fds gone
+  ProtectScrubbed(std::move(passed));
   return scrubbed;
+}
+
+std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
+    const std::shared_ptr<Layer>& layer) {
+  if (FindLocked(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
+      layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty()) {
+    return nullptr;
+  }
+  const int fd = store_.OpenReadOnly(layer->digest);
+  if (fd < 0) return nullptr;
+  auto copy = std::make_shared<Layer>(mu_, layer->digest, layer->size, layer->chunk_size, fd);
+  LayerGuard held(*copy, Held(mu_));
+  copy->mode = layer->mode;
+  copy->endpoint = layer->endpoint;
+  copy->has_spec = layer->has_spec;
+  copy->expected = layer->expected;
+  copy->expected_algorithm = layer->expected_algorithm;
+  copy->ResetChunks(ChunkState::kVerified);
+  copy->served = layer->served;
+  copy->durable = layer->durable;
+  copy->dropped = layer->dropped;
+  copy->refs = layer->refs;
+  copy->whole_verified = true;
+  copy->seal = layer->seal;
+  copy->verity = layer->verity;
+  copy->whole_verify_scheduled = layer->whole_verify_scheduled;
+  copy->audited = layer->audited;
+  copy->decoded = layer->decoded;
+  copy->read_only = true;
+  copy->last_used = layer->last_used;
+  copy->cached_bytes = layer->cached_bytes;
+  copy->run_start = layer->run_start;
+  copy->run_end = layer->run_end;
+  copy->window = layer->window;
+  copy->bulk_next = layer->bulk_next;
+  copy->stream_next = layer->stream_next;
+  // The old entry is out of the table: its bytes are the copy's now (eviction and quarantine
+  // count them there), its readers finish on its fd.
+  layer->cached_bytes = 0;
+  layers_[copy->digest] = copy;
+  return copy;
+}
+
+void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
+  std::vector<std::shared_ptr<Layer>> protect;
+  {
+    absl::MutexLock lock(&mu_);
+    for (std::shared_ptr<Layer>& layer : passed) {
+      LayerGuard held(*layer, Held(mu_));
+      if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
+          FindLocked(layer->digest) != layer) {
+        continue;
+      }
+      if (layer->read_only) {
+        protect.push_back(layer);
+      } else if (std::shared_ptr<Layer> copy = ReadOnlyCopyLocked(layer)) {
+        protect.push_back(std::move(copy));
+      }
+    }
+  }
+  // The read-write entries are let go of here; one a reader still holds makes its file refuse
+  // fs-verity (ETXTBSY) until a later pass.
+  passed.clear();
+  std::vector<std::shared_ptr<Layer>> enabled;
+  for (std::shared_ptr<Layer>& layer : protect) {
+    absl::Status s;
+    // Builds the file's Merkle tree, reading all of it: at idle priority, as the scrub.
+    RunAtBackgroundPriority([&] { s = verity_->Enable(store_.PathOf(layer->digest)); });
+    if (s.ok()) {
+      enabled.push_back(std::move(layer));
+    } else if (!absl::IsFailedPrecondition(s)) {
+      Log(absl::StrCat("layer ", layer->digest.str(),
+                       ": fs-verity not enabled on its data file: ", s.message()));
+    }
+  }
+  for (const std::shared_ptr<Layer>& layer : enabled) {
+    absl::StatusOr<std::string> digest = verity_->Measure(layer->fd);
+    if (!digest.ok()) {
+      Log(absl::StrCat("layer ", layer->digest.str(), ": fs-verity: ", digest.status().message()));
+      continue;
+    }
+    const uint64_t gen = layer->gen.load();
+    // Enabling changed the file's ctime: the seal is taken again.
+    const std::string seal = LayerStore::SealOf(layer->fd);
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+      Log(r.message());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    if (layer->gen.load() != gen || layer->quarantined || layer->seal.empty()) continue;
+    layer->seal = seal;
+    layer->verity = *digest;
+  }
 }
 
 bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
@@ -70,7 +169,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     LayerGuard held(*layer, Held(mu_));
     if (layer->quarantined || !layer->whole_verified) return true;
     if (layer->expected.size() == layer->count()) expected = layer->expected;
-    algorithm = layer->expected_algorithm;
+    algorithm = layer->expected_algorithm;  // the chunk index's (BLAKE3 or SHA-256)
     if (options_.drop_served_pages) drop_after = layer->dropped;
     audited = layer->audited;
   }
@@ -127,16 +226,26 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     if (got != layer->digest) {
       found = absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), " (bytes [0, ",
                                                layer->size, ")) hashes to ", got.str()));
+      if (!expected.empty()) {
+        // Every chunk matched the chunk index, the whole file not the layer digest: the index
+        // disagrees with its layer, and the same bytes fetched again would too.
+        if (layer->gen.load() != gen) return true;
+        counters_.verification_failures++;
+        Quarantine(layer, absl::StrCat("the scrub's audit: its chunks match the chunk index, "
+                                       "the layer digest does not: ",
+                                       found.message()));
+        return false;
+      }
     }
   }
   if (!found.ok()) {
     if (layer->gen.load() != gen) return true;
     counters_.scrub_failures++;
     counters_.verification_failures++;
-    // No new open gets passthrough or a byte of it from here on (docs/cache-format.md says what
-    // becomes of a passthrough fd already open).
-    Quarantine(layer,
-               absl::StrCat("the scrub found the sealed layer changed on disk: ", found.message()));
+    // No new open gets passthrough or a byte of it from here on, and its chunks are fetched
+    // and verified again (docs/cache-format.md says what becomes of a passthrough fd already
+    // open).
+    OnScrubFinding(layer, gen, found.message());
     return false;
   }
   if (!audited) {
@@ -156,6 +265,43 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
 
 void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
   if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok()) Log(s.message());
+}
+
+bool BlobCache::VerityHolds(const Digest& digest, int fd, const std::string& recorded) const {
+  if (recorded.empty()) return true;
+  absl::StatusOr<std::string> now = verity_->Measure(fd);
+  if (now.ok() && *now == recorded) return true;
+  Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
+                   now.ok() ? absl::StrCat("has fs-verity digest ", *now)
+                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
+                   ", where ", recorded,
+                   " was recorded with its seal: not trusted, its chunks are verified again "
+                   "before they are served"));
+  return false;
+}
+
+void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
+  for (const std::shared_ptr<Layer>& layer : layers) {
+    // Reads the whole file to build its Merkle tree: not under mu_.
+    absl::Status s = verity_->Enable(store_.PathOf(layer->digest));
+    absl::StatusOr<std::string> digest =
+        s.ok() ? verity_->Measure(layer->fd) : absl::StatusOr<std::string>(s);
+    if (!digest.ok()) {
+      Log(absl::StrCat("layer ", layer->digest.str(),
+                       ": fs-verity not enabled on its data file: ", digest.status().message()));
+      continue;
+    }
+    // Enabling changed the file's ctime: the seal is taken again.
+    const std::string seal = LayerStore::SealOf(layer->fd);
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+      Log(r.message());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    layer->seal = seal;
+    layer->verity = *digest;
+  }
 }
 
 }  // namespace modelfs

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,18 @@ class DecodedLayerTest : public ::testing::Test {
     }
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+  // Flips byte `offset` of the data file of layer `d`.
+  void ChangeDataFile(const Digest& d, uint64_t offset) {
+    std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(&byte, 1);
   }
 
   testing::TempDir dir_;
@@ -202,6 +215,35 @@ TEST_F(DecodedLayerTest, DecodesAgainWhenTheDecodedFileWasWrittenToAfterItsSeal)
   auto cache = Open();
   ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(
                                            Spec(source, gz, LayerEncoding::kTarGzip, decoded)));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+}
+
+// No registry serves a decoded layer's digest: a scrub finding drops it instead of fetching it.
+TEST_F(DecodedLayerTest, AScrubFindingDropsADecodedLayerInsteadOfServingIt) {
+  const std::string tar = Weights(300000, 7);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)));
+  ChangeDataFile(d.digest, 1000);
+  cache->ScrubOnce();
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+  EXPECT_THAT(cache->GetLayerInfo(d.digest), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache->Read(d.digest, 0, 100), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(DecodedLayerTest, ADecodedLayerTheScrubDroppedIsDecodedAgainWhenRegisteredAgain) {
+  const std::string tar = Weights(300000, 8);
+  const std::string gz = Gzip(tar);
+  const Digest source = remote_.AddBlob(gz);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)));
+  ChangeDataFile(d.digest, 1000);
+  cache->ScrubOnce();
+  ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
   EXPECT_EQ(got, tar);
 }
