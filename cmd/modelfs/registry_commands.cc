@@ -322,6 +322,18 @@ absl::Status RunPull(const PullCli& c) {
   return absl::OkStatus();
 }
 
+// --chunk-size and --chunk-digest, as push and convert take them (parsed by ParseChunkFlags).
+void AddChunkFlags(CLI::App* cmd, std::string* chunk_size, std::string* chunk_digest) {
+  cmd->add_option("--chunk-size", *chunk_size,
+                  "Chunk size of the chunk indexes, a power of two from 64KiB to 64MiB "
+                  "(default: 1MiB, larger for models whose indexes would not fit the volume "
+                  "layer's 4 MiB: 16MiB for 1 TiB)");
+  cmd->add_option("--chunk-digest", *chunk_digest,
+                  "Hash of the chunk indexes: blake3 (default, about 3x less CPU per byte "
+                  "verified) or sha256 (the version 1 index every modelfs reads)")
+      ->check(CLI::IsMember({"blake3", "sha256"}));
+}
+
 }  // namespace
 
 void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
@@ -365,14 +377,7 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://, which mounts it with subPath: models); the model's own paths "
                     "are unchanged");
-    cmd->add_option("--chunk-size", c->chunk_size,
-                    "Chunk size of the chunk indexes, a power of two from 64KiB to 64MiB "
-                    "(default: 1MiB, larger for models whose indexes would not fit the volume "
-                    "layer's 4 MiB: 16MiB for 1 TiB)");
-    cmd->add_option("--chunk-digest", c->chunk_digest,
-                    "Hash of the chunk indexes: blake3 (default, about 3x less CPU per byte "
-                    "verified) or sha256 (the version 1 index every modelfs reads)")
-        ->check(CLI::IsMember({"blake3", "sha256"}));
+    AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the ModelPack artifact and the volume image with this ECDSA P-256 key "
                     "(PEM, or cosign's encrypted key with COSIGN_PASSWORD); see docs/signing.md");
@@ -394,14 +399,7 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--path-prefix", c->path_prefix,
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://)");
-    cmd->add_option("--chunk-size", c->chunk_size,
-                    "Chunk size of the chunk indexes, a power of two from 64KiB to 64MiB "
-                    "(default: 1MiB, larger for models whose indexes would not fit the volume "
-                    "layer's 4 MiB: 16MiB for 1 TiB)");
-    cmd->add_option("--chunk-digest", c->chunk_digest,
-                    "Hash of the chunk indexes: blake3 (default, about 3x less CPU per byte "
-                    "verified) or sha256 (the version 1 index every modelfs reads)")
-        ->check(CLI::IsMember({"blake3", "sha256"}));
+    AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the volume image with this ECDSA P-256 key (PEM, or cosign's encrypted "
                     "key with COSIGN_PASSWORD)");
