@@ -42,21 +42,26 @@ class ChunkAssembler {
  public:
   // Chunks of at most `chunk_size` bytes; with `hash`, take their hash with that algorithm
   // (chunk mode, the chunk index's).
+  // SHA-256 is serial, so it hashes each piece as it arrives, while it is in the CPU's cache.
+  // BLAKE3 hashes the whole chunk at once when it is complete: its SIMD code works on many of
+  // its 1 KiB blocks at a time, and over a 1 MiB chunk it costs about half what it does over
+  // the 16 KiB pieces a transfer delivers (0.17 against 0.36 CPU-s per GiB on one core here).
   ChunkAssembler(uint64_t chunk_size, std::optional<ChunkDigestAlgorithm> hash)
-      : buffer_(BufferPool::Shared().Get(chunk_size)) {
+      : buffer_(BufferPool::Shared().Get(chunk_size)),
+        hash_whole_(hash == ChunkDigestAlgorithm::kBlake3) {
     if (hash.has_value()) hasher_.emplace(*hash);
   }
 
   // Starts the chunk over: a new request delivers it from its first byte.
   void Restart() {
-    if (hasher_ && have_ > 0) hasher_->Finish();  // discards the partial hash
+    if (hasher_ && !hash_whole_ && have_ > 0) hasher_->Finish();  // discards the partial hash
     have_ = 0;
   }
   // Moves bytes of a chunk of `len` bytes from the front of `data` into the chunk. True once
   // the chunk is complete: then Finish() hands it on.
   bool Take(absl::string_view& data, uint64_t len) {
     const size_t take = std::min<uint64_t>(len - have_, data.size());
-    if (hasher_) hasher_->Update(data.data(), take);
+    if (hasher_ && !hash_whole_) hasher_->Update(data.data(), take);
     memcpy(buffer_.data() + have_, data.data(), take);
     have_ += take;
     data.remove_prefix(take);
@@ -66,14 +71,18 @@ class ChunkAssembler {
   // next chunk.
   ReceivedChunk Finish() {
     ReceivedChunk got{absl::string_view(buffer_.data(), have_), {}};
-    if (hasher_) got.hash = hasher_->Finish();
+    if (hasher_) {
+      if (hash_whole_) hasher_->Update(buffer_.data(), have_);
+      got.hash = hasher_->Finish();
+    }
     have_ = 0;
     return got;
   }
 
  private:
   BufferPool::Buffer buffer_;
-  uint64_t have_ = 0;  // bytes of the chunk received
+  const bool hash_whole_;  // hash the chunk in Finish, not piece by piece
+  uint64_t have_ = 0;      // bytes of the chunk received
   std::optional<ChunkHasher> hasher_;
 };
 
