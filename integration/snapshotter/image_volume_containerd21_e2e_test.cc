@@ -32,6 +32,7 @@
 #include "core/trust/keys.h"
 #include "core/trust/sign.h"
 #include "core/trust/signature_store.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/cri/cri_client.h"
 #include "integration/harness/containerd_fixture.h"
@@ -826,6 +827,118 @@ TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIs
             << DescribeTraffic(requests) << DescribeModelBlobs(requests);
   ExpectLazyTraffic(requests);
   RecordFigures("V by tag through a mirror, origin down (mirror's bytes)", "mirror", requests);
+}
+
+// No pointer where a model was meant: V (`convert --to`) in kVolumesRepo of the registry that
+// stays up, its model M on a second registry that is down at the pod's first PullImage of V.
+// containerd 2.1 fetches V's manifest and config; the snapshotter's remote Prepare of V's
+// layer fails UNAVAILABLE naming M's registry and the reason, so the pull fails (the kubelet
+// retries it) and nothing is unpacked in the model's place. Once the registry answers again on
+// the same port, the same pod's retried pull mounts the model and its reader sees every file.
+class ModelRegistryOutageTest : public ImageVolumeContainerd21Test {
+ protected:
+  void ConfigureDaemon(SnapshotterDaemonOptions& so) override {
+    RegistryFixtureOptions mo;
+    mo.access_log = true;
+    ASSERT_OK_AND_ASSIGN(models_, RegistryFixture::Start(mo));
+    so.insecure_hosts.push_back(models_->host_port());
+    so.model_hosts.push_back(models_->host_port());
+  }
+
+  // modelfs_remote_prepares_total{result="<result>"} from the daemon's metrics; -1 if absent.
+  int64_t RemotePrepares(const std::string& result) {
+    long status = 0;
+    absl::StatusOr<std::string> metrics = HttpGetForTest(daemon_->metrics_url(), &status);
+    EXPECT_OK(metrics.status());
+    if (!metrics.ok()) return -1;
+    const std::string series =
+        absl::StrCat("modelfs_remote_prepares_total{result=\"", result, "\"} ");
+    const size_t at = metrics->find(series);
+    if (at == std::string::npos) return -1;
+    return std::stoll(metrics->substr(at + series.size()));
+  }
+
+  // `ctr snapshots ls` of the modelfs snapshotter (containerd's view of its snapshots).
+  std::string Snapshots() {
+    absl::StatusOr<ProcessResult> ls =
+        containerd_->Ctr({"snapshots", "--snapshotter", "modelfs", "ls"});
+    EXPECT_OK(ls.status());
+    if (!ls.ok()) return "";
+    EXPECT_EQ(ls->exit_code, 0) << ls->err;
+    return ls->out;
+  }
+
+  std::unique_ptr<RegistryFixture> models_;  // M's registry, stopped and restarted
+};
+
+TEST_F(ModelRegistryOutageTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetryStartsThePod) {
+  source_ = tmp_.Join("model").string();
+  ASSERT_OK(WriteTestModel(source_, /*seed=*/43).status());
+  const std::string m_ref = absl::StrCat(models_->host_port(), "/", kModelRepo, ":v1");
+  ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                       RunModelfs({"push", "--plain-http", "--json", m_ref, source_}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  const std::string model_digest = ParseJsonOutput(push.out)["model"]["digest"];
+  const std::string v_ref = Ref(kVolumesRepo, "llama");
+  const nlohmann::json converted = Convert({m_ref, "--to", v_ref});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const std::string model_dir = daemon_->root() + "/mnt/sha256-" + model_digest.substr(7);
+
+  // The pod's sandbox (busybox, from the registry that stays up), then M's registry goes down.
+  Pod pod;
+  pod.spec.name = "outage";
+  pod.spec.uid = "outage-uid";
+  pod.spec.log_directory = tmp_.Join("pods/outage").string();
+  fs::create_directories(pod.spec.log_directory);
+  ASSERT_OK_AND_ASSIGN(pod.sandbox_id, runtime_->RunPodSandbox(pod.spec));
+  sandboxes_.push_back(pod.sandbox_id);
+  ASSERT_OK_AND_ASSIGN(pod.reader_image_ref,
+                       images_->PullImageForPod(busybox_.reference, pod.spec));
+  const std::string snapshots_before = Snapshots();
+  EXPECT_THAT(snapshots_before, ::testing::HasSubstr("Committed"));  // busybox's layer
+  models_->Stop();
+
+  absl::Time t0 = absl::Now();
+  absl::StatusOr<std::string> pulled = images_->PullImageForPod(v_ref, pod.spec);
+  const absl::Duration failed_after = absl::Now() - t0;
+  ASSERT_FALSE(pulled.ok()) << "pulled " << *pulled;
+  const std::string why(pulled.status().message());
+  std::cout << "[registry down] CRI PullImage failed after " << absl::FormatDuration(failed_after)
+            << ", " << absl::StatusCodeToString(pulled.status().code()) << ": " << why << "\n";
+  EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat("model ", model_digest,
+                                                     " cannot be reached on registry ",
+                                                     models_->host_port(), " (UNAVAILABLE: ")));
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(why, ::testing::HasSubstr(
+                       absl::StrCat("volume image ", registry_->host_port(), "/", kVolumesRepo, "@",
+                                    converted["volume"]["digest"].get<std::string>(), ": model ")));
+  EXPECT_THAT(why, ::testing::HasSubstr("the pull fails so that it is retried"));
+  // Nothing in the model's place: no model registered, no snapshot left by the failed pull,
+  // no fallback to V's pointer layer.
+  EXPECT_FALSE(fs::exists(model_dir));
+  EXPECT_EQ(Snapshots(), snapshots_before);
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
+              ::testing::Not(::testing::HasSubstr("unpacking the volume layer instead")));
+  EXPECT_EQ(RemotePrepares("fallback"), 0);
+  EXPECT_EQ(RemotePrepares("mounted"), 0);
+  // containerd 2.1 asks once per pull: one refused remote Prepare.
+  const int64_t errors = RemotePrepares("error");
+  EXPECT_EQ(errors, 1);
+
+  // The registry answers again, on the same port: the kubelet's retry of the same pod's pull.
+  ASSERT_OK(models_->Restart());
+  ASSERT_OK_AND_ASSIGN(pod.volume_image_ref, images_->PullImageForPod(v_ref, pod.spec));
+  EXPECT_EQ(pod.volume_image_ref, RoleDigest(converted, "volume config"));
+  int exit_code = -1;
+  std::map<std::string, std::string> seen =
+      ParseSha256sum(RunReader(pod, kHashEveryFile, &exit_code));
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_EQ(seen.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in the volume";
+  EXPECT_EQ(seen, DescribeFiles(source_));
+  EXPECT_TRUE(fs::exists(model_dir));
+  EXPECT_EQ(RemotePrepares("fallback"), 0);
+  EXPECT_EQ(RemotePrepares("mounted"), 1);
+  EXPECT_EQ(RemotePrepares("error"), errors);
 }
 
 // A pod whose image volume names the ModelPack artifact M itself (not V). containerd 2.1
