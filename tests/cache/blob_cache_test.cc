@@ -96,6 +96,10 @@ class BlobCacheTest : public ::testing::Test {
     return cache.RegisterLayer(
         LayerSpec{d, blob.size(), MakeIndex(d, blob, kChunk), VerifyMode::kChunk, "m1"});
   }
+  // The cache's data file of `d`.
+  std::string DataPath(const Digest& d) {
+    return (dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data")).string();
+  }
   // Writes one byte into the cache's data file of `d`, as a disk error or a person would.
   void WriteDataFile(const Digest& d, uint64_t offset, char byte) {
     std::fstream f(dir_.Join("cache") / "blobs" / "sha256" / (std::string(d.hex()) + ".data"),
@@ -842,6 +846,34 @@ TEST_F(BlobCacheTest, WithTheAuditOffALayerIsSealedAndNeverRehashed) {
   EXPECT_EQ(cache->stats().verification_failures, 0u);
 }
 
+TEST_F(BlobCacheTest, ASealedFileTruncatedWhileClosedIsFetchedAgainNotServed) {
+  const std::string blob = RandomBytes(16 * kChunk + 5, 60);
+  const Digest d = CacheWholeAndClose(blob);
+  ASSERT_EQ(truncate(DataPath(d).c_str(), 9 * kChunk), 0);
+  auto cache = Open();
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
+  const int before = remote_.requests();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_GT(remote_.requests(), before);
+}
+
+TEST_F(BlobCacheTest, ASealedFileSwappedForAnotherOfTheSameSizeIsFetchedAgainNotServed) {
+  const std::string blob = RandomBytes(16 * kChunk + 5, 61);
+  const Digest d = CacheWholeAndClose(blob);
+  {
+    // Another file of the same size renamed over it: a new inode, so the seal no longer holds.
+    const std::string other = DataPath(d) + ".other";
+    std::ofstream(other, std::ios::binary) << RandomBytes(blob.size(), 62);
+    ASSERT_EQ(rename(other.c_str(), DataPath(d).c_str()), 0);
+  }
+  auto cache = Open();
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
+  EXPECT_FALSE(cache->GetLayerInfo(d)->quarantined);
+}
+
 TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
   const std::string blob = RandomBytes(32 * 1024, 20);
   Digest d = CacheWholeAndClose(blob);
@@ -1540,6 +1572,19 @@ TEST_F(ScrubTest, AfterTheScrubFoundAChangeAReadGetsTheRightBytesFetchedAgain) {
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 5 * kChunk, kChunk));
   EXPECT_EQ(got, blob.substr(5 * kChunk, kChunk));
   EXPECT_GT(remote_.requests(), before);
+}
+
+TEST_F(ScrubTest, ASealedFileTruncatedWhileMountedIsFoundAndReadRightAfterwards) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(16 * kChunk, 47);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, blob.size()).status());
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_EQ(truncate(DataPath(d).c_str(), 7 * kChunk), 0);
+  cache->ScrubOnce();
+  EXPECT_EQ(cache->stats().scrub_failures, 1u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, 0, blob.size()));
+  EXPECT_EQ(got, blob);
 }
 
 TEST_F(ScrubTest, TheChangedFileIsUnlinkedAndANewOneTakesItsPlace) {
