@@ -8,8 +8,8 @@ namespace modelfs::snapshotter {
 namespace {
 
 using ::modelfs::testing::StatusIs;
-using ::testing::ElementsAre;
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
