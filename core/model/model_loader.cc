@@ -39,9 +39,7 @@ class CacheRollback {
   bool armed_ = true;
 };
 
-bool IsCompressed(const ModelLayer& l) {
-  return l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd;
-}
+bool IsCompressed(const ModelLayer& l) { return IsCompressedEncoding(l.encoding); }
 
 // The tree of M's layers; `decoded` gives the decompressed layer of each compressed one.
 absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,

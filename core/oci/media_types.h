@@ -103,6 +103,10 @@ inline constexpr std::string_view kVolumeImageArtifactType =
 enum class LayerKind { kWeight, kWeightConfig, kDoc, kCode, kDataset, kImage };
 // How the layer's bytes are packed.
 enum class LayerEncoding { kRaw, kTar, kTarGzip, kTarZstd };
+// .tar+gzip and .tar+zstd: read whole and decompressed, never by range.
+inline bool IsCompressedEncoding(LayerEncoding e) {
+  return e == LayerEncoding::kTarGzip || e == LayerEncoding::kTarZstd;
+}
 
 struct LayerMediaTypeInfo {
   LayerKind kind;

@@ -98,9 +98,7 @@ absl::Status CopyRange(RangeReader& reader, uint64_t offset, uint64_t size, int 
   return absl::OkStatus();
 }
 
-bool IsCompressed(const ModelLayer& l) {
-  return l.encoding == LayerEncoding::kTarGzip || l.encoding == LayerEncoding::kTarZstd;
-}
+bool IsCompressed(const ModelLayer& l) { return IsCompressedEncoding(l.encoding); }
 
 // Decompresses the verified compressed layer at `in` into `out`, checking the decoded bytes
 // against `diff_id` when given. Errors: kDataLoss naming the layer (a corrupt or truncated

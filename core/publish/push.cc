@@ -405,8 +405,10 @@ namespace {
 absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, const ResolvedModel& rm,
                                                     const ConvertOptions& o, PushResult& result) {
   std::vector<ChunkIndex> indexes;
-  std::vector<uint64_t> layer_sizes;
-  for (const auto& layer : rm.layers) layer_sizes.push_back(layer.descriptor.size);
+  std::vector<uint64_t> layer_sizes;  // of the layers that get an index
+  for (const auto& layer : rm.layers) {
+    if (!IsCompressedEncoding(layer.encoding)) layer_sizes.push_back(layer.descriptor.size);
+  }
   ASSIGN_OR_RETURN(const uint64_t chunk_size,
                    PickChunkSize(layer_sizes, o.chunk_size, o.chunk_digest));
   for (const auto& layer : rm.layers) {
@@ -434,7 +436,7 @@ absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, cons
     PushedBlob pb{role, d, "present"};
     ++result.present;
     result.blobs.push_back(pb);
-    if (layer.encoding == LayerEncoding::kTarGzip || layer.encoding == LayerEncoding::kTarZstd) {
+    if (IsCompressedEncoding(layer.encoding)) {
       // A compressed layer cannot be read by range: mounts fetch it whole, check it against its
       // digest and decompress it, so V lists it without a chunk index.
       result.verified_whole.push_back(d.digest);
