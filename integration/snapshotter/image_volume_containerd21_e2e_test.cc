@@ -234,13 +234,16 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   }
 
   // `modelfs push` of the test model: M at tag v1, V at v1-volume (with `tar`, every file in
-  // a .tar layer, at tag v1-tar and v1-tar-volume).
-  void PushModel(bool tar = false) {
+  // a .tar layer, at tag v1-tar and v1-tar-volume; with `zstd`, every file in a .tar+zstd
+  // layer of independent frames, `push --compress zstd`, at v1-zstd and v1-zstd-volume).
+  void PushModel(bool tar = false, bool zstd = false) {
     source_ = tmp_.Join("model").string();
     ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(source_, /*seed=*/43));
-    std::vector<std::string> args = {"push", "--plain-http", Ref(kModelRepo, tar ? "v1-tar" : "v1"),
-                                     source_, "--json"};
-    if (tar) args.push_back("--tar");
+    const std::string tag = zstd ? "v1-zstd" : tar ? "v1-tar" : "v1";
+    std::vector<std::string> args = {"push", "--plain-http", Ref(kModelRepo, tag), source_,
+                                     "--json"};
+    if (tar && !zstd) args.push_back("--tar");
+    if (zstd) args.insert(args.end(), {"--compress", "zstd"});
     ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs(args));
     ASSERT_EQ(push.exit_code, 0) << push.err;
     push_ = ParseJsonOutput(push.out);
@@ -559,6 +562,23 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByTagReadsEveryModelFil
   ASSERT_FALSE(HasFailure());
   ExpectLazyTraffic(RequestsSince(offset));
   RecordFigures("V by tag", "by-tag", RequestsSince(offset));
+}
+
+// A model published with `push --compress zstd` (.tar+zstd layers): the pod reads every file
+// exactly, and containerd fetches nothing of the model but V's config.
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfACompressedModelReadsEveryFileExactly) {
+  PushModel(/*tar=*/true, /*zstd=*/true);
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t offset = RunPodThatHashesEveryFile("zstd", Ref(kModelRepo, "v1-zstd-volume"));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  std::set<std::string> containerd_blobs;
+  for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, "containerd")) {
+    containerd_blobs.insert(digest);
+  }
+  EXPECT_EQ(containerd_blobs, std::set<std::string>{BlobDigest("volume config")});
+  RecordFigures("V of a .tar+zstd M", "zstd", requests);
 }
 
 TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModelFileExactly) {
