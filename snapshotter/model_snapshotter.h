@@ -289,6 +289,13 @@ class ModelSnapshotter final : public Snapshotter {
   // With a policy: the policy must accept M under every image name containerd's image store
   // gives M's manifest (kPermissionDenied otherwise, or when there is none).
   absl::Status CheckContentModelPolicy(const ImageVolumeKey& volume);
+  // Whether M has a .tar+gzip or .tar+zstd layer, which the content-store path cannot serve in
+  // place; RegisterDecodedContentModel then registers the model with the cache, every layer
+  // read from the content store of `ns` (compressed ones decoded and checked against M's
+  // diffIds). Errors: LoadModel's.
+  static bool HasCompressedLayer(const ResolvedModel& rm);
+  absl::Status RegisterDecodedContentModel(const std::string& name, const ResolvedModel& rm,
+                                           const std::string& ns);
   // Registers M from the content store of `ns` unless it is registered (by either path).
   absl::Status EnsureContentModel(const std::string& name, const ResolvedModel& rm,
                                   const std::string& ns);

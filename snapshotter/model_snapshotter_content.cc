@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/model/model_loader.h"
+#include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/content_store_model.h"
 #include "snapshotter/model_snapshotter.h"
@@ -31,6 +32,8 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
   ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
   if (!mine) return absl::OkStatus();
   const std::string model_ref = rm.model_descriptor.digest.str();
+  if (HasCompressedLayer(rm))
+    return FinishRegistration(name, RegisterDecodedContentModel(name, rm, ns));
   absl::Status st;
   for (const ModelLayer& l : rm.layers) {
     st = content_reader_->AddLayer(model_ref, ns, l.descriptor.digest, l.descriptor.size);
@@ -55,6 +58,36 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
                      " files, whole-layer verification)"));
   }
   return FinishRegistration(name, std::move(st));
+}
+
+bool ModelSnapshotter::HasCompressedLayer(const ResolvedModel& rm) {
+  for (const ModelLayer& l : rm.layers) {
+    if (IsCompressedEncoding(l.encoding)) return true;
+  }
+  return false;
+}
+
+absl::Status ModelSnapshotter::RegisterDecodedContentModel(const std::string& name,
+                                                           const ResolvedModel& rm,
+                                                           const std::string& ns) {
+  // A compressed tar layer cannot be served from containerd's copy in place: the cache reads
+  // every layer of the model from the content store instead (each checked against its digest;
+  // the compressed ones decompressed and checked against the config's diffIds before the
+  // model is served), as it reads them from a registry for V.
+  for (const ModelLayer& l : rm.layers)
+    source_->AddContent(l.descriptor.digest, content_store_, ns);
+  auto serve = [&](const LoadedModel& m) {
+    absl::Status added =
+        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
+    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
+  };
+  ASSIGN_OR_RETURN(LoadedModel loaded,
+                   pipeline_->Register(rm, rm.ref.String(), serve, PrefetchStart::kAtOnce));
+  Log(absl::StrCat(
+      "model ", rm.model_descriptor.digest.str(), " from containerd's content store (namespace \"",
+      ns, "\") registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(), " files, ",
+      loaded.verification, " verification; its compressed layers decoded into the cache)"));
+  return absl::OkStatus();
 }
 
 absl::Status ModelSnapshotter::CheckContentModelPolicy(const ImageVolumeKey& volume) {

@@ -1,6 +1,8 @@
 // RegistryRoutingSource: the blob cache's remote side for many models at once. Each layer
 // digest is fetched from the registry and repository of a model that registered it (any one
-// will do: content is addressed by digest).
+// will do: content is addressed by digest), or from containerd's content store, for a model
+// that containerd downloaded itself (an image volume naming M) and whose compressed layers the
+// cache decodes.
 //
 // Thread safety: every method may be called concurrently; mu_ is a leaf lock, never held
 // across a registry call.
@@ -20,6 +22,7 @@
 #include "absl/time/time.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/registry/registry_client.h"
+#include "snapshotter/content_store_client.h"
 
 namespace modelfs::snapshotter {
 
@@ -28,6 +31,9 @@ class RegistryRoutingSource final : public RemoteBlobSource {
   // Fetches `layer` from `repository` through `client` from now on.
   void Add(const Digest& layer, std::shared_ptr<RegistryClient> client,
            const std::string& repository);
+  // Reads `layer` from containerd's content store (namespace `ns`) from now on. `store` is not
+  // owned and must outlive this source.
+  void AddContent(const Digest& layer, ContentStore* store, const std::string& ns);
 
   // RemoteBlobSource. kNotFound for a layer no model registered.
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
@@ -41,8 +47,10 @@ class RegistryRoutingSource final : public RemoteBlobSource {
 
  private:
   struct Route {
-    std::shared_ptr<RegistryClient> client;
+    std::shared_ptr<RegistryClient> client;  // null: the content store
     std::string repository;
+    ContentStore* store = nullptr;
+    std::string ns;
   };
   absl::StatusOr<Route> RouteOf(const Digest& blob);
 

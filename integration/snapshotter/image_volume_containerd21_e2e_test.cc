@@ -965,16 +965,19 @@ TEST_F(ModelRegistryOutageTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetr
 // downloads M whole (its manifest, config and every layer: the eager path) and asks the
 // snapshotter for an empty snapshot; modelfs serves the model from containerd's content store,
 // verified, and fetches nothing from the registry. Deleting the pod unmounts the volume.
+// The parameter is the layers' encoding: "raw", "tar" or "zstd" (push --compress zstd, whose
+// layers the cache reads from the content store and decodes).
 class PlainModelPackVolumeTest : public ImageVolumeContainerd21Test,
-                                 public ::testing::WithParamInterface<bool> {};
+                                 public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModelFileExactly) {
-  const bool tar = GetParam();
-  PushModel(tar);
+  const std::string encoding = GetParam();
+  PushModel(/*tar=*/encoding != "raw", /*zstd=*/encoding == "zstd");
   ASSERT_FALSE(HasFatalFailure());
-  const std::string pod = tar ? "plain-m-tar" : "plain-m";
-  const size_t offset = RunPodThatHashesEveryFile(pod, Ref(kModelRepo, tar ? "v1-tar" : "v1"),
-                                                  /*image_config_role=*/"config");
+  const std::string pod = encoding == "raw" ? "plain-m" : "plain-m-" + encoding;
+  const size_t offset =
+      RunPodThatHashesEveryFile(pod, Ref(kModelRepo, encoding == "raw" ? "v1" : "v1-" + encoding),
+                                /*image_config_role=*/"config");
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the pod:\n"
@@ -989,7 +992,7 @@ TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModel
     want[b["digest"].get<std::string>()][200] += b["size"].get<uint64_t>();
   }
   EXPECT_EQ(BlobBytes(requests, kModelRepo, "containerd"), want);
-  RecordFigures(tar ? "plain M (tar layers)" : "plain M (raw layers)", pod, requests);
+  RecordFigures(absl::StrCat("plain M (", encoding, " layers)"), pod, requests);
   const std::string log = ReadFileOrDie(daemon_->log_path());
   EXPECT_TRUE(absl::StrContains(log, "from containerd's content store")) << "daemon log:\n" << log;
 
@@ -1002,16 +1005,20 @@ TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModel
       daemon_->root() + "/mnt/sha256-" + push_["model"]["digest"].get<std::string>().substr(7);
   ASSERT_OK_AND_ASSIGN(
       ProcessResult rm,
-      containerd_->Ctr({"images", "rm", "--sync", Ref(kModelRepo, tar ? "v1-tar" : "v1")}));
+      containerd_->Ctr({"images", "rm", "--sync",
+                        Ref(kModelRepo, encoding == "raw" ? "v1" : "v1-" + encoding)}));
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   for (int i = 0; i < 100 && fs::exists(model_dir); ++i) absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(fs::exists(model_dir));
   EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
 }
 
-INSTANTIATE_TEST_SUITE_P(RawAndTarLayers, PlainModelPackVolumeTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? std::string("TarLayers") : std::string("RawLayers");
+INSTANTIATE_TEST_SUITE_P(EveryEncoding, PlainModelPackVolumeTest,
+                         ::testing::Values("raw", "tar", "zstd"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param == "raw"   ? std::string("RawLayers")
+                                  : p.param == "tar" ? std::string("TarLayers")
+                                                     : std::string("ZstdLayers");
                          });
 
 // A node with a signature policy (snapshotter.toml `policy`): image volumes under
