@@ -549,7 +549,14 @@ ModelTree::VerifiedFile ModelTree::OpenVerifiedFile(uint64_t ino) const {
   absl::StatusOr<FileRef> f = FileOf(ino, "open", /*make_lazy=*/false);
   if (!f.ok() || f->synthetic) return out;
   out.fd = reader_->OpenVerifiedBlob(f->layer, f->layer_offset, f->size);
-  if (out.fd >= 0) out.key = f->layer.str();
+  if (out.fd >= 0) {
+    out.key = f->layer.str();
+    return out;
+  }
+  // A file inside a layer (a tar member) kept in a file of its own: keyed by layer and
+  // offset, so two inodes share a backing file only when they are the same bytes.
+  out.fd = reader_->OpenVerifiedFile(f->layer, f->layer_offset, f->size);
+  if (out.fd >= 0) out.key = absl::StrCat(f->layer.str(), "@", f->layer_offset);
   return out;
 }
 

@@ -154,9 +154,10 @@ class ModelTree {
 
   // For FUSE passthrough: a read-only fd (the caller closes it) of a local file that holds
   // exactly file `ino`'s bytes, all verified and never written again
-  // (BlobReader::OpenVerifiedBlob), and a key naming that file (two inodes with equal keys
-  // share it). fd -1 when there is none: a synthetic file, a file that is part of a layer, or
-  // a layer not yet fully verified.
+  // (BlobReader::OpenVerifiedBlob for a whole layer, OpenVerifiedFile for a tar member kept
+  // in a file of its own), and a key naming that file (two inodes with equal keys share it).
+  // fd -1 when there is none: a synthetic file, a member the reader keeps inside its layer,
+  // or a layer not yet fully verified.
   struct VerifiedFile {
     int fd = -1;
     std::string key;

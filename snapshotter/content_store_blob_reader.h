@@ -128,6 +128,13 @@ class LayerRoutingReader final : public BlobReader {
   int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override {
     return For(digest).OpenVerifiedBlob(digest, offset, length);
   }
+  absl::Status SetLayerMembers(const Digest& digest,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& files) override {
+    return For(digest).SetLayerMembers(digest, files);
+  }
+  int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) override {
+    return For(digest).OpenVerifiedFile(digest, offset, length);
+  }
 
  private:
   BlobReader& For(const Digest& digest) {

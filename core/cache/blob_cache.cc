@@ -165,23 +165,46 @@ absl::Status BlobCache::LoadFromJournal() {
       // A sealed file is opened read-only: nothing writes it again, and fs-verity (which a
       // file with fs-verity keeps for ever) needs a file nobody holds open for writing. It is
       // trusted when its seal and fs-verity digest are still the ones recorded.
+      // A layer with member files (layer_segments.h) is sealed over all of them.
+      std::vector<LayerMember> layout;
+      for (const auto& [offset, length] : r.members) layout.push_back({offset, length});
+      std::shared_ptr<LayerSegments> segments;
+      auto open_members = [&](int fd, bool read_only) {
+        if (layout.empty()) return true;
+        absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMembers(
+            *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
+        if (!s.ok()) {
+          Log(s.status().message());
+          return false;
+        }
+        segments = *std::move(s);
+        return true;
+      };
       int fd = -1;
       bool trusted = false;
       if (r.whole_verified && !r.seal.empty()) {
         fd = store_.OpenReadOnly(*digest);
-        trusted = fd >= 0 && LayerStore::SealOf(fd) == r.seal && VerityHolds(*digest, fd, r.verity);
+        trusted = fd >= 0 && open_members(fd, /*read_only=*/true) &&
+                  (segments ? segments->Seal() : LayerStore::SealOf(fd)) == r.seal &&
+                  VerityHolds(*digest, fd, r.verity);
         if (!trusted && fd >= 0) {
           close(fd);
           fd = -1;
+          segments.reset();
         }
       }
       // Else read-write, for its missing chunks (a file with fs-verity cannot be: dropped).
       if (fd < 0) fd = store_.OpenExisting(*digest);
+      if (fd >= 0 && !segments && !open_members(fd, /*read_only=*/false)) {
+        close(fd);
+        fd = -1;
+      }
       if (fd < 0) {
         forget.push_back(r.digest);
         continue;
       }
       auto layer = std::make_shared<Layer>(mu_, *digest, r.size, r.chunk_size, fd);
+      if (segments) layer->SetSegments(std::move(segments));
       LayerGuard held(*layer, Held(mu_));
       layer->mode = static_cast<VerifyMode>(r.mode);
       layer->ResetChunks(ChunkState::kMissing);
@@ -223,6 +246,9 @@ absl::Status BlobCache::LoadFromJournal() {
       }
       cached_bytes_ += layer->cached_bytes;
       keep_files.insert(LayerStore::FileNameOf(layer->digest));
+      if (layer->Segments()->has_members()) {
+        keep_files.insert(LayerStore::MemberDirNameOf(layer->digest));
+      }
       layers_[layer->digest] = std::move(layer);
     }
   }
@@ -309,6 +335,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     }
   }
   if (!layer) {
+    store_.RemoveMembers(spec.digest);  // of a layer dropped above, if it had any
     ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
     layer = std::make_shared<Layer>(mu_, spec.digest, spec.size, chunk_size, fd);
     LayerGuard held(*layer, Held(mu_));

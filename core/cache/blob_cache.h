@@ -126,6 +126,9 @@ struct CacheOptions {
   // own copy (the FUSE file's pages) is the one the node keeps, not two. A later read of the
   // chunk comes from the local disk. False keeps them.
   bool drop_served_pages = true;
+  // SetLayerMembers keeps tar members of at least this many bytes in files of their own (so
+  // that each can be served by passthrough); smaller ones stay in the layer's data file.
+  uint64_t member_min_bytes = 64ull << 10;
   // Test seam for a failing disk: writes `n` bytes at `offset` of a data file and returns 0 or
   // an errno (ENOSPC, EDQUOT: the disk is full). Null: pwrite.
   std::function<int(int fd, const char* data, uint64_t n, uint64_t offset)> write_data;
@@ -248,7 +251,20 @@ class BlobCache : public BlobReader {
   bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) override;
   // A read-only fd of the layer's data file once the whole layer is verified and sealed (its
   // seal recorded: docs/cache-format.md), for [0, size) only; -1 otherwise.
+  // Not for a layer with member files (SetLayerMembers): OpenVerifiedFile serves those.
   int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override;
+  // Keeps each of `files` of at least options.member_min_bytes in a member file of its own
+  // (layer_members.cc, docs/cache-format.md): bytes already landed move there (the layer
+  // file's copy is freed once no reader holds it) and the layout is journaled. Once set, a
+  // layer's layout stays (a second call with other files is kFailedPrecondition). Errors:
+  // kNotFound, kInvalidArgument (overlapping ranges, or past the layer's end), kDataLoss
+  // (quarantined), kAborted (dropped meanwhile), kResourceExhausted (disk full); on any
+  // error the layer is served from its data file as before.
+  absl::Status SetLayerMembers(const Digest& digest,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& files) override;
+  // A read-only fd of the member file holding exactly [offset, offset + length), once the
+  // whole layer is verified and sealed; -1 otherwise.
+  int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) override;
 
   // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
   // order with at most options.prefetch_concurrency requests in flight; foreground reads go
@@ -476,8 +492,25 @@ class BlobCache : public BlobReader {
   // The decoded layer `digest` for `model_ref` if the cache holds it usable (verified and
   // sealed, or registered in this process); its size, else nullopt.
   std::optional<uint64_t> ReuseDecoded(const Digest& digest, const std::string& model_ref);
+  // Splits the larger regular files of the tar in `path` (its fd `fd`, read by no one else
+  // yet: a decoded layer before it is installed) into member files under `dir`: each copied
+  // out and then punched from the tar file, so the disk holds one copy plus one member at
+  // most. Best effort: an archive that does not index gives none, and a copy that fails (a
+  // full disk) leaves that member and the rest in the tar file.
+  std::vector<LayerSegments::File> SplitTarFile(const std::string& path, int fd,
+                                                const std::string& dir) const;
   // Decodes `spec.source` (verified whole) into a new data file and installs it.
   absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
+
+  // One layout change (SetLayerMembers) at a time. Lock order: members_mu_ before mu_.
+  absl::Mutex members_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Opens the member files of `layout` for a layer whose data file is `layer_fd` (owned by the
+  // result): created empty (`create`), or existing ones read-only or read-write.
+  absl::StatusOr<std::shared_ptr<LayerSegments>> OpenMembers(const Digest& digest, int layer_fd,
+                                                             const std::vector<LayerMember>& layout,
+                                                             bool create, bool read_only) const;
+  // The layer's local index (whole-layer modes) for its journal row; "" in chunk mode.
+  static std::string LocalIndexOf(const Layer& layer) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
 
   // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
   std::thread scrub_thread_;

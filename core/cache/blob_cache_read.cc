@@ -43,7 +43,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   }
   std::string buf(len, '\0');
   const uint64_t off = c * layer->chunk_size;
-  absl::Status io = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
+  absl::Status io = layer->Segments()->ReadFull(store_, layer->digest, buf.data(), len, off);
   const bool ok = io.ok() && HashChunkBytes(algorithm, buf) == want;
   absl::MutexLock lock(&mu_);
   LayerGuard held(*layer, Held(mu_));
@@ -280,7 +280,8 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
     if (!layer) return -1;
     LayerGuard held(*layer, Held(mu_));
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined || !layer->whole_verified ||
-        layer->seal.empty() || offset != 0 || length != layer->size) {
+        layer->seal.empty() || offset != 0 || length != layer->size ||
+        layer->Segments()->has_members()) {
       return -1;
     }
     for (ChunkState s : layer->state) {
@@ -395,20 +396,34 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   if (!s.ok()) return s;
 
   // The spans hold the layer, and so its fd, for as long as they live: eviction may unlink the
-  // data file meanwhile, never close it under a reader.
+  // data file meanwhile, never close it under a reader. With member files, they hold the
+  // layout too, whose fds are those files', and which a layout change leaves to them.
   std::vector<BlobSpan> spans;
+  const std::shared_ptr<const LayerSegments> segments = layer->Segments();
+  std::shared_ptr<const void> keep_alive = layer;
+  if (segments->has_members()) {
+    keep_alive = std::make_shared<
+        const std::pair<std::shared_ptr<Layer>, std::shared_ptr<const LayerSegments>>>(layer,
+                                                                                       segments);
+  }
+  std::vector<uint64_t> span_layer_offset;  // of each span's first byte
   auto add_file = [&](uint64_t from, uint64_t to) {
-    if (!spans.empty() && spans.back().fd >= 0 &&
-        spans.back().offset + spans.back().length == from) {
-      spans.back().length += to - from;
-      return;
+    for (const LayerSegments::Piece& p : segments->Pieces(from, to)) {
+      if (!spans.empty() && spans.back().fd == p.fd &&
+          spans.back().offset + spans.back().length == p.file_offset) {
+        spans.back().length += p.length;
+        from += p.length;
+        continue;
+      }
+      span_layer_offset.push_back(from);
+      from += p.length;
+      BlobSpan span;
+      span.fd = p.fd;
+      span.offset = p.file_offset;
+      span.length = p.length;
+      span.keep_alive = keep_alive;
+      spans.push_back(std::move(span));
     }
-    BlobSpan span;
-    span.fd = layer->fd;
-    span.offset = from;
-    span.length = to - from;
-    span.keep_alive = layer;
-    spans.push_back(std::move(span));
   };
   if (memory.empty()) {
     add_file(offset, end);
@@ -423,6 +438,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
         span.length = to - from;
         span.memory = std::move(memory[next++].second);
         spans.push_back(std::move(span));
+        span_layer_offset.push_back(from);
       } else {
         add_file(from, to);
       }
@@ -440,8 +456,13 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
     // The reply is sent when the caller lets go of the span: then its bytes count as served.
     class Served {
      public:
-      Served(BlobCache* cache, std::shared_ptr<Layer> layer, uint64_t from, uint64_t to)
-          : cache_(cache), layer_(std::move(layer)), from_(from), to_(to) {}
+      Served(BlobCache* cache, std::shared_ptr<Layer> layer, std::shared_ptr<const void> keep_alive,
+             uint64_t from, uint64_t to)
+          : cache_(cache),
+            layer_(std::move(layer)),
+            keep_alive_(std::move(keep_alive)),
+            from_(from),
+            to_(to) {}
       Served(const Served&) = delete;
       Served& operator=(const Served&) = delete;
       ~Served() { cache_->OnServed(layer_, from_, to_); }
@@ -449,12 +470,14 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
      private:
       BlobCache* const cache_;
       const std::shared_ptr<Layer> layer_;
+      const std::shared_ptr<const void> keep_alive_;  // the layout, with member files
       const uint64_t from_, to_;
     };
-    for (BlobSpan& span : spans) {
+    for (size_t i = 0; i < spans.size(); ++i) {
+      BlobSpan& span = spans[i];
       if (span.fd < 0) continue;
-      span.keep_alive =
-          std::make_shared<const Served>(this, layer, span.offset, span.offset + span.length);
+      span.keep_alive = std::make_shared<const Served>(
+          this, layer, keep_alive, span_layer_offset[i], span_layer_offset[i] + span.length);
     }
   }
   counters_.bytes_served += end - offset;

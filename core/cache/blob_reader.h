@@ -6,7 +6,9 @@
 //  - ReadSpans names where the bytes are (a range of an open file, or memory) instead of
 //    copying them, so the FUSE layer can splice them from the page cache to the kernel;
 //  - OpenVerifiedBlob hands out a file that holds a whole blob, every byte verified and sealed
-//    against change, so the kernel can read it directly (FUSE passthrough).
+//    against change, so the kernel can read it directly (FUSE passthrough); OpenVerifiedFile
+//    the same for one file inside a blob (a tar member), where SetLayerMembers said where the
+//    blob's files are.
 //
 // Thread safety: implementations must be safe for concurrent calls.
 #pragma once
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -69,6 +72,25 @@ class BlobReader {
   // blob is not fully cached and verified yet, or [offset, offset + length) is not the whole
   // blob). Never blocks on the network.
   virtual int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
+    return -1;
+  }
+
+  // Says that each (offset, length) of `files` is the data of one file of blob `digest` (a tar
+  // layer's members, found by reading its headers), so that the implementation may keep each
+  // in a file of its own and hand it out by OpenVerifiedFile. It changes where bytes are kept,
+  // never which bytes are served or how they are verified. The default does nothing.
+  // Errors: kNotFound (unknown blob), kInvalidArgument (ranges overlap or pass the blob's end);
+  // any error leaves the blob served as before.
+  virtual absl::Status SetLayerMembers(const Digest& digest,
+                                       const std::vector<std::pair<uint64_t, uint64_t>>& files) {
+    return absl::OkStatus();
+  }
+
+  // OpenVerifiedBlob for one file inside blob `digest`: a new read-only fd of a local file
+  // whose bytes are exactly the blob's [offset, offset + length), all verified, and which
+  // nothing will write again; -1 when there is none (not a file SetLayerMembers named, or not
+  // all of it verified and sealed yet). Never blocks on the network.
+  virtual int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
     return -1;
   }
 };

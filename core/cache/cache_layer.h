@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/cache/fetch_scheduler.h"
+#include "core/cache/layer_segments.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
@@ -55,7 +56,8 @@ struct CacheLayer {
         size(size_in),
         chunk_size(chunk_size_in),
         chunks((size_in + chunk_size_in - 1) / chunk_size_in),
-        fd(fd_in) {}
+        fd(fd_in),
+        segments_(std::make_shared<const LayerSegments>(fd_in)) {}
   CacheLayer(const CacheLayer&) = delete;
   CacheLayer& operator=(const CacheLayer&) = delete;
   ~CacheLayer() {
@@ -140,6 +142,23 @@ struct CacheLayer {
   std::vector<bool> durable ABSL_GUARDED_BY(mu);
   std::vector<bool> dropped ABSL_GUARDED_BY(mu);
 
+  // BlobCache::SetLayerMembers is copying the landed chunks into member files: chunks that
+  // land meanwhile (into the old layout) are listed here, to be copied too.
+  bool moving ABSL_GUARDED_BY(mu) = false;
+  std::vector<uint64_t> moved_dirty ABSL_GUARDED_BY(mu);
+
+  // Where the layer's bytes live (layer_segments.h): `fd` alone, or `fd` and member files.
+  // Replaced, never modified, by SetLayerMembers; read with or without `mu`, hence a leaf lock
+  // of its own. A reader keeps the one it took for as long as it uses its fds.
+  std::shared_ptr<const LayerSegments> Segments() const {
+    absl::MutexLock lock(&segments_mu_);
+    return segments_;
+  }
+  void SetSegments(std::shared_ptr<const LayerSegments> s) {
+    absl::MutexLock lock(&segments_mu_);
+    segments_ = std::move(s);
+  }
+
   // Every chunk in state `s` (on disk, and so flushed, unless kMissing).
   void ResetChunks(ChunkState s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     state.assign(chunks, s);
@@ -154,6 +173,10 @@ struct CacheLayer {
     return state[c] == ChunkState::kVerified ||
            (state[c] == ChunkState::kPresent && mode == VerifyMode::kInsecureStream);
   }
+
+ private:
+  mutable absl::Mutex segments_mu_;
+  std::shared_ptr<const LayerSegments> segments_ ABSL_GUARDED_BY(segments_mu_);
 };
 
 // The cache's mutex `mu`, when the caller holds it: the second argument of a LayerGuard.

@@ -53,7 +53,9 @@ absl::Status ChunkJournal::Open(const std::string& path) {
         " audited INTEGER NOT NULL DEFAULT 0, verity TEXT);"
         "CREATE TABLE IF NOT EXISTS chunks(digest TEXT NOT NULL, chunk INTEGER NOT NULL,"
         " PRIMARY KEY(digest, chunk)) WITHOUT ROWID;"
-        "CREATE TABLE IF NOT EXISTS decoded(source TEXT PRIMARY KEY, digest TEXT NOT NULL);");
+        "CREATE TABLE IF NOT EXISTS decoded(source TEXT PRIMARY KEY, digest TEXT NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS members(digest TEXT NOT NULL, offset INTEGER NOT NULL,"
+        " length INTEGER NOT NULL, PRIMARY KEY(digest, offset)) WITHOUT ROWID;");
   }
   if (s.ok() && !HasColumnLocked("layers", "seal")) {
     // Caches written before seals existed: their layers are re-hashed once, then sealed.
@@ -118,6 +120,17 @@ absl::StatusOr<std::vector<LayerRecord>> ChunkJournal::LoadAll() {
     for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
       auto it = rows.find(q.Text(0));
       if (it != rows.end()) it->second.chunks.push_back(q.Int(1));
+    }
+  }
+  {
+    Statement q(db_, "SELECT digest, offset, length FROM members ORDER BY digest, offset");
+    RETURN_IF_ERROR(q.status());
+    for (absl::StatusOr<bool> row = q.Step(); row.ok() && *row; row = q.Step()) {
+      auto it = rows.find(q.Text(0));
+      if (it != rows.end()) {
+        it->second.members.emplace_back(static_cast<uint64_t>(q.Int(1)),
+                                        static_cast<uint64_t>(q.Int(2)));
+      }
     }
   }
   std::vector<LayerRecord> out;
@@ -185,11 +198,36 @@ absl::Status ChunkJournal::RecordChunks(const std::string& digest,
 void ChunkJournal::Forget(const std::string& digest) {
   absl::MutexLock lock(&mu_);
   for (const char* sql :
-       {"DELETE FROM chunks WHERE digest = ?1", "DELETE FROM layers WHERE digest = ?1"}) {
+       {"DELETE FROM chunks WHERE digest = ?1", "DELETE FROM members WHERE digest = ?1",
+        "DELETE FROM layers WHERE digest = ?1"}) {
     Statement q(db_, sql);
     if (!q.status().ok()) continue;
     (void)q.Bind(1, digest).Step();
   }
+}
+
+absl::Status ChunkJournal::RecordMembers(
+    const std::string& digest, const std::vector<std::pair<uint64_t, uint64_t>>& members) {
+  absl::MutexLock lock(&mu_);
+  sqlite::Transaction txn(db_);
+  RETURN_IF_ERROR(txn.Begin());
+  {
+    Statement del(db_, "DELETE FROM members WHERE digest = ?1");
+    RETURN_IF_ERROR(del.status());
+    RETURN_IF_ERROR(del.Bind(1, digest).Step().status());
+    Statement q(db_, "INSERT INTO members(digest, offset, length) VALUES(?1, ?2, ?3)");
+    RETURN_IF_ERROR(q.status());
+    for (const auto& [offset, length] : members) {
+      q.Bind(1, digest).Bind(2, static_cast<int64_t>(offset)).Bind(3, static_cast<int64_t>(length));
+      absl::StatusOr<bool> row = q.Step();
+      if (!row.ok() || *row) {
+        return absl::InternalError(absl::StrCat("cache database ", path_, ": recording the member ",
+                                                "files of ", digest, ": ", q.LastError()));
+      }
+      q.Reset();
+    }
+  }
+  return txn.Commit();
 }
 
 absl::Status ChunkJournal::RecordDecoded(const std::string& source, const std::string& digest) {

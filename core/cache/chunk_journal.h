@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -36,6 +37,8 @@ struct LayerRecord {
   // the seal below; "" when it has none.
   std::string verity;
   std::vector<uint64_t> chunks;
+  // Byte ranges (offset, length) kept in member files (layer_segments.h), by offset.
+  std::vector<std::pair<uint64_t, uint64_t>> members;
 };
 
 class ChunkJournal {
@@ -59,8 +62,11 @@ class ChunkJournal {
   // meanwhile are either never written or deleted after.
   absl::Status RecordChunks(const std::string& digest, const std::vector<uint64_t>& chunks,
                             const std::function<bool()>& still_current);
-  // Deletes the layer's row and its chunks. Errors are ignored: an orphan row is dropped on
-  // the next Open, since its data file is gone.
+  // Replaces the layer's member layout (offset, length pairs) in one transaction.
+  absl::Status RecordMembers(const std::string& digest,
+                             const std::vector<std::pair<uint64_t, uint64_t>>& members);
+  // Deletes the layer's row, its chunks and its member layout. Errors are ignored: an orphan row is
+  // dropped on the next Open, since its data file is gone.
   void Forget(const std::string& digest);
   // Remembers that decoding layer `source` (a compressed tar layer) gave layer `digest`, so a
   // later process finds the decoded layer without decoding again. A hint only: the decoded

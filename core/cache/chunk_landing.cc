@@ -77,8 +77,10 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
     // The answer after a wrong one was right: counted apart, so a flipped byte stays visible.
     counters_.refetch_recoveries++;
   }
+  // Where the chunk's bytes go: the layer file, or member files (layer_segments.h).
+  std::shared_ptr<const LayerSegments> segments = layer->Segments();
   if (cst.ok()) {
-    const int err = store_.Write(layer->fd, r.bytes.data(), len, c * cs);
+    const int err = segments->Write(store_, r.bytes.data(), len, c * cs);
     if (err == 0) {
       w->good.push_back(c);
       w->wrote = true;
@@ -117,6 +119,14 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
   LayerGuard held(*layer, Held(mu_));
   LayerGuard held_f(*f->layer, Held(mu_));
   if (layer->flight[c] == f) layer->flight[c] = nullptr;
+  if (cst.ok() && !memory && layer->gen.load() == f->gen && layer->Segments() != segments) {
+    // SetLayerMembers switched the layout after the write: the bytes go where it says now.
+    // Rare (once per layer, while few chunks land), so under the lock.
+    if (const int err = layer->Segments()->Write(store_, r.bytes.data(), len, c * cs); err != 0) {
+      cst = absl::InternalError(absl::StrCat("writing chunk ", c, " of layer ", layer->digest.str(),
+                                             ": ", ErrnoText(err)));
+    }
+  }
   if (layer->gen.load() != f->gen) {
     cst = absl::DataLossError(
         absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
@@ -124,6 +134,8 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
     f->memory.emplace_back(c, memory);
     memory_.Keep(layer, c, std::move(memory), options_.memory_fallback_bytes);
   } else if (cst.ok()) {
+    // Landed in the old layout while SetLayerMembers copies: it copies this one too.
+    if (layer->moving) layer->moved_dirty.push_back(c);
     layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
     layer->served[c] = 0;
     layer->durable[c] = false;  // dirty until PersistPending's fdatasync
@@ -328,7 +340,7 @@ std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t 
   }
   record.local_index = local_index;
   // Taken after the flush: nothing writes a verified layer's file again.
-  std::string seal = LayerStore::SealOf(layer->fd);
+  std::string seal = layer->Segments()->Seal();
   if (layer->gen.load() != gen) return std::string();
   record.seal = seal;
   absl::Status s = journal_.UpsertLayer(record);
@@ -343,7 +355,7 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   const uint64_t gen = layer->gen.load();
   // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
   // layer is whole.
-  const absl::Status synced = store_.Sync(layer->fd, layer->digest);
+  const absl::Status synced = layer->Segments()->Sync(store_, layer->digest);
   if (!synced.ok()) Log(synced.message());
   const std::string seal = RecordSeal(layer, gen, synced, "");
   std::vector<std::pair<uint64_t, uint64_t>> drop;
@@ -377,7 +389,7 @@ void BlobCache::PersistPending() {
   for (const PendingPersist& p : batch) {
     auto [it, inserted] = synced.try_emplace(p.layer.get());
     if (inserted) {
-      it->second = store_.Sync(p.layer->fd, p.layer->digest);
+      it->second = p.layer->Segments()->Sync(store_, p.layer->digest);
       if (!it->second.ok()) Log(it->second.message());
     }
     if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost

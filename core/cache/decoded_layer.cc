@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -144,7 +145,8 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
         const uint64_t n = std::min(kDecodeReadBytes, compressed->size - offset);
         piece.resize(n);
         if (n > 0)
-          RETURN_IF_ERROR(store_.ReadFull(compressed->fd, spec.source, piece.data(), n, offset));
+          RETURN_IF_ERROR(
+              compressed->Segments()->ReadFull(store_, spec.source, piece.data(), n, offset));
         return piece;
       },
       [&](std::string_view bytes) -> absl::Status {
@@ -179,6 +181,15 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     UnregisterLayer(spec.source, spec.model_ref);
     return DecodedLayer{decoded->digest, *size};
   }
+  // 2b. Its larger files apart (layer_segments.h), while nothing reads it, so that each can be
+  // served by passthrough once the layer is verified.
+  const std::string tmp_members = absl::StrCat(tmp, ".members");
+  std::vector<LayerSegments::File> members = SplitTarFile(tmp, out, tmp_members);
+  absl::Cleanup drop_members = [&] {
+    for (const LayerSegments::File& m : members) close(m.fd);
+    std::error_code ec;
+    std::filesystem::remove_all(tmp_members, ec);
+  };
   std::shared_ptr<Layer> layer;
   {
     absl::MutexLock lock(&mu_);
@@ -206,6 +217,24 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     }
     layer =
         std::make_shared<Layer>(mu_, decoded->digest, decoded->size, options_.whole_chunk_size, fd);
+    if (!members.empty()) {
+      // The split files go under the decoded digest (those of a copy replaced above go first).
+      store_.RemoveMembers(decoded->digest);
+      const std::string dir = absl::StrCat(options_.dir, "/blobs/sha256/",
+                                           LayerStore::MemberDirNameOf(decoded->digest));
+      if (rename(tmp_members.c_str(), dir.c_str()) != 0) {
+        // Served from the open files all the same; a restart decodes it again.
+        Log(absl::StrCat(tmp_members, ": rename: ", strerror(errno)));
+      }
+      std::vector<std::pair<uint64_t, uint64_t>> rows;
+      for (const LayerSegments::File& m : members) rows.emplace_back(m.offset, m.length);
+      layer->SetSegments(
+          std::make_shared<const LayerSegments>(fcntl(fd, F_DUPFD_CLOEXEC, 0), std::move(members)));
+      members.clear();
+      if (absl::Status s = journal_.RecordMembers(decoded->digest.str(), rows); !s.ok()) {
+        Log(s.message());
+      }
+    }
     LayerGuard held(*layer, Held(mu_));
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;

@@ -1,5 +1,6 @@
 // BlobCache's whole-layer checks: the check of a whole-layer mode layer that makes it servable,
 // the seal of a chunk-mode layer and its audit at background priority, and quarantine.
+#include <fcntl.h>
 #include <string.h>
 
 #include <algorithm>
@@ -28,7 +29,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   // Whole-layer modes: nothing is verified before this check, and readers wait for it.
   const uint64_t gen = layer->gen.load();
   absl::StatusOr<LayerFileHash> hashed =
-      HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
+      HashLayerFile(store_, *layer->Segments(), layer->digest, layer->size, layer->chunk_size,
                     /*with_local_index=*/true);
   if (!hashed.ok() || hashed->digest != layer->digest) {
     if (hashed.ok()) counters_.verification_failures++;
@@ -44,7 +45,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   std::string local = std::move(hashed->local_index);
   // The data must be on disk before the journal says it is (whole-layer fills never did an
   // fdatasync).
-  absl::Status s = store_.Sync(layer->fd, layer->digest);
+  absl::Status s = layer->Segments()->Sync(store_, layer->digest);
   const bool synced = s.ok();
   if (s.ok()) {
     std::vector<uint64_t> all(layer->count());
@@ -91,8 +92,9 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   }
   absl::StatusOr<LayerFileHash> hashed;
   RunAtBackgroundPriority([&] {
-    hashed = HashLayerFile(store_, layer->fd, layer->digest, layer->size, layer->chunk_size,
-                           /*with_local_index=*/false, drop_after);
+    hashed =
+        HashLayerFile(store_, *layer->Segments(), layer->digest, layer->size, layer->chunk_size,
+                      /*with_local_index=*/false, drop_after);
   });
   if (hashed.ok() && hashed->digest == layer->digest) {
     counters_.audited_layers++;
@@ -180,6 +182,19 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
   }
   auto fresh = std::make_shared<Layer>(mu_, old->digest, old->size, old->chunk_size, *fd);
   LayerGuard held(*fresh, Held(mu_));
+  // Its files get new, empty member files too (the changed ones went with store_.Remove).
+  const std::vector<LayerMember> layout = old->Segments()->layout();
+  if (!layout.empty()) {
+    absl::StatusOr<std::shared_ptr<LayerSegments>> members =
+        OpenMembers(old->digest, fcntl(*fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
+                    /*read_only=*/false);
+    if (members.ok()) {
+      fresh->SetSegments(*std::move(members));
+    } else {
+      Log(absl::StrCat("layer ", old->digest.str(),
+                       ": its files stay in its new data file: ", members.status().message()));
+    }
+  }
   fresh->mode = old->mode;
   fresh->ResetChunks(ChunkState::kMissing);
   if (old->mode == VerifyMode::kChunk) {
@@ -196,6 +211,13 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
   fresh->last_used = old->last_used;
   if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
     Log(s.message());  // serves; only not remembered across a restart
+  }
+  if (fresh->Segments()->has_members()) {
+    std::vector<std::pair<uint64_t, uint64_t>> rows;
+    for (const LayerMember& m : layout) rows.emplace_back(m.offset, m.length);
+    if (absl::Status s = journal_.RecordMembers(fresh->digest.str(), rows); !s.ok()) {
+      Log(s.message());
+    }
   }
   layers_[fresh->digest] = fresh;
   counters_.scrub_repairs++;

@@ -67,13 +67,23 @@ int BlobCache::ScrubOnce() {
 std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
     const std::shared_ptr<Layer>& layer) {
   if (FindLocked(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
-      layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty()) {
+      layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty() || layer->moving) {
     return nullptr;
   }
   const int fd = store_.OpenReadOnly(layer->digest);
   if (fd < 0) return nullptr;
+  std::shared_ptr<const LayerSegments> segments;
+  if (layer->Segments()->has_members()) {
+    // The same member files, over the read-only layer file.
+    segments = layer->Segments()->Rebind(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!segments) {
+      close(fd);
+      return nullptr;
+    }
+  }
   auto copy = std::make_shared<Layer>(mu_, layer->digest, layer->size, layer->chunk_size, fd);
   LayerGuard held(*copy, Held(mu_));
+  if (segments) copy->SetSegments(std::move(segments));
   copy->mode = layer->mode;
   copy->endpoint = layer->endpoint;
   copy->has_spec = layer->has_spec;
@@ -145,7 +155,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
     }
     const uint64_t gen = layer->gen.load();
     // Enabling changed the file's ctime: the seal is taken again.
-    const std::string seal = LayerStore::SealOf(layer->fd);
+    const std::string seal = layer->Segments()->Seal();
     if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
       Log(r.message());
       continue;
@@ -179,6 +189,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   if (!audited || expected.empty()) whole.emplace();
   absl::Status found;  // the first mismatch or read error
   bool aborted = false;
+  const std::shared_ptr<const LayerSegments> segments = layer->Segments();
   RunAtBackgroundPriority([&] {
     BufferPool::Buffer buf =
         BufferPool::Shared().Get(std::min(layer->chunk_size, std::max<uint64_t>(layer->size, 1)));
@@ -191,7 +202,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
         aborted = true;  // quarantined or evicted meanwhile
         return;
       }
-      found = store_.ReadFull(layer->fd, layer->digest, buf.data(), len, off);
+      found = segments->ReadFull(store_, layer->digest, buf.data(), len, off);
       if (!found.ok()) return;
       const absl::string_view bytes(buf.data(), len);
       if (!expected.empty()) {
@@ -203,8 +214,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       if (whole) whole->Update(bytes.data(), bytes.size());
       if (c < drop_after.size() && drop_after[c]) {
         // It was not in the page cache before the scrub: leave it out again.
-        posix_fadvise(layer->fd, static_cast<off_t>(off), static_cast<off_t>(len),
-                      POSIX_FADV_DONTNEED);
+        segments->Advise(off, off + len, POSIX_FADV_DONTNEED);
       }
       read += len;
       counters_.scrubbed_bytes += len;
@@ -292,7 +302,7 @@ void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers)
       continue;
     }
     // Enabling changed the file's ctime: the seal is taken again.
-    const std::string seal = LayerStore::SealOf(layer->fd);
+    const std::string seal = layer->Segments()->Seal();
     if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
       Log(r.message());
       continue;

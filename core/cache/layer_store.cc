@@ -101,14 +101,58 @@ absl::Status LayerStore::Sync(int fd, const Digest& digest) const {
       absl::StrCat("cache: fdatasync ", PathOf(digest), ": ", ErrnoText(errno)));
 }
 
-void LayerStore::Remove(const Digest& digest) const { unlink(PathOf(digest).c_str()); }
+void LayerStore::Remove(const Digest& digest) const {
+  unlink(PathOf(digest).c_str());
+  RemoveMembers(digest);
+}
+
+void LayerStore::RemoveMembers(const Digest& digest) const {
+  std::error_code ec;
+  std::filesystem::remove_all(
+      std::filesystem::path(dir_) / "blobs" / "sha256" / MemberDirNameOf(digest), ec);
+}
+
+std::string LayerStore::MemberDirNameOf(const Digest& digest) {
+  return absl::StrCat(std::string(digest.hex()), ".members");
+}
+
+std::string LayerStore::MemberPathOf(const Digest& digest, uint64_t offset) const {
+  return absl::StrCat(dir_, "/blobs/sha256/", MemberDirNameOf(digest), "/", offset);
+}
+
+absl::StatusOr<int> LayerStore::CreateMember(const Digest& digest, uint64_t offset,
+                                             uint64_t length) const {
+  const std::string dir = absl::StrCat(dir_, "/blobs/sha256/", MemberDirNameOf(digest));
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    return absl::Status(err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kInternal,
+                        absl::StrCat("cache: cannot create ", dir, ": ", ErrnoText(err)));
+  }
+  const std::string path = MemberPathOf(digest, offset);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::Status(
+        err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                       : absl::StatusCode::kInternal,
+        absl::StrCat("cache: cannot create ", path, " (", length, " bytes): ", ErrnoText(err)));
+  }
+  return fd;
+}
+
+int LayerStore::OpenMember(const Digest& digest, uint64_t offset, bool read_only) const {
+  return open(MemberPathOf(digest, offset).c_str(),
+              (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+}
 
 void LayerStore::RemoveAllExcept(const absl::flat_hash_set<std::string>& keep) const {
   std::error_code ec;
   for (const auto& entry :
        std::filesystem::directory_iterator(std::filesystem::path(dir_) / "blobs" / "sha256", ec)) {
     if (!keep.contains(entry.path().filename().string())) {
-      std::filesystem::remove(entry.path(), ec);
+      std::filesystem::remove_all(entry.path(), ec);
     }
   }
 }

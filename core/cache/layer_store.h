@@ -42,11 +42,23 @@ class LayerStore {
   absl::Status ReadFull(int fd, const Digest& digest, char* buf, uint64_t n, uint64_t offset) const;
   // Flushes the file's data to disk. Errors: kInternal naming the file.
   absl::Status Sync(int fd, const Digest& digest) const;
+  // Removes the layer's data file and its member files.
   void Remove(const Digest& digest) const;
-  // Removes every data file whose name (<hex>.data) is not in `keep`: leftovers the journal
-  // does not vouch for.
+  // Removes every data file and member directory whose name (<hex>.data, <hex>.members) is
+  // not in `keep`: leftovers the journal does not vouch for.
   void RemoveAllExcept(const absl::flat_hash_set<std::string>& keep) const;
   static std::string FileNameOf(const Digest& digest);
+
+  // Member files (layer_segments.h): <dir>/blobs/sha256/<hex>.members/<layer offset>.
+  static std::string MemberDirNameOf(const Digest& digest);
+  std::string MemberPathOf(const Digest& digest, uint64_t offset) const;
+  // The member file at `offset`, created empty (truncated) with `length` bytes, read-write.
+  // Errors: kInternal naming the file (kResourceExhausted when the disk is full).
+  absl::StatusOr<int> CreateMember(const Digest& digest, uint64_t offset, uint64_t length) const;
+  // Removes the layer's member files only.
+  void RemoveMembers(const Digest& digest) const;
+  // The existing member file, read-only or read-write; -1 when it cannot be opened.
+  int OpenMember(const Digest& digest, uint64_t offset, bool read_only) const;
 
   // What a data file looks like once its whole layer was verified and flushed: device, inode,
   // size, and change and modification times to the nanosecond. Any write to the file

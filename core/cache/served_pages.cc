@@ -51,10 +51,9 @@ PageRanges TakeServedDrops(CacheLayer& layer, const std::vector<uint64_t>& chunk
 }
 
 void DropPages(const CacheLayer& layer, const PageRanges& ranges) {
-  for (const auto& [from, to] : ranges) {
-    posix_fadvise(layer.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
-                  POSIX_FADV_DONTNEED);
-  }
+  if (ranges.empty()) return;
+  const std::shared_ptr<const LayerSegments> segments = layer.Segments();
+  for (const auto& [from, to] : ranges) segments->Advise(from, to, POSIX_FADV_DONTNEED);
 }
 
 }  // namespace modelfs

@@ -24,8 +24,8 @@ absl::Status CheckChunkHash(const ChunkHash& got, const ChunkHash& want, const D
                    ", want ", Digest::FromRaw(want).str()));
 }
 
-absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
-                                            uint64_t size, uint64_t chunk_size,
+absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, const LayerSegments& files,
+                                            const Digest& layer, uint64_t size, uint64_t chunk_size,
                                             bool with_local_index,
                                             const std::vector<bool>& drop_after) {
   Sha256 whole;
@@ -35,7 +35,7 @@ absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, con
   uint64_t drop_run = 0;  // where the current run of chunks to drop began
   for (uint64_t off = 0; off < size; off += chunk_size) {
     const uint64_t len = std::min(chunk_size, size - off);
-    absl::Status io = store.ReadFull(fd, layer, buf.data(), len, off);
+    absl::Status io = files.ReadFull(store, layer, buf.data(), len, off);
     if (!io.ok()) return io;
     whole.Update(buf.data(), len);
     const uint64_t c = off / chunk_size;
@@ -44,8 +44,7 @@ absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, con
       // it, and a folio goes only when all of it is in the range: the range takes in up to
       // kPageDropReach bytes of the run of dropped chunks before.
       const uint64_t from = std::max(drop_run, off > kPageDropReach ? off - kPageDropReach : 0);
-      posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(off + len - from),
-                    POSIX_FADV_DONTNEED);
+      files.Advise(from, off + len, POSIX_FADV_DONTNEED);
     } else {
       drop_run = off + len;
     }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/cache/layer_segments.h"
 #include "core/cache/layer_store.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
@@ -42,8 +43,8 @@ constexpr uint64_t kPageDropReach = 4ull << 20;
 
 // Chunks `c` with `drop_after[c]` leave the page cache once hashed (POSIX_FADV_DONTNEED).
 // Errors: kInternal (reading the file, naming it and the offset).
-absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, int fd, const Digest& layer,
-                                            uint64_t size, uint64_t chunk_size,
+absl::StatusOr<LayerFileHash> HashLayerFile(const LayerStore& store, const LayerSegments& files,
+                                            const Digest& layer, uint64_t size, uint64_t chunk_size,
                                             bool with_local_index,
                                             const std::vector<bool>& drop_after = {});
 

@@ -152,6 +152,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
     // A tar layer: index its headers by range reads of verified bytes.
     BlobRangeReader tar(&reader, tar_digest, 0, tar_size, absl::StrCat("layer ", d.digest.str()));
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
+    std::vector<std::pair<uint64_t, uint64_t>> members;
     for (const TarEntry& e : entries) {
       if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
       ASSIGN_OR_RETURN(std::string rel, NormalizeRelativePath(e.path));
@@ -161,7 +162,12 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
                                                         "' appears twice in the model"));
       }
       out.files.push_back(TreeFile{rel, tar_digest, e.data_offset, e.size, ""});
+      members.emplace_back(e.data_offset, e.size);
     }
+    // Where the tar's files are, so that a cache may keep each in a file of its own and serve
+    // it by passthrough once verified. Only where bytes are kept changes: an error (a full
+    // disk, logged by the cache) leaves the layer served as it was.
+    reader.SetLayerMembers(tar_digest, members).IgnoreError();
   }
   ModelInfoContext ctx;
   ctx.reference = o.reference.empty() ? rm.ref.String() : o.reference;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cache/blob_cache.h"
+#include "core/oci/tar.h"
 #include "tests/cache/fake_remote.h"
 #include "tests/testing/compress.h"
 #include "tests/testing/status_matchers.h"
@@ -244,6 +245,61 @@ TEST_F(DecodedLayerTest, ADecodedLayerTheScrubDroppedIsDecodedAgainWhenRegistere
   ChangeDataFile(d.digest, 1000);
   cache->ScrubOnce();
   ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+}
+
+// A real tar: its larger files are split into member files as the layer is installed, and
+// each is handed out for passthrough once the layer is sealed.
+TEST_F(DecodedLayerTest, SplitsTheLargerFilesOfADecodedTarIntoMemberFilesForPassthrough) {
+  TarWriter writer;
+  const std::string weights = Weights(300000, 11), small = "{\"a\": 1}";
+  ASSERT_OK(writer.AddFile("model.safetensors", weights));
+  ASSERT_OK(writer.AddFile("config.json", small));
+  const std::string tar = writer.Finish();
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(tar));
+  ASSERT_EQ(entries.size(), 2u);
+  const uint64_t at = entries[0].data_offset;
+  const std::string zst = ZstdFrames(tar, 64 << 10);
+  const Digest source = remote_.AddBlob(zst);
+  {
+    auto cache = Open();
+    ASSERT_OK_AND_ASSIGN(
+        DecodedLayer d,
+        cache->RegisterDecodedLayer(Spec(source, zst, LayerEncoding::kTarZstd, Digest::Of(tar))));
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+    EXPECT_EQ(got, tar);
+    EXPECT_EQ(cache->OpenVerifiedBlob(d.digest, 0, tar.size()), -1);  // the tar file has holes
+    EXPECT_EQ(cache->OpenVerifiedFile(d.digest, entries[1].data_offset, small.size()), -1);
+    const int fd = cache->OpenVerifiedFile(d.digest, at, weights.size());
+    ASSERT_GE(fd, 0);
+    std::string bytes(weights.size(), '\0');
+    EXPECT_EQ(pread(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(weights.size()));
+    close(fd);
+    EXPECT_EQ(bytes, weights);
+    // The loader names the same files again at mount: no change.
+    EXPECT_OK(cache->SetLayerMembers(
+        d.digest, {{at, weights.size()}, {entries[1].data_offset, small.size()}}));
+  }
+  const auto blobs = dir_.Join("cache") / "blobs" / "sha256";
+  const Digest decoded = Digest::Of(tar);
+  std::ifstream data(blobs / (std::string(decoded.hex()) + ".data"), std::ios::binary);
+  const std::string on_disk((std::istreambuf_iterator<char>(data)), {});
+  ASSERT_EQ(on_disk.size(), tar.size());
+  EXPECT_EQ(on_disk.substr(at, weights.size()), std::string(weights.size(), '\0'));
+  EXPECT_EQ(on_disk.substr(0, at), tar.substr(0, at));
+  std::ifstream member(blobs / (std::string(decoded.hex()) + ".members") / std::to_string(at),
+                       std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(member)), {}), weights);
+  // After a restart: found sealed, with its member file, without the registry.
+  remote_.ResetCounters();
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(Spec(
+                                           source, zst, LayerEncoding::kTarZstd, Digest::Of(tar))));
+  EXPECT_EQ(remote_.requests(), 0);
+  const int fd = cache->OpenVerifiedFile(d.digest, at, weights.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
   EXPECT_EQ(got, tar);
 }

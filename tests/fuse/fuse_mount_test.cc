@@ -769,6 +769,32 @@ TEST_F(FusePassthroughTest, PartOfALayerIsNeverServedByPassthrough) {
   close(fd);
 }
 
+TEST_F(FusePassthroughTest, AFileInsideALayerKeptInAFileOfItsOwnIsServedByPassthrough) {
+  const std::string member = tmp_.path().string() + "/member.data";
+  std::ofstream(member, std::ios::binary) << weights_;
+  reader_.SetVerifiedMember(layer_, kWeightsOffset, weights_.size(), member);
+  ASSERT_NO_FATAL_FAILURE(MountWithWhole());
+  const int reads_before = reader_.reads();
+  int fd = open(Path("model.safetensors").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(mount_->passthrough_opens(), 1u);
+  EXPECT_TRUE(ReadFd(fd, weights_.size()) == weights_);
+  void* map = mmap(nullptr, weights_.size(), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  EXPECT_EQ(memcmp(map, weights_.data(), weights_.size()), 0);
+  munmap(map, weights_.size());
+  close(fd);
+  EXPECT_EQ(reader_.reads(), reads_before);  // no byte went through the server
+  ASSERT_TRUE(WaitForNoOpens());
+  // Another file of the same layer is not the member: served by the daemon.
+  fd = open(Path("tokenizer/vocab.txt").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(mount_->passthrough_opens(), 0u);
+  EXPECT_EQ(mount_->cached_opens(), 1u);
+  close(fd);
+  EXPECT_TRUE(WaitForNoOpens());
+}
+
 class FuseRestartTest : public FuseMountTest {
  protected:
   struct Server {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -37,6 +38,17 @@ class FakeBlobReader : public BlobReader {
   void SetVerifiedFile(const Digest& d, std::string path) {
     absl::MutexLock lock(&mu_);
     verified_[d] = std::move(path);
+  }
+
+  // From now on OpenVerifiedFile of bytes [offset, offset + length) of `d` opens `path`.
+  void SetVerifiedMember(const Digest& d, uint64_t offset, uint64_t length, std::string path) {
+    absl::MutexLock lock(&mu_);
+    members_[{d, offset, length}] = std::move(path);
+  }
+  int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) override {
+    absl::MutexLock lock(&mu_);
+    auto m = members_.find({digest, offset, length});
+    return m == members_.end() ? -1 : open(m->second.c_str(), O_RDONLY | O_CLOEXEC);
   }
 
   int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override {
@@ -68,6 +80,7 @@ class FakeBlobReader : public BlobReader {
   std::map<Digest, std::string> blobs_ ABSL_GUARDED_BY(mu_);
   std::map<Digest, absl::Status> faults_ ABSL_GUARDED_BY(mu_);
   std::map<Digest, std::string> verified_ ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<Digest, uint64_t, uint64_t>, std::string> members_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace modelfs::testing
