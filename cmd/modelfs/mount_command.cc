@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "cmd/modelfs/cli.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/decoding_blob_source.h"
 #include "core/model/model_pipeline.h"
 #include "core/publish/model_ref.h"
 #include "core/registry/registry_blob_source.h"
@@ -95,11 +96,13 @@ struct OpenCounts {
 // refusal the caller has just seen is in them (the file is otherwise rewritten every second).
 constexpr int kStatsRefreshSignal = SIGUSR1;
 
-nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const std::string& dir,
-                         const LoadedModel& m, const OpenCounts& opens) {
+nlohmann::json StatsJson(const BlobCache& cache, const DecodingBlobSource& decoding,
+                         const std::string& ref, const std::string& dir, const LoadedModel& m,
+                         const OpenCounts& opens) {
   // Taken before the counters: a reader that asked at time T knows these are from after T.
   const int64_t taken_ns = absl::GetCurrentTimeNanos();
   CacheStats s = cache.stats();
+  const DecodingBlobSource::Stats d = decoding.stats();
   return {{"reference", ref},
           {"mountpoint", dir},
           {"pid", getpid()},
@@ -122,7 +125,14 @@ nlohmann::json StatsJson(const BlobCache& cache, const std::string& ref, const s
           {"fs_verity", s.fs_verity},
           {"cached_bytes", s.cached_bytes},
           {"opens", opens.opens.load()},
-          {"passthrough_opens", opens.passthrough.load()}};
+          {"passthrough_opens", opens.passthrough.load()},
+          // Per layer of M: how it is served (LoadedModel::layer_serving), e.g.
+          // "lazy-seek-index" or "decoded-whole" for a compressed layer.
+          {"layers", m.layer_serving},
+          {"decoded_spans", d.ranges},
+          {"compressed_bytes_fetched", d.compressed_bytes},
+          {"decoded_bytes", d.decoded_bytes},
+          {"lead_in_bytes", d.lead_in_bytes}};
 }
 
 void WriteAtomically(const std::string& path, const std::string& text) {
@@ -195,7 +205,9 @@ absl::Status RunForeground(const MountCli& c) {
                    ResolveModel(*client, ref, clients.Connector(), NotingLocation(ref)));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
-  RegistryBlobSource source(model_client, rm.repository);
+  RegistryBlobSource registry_source(model_client, rm.repository);
+  // Compressed layers with a seek index in V are decoded span by span from the registry.
+  DecodingBlobSource source(&registry_source);
   CacheOptions co;
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
@@ -224,6 +236,7 @@ absl::Status RunForeground(const MountCli& c) {
   PipelineOptions po;
   po.prefetch = policy;
   po.insecure_stream = c.insecure_stream;
+  po.decoding = &source;
   ModelPipeline pipeline(cache.get(), po);
   // The model is the root of its own tree, served by a mount of its own.
   OpenCounts opens;  // outlives the mount, whose on_open counts into it
@@ -247,7 +260,7 @@ absl::Status RunForeground(const MountCli& c) {
 
   fs::create_directories(StatsDir(), ec);
   const std::string stats_path = StatsPath(c.dir);
-  WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded, opens).dump());
+  WriteAtomically(stats_path, StatsJson(*cache, source, c.ref, c.dir, loaded, opens).dump());
   Report(c.ready_fd, absl::OkStatus());
   if (c.ready_fd < 0) {
     printf("mounted %s at %s (%s verification); Ctrl-C or `modelfs umount %s` to stop\n",
@@ -281,7 +294,7 @@ absl::Status RunForeground(const MountCli& c) {
         if (wake.stop) return;
         wake.refresh = false;
       }
-      WriteAtomically(stats_path, StatsJson(*cache, c.ref, c.dir, loaded, opens).dump());
+      WriteAtomically(stats_path, StatsJson(*cache, source, c.ref, c.dir, loaded, opens).dump());
     }
   });
   absl::Status waited = mount->Wait();

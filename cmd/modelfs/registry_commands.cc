@@ -272,8 +272,8 @@ absl::Status RunConvert(const ConvertCli& c) {
          r.volume.digest.str().c_str());
   for (const Digest& d : r.verified_whole) {
     printf(
-        "layer %s is compressed: no chunk index; mounts fetch it whole, verify and "
-        "decompress it before serving its files\n",
+        "layer %s is compressed in one zstd frame, which cannot be entered in the middle; "
+        "mounts fetch it whole, verify and decompress it before serving its files\n",
         d.str().c_str());
   }
   if (!r.model_repository.empty()) {

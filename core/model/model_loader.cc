@@ -44,7 +44,8 @@ bool IsCompressed(const ModelLayer& l) { return IsCompressedEncoding(l.encoding)
 // The tree of M's layers; `decoded` gives the decompressed layer of each compressed one.
 absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,
                                      const std::string& verification, const LoadOptions& o,
-                                     const std::map<Digest, DecodedLayer>& decoded);
+                                     const std::map<Digest, DecodedLayer>& decoded,
+                                     const std::map<std::string, std::string>& serving);
 
 }  // namespace
 
@@ -55,9 +56,40 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   bool all_indexed = true;
   std::vector<Digest> layers;
   std::map<Digest, DecodedLayer> decoded;
+  std::map<std::string, std::string> serving;
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
     const Descriptor& d = l.descriptor;
+    if (IsCompressed(l) && o.decoding != nullptr && !o.insecure_stream) {
+      // With a seek index: served lazily, as a chunk-mode layer of the uncompressed bytes
+      // (named by the diffId, checked against V's chunk index of them) that the decoding source
+      // decompresses span by span.
+      auto seek = rm.seek_indexes.find(d.digest);
+      auto idx = rm.chunk_indexes.find(d.digest);
+      if (seek != rm.seek_indexes.end() && seek->second.lazy() && idx != rm.chunk_indexes.end() &&
+          idx->second.content == ChunkIndex::Content::kUncompressed) {
+        const SeekIndex& si = seek->second;
+        ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, i));
+        if ((diff_id && *diff_id != si.diff_id) || idx->second.blob_digest != si.diff_id) {
+          return absl::DataLossError(absl::StrCat(
+              "layer ", d.digest.str(), ": the volume image's seek index decodes it to ",
+              si.diff_id.str(), ", the model config's diffId is ",
+              diff_id ? diff_id->str() : std::string("(none)")));
+        }
+        o.decoding->Add(si);
+        LayerSpec spec;
+        spec.digest = si.diff_id;
+        spec.size = si.uncompressed_size;
+        spec.model_ref = model_ref;
+        spec.mode = VerifyMode::kChunk;
+        spec.index = idx->second;
+        RETURN_IF_ERROR(cache.RegisterLayer(spec));
+        decoded[d.digest] = DecodedLayer{si.diff_id, si.uncompressed_size};
+        layers.push_back(si.diff_id);
+        serving[d.digest.str()] = "lazy-seek-index";
+        continue;
+      }
+    }
     if (IsCompressed(l)) {
       // Fetched whole, checked against its digest, decompressed into a layer of its own and
       // checked against its diffId before anything of it is served. V's chunk index of the
@@ -73,6 +105,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       ASSIGN_OR_RETURN(DecodedLayer dl, cache.RegisterDecodedLayer(ds));
       decoded[d.digest] = dl;
       layers.push_back(dl.digest);
+      serving[d.digest.str()] = "decoded-whole";
       all_indexed = false;
       continue;
     }
@@ -83,11 +116,14 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
     auto idx = rm.chunk_indexes.find(d.digest);
     if (o.insecure_stream) {
       spec.mode = VerifyMode::kInsecureStream;
+      serving[d.digest.str()] = "unverified";
     } else if (idx != rm.chunk_indexes.end()) {
       spec.mode = VerifyMode::kChunk;
       spec.index = idx->second;
+      serving[d.digest.str()] = "chunk-index";
     } else {
       spec.mode = VerifyMode::kWholeLayer;
+      serving[d.digest.str()] = "whole-layer";
       all_indexed = false;
     }
     RETURN_IF_ERROR(cache.RegisterLayer(spec));
@@ -96,22 +132,24 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
   const std::string verification = o.insecure_stream ? "unverified"
                                    : all_indexed     ? "chunk-index"
                                                      : "whole-layer";
-  ASSIGN_OR_RETURN(LoadedModel out, Assemble(rm, cache, verification, o, decoded));
+  ASSIGN_OR_RETURN(LoadedModel out, Assemble(rm, cache, verification, o, decoded, serving));
   out.layers = std::move(layers);
+  out.layer_serving = std::move(serving);
   rollback.Dismiss();
   return out;
 }
 
 absl::StatusOr<LoadedModel> AssembleModel(const ResolvedModel& rm, BlobReader& reader,
                                           const std::string& verification, const LoadOptions& o) {
-  return Assemble(rm, reader, verification, o, {});
+  return Assemble(rm, reader, verification, o, {}, {});
 }
 
 namespace {
 
 absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,
                                      const std::string& verification, const LoadOptions& o,
-                                     const std::map<Digest, DecodedLayer>& decoded) {
+                                     const std::map<Digest, DecodedLayer>& decoded,
+                                     const std::map<std::string, std::string>& serving) {
   LoadedModel out;
   out.name = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   out.verification = verification;
@@ -175,6 +213,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   ctx.digests["config"] = rm.model.config.digest.str();
   if (rm.volume_descriptor) ctx.digests["volumeManifest"] = rm.volume_descriptor->digest.str();
   ctx.verification = out.verification;
+  ctx.layer_serving = serving;
   {
     std::set<std::string> algorithms;
     for (const auto& [digest, idx] : rm.chunk_indexes) {

@@ -6,11 +6,13 @@
 // Thread safety: LoadModel is a free function; the cache it is given is thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/decoding_blob_source.h"
 #include "core/model/tree_file.h"
 #include "core/publish/model_ref.h"
 
@@ -20,6 +22,9 @@ struct LoadOptions {
   // Serve bytes before they are verified (still checked when the layer completes). Opt-in only.
   bool insecure_stream = false;
   std::string reference;  // shown in .modelinfo.json
+  // The cache's remote source, when it is a DecodingBlobSource: compressed layers with a seek
+  // index (V's) are then served lazily through it. nullptr: decoded whole.
+  DecodingBlobSource* decoding = nullptr;
 };
 
 struct LoadedModel {
@@ -30,14 +35,21 @@ struct LoadedModel {
   std::string verification;    // "chunk-index", "whole-layer" or "unverified"
   // The mtime of every file and directory of the model (core/oci/model_time.h).
   int64_t mtime_sec = 0;
+  // How each layer of M (by digest) is served: "chunk-index", "whole-layer", "unverified",
+  // "lazy-seek-index" (a compressed layer decoded span by span through its seek index, each
+  // chunk of the uncompressed bytes checked), or "decoded-whole" (a compressed layer fetched
+  // whole, checked and decompressed first: a single zstd frame, or no seek index).
+  std::map<std::string, std::string> layer_serving;
 };
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
 // indexes tar layers by range reads through the cache (so their headers are verified too), and
-// makes .modelinfo.json from the files' headers on its first lookup. A compressed tar layer is
-// fetched whole, checked against its digest, decompressed into a layer of its own and checked
-// against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer); its
-// files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
+// makes .modelinfo.json from the files' headers on its first lookup. A compressed tar layer with
+// a seek index in V (more than one point) is registered as a chunk-mode layer of its
+// uncompressed bytes, named by its diffId, and served through options.decoding when given;
+// otherwise it is fetched whole, checked against its digest, decompressed into a layer of its own
+// and checked against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer);
+// its files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
 // digests), kInvalidArgument (a config whose diffIds are not one per layer), kPermissionDenied
 // for unsafe paths; the cache's errors.
 // A failed load takes back every cache reference held under M's digest (UnregisterModel), so

@@ -30,6 +30,7 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
   LoadOptions lo;
   lo.insecure_stream = options_.insecure_stream;
   lo.reference = reference;
+  lo.decoding = options_.decoding;
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
   const std::string model_ref = rm.model_descriptor.digest.str();
   if (absl::Status served = serve(loaded); !served.ok()) {
@@ -46,6 +47,12 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
     if (options_.insecure_stream || rm.chunk_indexes.count(l.descriptor.digest) > 0) {
       early.insert(l.descriptor.digest);
     }
+  }
+  for (const auto& [layer, serving] : loaded.layer_serving) {
+    if (serving != "lazy-seek-index") continue;
+    // Its files are named by the diffId of the uncompressed layer.
+    absl::StatusOr<Digest> d = Digest::Parse(layer);
+    if (d.ok()) early.insert(rm.seek_indexes.at(*d).diff_id);
   }
   // .modelinfo.json reads the files by their paths in M, before V's path prefix is applied.
   const std::string prefix = rm.path_prefix.empty() ? "" : rm.path_prefix + "/";

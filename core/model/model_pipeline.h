@@ -42,6 +42,8 @@ struct PipelineOptions {
   PrefetchPolicy prefetch = PrefetchPolicy::kHeadersOnly;
   // Serve bytes before they are verified (still checked when the layer completes). Opt-in only.
   bool insecure_stream = false;
+  // LoadOptions::decoding: the cache's source when it decodes compressed layers lazily.
+  DecodingBlobSource* decoding = nullptr;
 };
 
 enum class PrefetchStart {

@@ -215,24 +215,26 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
                  {"precision", OrNull(model.precision)},
                  {"quantization", OrNull(model.quantization)}};
 
-  return json{{"schemaVersion", kModelInfoSchemaVersion},
-              {"generator", "modelfs"},
-              {"reference", OrNull(context.reference)},
-              {"verification", context.verification},
-              {"chunkDigest", context.chunk_digests.empty()
-                                  ? json(nullptr)
-                                  : json(absl::StrJoin(context.chunk_digests, ","))},
-              {"digests", StringMap(context.digests)},
-              {"provenance", std::move(provenance)},
-              {"identity", context.identity},
-              {"format", OrNull(model.format)},
-              {"architecture", OrNull(model.architecture)},
-              {"shape", std::move(shape)},
-              {"shapeSource", std::move(shape_source)},
-              {"kvCacheBytesPerToken", std::move(kv)},
-              {"totals", std::move(totals)},
-              {"files", std::move(file_list)},
-              {"warnings", std::move(warnings)}};
+  json out{{"schemaVersion", kModelInfoSchemaVersion},
+           {"generator", "modelfs"},
+           {"reference", OrNull(context.reference)},
+           {"verification", context.verification},
+           {"chunkDigest", context.chunk_digests.empty()
+                               ? json(nullptr)
+                               : json(absl::StrJoin(context.chunk_digests, ","))},
+           {"digests", StringMap(context.digests)},
+           {"provenance", std::move(provenance)},
+           {"identity", context.identity},
+           {"format", OrNull(model.format)},
+           {"architecture", OrNull(model.architecture)},
+           {"shape", std::move(shape)},
+           {"shapeSource", std::move(shape_source)},
+           {"kvCacheBytesPerToken", std::move(kv)},
+           {"totals", std::move(totals)},
+           {"files", std::move(file_list)},
+           {"warnings", std::move(warnings)}};
+  if (!context.layer_serving.empty()) out["layerServing"] = StringMap(context.layer_serving);
+  return out;
 }
 
 std::string MakeModelInfoFile(BlobReader& reader, const std::vector<TreeFile>& files,

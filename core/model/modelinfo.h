@@ -43,6 +43,9 @@ struct ModelInfoContext {
   // The chunk indexes' hash algorithms, sorted ("blake3", "sha256"); written as
   // "chunkDigest" ("blake3", or "blake3,sha256" for a mix) when not empty.
   std::vector<std::string> chunk_digests;
+  // How each layer of M (by digest) is served (LoadedModel::layer_serving): "layerServing",
+  // written only when not empty.
+  std::map<std::string, std::string> layer_serving;
   // The identity record (core/hub/identity.h IdentityToJson); written as given, null if unset.
   nlohmann::json identity;
 };

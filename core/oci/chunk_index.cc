@@ -98,6 +98,13 @@ ChunkIndex BuildChunkIndex(std::string_view blob, uint64_t chunk_size,
   return b.Finish();
 }
 
+namespace {
+bool WrittenAsV1(const ChunkIndex& index) {
+  return index.algorithm == ChunkDigestAlgorithm::kSha256 &&
+         index.content == ChunkIndex::Content::kStored;
+}
+}  // namespace
+
 uint64_t SerializedChunkIndexSize(uint64_t blob_size, uint64_t chunk_size,
                                   ChunkDigestAlgorithm algorithm) {
   const uint64_t count = chunk_size == 0 ? 0 : (blob_size + chunk_size - 1) / chunk_size;
@@ -107,7 +114,7 @@ uint64_t SerializedChunkIndexSize(uint64_t blob_size, uint64_t chunk_size,
 }
 
 std::string SerializeChunkIndex(const ChunkIndex& index) {
-  const bool v1 = index.algorithm == ChunkDigestAlgorithm::kSha256;
+  const bool v1 = WrittenAsV1(index);
   std::string out;
   out.reserve((v1 ? ChunkIndex::kHeaderSizeV1 : ChunkIndex::kHeaderSizeV2) +
               32 * index.chunks.size());
@@ -117,7 +124,7 @@ std::string SerializeChunkIndex(const ChunkIndex& index) {
   } else {
     PutU32(out, ChunkIndex::kVersion2);
     PutU32(out, static_cast<uint32_t>(index.algorithm));
-    PutU32(out, 0);  // content: the blob's bytes as stored
+    PutU32(out, static_cast<uint32_t>(index.content));
     PutU32(out, 0);  // reserved
   }
   PutU64(out, index.chunk_size);
@@ -159,17 +166,19 @@ absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
                        " is not one this build knows (1 sha256, 2 blake3)"));
     }
     index.algorithm = static_cast<ChunkDigestAlgorithm>(algorithm);
-    if (index.algorithm == ChunkDigestAlgorithm::kSha256) {
-      // One form per index: SHA-256 is written as version 1.
-      return absl::InvalidArgumentError(
-          "chunk index: version 2 names sha256, which is written as version 1");
-    }
     const uint64_t content = GetLE(bytes, 16, 4);
     const uint64_t reserved = GetLE(bytes, 20, 4);
-    if (content != 0 || reserved != 0) {
+    if (content > 1 || reserved != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk index: content ", content, " is not 0 (stored bytes) or 1 (uncompressed bytes)",
+          " or reserved ", reserved, " is not 0"));
+    }
+    index.content = static_cast<ChunkIndex::Content>(content);
+    if (index.algorithm == ChunkDigestAlgorithm::kSha256 &&
+        index.content == ChunkIndex::Content::kStored) {
+      // One form per index: SHA-256 of stored bytes is written as version 1.
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk index: content ", content, " and reserved ", reserved,
-                       " must be 0 (an index of the layer's bytes as stored)"));
+          "chunk index: version 2 names sha256 of stored bytes, which is written as version 1");
     }
     at = 24;
   }

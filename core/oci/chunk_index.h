@@ -34,7 +34,18 @@ struct ChunkIndex {
   static constexpr size_t kHeaderSizeV1 = 68;  // magic 8 + version 4 + 3*8 + digest 32
   static constexpr size_t kHeaderSizeV2 = 80;  // v1 + algorithm 4 + content 4 + reserved 4
 
-  Digest blob_digest;  // the layer this index describes (always its SHA-256 OCI digest)
+  // What the hashes cover (version 2's `content` field).
+  enum class Content : uint32_t {
+    kStored = 0,  // the blob's bytes as stored in the registry; blob_digest is its OCI digest
+    // The uncompressed bytes of a .tar+gzip/.tar+zstd layer, served through its seek index
+    // (seek_index.h); blob_digest is the layer's diffId and blob_size the uncompressed size.
+    kUncompressed = 1,
+  };
+
+  // The bytes this index describes: the layer (its SHA-256 OCI digest), or for kUncompressed
+  // its uncompressed tar (the diffId).
+  Digest blob_digest;
+  Content content = Content::kStored;
   ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256;  // of the chunk hashes
   uint64_t blob_size = 0;
   uint64_t chunk_size = kDefaultChunkSize;  // power of two, 64 KiB .. 64 MiB
@@ -87,10 +98,12 @@ uint64_t SerializedChunkIndexSize(uint64_t blob_size, uint64_t chunk_size,
                                   ChunkDigestAlgorithm algorithm);
 
 // Serialization (docs/chunk-index.md). Deterministic: equal indexes give equal bytes. SHA-256
-// indexes are written as version 1, others as version 2.
+// indexes of stored bytes are written as version 1, others (BLAKE3, or kUncompressed) as
+// version 2.
 std::string SerializeChunkIndex(const ChunkIndex& index);
 // Reads versions 1 and 2. Errors: kInvalidArgument naming the field at fault (bad
-// magic/version, unknown algorithm, content or reserved field not 0, chunk size not a power of
+// magic/version, unknown algorithm, content not 0 or 1, reserved field not 0, version 2
+// naming SHA-256 for stored bytes, chunk size not a power of
 // two in range, count not matching blob_size / chunk_size, trailing bytes); kOutOfRange when
 // truncated.
 absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes);

@@ -23,6 +23,9 @@ namespace {
 std::string ChunkIndexPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeChunksDir), "/", AV(layer.hex()), ".idx");
 }
+std::string SeekIndexPath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeSeekDir), "/", AV(layer.hex()), ".idx");
+}
 
 Descriptor ManifestRef(const Descriptor& d) {
   // Only the identity of M; annotations, urls and platform do not belong in a pointer.
@@ -57,7 +60,20 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       if (l.chunk_index->algorithm != ChunkDigestAlgorithm::kSha256) {
         cj["algorithm"] = std::string(ChunkDigestName(l.chunk_index->algorithm));
       }
+      if (l.chunk_index->content == ChunkIndex::Content::kUncompressed) {
+        cj["content"] = "uncompressed";
+      }
       lj["chunkIndex"] = std::move(cj);
+    }
+    if (l.seek_index.has_value()) {
+      Json sj = Json::object();
+      sj["path"] = l.seek_index->path;
+      sj["digest"] = l.seek_index->digest.str();
+      sj["encoding"] = std::string(SeekEncodingName(l.seek_index->encoding));
+      sj["diffId"] = l.seek_index->diff_id.str();
+      sj["uncompressedSize"] = l.seek_index->uncompressed_size;
+      sj["points"] = l.seek_index->points;
+      lj["seekIndex"] = std::move(sj);
     }
     layers.push_back(std::move(lj));
   }
@@ -132,7 +148,53 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
           return absl::InvalidArgumentError(absl::StrCat(cw, ".algorithm: ", a.status().message()));
         ref.algorithm = *a;
       }
+      ASSIGN_OR_RETURN(std::string content, oci_json::GetString(*cj, "content", cw, false));
+      if (content == "uncompressed") {
+        ref.content = ChunkIndex::Content::kUncompressed;
+      } else if (!content.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(cw, ".content: \"", content, "\" is not \"uncompressed\""));
+      }
       l.chunk_index = std::move(ref);
+    }
+    if (const Json* sj = oci_json::Find(lj, "seekIndex")) {
+      const std::string sw = absl::StrCat(w, ".seekIndex");
+      if (!sj->is_object()) return absl::InvalidArgumentError(absl::StrCat(sw, ": not an object"));
+      VolumeSeekIndexRef ref;
+      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(*sj, "path", sw, true));
+      absl::Status s = CheckRelativePath(ref.path);
+      if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(sw, ".path: ", s.message()));
+      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*sj, "digest", sw));
+      ASSIGN_OR_RETURN(std::string encoding, oci_json::GetString(*sj, "encoding", sw, true));
+      if (encoding == "gzip") {
+        ref.encoding = SeekEncoding::kGzip;
+      } else if (encoding == "zstd") {
+        ref.encoding = SeekEncoding::kZstd;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sw, ".encoding: \"", encoding, "\" is not gzip or zstd"));
+      }
+      ASSIGN_OR_RETURN(ref.diff_id, oci_json::GetDigest(*sj, "diffId", sw));
+      ASSIGN_OR_RETURN(std::optional<uint64_t> us,
+                       oci_json::GetSize(*sj, "uncompressedSize", sw, true));
+      ref.uncompressed_size = *us;
+      ASSIGN_OR_RETURN(std::optional<uint64_t> points, oci_json::GetSize(*sj, "points", sw, true));
+      ref.points = *points;
+      const LayerEncoding want =
+          ref.encoding == SeekEncoding::kGzip ? LayerEncoding::kTarGzip : LayerEncoding::kTarZstd;
+      const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
+      if (!info || info->encoding != want) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sw, ": a ", encoding, " seek index for a layer of type ", l.media_type));
+      }
+      if (!l.chunk_index || l.chunk_index->content != ChunkIndex::Content::kUncompressed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            sw, ": a seek index needs the chunk index of the uncompressed bytes beside it"));
+      }
+      l.seek_index = std::move(ref);
+    } else if (l.chunk_index && l.chunk_index->content == ChunkIndex::Content::kUncompressed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          w, ".chunkIndex: an index of uncompressed bytes needs a seekIndex beside it"));
     }
     info.layers.push_back(std::move(l));
   }
@@ -244,7 +306,10 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
 
   std::map<Digest, const ChunkIndex*> by_digest;
   for (const ChunkIndex& idx : input.chunk_indexes) by_digest[idx.blob_digest] = &idx;
+  std::map<Digest, const SeekIndex*> seek_by_layer;
+  for (const SeekIndex& idx : input.seek_indexes) seek_by_layer[idx.layer_digest] = &idx;
   std::set<Digest> used;
+  std::set<Digest> seek_used;
   std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
 
   ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
@@ -254,13 +319,49 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     rec.size = layer.descriptor.size;
     rec.media_type = layer.descriptor.media_type;
     rec.path = layer.path;
-    auto it = by_digest.find(rec.digest);
+    // A compressed layer with a seek index: its chunk index is of the uncompressed tar.
+    Digest indexed = rec.digest;
+    uint64_t indexed_size = rec.size;
+    ChunkIndex::Content content = ChunkIndex::Content::kStored;
+    if (auto sit = seek_by_layer.find(rec.digest); sit != seek_by_layer.end()) {
+      const SeekIndex& seek = *sit->second;
+      const SeekEncoding want =
+          layer.encoding == LayerEncoding::kTarGzip ? SeekEncoding::kGzip : SeekEncoding::kZstd;
+      if (!IsCompressedEncoding(layer.encoding) || seek.encoding != want ||
+          seek.compressed_size != rec.size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "seek index for ", rec.digest.str(), " (", std::string(SeekEncodingName(seek.encoding)),
+            ", ", seek.compressed_size, " bytes) does not fit the layer (", rec.media_type, ", ",
+            rec.size, " bytes)"));
+      }
+      std::string bytes = SerializeSeekIndex(seek);
+      VolumeSeekIndexRef ref;
+      ref.path = SeekIndexPath(rec.digest);
+      ref.digest = Digest::Of(bytes);
+      ref.encoding = seek.encoding;
+      ref.diff_id = seek.diff_id;
+      ref.uncompressed_size = seek.uncompressed_size;
+      ref.points = seek.points.size();
+      index_files[ref.path] = std::move(bytes);
+      rec.seek_index = std::move(ref);
+      seek_used.insert(rec.digest);
+      indexed = seek.diff_id;
+      indexed_size = seek.uncompressed_size;
+      content = ChunkIndex::Content::kUncompressed;
+      if (!by_digest.count(indexed)) {
+        return absl::InvalidArgumentError(absl::StrCat("seek index for ", rec.digest.str(),
+                                                       " has no chunk index of its diffId ",
+                                                       indexed.str()));
+      }
+    }
+    auto it = by_digest.find(indexed);
     if (it != by_digest.end()) {
       const ChunkIndex& idx = *it->second;
-      if (idx.blob_size != rec.size) {
-        return absl::InvalidArgumentError(absl::StrCat("chunk index for ", rec.digest.str(),
-                                                       " describes ", idx.blob_size,
-                                                       " bytes but the layer has ", rec.size));
+      if (idx.blob_size != indexed_size || idx.content != content) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk index for ", indexed.str(), " describes ", idx.blob_size, " bytes (content ",
+            static_cast<uint32_t>(idx.content), ") but the layer ", rec.digest.str(), " has ",
+            indexed_size, " (content ", static_cast<uint32_t>(content), ")"));
       }
       std::string bytes = SerializeChunkIndex(idx);
       VolumeChunkIndexRef ref;
@@ -268,11 +369,19 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       ref.digest = Digest::Of(bytes);
       ref.chunk_size = idx.chunk_size;
       ref.algorithm = idx.algorithm;
+      ref.content = idx.content;
       index_files[ref.path] = std::move(bytes);
       rec.chunk_index = std::move(ref);
-      used.insert(rec.digest);
+      used.insert(indexed);
     }
     info.layers.push_back(std::move(rec));
+  }
+  for (const auto& [digest, idx] : seek_by_layer) {
+    if (!seek_used.count(digest)) {
+      return absl::InvalidArgumentError(absl::StrCat("seek index for ", digest.str(),
+                                                     " names no layer of ",
+                                                     input.model_manifest.digest.str()));
+    }
   }
   for (const auto& [digest, idx] : by_digest) {
     if (!used.count(digest)) {
@@ -287,6 +396,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   RETURN_IF_ERROR(tar.AddFile(kVolumeReadmePath, VolumeReadme(info.manifest, info.repository)));
   RETURN_IF_ERROR(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
   RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
+  if (!seek_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
   for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
   v.layer = tar.Finish();
   if (v.layer.size() > kMaxVolumeLayerBytes) {
@@ -356,14 +466,51 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
                                               got.str(), ", model.json says ", ref.digest.str()));
     }
     ASSIGN_OR_RETURN(ChunkIndex idx, ParseChunkIndex(it->second));
-    if (idx.blob_digest != l.digest || idx.blob_size != l.size ||
-        idx.chunk_size != ref.chunk_size || idx.algorithm != ref.algorithm) {
+    // An index of the uncompressed bytes describes the diffId and its size.
+    const Digest& want = l.seek_index ? l.seek_index->diff_id : l.digest;
+    const uint64_t want_size = l.seek_index ? l.seek_index->uncompressed_size : l.size;
+    if (idx.content != ref.content) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("volume layer: chunk index ", ref.path, " covers content ",
+                       static_cast<uint32_t>(idx.content), " but model.json says ",
+                       static_cast<uint32_t>(ref.content), " (1: the uncompressed bytes)"));
+    }
+    if (idx.blob_digest != want || idx.blob_size != want_size || idx.chunk_size != ref.chunk_size ||
+        idx.algorithm != ref.algorithm) {
       return absl::InvalidArgumentError(
           absl::StrCat("volume layer: chunk index ", ref.path, " describes ", idx.blob_digest.str(),
                        " (", idx.blob_size, " bytes, chunk ", idx.chunk_size, ", ",
                        std::string(ChunkDigestName(idx.algorithm)), ") but model.json says ",
-                       l.digest.str(), " (", l.size, " bytes, chunk ", ref.chunk_size, ", ",
+                       want.str(), " (", want_size, " bytes, chunk ", ref.chunk_size, ", ",
                        std::string(ChunkDigestName(ref.algorithm)), ")"));
+    }
+    if (l.seek_index) {
+      const VolumeSeekIndexRef& sref = *l.seek_index;
+      auto sit = files.find(sref.path);
+      if (sit == files.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("volume layer: seek index ", sref.path,
+                                                       " for ", l.digest.str(), " is missing"));
+      }
+      const Digest sgot = Digest::Of(sit->second);
+      if (sgot != sref.digest) {
+        return absl::DataLossError(absl::StrCat("volume layer: seek index ", sref.path, " has ",
+                                                sgot.str(), ", model.json says ",
+                                                sref.digest.str()));
+      }
+      ASSIGN_OR_RETURN(SeekIndex seek, ParseSeekIndex(sit->second));
+      if (seek.layer_digest != l.digest || seek.compressed_size != l.size ||
+          seek.encoding != sref.encoding || seek.diff_id != sref.diff_id ||
+          seek.uncompressed_size != sref.uncompressed_size || seek.points.size() != sref.points) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "volume layer: seek index ", sref.path, " describes ", seek.layer_digest.str(), " (",
+            seek.compressed_size, " bytes, ", std::string(SeekEncodingName(seek.encoding)),
+            ", diffId ", seek.diff_id.str(), ", ", seek.uncompressed_size, " bytes uncompressed, ",
+            seek.points.size(), " points) but model.json says ", l.digest.str(), " (", l.size,
+            " bytes, ", std::string(SeekEncodingName(sref.encoding)), ", diffId ",
+            sref.diff_id.str(), ", ", sref.uncompressed_size, " bytes uncompressed, ", sref.points,
+            " points)"));
+      }
+      out.seek_indexes.emplace(l.digest, std::move(seek));
     }
     out.chunk_indexes.emplace(l.digest, std::move(idx));
   }

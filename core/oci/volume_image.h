@@ -24,6 +24,7 @@
 #include "core/oci/chunk_index.h"
 #include "core/oci/descriptor.h"
 #include "core/oci/manifest.h"
+#include "core/oci/seek_index.h"
 
 namespace modelfs {
 
@@ -32,6 +33,7 @@ inline constexpr std::string_view kVolumeDir = ".modelfs";
 inline constexpr std::string_view kVolumeModelJsonPath = ".modelfs/model.json";
 inline constexpr std::string_view kVolumeReadmePath = ".modelfs/README.txt";
 inline constexpr std::string_view kVolumeChunksDir = ".modelfs/chunks";
+inline constexpr std::string_view kVolumeSeekDir = ".modelfs/seek";
 // Layer A must stay small: containerd unpacks it on nodes without modelfs.
 inline constexpr uint64_t kMaxVolumeLayerBytes = 4ull << 20;
 
@@ -55,7 +57,21 @@ struct VolumeChunkIndexRef {
   // The chunk hashes' algorithm, "algorithm" in model.json (written only for BLAKE3, so a V
   // with SHA-256 indexes keeps the bytes it had before the field existed).
   ChunkDigestAlgorithm algorithm = ChunkDigestAlgorithm::kSha256;
+  // What the hashes cover, "content" in model.json: written only as "uncompressed", for the
+  // index of a compressed layer's tar (which then has a seek index too).
+  ChunkIndex::Content content = ChunkIndex::Content::kStored;
   friend bool operator==(const VolumeChunkIndexRef&, const VolumeChunkIndexRef&) = default;
+};
+// "seekIndex" in model.json: the entry points into a .tar+gzip/.tar+zstd layer
+// (docs/seek-index.md), so its uncompressed bytes are served lazily.
+struct VolumeSeekIndexRef {
+  std::string path;                             // ".modelfs/seek/<layer hex>.idx"
+  Digest digest;                                // SHA-256 of the seek index file
+  SeekEncoding encoding = SeekEncoding::kGzip;  // "gzip" or "zstd"
+  Digest diff_id;                               // SHA-256 of the uncompressed tar
+  uint64_t uncompressed_size = 0;
+  uint64_t points = 0;  // 1: a single zstd frame, which can only be decoded whole
+  friend bool operator==(const VolumeSeekIndexRef&, const VolumeSeekIndexRef&) = default;
 };
 struct VolumeLayerRecord {
   Digest digest;  // the layer of M
@@ -63,6 +79,9 @@ struct VolumeLayerRecord {
   std::string media_type;
   std::string path;  // org.cncf.model.filepath of the layer ("" for a tar layer without one)
   std::optional<VolumeChunkIndexRef> chunk_index;  // absent: verify the layer whole
+  // Compressed layers: with it, chunk_index covers the uncompressed tar (content kUncompressed,
+  // blob digest = seek_index->diff_id).
+  std::optional<VolumeSeekIndexRef> seek_index;
   friend bool operator==(const VolumeLayerRecord&, const VolumeLayerRecord&) = default;
 };
 struct VolumeModelInfo {
@@ -86,6 +105,9 @@ struct VolumeImageInput {
   std::string path_prefix;  // VolumeModelInfo::path_prefix; must pass CheckRelativePath
   // Any order, matched to M's layers by blob digest. A layer without one is verified whole.
   std::vector<ChunkIndex> chunk_indexes;
+  // Any order, matched to M's compressed layers by layer digest; each needs the chunk index of
+  // its uncompressed bytes in chunk_indexes (content kUncompressed, blob digest = diff_id).
+  std::vector<SeekIndex> seek_indexes;
   std::string architecture = "amd64";
   std::string os = "linux";
   // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
@@ -127,10 +149,13 @@ std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repo
 struct VolumeLayerContents {
   VolumeModelInfo model;
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+  std::map<Digest, SeekIndex> seek_indexes;    // by (compressed) layer digest
 };
 // Reads A (already verified against its digest by the caller). Each chunk index file is
 // checked against model.json: digest (kDataLoss on mismatch), and blob digest, size and chunk
-// size (kInvalidArgument). A missing model.json or index file is kInvalidArgument.
+// size (kInvalidArgument). A seek index likewise (digest; layer digest and size, encoding,
+// diffId, uncompressed size), and it must agree with its layer's chunk index of the
+// uncompressed bytes. A missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
 
 // What the snapshotter learns from Prepare labels (or from A's annotations in V's manifest).

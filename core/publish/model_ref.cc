@@ -167,6 +167,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_descriptor = contents.model.manifest;
     RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
     r.chunk_indexes = std::move(contents.chunk_indexes);
+    r.seek_indexes = std::move(contents.seek_indexes);
     r.path_prefix = contents.model.path_prefix;
     r.volume_manifest_json = std::move(top.bytes);
     r.volume_layer_tar = std::move(tar);

@@ -80,6 +80,9 @@ struct ResolvedModel {
   std::string volume_manifest_json;
   std::string volume_layer_tar;                // A, verified
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+  // Compressed layers' seek indexes, by (compressed) layer digest; such a layer's chunk index
+  // covers its uncompressed tar (ChunkIndex::Content::kUncompressed).
+  std::map<Digest, SeekIndex> seek_indexes;
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
 };

@@ -27,6 +27,7 @@
 #include "core/oci/model_time.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/path_safety.h"
+#include "core/oci/seek_index.h"
 #include "core/oci/tar.h"
 #include "core/oci/volume_image.h"
 #include "core/oci/zstd_frames.h"
@@ -102,6 +103,69 @@ absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_siz
   return b.Finish();
 }
 
+// What V carries for a model's layers.
+struct LayerIndexes {
+  std::vector<ChunkIndex> chunks;
+  std::vector<SeekIndex> seeks;  // compressed layers; their chunk index covers the diffId
+};
+
+// One pass over a compressed layer: its seek index, and the chunk index of its uncompressed
+// tar (content kUncompressed: blob digest = diffId), built from the same decoded bytes.
+class CompressedIndexer {
+ public:
+  static absl::StatusOr<CompressedIndexer> Create(LayerEncoding encoding, uint64_t chunk_size,
+                                                  ChunkDigestAlgorithm algorithm,
+                                                  const std::string& layer) {
+    const SeekEncoding e =
+        encoding == LayerEncoding::kTarGzip ? SeekEncoding::kGzip : SeekEncoding::kZstd;
+    ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> seek, SeekIndexBuilder::Create(e, layer));
+    return CompressedIndexer(std::move(seek), chunk_size, algorithm);
+  }
+  absl::Status Feed(std::string_view compressed) {
+    return seek_->Feed(compressed, [&](std::string_view plain) {
+      chunks_.Update(plain);
+      return absl::OkStatus();
+    });
+  }
+  absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> Finish() {
+    ASSIGN_OR_RETURN(SeekIndex seek, seek_->Finish());
+    ChunkIndex chunks = chunks_.Finish();
+    chunks.content = ChunkIndex::Content::kUncompressed;
+    return std::make_pair(std::move(seek), std::move(chunks));
+  }
+
+ private:
+  CompressedIndexer(std::unique_ptr<SeekIndexBuilder> seek, uint64_t chunk_size,
+                    ChunkDigestAlgorithm algorithm)
+      : seek_(std::move(seek)), chunks_(chunk_size, algorithm) {}
+  std::unique_ptr<SeekIndexBuilder> seek_;
+  ChunkIndexBuilder chunks_;
+};
+
+// Streams a compressed layer file through CompressedIndexer.
+absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> IndexCompressedFile(
+    const std::string& path, LayerEncoding encoding, uint64_t chunk_size,
+    ChunkDigestAlgorithm algorithm, const std::string& role, const ProgressFn& progress) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
+  posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  off_t size = lseek(fd.get(), 0, SEEK_END);
+  ASSIGN_OR_RETURN(CompressedIndexer ix,
+                   CompressedIndexer::Create(encoding, chunk_size, algorithm, path));
+  std::string buf(4 << 20, '\0');
+  uint64_t done = 0;
+  for (;;) {
+    ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
+    if (n == 0) break;
+    RETURN_IF_ERROR(ix.Feed(std::string_view(buf.data(), static_cast<size_t>(n))));
+    done += static_cast<uint64_t>(n);
+    if (progress) progress({"indexing " + role, done, static_cast<uint64_t>(size)});
+  }
+  return ix.Finish();
+}
+
 // Wraps a source so that reads report progress.
 BlobReadAt WithProgress(BlobReadAt src, std::string role, uint64_t total, const ProgressFn& p) {
   if (!p) return src;
@@ -169,9 +233,9 @@ std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given
 // through `client`, and links V to M through the referrers fallback tag there.
 absl::Status PushVolume(RegistryClient& client, const std::string& model_repository,
                         const std::string& repo, const Descriptor& model_desc,
-                        const Manifest& model, std::vector<ChunkIndex> indexes,
-                        const std::string& volume_tag, const std::string& path_prefix,
-                        const ModelPackConfig* config, Uploader& up, PushResult& result) {
+                        const Manifest& model, LayerIndexes indexes, const std::string& volume_tag,
+                        const std::string& path_prefix, const ModelPackConfig* config, Uploader& up,
+                        PushResult& result) {
   VolumeImageInput vin;
   // V carries M's own time; for an M without one (some other tool's), none, so that converting
   // the same M again gives the same V.
@@ -180,7 +244,8 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.model = model;
   vin.repository = model_repository;
   vin.path_prefix = path_prefix;
-  vin.chunk_indexes = std::move(indexes);
+  vin.chunk_indexes = std::move(indexes.chunks);
+  vin.seek_indexes = std::move(indexes.seeks);
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
   RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
@@ -276,7 +341,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 
   // Hash (and index) every layer, then upload what the registry lacks.
   std::vector<ModelLayerInput> layers;
-  std::vector<ChunkIndex> indexes;
+  LayerIndexes indexes;
   std::vector<std::string> temp_files;
   struct TempCleanup {
     std::vector<std::string>& files;
@@ -338,8 +403,24 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
         enc = LayerEncoding::kTarZstd;
       }
     }
-    ASSIGN_OR_RETURN(ChunkIndex idx,
-                     IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress));
+    ChunkIndex idx;
+    std::optional<SeekIndex> seek;
+    if (enc == LayerEncoding::kTarZstd) {
+      // The frames' seek index and the chunk index of the tar, in one pass over the layer.
+      ASSIGN_OR_RETURN(auto both, IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest,
+                                                      f.rel, o.progress));
+      seek = std::move(both.first);
+      idx = std::move(both.second);
+      if (seek->diff_id != *diff_id || idx.blob_digest != *diff_id) {
+        return absl::DataLossError(absl::StrCat(blob_path, ": decodes to ", idx.blob_digest.str(),
+                                                ", the tar written was ", diff_id->str()));
+      }
+    } else {
+      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress));
+    }
+    // The layer's own digest and size (a compressed layer's, not its tar's).
+    const Digest layer_digest = seek ? seek->layer_digest : idx.blob_digest;
+    const uint64_t layer_size = seek ? seek->compressed_size : idx.blob_size;
     if (lock.has_value() && f.dir == lock_dir && f.rel != kLockFileName) {
       // Before this file is uploaded: for .raw the layer digest is the file's SHA-256.
       if (enc == LayerEncoding::kRaw) {
@@ -355,19 +436,20 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     meta.size = static_cast<int64_t>(fs::file_size(f.path, ec));
     ModelLayerInput in;
     in.path = f.rel;
-    in.digest = idx.blob_digest;
-    in.size = idx.blob_size;
+    in.digest = layer_digest;
+    in.size = layer_size;
     in.kind = ClassifyFile(f.rel);
     in.encoding = enc;
     in.file_metadata_json = SerializeFileMetadata(meta);
     config.modelfs.diff_ids.push_back(diff_id.value_or(idx.blob_digest));
     layers.push_back(std::move(in));
-    if (diff_id) {
-      // Mounts fetch a compressed layer whole (design.md, "The trust chain"): no chunk index.
-      result.verified_whole.push_back(idx.blob_digest);
-    } else {
-      indexes.push_back(std::move(idx));
+    if (seek) {
+      // Served lazily through the seek index when it has more than one frame; a single frame
+      // is fetched whole, checked and decompressed (design.md, "The trust chain").
+      if (!seek->lazy()) result.verified_whole.push_back(layer_digest);
+      indexes.seeks.push_back(std::move(*seek));
     }
+    indexes.chunks.push_back(std::move(idx));
 
     Descriptor d;
     d.media_type = std::string(ModelLayerMediaType(layers.back().kind, enc));
@@ -401,19 +483,28 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 namespace {
 
 // Streams every layer of M once from `source`, checking its digest and size, and returns
-// their chunk indexes in layer order; each layer is listed in `result` as "present".
-absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, const ResolvedModel& rm,
-                                                    const ConvertOptions& o, PushResult& result) {
-  std::vector<ChunkIndex> indexes;
-  std::vector<uint64_t> layer_sizes;  // of the layers that get an index
-  for (const auto& layer : rm.layers) {
-    if (!IsCompressedEncoding(layer.encoding)) layer_sizes.push_back(layer.descriptor.size);
-  }
+// their chunk indexes in layer order (for a compressed layer: its seek index and the chunk
+// index of its uncompressed tar, from the same pass); each layer is listed in `result` as
+// "present".
+absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedModel& rm,
+                                         const ConvertOptions& o, PushResult& result) {
+  LayerIndexes indexes;
+  // The uncompressed size of a compressed layer is known only once it is decoded: its
+  // compressed size stands in for it (weights compress little; V is checked again when built).
+  std::vector<uint64_t> layer_sizes;
+  for (const auto& layer : rm.layers) layer_sizes.push_back(layer.descriptor.size);
   ASSIGN_OR_RETURN(const uint64_t chunk_size,
                    PickChunkSize(layer_sizes, o.chunk_size, o.chunk_digest));
-  for (const auto& layer : rm.layers) {
+  for (size_t li = 0; li < rm.layers.size(); ++li) {
+    const ModelLayer& layer = rm.layers[li];
     const Descriptor& d = layer.descriptor;
     ChunkIndexBuilder b(chunk_size, o.chunk_digest);
+    std::optional<CompressedIndexer> compressed;
+    if (IsCompressedEncoding(layer.encoding)) {
+      ASSIGN_OR_RETURN(compressed,
+                       CompressedIndexer::Create(layer.encoding, chunk_size, o.chunk_digest,
+                                                 absl::StrCat("layer ", d.digest.str())));
+    }
     uint64_t done = 0;
     std::string role = layer.path.empty() ? d.digest.str() : layer.path;
     RETURN_IF_ERROR(source.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {
@@ -424,6 +515,7 @@ absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, cons
                                                 " bytes"));
       }
       b.Update(chunk);
+      if (compressed) RETURN_IF_ERROR(compressed->Feed(chunk));
       if (o.progress) o.progress({"indexing " + role, done, d.size});
       return absl::OkStatus();
     }));
@@ -436,13 +528,22 @@ absl::StatusOr<std::vector<ChunkIndex>> IndexLayers(RegistryClient& source, cons
     PushedBlob pb{role, d, "present"};
     ++result.present;
     result.blobs.push_back(pb);
-    if (IsCompressedEncoding(layer.encoding)) {
-      // A compressed layer cannot be read by range: mounts fetch it whole, check it against its
-      // digest and decompress it, so V lists it without a chunk index.
-      result.verified_whole.push_back(d.digest);
+    if (compressed) {
+      // Served through its seek index, each byte checked against the chunk index of the
+      // uncompressed tar; a single zstd frame is fetched whole and decompressed instead.
+      ASSIGN_OR_RETURN(auto both, compressed->Finish());
+      ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, li));
+      if (diff_id && *diff_id != both.first.diff_id) {
+        return absl::DataLossError(absl::StrCat(
+            "layer ", d.digest.str(), " (", role, "): decompressed content has digest ",
+            both.first.diff_id.str(), ", the model config's diffId is ", diff_id->str()));
+      }
+      if (!both.first.lazy()) result.verified_whole.push_back(d.digest);
+      indexes.seeks.push_back(std::move(both.first));
+      indexes.chunks.push_back(std::move(both.second));
       continue;
     }
-    indexes.push_back(std::move(idx));
+    indexes.chunks.push_back(std::move(idx));
   }
   return indexes;
 }
@@ -469,7 +570,7 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
   result.model_tag = ref.tag();
   std::vector<std::string> no_mounts;
   Uploader up(client, rm.repository, no_mounts, result);
-  ASSIGN_OR_RETURN(std::vector<ChunkIndex> indexes, IndexLayers(client, rm, o, result));
+  ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(client, rm, o, result));
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(ref, "");
   RETURN_IF_ERROR(PushVolume(client, result.repository, rm.repository, rm.model_descriptor,
@@ -494,7 +595,7 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
   if (result.repository == result.model_repository) result.model_repository.clear();
   std::vector<std::string> no_mounts;
   Uploader up(target, target_repository, no_mounts, result);
-  ASSIGN_OR_RETURN(std::vector<ChunkIndex> indexes, IndexLayers(source, rm, o, result));
+  ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(source, rm, o, result));
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(source_ref, "");
   RETURN_IF_ERROR(PushVolume(target, absl::StrCat(rm.registry, "/", rm.repository),

@@ -82,8 +82,9 @@ struct PushResult {
   std::vector<PushedBlob> blobs;
   uint64_t bytes_uploaded = 0;  // request body bytes sent to the registry
   int uploaded = 0, present = 0, mounted = 0;
-  // Layers V lists without a chunk index (compressed tar layers): mounts fetch each whole,
-  // check it against its digest and decompress it before serving any of its files.
+  // Compressed tar layers that cannot be entered in the middle (a single zstd frame): mounts
+  // fetch each whole, check it against its digest and decompress it before serving any of its
+  // files. Other compressed layers get a seek index and are served lazily.
   std::vector<Digest> verified_whole;
   // push --compress zstd: the tars' bytes and the compressed layers' bytes (0 otherwise).
   uint64_t uncompressed_bytes = 0, compressed_bytes = 0;
@@ -111,7 +112,8 @@ struct ConvertOptions {
 
 // Writes V for the ModelPack artifact at ref into ref's repository: every layer is streamed
 // once, its digest verified and its chunk index built; weights are not uploaded again.
-// Compressed tar layers (.tar+gzip, .tar+zstd) get no chunk index (PushResult::verified_whole).
+// Compressed tar layers (.tar+gzip, .tar+zstd) get a seek index and the chunk index of their
+// uncompressed tar, built in the same pass (docs/seek-index.md).
 absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageReference& ref,
                                         const ConvertOptions& options);
 

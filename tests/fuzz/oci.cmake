@@ -61,3 +61,17 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
        PkgConfig::ISAL
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_layer_decoder
   RUNS 3000)  # about 50 runs a second under ASan: every run sets up two 1 MiB decoders
+
+# ParseSeekIndex (accepted indexes serialize back to the same bytes), the one-pass index
+# builder on arbitrary gzip/zstd streams (ranges decoded through the index equal the plain
+# decoding), and span decoding entered at forged points.
+modelfs_fuzzer(oci_seek_index_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_seek_index_fuzz.cc
+  INSTRUMENT
+    ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
+  DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
+       PkgConfig::ISAL ZLIB::ZLIB
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_seek_index
+  RUNS 3000)

@@ -177,12 +177,26 @@ TEST(ChunkIndexFormatTest, Version2NamingSha256IsRefusedSoEachIndexHasOneForm) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("written as version 1")));
 }
 
-TEST(ChunkIndexFormatTest, Version2RefusesAContentOtherThanTheStoredBytes) {
+TEST(ChunkIndexFormatTest, Version2RefusesAContentOtherThanStoredOrUncompressed) {
   std::string bytes =
       SerializeChunkIndex(BuildChunkIndex(Pattern(10), k64K, ChunkDigestAlgorithm::kBlake3));
-  bytes[16] = 1;
+  bytes[16] = 2;
   EXPECT_THAT(ParseChunkIndex(bytes),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("content 1")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("content 2")));
+}
+
+TEST(ChunkIndexFormatTest, AnIndexOfUncompressedBytesRoundTripsAsVersion2WithContent1) {
+  for (ChunkDigestAlgorithm a : {ChunkDigestAlgorithm::kBlake3, ChunkDigestAlgorithm::kSha256}) {
+    ChunkIndex idx = BuildChunkIndex(Pattern(3 * k64K + 5), k64K, a);
+    idx.content = ChunkIndex::Content::kUncompressed;
+    const std::string bytes = SerializeChunkIndex(idx);
+    EXPECT_EQ(bytes.size(), ChunkIndex::kHeaderSizeV2 + 4 * 32);
+    EXPECT_EQ(bytes[8], 2);   // version
+    EXPECT_EQ(bytes[16], 1);  // content
+    ASSERT_OK_AND_ASSIGN(ChunkIndex parsed, ParseChunkIndex(bytes));
+    EXPECT_EQ(parsed, idx);
+    EXPECT_EQ(SerializeChunkIndex(parsed), bytes);
+  }
 }
 
 TEST(ChunkIndexFormatTest, Version2RefusesATruncatedHeader) {

@@ -5,6 +5,7 @@
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
+#include "tests/testing/compress.h"
 #include "tests/testing/status_matchers.h"
 
 namespace modelfs {
@@ -512,6 +513,91 @@ TEST(BuildVolumeImageTest, AOneTiBModelGetsAVolumeImageAtSixteenMiBChunks) {
   }
   EXPECT_THAT(BuildVolumeImage(in),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("over the 4 MiB limit")));
+}
+
+// A model with one .tar+gzip layer, its seek index and the chunk index of its tar.
+struct CompressedFixture {
+  std::string tar, gz;
+  SeekIndex seek;
+  ChunkIndex chunks;
+  VolumeImageInput input;
+};
+
+CompressedFixture MakeCompressedFixture() {
+  CompressedFixture f;
+  f.tar.resize(600000);
+  uint32_t x = 28;
+  for (size_t i = 0; i < f.tar.size(); ++i) {
+    x = x * 1664525 + 1013904223;  // bf16-like: a random byte beside a narrow-range one
+    f.tar[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
+  }
+  f.gz = testing::Gzip(f.tar);
+  f.seek = *BuildSeekIndex(SeekEncoding::kGzip, f.gz, nullptr, 100000);
+  f.chunks = BuildChunkIndex(f.tar, k64K, ChunkDigestAlgorithm::kBlake3);
+  f.chunks.content = ChunkIndex::Content::kUncompressed;
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {Digest::Of(f.tar)};
+  const std::string config_blob = SerializeModelPackConfig(config);
+  std::vector<ModelLayerInput> layers = {
+      {"model", Digest::Of(f.gz), f.gz.size(), LayerKind::kWeight, LayerEncoding::kTarGzip, ""}};
+  Manifest m = *BuildModelManifest(config_blob, layers);
+  f.input.model_manifest = DescribeBlob(kOciManifestMediaType, SerializeManifest(m));
+  f.input.model = m;
+  f.input.repository = "registry.local:5000/models/gz";
+  f.input.chunk_indexes = {f.chunks};
+  f.input.seek_indexes = {f.seek};
+  return f;
+}
+
+TEST(BuildVolumeImageTest, ACompressedLayerGetsASeekIndexAndTheChunkIndexOfItsTar) {
+  CompressedFixture f = MakeCompressedFixture();
+  ASSERT_GE(f.seek.points.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const VolumeLayerRecord& rec = v.model_info.layers.at(0);
+  ASSERT_TRUE(rec.seek_index.has_value());
+  EXPECT_EQ(rec.seek_index->path, ".modelfs/seek/" + std::string(Digest::Of(f.gz).hex()) + ".idx");
+  EXPECT_EQ(rec.seek_index->encoding, SeekEncoding::kGzip);
+  EXPECT_EQ(rec.seek_index->diff_id, Digest::Of(f.tar));
+  EXPECT_EQ(rec.seek_index->uncompressed_size, f.tar.size());
+  EXPECT_EQ(rec.seek_index->points, f.seek.points.size());
+  ASSERT_TRUE(rec.chunk_index.has_value());
+  EXPECT_EQ(rec.chunk_index->content, ChunkIndex::Content::kUncompressed);
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(back.model, v.model_info);
+  EXPECT_EQ(back.seek_indexes.at(Digest::Of(f.gz)), f.seek);
+  EXPECT_EQ(back.chunk_indexes.at(Digest::Of(f.gz)), f.chunks);
+}
+
+TEST(BuildVolumeImageTest, RefusesASeekIndexWithoutTheChunkIndexOfItsTar) {
+  CompressedFixture f = MakeCompressedFixture();
+  f.input.chunk_indexes.clear();
+  EXPECT_THAT(BuildVolumeImage(f.input).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no chunk index")));
+}
+
+TEST(ParseVolumeLayerTest, RefusesASeekIndexThatDisagreesWithModelJson) {
+  CompressedFixture f = MakeCompressedFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  // Rebuild A with model.json claiming other points but the same file.
+  VolumeModelInfo info = v.model_info;
+  info.layers[0].seek_index->points += 1;
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents good, ParseVolumeLayer(v.layer));
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
+  ASSERT_OK(tar.AddFile(info.layers[0].chunk_index->path,
+                        SerializeChunkIndex(good.chunk_indexes.begin()->second)));
+  ASSERT_OK(tar.AddFile(info.layers[0].seek_index->path, SerializeSeekIndex(f.seek)));
+  EXPECT_THAT(ParseVolumeLayer(tar.Finish()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("points")));
+}
+
+TEST(ParseVolumeModelJsonTest, RefusesAnUncompressedChunkIndexWithoutASeekIndex) {
+  CompressedFixture f = MakeCompressedFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.layers[0].seek_index.reset();
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a seekIndex")));
 }
 
 }  // namespace

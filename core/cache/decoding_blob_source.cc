@@ -1,0 +1,240 @@
+#include "core/cache/decoding_blob_source.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+std::string LayerName(const SeekIndex& index) {
+  return absl::StrCat("layer ", index.layer_digest.str(), " (diffId ", index.diff_id.str(), ")");
+}
+
+uint64_t SpanEnd(const SeekIndex& index, size_t point) {
+  return point + 1 < index.points.size() ? index.points[point + 1].uncompressed_offset
+                                         : index.uncompressed_size;
+}
+
+}  // namespace
+
+void DecodingBlobSource::Add(SeekIndex seek) {
+  auto shared = std::make_shared<const SeekIndex>(std::move(seek));
+  absl::MutexLock l(&mu_);
+  layers_[shared->diff_id] = std::move(shared);
+}
+
+bool DecodingBlobSource::Serves(const Digest& diff_id) const { return Find(diff_id) != nullptr; }
+
+std::shared_ptr<const SeekIndex> DecodingBlobSource::Find(const Digest& diff_id) const {
+  absl::MutexLock l(&mu_);
+  auto it = layers_.find(diff_id);
+  return it == layers_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::string> DecodingBlobSource::FetchRange(const Digest& blob, uint64_t offset,
+                                                           uint64_t length, absl::Time deadline) {
+  if (Find(blob) == nullptr) return inner_->FetchRange(blob, offset, length, deadline);
+  std::string out;
+  out.reserve(length);
+  absl::Status s = StreamRange(blob, offset, length, deadline, [&](absl::string_view piece) {
+    out.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+void DecodingBlobSource::EvictLocked() {
+  while (span_bytes_ > kMaxSpanMemory && !span_order_.empty()) {
+    auto it = spans_.find(span_order_.front());
+    if (it != spans_.end()) {
+      span_bytes_ -= std::min(span_bytes_, it->second->counted);
+      spans_.erase(it);
+    }
+    span_order_.erase(span_order_.begin());
+  }
+}
+
+std::shared_ptr<DecodingBlobSource::Span> DecodingBlobSource::SpanFor(const Digest& diff_id,
+                                                                      size_t point, uint64_t from,
+                                                                      uint64_t to) {
+  const SpanKey key{diff_id, point};
+  absl::MutexLock l(&mu_);
+  auto it = spans_.find(key);
+  if (it != spans_.end()) {
+    Span& s = *it->second;
+    const bool again = std::any_of(s.served.begin(), s.served.end(),
+                                   [&](const auto& r) { return from < r.second && r.first < to; });
+    if (!again) {
+      s.served.push_back({from, to});
+      return it->second;
+    }
+    // A refetch: the cache did not like what it got. Decode from the registry again.
+    span_bytes_ -= std::min(span_bytes_, s.counted);
+    spans_.erase(it);
+  }
+  auto span = std::make_shared<Span>();
+  span->served.push_back({from, to});
+  // Decoded from the point but not asked for (ranges later asked of the span may use it).
+  lead_in_bytes_.fetch_add(from, std::memory_order_relaxed);
+  spans_[key] = span;
+  span_order_.erase(std::remove(span_order_.begin(), span_order_.end(), key), span_order_.end());
+  span_order_.push_back(key);
+  return span;
+}
+
+void DecodingBlobSource::Forget(const Digest& diff_id, size_t point,
+                                const std::shared_ptr<Span>& span) {
+  absl::MutexLock l(&mu_);
+  auto it = spans_.find({diff_id, point});
+  if (it != spans_.end() && it->second == span) {
+    span_bytes_ -= std::min(span_bytes_, span->counted);
+    spans_.erase(it);
+  }
+}
+
+absl::Status DecodingBlobSource::Extend(const SeekIndex& index, size_t point, Span& span,
+                                        uint64_t to, absl::Time deadline) {
+  const uint64_t start = index.points[point].uncompressed_offset;
+  const uint64_t span_len = SpanEnd(index, point) - start;
+  if (span.decoder == nullptr) {
+    ASSIGN_OR_RETURN(span.decoder, SpanDecoder::Create(index, point, LayerName(index), inflater_));
+    span.next_compressed = span.decoder->compressed_start();
+  }
+  // The layer's own ratio says about how many compressed bytes give the bytes still wanted;
+  // a little more, so that one request usually does, and never past the next point unless the
+  // stream says it must (then up to the layer's end).
+  const double ratio = index.uncompressed_size == 0
+                           ? 1.0
+                           : static_cast<double>(index.compressed_size) /
+                                 static_cast<double>(index.uncompressed_size);
+  const uint64_t span_compressed_end = index.CompressedEndFor(start + span_len);
+  while (span.bytes.size() < to) {
+    const uint64_t want = to - span.bytes.size();
+    uint64_t end = span.next_compressed + static_cast<uint64_t>(want * ratio * 1.02) + (16 << 10);
+    end = std::min(end, span.next_compressed < span_compressed_end ? span_compressed_end
+                                                                   : index.compressed_size);
+    if (end <= span.next_compressed) {
+      return absl::DataLossError(
+          absl::StrCat(LayerName(index), ": the compressed stream ends at uncompressed offset ",
+                       start + span.bytes.size(), ", before ", start + to));
+    }
+    SpanDecoder& decoder = *span.decoder;
+    std::string got;  // appended to span.bytes below: the lambdas cannot show span.mu is held
+    absl::Status s = inner_->StreamRange(
+        index.layer_digest, span.next_compressed, end - span.next_compressed, deadline,
+        [&](absl::string_view piece) {
+          compressed_bytes_.fetch_add(piece.size(), std::memory_order_relaxed);
+          return decoder.Feed(std::string_view(piece.data(), piece.size()),
+                              [&](std::string_view out) {
+                                got.append(out);
+                                decoded_bytes_.fetch_add(out.size(), std::memory_order_relaxed);
+                                return absl::OkStatus();
+                              });
+        });
+    span.bytes.append(got, 0, std::min<uint64_t>(span_len - span.bytes.size(), got.size()));
+    RETURN_IF_ERROR(s);
+    span.next_compressed = end;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodingBlobSource::ServeFromSpan(
+    const SeekIndex& index, size_t point, uint64_t from, uint64_t to, absl::Time deadline,
+    const std::function<absl::Status(absl::string_view)>& sink) {
+  std::shared_ptr<Span> span = SpanFor(index.diff_id, point, from, to);
+  std::string out;
+  {
+    if (!span->mu.LockWhenWithDeadline(absl::Condition::kTrue, deadline)) {
+      span->mu.Unlock();
+      return absl::DeadlineExceededError(absl::StrCat(
+          LayerName(index), ": waiting for the span at seek point ", point, " to be decoded"));
+    }
+    absl::Status s = span->status;
+    if (s.ok() && span->bytes.size() < to) {
+      const uint64_t before = span->bytes.size();
+      s = Extend(index, point, *span, to, deadline);
+      if (!s.ok()) span->status = s;
+      absl::MutexLock l(&mu_);
+      span->counted += span->bytes.size() - before;
+      span_bytes_ += span->bytes.size() - before;
+      EvictLocked();
+    }
+    if (s.ok()) out = span->bytes.substr(from, to - from);
+    span->mu.Unlock();
+    if (!s.ok()) {
+      Forget(index.diff_id, point, span);  // the next fetch starts afresh
+      return s;
+    }
+  }
+  ranges_.fetch_add(1, std::memory_order_relaxed);
+  return sink(out);
+}
+
+absl::Status DecodingBlobSource::StreamDirect(
+    const SeekIndex& index, uint64_t offset, uint64_t length, absl::Time deadline,
+    const std::function<absl::Status(absl::string_view)>& sink) {
+  SeekRangeStats stats;
+  absl::Status s = DecodeSeekRange(
+      index, offset, length, LayerName(index),
+      [&](uint64_t from, uint64_t n, const SpanDecoder::Sink& compressed) {
+        return inner_->StreamRange(
+            index.layer_digest, from, n, deadline, [&](absl::string_view piece) {
+              return compressed(std::string_view(piece.data(), piece.size()));
+            });
+      },
+      [&](std::string_view piece) { return sink(absl::string_view(piece.data(), piece.size())); },
+      inflater_, &stats);
+  ranges_.fetch_add(1, std::memory_order_relaxed);
+  compressed_bytes_.fetch_add(stats.compressed_bytes, std::memory_order_relaxed);
+  decoded_bytes_.fetch_add(stats.lead_in + (s.ok() ? length : 0), std::memory_order_relaxed);
+  lead_in_bytes_.fetch_add(stats.lead_in, std::memory_order_relaxed);
+  return s;
+}
+
+absl::Status DecodingBlobSource::StreamRange(
+    const Digest& blob, uint64_t offset, uint64_t length, absl::Time deadline,
+    const std::function<absl::Status(absl::string_view)>& sink) {
+  std::shared_ptr<const SeekIndex> index = Find(blob);
+  if (index == nullptr) return inner_->StreamRange(blob, offset, length, deadline, sink);
+  if (offset > index->uncompressed_size || length > index->uncompressed_size - offset) {
+    return absl::OutOfRangeError(absl::StrCat(LayerName(*index), ": range ", offset, "+", length,
+                                              " is past the end (", index->uncompressed_size,
+                                              " bytes)"));
+  }
+  const uint64_t end = offset + length;
+  uint64_t at = offset;
+  while (at < end) {
+    const size_t point = index->PointFor(at);
+    const uint64_t span_start = index->points[point].uncompressed_offset;
+    const uint64_t span_end = SpanEnd(*index, point);
+    const uint64_t to = std::min(end, span_end);
+    if (span_end - span_start > kMaxSpan) {
+      RETURN_IF_ERROR(StreamDirect(*index, at, to - at, deadline, sink));
+    } else {
+      RETURN_IF_ERROR(
+          ServeFromSpan(*index, point, at - span_start, to - span_start, deadline, sink));
+    }
+    at = to;
+  }
+  return absl::OkStatus();
+}
+
+std::string DecodingBlobSource::EndpointOf(const Digest& blob) {
+  std::shared_ptr<const SeekIndex> index = Find(blob);
+  return inner_->EndpointOf(index == nullptr ? blob : index->layer_digest);
+}
+
+DecodingBlobSource::Stats DecodingBlobSource::stats() const {
+  Stats s;
+  s.ranges = ranges_.load(std::memory_order_relaxed);
+  s.compressed_bytes = compressed_bytes_.load(std::memory_order_relaxed);
+  s.decoded_bytes = decoded_bytes_.load(std::memory_order_relaxed);
+  s.lead_in_bytes = lead_in_bytes_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace modelfs

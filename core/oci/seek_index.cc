@@ -1,0 +1,493 @@
+// The seek index format, its strict parser, and the one-pass builders: gzip through zlib's
+// inflate with Z_BLOCK (which stops at every deflate block boundary and reports the bit
+// position, as zran.c uses it), zstd through libzstd's streaming decoder (which returns 0 at
+// the end of every frame).
+#include "core/oci/seek_index.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+constexpr std::string_view kMagic("MFSSEEK\0", 8);
+
+void PutU8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }
+void PutU16(std::string& out, uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetLE(std::string_view b, size_t at, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  return v;
+}
+void PutDigest(std::string& out, const Digest& d) {
+  const std::array<uint8_t, 32> raw = d.raw();
+  out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+}
+Digest GetDigest(std::string_view b, size_t at) {
+  std::array<uint8_t, 32> raw;
+  memcpy(raw.data(), b.data() + at, 32);
+  return Digest::FromRaw(raw);
+}
+
+// Raw deflate at level 9: windows are stored compressed (bf16 weights give about 0.8).
+std::string DeflateWindow(std::string_view window) {
+  z_stream zs{};
+  if (deflateInit2(&zs, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK) abort();
+  std::string out(deflateBound(&zs, window.size()), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(window.data()));
+  zs.avail_in = static_cast<uInt>(window.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) abort();  // the buffer is deflateBound's
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+}  // namespace
+
+std::string_view SeekEncodingName(SeekEncoding e) {
+  switch (e) {
+    case SeekEncoding::kGzip:
+      return "gzip";
+    case SeekEncoding::kZstd:
+      return "zstd";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::string> InflateSeekWindow(const SeekPoint& p) {
+  std::string out(p.window_size, '\0');
+  z_stream zs{};
+  if (inflateInit2(&zs, -15) != Z_OK) {
+    return absl::ResourceExhaustedError("seek index: cannot allocate an inflate state");
+  }
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p.window.data()));
+  zs.avail_in = static_cast<uInt>(p.window.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  int r = inflate(&zs, Z_FINISH);
+  // A stream that fills the buffer exactly may need one more call to see its end.
+  if (r == Z_BUF_ERROR && zs.avail_out == 0 && zs.avail_in > 0) {
+    char extra;
+    zs.next_out = reinterpret_cast<Bytef*>(&extra);
+    zs.avail_out = 1;
+    r = inflate(&zs, Z_FINISH);
+  }
+  const bool exact = r == Z_STREAM_END && zs.avail_in == 0 && zs.total_out == p.window_size;
+  inflateEnd(&zs);
+  if (!exact) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seek index: the window of the point at uncompressed offset ", p.uncompressed_offset,
+        " is not raw deflate of exactly ", p.window_size, " bytes"));
+  }
+  return out;
+}
+
+size_t SeekIndex::PointFor(uint64_t uncompressed_offset) const {
+  auto it = std::upper_bound(
+      points.begin(), points.end(), uncompressed_offset,
+      [](uint64_t off, const SeekPoint& p) { return off < p.uncompressed_offset; });
+  return it == points.begin() ? 0 : static_cast<size_t>(it - points.begin()) - 1;
+}
+
+uint64_t SeekIndex::CompressedEndFor(uint64_t uncompressed_end) const {
+  auto it = std::lower_bound(
+      points.begin(), points.end(), uncompressed_end,
+      [](const SeekPoint& p, uint64_t off) { return p.uncompressed_offset < off; });
+  return it == points.end() ? compressed_size : it->compressed_offset;
+}
+
+std::string SerializeSeekIndex(const SeekIndex& index) {
+  std::string out;
+  out.append(kMagic);
+  PutU32(out, SeekIndex::kVersion);
+  PutU32(out, static_cast<uint32_t>(index.encoding));
+  PutU64(out, index.compressed_size);
+  PutU64(out, index.uncompressed_size);
+  PutDigest(out, index.layer_digest);
+  PutDigest(out, index.diff_id);
+  PutU64(out, index.points.size());
+  for (const SeekPoint& p : index.points) {
+    PutU64(out, p.uncompressed_offset);
+    PutU64(out, p.compressed_offset);
+    PutU8(out, static_cast<uint8_t>(p.kind));
+    PutU8(out, p.bits);
+    PutU16(out, 0);
+    PutU32(out, p.window_size);
+    PutU32(out, static_cast<uint32_t>(p.window.size()));
+    out.append(p.window);
+  }
+  return out;
+}
+
+absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
+  if (bytes.size() < 12) {
+    return absl::OutOfRangeError(absl::StrCat("seek index: truncated: ", bytes.size(),
+                                              " bytes, too short for a magic and a version"));
+  }
+  if (bytes.substr(0, 8) != kMagic) {
+    return absl::InvalidArgumentError("seek index: bad magic (want \"MFSSEEK\\0\")");
+  }
+  const uint64_t version = GetLE(bytes, 8, 4);
+  if (version != SeekIndex::kVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seek index: version is ", version, ", this build reads version 1"));
+  }
+  if (bytes.size() < SeekIndex::kHeaderSize) {
+    return absl::OutOfRangeError(absl::StrCat("seek index: truncated: ", bytes.size(),
+                                              " bytes, the header alone is ",
+                                              SeekIndex::kHeaderSize));
+  }
+  SeekIndex index;
+  const uint64_t encoding = GetLE(bytes, 12, 4);
+  if (encoding != static_cast<uint32_t>(SeekEncoding::kGzip) &&
+      encoding != static_cast<uint32_t>(SeekEncoding::kZstd)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seek index: encoding ", encoding, " is not 1 (gzip) or 2 (zstd)"));
+  }
+  index.encoding = static_cast<SeekEncoding>(encoding);
+  index.compressed_size = GetLE(bytes, 16, 8);
+  index.uncompressed_size = GetLE(bytes, 24, 8);
+  index.layer_digest = GetDigest(bytes, 32);
+  index.diff_id = GetDigest(bytes, 64);
+  const uint64_t count = GetLE(bytes, 96, 8);
+  const std::string name = absl::StrCat("seek index of ", index.layer_digest.str());
+  if (index.compressed_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": compressed_size is 0"));
+  }
+  if (count == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": no points (the first is the start)"));
+  }
+  size_t at = SeekIndex::kHeaderSize;
+  if ((bytes.size() - at) / SeekIndex::kPointFixedSize < count) {
+    return absl::OutOfRangeError(absl::StrCat(
+        name, ": truncated: ", count, " points need at least ", count * SeekIndex::kPointFixedSize,
+        " bytes after the header, have ", bytes.size() - at));
+  }
+  index.points.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (bytes.size() - at < SeekIndex::kPointFixedSize) {
+      return absl::OutOfRangeError(absl::StrCat(name, ": truncated at point ", i));
+    }
+    SeekPoint p;
+    p.uncompressed_offset = GetLE(bytes, at, 8);
+    p.compressed_offset = GetLE(bytes, at + 8, 8);
+    const uint64_t kind = GetLE(bytes, at + 16, 1);
+    p.bits = static_cast<uint8_t>(GetLE(bytes, at + 17, 1));
+    const uint64_t reserved = GetLE(bytes, at + 18, 2);
+    p.window_size = static_cast<uint32_t>(GetLE(bytes, at + 20, 4));
+    const uint64_t window_len = GetLE(bytes, at + 24, 4);
+    at += SeekIndex::kPointFixedSize;
+    const std::string where =
+        absl::StrCat(name, ": point ", i, " (uncompressed offset ", p.uncompressed_offset,
+                     ", compressed offset ", p.compressed_offset, ")");
+    if (reserved != 0) return absl::InvalidArgumentError(absl::StrCat(where, ": reserved not 0"));
+    if (kind > 1 || (kind == 1 && index.encoding != SeekEncoding::kGzip)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": kind ", kind, " is not allowed in a ",
+                       std::string(SeekEncodingName(index.encoding)), " index"));
+    }
+    p.kind = static_cast<SeekPoint::Kind>(kind);
+    if (i == 0) {
+      if (p.uncompressed_offset != 0 || p.compressed_offset != 0 ||
+          p.kind != SeekPoint::Kind::kStreamStart) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": the first point must be the start of the stream"));
+      }
+    } else {
+      const SeekPoint& prev = index.points.back();
+      if (p.uncompressed_offset <= prev.uncompressed_offset ||
+          p.compressed_offset <= prev.compressed_offset) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": offsets do not increase from the point before"));
+      }
+      if (p.uncompressed_offset >= index.uncompressed_size ||
+          p.compressed_offset >= index.compressed_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": past the end of the layer (", index.compressed_size,
+                         " compressed, ", index.uncompressed_size, " uncompressed bytes)"));
+      }
+    }
+    if (p.kind == SeekPoint::Kind::kStreamStart) {
+      if (p.bits != 0 || p.window_size != 0 || window_len != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": a stream start has no bit offset and no window"));
+      }
+    } else {
+      if (p.bits > 7) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": bits ", int{p.bits}, " > 7"));
+      }
+      if (p.window_size == 0 || p.window_size > SeekIndex::kWindowSize ||
+          p.window_size > p.uncompressed_offset) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": window_size ", p.window_size,
+                                                       " is not in 1..", SeekIndex::kWindowSize,
+                                                       " and within the bytes before the point"));
+      }
+      if (window_len == 0 || window_len > bytes.size() - at) {
+        return absl::OutOfRangeError(
+            absl::StrCat(where, ": truncated: window of ", window_len, " bytes"));
+      }
+      p.window.assign(bytes.data() + at, window_len);
+      at += window_len;
+      RETURN_IF_ERROR(InflateSeekWindow(p).status());
+    }
+    index.points.push_back(std::move(p));
+  }
+  if (at != bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", bytes.size() - at, " trailing bytes after ", count, " points"));
+  }
+  return index;
+}
+
+namespace {
+
+class GzipIndexBuilder final : public SeekIndexBuilder {
+ public:
+  GzipIndexBuilder(std::string layer, uint64_t spacing)
+      : layer_(std::move(layer)), spacing_(spacing), out_(256 << 10, '\0') {}
+  ~GzipIndexBuilder() override {
+    if (init_) inflateEnd(&zs_);
+  }
+  absl::Status Init() {
+    if (inflateInit2(&zs_, 15 + 16) != Z_OK) {
+      return absl::ResourceExhaustedError(absl::StrCat(layer_, ": cannot allocate inflate state"));
+    }
+    init_ = true;
+    index_.encoding = SeekEncoding::kGzip;
+    index_.points.push_back(SeekPoint{});
+    return absl::OkStatus();
+  }
+
+  absl::Status Feed(std::string_view in, const Sink& sink) override {
+    compressed_hash_.Update(in);
+    zs_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    zs_.avail_in = static_cast<uInt>(in.size());
+    if (in.size() > (1u << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat(layer_, ": compressed piece too large"));
+    }
+    const uint64_t base = consumed_;
+    auto pos = [&] { return base + (in.size() - zs_.avail_in); };
+    while (true) {
+      if (member_done_) {
+        if (zs_.avail_in == 0) break;
+        // Another member follows (gzip allows several, as `cat a.gz b.gz` writes).
+        inflateReset(&zs_);
+        member_done_ = false;
+        member_start_ = produced_;
+        if (produced_ - index_.points.back().uncompressed_offset >= spacing_) {
+          SeekPoint p;
+          p.uncompressed_offset = produced_;
+          p.compressed_offset = pos();
+          index_.points.push_back(std::move(p));
+        }
+      }
+      zs_.next_out = reinterpret_cast<Bytef*>(out_.data());
+      zs_.avail_out = static_cast<uInt>(out_.size());
+      const uInt avail_before = zs_.avail_in;
+      const int r = inflate(&zs_, Z_BLOCK);
+      if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR) {
+        return absl::DataLossError(absl::StrCat(layer_, ": gzip stream is corrupt near compressed ",
+                                                "offset ", pos(), " (",
+                                                zs_.msg ? zs_.msg : "zlib error", ")"));
+      }
+      const size_t n = out_.size() - zs_.avail_out;
+      if (n > 0 || zs_.avail_in != avail_before) member_started_ = true;
+      if (n > 0) {
+        const std::string_view piece(out_.data(), n);
+        produced_ += n;
+        uncompressed_hash_.Update(piece);
+        tail_.append(piece);
+        if (tail_.size() > 2 * SeekIndex::kWindowSize) {
+          tail_.erase(0, tail_.size() - SeekIndex::kWindowSize);
+        }
+        RETURN_IF_ERROR(sink(piece));
+      }
+      if (r == Z_STREAM_END) {
+        member_done_ = true;
+        members_++;
+        continue;
+      }
+      // Bit 7: inflate stopped at the end of a block (or of the header); bit 6: that was the
+      // last block. A point needs a next block inside this member.
+      if ((zs_.data_type & 128) && !(zs_.data_type & 64) && produced_ > member_start_ &&
+          produced_ - index_.points.back().uncompressed_offset >= spacing_) {
+        SeekPoint p;
+        p.uncompressed_offset = produced_;
+        p.compressed_offset = pos();
+        p.kind = SeekPoint::Kind::kBlockBoundary;
+        p.bits = static_cast<uint8_t>(zs_.data_type & 7);
+        p.window_size = static_cast<uint32_t>(
+            std::min<uint64_t>(SeekIndex::kWindowSize, produced_ - member_start_));
+        p.window = DeflateWindow(std::string_view(tail_).substr(tail_.size() - p.window_size));
+        index_.points.push_back(std::move(p));
+      }
+      if (zs_.avail_in == 0 && zs_.avail_out > 0) break;  // wants more input
+      if (r == Z_BUF_ERROR) {
+        return absl::DataLossError(
+            absl::StrCat(layer_, ": gzip stream makes no progress at compressed offset ", pos()));
+      }
+    }
+    consumed_ += in.size();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<SeekIndex> Finish() override {
+    if (!member_done_ || members_ == 0) {
+      return absl::DataLossError(
+          absl::StrCat(layer_, ": gzip stream ends inside a member at compressed offset ",
+                       consumed_, members_ == 0 && !member_started_ ? " (no gzip member)" : ""));
+    }
+    index_.compressed_size = consumed_;
+    index_.uncompressed_size = produced_;
+    index_.layer_digest = compressed_hash_.Finish();
+    index_.diff_id = uncompressed_hash_.Finish();
+    return std::move(index_);
+  }
+
+ private:
+  const std::string layer_;
+  const uint64_t spacing_;
+  z_stream zs_{};
+  bool init_ = false;
+  std::string out_;
+  std::string tail_;  // the last 32..64 KiB of output
+  uint64_t consumed_ = 0;
+  uint64_t produced_ = 0;
+  uint64_t member_start_ = 0;
+  uint64_t members_ = 0;
+  bool member_done_ = false;
+  bool member_started_ = false;
+  Sha256 compressed_hash_;
+  Sha256 uncompressed_hash_;
+  SeekIndex index_;
+};
+
+class ZstdIndexBuilder final : public SeekIndexBuilder {
+ public:
+  ZstdIndexBuilder(std::string layer, ZSTD_DCtx* dctx)
+      : layer_(std::move(layer)), dctx_(dctx), out_(1 << 20, '\0') {
+    index_.encoding = SeekEncoding::kZstd;
+    index_.points.push_back(SeekPoint{});
+  }
+  ~ZstdIndexBuilder() override { ZSTD_freeDCtx(dctx_); }
+
+  absl::Status Feed(std::string_view in, const Sink& sink) override {
+    compressed_hash_.Update(in);
+    ZSTD_inBuffer input{in.data(), in.size(), 0};
+    while (input.pos < input.size || pending_output_) {
+      if (!frame_open_ && input.pos < input.size && produced_ > 0 &&
+          produced_ > index_.points.back().uncompressed_offset) {
+        // The next frame starts here. A frame that adds no bytes gets no point of its own: the
+        // one before it covers it.
+        SeekPoint p;
+        p.uncompressed_offset = produced_;
+        p.compressed_offset = consumed_ + input.pos;
+        index_.points.push_back(std::move(p));
+      }
+      ZSTD_outBuffer output{out_.data(), out_.size(), 0};
+      const size_t in_before = input.pos;
+      const size_t r = ZSTD_decompressStream(dctx_, &output, &input);
+      if (ZSTD_isError(r)) {
+        return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is corrupt near compressed ",
+                                                "offset ", consumed_ + input.pos, " (",
+                                                ZSTD_getErrorName(r), ")"));
+      }
+      if (input.pos != in_before || output.pos > 0) frame_open_ = r != 0;
+      if (input.pos > 0) saw_input_ = true;
+      pending_output_ = output.pos == output.size;
+      if (output.pos > 0) {
+        const std::string_view piece(out_.data(), output.pos);
+        produced_ += output.pos;
+        uncompressed_hash_.Update(piece);
+        RETURN_IF_ERROR(sink(piece));
+      }
+    }
+    consumed_ += in.size();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<SeekIndex> Finish() override {
+    if (!saw_input_) {
+      return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is empty (no frame)"));
+    }
+    if (frame_open_) {
+      return absl::DataLossError(absl::StrCat(
+          layer_, ": zstd stream ends inside a frame at compressed offset ", consumed_));
+    }
+    index_.compressed_size = consumed_;
+    index_.uncompressed_size = produced_;
+    index_.layer_digest = compressed_hash_.Finish();
+    index_.diff_id = uncompressed_hash_.Finish();
+    return std::move(index_);
+  }
+
+ private:
+  const std::string layer_;
+  ZSTD_DCtx* const dctx_;
+  std::string out_;
+  uint64_t consumed_ = 0;
+  uint64_t produced_ = 0;
+  bool frame_open_ = false;
+  bool saw_input_ = false;
+  bool pending_output_ = false;
+  Sha256 compressed_hash_;
+  Sha256 uncompressed_hash_;
+  SeekIndex index_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> SeekIndexBuilder::Create(SeekEncoding encoding,
+                                                                           std::string layer,
+                                                                           uint64_t gzip_spacing) {
+  switch (encoding) {
+    case SeekEncoding::kGzip: {
+      auto b =
+          std::make_unique<GzipIndexBuilder>(std::move(layer), std::max<uint64_t>(gzip_spacing, 1));
+      RETURN_IF_ERROR(b->Init());
+      return std::unique_ptr<SeekIndexBuilder>(std::move(b));
+    }
+    case SeekEncoding::kZstd: {
+      ZSTD_DCtx* dctx = ZSTD_createDCtx();
+      if (dctx == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(layer, ": cannot allocate a zstd context"));
+      }
+      return std::unique_ptr<SeekIndexBuilder>(new ZstdIndexBuilder(std::move(layer), dctx));
+    }
+  }
+  return absl::InvalidArgumentError("seek index: unknown encoding");
+}
+
+absl::StatusOr<SeekIndex> BuildSeekIndex(SeekEncoding encoding, std::string_view compressed,
+                                         std::string* uncompressed, uint64_t gzip_spacing) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> b,
+                   SeekIndexBuilder::Create(encoding, "layer", gzip_spacing));
+  constexpr size_t kPiece = 4 << 20;
+  for (size_t off = 0; off < compressed.size(); off += kPiece) {
+    RETURN_IF_ERROR(b->Feed(compressed.substr(off, kPiece), [&](std::string_view piece) {
+      if (uncompressed != nullptr) uncompressed->append(piece);
+      return absl::OkStatus();
+    }));
+  }
+  return b->Finish();
+}
+
+}  // namespace modelfs

@@ -1,0 +1,82 @@
+// SpanDecoder: decodes a compressed tar layer from one of its seek points (seek_index.h), and
+// DecodeSeekRange, which serves a byte range of the uncompressed layer by decoding from the
+// nearest point before it, discarding the lead-in. gzip resumes a raw inflate at a block
+// boundary with the point's bit offset and window (ISA-L's igzip by default, zlib on request:
+// bench/span_inflate_bench measures both); zstd decodes frame after frame with libzstd.
+//
+// Nothing here verifies content: the bytes a point leads to are as good as the point, so the
+// caller checks every decoded byte against the chunk hashes of the uncompressed layer
+// (the blob cache does, before serving).
+//
+// Thread safety: a SpanDecoder belongs to one thread; DecodeSeekRange keeps no state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/oci/seek_index.h"
+
+namespace modelfs {
+
+enum class GzipInflater { kIsal, kZlib };
+
+class SpanDecoder {
+ public:
+  using Sink = std::function<absl::Status(std::string_view)>;
+
+  // A decoder starting at `index.points[point]`. `layer` names the layer in errors.
+  // Errors: kInvalidArgument for a point out of range or a window that does not inflate;
+  // kResourceExhausted when the library cannot allocate its state.
+  static absl::StatusOr<std::unique_ptr<SpanDecoder>> Create(
+      const SeekIndex& index, size_t point, std::string layer,
+      GzipInflater inflater = GzipInflater::kIsal);
+  virtual ~SpanDecoder() = default;
+
+  // The compressed offset the first byte fed must be at: the point's, or one byte earlier for
+  // a gzip block that starts inside a byte.
+  uint64_t compressed_start() const { return compressed_start_; }
+  uint64_t produced() const { return produced_; }  // bytes given to the sink since the point
+
+  // Decodes the next compressed bytes; the decoded bytes (from the point's uncompressed offset
+  // on) go to `sink`. Errors: kDataLoss naming the layer and the compressed offset (corrupt
+  // data, a checksum that does not match, bytes past the end that start no member or frame);
+  // the sink's errors.
+  virtual absl::Status Feed(std::string_view compressed, const Sink& sink) = 0;
+
+ protected:
+  SpanDecoder(std::string layer, uint64_t compressed_start)
+      : layer_(std::move(layer)), compressed_start_(compressed_start) {}
+  const std::string layer_;
+  const uint64_t compressed_start_;
+  uint64_t consumed_ = 0;  // compressed bytes fed so far
+  uint64_t produced_ = 0;
+};
+
+// Fetches compressed bytes [offset, offset + length) of the layer and hands them to `sink` in
+// order (RemoteBlobSource::StreamRange over the compressed blob).
+using CompressedFetch =
+    std::function<absl::Status(uint64_t offset, uint64_t length, const SpanDecoder::Sink& sink)>;
+
+// What DecodeSeekRange fetched, for stats and tests.
+struct SeekRangeStats {
+  uint64_t compressed_bytes = 0;  // compressed bytes fetched
+  uint64_t lead_in = 0;           // decoded bytes discarded before `offset`
+};
+
+// Delivers bytes [offset, offset + length) of the uncompressed layer to `sink`, in order,
+// decoding from the last point at or before `offset`; only the compressed bytes up to the
+// first point at or after the range's end are fetched (more only if the stream says so).
+// Errors: kOutOfRange for a range past index.uncompressed_size; kDataLoss when the stream
+// ends before the range does; the decoder's, fetch's and sink's errors.
+absl::Status DecodeSeekRange(const SeekIndex& index, uint64_t offset, uint64_t length,
+                             const std::string& layer, const CompressedFetch& fetch,
+                             const SpanDecoder::Sink& sink,
+                             GzipInflater inflater = GzipInflater::kIsal,
+                             SeekRangeStats* stats = nullptr);
+
+}  // namespace modelfs

@@ -1,0 +1,212 @@
+// Compressed tar layers served lazily through a seek index, end to end: a ModelPack artifact
+// whose one tar layer was compressed by the `gzip` and `zstd` tools (or written in frames as
+// `push --compress zstd` does) is pushed to a real registry, `modelfs convert` writes its
+// volume image (seek index + chunk index of the tar), and `modelfs mount` of it serves every
+// byte right, says which layers are lazy in `stats`, and fetches at most 8 MiB of compressed
+// bytes for a 4 MiB read. A single zstd frame is decoded whole, and stats says so.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/digest.h"
+#include "core/oci/manifest.h"
+#include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "integration/harness/registry_fixture.h"
+#include "integration/mount/mount_test_env.h"
+#include "integration/publish/publish_test_env.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/compress.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs::testing {
+namespace {
+
+constexpr char kRepo[] = "models/seek";
+
+class SeekIndexE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0 || !std::filesystem::exists("/dev/fuse")) {
+      if (const char* ci = getenv("CI"); ci != nullptr && std::string(ci) == "true") {
+        FAIL() << "needs root and /dev/fuse (CI=true: a missing component fails)";
+      }
+      GTEST_SKIP() << "needs root and /dev/fuse";
+    }
+    BecomeSubreaper();
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
+    const std::string src = tmp_.Join("src").string();
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> files, WriteTestModel(src, /*seed=*/29));
+    TarWriter tar;
+    for (const std::string& f : files) {
+      want_[f] = ReadFileOrDie(src + "/" + f);
+      ASSERT_OK(tar.AddFile(f, want_[f]));
+    }
+    // Several gzip checkpoints (every 4 MiB) and zstd frames, at bf16's ratio.
+    std::mt19937 rng(29);
+    std::string weights(24 << 20, '\0');
+    for (size_t i = 0; i < weights.size(); ++i) {
+      weights[i] = static_cast<char>(i % 2 ? 0x3c + rng() % 3 : rng());
+    }
+    want_["big/weights.bin"] = weights;
+    ASSERT_OK(tar.AddFile("big/weights.bin", weights));
+    tar_ = tar.Finish();
+    ASSERT_OK_AND_ASSIGN(client_, ConnectPlainHttp(registry_->host_port()));
+  }
+
+  // The tar compressed by a command-line tool ("gzip -6", "zstd -3").
+  std::string Tool(const std::vector<std::string>& argv) {
+    const std::string in = tmp_.WriteFile("layer.tar", tar_).string();
+    std::vector<std::string> cmd = argv;
+    cmd.push_back("-k");
+    cmd.push_back("-f");
+    cmd.push_back(in);
+    absl::StatusOr<CommandResult> r = RunCommand(cmd);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+    const std::string out = in + (argv[0] == "gzip" ? ".gz" : ".zst");
+    std::string bytes = ReadFileOrDie(out);
+    std::filesystem::remove(out);
+    return bytes;
+  }
+
+  // Pushes M:`tag` with one compressed tar layer and converts it (V at `tag`-volume).
+  void PushAndConvert(const std::string& tag, LayerEncoding encoding,
+                      const std::string& compressed) {
+    ASSERT_OK_AND_ASSIGN(Digest layer, UploadBlob(*client_, kRepo, compressed));
+    ModelPackConfig config;
+    config.config.format = "safetensors";
+    config.modelfs.diff_ids = {Digest::Of(tar_)};
+    const std::string config_blob = SerializeModelPackConfig(config);
+    ASSERT_OK(UploadBlob(*client_, kRepo, config_blob).status());
+    ModelLayerInput in;
+    in.path = "model";
+    in.digest = layer;
+    in.size = compressed.size();
+    in.kind = LayerKind::kWeight;
+    in.encoding = encoding;
+    ASSERT_OK_AND_ASSIGN(Manifest m, BuildModelManifest(config_blob, {in}));
+    ASSERT_OK(
+        client_->PutManifest(kRepo, tag, SerializeManifest(m), std::string(kOciManifestMediaType))
+            .status());
+    ASSERT_OK_AND_ASSIGN(ProcessResult c,
+                         RunModelfs({"convert", "--plain-http", "--json",
+                                     absl::StrCat(registry_->host_port(), "/", kRepo, ":", tag)}));
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    convert_json_ = ParseJsonOutput(c.out);
+    layer_ = layer;
+    ratio_ = static_cast<double>(compressed.size()) / static_cast<double>(tar_.size());
+  }
+
+  std::unique_ptr<ModelMount> Mount(const std::string& tag) {
+    MountOptions o;
+    o.cache_dir = tmp_.Join("cache-" + tag).string();
+    const std::string dir = tmp_.Join("mnt-" + tag).string();
+    std::filesystem::create_directories(dir);
+    absl::StatusOr<std::unique_ptr<ModelMount>> m = ModelMount::Start(
+        absl::StrCat(registry_->host_port(), "/", kRepo, ":", tag, "-volume"), dir, o);
+    EXPECT_OK(m.status());
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+
+  // A 4 MiB read in the middle of the big file fetches no more compressed bytes than the
+  // cache asked for of the tar (what a raw layer would have cost: the read's chunks and the
+  // cache's readahead for a sequential run), and at most 8 MiB plus that readahead.
+  void ExpectALazyFourMiBRead(ModelMount& m) {
+    ASSERT_OK_AND_ASSIGN(nlohmann::json before, m.FreshStats());
+    const int fd = open((m.dir() + "/big/weights.bin").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    const uint64_t off = (11 << 20) + 12345;
+    ASSERT_OK_AND_ASSIGN(std::string got, PreadExact(fd, off, 4 << 20));
+    close(fd);
+    EXPECT_TRUE(got == want_["big/weights.bin"].substr(off, 4 << 20));
+    ASSERT_OK_AND_ASSIGN(nlohmann::json after, m.FreshStats());
+    const uint64_t fetched = after["compressed_bytes_fetched"].get<uint64_t>() -
+                             before["compressed_bytes_fetched"].get<uint64_t>();
+    const uint64_t asked =
+        after["bytes_fetched"].get<uint64_t>() - before["bytes_fetched"].get<uint64_t>();
+    EXPECT_GT(fetched, 0u) << after.dump();
+    const uint64_t lead_in =
+        after["lead_in_bytes"].get<uint64_t>() - before["lead_in_bytes"].get<uint64_t>();
+    // The read's 5 chunks and the cache's readahead of 4 MiB beyond them.
+    EXPECT_LE(asked, 9u << 20) << after.dump();
+    // Only the compressed bytes of what was decoded: the tar asked for and the lead-in from
+    // the point before it (at most one span), at the layer's ratio, and a little slack.
+    EXPECT_LE(lead_in, 4u << 20) << after.dump();
+    EXPECT_LE(static_cast<double>(fetched),
+              static_cast<double>(asked + lead_in) * ratio_ * 1.05 + (256 << 10))
+        << after.dump();
+    printf(
+        "4 MiB read at %lu: the cache asked %lu bytes of the tar, %lu compressed bytes "
+        "fetched, lead-in %lu\n",
+        static_cast<unsigned long>(off), static_cast<unsigned long>(asked),
+        static_cast<unsigned long>(fetched),
+        static_cast<unsigned long>(after["lead_in_bytes"].get<uint64_t>() -
+                                   before["lead_in_bytes"].get<uint64_t>()));
+    EXPECT_LT(after["bytes_fetched"].get<uint64_t>(), tar_.size()) << after.dump();
+  }
+
+  void ExpectEveryFile(const std::string& dir) {
+    std::map<std::string, std::string> got = DescribeFiles(dir);
+    got.erase(".modelinfo.json");
+    std::map<std::string, std::string> want;
+    for (const auto& [path, bytes] : want_) want[path] = Digest::Of(bytes).str();
+    EXPECT_EQ(got, want);
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<RegistryFixture> registry_;
+  std::unique_ptr<RegistryClient> client_;
+  std::map<std::string, std::string> want_;
+  std::string tar_;
+  nlohmann::json convert_json_;
+  Digest layer_;
+  double ratio_ = 1;
+};
+
+TEST_F(SeekIndexE2eTest, AGzipToolLayerIsServedLazilyThroughItsSeekIndex) {
+  PushAndConvert("gzip", LayerEncoding::kTarGzip, Tool({"gzip", "-6"}));
+  EXPECT_EQ(convert_json_["verified_whole"], nlohmann::json::array());
+  std::unique_ptr<ModelMount> m = Mount("gzip");
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_EQ(stats["layers"][layer_.str()], "lazy-seek-index") << stats.dump();
+  EXPECT_EQ(stats["verification"], "chunk-index") << stats.dump();
+  ExpectALazyFourMiBRead(*m);
+  ExpectEveryFile(m->dir());
+  EXPECT_OK(m->Unmount());
+}
+
+TEST_F(SeekIndexE2eTest, AZstdLayerOfFramesIsServedLazily) {
+  PushAndConvert("frames", LayerEncoding::kTarZstd, ZstdFrames(tar_, 1 << 20));
+  EXPECT_EQ(convert_json_["verified_whole"], nlohmann::json::array());
+  std::unique_ptr<ModelMount> m = Mount("frames");
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_EQ(stats["layers"][layer_.str()], "lazy-seek-index") << stats.dump();
+  ExpectALazyFourMiBRead(*m);
+  ExpectEveryFile(m->dir());
+  EXPECT_OK(m->Unmount());
+}
+
+TEST_F(SeekIndexE2eTest, AZstdToolLayerIsOneFrameAndIsDecodedWhole) {
+  PushAndConvert("zstd", LayerEncoding::kTarZstd, Tool({"zstd", "-3", "-q"}));
+  EXPECT_EQ(convert_json_["verified_whole"], nlohmann::json::array({layer_.str()}));
+  std::unique_ptr<ModelMount> m = Mount("zstd");
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_EQ(stats["layers"][layer_.str()], "decoded-whole") << stats.dump();
+  ExpectEveryFile(m->dir());
+  EXPECT_OK(m->Unmount());
+}
+
+}  // namespace
+}  // namespace modelfs::testing

@@ -1,0 +1,185 @@
+// DecodingBlobSource under the real BlobCache: a compressed tar layer with a seek index is
+// registered as the chunk-mode layer of its uncompressed bytes (its diffId) and served span by
+// span from the compressed blob; every byte is checked against the chunk hashes of the
+// uncompressed bytes, so corrupt spans, lying points and wrong windows end in kDataLoss.
+#include "core/cache/decoding_blob_source.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+#include "core/cache/blob_cache.h"
+#include "core/oci/chunk_index.h"
+#include "tests/cache/fake_remote.h"
+#include "tests/testing/compress.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::FakeRemote;
+using ::modelfs::testing::IsOk;
+using ::modelfs::testing::StatusIs;
+
+constexpr uint64_t kChunk = 1 << 20;
+
+std::string Weights(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(i % 2 ? 0x3c + rng() % 3 : rng());
+  return out;
+}
+
+class DecodingBlobSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { plain_ = Weights(24 << 20, 28); }
+
+  // Publishes `compressed` and registers its uncompressed bytes with the cache, served through
+  // `seek` (built from the bytes unless given).
+  void Serve(SeekEncoding encoding, const std::string& compressed,
+             std::optional<SeekIndex> seek = std::nullopt) {
+    compressed_ = remote_.AddBlob(compressed);
+    if (!seek) {
+      absl::StatusOr<SeekIndex> built = BuildSeekIndex(encoding, compressed);
+      ASSERT_THAT(built, IsOk());
+      seek = *built;
+    }
+    seek_ = *seek;
+    diff_id_ = Digest::Of(plain_);
+    ChunkIndex idx = BuildChunkIndex(plain_, kChunk, ChunkDigestAlgorithm::kBlake3);
+    idx.content = ChunkIndex::Content::kUncompressed;
+    decoding_.Add(seek_);
+    CacheOptions o;
+    o.dir = dir_.Join("cache").string();
+    o.fetch_threads = 4;
+    o.verify_when_idle = absl::ZeroDuration();
+    o.read_deadline = absl::Seconds(20);
+    o.log = [](absl::string_view) {};
+    if (no_readahead_) o.readahead_min = o.readahead_max = 1ull << 40;
+    auto cache = BlobCache::Open(std::move(o), &decoding_);
+    ASSERT_THAT(cache, IsOk());
+    cache_ = std::move(*cache);
+    LayerSpec spec;
+    spec.digest = diff_id_;
+    spec.size = plain_.size();
+    spec.index = idx;
+    spec.mode = VerifyMode::kChunk;
+    spec.model_ref = "m";
+    ASSERT_OK(cache_->RegisterLayer(spec));
+  }
+
+  testing::TempDir dir_;
+  FakeRemote remote_;
+  DecodingBlobSource decoding_{&remote_};
+  std::unique_ptr<BlobCache> cache_;
+  bool no_readahead_ = false;
+  std::string plain_;
+  Digest compressed_, diff_id_;
+  SeekIndex seek_;
+};
+
+TEST_F(DecodingBlobSourceTest, ServesEveryByteOfAGzipLayerThroughItsSeekIndex) {
+  Serve(SeekEncoding::kGzip, testing::Gzip(plain_));
+  ASSERT_GE(seek_.points.size(), 5u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 0, plain_.size()));
+  EXPECT_TRUE(got == plain_);
+}
+
+TEST_F(DecodingBlobSourceTest, ServesAZstdLayerOfManyFrames) {
+  Serve(SeekEncoding::kZstd, testing::ZstdFrames(plain_, kChunk));
+  EXPECT_EQ(seek_.points.size(), 24u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 5 * kChunk + 7, 3 * kChunk));
+  EXPECT_TRUE(got == plain_.substr(5 * kChunk + 7, 3 * kChunk));
+}
+
+TEST_F(DecodingBlobSourceTest, AFourMiBRandomReadFetchesAtMostEightMiBOfCompressedBytes) {
+  // The cache's readahead for a sequential run (4 MiB more after 4 MiB, for raw layers too)
+  // is its own policy: this measures what the read itself costs.
+  no_readahead_ = true;
+  const std::string gz = testing::Gzip(plain_);
+  Serve(SeekEncoding::kGzip, gz);
+  std::mt19937 rng(4);
+  for (int i = 0; i < 4; ++i) {
+    remote_.ResetCounters();
+    const uint64_t off = rng() % (plain_.size() - (4 << 20));
+    // As the kernel sends it: 1 MiB requests.
+    for (uint64_t at = off; at < off + (4 << 20); at += kChunk) {
+      ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, at, kChunk));
+      ASSERT_TRUE(got == plain_.substr(at, kChunk)) << at;
+    }
+    std::string log;
+    for (const auto& r : remote_.log()) log += absl::StrCat(" ", r.offset, "+", r.length);
+    const auto st = decoding_.stats();
+    EXPECT_LE(remote_.bytes_served(), 8u << 20)
+        << "read at " << off << ":" << log << " lead-in " << st.lead_in_bytes;
+  }
+}
+
+TEST_F(DecodingBlobSourceTest, CorruptCompressedBytesAreDataLossAndNeverServed) {
+  const std::string gz = testing::Gzip(plain_);
+  Serve(SeekEncoding::kGzip, gz);
+  // Every answer carrying this byte is corrupt: a lying registry, not a transient fault.
+  const uint64_t bad = seek_.points[2].compressed_offset + 5000;
+  remote_.CorruptByte(compressed_, bad);
+  const uint64_t off = seek_.points[2].uncompressed_offset;
+  EXPECT_THAT(cache_->Read(diff_id_, off, kChunk), StatusIs(absl::StatusCode::kDataLoss));
+  // Elsewhere the layer is served.
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 0, kChunk));
+  EXPECT_TRUE(got == plain_.substr(0, kChunk));
+}
+
+TEST_F(DecodingBlobSourceTest, AFlippedByteInOneAnswerIsRefetchedAndThenServed) {
+  const std::string gz = testing::Gzip(plain_);
+  Serve(SeekEncoding::kGzip, gz);
+  const uint64_t bad = seek_.points[1].compressed_offset + 100000;
+  remote_.CorruptByte(compressed_, bad, /*answers=*/1);
+  const uint64_t off = seek_.points[1].uncompressed_offset;
+  absl::StatusOr<std::string> got = cache_->Read(diff_id_, off, 2 * kChunk);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(*got == plain_.substr(off, 2 * kChunk));
+}
+
+TEST_F(DecodingBlobSourceTest, ALyingSeekPointIsCaughtByTheChunkHashes) {
+  const std::string gz = testing::Gzip(plain_);
+  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(SeekEncoding::kGzip, gz));
+  ASSERT_GE(lie.points.size(), 4u);
+  lie.points[2].uncompressed_offset += 4096;  // the bytes decoded from it land 4 KiB late
+  Serve(SeekEncoding::kGzip, gz, lie);
+  const uint64_t off = lie.points[2].uncompressed_offset + kChunk;
+  EXPECT_THAT(cache_->Read(diff_id_, off - off % kChunk, kChunk),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(DecodingBlobSourceTest, AWindowThatDoesNotMatchIsCaughtByTheChunkHashes) {
+  const std::string gz = testing::Gzip(plain_);
+  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(SeekEncoding::kGzip, gz));
+  ASSERT_GE(lie.points.size(), 4u);
+  // A well-formed window of the right size holding other bytes: the window of point 3.
+  SeekPoint& p = lie.points[2];
+  p.window = lie.points[3].window;
+  p.window_size = lie.points[3].window_size;
+  Serve(SeekEncoding::kGzip, gz, lie);
+  // The window matters to the first 32 KiB after the point: the chunk holding them.
+  const uint64_t off = p.uncompressed_offset - p.uncompressed_offset % kChunk;
+  EXPECT_THAT(cache_->Read(diff_id_, off, kChunk), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(DecodingBlobSourceTest, ATruncatedLayerIsDataLoss) {
+  const std::string zst = testing::ZstdFrames(plain_, kChunk);
+  ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  // The registry holds a cut stream under the full stream's digest.
+  const std::string cut = zst.substr(0, zst.size() - 200000);
+  remote_.AddBlobAs(seek.layer_digest, cut);
+  seek.compressed_size = cut.size();
+  Serve(SeekEncoding::kZstd, cut, seek);
+  EXPECT_THAT(cache_->Read(diff_id_, plain_.size() - kChunk, kChunk),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+}  // namespace
+}  // namespace modelfs
