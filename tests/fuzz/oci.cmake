@@ -12,12 +12,13 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
   ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
 set(MODELFS_OCI_FUZZ_DEPS
   modelfs_status modelfs_blake3 OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings
-  absl::str_format modelfs_http)
+  absl::str_format modelfs_http ZLIB::ZLIB PkgConfig::ZSTD)
 
 # ParseManifest / ParseIndex / ParseModelPackConfig / ParseVolumeModelJson on arbitrary bytes,
 # and parse -> serialize -> parse must be a fixed point.
