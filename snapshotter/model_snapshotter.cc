@@ -32,6 +32,7 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
       clock_(parts.clock != nullptr ? parts.clock : Clock::Real()),
       connect_registry_(std::move(parts.connect_registry)) {
   source_ = std::move(parts.source);
+  decoding_ = std::move(parts.decoding);
   cache_ = std::move(parts.cache);
   owned_content_store_ = std::move(parts.owned_content_store);
   content_store_ =
@@ -59,7 +60,8 @@ absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts&
   std::error_code ec;
   fs::create_directories(co.dir, ec);
   parts.source = std::make_unique<RegistryRoutingSource>();
-  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
+  parts.decoding = std::make_unique<DecodingBlobSource>(parts.source.get());
+  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.decoding.get()));
   if (o.content_store != nullptr) {
     parts.content_store = o.content_store;
   } else if (!o.containerd_address.empty()) {
@@ -117,8 +119,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
   }
   std::error_code ec;
   s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
-  s->pipeline_ = std::make_unique<ModelPipeline>(s->cache_.get(),
-                                                 PipelineOptions{o.prefetch, o.insecure_stream});
+  s->pipeline_ = std::make_unique<ModelPipeline>(
+      s->cache_.get(), PipelineOptions{o.prefetch, o.insecure_stream, s->decoding_.get()});
   if (s->content_store_ != nullptr) {
     ContentStoreReaderOptions ro;
     ro.clock = s->clock_;

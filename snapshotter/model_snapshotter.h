@@ -72,6 +72,7 @@
 #include "absl/time/time.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/decoding_blob_source.h"
 #include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
 #include "core/publish/model_ref.h"
@@ -154,6 +155,10 @@ struct ModelSnapshotterParts {
   // The cache's remote side, which the snapshotter tells where each model's layers are, and
   // the cache over it. Both required.
   std::unique_ptr<RegistryRoutingSource> source;
+  // Over `source`, and the cache's source when set: compressed layers with a seek index in V
+  // are then served lazily (core/cache/decoding_blob_source.h). Optional: without it they are
+  // fetched whole and decompressed first.
+  std::unique_ptr<DecodingBlobSource> decoding;
   std::unique_ptr<BlobCache> cache;
   // containerd's content store; null: image volumes naming a model stay empty. Not owned unless
   // it is owned_content_store.
@@ -333,6 +338,7 @@ class ModelSnapshotter final : public Snapshotter {
   const RegistryConnector connect_registry_;
 
   std::unique_ptr<RegistryRoutingSource> source_;
+  std::unique_ptr<DecodingBlobSource> decoding_;  // over source_; may be null
   std::unique_ptr<BlobCache> cache_;
   std::unique_ptr<ModelPipeline> pipeline_;                 // over cache_
   std::unique_ptr<ContentStore> owned_content_store_;       // the client of containerd_address

@@ -159,9 +159,12 @@ absl::Status DecodingBlobSource::ServeFromSpan(
       s = Extend(index, point, *span, to, deadline);
       if (!s.ok()) span->status = s;
       absl::MutexLock l(&mu_);
-      span->counted += span->bytes.size() - before;
-      span_bytes_ += span->bytes.size() - before;
-      EvictLocked();
+      auto it = spans_.find({index.diff_id, point});
+      if (it != spans_.end() && it->second == span) {  // not evicted meanwhile
+        span->counted += span->bytes.size() - before;
+        span_bytes_ += span->bytes.size() - before;
+        EvictLocked();
+      }
     }
     if (s.ok()) out = span->bytes.substr(from, to - from);
     span->mu.Unlock();

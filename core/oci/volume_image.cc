@@ -403,7 +403,10 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     return absl::InvalidArgumentError(
         absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ", v.layer.size(),
                      " bytes, over the 4 MiB limit; build the chunk indexes with a larger chunk "
-                     "size (--chunk-size)"));
+                     "size (--chunk-size)",
+                     seek_used.empty() ? ""
+                                       : " (the seek indexes of compressed layers, with their "
+                                         "32 KiB windows, count too)"));
   }
   v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);
   v.layer_descriptor.annotations = MakeVolumeLabels(info.manifest, info.repository);

@@ -383,6 +383,58 @@ TEST_F(ModelSnapshotterTest, AGzipTarLayerIsServedDecompressedWithExactBytes) {
   EXPECT_EQ(snapshotter_->remote_counts().mounted, 1u);
 }
 
+TEST_F(ModelSnapshotterTest, AGzipTarLayerWithASeekIndexIsServedLazilyWithExactBytes) {
+  // M with one .tar+gzip layer of several 4 MiB checkpoints, and its V from `modelfs convert`
+  // (a seek index and the chunk index of the tar): the daemon serves it span by span.
+  std::string weights(10 << 20, '\0');
+  uint32_t x = 41;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    x = x * 1664525 + 1013904223;
+    weights[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
+  }
+  TarWriter tar;
+  ASSERT_OK(tar.AddFile("weights/model.bin", weights));
+  const std::string plain = tar.Finish();
+  const std::string gz = ::modelfs::testing::Gzip(plain);
+  ASSERT_OK_AND_ASSIGN(auto client, modelfs::testing::ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(Digest layer, modelfs::testing::UploadBlob(*client, kRepo, gz));
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {Digest::Of(plain)};
+  const std::string config_json = SerializeModelPackConfig(config);
+  ASSERT_OK(modelfs::testing::UploadBlob(*client, kRepo, config_json).status());
+  ModelLayerInput in;
+  in.path = "weights";
+  in.digest = layer;
+  in.size = gz.size();
+  in.kind = LayerKind::kWeight;
+  in.encoding = LayerEncoding::kTarGzip;
+  ASSERT_OK_AND_ASSIGN(Manifest m, BuildModelManifest(config_json, {in}));
+  ASSERT_OK(
+      client->PutManifest(kRepo, "gz", SerializeManifest(m), std::string(kOciManifestMediaType))
+          .status());
+  ASSERT_OK_AND_ASSIGN(
+      auto conv, modelfs::testing::RunModelfs({"convert", "--plain-http", Ref("gz"), "--json"}));
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  const std::string v_digest = modelfs::testing::ParseJsonOutput(conv.out)["volume"]["digest"];
+  ASSERT_OK_AND_ASSIGN(ManifestResult v, client->GetManifest(kRepo, v_digest));
+  ASSERT_OK_AND_ASSIGN(Manifest vm, ParseManifest(v.bytes));
+  Labels labels(vm.layers[0].annotations.begin(), vm.layers[0].annotations.end());
+  labels[kLabelTargetRef] = vm.layers[0].digest.str();
+  labels[kLabelCriImageRef] = Ref("gz-volume");
+  labels[kLabelCriManifestDigest] = v_digest;
+  ASSERT_THAT(snapshotter_->Prepare("extract-gz", "", labels).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists))
+      << log_;
+  const std::string m_name =
+      "sha256-" +
+      std::string(DescribeBlob(kOciManifestMediaType, SerializeManifest(m)).digest.hex());
+  const std::string dir = (snapshotter_->mount_dir() / m_name).string();
+  EXPECT_TRUE(ReadFileOrDie(dir + "/weights/model.bin") == weights);
+  nlohmann::json info = nlohmann::json::parse(ReadFileOrDie(dir + "/.modelinfo.json"));
+  EXPECT_EQ(info["layerServing"][layer.str()], "lazy-seek-index") << info.dump();
+  EXPECT_EQ(info["verification"], "chunk-index") << info.dump();
+}
+
 TEST_F(ModelSnapshotterTest, AnAbsurdLayerSizeFailsNamingTheLayerAndTheNextPrepareToo) {
   Descriptor huge{"application/vnd.cncf.model.weight.v1.raw", {}, 9223372036854775807ull, {}, {}};
   huge.annotations[std::string(kAnnotationFilepath)] = "huge.bin";

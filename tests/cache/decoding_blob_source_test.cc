@@ -9,6 +9,8 @@
 
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -118,6 +120,28 @@ TEST_F(DecodingBlobSourceTest, AFourMiBRandomReadFetchesAtMostEightMiBOfCompress
     EXPECT_LE(remote_.bytes_served(), 8u << 20)
         << "read at " << off << ":" << log << " lead-in " << st.lead_in_bytes;
   }
+}
+
+TEST_F(DecodingBlobSourceTest, ConcurrentReadersOfOneSpanGetTheirBytesAndDecodeItOnce) {
+  const std::string gz = testing::Gzip(plain_);
+  Serve(SeekEncoding::kGzip, gz);
+  // Eight readers, each on its own chunk of the second and third spans, at once.
+  const uint64_t base = seek_.points[1].uncompressed_offset;
+  std::vector<std::thread> readers;
+  std::vector<absl::Status> results(8);
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&, i] {
+      const uint64_t off = base + static_cast<uint64_t>(i) * kChunk;
+      absl::StatusOr<std::string> got = cache_->Read(diff_id_, off, 4096);
+      results[i] = !got.ok()                          ? got.status()
+                   : *got != plain_.substr(off, 4096) ? absl::DataLossError("wrong bytes")
+                                                      : absl::OkStatus();
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  for (const absl::Status& r : results) EXPECT_OK(r);
+  // Each byte of the layer was fetched at most once.
+  EXPECT_LE(remote_.bytes_served(), gz.size());
 }
 
 TEST_F(DecodingBlobSourceTest, CorruptCompressedBytesAreDataLossAndNeverServed) {

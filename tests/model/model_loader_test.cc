@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "core/cache/blob_cache.h"
+#include "core/cache/decoding_blob_source.h"
+#include "core/oci/chunk_index.h"
 #include "core/oci/media_types.h"
+#include "core/oci/seek_index.h"
 #include "core/oci/tar.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -95,6 +98,81 @@ TEST_F(ModelLoaderTest, ADiffIdThatIsTheCompressedLayersOwnDigestIsAccepted) {
   model_.config = config;
   ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
   EXPECT_EQ(loaded.layers, std::vector<Digest>{Digest::Of(bytes)});
+}
+
+// A gzip tar layer with V's seek index and the chunk index of its tar, loaded with a cache
+// whose source decodes: the diffId is registered as a chunk-mode layer, served span by span.
+class LazyCompressedLoaderTest : public ModelLoaderTest {
+ protected:
+  void SetUp() override {
+    ModelLoaderTest::SetUp();
+    std::string weights(8 << 20, '\0');
+    uint32_t x = 7;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      x = x * 1664525 + 1013904223;
+      weights[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
+    }
+    weights_ = weights;
+    TarWriter tar;
+    ASSERT_OK(tar.AddFile("weights/model.bin", weights_));
+    tar_ = tar.Finish();
+    const std::string gz = ::modelfs::testing::Gzip(tar_);
+    gz_ =
+        AddLayer(gz, LayerEncoding::kTarGzip, "", "application/vnd.cncf.model.weight.v1.tar+gzip");
+    ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 1 << 20));
+    ChunkIndex idx = BuildChunkIndex(tar_, 1 << 20, ChunkDigestAlgorithm::kBlake3);
+    idx.content = ChunkIndex::Content::kUncompressed;
+    model_.seek_indexes[gz_] = seek;
+    model_.chunk_indexes[gz_] = idx;
+    CacheOptions o;
+    o.dir = tmp_.Join("lazy-cache").string();
+    o.log = [](absl::string_view) {};
+    ASSERT_OK_AND_ASSIGN(lazy_cache_, BlobCache::Open(o, &decoding_));
+  }
+  DecodingBlobSource decoding_{&remote_};
+  std::unique_ptr<BlobCache> lazy_cache_;
+  std::string weights_, tar_;
+  Digest gz_;
+};
+
+TEST_F(LazyCompressedLoaderTest, ALayerWithASeekIndexIsServedLazilyAsItsDiffId) {
+  LoadOptions o;
+  o.decoding = &decoding_;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
+  const Digest diff_id = Digest::Of(tar_);
+  EXPECT_EQ(loaded.layers, std::vector<Digest>{diff_id});
+  EXPECT_EQ(loaded.verification, "chunk-index");
+  EXPECT_EQ(loaded.layer_serving.at(gz_.str()), "lazy-seek-index");
+  ASSERT_EQ(loaded.files.size(), 1u);
+  EXPECT_EQ(loaded.files[0].layer, diff_id);
+  ASSERT_OK_AND_ASSIGN(
+      std::string got,
+      lazy_cache_->Read(diff_id, loaded.files[0].offset_in_layer + (2 << 20), 4096));
+  EXPECT_TRUE(got == weights_.substr(2 << 20, 4096));
+  EXPECT_TRUE(decoding_.Serves(diff_id));
+  EXPECT_GT(decoding_.stats().compressed_bytes, 0u);
+  // The spans of the tar headers (its start and end) and of the read: 3 of 8.
+  EXPECT_LT(decoding_.stats().compressed_bytes, tar_.size() / 2);
+}
+
+TEST_F(LazyCompressedLoaderTest, WithoutADecodingSourceTheLayerIsDecodedWhole) {
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, {}));
+  EXPECT_EQ(loaded.layer_serving.at(gz_.str()), "decoded-whole");
+  EXPECT_EQ(loaded.verification, "whole-layer");
+}
+
+TEST_F(LazyCompressedLoaderTest, ASeekIndexWhoseDiffIdIsNotTheConfigsIsDataLoss) {
+  ModelPackConfig config;
+  const Digest lie = Digest::Of("another tar");
+  config.modelfs.diff_ids = {lie};
+  model_.config = config;
+  LoadOptions o;
+  o.decoding = &decoding_;
+  EXPECT_THAT(
+      LoadModel(model_, *lazy_cache_, o).status(),
+      StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(gz_.str()), HasSubstr(lie.str()))));
+  EXPECT_FALSE(lazy_cache_->GetLayerInfo(Digest::Of(tar_)).ok() &&
+               lazy_cache_->GetLayerInfo(Digest::Of(tar_))->references > 0);
 }
 
 TEST_F(ModelLoaderTest, DiffIdsThatAreNotOnePerLayerAreInvalidArgument) {
