@@ -95,6 +95,12 @@ inline constexpr char kLabelCriManifestDigest[] = "containerd.io/snapshot/cri.ma
 inline constexpr char kLabelRemoteModel[] = "containerd.io/snapshot/modelfs.remote";
 // On an image-volume snapshot served from containerd's content store: the model's directory
 // under <root>/mnt, and the containerd namespace whose content store holds it.
+// On a committed, empty snapshot that answers a lower layer of a volume image V (an index
+// layer, below A): V's digest. Nothing but V's own next layer is prepared on top of it.
+inline constexpr char kLabelRemoteLower[] = "containerd.io/snapshot/modelfs.remote-lower";
+// On a committed model snapshot of an image-compatible V: "true" when the snapshot's own
+// directory holds V's `.modelfs/` files, which views show above the model's directory.
+inline constexpr char kLabelRemoteFiles[] = "containerd.io/snapshot/modelfs.remote-files";
 inline constexpr char kLabelContentModel[] = "containerd.io/snapshot/modelfs.content-model";
 inline constexpr char kLabelContentNamespace[] = "containerd.io/snapshot/modelfs.content-namespace";
 
@@ -242,6 +248,15 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
+  // A layer of V below A (labelled kLabelRole): where V's manifest and config, fetched by the
+  // pinned digest, make `target` the chain ID of such a layer on `parent`
+  // (CheckVolumeLowerBinding), commits an empty snapshot and returns kAlreadyExists. Any
+  // other error: the caller unpacks the layer the ordinary way (it holds only index files).
+  absl::Status PrepareRemoteLower(const std::string& key, const std::string& parent,
+                                  const std::string& target, const Labels& labels);
+  // OK unless `parent` is a lower layer of V answered remotely (empty), on which only V's own
+  // next layer, answered remotely too, may stand: kFailedPrecondition naming it.
+  absl::Status CheckNotOnRemoteLower(const std::string& key, const std::string& parent);
   // OK when volume image `volume` may send the daemon to `repository` on `registry` for its
   // model `model`: V's own repository, or one an entry of model_hosts allows (model_hosts.h).
   // Else kPermissionDenied naming both repositories and the line to add to snapshotter.toml.
@@ -355,6 +370,8 @@ class ModelSnapshotter final : public Snapshotter {
     Digest digest;
   };
   std::map<int64_t, VolumeOrigin> volume_of_snapshot_ ABSL_GUARDED_BY(mu_);
+  // Model snapshots (image-compatible V) whose own directory holds `.modelfs/`.
+  std::set<int64_t> with_volume_files_ ABSL_GUARDED_BY(mu_);
   RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -78,7 +78,10 @@ struct ResolvedModel {
   // Present when ref named a volume image:
   std::optional<Descriptor> volume_descriptor;
   std::string volume_manifest_json;
-  std::string volume_layer_tar;                // A, verified
+  std::string volume_layer_tar;  // A, verified
+  // V's index layers (below A, in V's order) and V's config, verified; empty when V has none.
+  std::vector<std::string> volume_index_layer_tars;
+  std::string volume_config_json;
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
