@@ -203,7 +203,9 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     absl::StatusOr<CriContainerStatus> st = runtime_->WaitForExit(*id, absl::Minutes(3));
     EXPECT_OK(st.status());
     const std::string out = ParseCriLog(ReadFileOrDie(pod.log_directory + "/reader.log"));
-    if (st.ok()) EXPECT_EQ(st->exit_code, 0) << out;
+    if (st.ok()) {
+      EXPECT_EQ(st->exit_code, 0) << out;
+    }
     return ParseSha256sum(out);
   }
 
