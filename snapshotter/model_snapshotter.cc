@@ -427,6 +427,19 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        "); unpacking it as an ordinary layer"));
       absl::MutexLock lock(&mu_);
       counts_.fallback++;
+    } else if (!volume->has_value() && !options_.lazy_images.empty() &&
+               !labels.contains(std::string(kLabelRole)) && !MissingCriLabel(labels)) {
+      absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
+      if (absl::IsAlreadyExists(st)) {
+        absl::MutexLock lock(&mu_);
+        counts_.mounted++;
+        return st;
+      }
+      // Never blocks the image: without a volume image (or on any error) it is unpacked.
+      if (!absl::IsNotFound(st)) {
+        Log(absl::StrCat("snapshot ", key, ": not served lazily (", st.ToString(),
+                         "); unpacking it"));
+      }
     } else if (!volume->has_value() && labels.contains(std::string(kLabelRole))) {
       absl::Status st = PrepareRemoteLower(key, parent, target->second, labels);
       if (absl::IsAlreadyExists(st)) return st;

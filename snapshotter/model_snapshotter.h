@@ -124,6 +124,9 @@ struct ModelSnapshotterOptions {
   // node send requests where it chooses. Others are refused (kPermissionDenied) before
   // anything of M is requested.
   std::vector<std::string> model_hosts;
+  // Ordinary images served lazily when a modelfs volume image V is among their referrers
+  // (snapshotter.md, "Lazy plain images"): repositories in the model_hosts forms. Empty: none.
+  std::vector<std::string> lazy_images;
   // A containers-policy.json (policy_gate.h) that volume images must satisfy before their model
   // is registered, and again each time a container is to use one; empty: no policy, nothing
   // checked.
@@ -254,6 +257,18 @@ class ModelSnapshotter final : public Snapshotter {
   // other error: the caller unpacks the layer the ordinary way (it holds only index files).
   absl::Status PrepareRemoteLower(const std::string& key, const std::string& parent,
                                   const std::string& target, const Labels& labels);
+  // An ordinary image's layer (no modelfs labels) from a repository in lazy_images: looks for
+  // a volume image among the image's referrers (one lookup per image, its answer kept) and,
+  // when there is one and `target` is the chain ID of the image's top layer, registers V's
+  // model and commits the target as a model snapshot (kAlreadyExists). kNotFound when there is
+  // none or this is not the top layer; any error: the caller unpacks the layer as ever.
+  absl::Status PrepareLazyImage(const std::string& key, const std::string& parent,
+                                const std::string& target, const Labels& labels);
+  // The volume image among the referrers of `image` at `digest`, from the kept answers or
+  // the registry (kept when the registry answered). nullopt: none.
+  absl::StatusOr<std::optional<Descriptor>> LazyVolumeFor(RegistryClient& client,
+                                                          const ImageReference& image,
+                                                          const Digest& digest);
   // OK unless `parent` is a lower layer of V answered remotely (empty), on which only V's own
   // next layer, answered remotely too, may stand: kFailedPrecondition naming it.
   absl::Status CheckNotOnRemoteLower(const std::string& key, const std::string& parent);
@@ -370,6 +385,8 @@ class ModelSnapshotter final : public Snapshotter {
     Digest digest;
   };
   std::map<int64_t, VolumeOrigin> volume_of_snapshot_ ABSL_GUARDED_BY(mu_);
+  // lazy_images: each image manifest's volume image among its referrers (nullopt: none).
+  std::map<Digest, std::optional<Descriptor>> lazy_volumes_ ABSL_GUARDED_BY(mu_);
   // Model snapshots (image-compatible V) whose own directory holds `.modelfs/`.
   std::set<int64_t> with_volume_files_ ABSL_GUARDED_BY(mu_);
   RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);

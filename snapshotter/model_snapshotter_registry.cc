@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
@@ -350,6 +351,116 @@ absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const 
                    v.layers[i].digest.str(), ") answered as remote"));
   return absl::AlreadyExistsError(
       absl::StrCat("target snapshot \"", target, "\" exists (a lower layer of a volume image)"));
+}
+
+absl::StatusOr<std::optional<Descriptor>> ModelSnapshotter::LazyVolumeFor(
+    RegistryClient& client, const ImageReference& image, const Digest& digest) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = lazy_volumes_.find(digest);
+    if (it != lazy_volumes_.end()) return it->second;
+  }
+  // The referrers API, else the fallback tag "sha256-<hex>" (`modelfs convert IMAGE` writes
+  // both where it can), filtered to volume images.
+  ASSIGN_OR_RETURN(
+      std::string index_json,
+      client.GetReferrers(image.repository(), digest, std::string(kVolumeImageArtifactType)));
+  ASSIGN_OR_RETURN(Index index, ParseIndex(index_json));
+  std::optional<Descriptor> found;
+  for (const Descriptor& d : index.manifests) {
+    if (d.artifact_type != kVolumeImageArtifactType) continue;
+    // The same answer whatever order the registry lists them in.
+    if (!found || d.digest.str() < found->digest.str()) found = d;
+  }
+  absl::MutexLock lock(&mu_);
+  lazy_volumes_[digest] = found;
+  return found;
+}
+
+absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const std::string& parent,
+                                                const std::string& target, const Labels& labels) {
+  ASSIGN_OR_RETURN(ImageReference named,
+                   ImageReference::Parse(labels.find(kLabelCriImageRef)->second));
+  bool listed = false;
+  for (const std::string& entry : options_.lazy_images) {
+    listed = listed || ModelHostAllows(entry, named.registry(), named.repository());
+  }
+  if (!listed) return absl::NotFoundError("not in lazy_images");
+  const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
+  ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(named.registry()));
+  ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
+  if (!volume) return absl::NotFoundError("no volume image among its referrers");
+  // Only the top layer is answered: the layers below it (a base image other images share)
+  // are unpacked as ever, and the model's merged tree lies over them.
+  ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
+  if (top.digest != pinned_digest) {
+    return absl::DataLossError(absl::StrCat("image ", named.String(), " has digest ",
+                                            top.digest.str(), ", not the pinned ", pinned));
+  }
+  ASSIGN_OR_RETURN(Manifest image, ParseManifest(top.bytes));
+  ASSIGN_OR_RETURN(std::string config,
+                   FetchVerifiedBlob(*client, named.repository(), image.config, 1u << 20));
+  ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(config));
+  if (diff_ids.empty() || diff_ids.size() != image.layers.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("image ", named.String(), ": its config lists ", diff_ids.size(),
+                     " diff_ids for ", image.layers.size(), " layers"));
+  }
+  if (ChainIdOf(diff_ids).str() != target) {
+    return absl::NotFoundError("not the image's top layer");
+  }
+  std::vector<Digest> below(diff_ids.begin(), diff_ids.end() - 1);
+  const std::string want_parent = below.empty() ? "" : ChainIdOf(below).str();
+  if (!(want_parent.empty()
+            ? parent.empty()
+            : (parent == want_parent || absl::EndsWith(parent, "/" + want_parent)))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parent snapshot \"", parent, "\" is not the chain below the image's top layer"));
+  }
+  // The policy judges the image the pod named, as for a volume image.
+  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "image"));
+  ASSIGN_OR_RETURN(ImageReference vref,
+                   ImageReference::Parse(absl::StrCat(named.Name(), "@", volume->digest.str())));
+  absl::Status host_refusal;
+  ASSIGN_OR_RETURN(
+      ResolvedModel rm,
+      ResolveModel(
+          *client, vref,
+          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+            return ClientFor(registry);
+          },
+          [&](const std::string& registry, const std::string& repository) {
+            host_refusal = CheckModelHost(vref, pinned_digest, registry, repository);
+            return host_refusal;
+          }));
+  RETURN_IF_ERROR(host_refusal);
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
+  if (!v.subject || v.subject->digest != pinned_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "volume image ", vref.String(), " is not a referrer of ", named.String(), "@", pinned));
+  }
+  const std::string name = ModelName(rm.model_descriptor.digest);
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
+  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
+  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
+  Labels committed = labels;
+  committed[kLabelRemoteModel] = name;
+  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
+    (void)base_->Remove(key);
+    return st;
+  }
+  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
+  {
+    absl::MutexLock lock(&mu_);
+    model_of_snapshot_[rec.id] = name;
+    models_[name].snapshot_ids.insert(rec.id);
+    volume_of_snapshot_[rec.id] = {named, pinned_digest};
+  }
+  Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
+                   name, " (volume image ", volume->digest.str(), ")"));
+  return absl::AlreadyExistsError(
+      absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
 }
 
 absl::Status ModelSnapshotter::CheckNotOnRemoteLower(const std::string& key,

@@ -651,4 +651,35 @@ TEST_F(ModelSnapshotterTest, NothingButTheVolumesNextLayerStandsOnARemoteLowerSn
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("sha256:v")));
 }
 
+// The labels containerd's CRI pull sends with the Prepare of an ordinary image's layer.
+Labels PlainLayerLabels(const std::string& repository, const std::string& target) {
+  Labels labels;
+  labels[kLabelTargetRef] = target;
+  labels[kLabelCriImageRef] = absl::StrCat(kRegistry, "/", repository, ":v1");
+  labels[kLabelCriManifestDigest] = Digest::Of("image manifest").str();
+  return labels;
+}
+
+// lazy_images never blocks an image: a listed one whose registry cannot be reached is unpacked
+// as ever, and one not listed never reaches a registry.
+TEST_F(ModelSnapshotterTest, AListedLazyImageWhoseRegistryIsDownIsUnpackedAsEver) {
+  ModelSnapshotterOptions o = Options();
+  o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
+  ASSERT_OK(Open(o));
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+  ASSERT_OK(snapshotter_->Prepare("extract-q", "", PlainLayerLabels("other/busybox", "chain-q"))
+                .status());
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+}
+
+TEST_F(ModelSnapshotterTest, WithoutLazyImagesAnOrdinaryLayerNeverReachesARegistry) {
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
 }  // namespace modelfs::snapshotter
