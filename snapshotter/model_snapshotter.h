@@ -25,6 +25,13 @@
 //   remote Prepare: once the model is registered it is removed (unless a snapshot uses it:
 //   kFailedPrecondition) and the lazy one committed in its place.
 //
+//   A layer of V below A (index layers; M's tars in the image-compatible profile; labelled
+//   containerd.io/snapshot/modelfs.role) is answered as an empty remote snapshot once V's
+//   manifest and config bind it to the target (CheckVolumeLowerBinding), else unpacked as
+//   ever; nothing but V's next layer may stand on such a snapshot. With `lazy_images`, the top
+//   layer of an ordinary image whose referrers include a volume image is served as its model
+//   (model_snapshotter_registry.cc, PrepareLazyImage).
+//
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
 //

@@ -1,9 +1,11 @@
 // The volume image V (docs/volume-image.md): an ordinary OCI image that stands for a ModelPack
 // artifact M, so containerd's CRI path (which only hands image layers to a snapshotter) can
-// reach the modelfs snapshotter. V has one small uncompressed tar layer A holding `.modelfs/`:
+// reach the modelfs snapshotter. V's top layer A, a small uncompressed tar, holds `.modelfs/`:
 // model.json (M's digest, repository and layers), one chunk index per layer of M, and a README
 // explaining that the directory is only a pointer. A carries `containerd.io/snapshot/modelfs.*`
 // annotations, which containerd passes to the snapshotter as Prepare labels; V's `subject` is M.
+// Below A there may be index layers (the chunk indexes, when they would make A pass 4 MiB) and,
+// in the image-compatible profile, M's own tar blobs, each annotated with kLabelRole.
 //
 // Everything here is deterministic: the same M, repository and chunk indexes give the same V
 // digest. Trust: V is pinned by digest; its config's diff_ids[0] names A; A (verified whole)
