@@ -29,7 +29,7 @@ PACKAGES=(
   libsodium-dev
   libgtest-dev libgmock-dev
   # real services and tools used by integration tests and benchmarks
-  docker-registry containerd skopeo apache2-utils curl python3 util-linux procps zstd
+  docker-registry containerd skopeo buildah apache2-utils curl python3 util-linux procps zstd
   # bench/load_bench.sh: the blob store behind a redirect, and shaped network namespaces
   nginx-light iproute2
   # pause and reader images of the containerd 2.1 image-volume tests

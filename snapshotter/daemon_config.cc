@@ -87,11 +87,11 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
   }
-  if (absl::Status st = CheckKeys(
-          root,
-          {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts", "docker_config",
-           "policy", "metrics_address", "log_level", "containerd_address", "cache", "fuse"},
-          source, "");
+  if (absl::Status st = CheckKeys(root,
+                                  {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts",
+                                   "lazy_images", "docker_config", "policy", "metrics_address",
+                                   "log_level", "containerd_address", "cache", "fuse"},
+                                  source, "");
       !st.ok()) {
     return st;
   }
@@ -107,7 +107,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   }
   for (auto [key, out] :
        {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
-        {"model_hosts", &c.model_hosts}}) {
+        {"model_hosts", &c.model_hosts},
+        {"lazy_images", &c.lazy_images}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
   if (const toml::node* n = root.get("cache")) {
@@ -231,6 +232,11 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     // Compared with a reference's registry and repository, so a URL here would never match
     // and only look like it allows something.
     if (absl::Status st = CheckModelHostEntry(entry); !st.ok()) return st;
+  }
+  for (const std::string& entry : c.lazy_images) {
+    if (absl::Status st = CheckModelHostEntry(entry); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("lazy_images: ", st.message()));
+    }
   }
   if (!c.metrics_address.empty()) {
     if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);

@@ -24,6 +24,9 @@ struct DaemonConfig {
   // "host[:port]" (any repository there), "host[:port]/repo" or "host[:port]/prefix/*"
   // (model_hosts.h). Empty: only the volume image's own repository.
   std::vector<std::string> model_hosts;
+  // Ordinary images (a KServe modelcar) whose top layer is served lazily when a modelfs volume
+  // image is among their referrers: entries of the model_hosts forms. Empty (default): none.
+  std::vector<std::string> lazy_images;
   std::string docker_config;  // credentials; empty: none
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;

@@ -147,6 +147,12 @@ absl::Status SaveModelRecord(const fs::path& models_dir, const std::string& name
     if (absl::Status st = put(rm.volume_manifest_json, rm.volume_descriptor->media_type); !st.ok())
       return fail(st);
     if (absl::Status st = put(rm.volume_layer_tar, ""); !st.ok()) return fail(st);
+    for (const std::string& layer : rm.volume_index_layer_tars) {
+      if (absl::Status st = put(layer, ""); !st.ok()) return fail(st);
+    }
+    if (!rm.volume_config_json.empty()) {
+      if (absl::Status st = put(rm.volume_config_json, ""); !st.ok()) return fail(st);
+    }
     top = rm.volume_descriptor->digest;
   } else {
     top = rm.model_descriptor.digest;

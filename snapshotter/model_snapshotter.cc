@@ -153,6 +153,10 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
                        absl::StatusOr<SnapshotRecord> rec = s->base_->Record(info.name);
                        if (!rec.ok()) return absl::OkStatus();
                        used[it->second].insert(rec->id);
+                       if (info.labels.contains(kLabelRemoteFiles)) {
+                         absl::MutexLock lock(&s->mu_);
+                         s->with_volume_files_.insert(rec->id);
+                       }
                        auto image = info.labels.find(kLabelCriImageRef);
                        auto pinned = info.labels.find(kLabelCriManifestDigest);
                        if (image != info.labels.end() && pinned != info.labels.end()) {
@@ -246,6 +250,10 @@ std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = model_of_snapshot_.find(id);
   if (it == model_of_snapshot_.end()) return std::nullopt;
+  if (with_volume_files_.contains(id)) {
+    // An image-compatible V: its `.modelfs/` above the model, as containerd would unpack it.
+    return absl::StrCat(base_->UpperPath(id).string(), ":", (mnt_dir_ / it->second).string());
+  }
   return (mnt_dir_ / it->second).string();
 }
 
@@ -421,6 +429,25 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        "); unpacking it as an ordinary layer"));
       absl::MutexLock lock(&mu_);
       counts_.fallback++;
+    } else if (!volume->has_value() && !options_.lazy_images.empty() &&
+               !labels.contains(std::string(kLabelRole)) && !MissingCriLabel(labels)) {
+      absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
+      if (absl::IsAlreadyExists(st)) {
+        absl::MutexLock lock(&mu_);
+        counts_.mounted++;
+        return st;
+      }
+      // Never blocks the image: without a volume image (or on any error) it is unpacked.
+      if (!absl::IsNotFound(st)) {
+        Log(absl::StrCat("snapshot ", key, ": not served lazily (", st.ToString(),
+                         "); unpacking it"));
+      }
+    } else if (!volume->has_value() && labels.contains(std::string(kLabelRole))) {
+      absl::Status st = PrepareRemoteLower(key, parent, target->second, labels);
+      if (absl::IsAlreadyExists(st)) return st;
+      // It holds only index files: unpacking it the ordinary way is always right.
+      Log(absl::StrCat("snapshot ", key, ": lower layer of a volume image not answered as remote (",
+                       st.ToString(), "); unpacking it"));
     } else if (volume->has_value()) {
       if (std::optional<std::string> missing = MissingCriLabel(labels);
           missing && base_->Stat(target->second).ok()) {
@@ -467,6 +494,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
                        mounts.status().ToString(), "); an ordinary empty snapshot"));
     }
   }
+  RETURN_IF_ERROR(CheckNotOnRemoteLower(key, parent));
   RETURN_IF_ERROR(WaitForModelsBelow(parent));
   return base_->Prepare(key, parent, labels);
 }
@@ -474,6 +502,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::View(const std::string& key,
                                                           const std::string& parent,
                                                           const Labels& labels) {
+  RETURN_IF_ERROR(CheckNotOnRemoteLower(key, parent));
   RETURN_IF_ERROR(WaitForModelsBelow(parent));
   return base_->View(key, parent, labels);
 }

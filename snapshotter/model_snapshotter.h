@@ -25,6 +25,13 @@
 //   remote Prepare: once the model is registered it is removed (unless a snapshot uses it:
 //   kFailedPrecondition) and the lazy one committed in its place.
 //
+//   A layer of V below A (index layers; M's tars in the image-compatible profile; labelled
+//   containerd.io/snapshot/modelfs.role) is answered as an empty remote snapshot once V's
+//   manifest and config bind it to the target (CheckVolumeLowerBinding), else unpacked as
+//   ever; nothing but V's next layer may stand on such a snapshot. With `lazy_images`, the top
+//   layer of an ordinary image whose referrers include a volume image is served as its model
+//   (model_snapshotter_registry.cc, PrepareLazyImage).
+//
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
 //
@@ -96,6 +103,12 @@ inline constexpr char kLabelCriManifestDigest[] = "containerd.io/snapshot/cri.ma
 inline constexpr char kLabelRemoteModel[] = "containerd.io/snapshot/modelfs.remote";
 // On an image-volume snapshot served from containerd's content store: the model's directory
 // under <root>/mnt, and the containerd namespace whose content store holds it.
+// On a committed, empty snapshot that answers a lower layer of a volume image V (an index
+// layer, below A): V's digest. Nothing but V's own next layer is prepared on top of it.
+inline constexpr char kLabelRemoteLower[] = "containerd.io/snapshot/modelfs.remote-lower";
+// On a committed model snapshot of an image-compatible V: "true" when the snapshot's own
+// directory holds V's `.modelfs/` files, which views show above the model's directory.
+inline constexpr char kLabelRemoteFiles[] = "containerd.io/snapshot/modelfs.remote-files";
 inline constexpr char kLabelContentModel[] = "containerd.io/snapshot/modelfs.content-model";
 inline constexpr char kLabelContentNamespace[] = "containerd.io/snapshot/modelfs.content-namespace";
 
@@ -119,6 +132,9 @@ struct ModelSnapshotterOptions {
   // node send requests where it chooses. Others are refused (kPermissionDenied) before
   // anything of M is requested.
   std::vector<std::string> model_hosts;
+  // Ordinary images served lazily when a modelfs volume image V is among their referrers
+  // (snapshotter.md, "Lazy plain images"): repositories in the model_hosts forms. Empty: none.
+  std::vector<std::string> lazy_images;
   // A containers-policy.json (policy_gate.h) that volume images must satisfy before their model
   // is registered, and again each time a container is to use one; empty: no policy, nothing
   // checked.
@@ -247,6 +263,27 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
+  // A layer of V below A (labelled kLabelRole): where V's manifest and config, fetched by the
+  // pinned digest, make `target` the chain ID of such a layer on `parent`
+  // (CheckVolumeLowerBinding), commits an empty snapshot and returns kAlreadyExists. Any
+  // other error: the caller unpacks the layer the ordinary way (it holds only index files).
+  absl::Status PrepareRemoteLower(const std::string& key, const std::string& parent,
+                                  const std::string& target, const Labels& labels);
+  // An ordinary image's layer (no modelfs labels) from a repository in lazy_images: looks for
+  // a volume image among the image's referrers (one lookup per image, its answer kept) and,
+  // when there is one and `target` is the chain ID of the image's top layer, registers V's
+  // model and commits the target as a model snapshot (kAlreadyExists). kNotFound when there is
+  // none or this is not the top layer; any error: the caller unpacks the layer as ever.
+  absl::Status PrepareLazyImage(const std::string& key, const std::string& parent,
+                                const std::string& target, const Labels& labels);
+  // The volume image among the referrers of `image` at `digest`, from the kept answers or
+  // the registry (kept when the registry answered). nullopt: none.
+  absl::StatusOr<std::optional<Descriptor>> LazyVolumeFor(RegistryClient& client,
+                                                          const ImageReference& image,
+                                                          const Digest& digest);
+  // OK unless `parent` is a lower layer of V answered remotely (empty), on which only V's own
+  // next layer, answered remotely too, may stand: kFailedPrecondition naming it.
+  absl::Status CheckNotOnRemoteLower(const std::string& key, const std::string& parent);
   // OK when volume image `volume` may send the daemon to `repository` on `registry` for its
   // model `model`: V's own repository, or one an entry of model_hosts allows (model_hosts.h).
   // Else kPermissionDenied naming both repositories and the line to add to snapshotter.toml.
@@ -368,6 +405,10 @@ class ModelSnapshotter final : public Snapshotter {
     Digest digest;
   };
   std::map<int64_t, VolumeOrigin> volume_of_snapshot_ ABSL_GUARDED_BY(mu_);
+  // lazy_images: each image manifest's volume image among its referrers (nullopt: none).
+  std::map<Digest, std::optional<Descriptor>> lazy_volumes_ ABSL_GUARDED_BY(mu_);
+  // Model snapshots (image-compatible V) whose own directory holds `.modelfs/`.
+  std::set<int64_t> with_volume_files_ ABSL_GUARDED_BY(mu_);
   RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -1,9 +1,12 @@
 // ModelSnapshotter, the remote Prepare of a volume layer: V's binding to the snapshot, the hosts
 // V may send the node to, the policy, and registering M from its registry (see
 // model_snapshotter.h).
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
@@ -48,6 +51,31 @@ absl::Status AsUnreachable(const absl::Status& st, const ImageReference& volume,
       registry, " (", absl::StatusCodeToString(st.code()), ": ", st.message(),
       "); the pull fails so that it is retried, rather than unpacking the volume's pointer "
       "files in place of the model"));
+}
+
+// Writes the files of V's `.modelfs/` (A over its index layers, all verified) under `dir`.
+absl::Status WriteVolumeFiles(const std::filesystem::path& dir, const ResolvedModel& rm) {
+  VolumeFiles files;
+  for (const std::string& layer : rm.volume_index_layer_tars) {
+    RETURN_IF_ERROR(AddVolumeLayerFiles(layer, files));
+  }
+  RETURN_IF_ERROR(AddVolumeLayerFiles(rm.volume_layer_tar, files));
+  for (const auto& [path, bytes] : files) {
+    // IndexTarBytes refused unsafe paths: each is relative and canonical.
+    const std::filesystem::path p = dir / path;
+    std::error_code ec;
+    std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("mkdir ", p.parent_path().string(), ": ", ec.message()));
+    }
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("write ", p.string(), " failed"));
+    std::filesystem::permissions(p, std::filesystem::perms(0644), ec);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -253,6 +281,171 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
+  const bool with_files = IsImageCompatibleVolume(v);
+  if (with_files) {
+    // The view must be what containerd would unpack: M's files and V's `.modelfs/`.
+    absl::Status st = absl::OkStatus();
+    absl::StatusOr<SnapshotRecord> active = base_->Record(key);
+    if (!active.ok()) st = active.status();
+    if (st.ok()) st = WriteVolumeFiles(base_->UpperPath(active->id), rm);
+    if (!st.ok()) {
+      (void)base_->Remove(key);
+      return st;
+    }
+    committed[kLabelRemoteFiles] = "true";
+  }
+  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
+    (void)base_->Remove(key);
+    return st;
+  }
+  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
+  {
+    absl::MutexLock lock(&mu_);
+    model_of_snapshot_[rec.id] = name;
+    models_[name].snapshot_ids.insert(rec.id);
+    volume_of_snapshot_[rec.id] = {named, pinned_digest};
+    if (with_files) with_volume_files_.insert(rec.id);
+  }
+  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
+  return absl::AlreadyExistsError(
+      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
+}
+
+absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const std::string& parent,
+                                                  const std::string& target, const Labels& labels) {
+  if (base_->Stat(target).ok()) {
+    return absl::AlreadyExistsError(absl::StrCat("target snapshot \"", target, "\" exists"));
+  }
+  if (std::optional<std::string> missing = MissingCriLabel(labels)) {
+    return absl::FailedPreconditionError(*missing);
+  }
+  ASSIGN_OR_RETURN(ImageReference named,
+                   ImageReference::Parse(labels.find(kLabelCriImageRef)->second));
+  const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
+  ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
+  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(named.registry()));
+  ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
+  if (top.digest != pinned_digest) {
+    return absl::DataLossError(absl::StrCat("volume image ", named.String(), " has digest ",
+                                            top.digest.str(), ", not the pinned ", pinned));
+  }
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(top.bytes));
+  if (!IsVolumeImageManifest(v)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(named.String(), "@", pinned, " is not a volume image"));
+  }
+  ASSIGN_OR_RETURN(std::string config,
+                   FetchVerifiedBlob(*client, named.repository(), v.config, 1u << 20));
+  ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(config));
+  ASSIGN_OR_RETURN(const size_t i, CheckVolumeLowerBinding(v, diff_ids, parent, target));
+  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
+  Labels committed = labels;
+  committed[kLabelRemoteLower] = pinned;
+  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
+    (void)base_->Remove(key);
+    return st;
+  }
+  Log(absl::StrCat("snapshot ", target, " for ", named.String(), "@", pinned, ": layer ", i, " (",
+                   v.layers[i].digest.str(), ") answered as remote"));
+  return absl::AlreadyExistsError(
+      absl::StrCat("target snapshot \"", target, "\" exists (a lower layer of a volume image)"));
+}
+
+absl::StatusOr<std::optional<Descriptor>> ModelSnapshotter::LazyVolumeFor(
+    RegistryClient& client, const ImageReference& image, const Digest& digest) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = lazy_volumes_.find(digest);
+    if (it != lazy_volumes_.end()) return it->second;
+  }
+  // The referrers API, else the fallback tag "sha256-<hex>" (`modelfs convert IMAGE` writes
+  // both where it can), filtered to volume images.
+  ASSIGN_OR_RETURN(
+      std::string index_json,
+      client.GetReferrers(image.repository(), digest, std::string(kVolumeImageArtifactType)));
+  ASSIGN_OR_RETURN(Index index, ParseIndex(index_json));
+  std::optional<Descriptor> found;
+  for (const Descriptor& d : index.manifests) {
+    if (d.artifact_type != kVolumeImageArtifactType) continue;
+    // The same answer whatever order the registry lists them in.
+    if (!found || d.digest.str() < found->digest.str()) found = d;
+  }
+  absl::MutexLock lock(&mu_);
+  lazy_volumes_[digest] = found;
+  return found;
+}
+
+absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const std::string& parent,
+                                                const std::string& target, const Labels& labels) {
+  ASSIGN_OR_RETURN(ImageReference named,
+                   ImageReference::Parse(labels.find(kLabelCriImageRef)->second));
+  bool listed = false;
+  for (const std::string& entry : options_.lazy_images) {
+    listed = listed || ModelHostAllows(entry, named.registry(), named.repository());
+  }
+  if (!listed) return absl::NotFoundError("not in lazy_images");
+  const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
+  ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(named.registry()));
+  ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
+  if (!volume) return absl::NotFoundError("no volume image among its referrers");
+  // Only the top layer is answered: the layers below it (a base image other images share)
+  // are unpacked as ever, and the model's merged tree lies over them.
+  ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
+  if (top.digest != pinned_digest) {
+    return absl::DataLossError(absl::StrCat("image ", named.String(), " has digest ",
+                                            top.digest.str(), ", not the pinned ", pinned));
+  }
+  ASSIGN_OR_RETURN(Manifest image, ParseManifest(top.bytes));
+  ASSIGN_OR_RETURN(std::string config,
+                   FetchVerifiedBlob(*client, named.repository(), image.config, 1u << 20));
+  ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(config));
+  if (diff_ids.empty() || diff_ids.size() != image.layers.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("image ", named.String(), ": its config lists ", diff_ids.size(),
+                     " diff_ids for ", image.layers.size(), " layers"));
+  }
+  if (ChainIdOf(diff_ids).str() != target) {
+    return absl::NotFoundError("not the image's top layer");
+  }
+  std::vector<Digest> below(diff_ids.begin(), diff_ids.end() - 1);
+  const std::string want_parent = below.empty() ? "" : ChainIdOf(below).str();
+  if (!(want_parent.empty()
+            ? parent.empty()
+            : (parent == want_parent || absl::EndsWith(parent, "/" + want_parent)))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parent snapshot \"", parent, "\" is not the chain below the image's top layer"));
+  }
+  // The policy judges the image the pod named, as for a volume image.
+  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "image"));
+  ASSIGN_OR_RETURN(ImageReference vref,
+                   ImageReference::Parse(absl::StrCat(named.Name(), "@", volume->digest.str())));
+  absl::Status host_refusal;
+  ASSIGN_OR_RETURN(
+      ResolvedModel rm,
+      ResolveModel(
+          *client, vref,
+          [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+            return ClientFor(registry);
+          },
+          [&](const std::string& registry, const std::string& repository) {
+            host_refusal = CheckModelHost(vref, pinned_digest, registry, repository);
+            return host_refusal;
+          }));
+  RETURN_IF_ERROR(host_refusal);
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
+  if (!v.subject || v.subject->digest != pinned_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "volume image ", vref.String(), " is not a referrer of ", named.String(), "@", pinned));
+  }
+  const std::string name = ModelName(rm.model_descriptor.digest);
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
+  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
+  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
+  Labels committed = labels;
+  committed[kLabelRemoteModel] = name;
   if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
     (void)base_->Remove(key);
     return st;
@@ -264,9 +457,22 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
     models_[name].snapshot_ids.insert(rec.id);
     volume_of_snapshot_[rec.id] = {named, pinned_digest};
   }
-  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
+  Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
+                   name, " (volume image ", volume->digest.str(), ")"));
   return absl::AlreadyExistsError(
-      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
+      absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
+}
+
+absl::Status ModelSnapshotter::CheckNotOnRemoteLower(const std::string& key,
+                                                     const std::string& parent) {
+  if (parent.empty()) return absl::OkStatus();
+  absl::StatusOr<SnapshotInfo> info = base_->Stat(parent);
+  if (!info.ok()) return absl::OkStatus();  // the overlay snapshotter reports it
+  auto it = info->labels.find(kLabelRemoteLower);
+  if (it == info->labels.end()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "snapshot ", key, ": parent \"", parent, "\" is a lower layer of volume image ", it->second,
+      ", answered without its files; only that image's next layer can be prepared on it"));
 }
 
 }  // namespace modelfs::snapshotter

@@ -128,6 +128,7 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.hosts.plain_http_hosts = c.insecure_hosts;
   o.registry.docker_config = c.docker_config;
   o.model_hosts = c.model_hosts;
+  o.lazy_images = c.lazy_images;
   o.policy = c.policy;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);

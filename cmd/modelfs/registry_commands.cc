@@ -84,6 +84,7 @@ struct PushCli {
   ModelIdentity identity;  // identity-record flags
   std::string base_model;
   std::string path_prefix;
+  bool image_compatible = false;
   std::string sign_key;
   std::string chunk_size;  // "" = by the model's size
   std::string chunk_digest = "blake3";
@@ -124,6 +125,7 @@ absl::Status RunPush(const PushCli& c) {
   o.identity = c.identity;
   if (!c.base_model.empty()) o.identity.base_models = absl::StrSplit(c.base_model, ',');
   o.path_prefix = c.path_prefix;
+  o.image_compatible = c.image_compatible;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -199,6 +201,7 @@ struct ConvertCli {
   std::string to;
   std::string volume_tag;
   std::string path_prefix;
+  bool image_compatible = false;
   std::string sign_key;
   std::string chunk_size;
   std::string chunk_digest = "blake3";
@@ -221,6 +224,7 @@ absl::Status RunConvert(const ConvertCli& c) {
   RETURN_IF_ERROR(ParseChunkFlags(c.chunk_size, c.chunk_digest, &o.chunk_size, &o.chunk_digest));
   o.volume_tag = c.volume_tag;
   o.path_prefix = c.path_prefix;
+  o.image_compatible = c.image_compatible;
   o.progress = MakeProgress(c.reg.json);
   const RegistryAccessOptions access = AccessOptions(c.reg);
   PushResult r;
@@ -377,6 +381,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://, which mounts it with subPath: models); the model's own paths "
                     "are unchanged");
+    cmd->add_flag("--image-compatible", c->image_compatible,
+                  "With --tar: the volume image's layers are the model's own tars (then its "
+                  ".modelfs/ layer), so a node without modelfs pulls the model as an ordinary "
+                  "image; the tars' members go under --path-prefix");
     AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the ModelPack artifact and the volume image with this ECDSA P-256 key "
@@ -399,6 +407,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     cmd->add_option("--path-prefix", c->path_prefix,
                     "Directory the volume image shows the files under (\"models\" for KServe's "
                     "oci+native://)");
+    cmd->add_flag("--image-compatible", c->image_compatible,
+                  "The volume image's layers are the model's own tars (every layer must be an "
+                  "uncompressed .tar; with --path-prefix every member under it), then its "
+                  ".modelfs/ layer: a node without modelfs pulls the model as an ordinary image");
     AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the volume image with this ECDSA P-256 key (PEM, or cosign's encrypted "

@@ -37,6 +37,73 @@ Descriptor ManifestRef(const Descriptor& d) {
   return out;
 }
 
+// The README of an image-compatible V: the model is in the image; modelfs only makes it lazy.
+std::string ImageCompatibleReadme(const Descriptor& model_manifest, std::string_view repository) {
+  return absl::StrCat(
+      "This container image holds the model\n  ", AV(repository), "@", model_manifest.digest.str(),
+      "\n(a ModelPack artifact) as ordinary image layers: its files are next to this\n"
+      "directory, whether or not the node runs modelfs. On a node whose containerd uses the\n"
+      "modelfs snapshotter they are fetched lazily and verified chunk by chunk instead of being\n"
+      "pulled whole first.\n"
+      "\n"
+      "The files next to this one: model.json names the model and its layers; chunks/ holds\n"
+      "one chunk index per layer (application/vnd.modelfs.chunk-index.v1).\n");
+}
+
+// The index files (path -> bytes, in path order) as uncompressed tars of at most
+// kMaxIndexLayerBytes of files each, every one with the directories above its files.
+absl::StatusOr<std::vector<VolumeBlob>> BuildIndexLayers(
+    const Digest& model, const std::map<std::string, std::string>& files) {
+  uint64_t total = 0;
+  for (const auto& [path, bytes] : files) {
+    if (bytes.size() > kMaxIndexLayerBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "index file ", path, " of ", model.str(), " is ", bytes.size(), " bytes, over the ",
+          kMaxIndexLayerBytes, " an index layer holds; use a larger chunk size (--chunk-size)"));
+    }
+    total += bytes.size();
+  }
+  if (total > kMaxVolumeIndexBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the index files of ", model.str(), " are ",
+                                                   total, " bytes, over the ", kMaxVolumeIndexBytes,
+                                                   " a volume image holds; use a larger chunk size "
+                                                   "(--chunk-size)"));
+  }
+  std::vector<VolumeBlob> out;
+  std::vector<std::pair<std::string_view, std::string_view>> group;
+  uint64_t group_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (group.empty()) return absl::OkStatus();
+    TarWriter tar;
+    RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
+    std::set<std::string> dirs = {std::string(kVolumeDir)};
+    for (const auto& [path, bytes] : group) {
+      // Every directory between .modelfs/ and the file, once, before the file.
+      for (size_t slash = path.find('/'); slash != std::string_view::npos;
+           slash = path.find('/', slash + 1)) {
+        std::string dir(path.substr(0, slash));
+        if (dirs.insert(dir).second) RETURN_IF_ERROR(tar.AddDirectory(dir));
+      }
+      RETURN_IF_ERROR(tar.AddFile(path, bytes));
+    }
+    VolumeBlob layer;
+    layer.bytes = tar.Finish();
+    layer.descriptor = DescribeBlob(kOciLayerTarMediaType, layer.bytes);
+    layer.descriptor.annotations[std::string(kLabelRole)] = std::string(kVolumeRoleIndex);
+    out.push_back(std::move(layer));
+    group.clear();
+    group_bytes = 0;
+    return absl::OkStatus();
+  };
+  for (const auto& [path, bytes] : files) {
+    if (group_bytes + bytes.size() > kMaxIndexLayerBytes) RETURN_IF_ERROR(flush());
+    group.emplace_back(path, bytes);
+    group_bytes += bytes.size();
+  }
+  RETURN_IF_ERROR(flush());
+  return out;
+}
+
 }  // namespace
 
 std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
@@ -301,7 +368,8 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
           absl::StrCat("path prefix '", input.path_prefix, "': ", s.message()));
     }
     RETURN_IF_ERROR(CheckNotReservedModelPath(input.path_prefix, "the path prefix"));
-    info.path_prefix = input.path_prefix;
+    // Image compatible: M's tar members are under the prefix already.
+    if (!input.image_compatible) info.path_prefix = input.path_prefix;
   }
 
   std::map<Digest, const ChunkIndex*> by_digest;
@@ -313,7 +381,23 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
 
   ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
+  std::vector<Descriptor> model_layers;  // image compatible: M's tars as V's first layers
   for (const ModelLayer& layer : layers) {
+    if (input.image_compatible) {
+      if (layer.encoding != LayerEncoding::kTar) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", model_layers.size(), " of ", input.model_manifest.digest.str(), " (",
+            layer.descriptor.digest.str(), ", ", layer.descriptor.media_type,
+            ") is not an uncompressed tar: an image-compatible volume image would copy its "
+            "bytes; push with --tar, or leave out --image-compatible"));
+      }
+      Descriptor d;
+      d.media_type = std::string(kOciLayerTarMediaType);
+      d.digest = layer.descriptor.digest;
+      d.size = layer.descriptor.size;
+      d.annotations[std::string(kLabelRole)] = std::string(kVolumeRoleModel);
+      model_layers.push_back(std::move(d));
+    }
     VolumeLayerRecord rec;
     rec.digest = layer.descriptor.digest;
     rec.size = layer.descriptor.size;
@@ -391,22 +475,30 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     }
   }
 
-  TarWriter tar;
-  RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
-  RETURN_IF_ERROR(tar.AddFile(kVolumeReadmePath, VolumeReadme(info.manifest, info.repository)));
-  RETURN_IF_ERROR(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
-  RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
-  if (!seek_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
-  for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
-  v.layer = tar.Finish();
+  auto build_a = [&](bool with_indexes) -> absl::StatusOr<std::string> {
+    TarWriter tar;
+    RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
+    RETURN_IF_ERROR(
+        tar.AddFile(kVolumeReadmePath, input.image_compatible
+                                           ? ImageCompatibleReadme(info.manifest, info.repository)
+                                           : VolumeReadme(info.manifest, info.repository)));
+    RETURN_IF_ERROR(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
+    if (with_indexes) {
+      RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
+      if (!seek_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
+      for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
+    }
+    return tar.Finish();
+  };
+  ASSIGN_OR_RETURN(v.layer, build_a(true));
   if (v.layer.size() > kMaxVolumeLayerBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ", v.layer.size(),
-                     " bytes, over the 4 MiB limit; build the chunk indexes with a larger chunk "
-                     "size (--chunk-size)",
-                     seek_used.empty() ? ""
-                                       : " (the seek indexes of compressed layers, with their "
-                                         "32 KiB windows, count too)"));
+    ASSIGN_OR_RETURN(v.layer, build_a(false));
+    if (v.layer.size() > kMaxVolumeLayerBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ",
+                       v.layer.size(), " bytes without its chunk indexes, over the 4 MiB limit"));
+    }
+    ASSIGN_OR_RETURN(v.index_layers, BuildIndexLayers(info.manifest.digest, index_files));
   }
   v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);
   v.layer_descriptor.annotations = MakeVolumeLabels(info.manifest, info.repository);
@@ -416,7 +508,12 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   config["os"] = input.os;
   Json rootfs = Json::object();
   rootfs["type"] = "layers";
-  rootfs["diff_ids"] = Json::array({v.layer_descriptor.digest.str()});
+  Json diff_ids = Json::array();
+  // Uncompressed tars all: each diff ID is the layer's digest.
+  for (const Descriptor& d : model_layers) diff_ids.push_back(d.digest.str());
+  for (const VolumeBlob& l : v.index_layers) diff_ids.push_back(l.descriptor.digest.str());
+  diff_ids.push_back(v.layer_descriptor.digest.str());
+  rootfs["diff_ids"] = std::move(diff_ids);
   config["rootfs"] = std::move(rootfs);
   v.config = oci_json::Dump(config);
   v.config_descriptor = DescribeBlob(kOciConfigMediaType, v.config);
@@ -425,9 +522,15 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   v.manifest.media_type = std::string(kOciManifestMediaType);
   v.manifest.artifact_type = std::string(kVolumeImageArtifactType);
   v.manifest.config = v.config_descriptor;
-  v.manifest.layers = {v.layer_descriptor};
+  v.manifest.layers = model_layers;
+  for (const VolumeBlob& l : v.index_layers) v.manifest.layers.push_back(l.descriptor);
+  v.manifest.layers.push_back(v.layer_descriptor);
   v.manifest.subject = info.manifest;
   v.manifest.annotations[std::string(kAnnotationVolumeModel)] = info.manifest.digest.str();
+  if (input.image_compatible) {
+    v.manifest.annotations[std::string(kAnnotationVolumeProfile)] =
+        std::string(kVolumeProfileImageCompatible);
+  }
   if (!input.created.empty()) {
     v.manifest.annotations[std::string(kAnnotationCreated)] = input.created;
   }
@@ -439,16 +542,31 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   return v;
 }
 
-absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
+absl::Status AddVolumeLayerFiles(std::string_view tar, VolumeFiles& files) {
   ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTarBytes(tar));
-  std::map<std::string, std::string_view> files;  // last entry of a path wins
-  for (const TarEntry& e : entries) {
+  for (const TarEntry& e : entries) {  // the last entry of a path wins
     if (e.type == TarEntryType::kFile) {
       files[e.path] = tar.substr(e.data_offset, e.size);
     } else {
       files.erase(e.path);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar) {
+  return ParseVolumeLayers(tar, {});
+}
+
+absl::StatusOr<VolumeLayerContents> ParseVolumeLayers(
+    std::string_view a, const std::vector<std::string>& index_layers) {
+  VolumeFiles files;
+  for (const std::string& layer : index_layers) RETURN_IF_ERROR(AddVolumeLayerFiles(layer, files));
+  RETURN_IF_ERROR(AddVolumeLayerFiles(a, files));
+  return ParseVolumeFiles(files);
+}
+
+absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
   auto model_it = files.find(std::string(kVolumeModelJsonPath));
   if (model_it == files.end()) {
     return absl::InvalidArgumentError("volume layer: no .modelfs/model.json");
@@ -533,6 +651,13 @@ uint64_t VolumeLayerBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t 
   return bytes;
 }
 
+uint64_t VolumeIndexBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t chunk_size,
+                             ChunkDigestAlgorithm algorithm) {
+  uint64_t bytes = 0;
+  for (uint64_t size : layer_sizes) bytes += SerializedChunkIndexSize(size, chunk_size, algorithm);
+  return bytes;
+}
+
 absl::StatusOr<uint64_t> ChunkSizeForLayers(const std::vector<uint64_t>& layer_sizes,
                                             ChunkDigestAlgorithm algorithm, uint64_t at_least) {
   const uint64_t from = at_least == 0 ? ChunkIndex::kDefaultChunkSize : at_least;
@@ -540,20 +665,32 @@ absl::StatusOr<uint64_t> ChunkSizeForLayers(const std::vector<uint64_t>& layer_s
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk size ", from, " is not a power of two from 65536 (64 KiB) to 67108864 (64 MiB)"));
   }
+  const uint64_t budget = at_least == 0 ? kAutoVolumeIndexBytes : kMaxVolumeIndexBytes;
   for (uint64_t cs = from; cs <= ChunkIndex::kMaxChunkSize; cs *= 2) {
-    if (VolumeLayerBytesFor(layer_sizes, cs, algorithm) <= kMaxVolumeLayerBytes) return cs;
+    bool each_fits = true;
+    for (uint64_t size : layer_sizes) {
+      each_fits = each_fits && SerializedChunkIndexSize(size, cs, algorithm) <= kMaxIndexLayerBytes;
+    }
+    if (each_fits && VolumeIndexBytesFor(layer_sizes, cs, algorithm) <= budget) return cs;
   }
   uint64_t total = 0;
   for (uint64_t size : layer_sizes) total += size;
-  return absl::InvalidArgumentError(
-      absl::StrCat("a model of ", total, " bytes in ", layer_sizes.size(),
-                   " layers needs chunk indexes over the volume layer's 4 MiB even at 64 MiB "
-                   "chunks"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a model of ", total, " bytes in ", layer_sizes.size(), " layers needs chunk indexes over ",
+      budget, " bytes (or one over ", kMaxIndexLayerBytes, ") even at 64 MiB chunks"));
 }
 
 bool IsVolumeImageManifest(const Manifest& v) {
   if (v.artifact_type == kVolumeImageArtifactType) return true;
   return v.layers.size() == 1 && v.layers[0].Annotation(kLabelModel) != nullptr;
+}
+
+bool IsImageCompatibleVolume(const Manifest& v) {
+  for (const Descriptor& l : v.layers) {
+    const std::string* role = l.Annotation(kLabelRole);
+    if (role != nullptr && *role == kVolumeRoleModel) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<size_t> VolumeLayerIndex(const Manifest& v) {
@@ -572,6 +709,65 @@ absl::StatusOr<size_t> VolumeLayerIndex(const Manifest& v) {
         absl::StrCat("volume image has no layer annotated ", AV(kLabelModel)));
   }
   return *found;
+}
+
+absl::StatusOr<std::vector<size_t>> VolumeIndexLayerIndexes(const Manifest& v) {
+  ASSIGN_OR_RETURN(const size_t a, VolumeLayerIndex(v));
+  std::vector<size_t> out;
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    const std::string* role = v.layers[i].Annotation(kLabelRole);
+    if (role == nullptr || *role != kVolumeRoleIndex) continue;
+    if (i > a) {
+      return absl::InvalidArgumentError(absl::StrCat("volume image: index layer ", i, " (",
+                                                     v.layers[i].digest.str(), ") is above A"));
+    }
+    if (v.layers[i].media_type != kOciLayerTarMediaType) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volume image: index layer ", i, " (", v.layers[i].digest.str(), ") has media type ",
+          v.layers[i].media_type, ", not ", AV(kOciLayerTarMediaType)));
+    }
+    out.push_back(i);
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> CheckVolumeLowerBinding(const Manifest& v,
+                                               const std::vector<Digest>& diff_ids,
+                                               std::string_view parent, std::string_view target) {
+  absl::StatusOr<size_t> a = VolumeLayerIndex(v);
+  if (!a.ok()) return absl::FailedPreconditionError(a.status().message());
+  if (diff_ids.size() != v.layers.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "image config lists ", diff_ids.size(), " diff_ids for ", v.layers.size(), " layers"));
+  }
+  std::vector<Digest> chain;
+  for (size_t i = 0; i < *a; ++i) {
+    chain.push_back(diff_ids[i]);
+    if (ChainIdOf(chain).str() != target) continue;
+    const Descriptor& l = v.layers[i];
+    if (l.Annotation(kLabelRole) == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("layer ", i, " (", l.digest.str(), ") carries no ", AV(kLabelRole)));
+    }
+    if (l.media_type != kOciLayerTarMediaType || diff_ids[i] != l.digest) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("layer ", i, " (", l.digest.str(), ", ", l.media_type,
+                       ") is not an uncompressed tar whose diff ID the config names"));
+    }
+    chain.pop_back();
+    const std::string want_parent = chain.empty() ? "" : ChainIdOf(chain).str();
+    const bool parent_ok = want_parent.empty() ? parent.empty()
+                                               : (parent == want_parent ||
+                                                  absl::EndsWith(AV(parent), "/" + want_parent));
+    if (!parent_ok) {
+      return absl::FailedPreconditionError(absl::StrCat("parent snapshot \"", AV(parent),
+                                                        "\" is not the chain ID below layer ", i,
+                                                        " (\"", want_parent, "\")"));
+    }
+    return i;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("target snapshot \"", AV(target),
+                                                    "\" is the chain ID of no layer of V below A"));
 }
 
 Digest ChainIdOf(const std::vector<Digest>& diff_ids) {

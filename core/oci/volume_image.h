@@ -1,9 +1,11 @@
 // The volume image V (docs/volume-image.md): an ordinary OCI image that stands for a ModelPack
 // artifact M, so containerd's CRI path (which only hands image layers to a snapshotter) can
-// reach the modelfs snapshotter. V has one small uncompressed tar layer A holding `.modelfs/`:
+// reach the modelfs snapshotter. V's top layer A, a small uncompressed tar, holds `.modelfs/`:
 // model.json (M's digest, repository and layers), one chunk index per layer of M, and a README
 // explaining that the directory is only a pointer. A carries `containerd.io/snapshot/modelfs.*`
 // annotations, which containerd passes to the snapshotter as Prepare labels; V's `subject` is M.
+// Below A there may be index layers (the chunk indexes, when they would make A pass 4 MiB) and,
+// in the image-compatible profile, M's own tar blobs, each annotated with kLabelRole.
 //
 // Everything here is deterministic: the same M, repository and chunk indexes give the same V
 // digest. Trust: V is pinned by digest; its config's diff_ids[0] names A; A (verified whole)
@@ -36,6 +38,14 @@ inline constexpr std::string_view kVolumeChunksDir = ".modelfs/chunks";
 inline constexpr std::string_view kVolumeSeekDir = ".modelfs/seek";
 // Layer A must stay small: containerd unpacks it on nodes without modelfs.
 inline constexpr uint64_t kMaxVolumeLayerBytes = 4ull << 20;
+// Index files that would make A larger go into index layers below A (docs/volume-image.md,
+// "Index layers"): each holds at most this many bytes of files, and all of them together at
+// most kMaxVolumeIndexBytes (what a reader keeps in memory for one model).
+inline constexpr uint64_t kMaxIndexLayerBytes = 64ull << 20;
+inline constexpr uint64_t kMaxVolumeIndexBytes = 256ull << 20;
+// The index bytes ChunkSizeForLayers aims for when no chunk size is asked for: 1 MiB chunks up
+// to about 1.5 TiB of weights.
+inline constexpr uint64_t kAutoVolumeIndexBytes = 48ull << 20;
 
 // Annotations on A (and so snapshotter Prepare labels). containerd forwards annotations with
 // the prefix "containerd.io/snapshot/" when snapshot annotations are enabled.
@@ -46,6 +56,15 @@ inline constexpr std::string_view kLabelModelMediaType =
 inline constexpr std::string_view kLabelRepository = "containerd.io/snapshot/modelfs.repository";
 inline constexpr std::string_view kLabelProfile = "containerd.io/snapshot/modelfs.profile";
 inline constexpr std::string_view kVolumeProfileV1 = "v1";
+// The role of a layer of V below A, on that layer (so a Prepare label): "index" for an index
+// layer. A itself carries none.
+inline constexpr std::string_view kLabelRole = "containerd.io/snapshot/modelfs.role";
+inline constexpr std::string_view kVolumeRoleIndex = "index";
+// The image-compatible profile: a layer of V that is one of M's own tar blobs.
+inline constexpr std::string_view kVolumeRoleModel = "model";
+// On V's manifest: "image-compatible" for that profile (docs/volume-image.md).
+inline constexpr std::string_view kAnnotationVolumeProfile = "dev.modelfs.volume.profile";
+inline constexpr std::string_view kVolumeProfileImageCompatible = "image-compatible";
 // Annotation on V's manifest naming M (for humans and referrer listings).
 inline constexpr std::string_view kAnnotationVolumeModel = "dev.modelfs.volume.model";
 
@@ -113,12 +132,27 @@ struct VolumeImageInput {
   // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
   // so the same M always gives the same V).
   std::string created;
+  // The image-compatible profile: V's layers are M's own tar blobs (as
+  // application/vnd.oci.image.layer.v1.tar, annotated kLabelRole = "model"), then any index
+  // layers, then A; containerd without modelfs unpacks the model itself. Every layer of M must
+  // be an uncompressed tar (anything else would copy its bytes). The tars' members carry any
+  // path prefix themselves (the caller checks that), so model.json records none.
+  bool image_compatible = false;
+};
+
+// A blob of V and its descriptor.
+struct VolumeBlob {
+  Descriptor descriptor;
+  std::string bytes;
 };
 
 struct VolumeImage {
   std::string layer;            // A, an uncompressed tar
   Descriptor layer_descriptor;  // with the containerd.io/snapshot/modelfs.* annotations
-  std::string config;           // OCI image config JSON
+  // Uncompressed tars below A, in V's layer order, each annotated kLabelRole = "index": the
+  // index files when A would exceed kMaxVolumeLayerBytes with them (then A holds none).
+  std::vector<VolumeBlob> index_layers;
+  std::string config;  // OCI image config JSON
   Descriptor config_descriptor;
   Manifest manifest;
   std::string manifest_json;       // the bytes to push; their digest is V's digest
@@ -126,21 +160,30 @@ struct VolumeImage {
   VolumeModelInfo model_info;
 };
 
+// A holds every index file when it stays within kMaxVolumeLayerBytes with them (so a V that
+// fits is byte for byte what it was before index layers existed); otherwise every index file
+// goes into index layers below A, packed in path order, at most kMaxIndexLayerBytes each.
 // Errors: kInvalidArgument when a chunk index names no layer of M or disagrees with the layer's
-// size, or when A would exceed kMaxVolumeLayerBytes; kPermissionDenied for an unsafe layer path
-// in M.
+// size, when one index file is over kMaxIndexLayerBytes or all of them over
+// kMaxVolumeIndexBytes, or when A would exceed kMaxVolumeLayerBytes without them, or (image
+// compatible) when a layer of M is not an uncompressed tar;
+// kPermissionDenied for an unsafe layer path in M.
 absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input);
 
 // The chunk size for the indexes of layers of these sizes: the smallest power of two from
 // `at_least` (ChunkIndex::kDefaultChunkSize when 0) up to ChunkIndex::kMaxChunkSize with which
-// every index, README and model.json fit in A's kMaxVolumeLayerBytes. So a model of any size up
-// to about 7.9 TiB gets a volume image, and a small one keeps 1 MiB chunks. Errors:
-// kInvalidArgument when even 64 MiB chunks do not fit, naming the model's size, or when
-// `at_least` is not a valid chunk size.
+// no layer's index is over kMaxIndexLayerBytes and all of them are within
+// kAutoVolumeIndexBytes (no `at_least`) or kMaxVolumeIndexBytes (an asked-for size). So a
+// model of up to about 1.5 TiB keeps 1 MiB chunks; one of up to 96 TiB gets a chunk size by
+// itself, and one of up to 512 TiB with --chunk-size 64MiB. Errors: kInvalidArgument when even 64
+// MiB chunks do not fit, naming the model's size, or when `at_least` is not a valid chunk size.
 absl::StatusOr<uint64_t> ChunkSizeForLayers(const std::vector<uint64_t>& layer_sizes,
                                             ChunkDigestAlgorithm algorithm, uint64_t at_least = 0);
 // The bytes of A that indexes of these layers at `chunk_size` need (an upper bound).
 uint64_t VolumeLayerBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t chunk_size,
+                             ChunkDigestAlgorithm algorithm);
+// The bytes of the index files themselves.
+uint64_t VolumeIndexBytesFor(const std::vector<uint64_t>& layer_sizes, uint64_t chunk_size,
                              ChunkDigestAlgorithm algorithm);
 
 // The README text written to .modelfs/README.txt for M.
@@ -157,6 +200,15 @@ struct VolumeLayerContents {
 // diffId, uncompressed size), and it must agree with its layer's chunk index of the
 // uncompressed bytes. A missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
+// The same over A and V's index layers (each verified by the caller), as containerd would
+// unpack them: a file is looked up by path in A, then in the layers below it.
+absl::StatusOr<VolumeLayerContents> ParseVolumeLayers(std::string_view a,
+                                                      const std::vector<std::string>& index_layers);
+// The files of V's `.modelfs/` by path: a tar's regular files, added over what `files` holds
+// (an entry of another type hides the path). Views into `tar`, which must outlive them.
+using VolumeFiles = std::map<std::string, std::string_view>;
+absl::Status AddVolumeLayerFiles(std::string_view tar, VolumeFiles& files);
+absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files);
 
 // What the snapshotter learns from Prepare labels (or from A's annotations in V's manifest).
 struct VolumeLabels {
@@ -175,10 +227,24 @@ absl::StatusOr<std::optional<VolumeLabels>> ParseVolumeLabels(
 // True for a manifest shaped like V: artifactType is the volume type, or one tar layer carrying
 // kLabelModel.
 bool IsVolumeImageManifest(const Manifest& v);
+// True for V of the image-compatible profile: a layer below A has kLabelRole = "model".
+bool IsImageCompatibleVolume(const Manifest& v);
 
 // The index of V's volume layer A: the one layer annotated with kLabelModel. Errors:
 // kInvalidArgument when no layer, or more than one, carries it.
 absl::StatusOr<size_t> VolumeLayerIndex(const Manifest& v);
+// The positions of V's index layers (annotated kLabelRole = "index"), in order. Errors:
+// kInvalidArgument when one is above A or is not an uncompressed tar.
+absl::StatusOr<std::vector<size_t>> VolumeIndexLayerIndexes(const Manifest& v);
+
+// What must hold before a snapshotter answers "already exists" for `target` with an empty
+// snapshot for V's lower layer: the layer at the position whose chain ID is `target` carries
+// kLabelRole, is an uncompressed tar below A, diff_ids names it there, and `parent` is the
+// chain below it (as for CheckVolumeSnapshotBinding). Returns that position. Errors:
+// kFailedPrecondition naming the first condition that fails.
+absl::StatusOr<size_t> CheckVolumeLowerBinding(const Manifest& v,
+                                               const std::vector<Digest>& diff_ids,
+                                               std::string_view parent, std::string_view target);
 
 // The chain ID of a stack of diff IDs (OCI image spec, config.md): chainID(L0) = diffID(L0),
 // chainID(L0..n) = sha256(chainID(L0..n-1) + " " + diffID(n)). `diff_ids` must not be empty.

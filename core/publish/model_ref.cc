@@ -135,7 +135,32 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     ASSIGN_OR_RETURN(size_t a_index, VolumeLayerIndex(m));
     const Descriptor& a = m.layers[a_index];
     ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
-    ASSIGN_OR_RETURN(VolumeLayerContents contents, ParseVolumeLayer(tar));
+    // Index layers (docs/volume-image.md): uncompressed, so each diff ID V's config names is
+    // the digest its bytes were checked against.
+    ASSIGN_OR_RETURN(std::vector<size_t> index_layers, VolumeIndexLayerIndexes(m));
+    if (!index_layers.empty()) {
+      ASSIGN_OR_RETURN(r.volume_config_json, client.GetBlob(ref.repository(), m.config, 1u << 20));
+      ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(r.volume_config_json));
+      if (diff_ids.size() != m.layers.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume image ", ref.String(), ": its config lists ", diff_ids.size(),
+                         " diff_ids for ", m.layers.size(), " layers"));
+      }
+      for (size_t i : index_layers) {
+        const Descriptor& l = m.layers[i];
+        if (diff_ids[i] != l.digest) {
+          return absl::DataLossError(absl::StrCat("volume image ", ref.String(), ": index layer ",
+                                                  l.digest.str(), " has diff ID ",
+                                                  diff_ids[i].str(), " in its config"));
+        }
+        // A little over kMaxIndexLayerBytes: the tar's headers and directories.
+        ASSIGN_OR_RETURN(std::string bytes,
+                         client.GetBlob(ref.repository(), l, kMaxIndexLayerBytes + (1u << 20)));
+        r.volume_index_layer_tars.push_back(std::move(bytes));
+      }
+    }
+    ASSIGN_OR_RETURN(VolumeLayerContents contents,
+                     ParseVolumeLayers(tar, r.volume_index_layer_tars));
     // M lives where the record says ("host[:port]/path", written by push and convert), on this
     // registry or another; a record without a repository means V's own.
     if (!contents.model.repository.empty()) {

@@ -78,7 +78,10 @@ struct ResolvedModel {
   // Present when ref named a volume image:
   std::optional<Descriptor> volume_descriptor;
   std::string volume_manifest_json;
-  std::string volume_layer_tar;                // A, verified
+  std::string volume_layer_tar;  // A, verified
+  // V's index layers (below A, in V's order) and V's config, verified; empty when V has none.
+  std::vector<std::string> volume_index_layer_tars;
+  std::string volume_config_json;
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
   // Compressed layers' seek indexes, by (compressed) layer digest; such a layer's chunk index
   // covers its uncompressed tar (ChunkIndex::Content::kUncompressed).

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -65,7 +66,7 @@ class Fd {
 };
 
 // The chunk size of a model's indexes: `asked` when given (and the indexes fit the volume
-// layer with it), else the smallest that fits from 1 MiB up.
+// image with it), else the smallest that fits from 1 MiB up.
 absl::StatusOr<uint64_t> PickChunkSize(const std::vector<uint64_t>& layer_sizes, uint64_t asked,
                                        ChunkDigestAlgorithm algorithm) {
   if (asked == 0) return ChunkSizeForLayers(layer_sizes, algorithm);
@@ -73,8 +74,9 @@ absl::StatusOr<uint64_t> PickChunkSize(const std::vector<uint64_t>& layer_sizes,
   if (fits != asked) {
     return absl::InvalidArgumentError(
         absl::StrCat("--chunk-size ", asked, ": the chunk indexes would need ",
-                     VolumeLayerBytesFor(layer_sizes, asked, algorithm),
-                     " bytes, over the volume layer's 4 MiB; use --chunk-size ", fits,
+                     VolumeIndexBytesFor(layer_sizes, asked, algorithm), " bytes, over the ",
+                     kMaxVolumeIndexBytes, " a volume image holds (or ", kMaxIndexLayerBytes,
+                     " for one layer); use --chunk-size ", fits,
                      " or more, or leave it out to pick it by the model's size"));
   }
   return asked;
@@ -235,7 +237,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
                         const std::string& repo, const Descriptor& model_desc,
                         const Manifest& model, LayerIndexes indexes, const std::string& volume_tag,
                         const std::string& path_prefix, const ModelPackConfig* config, Uploader& up,
-                        PushResult& result) {
+                        PushResult& result, bool image_compatible = false) {
   VolumeImageInput vin;
   // V carries M's own time; for an M without one (some other tool's), none, so that converting
   // the same M again gives the same V.
@@ -246,7 +248,41 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.path_prefix = path_prefix;
   vin.chunk_indexes = std::move(indexes.chunks);
   vin.seek_indexes = std::move(indexes.seeks);
+  vin.image_compatible = image_compatible;
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
+  if (image_compatible) {
+    // M's tars are V's layers: present in V's repository, or mounted there from M's, never
+    // uploaded again.
+    const std::string model_registry = model_repository.substr(0, model_repository.find('/'));
+    const std::string model_repo = model_repository.substr(model_repository.find('/') + 1);
+    for (const Descriptor& d : v.manifest.layers) {
+      const std::string* role = d.Annotation(kLabelRole);
+      if (role == nullptr || *role != kVolumeRoleModel) continue;
+      PushedBlob pb{"model layer", d, "present"};
+      ASSIGN_OR_RETURN(bool exists, client.BlobExists(repo, d.digest));
+      if (!exists) {
+        bool mounted = false;
+        if (model_registry == client.registry()) {
+          ASSIGN_OR_RETURN(mounted, client.MountBlob(repo, d.digest, model_repo));
+        }
+        if (!mounted) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "layer ", d.digest.str(), " of ", model_repository, " cannot be mounted into ",
+              client.registry(), "/", repo,
+              ": an image-compatible volume image there would copy its bytes; convert it into "
+              "a repository of M's registry"));
+        }
+        pb.action = "mounted";
+        ++result.mounted;
+      } else {
+        ++result.present;
+      }
+      result.blobs.push_back(std::move(pb));
+    }
+  }
+  for (VolumeBlob& l : v.index_layers) {
+    RETURN_IF_ERROR(up.UploadBytes("volume index layer", l.descriptor, std::move(l.bytes)));
+  }
   RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
   RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
   ASSIGN_OR_RETURN(Digest vd, client.PutManifest(repo, volume_tag, v.manifest_json,
@@ -283,6 +319,11 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
         absl::StrCat(ref.String(), ": push needs a tag, not a digest (the digest is computed)"));
   }
   RETURN_IF_ERROR(CheckPathPrefix(o.path_prefix));
+  if (o.image_compatible && (!o.tar || o.compress_zstd)) {
+    return absl::InvalidArgumentError(
+        "--image-compatible needs --tar (and no --compress): the image's layers are M's own "
+        "uncompressed tars, and a raw layer would have to be copied into one");
+  }
   ASSIGN_OR_RETURN(std::vector<InputFile> files, CollectInputs(o.inputs));
   std::map<std::string, std::string> annotations = o.annotations;
   ASSIGN_OR_RETURN(bool pickles, CheckPickles(files, o.allow_pickle, annotations));
@@ -370,7 +411,12 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       temp_files.push_back(tmp);
       std::error_code ec;
       uint64_t size = fs::file_size(f.path, ec);
-      ASSIGN_OR_RETURN(std::string header, EncodeTarHeader(f.rel, '0', size, 0644));
+      // Image compatible: containerd unpacks the tars as they are, so their members carry the
+      // path prefix.
+      const std::string member = o.image_compatible && !o.path_prefix.empty()
+                                     ? absl::StrCat(o.path_prefix, "/", f.rel)
+                                     : f.rel;
+      ASSIGN_OR_RETURN(std::string header, EncodeTarHeader(member, '0', size, 0644));
       {
         FILE* out = fopen(tmp.c_str(), "wb");
         if (!out) return absl::InternalError(absl::StrCat(tmp, ": ", strerror(errno)));
@@ -475,7 +521,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   result.model_tag = ref.tag();
   RETURN_IF_ERROR(PushVolume(client, result.repository, repo, result.model, m, std::move(indexes),
                              DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, &config, up,
-                             result));
+                             result, o.image_compatible));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -548,6 +594,52 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
   return indexes;
 }
 
+// A RangeReader over a blob of a registry (bytes unverified: only for refusing).
+class RegistryBlobReader final : public RangeReader {
+ public:
+  RegistryBlobReader(RegistryClient& client, std::string repo, const Descriptor& d)
+      : client_(client), repo_(std::move(repo)), d_(d), name_(d.digest.str()) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() override { return d_.size; }
+  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
+    if (offset + length > d_.size) {
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
+    }
+    ++stats_.requests;
+    stats_.bytes += length;
+    return client_.GetBlobRange(repo_, d_.digest, offset, length);
+  }
+  RangeReadStats stats() const override { return stats_; }
+
+ private:
+  RegistryClient& client_;
+  const std::string repo_;
+  const Descriptor d_;
+  const std::string name_;
+  RangeReadStats stats_;
+};
+
+// Image compatible with a path prefix: containerd unpacks M's tars as they are, so every member
+// must be under the prefix already. Reads only the tars' headers. Errors: kInvalidArgument
+// naming the first member outside it.
+absl::Status CheckTarMembersUnder(RegistryClient& source, const ResolvedModel& rm,
+                                  const std::string& prefix) {
+  if (prefix.empty()) return absl::OkStatus();
+  for (const ModelLayer& layer : rm.layers) {
+    if (layer.encoding != LayerEncoding::kTar) continue;  // BuildVolumeImage refuses it
+    RegistryBlobReader reader(source, rm.repository, layer.descriptor);
+    RETURN_IF_ERROR(ScanTarHeaders(reader, [&](const TarEntry& e) -> absl::Status {
+      if (e.path == prefix || absl::StartsWith(e.path, prefix + "/")) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", layer.descriptor.digest.str(), " has member ", e.path,
+          ", not under --path-prefix ", prefix,
+          ": an image-compatible volume image shows M's tars as they are; push the model "
+          "with --image-compatible --path-prefix, or leave the prefix out"));
+    }));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ResolvedModel> ResolvePlainModel(RegistryClient& client, const ImageReference& ref) {
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(client, ref));
   if (rm.volume_descriptor) {
@@ -570,12 +662,13 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
   result.model_tag = ref.tag();
   std::vector<std::string> no_mounts;
   Uploader up(client, rm.repository, no_mounts, result);
+  if (o.image_compatible) RETURN_IF_ERROR(CheckTarMembersUnder(client, rm, o.path_prefix));
   ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(client, rm, o, result));
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(ref, "");
   RETURN_IF_ERROR(PushVolume(client, result.repository, rm.repository, rm.model_descriptor,
                              rm.model, std::move(indexes), tag, o.path_prefix,
-                             rm.config ? &*rm.config : nullptr, up, result));
+                             rm.config ? &*rm.config : nullptr, up, result, o.image_compatible));
   result.bytes_uploaded = client.stats().bytes_sent;
   return result;
 }
@@ -595,12 +688,14 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
   if (result.repository == result.model_repository) result.model_repository.clear();
   std::vector<std::string> no_mounts;
   Uploader up(target, target_repository, no_mounts, result);
+  if (o.image_compatible) RETURN_IF_ERROR(CheckTarMembersUnder(source, rm, o.path_prefix));
   ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(source, rm, o, result));
   std::string tag = o.volume_tag;
   if (tag.empty()) tag = DefaultVolumeTag(source_ref, "");
   RETURN_IF_ERROR(PushVolume(target, absl::StrCat(rm.registry, "/", rm.repository),
                              target_repository, rm.model_descriptor, rm.model, std::move(indexes),
-                             tag, o.path_prefix, rm.config ? &*rm.config : nullptr, up, result));
+                             tag, o.path_prefix, rm.config ? &*rm.config : nullptr, up, result,
+                             o.image_compatible));
   result.bytes_uploaded = target.stats().bytes_sent;
   return result;
 }

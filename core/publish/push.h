@@ -55,6 +55,10 @@ struct PushOptions {
   // V shows M's files under this directory ("models" for KServe's oci+native://); M's paths
   // are unchanged. Empty: at the root.
   std::string path_prefix;
+  // With `tar`: V's image layers are M's own tar blobs, then V's `.modelfs/` layer
+  // (docs/volume-image.md, "The image-compatible profile"), so a node without modelfs unpacks
+  // the model itself. The tars' members are then written under `path_prefix`.
+  bool image_compatible = false;
   ProgressFn progress;
 };
 
@@ -107,6 +111,10 @@ struct ConvertOptions {
   uint64_t chunk_size = 0;  // as PushOptions::chunk_size
   ChunkDigestAlgorithm chunk_digest = ChunkDigestAlgorithm::kBlake3;
   std::string path_prefix;  // as PushOptions::path_prefix
+  // As PushOptions::image_compatible, for an M whose layers are all uncompressed tars; with a
+  // path prefix, every member of each tar must be under it. V in another repository of the same
+  // registry mounts M's blobs there; on another registry it is refused (it would copy them).
+  bool image_compatible = false;
   ProgressFn progress;
 };
 

@@ -107,7 +107,8 @@ absl::StatusOr<std::unique_ptr<SnapshotterDaemon>> SnapshotterDaemon::Start(
                                                : options.docker_config),
       "\n", "log_level = \"debug\"\n",
       "containerd_address = ", TomlString(options.containerd_address), "\n",
-      "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n", options.extra_config, "\n");
+      options.top_level_config, "\n[cache]\nprefetch = ", TomlString(options.prefetch), "\n",
+      options.extra_config, "\n");
   d->config_path_ = d->dir_.WriteFile("snapshotter.toml", config).string();
   RETURN_IF_ERROR(d->Spawn(/*append=*/false));
   return d;

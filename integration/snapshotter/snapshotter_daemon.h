@@ -29,7 +29,8 @@ struct SnapshotterDaemonOptions {
   std::vector<std::string> insecure_hosts;  // "127.0.0.1:PORT"
   std::string hosts_dir;                    // empty: an empty directory of the fixture's own
   std::string prefetch = "none";            // [cache] prefetch: all | headers | none
-  std::string extra_config;                 // TOML appended to the config file
+  std::string extra_config;                 // TOML appended to the config file ([cache] table)
+  std::string top_level_config;             // TOML keys of the top level (lazy_images = [...])
   std::vector<std::string> model_hosts;     // model_hosts (registries V may send the daemon to)
   std::string docker_config;                // empty: a file that does not exist (anonymous)
   std::string policy;                       // policy (containers-policy.json); empty: none

@@ -1,4 +1,4 @@
-// Fuzzes the tar header reader and the volume-layer parser: never aborts, and every entry it
+// Fuzzes the tar header reader and the volume-layer parser (A alone, and A over an index layer): never aborts, and every entry it
 // reports has its data inside the blob and (with path checks) a canonical relative path.
 #include <cstdint>
 #include <cstdlib>
@@ -24,5 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   (void)ParseVolumeLayer(bytes);
+  // A over an index layer: the input split at a block boundary (V with index layers).
+  const size_t split = (size / 2) / 512 * 512;
+  (void)ParseVolumeLayers(bytes.substr(split), {std::string(bytes.substr(0, split))});
   return 0;
 }

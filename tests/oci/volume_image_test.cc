@@ -1,7 +1,9 @@
 #include "core/oci/volume_image.h"
 
+#include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
@@ -448,32 +450,40 @@ TEST(ChunkSizeForLayersTest, AnExplicitSmallerChunkIsTakenWhenItFits) {
   EXPECT_EQ(*ChunkSizeForLayers({8ull << 20}, ChunkDigestAlgorithm::kBlake3, 64 << 10), 64u << 10);
 }
 
-TEST(ChunkSizeForLayersTest, SeveralGiBAt64KiBDoNotFitAndAGreaterSizeIsNamed) {
-  // 8 GiB at 64 KiB: 131,072 hashes, 4 MiB of index alone.
-  EXPECT_EQ(*ChunkSizeForLayers({8ull << 30}, ChunkDigestAlgorithm::kBlake3, 64 << 10), 128u << 10);
+TEST(ChunkSizeForLayersTest, SeveralGiBAt64KiBAreTakenAsAsked) {
+  // 9 GiB at 64 KiB: 147,456 hashes, 4.5 MiB of index: over A's 4 MiB, so in an index layer.
+  EXPECT_EQ(*ChunkSizeForLayers({9ull << 30}, ChunkDigestAlgorithm::kBlake3, 64 << 10), 64u << 10);
 }
 
-TEST(ChunkSizeForLayersTest, ModelsBeyondEightTiBAreRefusedNamingTheirSize) {
-  const std::vector<uint64_t> sizes(3, 3ull << 40);  // 9 TiB
+TEST(ChunkSizeForLayersTest, AnIndexOverWhatOneIndexLayerHoldsNamesAGreaterSize) {
+  // 128 GiB in one layer at 64 KiB: 2 Mi hashes, 64 MiB and a header: over one index layer.
+  EXPECT_EQ(*ChunkSizeForLayers({128ull << 30}, ChunkDigestAlgorithm::kBlake3, 64 << 10),
+            128u << 10);
+}
+
+TEST(ChunkSizeForLayersTest, ByItselfOneMiBUpToOnePointFiveTiBThenGreater) {
+  EXPECT_EQ(
+      *ChunkSizeForLayers(std::vector<uint64_t>(4, 350ull << 30), ChunkDigestAlgorithm::kBlake3),
+      1u << 20);
+  // 9 TiB: 8 MiB chunks keep the indexes within 48 MiB.
+  EXPECT_EQ(
+      *ChunkSizeForLayers(std::vector<uint64_t>(3, 3ull << 40), ChunkDigestAlgorithm::kBlake3),
+      8u << 20);
+}
+
+TEST(ChunkSizeForLayersTest, ModelsBeyondWhatIndexesHoldAreRefusedNamingTheirSize) {
+  const std::vector<uint64_t> sizes(128, 1ull << 40);  // 128 TiB
   EXPECT_THAT(ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("9895604649984 bytes")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("140737488355328 bytes")));
+  // Asked for, 64 MiB chunks hold them (64 MiB of index, within 256 MiB).
+  EXPECT_EQ(*ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3, 64u << 20), 64u << 20);
 }
 
-// A 1 TiB model, sizes only: 205 shards of 5 GB and the rest, as large checkpoints are split.
-// Its indexes (zero hashes: only their sizes matter here) fit the 4 MiB volume layer at 16 MiB
-// chunks, and the volume image it gives parses back with every index.
-TEST(BuildVolumeImageTest, AOneTiBModelGetsAVolumeImageAtSixteenMiBChunks) {
-  const uint64_t total = 1ull << 40;
-  const uint64_t shard = 5'000'000'000ull;
-  std::vector<uint64_t> sizes;
-  for (uint64_t left = total; left > 0; left -= std::min(left, shard)) {
-    sizes.push_back(std::min(left, shard));
-  }
-  ASSERT_OK_AND_ASSIGN(const uint64_t cs, ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3));
-  EXPECT_EQ(cs, 16u << 20);
-
+// A model of `sizes` (one raw weight layer each) with zero-hash indexes at `chunk_size`: only
+// their sizes matter.
+VolumeImageInput SizesOnlyModel(const std::vector<uint64_t>& sizes, uint64_t chunk_size) {
   std::vector<ModelLayerInput> layers;
-  std::vector<ChunkIndex> indexes;
+  VolumeImageInput in;
   ModelPackConfig config;
   config.descriptor.name = "huge";
   config.config.format = "safetensors";
@@ -482,37 +492,227 @@ TEST(BuildVolumeImageTest, AOneTiBModelGetsAVolumeImageAtSixteenMiBChunks) {
     // A distinct digest per shard (the bytes are never read).
     idx.blob_digest = Digest::Of("shard " + std::to_string(i));
     idx.blob_size = sizes[i];
-    idx.chunk_size = cs;
+    idx.chunk_size = chunk_size;
     idx.algorithm = ChunkDigestAlgorithm::kBlake3;
-    idx.chunks.resize((sizes[i] + cs - 1) / cs);
+    idx.chunks.resize((sizes[i] + chunk_size - 1) / chunk_size);
     layers.push_back({"model-" + std::to_string(i) + ".safetensors", idx.blob_digest, sizes[i],
                       LayerKind::kWeight, LayerEncoding::kRaw, ""});
     config.modelfs.diff_ids.push_back(idx.blob_digest);
-    indexes.push_back(std::move(idx));
+    in.chunk_indexes.push_back(std::move(idx));
   }
-  VolumeImageInput in;
-  ASSERT_OK_AND_ASSIGN(in.model, BuildModelManifest(SerializeModelPackConfig(config), layers));
+  in.model = *BuildModelManifest(SerializeModelPackConfig(config), layers);
   const std::string model_json = SerializeManifest(in.model);
   in.model_manifest = DescribeBlob(kOciManifestMediaType, model_json);
   in.model_manifest.artifact_type = std::string(kModelArtifactType);
   in.repository = "registry.local:5000/models/huge";
-  in.chunk_indexes = indexes;
+  return in;
+}
+
+// What containerd would unpack from V's layers, bottom to top: path -> bytes.
+std::map<std::string, std::string> Unpacked(const VolumeImage& v) {
+  std::map<std::string, std::string> files;
+  auto add = [&](const std::string& tar) {
+    const std::vector<TarEntry> entries = *IndexTarBytes(tar);
+    for (const TarEntry& e : entries) {
+      if (e.type == TarEntryType::kFile) files[e.path] = tar.substr(e.data_offset, e.size);
+    }
+  };
+  for (const VolumeBlob& l : v.index_layers) add(l.bytes);
+  add(v.layer);
+  return files;
+}
+
+TEST(BuildVolumeImageTest, AModelThatFitsAHasNoIndexLayers) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_TRUE(v.index_layers.empty());
+  EXPECT_EQ(v.manifest.layers.size(), 1u);
+}
+
+// 9 GiB at 64 KiB chunks in three layers: 4.5 MiB of indexes spill out of A into one index
+// layer below it; A keeps model.json, the README and its annotations.
+TEST(BuildVolumeImageTest, IndexesOverFourMiBSpillIntoAnIndexLayerBelowA) {
+  VolumeImageInput in = SizesOnlyModel({3ull << 30, 3ull << 30, 3ull << 30}, k64K);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  ASSERT_EQ(v.index_layers.size(), 1u);
+  EXPECT_LE(v.layer.size(), 64u << 10);
+  ASSERT_EQ(v.manifest.layers.size(), 2u);
+  EXPECT_EQ(v.manifest.layers[0], v.index_layers[0].descriptor);
+  EXPECT_EQ(v.manifest.layers[1], v.layer_descriptor);
+  EXPECT_EQ(v.index_layers[0].descriptor.media_type, kOciLayerTarMediaType);
+  EXPECT_EQ(*v.index_layers[0].descriptor.Annotation(kLabelRole), "index");
+  EXPECT_EQ(v.index_layers[0].descriptor.Annotation(kLabelModel), nullptr);
+  EXPECT_NE(v.layer_descriptor.Annotation(kLabelModel), nullptr);
+  EXPECT_EQ(v.layer_descriptor.Annotation(kLabelRole), nullptr);
+  EXPECT_EQ(*VolumeLayerIndex(v.manifest), 1u);
+  EXPECT_EQ(*VolumeIndexLayerIndexes(v.manifest), std::vector<size_t>{0});
+  EXPECT_EQ(*ParseImageConfigDiffIds(v.config),
+            (std::vector<Digest>{v.index_layers[0].descriptor.digest, v.layer_descriptor.digest}));
+
+  // The unpacked tree is what one layer would have held: model.json names every index file by
+  // path, and each is there, below .modelfs/chunks/.
+  std::map<std::string, std::string> files = Unpacked(v);
+  ASSERT_OK_AND_ASSIGN(VolumeModelInfo info, ParseVolumeModelJson(files[".modelfs/model.json"]));
+  for (const VolumeLayerRecord& l : info.layers) {
+    ASSERT_TRUE(l.chunk_index.has_value());
+    EXPECT_TRUE(files.contains(l.chunk_index->path)) << l.chunk_index->path;
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> a_entries, IndexTarBytes(v.layer));
+  for (const TarEntry& e : a_entries) EXPECT_FALSE(absl::StrContains(e.path, "chunks")) << e.path;
+
+  // Read back over A and the index layer; A alone lacks them.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back,
+                       ParseVolumeLayers(v.layer, {v.index_layers[0].bytes}));
+  EXPECT_EQ(back.chunk_indexes.size(), 3u);
+  for (const ChunkIndex& idx : in.chunk_indexes)
+    EXPECT_EQ(back.chunk_indexes[idx.blob_digest], idx);
+  EXPECT_THAT(ParseVolumeLayer(v.layer),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is missing")));
+
+  // Deterministic: the same M gives the same V.
+  ASSERT_OK_AND_ASSIGN(VolumeImage again, BuildVolumeImage(in));
+  EXPECT_EQ(again.manifest_json, v.manifest_json);
+  EXPECT_EQ(again.index_layers[0].bytes, v.index_layers[0].bytes);
+}
+
+TEST(ParseVolumeLayersTest, ATamperedIndexLayerFileIsDataLoss) {
+  VolumeImageInput in = SizesOnlyModel({9ull << 30}, k64K);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  ASSERT_EQ(v.index_layers.size(), 1u);
+  std::map<std::string, std::string> files = Unpacked(v);
+  const std::string path =
+      ".modelfs/chunks/" + std::string(in.chunk_indexes[0].blob_digest.hex()) + ".idx";
+  std::string idx = files.at(path);
+  idx.back() ^= 1;
+  TarWriter w;
+  ASSERT_OK(w.AddFile(path, idx));
+  EXPECT_THAT(ParseVolumeLayers(v.layer, {w.Finish()}),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path)));
+}
+
+TEST(BuildVolumeImageTest, IndexLayersHoldAtMostSixtyFourMiBOfFilesEach) {
+  // 3 layers of 48 GiB at 64 KiB: 24 MiB of index each; two fit one index layer, not three.
+  VolumeImageInput in = SizesOnlyModel(std::vector<uint64_t>(3, 48ull << 30), k64K);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  ASSERT_EQ(v.index_layers.size(), 2u);
+  for (const VolumeBlob& l : v.index_layers) EXPECT_LE(l.bytes.size(), kMaxIndexLayerBytes + 8192);
+  std::vector<std::string> tars;
+  for (const VolumeBlob& l : v.index_layers) tars.push_back(l.bytes);
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayers(v.layer, tars));
+  EXPECT_EQ(back.chunk_indexes.size(), 3u);
+}
+
+// A 1 TiB model, sizes only: 205 shards of 5 GB and the rest, as large checkpoints are split.
+// It keeps 1 MiB chunks; its 32 MiB of indexes go into one index layer below A.
+TEST(BuildVolumeImageTest, AOneTiBModelGetsAVolumeImageAtOneMiBChunks) {
+  const uint64_t total = 1ull << 40;
+  const uint64_t shard = 5'000'000'000ull;
+  std::vector<uint64_t> sizes;
+  for (uint64_t left = total; left > 0; left -= std::min(left, shard)) {
+    sizes.push_back(std::min(left, shard));
+  }
+  ASSERT_OK_AND_ASSIGN(const uint64_t cs, ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3));
+  EXPECT_EQ(cs, 1u << 20);
+  VolumeImageInput in = SizesOnlyModel(sizes, cs);
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
   EXPECT_LE(v.layer.size(), kMaxVolumeLayerBytes);
-  EXPECT_LE(v.layer.size(), VolumeLayerBytesFor(sizes, cs, ChunkDigestAlgorithm::kBlake3));
-  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(v.index_layers.size(), 1u);
+  std::vector<std::string> tars;
+  for (const VolumeBlob& l : v.index_layers) tars.push_back(l.bytes);
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayers(v.layer, tars));
   EXPECT_EQ(back.chunk_indexes.size(), sizes.size());
   uint64_t covered = 0;
   for (const auto& [digest, idx] : back.chunk_indexes) covered += idx.blob_size;
   EXPECT_EQ(covered, total);
+}
 
-  // At 8 MiB chunks the same indexes (4 MiB of hashes alone) would not fit.
-  for (ChunkIndex& idx : in.chunk_indexes) {
-    idx.chunk_size = 8u << 20;
-    idx.chunks.resize((idx.blob_size + idx.chunk_size - 1) / idx.chunk_size);
+TEST(CheckVolumeLowerBindingTest, FindsTheIndexLayerByItsChainId) {
+  VolumeImageInput in = SizesOnlyModel({9ull << 30}, k64K);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  ASSERT_OK_AND_ASSIGN(std::vector<Digest> ids, ParseImageConfigDiffIds(v.config));
+  const Digest index = v.index_layers[0].descriptor.digest;
+  EXPECT_EQ(*CheckVolumeLowerBinding(v.manifest, ids, "", index.str()), 0u);
+  // A's chain is not a lower layer's; nor is a parent that is not the chain below.
+  EXPECT_THAT(CheckVolumeLowerBinding(v.manifest, ids, index.str(), ChainIdOf(ids).str()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(CheckVolumeLowerBinding(v.manifest, ids, "k8s.io/1/x", index.str()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A layer without the role annotation is not answered.
+  Manifest plain = v.manifest;
+  plain.layers[0].annotations.clear();
+  EXPECT_THAT(CheckVolumeLowerBinding(plain, ids, "", index.str()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("modelfs.role")));
+  // A binds above its index layer.
+  EXPECT_OK(CheckVolumeSnapshotBinding(v.manifest, ids, index.str(), ChainIdOf(ids).str()));
+}
+
+// M with two .tar layers (one member each), for the image-compatible profile.
+Fixture MakeTarFixture() {
+  Fixture f = MakeFixture();
+  TarWriter w1, w2;
+  EXPECT_OK(w1.AddFile("tiny.gguf", f.weights));
+  EXPECT_OK(w2.AddFile("README.md", f.readme));
+  const std::string t1 = w1.Finish(), t2 = w2.Finish();
+  std::vector<ModelLayerInput> layers = {
+      {"tiny.gguf", Digest::Of(t1), t1.size(), LayerKind::kWeight, LayerEncoding::kTar, ""},
+      {"README.md", Digest::Of(t2), t2.size(), LayerKind::kDoc, LayerEncoding::kTar, ""},
+  };
+  f.model = *BuildModelManifest(f.config_blob, layers);
+  f.model_json = SerializeManifest(f.model);
+  f.model_descriptor = DescribeBlob(kOciManifestMediaType, f.model_json);
+  f.model_descriptor.artifact_type = std::string(kModelArtifactType);
+  f.input.model_manifest = f.model_descriptor;
+  f.input.model = f.model;
+  f.input.chunk_indexes = {BuildChunkIndex(t1, k64K), BuildChunkIndex(t2, k64K)};
+  f.input.image_compatible = true;
+  return f;
+}
+
+TEST(BuildVolumeImageTest, ImageCompatibleLayersAreTheModelsTarsThenA) {
+  Fixture f = MakeTarFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_EQ(v.manifest.layers.size(), 3u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Descriptor& l = v.manifest.layers[i];
+    EXPECT_EQ(l.digest, f.model.layers[i].digest);
+    EXPECT_EQ(l.size, f.model.layers[i].size);
+    EXPECT_EQ(l.media_type, kOciLayerTarMediaType);
+    EXPECT_EQ(*l.Annotation(kLabelRole), "model");
   }
-  EXPECT_THAT(BuildVolumeImage(in),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("over the 4 MiB limit")));
+  EXPECT_EQ(v.manifest.layers[2], v.layer_descriptor);
+  EXPECT_EQ(*VolumeLayerIndex(v.manifest), 2u);
+  EXPECT_TRUE(IsImageCompatibleVolume(v.manifest));
+  EXPECT_EQ(v.manifest.annotations.at(std::string(kAnnotationVolumeProfile)), "image-compatible");
+  ASSERT_OK_AND_ASSIGN(std::vector<Digest> ids, ParseImageConfigDiffIds(v.config));
+  EXPECT_EQ(ids, (std::vector<Digest>{f.model.layers[0].digest, f.model.layers[1].digest,
+                                      v.layer_descriptor.digest}));
+  // Each lower layer binds to its chain ID, and A above them.
+  EXPECT_EQ(*CheckVolumeLowerBinding(v.manifest, ids, "", ids[0].str()), 0u);
+  EXPECT_EQ(
+      *CheckVolumeLowerBinding(v.manifest, ids, ids[0].str(), ChainIdOf({ids[0], ids[1]}).str()),
+      1u);
+  EXPECT_OK(CheckVolumeSnapshotBinding(v.manifest, ids, ChainIdOf({ids[0], ids[1]}).str(),
+                                       ChainIdOf(ids).str()));
+  // The README says the model is in the image, and A still reads back.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.chunk_indexes.size(), 2u);
+  const std::map<std::string, std::string> files = Unpacked(v);
+  EXPECT_THAT(files.at(".modelfs/README.txt"), HasSubstr("as ordinary image layers"));
+  EXPECT_FALSE(IsImageCompatibleVolume(BuildVolumeImage(MakeFixture().input)->manifest));
+}
+
+TEST(BuildVolumeImageTest, ImageCompatibleRecordsNoPathPrefixTheTarsCarryIt) {
+  Fixture f = MakeTarFixture();
+  f.input.path_prefix = "models";
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_EQ(v.model_info.path_prefix, "");
+}
+
+TEST(BuildVolumeImageTest, ImageCompatibleRefusesARawLayerItWouldCopy) {
+  Fixture f = MakeFixture();
+  f.input.image_compatible = true;
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("would copy its bytes")));
 }
 
 // A model with one .tar+gzip layer, its seek index and the chunk index of its tar.

@@ -24,6 +24,7 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
   EXPECT_THAT(c.model_hosts, ElementsAre());
+  EXPECT_THAT(c.lazy_images, ElementsAre());  // off by default
   EXPECT_EQ(c.policy, "");
   EXPECT_OK(ValidateDaemonConfig(c));
 }
@@ -212,4 +213,15 @@ TEST(DaemonConfigTest, PolicyIsAnAbsolutePathOrEmpty) {
 }
 
 }  // namespace
+TEST(DaemonConfigTest, LazyImagesAreRepositoriesInTheModelHostsForms) {
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(
+      "lazy_images = [\"quay.example/kserve/llama\", \"reg:5000/modelcars/*\"]\n", "l.toml", c));
+  EXPECT_THAT(c.lazy_images, ElementsAre("quay.example/kserve/llama", "reg:5000/modelcars/*"));
+  EXPECT_OK(ValidateDaemonConfig(c));
+  c.lazy_images = {"https://quay.example/kserve/llama"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lazy_images")));
+}
+
 }  // namespace modelfs::snapshotter

@@ -606,4 +606,80 @@ TEST_F(ModelSnapshotterTest, AUseOfAModelStillRegisteringFailsWhenTheSnapshotter
 }
 
 }  // namespace
+// The labels containerd's CRI pull sends with the Prepare of an index layer of V (below A).
+Labels IndexLayerLabels(const std::string& target) {
+  Labels labels;
+  labels[std::string(kLabelRole)] = std::string(kVolumeRoleIndex);
+  labels[kLabelTargetRef] = target;
+  labels[kLabelCriImageRef] = absl::StrCat(kRegistry, "/models/m-volume:v1");
+  labels[kLabelCriManifestDigest] = Digest::Of("volume manifest").str();
+  return labels;
+}
+
+// A lower layer holds only what containerd would unpack: when it cannot be answered as remote
+// (here the registry is down), it is unpacked the ordinary way, not failed.
+TEST_F(ModelSnapshotterTest, ALowerLayerWhoseRegistryCannotBeReachedIsUnpackedTheOrdinaryWay) {
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare("extract-i", "", IndexLayerLabels("chain-i")).status());
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, snapshotter_->Stat("extract-i"));
+  EXPECT_EQ(info.kind, SnapshotKind::kActive);
+  EXPECT_THAT(snapshotter_->Stat("chain-i").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+}
+
+TEST_F(ModelSnapshotterTest, ALowerLayerWithoutTheCriLabelsNeverReachesARegistry) {
+  ASSERT_OK(Open());
+  Labels labels = IndexLayerLabels("chain-i");
+  labels.erase(kLabelCriManifestDigest);
+  ASSERT_OK(snapshotter_->Prepare("extract-i", "", labels).status());
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
+// An empty snapshot answering V's lower layer stands for it only under V's next layer: any
+// other layer, or a view, on top of it is refused rather than shown an empty directory.
+TEST_F(ModelSnapshotterTest, NothingButTheVolumesNextLayerStandsOnARemoteLowerSnapshot) {
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<OverlaySnapshotter> base,
+                         OverlaySnapshotter::Open(root()));
+    ASSERT_OK(base->Prepare("extract-i", "", {}).status());
+    ASSERT_OK(base->Commit("chain-i", "extract-i", {{kLabelRemoteLower, "sha256:v"}}));
+  }
+  ASSERT_OK(Open());
+  EXPECT_THAT(snapshotter_->Prepare("extract-x", "chain-i", {}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("lower layer")));
+  EXPECT_THAT(snapshotter_->View("view-x", "chain-i", {}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("sha256:v")));
+}
+
+// The labels containerd's CRI pull sends with the Prepare of an ordinary image's layer.
+Labels PlainLayerLabels(const std::string& repository, const std::string& target) {
+  Labels labels;
+  labels[kLabelTargetRef] = target;
+  labels[kLabelCriImageRef] = absl::StrCat(kRegistry, "/", repository, ":v1");
+  labels[kLabelCriManifestDigest] = Digest::Of("image manifest").str();
+  return labels;
+}
+
+// lazy_images never blocks an image: a listed one whose registry cannot be reached is unpacked
+// as ever, and one not listed never reaches a registry.
+TEST_F(ModelSnapshotterTest, AListedLazyImageWhoseRegistryIsDownIsUnpackedAsEver) {
+  ModelSnapshotterOptions o = Options();
+  o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
+  ASSERT_OK(Open(o));
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+  ASSERT_OK(snapshotter_->Prepare("extract-q", "", PlainLayerLabels("other/busybox", "chain-q"))
+                .status());
+  EXPECT_THAT(Connected(), ElementsAre(kRegistry));
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+}
+
+TEST_F(ModelSnapshotterTest, WithoutLazyImagesAnOrdinaryLayerNeverReachesARegistry) {
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_THAT(Connected(), IsEmpty());
+}
+
 }  // namespace modelfs::snapshotter
