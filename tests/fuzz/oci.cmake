@@ -61,3 +61,12 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
        PkgConfig::ISAL
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_layer_decoder
   RUNS 3000)  # about 50 runs a second under ASan: every run sets up two 1 MiB decoders
+
+# MergeImageTars over up to four tars: an accepted tree is canonical, every parent is a
+# directory, and every file lies inside its own layer.
+modelfs_fuzzer(oci_image_tree_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_image_tree_fuzz.cc
+  INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/image_tree.cc
+  DEPS ${MODELFS_OCI_FUZZ_DEPS}
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_image_tree
+  RUNS 20000)
