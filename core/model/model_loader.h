@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/cache/blob_cache.h"
 #include "core/model/tree_file.h"
+#include "core/oci/image_tree.h"
 #include "core/publish/model_ref.h"
 
 namespace modelfs {
@@ -30,6 +31,8 @@ struct LoadedModel {
   std::string verification;    // "chunk-index", "whole-layer" or "unverified"
   // The mtime of every file and directory of the model (core/oci/model_time.h).
   int64_t mtime_sec = 0;
+  // An ordinary image (ResolvedModel::image): what merging its layers skipped or removed.
+  ImageTreeCounts image_counts;
 };
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
@@ -37,12 +40,12 @@ struct LoadedModel {
 // makes .modelinfo.json from the files' headers on its first lookup. A compressed tar layer is
 // fetched whole, checked against its digest, decompressed into a layer of its own and checked
 // against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer); its
-// files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
-// digests), kInvalidArgument (a config whose diffIds are not one per layer), kPermissionDenied
-// for unsafe paths; the cache's errors.
-// A failed load takes back every cache reference held under M's digest (UnregisterModel), so
-// the caller is left with nothing to undo; a caller must not load a model that is still
-// registered in the same cache.
+// files are served from that layer. An ordinary image (ResolvedModel::image) shows the merged
+// tree of its layers (core/oci/image_tree.h): files, directories and symlinks. Errors: kDataLoss (a
+// layer failing its checks, naming both digests), kInvalidArgument (a config whose diffIds are not
+// one per layer), kPermissionDenied for unsafe paths; the cache's errors. A failed load takes back
+// every cache reference held under M's digest (UnregisterModel), so the caller is left with nothing
+// to undo; a caller must not load a model that is still registered in the same cache.
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& model, BlobCache& cache,
                                       const LoadOptions& options);
 
