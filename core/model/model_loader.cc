@@ -50,9 +50,12 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
 
 // The merged tree of an ordinary image's layers (core/oci/image_tree.h), every tar's headers
 // read through `reader` (so verified), as the files, links and directories the tree serves.
-absl::StatusOr<std::vector<TreeFile>> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
-                                                     const std::map<Digest, DecodedLayer>& decoded,
-                                                     ImageTreeCounts& counts);
+struct ImageFiles {
+  std::vector<TreeFile> files;
+  ImageTreeCounts counts;
+};
+absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
+                                          const std::map<Digest, DecodedLayer>& decoded);
 
 // What .modelinfo.json describes of an image: its weight files and the files beside them (an
 // image's busybox and /etc are not the model).
@@ -138,7 +141,9 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   }
   std::set<std::string> seen;
   if (rm.image) {
-    ASSIGN_OR_RETURN(out.files, ImageTreeFiles(rm, reader, decoded, out.image_counts));
+    ASSIGN_OR_RETURN(ImageFiles image, ImageTreeFiles(rm, reader, decoded));
+    out.files = std::move(image.files);
+    out.image_counts = image.counts;
   }
   for (const ModelLayer& l : rm.layers) {
     if (rm.image) break;  // merged above, with whiteouts
@@ -228,9 +233,8 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   return out;
 }
 
-absl::StatusOr<std::vector<TreeFile>> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
-                                                     const std::map<Digest, DecodedLayer>& decoded,
-                                                     ImageTreeCounts& counts) {
+absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
+                                          const std::map<Digest, DecodedLayer>& decoded) {
   ImageTree tree;
   std::vector<Digest> tars;  // the layer whose bytes are each layer's tar
   for (size_t i = 0; i < rm.layers.size(); ++i) {
@@ -255,7 +259,8 @@ absl::StatusOr<std::vector<TreeFile>> ImageTreeFiles(const ResolvedModel& rm, Bl
     RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
   }
   const std::string where = absl::StrCat("image ", rm.model_descriptor.digest.str());
-  std::vector<TreeFile> files;
+  ImageFiles out;
+  std::vector<TreeFile>& files = out.files;
   files.reserve(tree.nodes.size());
   for (auto& [path, node] : tree.nodes) {
     RETURN_IF_ERROR(CheckNotReservedModelPath(path, where));
@@ -277,8 +282,8 @@ absl::StatusOr<std::vector<TreeFile>> ImageTreeFiles(const ResolvedModel& rm, Bl
     }
     files.push_back(std::move(f));
   }
-  counts = tree.counts;
-  return files;
+  out.counts = tree.counts;
+  return out;
 }
 
 std::vector<TreeFile> ModelFilesOfImage(const std::vector<TreeFile>& files) {
