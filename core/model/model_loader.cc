@@ -143,6 +143,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   if (rm.image) {
     ASSIGN_OR_RETURN(ImageFiles image, ImageTreeFiles(rm, reader, decoded));
     out.files = std::move(image.files);
+    out.image = true;
     out.image_counts = image.counts;
   }
   for (const ModelLayer& l : rm.layers) {

@@ -31,7 +31,8 @@ struct LoadedModel {
   std::string verification;    // "chunk-index", "whole-layer" or "unverified"
   // The mtime of every file and directory of the model (core/oci/model_time.h).
   int64_t mtime_sec = 0;
-  // An ordinary image (ResolvedModel::image): what merging its layers skipped or removed.
+  // An ordinary image (ResolvedModel::image), and what merging its layers skipped or removed.
+  bool image = false;
   ImageTreeCounts image_counts;
 };
 

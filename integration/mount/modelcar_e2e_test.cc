@@ -402,6 +402,12 @@ TEST_F(HostileImageTest, AWhiteoutOfANeverExistingPathAndADeviceNodeAreSkipped) 
   EXPECT_FALSE(Exists(m->dir() + "/models/ghost"));
   EXPECT_FALSE(Exists(m->dir() + "/models/.wh.ghost"));
   EXPECT_FALSE(Exists(m->dir() + "/dev/kmsg"));
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->Stats());
+  EXPECT_EQ(stats["image_tree"], (nlohmann::json{{"whiteouts", 0},
+                                                 {"ignored_whiteouts", 2},
+                                                 {"opaque_dirs", 0},
+                                                 {"hardlinks", 0},
+                                                 {"skipped_special", 1}}));
   EXPECT_OK(m->Unmount());
   const std::string dest = tmp_.Join("dest-skipped").string();
   ASSERT_OK_AND_ASSIGN(ProcessResult p,
