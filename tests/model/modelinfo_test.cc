@@ -133,7 +133,7 @@ TEST_F(SafetensorsModelInfoTest, ShapeAndKvBytesPerTokenComeFromConfigJson) {
 TEST_F(SafetensorsModelInfoTest, TheConfigJsonBesideTheWeightsGivesTheShapeInASubdirectory) {
   for (TreeFile& f : files_) f.path = "models/" + f.path;
   files_.push_back(
-      TreeFile{"etc/config.json", reader_.Add("{\"model_type\": \"bert\"}"), 0, 23, ""});
+      TreeFile{"etc/config.json", reader_.Add("{\"model_type\": \"bert\"}"), 0, 22, ""});
   json j = Build();
   EXPECT_EQ(j["architecture"], "llama");
   EXPECT_EQ(j["shape"]["layers"], 2);
