@@ -135,7 +135,9 @@ class ImageTest : public ::testing::Test {
     Buildah({"push", "-q", "--tls-verify=false", "--compression-format",
              plain ? "gzip" : compression, "modelcar",
              absl::StrCat("docker://", Ref(plain ? tag + "-gzip" : tag))});
-    if (plain) ASSERT_NO_FATAL_FAILURE(Decompress(tag + "-gzip", tag));
+    if (plain) {
+      ASSERT_NO_FATAL_FAILURE(Decompress(tag + "-gzip", tag));
+    }
   }
 
   // Pushes modelcars:`from` again as `to` with every layer an uncompressed tar.
