@@ -160,6 +160,14 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
   });
 }
 
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Guarded(req, "readlink", [&] {
+    absl::StatusOr<std::string> target = Ctx(req).tree->ReadLink(ino);
+    if (!target.ok()) return ReplyStatus(req, "readlink", target.status());
+    fuse_reply_readlink(req, target->c_str());
+  });
+}
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, "open", [&] {
     Context& ctx = Ctx(req);
@@ -344,7 +352,7 @@ void DoReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
         struct stat st;
         memset(&st, 0, sizeof(st));
         st.st_ino = entry.ino;
-        st.st_mode = entry.is_dir ? S_IFDIR : S_IFREG;
+        st.st_mode = entry.is_dir ? S_IFDIR : entry.is_symlink ? S_IFLNK : S_IFREG;
         need = fuse_add_direntry(req, buf.data() + used, room, entry.name.c_str(), &st,
                                  static_cast<off_t>(entry.next_offset));
       } else {
@@ -415,6 +423,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.forget = OpForget;
   ops.forget_multi = OpForgetMulti;
   ops.getattr = OpGetAttr;
+  ops.readlink = OpReadLink;
   ops.open = OpOpen;
   ops.read = OpRead;
   ops.release = OpRelease;

@@ -25,6 +25,7 @@ namespace {
 constexpr char kErrnoPayloadUrl[] = "modelfs.dev/errno";
 constexpr uint32_t kDirMode = S_IFDIR | 0555;
 constexpr uint32_t kFileMode = S_IFREG | 0444;
+constexpr uint32_t kSymlinkMode = S_IFLNK | 0777;
 
 // Splits a model-relative path into components after the one path check that pull and
 // mount share (core/oci/path_safety.h), so both accept and refuse exactly the same names.
@@ -51,7 +52,7 @@ uint64_t HashIno(const std::string& full_path, uint64_t salt) {
 }  // namespace
 
 struct ModelTree::Node {
-  enum class Kind { kDir, kLayer, kSynthetic };
+  enum class Kind { kDir, kLayer, kSynthetic, kSymlink };
   Kind kind = Kind::kDir;
   uint64_t ino = 0;
   uint64_t parent = 0;
@@ -68,6 +69,7 @@ struct ModelTree::Node {
   uint64_t size = 0;                         // kLayer and kSynthetic
   std::shared_ptr<const std::string> bytes;  // kSynthetic; null while a lazy file is not made
   std::shared_ptr<LazyBytes> lazy;           // kSynthetic made on first use
+  std::string target;                        // kSymlink
 
   bool is_dir() const { return kind == Kind::kDir; }
 };
@@ -167,6 +169,30 @@ absl::Status ModelTree::AddModelLocked(const std::string& model_name, std::vecto
   };
 
   for (TreeFile& f : files) {
+    if (f.kind == TreeFile::Kind::kDirectory) {
+      // A directory of its own (an image's may be empty): made with its parents, once.
+      auto it = staged.find(f.path);
+      if (it != staged.end()) {
+        if (it->second->is_dir()) continue;
+        return absl::InvalidArgumentError(
+            absl::StrCat("directory path '", f.path, "' is also a file"));
+      }
+      auto dir = std::make_unique<Node>();
+      RETURN_IF_ERROR(add_file(f.path, std::move(dir)));
+      continue;
+    }
+    if (f.kind == TreeFile::Kind::kSymlink) {
+      if (f.symlink_target.empty() || f.symlink_target.find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("symlink '", f.path, "' has an empty or NUL-bearing target"));
+      }
+      auto node = std::make_unique<Node>();
+      node->kind = Node::Kind::kSymlink;
+      node->target = f.symlink_target;
+      node->size = f.symlink_target.size();
+      RETURN_IF_ERROR(add_file(f.path, std::move(node)));
+      continue;
+    }
     if (f.layer.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("file '", f.path, "' has no layer digest"));
     }
@@ -311,7 +337,7 @@ NodeAttr ModelTree::AttrLocked(const Node& node) const {
     a.nlink = 2 + node.subdirs;
     a.size = 4096;
   } else {
-    a.mode = kFileMode;
+    a.mode = node.kind == Node::Kind::kSymlink ? kSymlinkMode : kFileMode;
     a.nlink = 1;
     a.size = node.size;
   }
@@ -423,15 +449,15 @@ absl::StatusOr<std::vector<DirEntry>> ModelTree::ReadDir(uint64_t ino, uint64_t 
   }
   std::vector<DirEntry> out;
   uint64_t index = 0;
-  auto emit = [&](const std::string& name, uint64_t child, bool is_dir) {
-    if (index >= offset) out.push_back(DirEntry{name, child, is_dir, index + 1});
+  auto emit = [&](const std::string& name, uint64_t child, bool is_dir, bool is_symlink = false) {
+    if (index >= offset) out.push_back(DirEntry{name, child, is_dir, index + 1, is_symlink});
     ++index;
   };
   emit(".", dir->ino, true);
   emit("..", dir->parent, true);
   for (const auto& [name, child] : dir->children) {
     const Node* c = FindLocked(child);
-    emit(name, child, c != nullptr && c->is_dir());
+    emit(name, child, c != nullptr && c->is_dir(), c != nullptr && c->kind == Node::Kind::kSymlink);
   }
   return out;
 }
@@ -444,11 +470,26 @@ absl::Status ModelTree::Open(uint64_t ino, int flags) const {
     return ErrnoStatus(absl::StatusCode::kFailedPrecondition, EISDIR,
                        absl::StrCat("open of '", node->path, "': is a directory"));
   }
+  if (node->kind == Node::Kind::kSymlink) {
+    return ErrnoStatus(absl::StatusCode::kFailedPrecondition, ELOOP,
+                       absl::StrCat("open of '", node->path, "': is a symbolic link"));
+  }
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0) {
     return ErrnoStatus(absl::StatusCode::kPermissionDenied, EROFS,
                        absl::StrCat("open of '", node->path, "' for writing: read-only"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ModelTree::ReadLink(uint64_t ino) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Node* node = FindLocked(ino);
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat("readlink: no inode ", ino));
+  if (node->kind != Node::Kind::kSymlink) {
+    return ErrnoStatus(absl::StatusCode::kInvalidArgument, EINVAL,
+                       absl::StrCat("readlink of '", node->path, "': not a symbolic link"));
+  }
+  return node->target;
 }
 
 absl::Status ModelTree::OpenDir(uint64_t ino) const {
@@ -471,6 +512,10 @@ absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* o
   if (node->is_dir()) {
     return ErrnoStatus(absl::StatusCode::kFailedPrecondition, EISDIR,
                        absl::StrCat(op, " of '", node->path, "': is a directory"));
+  }
+  if (node->kind == Node::Kind::kSymlink) {
+    return ErrnoStatus(absl::StatusCode::kFailedPrecondition, ELOOP,
+                       absl::StrCat(op, " of '", node->path, "': is a symbolic link"));
   }
   FileRef f;
   f.synthetic = node->kind == Node::Kind::kSynthetic;

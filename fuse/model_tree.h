@@ -48,7 +48,7 @@ struct ModelOptions {
 // File attributes as the kernel sees them. Directories are 0555, files 0444, owned by root.
 struct NodeAttr {
   uint64_t ino = 0;
-  uint32_t mode = 0;  // S_IFDIR | 0555 or S_IFREG | 0444
+  uint32_t mode = 0;  // S_IFDIR | 0555, S_IFREG | 0444 or S_IFLNK | 0777
   uint32_t nlink = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -64,6 +64,7 @@ struct DirEntry {
   uint64_t ino = 0;
   bool is_dir = false;
   uint64_t next_offset = 0;  // pass to ReadDir to continue after this entry
+  bool is_symlink = false;
 };
 
 struct FsStats {
@@ -133,6 +134,9 @@ class ModelTree {
   // Checks that `ino` may be opened with open(2) `flags`. Errors: kNotFound; kFailedPrecondition
   // (EISDIR) for a directory; kPermissionDenied (EROFS) for any write access.
   absl::Status Open(uint64_t ino, int flags) const;
+  // The target of symbolic link `ino`, as the image wrote it (it is never followed here).
+  // Errors: kNotFound; kInvalidArgument (EINVAL) for anything but a link.
+  absl::StatusOr<std::string> ReadLink(uint64_t ino) const;
   // Checks that `ino` is a directory that can be listed. Errors: kNotFound, kFailedPrecondition
   // (ENOTDIR).
   absl::Status OpenDir(uint64_t ino) const;

@@ -34,6 +34,8 @@ PACKAGES=(
   nginx-light iproute2
   # pause and reader images of the containerd 2.1 image-volume tests
   busybox-static
+  # modelcar images (KServe) built by a real tool for the modelcar e2e tests
+  buildah
   # cosign-format keys for the signing interop tests (../shared/tools/signing/cosign_keygen.py)
   python3-nacl python3-cryptography
 )

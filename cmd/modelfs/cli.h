@@ -91,6 +91,7 @@ struct RefInspection {
   ModelIdentity identity;
   std::map<std::string, std::string> annotations;  // M's
   std::vector<Layer> layers;
+  bool image = false;  // an ordinary container image (its layers are merged, not files)
 };
 // An argument that is no local path or URL and starts with a registry host ("host.tld/",
 // "host:port/", "localhost/").

@@ -43,6 +43,8 @@ absl::StatusOr<RefInspection> InspectReference(const std::string& arg, bool plai
   out.repository = absl::StrCat(ref.registry(), "/", rm.repository);
   out.manifest = rm.model_descriptor.digest.str();
   if (rm.volume_descriptor) out.volume = rm.volume_descriptor->digest.str();
+  out.image = rm.image;
+  if (rm.image) out.config = nlohmann::json::parse(rm.config_json, nullptr, false);
   out.identity = IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations);
   out.annotations = rm.model.annotations;
   if (rm.config) {
@@ -85,6 +87,7 @@ nlohmann::json RefInspectionToJson(const RefInspection& r) {
           {"config", r.config},
           {"identity", IdentityToJson(r.identity)},
           {"annotations", r.annotations},
+          {"kind", r.image ? "image" : "model"},
           {"layers", layers}};
 }
 
@@ -92,8 +95,11 @@ std::string RenderRefInspection(const RefInspection& r) {
   auto e = [](const std::string& s) { return EscapeUntrusted(s); };
   auto or_dash = [&](const std::string& s) { return s.empty() ? std::string("-") : e(s); };
   const ModelIdentity& id = r.identity;
-  std::string out = absl::StrCat(e(r.repository), "@", r.manifest, ": ModelPack artifact, ",
-                                 r.layers.size(), " files\n");
+  std::string out =
+      r.image ? absl::StrCat(e(r.repository), "@", r.manifest, ": container image, ",
+                             r.layers.size(), " layers (mount and pull show them merged)\n")
+              : absl::StrCat(e(r.repository), "@", r.manifest, ": ModelPack artifact, ",
+                             r.layers.size(), " files\n");
   if (!r.volume.empty()) absl::StrAppend(&out, "volume image ", r.volume, "\n");
   absl::StrAppend(&out, "name ", or_dash(r.name), ", format ", or_dash(r.format), ", params ",
                   or_dash(r.param_size), ", precision ", or_dash(r.precision), "\n");

@@ -103,36 +103,45 @@ nlohmann::json StatsJson(const BlobCache& cache, const DecodingBlobSource& decod
   const int64_t taken_ns = absl::GetCurrentTimeNanos();
   CacheStats s = cache.stats();
   const DecodingBlobSource::Stats d = decoding.stats();
-  return {{"reference", ref},
-          {"mountpoint", dir},
-          {"pid", getpid()},
-          {"taken_ns", taken_ns},
-          {"verification", m.verification},
-          {"bytes_fetched", s.bytes_fetched},
-          {"requests", s.requests},
-          {"cache_hits", s.chunk_hits},
-          {"cache_misses", s.chunk_misses},
-          {"verification_failures", s.verification_failures},
-          {"refetch_recoveries", s.refetch_recoveries},
-          {"quarantined_layers", s.quarantined_layers},
-          {"bytes_served", s.bytes_served},
-          {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
-          {"sealed_layers", s.sealed_layers},
-          {"audited_layers", s.audited_layers},
-          {"scrubbed_bytes", s.scrubbed_bytes},
-          {"scrub_failures", s.scrub_failures},
-          {"scrub_repairs", s.scrub_repairs},
-          {"fs_verity", s.fs_verity},
-          {"cached_bytes", s.cached_bytes},
-          {"opens", opens.opens.load()},
-          {"passthrough_opens", opens.passthrough.load()},
-          // Per layer of M: how it is served (LoadedModel::layer_serving), e.g.
-          // "lazy-seek-index" or "decoded-whole" for a compressed layer.
-          {"layers", m.layer_serving},
-          {"decoded_spans", d.ranges},
-          {"compressed_bytes_fetched", d.compressed_bytes},
-          {"decoded_bytes", d.decoded_bytes},
-          {"lead_in_bytes", d.lead_in_bytes}};
+  nlohmann::json j = {{"reference", ref},
+                      {"mountpoint", dir},
+                      {"pid", getpid()},
+                      {"taken_ns", taken_ns},
+                      {"verification", m.verification},
+                      {"bytes_fetched", s.bytes_fetched},
+                      {"requests", s.requests},
+                      {"cache_hits", s.chunk_hits},
+                      {"cache_misses", s.chunk_misses},
+                      {"verification_failures", s.verification_failures},
+                      {"refetch_recoveries", s.refetch_recoveries},
+                      {"quarantined_layers", s.quarantined_layers},
+                      {"bytes_served", s.bytes_served},
+                      {"page_cache_bytes_dropped", s.page_cache_bytes_dropped},
+                      {"sealed_layers", s.sealed_layers},
+                      {"audited_layers", s.audited_layers},
+                      {"scrubbed_bytes", s.scrubbed_bytes},
+                      {"scrub_failures", s.scrub_failures},
+                      {"scrub_repairs", s.scrub_repairs},
+                      {"fs_verity", s.fs_verity},
+                      {"cached_bytes", s.cached_bytes},
+                      {"opens", opens.opens.load()},
+                      {"passthrough_opens", opens.passthrough.load()},
+                      // Per layer of M: how it is served (LoadedModel::layer_serving), e.g.
+                      // "lazy-seek-index" or "decoded-whole" for a compressed layer.
+                      {"layers", m.layer_serving},
+                      {"decoded_spans", d.ranges},
+                      {"compressed_bytes_fetched", d.compressed_bytes},
+                      {"decoded_bytes", d.decoded_bytes},
+                      {"lead_in_bytes", d.lead_in_bytes}};
+  if (m.image) {
+    const ImageTreeCounts& c = m.image_counts;
+    j["image_tree"] = {{"whiteouts", c.whiteouts},
+                       {"ignored_whiteouts", c.ignored_whiteouts},
+                       {"opaque_dirs", c.opaque_dirs},
+                       {"hardlinks", c.hardlinks},
+                       {"skipped_special", c.skipped_special}};
+  }
+  return j;
 }
 
 void WriteAtomically(const std::string& path, const std::string& text) {

@@ -5,10 +5,12 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/hub/identity.h"
 #include "core/model/blob_range_reader.h"
 #include "core/model/modelinfo.h"
+#include "core/oci/image_tree.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
 #include "core/oci/model_time.h"
@@ -46,6 +48,19 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
                                      const std::string& verification, const LoadOptions& o,
                                      const std::map<Digest, DecodedLayer>& decoded,
                                      const std::map<std::string, std::string>& serving);
+
+// The merged tree of an ordinary image's layers (core/oci/image_tree.h), every tar's headers
+// read through `reader` (so verified), as the files, links and directories the tree serves.
+struct ImageFiles {
+  std::vector<TreeFile> files;
+  ImageTreeCounts counts;
+};
+absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
+                                          const std::map<Digest, DecodedLayer>& decoded);
+
+// What .modelinfo.json describes of an image: its weight files and the files beside them (an
+// image's busybox and /etc are not the model).
+std::vector<TreeFile> ModelFilesOfImage(const std::vector<TreeFile>& files);
 
 }  // namespace
 
@@ -163,7 +178,14 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
         ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model, volume ? &*volume : nullptr);
   }
   std::set<std::string> seen;
+  if (rm.image) {
+    ASSIGN_OR_RETURN(ImageFiles image, ImageTreeFiles(rm, reader, decoded));
+    out.files = std::move(image.files);
+    out.image = true;
+    out.image_counts = image.counts;
+  }
   for (const ModelLayer& l : rm.layers) {
+    if (rm.image) break;  // merged above, with whiteouts
     const Descriptor& d = l.descriptor;
     // The layer whose bytes are the tar: a compressed layer's decoded one.
     Digest tar_digest = d.digest;
@@ -247,13 +269,81 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   // Made on first lookup (fuse/model_tree.h SyntheticFile): it reads every weight file's
   // header, which registering the model (a CRI PullImage) should not wait for.
   out.synthetic[kModelInfoFileName] =
-      SyntheticFile::Lazy([&reader, files = out.files, ctx = std::move(ctx)] {
-        return MakeModelInfoFile(reader, files, ctx);
-      });
+      SyntheticFile::Lazy([&reader, files = rm.image ? ModelFilesOfImage(out.files) : out.files,
+                           ctx = std::move(ctx)] { return MakeModelInfoFile(reader, files, ctx); });
   // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
   // .modelinfo.json stays at the root and names paths within that directory.
   if (!rm.path_prefix.empty()) {
     for (TreeFile& f : out.files) f.path = absl::StrCat(rm.path_prefix, "/", f.path);
+  }
+  return out;
+}
+
+absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
+                                          const std::map<Digest, DecodedLayer>& decoded) {
+  ImageTree tree;
+  std::vector<Digest> tars;  // the layer whose bytes are each layer's tar
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    const Descriptor& d = rm.layers[i].descriptor;
+    Digest tar_digest = d.digest;
+    uint64_t tar_size = d.size;
+    if (IsCompressed(rm.layers[i])) {
+      auto it = decoded.find(d.digest);
+      if (it == decoded.end()) {
+        return absl::UnimplementedError(
+            absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
+                         "); only the modelfs cache serves compressed layers (decompressed "
+                         "whole), not this reader"));
+      }
+      tar_digest = it->second.digest;
+      tar_size = it->second.size;
+    }
+    tars.push_back(tar_digest);
+    const std::string where = absl::StrCat("layer ", d.digest.str());
+    BlobRangeReader tar(&reader, tar_digest, 0, tar_size, where);
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
+    RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
+  }
+  const std::string where = absl::StrCat("image ", rm.model_descriptor.digest.str());
+  ImageFiles out;
+  std::vector<TreeFile>& files = out.files;
+  files.reserve(tree.nodes.size());
+  for (auto& [path, node] : tree.nodes) {
+    RETURN_IF_ERROR(CheckNotReservedModelPath(path, where));
+    TreeFile f;
+    f.path = path;
+    switch (node.type) {
+      case ImageNodeType::kFile:
+        f.layer = tars[node.layer];
+        f.offset_in_layer = node.offset;
+        f.size = node.size;
+        break;
+      case ImageNodeType::kDirectory:
+        f.kind = TreeFile::Kind::kDirectory;
+        break;
+      case ImageNodeType::kSymlink:
+        f.kind = TreeFile::Kind::kSymlink;
+        f.symlink_target = std::move(node.link_target);
+        break;
+    }
+    files.push_back(std::move(f));
+  }
+  out.counts = tree.counts;
+  return out;
+}
+
+std::vector<TreeFile> ModelFilesOfImage(const std::vector<TreeFile>& files) {
+  auto dir_of = [](const std::string& p) { return p.substr(0, p.rfind('/') + 1); };
+  std::set<std::string> dirs;
+  for (const TreeFile& f : files) {
+    if (f.kind == TreeFile::Kind::kFile &&
+        (absl::EndsWith(f.path, ".safetensors") || absl::EndsWith(f.path, ".gguf"))) {
+      dirs.insert(dir_of(f.path));
+    }
+  }
+  std::vector<TreeFile> out;
+  for (const TreeFile& f : files) {
+    if (f.kind == TreeFile::Kind::kFile && dirs.count(dir_of(f.path)) != 0) out.push_back(f);
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
 #include "core/model/tree_file.h"
+#include "core/oci/image_tree.h"
 #include "core/publish/model_ref.h"
 
 namespace modelfs {
@@ -40,6 +41,9 @@ struct LoadedModel {
   // chunk of the uncompressed bytes checked), or "decoded-whole" (a compressed layer fetched
   // whole, checked and decompressed first: a single zstd frame, or no seek index).
   std::map<std::string, std::string> layer_serving;
+  // An ordinary image (ResolvedModel::image), and what merging its layers skipped or removed.
+  bool image = false;
+  ImageTreeCounts image_counts;
 };
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),
@@ -49,12 +53,13 @@ struct LoadedModel {
 // uncompressed bytes, named by its diffId, and served through options.decoding when given;
 // otherwise it is fetched whole, checked against its digest, decompressed into a layer of its own
 // and checked against M's diffId for it before the load returns (BlobCache::RegisterDecodedLayer);
-// its files are served from that layer. Errors: kDataLoss (a layer failing its checks, naming both
-// digests), kInvalidArgument (a config whose diffIds are not one per layer), kPermissionDenied
-// for unsafe paths; the cache's errors.
-// A failed load takes back every cache reference held under M's digest (UnregisterModel), so
-// the caller is left with nothing to undo; a caller must not load a model that is still
-// registered in the same cache.
+// its files are served from that layer. An ordinary image (ResolvedModel::image) shows the
+// merged tree of its layers (core/oci/image_tree.h): files, directories and symlinks. Errors:
+// kDataLoss (a layer failing its checks, naming both digests), kInvalidArgument (a config whose
+// diffIds are not one per layer), kPermissionDenied for unsafe paths; the cache's errors. A failed
+// load takes back every cache reference held under M's digest (UnregisterModel), so the caller is
+// left with nothing to undo; a caller must not load a model that is still registered in the same
+// cache.
 absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& model, BlobCache& cache,
                                       const LoadOptions& options);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -112,9 +113,35 @@ json GgufProvenance(const InspectedModel& model) {
 
 }  // namespace
 
+namespace {
+
+// The config.json that describes the weights: the top-level one, else the first one that sits
+// beside a weight file (a container image keeps its model under a directory, e.g. /models).
+std::string ModelConfigPath(const std::vector<TreeFile>& files) {
+  std::set<std::string> weight_dirs;
+  bool top = false;
+  for (const TreeFile& f : files) {
+    if (f.path == "config.json") top = true;
+    if (IsModelFileName(f.path)) weight_dirs.insert(f.path.substr(0, f.path.rfind('/') + 1));
+  }
+  if (top) return "config.json";
+  for (const TreeFile& f : files) {
+    const size_t slash = f.path.rfind('/');
+    if (slash != std::string::npos && f.path.substr(slash + 1) == "config.json" &&
+        weight_dirs.count(f.path.substr(0, slash + 1)) != 0) {
+      return f.path;
+    }
+  }
+  return "config.json";
+}
+
+}  // namespace
+
 TreeInspection InspectTreeFiles(BlobReader& reader, const std::vector<TreeFile>& files) {
   TreeInspection out;
+  const std::string config_path = ModelConfigPath(files);
   for (const TreeFile& f : files) {
+    if (f.kind != TreeFile::Kind::kFile) continue;
     try {
       if (IsModelFileName(f.path)) {
         BlobRangeReader r(&reader, f.layer, f.offset_in_layer, f.size, f.path);
@@ -126,7 +153,7 @@ TreeInspection InspectTreeFiles(BlobReader& reader, const std::vector<TreeFile>&
         inspected->tensors.clear();
         inspected->tensors.shrink_to_fit();
         out.model.files.push_back(*std::move(inspected));
-      } else if (f.path == "config.json") {
+      } else if (f.path == config_path) {
         absl::StatusOr<json> config = ReadConfig(reader, f);
         if (config.ok()) {
           out.model.config = *std::move(config);

@@ -13,13 +13,18 @@
 
 namespace modelfs {
 
-// One regular file of a model: `size` bytes at `offset_in_layer` inside blob `layer`.
+// One regular file of a model: `size` bytes at `offset_in_layer` inside blob `layer`. The
+// merged tree of a container image (core/oci/image_tree.h) also has symbolic links and
+// directories that may be empty: those set `kind` and leave the extent empty.
 struct TreeFile {
+  enum class Kind { kFile, kSymlink, kDirectory };
   std::string path;  // relative, '/'-separated: "model.safetensors", "tokenizer/vocab.json"
   Digest layer;
   uint64_t offset_in_layer = 0;
   uint64_t size = 0;
   std::string digest_of_file;  // optional "sha256:..." of the file's bytes (for modelinfo)
+  Kind kind = Kind::kFile;
+  std::string symlink_target;  // kSymlink: served by readlink, never followed by modelfs
 };
 
 // A synthetic file: bytes served from memory, either given or made by `make` the first time

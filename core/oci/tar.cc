@@ -280,6 +280,9 @@ absl::Status TarWriter::AddDirectory(std::string_view path, uint32_t mode) {
 absl::Status TarWriter::AddSymlink(std::string_view path, std::string_view target) {
   return AddEntry(path, '2', {}, 0777, target);
 }
+absl::Status TarWriter::AddHardLink(std::string_view path, std::string_view target) {
+  return AddEntry(path, '1', {}, 0644, target);
+}
 
 std::string TarWriter::Finish() {
   out_.append(2 * kTarBlockSize, '\0');

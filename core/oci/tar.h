@@ -79,6 +79,8 @@ class TarWriter {
   absl::Status AddFile(std::string_view path, std::string_view content, uint32_t mode = 0644);
   absl::Status AddDirectory(std::string_view path, uint32_t mode = 0755);
   absl::Status AddSymlink(std::string_view path, std::string_view target);
+  // `target` is another entry's path (CheckRelativePath), as tar records hard links.
+  absl::Status AddHardLink(std::string_view path, std::string_view target);
 
   // Appends the two zero end blocks and returns the archive. The writer is empty afterwards.
   std::string Finish();

@@ -201,10 +201,40 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_manifest_json = std::move(top.bytes);
     r.model_descriptor = top_desc;
   }
+  if (IsContainerImageManifest(r.model)) {
+    r.image = true;
+    for (size_t i = 0; i < r.model.layers.size(); ++i) {
+      const Descriptor& d = r.model.layers[i];
+      if (d.size > kMaxModelLayerBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("image ", r.model_descriptor.digest.str(),
+                                                       ": layer ", d.digest.str(), " declares ",
+                                                       d.size, " bytes"));
+      }
+      ModelLayer l;
+      l.descriptor = d;
+      l.kind = LayerKind::kImage;
+      l.encoding = ClassifyLayerMediaType(d.media_type)->encoding;
+      r.layers.push_back(std::move(l));
+    }
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, 16u << 20));
+    auto ids = ParseImageConfigDiffIds(r.config_json);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image config ", r.model.config.digest.str(), ": ", ids.status().message()));
+    }
+    if (ids->size() != r.layers.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("image ", r.model_descriptor.digest.str(),
+                                                     ": its config lists ", ids->size(),
+                                                     " diff_ids for ", r.layers.size(), " layers"));
+    }
+    r.image_diff_ids = *std::move(ids);
+    return r;
+  }
   if (!IsModelManifest(r.model)) {
     return absl::InvalidArgumentError(absl::StrCat(
         ref.String(), " is not a ModelPack model (artifactType ", std::string(kModelArtifactType),
-        "), a Docker model artifact or a modelfs volume image"));
+        "), a Docker model artifact, a container image or a modelfs volume image"));
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {
@@ -216,9 +246,24 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
   return r;
 }
 
+bool IsContainerImageManifest(const Manifest& m) {
+  if (m.config.media_type != kOciConfigMediaType && m.config.media_type != kDockerConfigMediaType) {
+    return false;
+  }
+  if (IsModelManifest(m) || IsVolumeImageManifest(m)) return false;
+  for (const Descriptor& d : m.layers) {
+    auto info = ClassifyLayerMediaType(d.media_type);
+    if (!info || info->kind != LayerKind::kImage) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, size_t i) {
-  if (!model.config || model.config->modelfs.diff_ids.empty()) return std::nullopt;
-  const std::vector<Digest>& ids = model.config->modelfs.diff_ids;
+  const std::vector<Digest>* image_ids = model.image ? &model.image_diff_ids : nullptr;
+  if (image_ids == nullptr && (!model.config || model.config->modelfs.diff_ids.empty())) {
+    return std::nullopt;
+  }
+  const std::vector<Digest>& ids = image_ids ? *image_ids : model.config->modelfs.diff_ids;
   if (ids.size() != model.layers.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", model.model_descriptor.digest.str(), ": its config lists ",

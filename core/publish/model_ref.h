@@ -88,13 +88,24 @@ struct ResolvedModel {
   std::map<Digest, SeekIndex> seek_indexes;
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
+  // M is an ordinary container image (OCI or Docker v2; a KServe modelcar), not a model
+  // artifact: `layers` are its filesystem layers (kind kImage, no paths), which mount and pull
+  // merge in order with whiteouts (core/oci/image_tree.h); `image_diff_ids` are its config's
+  // rootfs.diff_ids, one per layer, which every decompressed layer is checked against.
+  bool image = false;
+  std::vector<Digest> image_diff_ids;
 };
 
-// The diff ID M's ModelPack config gives layer `i` (the digest of its uncompressed content),
-// or nullopt when the config gives none, or gives the layer's own digest: some publishers
-// record the digest of the layer as stored for every layer, compressed or not, and that digest
-// is checked anyway. Errors: kInvalidArgument when the config lists diffIds, but not one per
-// layer.
+// True for an ordinary container image manifest: an OCI or Docker image config and every layer
+// an OCI or Docker filesystem layer (tar, tar+gzip, tar+zstd). False for model artifacts and
+// volume images.
+bool IsContainerImageManifest(const Manifest& m);
+
+// The diff ID M's ModelPack config (or an image's rootfs.diff_ids) gives layer `i` (the digest of
+// its uncompressed content), or nullopt when the config gives none, or gives the layer's own
+// digest: some publishers record the digest of the layer as stored for every layer, compressed or
+// not, and that digest is checked anyway. Errors: kInvalidArgument when the config lists diffIds,
+// but not one per layer.
 absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, size_t i);
 
 // Where ResolveModel gets manifests and small blobs: a registry, or the copies the snapshotter

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/io/range_reader.h"
 #include "core/io/staged_dest.h"
+#include "core/oci/image_tree.h"
 #include "core/oci/layer_decoder.h"
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
@@ -241,6 +242,51 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
   return absl::OkStatus();
 }
 
+// Writes the merged tree of an ordinary image (core/oci/image_tree.h) into `root` (a fresh
+// staging tree) from its layers' verified tars: directories, files (a hard link becomes a copy
+// of its target's bytes) and symlinks as they are. The tree never puts an entry under a link
+// or a file, and it is written parents first, so nothing is written through a link.
+absl::Status WriteImageTree(const ResolvedModel& rm, const std::vector<std::string>& tars,
+                            const std::string& root, const std::string& shown, PullResult& result) {
+  ImageTree tree;
+  std::vector<std::unique_ptr<RangeReader>> readers;
+  for (size_t i = 0; i < tars.size(); ++i) {
+    const std::string where = absl::StrCat("layer ", rm.layers[i].descriptor.digest.str());
+    ASSIGN_OR_RETURN(std::unique_ptr<RangeReader> reader, OpenFileRangeReader(tars[i]));
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(*reader));
+    RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
+    readers.push_back(std::move(reader));
+  }
+  const std::string where = absl::StrCat("image ", rm.model_descriptor.digest.str());
+  for (const auto& [rel, node] : tree.nodes) {
+    RETURN_IF_ERROR(CheckNotReservedModelPath(rel, where));
+    const fs::path out = fs::path(root) / rel;
+    std::error_code ec;
+    switch (node.type) {
+      case ImageNodeType::kDirectory:
+        fs::create_directory(out, ec);
+        if (ec) return absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
+        break;
+      case ImageNodeType::kFile: {
+        int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                      (node.mode & 0111) != 0 ? 0755 : 0644);
+        if (fd < 0) return absl::InternalError(absl::StrCat(out.string(), ": ", strerror(errno)));
+        absl::Status copied =
+            CopyRange(*readers[node.layer], node.offset, node.size, fd, out.string());
+        close(fd);
+        RETURN_IF_ERROR(copied);
+        result.files.push_back({shown + rel, rm.layers[node.layer].descriptor.digest, node.size});
+        break;
+      }
+      case ImageNodeType::kSymlink:
+        fs::create_symlink(node.link_target, out, ec);
+        if (ec) return absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReference& ref,
@@ -350,8 +396,14 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     fs::rename(part_of(i), final_path, ec);
     if (ec) return absl::InternalError(absl::StrCat(final_path.string(), ": ", ec.message()));
   }
+  if (rm.image) {
+    std::vector<std::string> tars;
+    for (size_t i = 0; i < rm.layers.size(); ++i) tars.push_back(part_of(i));
+    RETURN_IF_ERROR(WriteImageTree(rm, tars, root, shown, result));
+  }
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const ModelLayer& l = rm.layers[i];
+    if (rm.image) break;  // written above, merged
     if (l.encoding == LayerEncoding::kRaw) {
       result.files.push_back({shown + l.path, l.descriptor.digest, l.descriptor.size});
       continue;
@@ -361,6 +413,7 @@ absl::StatusOr<PullResult> PullModel(RegistryClient& client, const ImageReferenc
     for (const auto& p : from_tar) result.files.push_back({shown + p, l.descriptor.digest, 0});
   }
 
+  result.bytes = total;
   RETURN_IF_ERROR(staged->Commit());
   return result;
 }

@@ -1,4 +1,7 @@
 // `modelfs pull REF DEST`: downloads a model (M, or V followed to M) and verifies every byte.
+// An ordinary container image (a KServe modelcar) is written as the merged tree of its layers
+// (core/oci/image_tree.h: whiteouts applied, symlinks as they are, hard links as copies,
+// devices skipped), every layer checked against its digest and, decompressed, its diff ID.
 // Layers download in parallel into a staging directory next to DEST (in its parent) while being
 // hashed, and are unpacked there; only when every layer matched its digest and size and every
 // tar unpacked cleanly is the tree moved into place: renamed to DEST when DEST did not exist,

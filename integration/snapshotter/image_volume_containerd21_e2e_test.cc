@@ -1021,6 +1021,42 @@ INSTANTIATE_TEST_SUITE_P(EveryEncoding, PlainModelPackVolumeTest,
                                                      : std::string("ZstdLayers");
                          });
 
+// A KServe modelcar (an ordinary image: a busybox layer with its symlinks, then /models) and
+// the volume image `modelfs convert` writes for it (issue 30): the pod's image volume shows the
+// modelcar's merged tree, so its models/ holds the model byte for byte (containerd 2.1 does not
+// apply subPath; KServe's `subPath: models` would mount exactly that directory).
+TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfAModelcarSeesItsModelsDirectory) {
+  const std::string src = tmp_.Join("modelcar-src").string();
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(src, /*seed=*/30));
+  std::vector<LayerFile> base = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""},
+                                 {"bin/sh", "", 0777, "busybox"}};
+  std::vector<LayerFile> models;
+  std::map<std::string, std::string> want = {
+      {"bin/busybox", Digest::Of(ReadFileOrDie(kBusyboxBinary)).str()}};
+  for (const std::string& f : written) {
+    const std::string bytes = ReadFileOrDie(src + "/" + f);
+    models.push_back({"models/" + f, bytes, 0644, ""});
+    want["models/" + f] = Digest::Of(bytes).str();
+  }
+  ASSERT_OK_AND_ASSIGN(
+      PushedImage modelcar,
+      PushOrdinaryImage(registry_->host_port(), "e2e/modelcar", "v1", {base, models}));
+  const nlohmann::json converted = Convert({modelcar.reference});
+  ASSERT_TRUE(converted.is_object()) << converted;
+  const size_t offset = RunPodThatHashes(
+      "modelcar-volume", absl::StrCat(registry_->host_port(), "/e2e/modelcar:v1-volume"),
+      RoleDigest(converted, "volume config"), want);
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
+  std::set<std::string> containerd_blobs;
+  for (const auto& [digest, by_status] : BlobBytes(requests, "e2e/modelcar", "containerd")) {
+    containerd_blobs.insert(digest);
+  }
+  EXPECT_EQ(containerd_blobs, std::set<std::string>{RoleDigest(converted, "volume config")});
+  RecordFigures("KServe modelcar, through its V (lazy)", "modelcar-volume", requests);
+}
+
 // A node with a signature policy (snapshotter.toml `policy`): image volumes under
 // <registry>/e2e must carry a cosign signature by the team's key; everything else (the pause
 // and reader images are not image volumes, and the policy only judges those) is accepted.

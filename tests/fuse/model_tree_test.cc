@@ -476,5 +476,64 @@ TEST_F(ModelTreeTest, LazySyntheticFileIsNotReadyUntilMade) {
   EXPECT_TRUE(tree->IsReady(ino, 0, 3));
 }
 
+// The merged tree of a container image has symlinks and directories of its own (core/oci/
+// image_tree.h): links answer readlink and are never opened or read, empty directories list.
+TreeFile Link(const std::string& path, const std::string& target) {
+  TreeFile f;
+  f.path = path;
+  f.kind = TreeFile::Kind::kSymlink;
+  f.symlink_target = target;
+  return f;
+}
+TreeFile Dir(const std::string& path) {
+  TreeFile f;
+  f.path = path;
+  f.kind = TreeFile::Kind::kDirectory;
+  return f;
+}
+
+TEST_F(ModelTreeTest, ASymlinkHasLinkAttributesAndAnswersReadlinkWithItsTarget) {
+  std::vector<TreeFile> files = Files();
+  files.push_back(Link("bin/sh", "busybox"));
+  files.push_back(Link("escape", "../../../etc/shadow"));
+  ASSERT_OK_AND_ASSIGN(auto tree, ModelTree::SingleModel(&reader_, files));
+  ASSERT_OK_AND_ASSIGN(NodeAttr bin, tree->Lookup(ModelTree::kRootIno, "bin"));
+  ASSERT_OK_AND_ASSIGN(NodeAttr sh, tree->Lookup(bin.ino, "sh"));
+  EXPECT_EQ(sh.mode, static_cast<uint32_t>(S_IFLNK | 0777));
+  EXPECT_EQ(sh.size, 7u);
+  EXPECT_EQ(tree->ReadLink(sh.ino).value_or("error"), "busybox");
+  ASSERT_OK_AND_ASSIGN(NodeAttr escape, tree->Lookup(ModelTree::kRootIno, "escape"));
+  EXPECT_EQ(tree->ReadLink(escape.ino).value_or("error"), "../../../etc/shadow");
+  ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> entries, tree->ReadDir(bin.ino));
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_TRUE(entries[2].is_symlink);
+  EXPECT_FALSE(entries[2].is_dir);
+}
+
+TEST_F(ModelTreeTest, ASymlinkIsNeverOpenedOrReadAndAFileHasNoLinkTarget) {
+  std::vector<TreeFile> files = Files();
+  files.push_back(Link("link", "config.json"));
+  ASSERT_OK_AND_ASSIGN(auto tree, ModelTree::SingleModel(&reader_, files));
+  ASSERT_OK_AND_ASSIGN(NodeAttr link, tree->Lookup(ModelTree::kRootIno, "link"));
+  EXPECT_EQ(StatusToErrno(tree->Open(link.ino, O_RDONLY)), ELOOP);
+  EXPECT_EQ(StatusToErrno(tree->Read(link.ino, 0, 10).status()), ELOOP);
+  ASSERT_OK_AND_ASSIGN(NodeAttr file, tree->Lookup(ModelTree::kRootIno, "config.json"));
+  EXPECT_EQ(StatusToErrno(tree->ReadLink(file.ino).status()), EINVAL);
+}
+
+TEST_F(ModelTreeTest, AnEmptyDirectoryOfItsOwnIsListedAndAFileThereIsRefused) {
+  std::vector<TreeFile> files = Files();
+  files.push_back(Dir("tmp"));
+  files.push_back(Dir("tokenizer"));  // also implied by a file: one directory
+  ASSERT_OK_AND_ASSIGN(auto tree, ModelTree::SingleModel(&reader_, files));
+  ASSERT_OK_AND_ASSIGN(NodeAttr tmp, tree->Lookup(ModelTree::kRootIno, "tmp"));
+  EXPECT_EQ(tmp.mode, static_cast<uint32_t>(S_IFDIR | 0555));
+  ASSERT_OK_AND_ASSIGN(std::vector<DirEntry> entries, tree->ReadDir(tmp.ino));
+  EXPECT_THAT(Names(entries), ElementsAre(".", ".."));
+  files.push_back(Dir("config.json"));
+  EXPECT_THAT(ModelTree::SingleModel(&reader_, files).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'config.json'")));
+}
+
 }  // namespace
 }  // namespace modelfs

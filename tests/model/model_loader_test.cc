@@ -220,5 +220,67 @@ TEST_F(ModelLoaderTest, AFailedLoadCanBeRetriedAndThenHoldsItsReferences) {
   EXPECT_EQ(References(raw), 1);
 }
 
+// An ordinary image: a gzip base with a symlink and a file the next (uncompressed) layer
+// whites out, and /models. LoadModel shows the merged tree, checked against the diff_ids.
+TEST_F(ModelLoaderTest, AnImageShowsItsMergedTreeWithLinksAndWithoutWhitedOutFiles) {
+  TarWriter base, models;
+  ASSERT_OK(base.AddFile("bin/busybox", "BB"));
+  ASSERT_OK(base.AddSymlink("bin/sh", "busybox"));
+  ASSERT_OK(base.AddFile("etc/motd", "hi"));
+  ASSERT_OK(base.AddDirectory("tmp"));
+  ASSERT_OK(models.AddFile("models/config.json", "{}"));
+  ASSERT_OK(models.AddFile("etc/.wh.motd", ""));
+  const std::string base_tar = base.Finish(), models_tar = models.Finish();
+  AddLayer(::modelfs::testing::Gzip(base_tar), LayerEncoding::kTarGzip, "",
+           std::string(kOciLayerTarGzipMediaType));
+  const Digest upper =
+      AddLayer(models_tar, LayerEncoding::kTar, "", std::string(kOciLayerTarMediaType));
+  model_.image = true;
+  model_.image_diff_ids = {Digest::Of(base_tar), upper};
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  std::vector<std::string> got;
+  for (const TreeFile& f : loaded.files) {
+    got.push_back(f.path + (f.kind == TreeFile::Kind::kSymlink     ? " -> " + f.symlink_target
+                            : f.kind == TreeFile::Kind::kDirectory ? "/"
+                                                                   : ""));
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"bin/", "bin/busybox", "bin/sh -> busybox", "etc/",
+                                           "models/", "models/config.json", "tmp/"}));
+  const TreeFile& busybox = loaded.files[1];
+  EXPECT_EQ(busybox.layer, Digest::Of(base_tar));
+  ASSERT_OK_AND_ASSIGN(std::string bytes,
+                       cache_->Read(busybox.layer, busybox.offset_in_layer, busybox.size));
+  EXPECT_EQ(bytes, "BB");
+}
+
+TEST_F(ModelLoaderTest, AnImageLayerWhoseDecompressedBytesMissTheConfigsDiffIdIsDataLoss) {
+  TarWriter base;
+  ASSERT_OK(base.AddFile("models/w.safetensors", "W"));
+  const Digest gz = AddLayer(::modelfs::testing::Gzip(base.Finish()), LayerEncoding::kTarGzip, "",
+                             std::string(kDockerLayerTarGzipMediaType));
+  model_.image = true;
+  model_.image_diff_ids = {Digest::Of("another tar")};
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr(gz.str()), HasSubstr(Digest::Of("another tar").str()))));
+  EXPECT_EQ(References(gz), 0);
+}
+
+TEST_F(ModelLoaderTest, AnImageEntryWrittenThroughASymlinkIsRefusedNamingTheLayer) {
+  TarWriter a, b;
+  ASSERT_OK(a.AddSymlink("models", "/etc"));
+  ASSERT_OK(b.AddFile("models/passwd", "x"));
+  const std::string ta = a.Finish(), tb = b.Finish();
+  const Digest da = AddLayer(ta, LayerEncoding::kTar, "", std::string(kOciLayerTarMediaType));
+  const Digest db = AddLayer(tb, LayerEncoding::kTar, "", std::string(kOciLayerTarMediaType));
+  model_.image = true;
+  model_.image_diff_ids = {da, db};
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("layer " + db.str() +
+                                 ": entry 'models/passwd' would be written through the symlink")));
+  EXPECT_EQ(References(da), 0);
+}
+
 }  // namespace
 }  // namespace modelfs

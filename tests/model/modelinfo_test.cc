@@ -128,6 +128,17 @@ TEST_F(SafetensorsModelInfoTest, ShapeAndKvBytesPerTokenComeFromConfigJson) {
   EXPECT_EQ(j["kvCacheBytesPerToken"]["q8_0"], 272);
 }
 
+// A container image keeps its model under a directory (a KServe modelcar's /models): the
+// config.json beside the weights gives the shape; one elsewhere in the image does not.
+TEST_F(SafetensorsModelInfoTest, TheConfigJsonBesideTheWeightsGivesTheShapeInASubdirectory) {
+  for (TreeFile& f : files_) f.path = "models/" + f.path;
+  files_.push_back(
+      TreeFile{"etc/config.json", reader_.Add("{\"model_type\": \"bert\"}"), 0, 22, ""});
+  json j = Build();
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["shape"]["layers"], 2);
+}
+
 TEST_F(SafetensorsModelInfoTest, HeaderBytesAreReadThroughTheBlobReader) {
   int before = reader_.reads();
   Build();
