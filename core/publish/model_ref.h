@@ -20,6 +20,7 @@
 #include "core/oci/chunk_index.h"
 #include "core/oci/manifest.h"
 #include "core/oci/modelpack.h"
+#include "core/oci/state_artifact.h"
 #include "core/oci/volume_image.h"
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
@@ -82,6 +83,9 @@ struct ResolvedModel {
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
+  // Present when M is a state artifact S (core/oci/state_artifact.h), not a model: its verified
+  // config, whose model is S's subject. `model*` and `layers` then describe S.
+  std::optional<StateConfig> state;
 };
 
 // The diff ID M's ModelPack config gives layer `i` (the digest of its uncompressed content),

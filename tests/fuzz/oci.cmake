@@ -61,3 +61,12 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
        PkgConfig::ISAL
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_layer_decoder
   RUNS 3000)  # about 50 runs a second under ASan: every run sets up two 1 MiB decoders
+
+# ParseStateConfig on arbitrary bytes: parse -> serialize -> parse is a fixed point, and an
+# accepted config always builds a state manifest that matches it.
+modelfs_fuzzer(oci_state_config_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_state_config_fuzz.cc
+  INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/state_artifact.cc
+  DEPS ${MODELFS_OCI_FUZZ_DEPS}
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_state_config
+  RUNS 20000)
