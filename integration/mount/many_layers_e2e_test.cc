@@ -136,7 +136,9 @@ class ManyLayersE2eTest : public ::testing::Test {
     f.rss_kib = RssKiB((*m)->pid());
     absl::StatusOr<nlohmann::json> stats = (*m)->FreshStats();
     EXPECT_OK(stats.status());
-    if (stats.ok()) EXPECT_EQ((*stats)["verification_failures"], 0);
+    if (stats.ok()) {
+      EXPECT_EQ((*stats)["verification_failures"], 0);
+    }
     EXPECT_OK((*m)->Unmount());
     return f;
   }
