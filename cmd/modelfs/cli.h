@@ -33,6 +33,7 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx);  // push, convert, p
 void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging Face Hub)
 void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR (lock file) or REF (signatures)
 void RegisterSign(CLI::App& app, Context& ctx);    // sign REF
+void RegisterStateCommands(CLI::App& app, Context& ctx);  // state push, state list
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).

@@ -64,7 +64,44 @@ struct MountCli {
   int ready_fd = -1;  // internal: set when re-executed in the background
   std::string ref;
   std::string dir;
+  std::string state_ref;  // --state: a state of REF's model, shown under kStateDir
 };
+
+// Where `mount MODEL --state STATE DIR` shows the state's files (and its .modelinfo.json).
+constexpr char kStateDir[] = ".state";
+
+// The state `state_ref` names, resolved and verified, which must be a state of `model` kept in
+// its repository. A state of another model is refused as bad input (exit 2): both artifacts
+// may be sound, but loading the one with the other is not (llama.cpp may crash on it).
+absl::StatusOr<ResolvedModel> ResolveStateFor(const MountCli& c, RegistryClients& clients,
+                                              const ResolvedModel& model) {
+  if (model.state) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.ref, " is a state, not a model: `mount MODEL --state STATE DIR` takes the model first"));
+  }
+  ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.state_ref));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
+  ASSIGN_OR_RETURN(ResolvedModel state,
+                   ResolveModel(*client, ref, clients.Connector(), NotingLocation(ref)));
+  if (!state.state) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state ", c.state_ref, " is a model (", state.model_descriptor.digest.str(),
+                     "), not a state (artifactType ", std::string(kStateArtifactType), ")"));
+  }
+  if (state.state->model.digest != model.model_descriptor.digest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--state ", c.state_ref, " (", state.model_descriptor.digest.str(),
+        ") is a state of model ", state.state->model.digest.str(), ", not of ", c.ref, " (",
+        model.model_descriptor.digest.str(), "); refusing to mount them together"));
+  }
+  if (state.registry != model.registry || state.repository != model.repository) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state ", c.state_ref, " lives in ", state.registry, "/", state.repository,
+                     ", not in its model's repository ", model.registry, "/", model.repository));
+  }
+  return state;
+}
 
 std::string DefaultCacheDir() {
   if (geteuid() == 0) return "/var/lib/modelfs/cache";
@@ -212,6 +249,10 @@ absl::Status RunForeground(const MountCli& c) {
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(ResolvedModel rm,
                    ResolveModel(*client, ref, clients.Connector(), NotingLocation(ref)));
+  std::optional<ResolvedModel> state;
+  if (!c.state_ref.empty()) {
+    ASSIGN_OR_RETURN(state, ResolveStateFor(c, clients, rm));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
 
   RegistryBlobSource registry_source(model_client, rm.repository);
@@ -250,9 +291,28 @@ absl::Status RunForeground(const MountCli& c) {
   // The model is the root of its own tree, served by a mount of its own.
   OpenCounts opens;  // outlives the mount, whose on_open counts into it
   std::unique_ptr<FuseMount> mount;
+  // --state: the state's files (and its own .modelinfo.json) go under kStateDir of the model's
+  // tree; both are served from the one cache, each layer verified against its own chunk index.
+  std::optional<LoadedModel> state_loaded;
+  if (state) {
+    ASSIGN_OR_RETURN(state_loaded, pipeline.Register(*state, c.state_ref, [](const LoadedModel&) {
+      return absl::OkStatus();
+    }));
+  }
   auto serve = [&](const LoadedModel& m) -> absl::Status {
+    std::vector<TreeFile> files = m.files;
+    SyntheticFiles synthetic = m.synthetic;
+    if (state_loaded) {
+      for (TreeFile f : state_loaded->files) {
+        f.path = absl::StrCat(kStateDir, "/", f.path);
+        files.push_back(std::move(f));
+      }
+      for (const auto& [path, file] : state_loaded->synthetic) {
+        synthetic[absl::StrCat(kStateDir, "/", path)] = file;
+      }
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
-                     ModelTree::SingleModel(cache.get(), m.files, m.synthetic,
+                     ModelTree::SingleModel(cache.get(), std::move(files), std::move(synthetic),
                                             ModelOptions{.mtime_sec = m.mtime_sec}));
     FuseMountOptions fo;
     fo.on_open = [&opens](bool passthrough) {
@@ -496,6 +556,9 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     cmd->add_option("--policy", c->policy,
                     "containers-policy.json: REF's signatures are verified before anything is "
                     "fetched or mounted; a refusal exits 1 (docs/signing.md)");
+    cmd->add_option("--state", c->state_ref,
+                    "A state of REF's model (`modelfs state push`), shown under .state/; a "
+                    "state of another model is refused (exit 2)");
     cmd->add_option("--ready-fd", c->ready_fd)->group("");  // internal
     cmd->callback([c, &ctx, argv] {
       ctx.status =

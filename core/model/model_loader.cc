@@ -264,6 +264,20 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
     if (!c.precision.empty()) ctx.provenance["precision"] = c.precision;
   }
   for (const auto& [k, v] : rm.model.annotations) ctx.provenance[k] = v;
+  if (rm.state) {
+    const StateConfig& st = *rm.state;
+    ctx.state = {{"name", st.name},
+                 {"format", st.format},
+                 {"tokens", st.tokens ? nlohmann::json(*st.tokens) : nlohmann::json(nullptr)},
+                 {"precision",
+                  st.precision.empty() ? nlohmann::json(nullptr) : nlohmann::json(st.precision)},
+                 {"model",
+                  {{"digest", st.model.digest.str()},
+                   {"mediaType", st.model.media_type},
+                   {"size", st.model.size},
+                   {"reference",
+                    absl::StrCat(rm.registry, "/", rm.repository, "@", st.model.digest.str())}}}};
+  }
   ctx.identity =
       IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
   // Made on first lookup (fuse/model_tree.h SyntheticFile): it reads every weight file's

@@ -267,6 +267,7 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
 std::string MakeModelInfoFile(BlobReader& reader, const std::vector<TreeFile>& files,
                               const ModelInfoContext& context) {
   json doc = BuildModelInfo(files, InspectTreeFiles(reader, files), context);
+  if (!context.state.is_null()) doc["state"] = context.state;
   // Strings come from files: replace invalid UTF-8 rather than throw.
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }

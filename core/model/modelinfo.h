@@ -48,6 +48,9 @@ struct ModelInfoContext {
   std::map<std::string, std::string> layer_serving;
   // The identity record (core/hub/identity.h IdentityToJson); written as given, null if unset.
   nlohmann::json identity;
+  // For a state artifact (core/oci/state_artifact.h): its config and the model it belongs to,
+  // written by MakeModelInfoFile as "state" when set (docs/modelinfo.md); absent for a model.
+  nlohmann::json state;
 };
 
 // Header inspection of a model's files.

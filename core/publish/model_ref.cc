@@ -231,10 +231,24 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.image_diff_ids = *std::move(ids);
     return r;
   }
-  if (!IsModelManifest(r.model)) {
+  if (IsStateManifest(r.model)) {
+    // A state of a model (`modelfs state push`): its files mount like a model's, and its config
+    // must name the model its subject names.
+    if (r.model.config.media_type != kStateConfigMediaType) {
+      return absl::InvalidArgumentError(absl::StrCat(ref.String(), ": state config media type \"",
+                                                     r.model.config.media_type, "\" is not ",
+                                                     std::string(kStateConfigMediaType)));
+    }
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, kMaxStateConfigBytes));
+    ASSIGN_OR_RETURN(StateConfig state, ParseStateConfig(r.config_json));
+    RETURN_IF_ERROR(CheckStateMatchesSubject(r.model, state));
+    r.state = std::move(state);
+  } else if (!IsModelManifest(r.model)) {
     return absl::InvalidArgumentError(absl::StrCat(
         ref.String(), " is not a ModelPack model (artifactType ", std::string(kModelArtifactType),
-        "), a Docker model artifact, a container image or a modelfs volume image"));
+        "), a Docker model artifact, a container image, a modelfs state or a modelfs volume "
+        "image"));
   }
   ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
   if (IsModelConfigMediaType(r.model.config.media_type)) {

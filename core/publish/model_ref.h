@@ -20,6 +20,7 @@
 #include "core/oci/chunk_index.h"
 #include "core/oci/manifest.h"
 #include "core/oci/modelpack.h"
+#include "core/oci/state_artifact.h"
 #include "core/oci/volume_image.h"
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
@@ -94,6 +95,9 @@ struct ResolvedModel {
   // rootfs.diff_ids, one per layer, which every decompressed layer is checked against.
   bool image = false;
   std::vector<Digest> image_diff_ids;
+  // Present when M is a state artifact S (core/oci/state_artifact.h), not a model: its verified
+  // config, whose model is S's subject. `model*` and `layers` then describe S.
+  std::optional<StateConfig> state;
 };
 
 // True for an ordinary container image manifest: an OCI or Docker image config and every layer

@@ -284,6 +284,10 @@ class RegistryClient {
   // same subject can lose an entry (the referrers tag schema has no compare-and-swap).
   absl::Status PutReferrersFallback(const std::string& repo, const Digest& subject,
                                     const std::string& descriptor_json);
+  // Whether the registry answers the referrers API (GET /v2/<repo>/referrers/<subject> is
+  // 200) and so indexes manifests by their subject itself; false on 404 (Distribution 2.8),
+  // when writers must maintain the fallback tag instead.
+  absl::StatusOr<bool> HasReferrersApi(const std::string& repo, const Digest& subject);
 
   RegistryStats stats() const;
   const std::string& registry() const { return options_.registry; }

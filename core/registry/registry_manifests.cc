@@ -193,6 +193,19 @@ absl::StatusOr<std::string> RegistryClient::GetReferrers(const std::string& repo
   return index.dump();
 }
 
+absl::StatusOr<bool> RegistryClient::HasReferrersApi(const std::string& repo,
+                                                     const Digest& subject) {
+  Request req;
+  req.path = absl::StrCat(repo, "/referrers/", subject.str());
+  req.scopes = PullScope(repo);
+  req.headers.push_back(absl::StrCat("Accept: ", kMediaTypeOciIndex));
+  ASSIGN_OR_RETURN(Response r, SendToHosts(req, Op::kPull));
+  if (r.status == 200) return true;
+  if (r.status == 404) return false;
+  return MODELFS_HTTP_ERROR(
+      absl::StrCat("GET referrers of ", subject.str(), " in repository ", repo), r);
+}
+
 absl::Status RegistryClient::PutReferrersFallback(const std::string& repo, const Digest& subject,
                                                   const std::string& descriptor_json) {
   json desc = json::parse(descriptor_json, nullptr, /*allow_exceptions=*/false);

@@ -25,8 +25,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/synthetic_models.h"
 #include "core/oci/digest.h"
 #include "core/oci/tar.h"
 #include "core/trust/keys.h"
@@ -847,6 +849,101 @@ TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIs
             << DescribeTraffic(requests) << DescribeModelBlobs(requests);
   ExpectLazyTraffic(requests);
   RecordFigures("V by tag through a mirror, origin down (mirror's bytes)", "mirror", requests);
+}
+
+// A model's state as a second image volume: `modelfs state push` writes a state S of M and a
+// volume image VS for it; a pod mounts V at /models and VS at /state, and sees the state's
+// file byte-identical and a .modelinfo.json naming the model it belongs to.
+TEST_F(ImageVolumeContainerd21Test, PodMountsAModelsStateAsASecondImageVolume) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string state_file = tmp_.Join("prompt.state").string();
+  std::string state_bytes(3 << 20, '\0');
+  for (size_t i = 0; i < state_bytes.size(); ++i) state_bytes[i] = static_cast<char>(i * 31 + 7);
+  {
+    std::ofstream out(state_file, std::ios::binary);
+    out << state_bytes;
+  }
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult state,
+      RunModelfs({"state", "push", "--plain-http", "--json", Ref(kModelRepo, "v1-volume"),
+                  state_file, "--name", "primed", "--format", "llama.cpp", "--tokens", "479"}));
+  ASSERT_EQ(state.exit_code, 0) << state.err;
+  const nlohmann::json pushed = ParseJsonOutput(state.out);
+  Pod pod = StartPodAndPullVolume("state", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  ASSERT_OK_AND_ASSIGN(std::string state_image,
+                       images_->PullImageForPod(pushed["volume"]["reference"], pod.spec));
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = pod.reader_image_ref;
+  c.command = {"/bin/sh", "-c",
+               "sha256sum /models/config.json /state/prompt.state && cat /state/.modelinfo.json"};
+  c.mounts = {{kMountPath, "", pod.volume_image_ref, true}, {"/state", "", state_image, true}};
+  c.log_path = "reader.log";
+  ASSERT_OK_AND_ASSIGN(std::string id, runtime_->CreateContainer(pod.sandbox_id, c, pod.spec));
+  containers_.push_back(id);
+  ASSERT_OK(runtime_->StartContainer(id));
+  ASSERT_OK_AND_ASSIGN(CriContainerStatus st, runtime_->WaitForExit(id, absl::Minutes(3)));
+  const std::string out = ParseCriLog(ReadFileOrDie(pod.spec.log_directory + "/reader.log"));
+  ASSERT_EQ(st.exit_code, 0) << out;
+  EXPECT_THAT(
+      out, ::testing::HasSubstr(Digest::Of(state_bytes).str().substr(7) + "  /state/prompt.state"));
+  EXPECT_THAT(out, ::testing::HasSubstr(DescribeFiles(source_)["config.json"].substr(7) +
+                                        "  /models/config.json"));
+  const size_t json_at = out.find('{');
+  ASSERT_NE(json_at, std::string::npos) << out;
+  nlohmann::json info = nlohmann::json::parse(out.substr(json_at), nullptr, false);
+  ASSERT_FALSE(info.is_discarded()) << out;
+  EXPECT_EQ(info["state"]["model"]["digest"], push_["model"]["digest"]);
+  EXPECT_EQ(info["state"]["name"], "primed");
+}
+
+// 200 weight layers (issue 33, "many layers": shem splits a model into one layer per block,
+// and overlayfs stops at about 128 layers): pushed, converted, and mounted in a pod as one
+// image volume served from one FUSE mount; every file byte-identical. Prints the CRI timings
+// and the daemon's RSS.
+TEST_F(ImageVolumeContainerd21Test, PodMountsAModelOfTwoHundredWeightLayers) {
+  constexpr int kLayers = 200;
+  source_ = tmp_.Join("blocks").string();
+  fs::create_directories(source_ + "/blocks");
+  for (int i = 0; i < kLayers; ++i) {
+    TinyLlamaSpec spec;
+    spec.layers = 1;
+    spec.embedding = 64;
+    spec.heads = 2;
+    spec.kv_heads = 1;
+    spec.ffn = 128;
+    spec.vocab = 256;
+    spec.context = 256;
+    spec.seed = 1000 + i;
+    ASSERT_OK(WriteTinyLlamaGguf(absl::StrFormat("%s/blocks/blk-%03d.gguf", source_, i), spec));
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs({"push", "--plain-http", "--json",
+                                                       Ref(kModelRepo, "blocks"), source_}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  push_ = ParseJsonOutput(push.out);
+  int weight_layers = 0;
+  for (const auto& b : push_["blobs"]) {
+    if (b["mediaType"] == "application/vnd.cncf.model.weight.v1.raw") ++weight_layers;
+  }
+  ASSERT_EQ(weight_layers, kLayers);
+  const std::string model = absl::StrCat(registry_->host_port(), "/", kModelRepo, "@",
+                                         push_["model"]["digest"].get<std::string>());
+  ASSERT_OK_AND_ASSIGN(
+      ProcessResult convert,
+      RunModelfs({"convert", "--plain-http", "--json", model, "--volume-tag", "blocks-converted"}));
+  ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  EXPECT_EQ(ParseJsonOutput(convert.out)["volume"]["digest"], push_["volume"]["digest"]);
+  const size_t offset = RunPodThatHashesEveryFile("blocks", Ref(kModelRepo, "blocks-converted"));
+  ASSERT_FALSE(HasFailure());
+  RecordFigures("200 weight layers", "blocks", RequestsSince(offset));
+  std::ifstream status(absl::StrCat("/proc/", daemon_->pid(), "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0 || line.rfind("VmHWM:", 0) == 0) {
+      std::cout << "[figures] modelfs-snapshotter after the 200-layer pod: " << line << "\n";
+    }
+  }
 }
 
 // No pointer where a model was meant: V (`convert --to`) in kVolumesRepo of the registry that

@@ -83,4 +83,11 @@ modelfs_fuzzer(oci_image_tree_fuzz
   INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/image_tree.cc
   DEPS ${MODELFS_OCI_FUZZ_DEPS}
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_image_tree
+# ParseStateConfig on arbitrary bytes: parse -> serialize -> parse is a fixed point, and an
+# accepted config always builds a state manifest that matches it.
+modelfs_fuzzer(oci_state_config_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_state_config_fuzz.cc
+  INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/state_artifact.cc
+  DEPS ${MODELFS_OCI_FUZZ_DEPS}
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_state_config
   RUNS 20000)

@@ -108,6 +108,27 @@ TEST_F(RegistryClientTest, ManifestAndHeadRequestsStillRetryA503) {
   EXPECT_EQ(server_->ReadLog().size(), 3u);
 }
 
+// `state push` writes the referrers fallback tag only where the registry has no referrers API:
+// Distribution 2.8 answers GET /v2/<repo>/referrers/<digest> with 404, a registry with the API
+// with 200.
+TEST_F(RegistryClientTest, ARegistryAnswering404HasNoReferrersApi) {
+  std::unique_ptr<RegistryClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK_AND_ASSIGN(bool api, client->HasReferrersApi("models/m", Digest::Of("no referrers")));
+  EXPECT_FALSE(api);
+}
+
+TEST_F(RegistryClientTest, ARegistryAnswering200HasTheReferrersApi) {
+  const Digest subject = Digest::Of("a model with referrers");
+  dir_->WriteFile(absl::StrCat("v2/models/m/referrers/", subject.str()),
+                  R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json",)"
+                  R"("manifests":[]})");
+  std::unique_ptr<RegistryClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK_AND_ASSIGN(bool api, client->HasReferrersApi("models/m", subject));
+  EXPECT_TRUE(api);
+}
+
 // Token expiry runs on the client's clock: a FakeClock moves it, nothing sleeps.
 TEST_F(RegistryClientTest, ABearerTokenIsReusedUntilItExpiresAndThenRenewed) {
   dir_->WriteFile("token.json", R"({"token": "T1", "expires_in": 60})");

@@ -1,0 +1,295 @@
+#include "core/publish/state_push.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/chunk_index.h"
+#include "core/oci/media_types.h"
+#include "core/oci/oci_json.h"
+#include "core/oci/volume_image.h"
+#include "core/publish/push_inputs.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+// An open file descriptor that closes itself.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// One read of the file gives its digest and its chunk index.
+absl::StatusOr<ChunkIndex> IndexStateFile(const std::string& path, uint64_t chunk_size,
+                                          const std::string& role, const ProgressFn& progress) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
+  const off_t size = lseek(fd.get(), 0, SEEK_END);
+  ChunkIndexBuilder b(chunk_size, ChunkDigestAlgorithm::kBlake3);
+  std::string buf(4 << 20, '\0');
+  uint64_t done = 0;
+  for (;;) {
+    ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
+    if (n == 0) break;
+    b.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+    done += static_cast<uint64_t>(n);
+    if (progress) progress({"hashing " + role, done, static_cast<uint64_t>(size)});
+  }
+  return b.Finish();
+}
+
+class StateUploader {
+ public:
+  StateUploader(RegistryClient& client, std::string repo, StatePushResult& result)
+      : client_(client), repo_(std::move(repo)), result_(result) {}
+
+  absl::Status Upload(const std::string& role, const Descriptor& d, const BlobReadAt& source) {
+    ASSIGN_OR_RETURN(bool exists, client_.BlobExists(repo_, d.digest));
+    if (!exists) RETURN_IF_ERROR(client_.PushBlob(repo_, d.digest, d.size, source));
+    ++(exists ? result_.present : result_.uploaded);
+    result_.blobs.push_back(PushedBlob{role, d, exists ? "present" : "uploaded"});
+    return absl::OkStatus();
+  }
+  absl::Status UploadBytes(const std::string& role, const Descriptor& d, std::string bytes) {
+    return Upload(role, d, BlobReadAtString(std::make_shared<const std::string>(std::move(bytes))));
+  }
+
+ private:
+  RegistryClient& client_;
+  const std::string repo_;
+  StatePushResult& result_;
+};
+
+// PUTs a manifest and checks the registry stored it under the digest of its bytes.
+absl::Status PutManifestChecked(RegistryClient& client, const std::string& repo,
+                                const std::string& tag, const std::string& bytes,
+                                const Descriptor& want, std::string_view what) {
+  ASSIGN_OR_RETURN(Digest got,
+                   client.PutManifest(repo, tag, bytes, std::string(kOciManifestMediaType)));
+  if (got != want.digest) {
+    return absl::DataLossError(absl::StrCat("registry stored the ", oci_json::AV(what),
+                                            " manifest as ", got.str(), ", expected ",
+                                            want.digest.str()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const ResolvedModel& model,
+                                          const StatePushOptions& o) {
+  if (model.state) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model.ref.String(), " is a state (of model ", model.state->model.digest.str(),
+                     "), not a model: give the model a state belongs to"));
+  }
+  StateConfig config;
+  config.name = o.name;
+  config.format = o.format;
+  config.tokens = o.tokens;
+  config.precision = o.precision;
+  config.model.media_type = model.model_descriptor.media_type;
+  config.model.digest = model.model_descriptor.digest;
+  config.model.size = model.model_descriptor.size;
+  const std::string config_json = SerializeStateConfig(config);
+  // The writer's checks are the reader's: what push writes, list and mount accept.
+  RETURN_IF_ERROR(ParseStateConfig(config_json).status());
+  const std::string tag = o.tag.empty() ? absl::StrCat("state-", o.name) : o.tag;
+
+  ASSIGN_OR_RETURN(std::vector<publish_internal::InputFile> inputs,
+                   publish_internal::CollectInputs(o.inputs));
+  std::vector<uint64_t> sizes;
+  for (const auto& f : inputs) {
+    Fd fd(open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(f.path, ": ", strerror(errno)));
+    sizes.push_back(static_cast<uint64_t>(lseek(fd.get(), 0, SEEK_END)));
+  }
+  ASSIGN_OR_RETURN(const uint64_t chunk_size,
+                   ChunkSizeForLayers(sizes, ChunkDigestAlgorithm::kBlake3));
+  std::vector<StateFile> files;
+  std::vector<ChunkIndex> indexes;
+  for (const auto& f : inputs) {
+    ASSIGN_OR_RETURN(ChunkIndex idx, IndexStateFile(f.path, chunk_size, f.rel, o.progress));
+    files.push_back(StateFile{f.rel, idx.blob_digest, idx.blob_size});
+    indexes.push_back(std::move(idx));
+  }
+  ASSIGN_OR_RETURN(Manifest s, BuildStateManifest(config_json, model.model_descriptor, files));
+
+  StatePushResult result;
+  result.repository = absl::StrCat(model.registry, "/", model.repository);
+  result.model = model.model_descriptor;
+  result.config = config;
+  const std::string& repo = model.repository;
+  StateUploader up(client, repo, result);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Fd fd(open(inputs[i].path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) {
+      return absl::NotFoundError(absl::StrCat(inputs[i].path, ": ", strerror(errno)));
+    }
+    RETURN_IF_ERROR(up.Upload(inputs[i].rel, s.layers[i], BlobReadAtFd(fd.get())));
+  }
+  RETURN_IF_ERROR(up.UploadBytes("state config", s.config, config_json));
+  const std::string s_json = SerializeManifest(s);
+  result.state = DescribeBlob(kOciManifestMediaType, s_json);
+  result.state.artifact_type = std::string(kStateArtifactType);
+  result.state.annotations = s.annotations;
+  RETURN_IF_ERROR(PutManifestChecked(client, repo, tag, s_json, result.state, "state"));
+  result.state_tag = tag;
+
+  // VS: a volume image whose "model" is S, so the snapshotter and `modelfs mount` serve the
+  // state's files lazily, chunk-verified, exactly as a model's.
+  VolumeImageInput vin;
+  vin.model_manifest = result.state;
+  vin.model_manifest.annotations.clear();
+  vin.model = s;
+  vin.repository = result.repository;
+  vin.chunk_indexes = std::move(indexes);
+  ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
+  RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
+  RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
+  result.volume_tag = tag + "-volume";
+  RETURN_IF_ERROR(PutManifestChecked(client, repo, result.volume_tag, v.manifest_json,
+                                     v.manifest_descriptor, "state volume"));
+  result.volume = v.manifest_descriptor;
+
+  // A registry with the referrers API lists S under M (and VS under S) by their subjects;
+  // without it, the fallback tags say so (merged with what they already list).
+  ASSIGN_OR_RETURN(const bool api, client.HasReferrersApi(repo, model.model_descriptor.digest));
+  result.referrers = api ? "api" : "tag";
+  if (!api) {
+    RETURN_IF_ERROR(client.PutReferrersFallback(repo, model.model_descriptor.digest,
+                                                SerializeDescriptor(result.state)));
+    RETURN_IF_ERROR(
+        client.PutReferrersFallback(repo, result.state.digest, SerializeDescriptor(result.volume)));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<StateListing>> ListStates(RegistryClient& client,
+                                                     const ResolvedModel& model) {
+  if (model.state) {
+    return absl::InvalidArgumentError(absl::StrCat(model.ref.String(), " is a state (of model ",
+                                                   model.state->model.digest.str(),
+                                                   "), not a model"));
+  }
+  const std::string& repo = model.repository;
+  const Digest& m = model.model_descriptor.digest;
+  ASSIGN_OR_RETURN(std::string index_json,
+                   client.GetReferrers(repo, m, std::string(kStateArtifactType)));
+  ASSIGN_OR_RETURN(Index index, ParseIndex(index_json));
+  std::vector<StateListing> out;
+  for (const Descriptor& d : index.manifests) {
+    if (!IsManifestMediaType(d.media_type)) continue;
+    ASSIGN_OR_RETURN(ManifestResult got, client.GetManifest(repo, d.digest.str()));
+    if (got.digest != d.digest) {
+      return absl::DataLossError(absl::StrCat("state manifest ", d.digest.str(), " in ", repo,
+                                              " has digest ", got.digest.str()));
+    }
+    ASSIGN_OR_RETURN(Manifest s, ParseManifest(got.bytes));
+    // A listing is a hint; only what S itself says counts.
+    if (!IsStateManifest(s) || !s.subject || s.subject->digest != m) continue;
+    if (s.config.media_type != kStateConfigMediaType) continue;
+    ASSIGN_OR_RETURN(std::string config_json,
+                     FetchVerifiedBlob(client, repo, s.config, kMaxStateConfigBytes));
+    absl::StatusOr<StateConfig> config = ParseStateConfig(config_json);
+    if (!config.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state ", d.digest.str(), ": ", config.status().message()));
+    }
+    RETURN_IF_ERROR(CheckStateMatchesSubject(s, *config));
+    StateListing l;
+    l.state = d;
+    l.state.size = got.bytes.size();
+    l.config = *std::move(config);
+    ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(s));
+    for (const ModelLayer& layer : layers) {
+      l.files.push_back(StateFile{layer.path, layer.descriptor.digest, layer.descriptor.size});
+    }
+    ASSIGN_OR_RETURN(std::string volumes_json,
+                     client.GetReferrers(repo, d.digest, std::string(kVolumeImageArtifactType)));
+    ASSIGN_OR_RETURN(Index volumes, ParseIndex(volumes_json));
+    if (!volumes.manifests.empty()) l.volume = volumes.manifests.front();
+    out.push_back(std::move(l));
+  }
+  std::sort(out.begin(), out.end(), [](const StateListing& a, const StateListing& b) {
+    if (a.config.name != b.config.name) return a.config.name < b.config.name;
+    return a.state.digest.str() < b.state.digest.str();
+  });
+  return out;
+}
+
+namespace {
+
+nlohmann::json ConfigJson(const StateConfig& c) {
+  return {
+      {"name", c.name},
+      {"format", c.format},
+      {"tokens", c.tokens ? nlohmann::json(*c.tokens) : nlohmann::json(nullptr)},
+      {"precision", c.precision.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.precision)}};
+}
+
+}  // namespace
+
+nlohmann::json StatePushResultToJson(const StatePushResult& r) {
+  nlohmann::json blobs = nlohmann::json::array();
+  for (const auto& b : r.blobs) {
+    blobs.push_back({{"role", b.role},
+                     {"digest", b.descriptor.digest.str()},
+                     {"size", b.descriptor.size},
+                     {"mediaType", b.descriptor.media_type},
+                     {"action", b.action}});
+  }
+  nlohmann::json j = ConfigJson(r.config);
+  j["repository"] = r.repository;
+  j["model"] = {{"digest", r.model.digest.str()},
+                {"reference", absl::StrCat(r.repository, "@", r.model.digest.str())}};
+  j["state"] = {{"digest", r.state.digest.str()},
+                {"size", r.state.size},
+                {"tag", r.state_tag},
+                {"reference", absl::StrCat(r.repository, "@", r.state.digest.str())}};
+  j["volume"] = {{"digest", r.volume.digest.str()},
+                 {"size", r.volume.size},
+                 {"tag", r.volume_tag},
+                 {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}};
+  j["referrers"] = r.referrers;
+  j["blobs"] = blobs;
+  j["uploaded"] = r.uploaded;
+  j["present"] = r.present;
+  return j;
+}
+
+nlohmann::json StateListingToJson(const StateListing& s, const std::string& repository) {
+  nlohmann::json files = nlohmann::json::array();
+  uint64_t bytes = 0;
+  for (const StateFile& f : s.files) {
+    files.push_back({{"path", f.path}, {"digest", f.digest.str()}, {"size", f.size}});
+    bytes += f.size;
+  }
+  nlohmann::json j = ConfigJson(s.config);
+  j["digest"] = s.state.digest.str();
+  j["reference"] = absl::StrCat(repository, "@", s.state.digest.str());
+  j["files"] = files;
+  j["bytes"] = bytes;
+  j["volume"] = s.volume ? nlohmann::json(absl::StrCat(repository, "@", s.volume->digest.str()))
+                         : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace modelfs
