@@ -76,6 +76,7 @@ modelfs_fuzzer(oci_seek_index_fuzz
        PkgConfig::ISAL ZLIB::ZLIB
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_seek_index
   RUNS 3000)
+
 # MergeImageTars over up to four tars: an accepted tree is canonical, every parent is a
 # directory, and every file lies inside its own layer.
 modelfs_fuzzer(oci_image_tree_fuzz
@@ -83,6 +84,8 @@ modelfs_fuzzer(oci_image_tree_fuzz
   INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/image_tree.cc
   DEPS ${MODELFS_OCI_FUZZ_DEPS}
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_image_tree
+  RUNS 20000)
+
 # ParseStateConfig on arbitrary bytes: parse -> serialize -> parse is a fixed point, and an
 # accepted config always builds a state manifest that matches it.
 modelfs_fuzzer(oci_state_config_fuzz
