@@ -130,7 +130,8 @@ std::shared_ptr<LayerSegments> LayerSegments::Rebind(int layer_fd) const {
   std::vector<File> files;
   files.reserve(members_.size());
   for (const File& m : members_) {
-    const int fd = fcntl(m.fd, F_DUPFD_CLOEXEC, 0);
+    // Read-only, as the layer file: fs-verity needs files that no one holds open for writing.
+    const int fd = open(absl::StrCat("/proc/self/fd/", m.fd).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       for (const File& f : files) close(f.fd);
       close(layer_fd);

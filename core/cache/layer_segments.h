@@ -81,8 +81,8 @@ class LayerSegments {
   // the layer file's seal, as before members existed.
   std::string Seal() const;
 
-  // The same layout over another open layer file (a read-only one, say; owned by the result),
-  // each member fd dup'ed. Null when a dup fails (then `layer_fd` is closed).
+  // The same layout over another open layer file (a read-only one; owned by the result), each
+  // member file opened again read-only. Null when one cannot be (then `layer_fd` is closed).
   std::shared_ptr<LayerSegments> Rebind(int layer_fd) const;
 
   // Ranges of the layer file whose bytes moved out to member files: punched (freed) through

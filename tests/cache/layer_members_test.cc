@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <gmock/gmock.h>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/fs_verity.h"
 #include "tests/cache/fake_remote.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -65,6 +67,7 @@ class LayerMembersTest : public ::testing::Test {
     o.whole_chunk_size = kChunk;
     o.verify_when_idle = absl::ZeroDuration();
     o.member_min_bytes = 4096;
+    o.verity = verity_;
     o.log = [this](absl::string_view line) {
       absl::MutexLock lock(&log_mu_);
       log_ += absl::StrCat(line, "\n");
@@ -130,6 +133,7 @@ class LayerMembersTest : public ::testing::Test {
 
   testing::TempDir dir_;
   FakeRemote remote_;
+  VerityOps* verity_ = nullptr;
   const std::string blob_ = RandomBytes(kLayerSize, 7);
   const Digest digest_ = remote_.AddBlob(blob_);
   absl::Mutex log_mu_;
@@ -225,6 +229,20 @@ TEST_F(LayerMembersTest, OpenVerifiedFileGivesAReadOnlyMemberFileOnceTheLayerIsS
   EXPECT_EQ(ReadFd(fd, 9000), blob_.substr(1000, 9000));
   EXPECT_EQ(pwrite(fd, "x", 1, 0), -1);
   EXPECT_EQ(errno, EBADF);
+  close(fd);
+}
+
+TEST_F(LayerMembersTest, AMemberIsHandedOutOnceItsOwnChunksAreVerifiedBeforeTheLayerIs) {
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  ASSERT_OK(cache->Read(digest_, 30000, 20000));
+  ASSERT_TRUE(Idle(*cache));  // flushed
+  EXPECT_FALSE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_EQ(cache->OpenVerifiedFile(digest_, 1000, 9000), -1);  // its chunks are not here
+  const int fd = cache->OpenVerifiedFile(digest_, 30000, 20000);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ReadFd(fd, 20000), blob_.substr(30000, 20000));
   close(fd);
 }
 
@@ -419,6 +437,89 @@ TEST_F(LayerMembersTest, OverlappingOrOutOfRangeFilesAreRefused) {
   ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
   EXPECT_THAT(cache->SetLayerMembers(digest_, {{1000, 9000}}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("does not change")));
+}
+
+// fs-verity as the kernel does it, in memory: refused for a file open for writing.
+class FakeVerity : public VerityOps {
+ public:
+  absl::Status Probe(const std::string&) override { return absl::OkStatus(); }
+  absl::Status Enable(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return absl::InternalError("stat " + path);
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const int fd = std::atoi(entry.path().filename().c_str());
+      struct stat fst;
+      const int flags = fcntl(fd, F_GETFL);
+      if (flags >= 0 && (flags & O_ACCMODE) != O_RDONLY && fstat(fd, &fst) == 0 &&
+          fst.st_ino == st.st_ino && fst.st_dev == st.st_dev) {
+        return absl::FailedPreconditionError("ETXTBSY");
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    enabled_++;
+    digests_[st.st_ino] = absl::StrCat("sha256:fake-", st.st_ino);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Measure(int fd) override {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return absl::InternalError("fstat");
+    absl::MutexLock lock(&mu_);
+    auto it = digests_.find(st.st_ino);
+    if (it == digests_.end()) return absl::NotFoundError("ENODATA");
+    return it->second;
+  }
+  int enabled() {
+    absl::MutexLock lock(&mu_);
+    return enabled_;
+  }
+  // The file at `path` loses its fs-verity.
+  void Drop(const std::filesystem::path& path) {
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    absl::MutexLock lock(&mu_);
+    digests_.erase(st.st_ino);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int enabled_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<ino_t, std::string> digests_ ABSL_GUARDED_BY(mu_);
+};
+
+class LayerMembersVerityTest : public LayerMembersTest {
+ protected:
+  LayerMembersVerityTest() { verity_ = &fake_; }
+  FakeVerity fake_;
+};
+
+TEST_F(LayerMembersVerityTest, EveryFileOfASealedLayerGetsFsVerityAndIsTrustedByIt) {
+  CacheWholeWithMembersAndClose();
+  {
+    auto cache = Open();  // protects the sealed files: three members and the data file
+    EXPECT_EQ(fake_.enabled(), 4);
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_EQ(fake_.enabled(), 4);  // not again
+  const int fd = cache->OpenVerifiedFile(digest_, 10000, 8192);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ReadFd(fd, 8192), blob_.substr(10000, 8192));
+  close(fd);
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(LayerMembersVerityTest, AMemberFileThatLostItsFsVerityIsNotTrusted) {
+  CacheWholeWithMembersAndClose();
+  { auto cache = Open(); }
+  fake_.Drop(MemberPath(30000));
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  EXPECT_FALSE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_THAT(Logged(), HasSubstr("fs-verity digests"));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
 }
 
 }  // namespace
