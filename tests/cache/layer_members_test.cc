@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -186,6 +187,97 @@ TEST_F(LayerMembersTest, BytesThatLandedBeforeTheMembersWereSetMoveIntoTheirFile
   ASSERT_OK_AND_ASSIGN(std::string again, cache->Read(digest_, 0, 5 * kChunk));
   EXPECT_EQ(again, blob_.substr(0, 5 * kChunk));
   EXPECT_EQ(remote_.requests(), before);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
+  ASSERT_TRUE(Idle(*cache));
+  ExpectMembersApart();
+}
+
+// Chunks that land while SetLayerMembers copies (into the old layout) are copied too.
+TEST_F(LayerMembersTest, ChunksThatLandWhileTheMembersMoveAreMovedToo) {
+  absl::Mutex mu;
+  bool copying = false, go_on = false;
+  const std::thread::id mover = std::this_thread::get_id();
+  CacheOptions o = Options();
+  o.write_data = [&](int fd, const char* data, uint64_t n, uint64_t offset) {
+    if (std::this_thread::get_id() == mover) {
+      // SetLayerMembers' first copy waits until the landing below is done.
+      absl::MutexLock lock(&mu);
+      copying = true;
+      mu.Await(absl::Condition(&go_on));
+    }
+    return pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n) ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  ASSERT_OK(Register(*cache));
+  std::thread lander;
+  {
+    // The head lands before the move: the move has something to copy.
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  }
+  ASSERT_OK(cache->Read(digest_, 0, 2 * kChunk));
+  ASSERT_TRUE(Idle(*cache));
+  {
+    absl::MutexLock lock(&mu);
+    go_on = false;
+  }
+  lander = std::thread([&] {
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&copying));
+    }
+    // Chunks 7 to 12 land in the old layout while the move is under way.
+    EXPECT_OK(cache->Read(digest_, 30000, 20000));
+    EXPECT_TRUE(Idle(*cache));
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  });
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  lander.join();
+  const int before = remote_.requests();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 30000, 20000));
+  EXPECT_EQ(got, blob_.substr(30000, 20000));
+  EXPECT_EQ(remote_.requests(), before);  // moved, not fetched again
+  ASSERT_OK_AND_ASSIGN(got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
+  ASSERT_TRUE(Idle(*cache));
+  ExpectMembersApart();
+}
+
+// A chunk written into the old layout and marked after the switch is written again where the
+// new layout says.
+TEST_F(LayerMembersTest, AChunkWrittenBeforeTheSwitchAndMarkedAfterItLandsInTheNewLayout) {
+  absl::Mutex mu;
+  bool hold = true, held = false, go_on = false;
+  CacheOptions o = Options();
+  o.write_data = [&](int fd, const char* data, uint64_t n, uint64_t offset) {
+    const bool ok = pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n);
+    absl::MutexLock lock(&mu);
+    if (hold) {
+      // The first landing write: done, then held before its chunk is marked.
+      hold = false;
+      held = true;
+      mu.Await(absl::Condition(&go_on));
+    }
+    return ok ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  ASSERT_OK(Register(*cache));
+  std::thread reader([&] {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 30000, 20000));
+    EXPECT_EQ(got, blob_.substr(30000, 20000));
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&held));
+  }
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  {
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  }
+  reader.join();
   ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
   EXPECT_EQ(got, blob_);
   ASSERT_TRUE(Idle(*cache));
