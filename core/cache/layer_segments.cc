@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status/status_macros.h"
 
 namespace modelfs {
 
@@ -106,6 +107,27 @@ absl::Status LayerSegments::Sync(const LayerStore& store, const Digest& digest) 
     }
   }
   return s;
+}
+
+absl::Status LayerSegments::SyncRanges(
+    const LayerStore& store, const Digest& digest,
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+  if (members_.empty()) return store.Sync(layer_fd_, digest);
+  std::vector<int> fds;
+  for (const auto& [from, to] : ranges) {
+    for (const Piece& p : Pieces(from, to)) fds.push_back(p.fd);
+  }
+  std::sort(fds.begin(), fds.end());
+  fds.erase(std::unique(fds.begin(), fds.end()), fds.end());
+  for (int fd : fds) {
+    if (fd == layer_fd_) {
+      RETURN_IF_ERROR(store.Sync(fd, digest));
+    } else if (fdatasync(fd) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cache: fdatasync of a member file of layer ", digest.str(), " failed"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void LayerSegments::Advise(uint64_t from, uint64_t to, int advice) const {
