@@ -184,9 +184,10 @@ absl::Status BlobCache::LoadFromJournal() {
       bool trusted = false;
       if (r.whole_verified && !r.seal.empty()) {
         fd = store_.OpenReadOnly(*digest);
+        const LayerSegments whole(fd);  // the data file alone, when it has no members
         trusted = fd >= 0 && open_members(fd, /*read_only=*/true) &&
                   (segments ? segments->Seal() : LayerStore::SealOf(fd)) == r.seal &&
-                  VerityHolds(*digest, fd, r.verity);
+                  VerityHolds(*digest, segments ? *segments : whole, r.verity);
         if (!trusted && fd >= 0) {
           close(fd);
           fd = -1;

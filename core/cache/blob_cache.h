@@ -262,8 +262,9 @@ class BlobCache : public BlobReader {
   // error the layer is served from its data file as before.
   absl::Status SetLayerMembers(const Digest& digest,
                                const std::vector<std::pair<uint64_t, uint64_t>>& files) override;
-  // A read-only fd of the member file holding exactly [offset, offset + length), once the
-  // whole layer is verified and sealed; -1 otherwise.
+  // A read-only fd of the member file holding exactly [offset, offset + length), once every
+  // chunk it meets is verified and flushed (so at the latest once the layer is sealed); -1
+  // otherwise.
   int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) override;
 
   // Schedules background fetching: `header_ranges` first, then (kAll) the whole layer in
@@ -518,7 +519,15 @@ class BlobCache : public BlobReader {
   VerityOps* const verity_;
   // Whether the fs-verity digest of the open data file `fd` of `digest` is `recorded` (true when
   // none was recorded); a difference is logged.
-  bool VerityHolds(const Digest& digest, int fd, const std::string& recorded) const;
+  bool VerityHolds(const Digest& digest, const LayerSegments& files,
+                   const std::string& recorded) const;
+  // The fs-verity digests of a layer's files as recorded in the `verity` column: the data
+  // file's, then ";<offset>=<digest>" per member file ("" for a file without fs-verity).
+  std::string MeasureFiles(const LayerSegments& files) const;
+  // Enables fs-verity on the layer's member files, then on its data file (reads them all: not
+  // under mu_). True when any file got it (its seal changed); failures other than a busy file
+  // are logged.
+  bool EnableVerityOnFiles(const Layer& layer);
   // Enables fs-verity on the data files of `layers` (sealed, trusted, open read-only and by no
   // writer) and records each digest with the new seal. Runs in Init, without mu_ held.
   void ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers);

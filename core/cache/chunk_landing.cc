@@ -125,6 +125,7 @@ absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
     if (const int err = layer->Segments()->Write(store_, r.bytes.data(), len, c * cs); err != 0) {
       cst = absl::InternalError(absl::StrCat("writing chunk ", c, " of layer ", layer->digest.str(),
                                              ": ", ErrnoText(err)));
+      if (!w->good.empty() && w->good.back() == c) w->good.pop_back();  // nothing to persist
     }
   }
   if (layer->gen.load() != f->gen) {
@@ -384,12 +385,20 @@ void BlobCache::PersistPending() {
     batch.swap(persist_pending_);
     persist_scheduled_ = false;
   }
-  // One fdatasync per layer for the whole batch, then its records.
+  // One fdatasync per file the batch wrote to (a layer's data file, or the member files its
+  // chunks met), then the records.
+  absl::flat_hash_map<Layer*, std::vector<std::pair<uint64_t, uint64_t>>> written;
+  for (const PendingPersist& p : batch) {
+    for (uint64_t c : p.chunks) {
+      written[p.layer.get()].emplace_back(c * p.layer->chunk_size,
+                                          c * p.layer->chunk_size + p.layer->ChunkLen(c));
+    }
+  }
   absl::flat_hash_map<Layer*, absl::Status> synced;
   for (const PendingPersist& p : batch) {
     auto [it, inserted] = synced.try_emplace(p.layer.get());
     if (inserted) {
-      it->second = p.layer->Segments()->Sync(store_, p.layer->digest);
+      it->second = p.layer->Segments()->SyncRanges(store_, p.layer->digest, written[p.layer.get()]);
       if (!it->second.ok()) Log(it->second.message());
     }
     if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost

@@ -339,15 +339,15 @@ int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t 
     std::shared_ptr<Layer> layer = FindLocked(digest);
     if (!layer) return -1;
     LayerGuard held(*layer, Held(mu_));
-    if (!layer->has_spec || layer->refs.empty() || layer->quarantined || !layer->whole_verified ||
-        layer->seal.empty()) {
-      return -1;
-    }
+    if (!layer->has_spec || layer->refs.empty() || layer->quarantined) return -1;
     segments = layer->Segments();
     member = segments->FindMember(offset, length);
     if (member == nullptr) return -1;
-    for (ChunkState s : layer->state) {
-      if (s != ChunkState::kVerified) return -1;
+    // Its own chunks verified and flushed are enough: nothing writes a verified chunk again, so
+    // its file does not wait for the rest of the layer (a sealed layer's are all so).
+    const uint64_t cs = layer->chunk_size;
+    for (uint64_t c = member->offset / cs; c <= (member->offset + member->length - 1) / cs; ++c) {
+      if (layer->state[c] != ChunkState::kVerified || !layer->durable[c]) return -1;
     }
     layer->last_used = ++clock_;
   }

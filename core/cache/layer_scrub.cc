@@ -137,26 +137,17 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
   passed.clear();
   std::vector<std::shared_ptr<Layer>> enabled;
   for (std::shared_ptr<Layer>& layer : protect) {
-    absl::Status s;
-    // Builds the file's Merkle tree, reading all of it: at idle priority, as the scrub.
-    RunAtBackgroundPriority([&] { s = verity_->Enable(store_.PathOf(layer->digest)); });
-    if (s.ok()) {
-      enabled.push_back(std::move(layer));
-    } else if (!absl::IsFailedPrecondition(s)) {
-      Log(absl::StrCat("layer ", layer->digest.str(),
-                       ": fs-verity not enabled on its data file: ", s.message()));
-    }
+    bool changed = false;
+    // Builds each file's Merkle tree, reading all of it: at idle priority, as the scrub.
+    RunAtBackgroundPriority([&] { changed = EnableVerityOnFiles(*layer); });
+    if (changed) enabled.push_back(std::move(layer));
   }
   for (const std::shared_ptr<Layer>& layer : enabled) {
-    absl::StatusOr<std::string> digest = verity_->Measure(layer->fd);
-    if (!digest.ok()) {
-      Log(absl::StrCat("layer ", layer->digest.str(), ": fs-verity: ", digest.status().message()));
-      continue;
-    }
+    const std::string digest = MeasureFiles(*layer->Segments());
     const uint64_t gen = layer->gen.load();
-    // Enabling changed the file's ctime: the seal is taken again.
+    // Enabling changed the files' ctimes: the seal is taken again.
     const std::string seal = layer->Segments()->Seal();
-    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, digest); !r.ok()) {
       Log(r.message());
       continue;
     }
@@ -164,7 +155,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
     LayerGuard held(*layer, Held(mu_));
     if (layer->gen.load() != gen || layer->quarantined || layer->seal.empty()) continue;
     layer->seal = seal;
-    layer->verity = *digest;
+    layer->verity = digest;
   }
 }
 
@@ -277,40 +268,72 @@ void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
   if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok()) Log(s.message());
 }
 
-bool BlobCache::VerityHolds(const Digest& digest, int fd, const std::string& recorded) const {
+std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
+  absl::StatusOr<std::string> layer = verity_->Measure(files.layer_fd());
+  std::string out = layer.ok() ? *layer : std::string();
+  for (const LayerSegments::File& m : files.members()) {
+    absl::StatusOr<std::string> member = verity_->Measure(m.fd);
+    absl::StrAppend(&out, ";", m.offset, "=", member.ok() ? *member : std::string());
+  }
+  return out;
+}
+
+bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
+  bool changed = false;
+  auto enable = [&](const std::string& path, absl::string_view what) {
+    absl::Status s = verity_->Enable(path);
+    if (s.ok()) {
+      changed = true;
+    } else if (!absl::IsFailedPrecondition(s)) {
+      Log(absl::StrCat("layer ", layer.digest.str(), ": fs-verity not enabled on its ", what, ": ",
+                       s.message()));
+    }
+  };
+  for (const LayerSegments::File& m : layer.Segments()->members()) {
+    enable(store_.MemberPathOf(layer.digest, m.offset), absl::StrCat("member file ", m.offset));
+  }
+  enable(store_.PathOf(layer.digest), "data file");
+  return changed;
+}
+
+bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
+                            const std::string& recorded) const {
   if (recorded.empty()) return true;
-  absl::StatusOr<std::string> now = verity_->Measure(fd);
-  if (now.ok() && *now == recorded) return true;
-  Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
-                   now.ok() ? absl::StrCat("has fs-verity digest ", *now)
-                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
-                   ", where ", recorded,
-                   " was recorded with its seal: not trusted, its chunks are verified again "
+  if (!files.has_members()) {
+    absl::StatusOr<std::string> now = verity_->Measure(files.layer_fd());
+    if (now.ok() && *now == recorded) return true;
+    Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
+                     now.ok() ? absl::StrCat("has fs-verity digest ", *now)
+                              : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
+                     ", where ", recorded,
+                     " was recorded with its seal: not trusted, its chunks are verified again "
+                     "before they are served"));
+    return false;
+  }
+  const std::string now = MeasureFiles(files);
+  if (now == recorded) return true;
+  Log(absl::StrCat("layer ", digest.str(), ": its sealed files have fs-verity digests '", now,
+                   "', where '", recorded,
+                   "' was recorded with its seal: not trusted, its chunks are verified again "
                    "before they are served"));
   return false;
 }
 
 void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
   for (const std::shared_ptr<Layer>& layer : layers) {
-    // Reads the whole file to build its Merkle tree: not under mu_.
-    absl::Status s = verity_->Enable(store_.PathOf(layer->digest));
-    absl::StatusOr<std::string> digest =
-        s.ok() ? verity_->Measure(layer->fd) : absl::StatusOr<std::string>(s);
-    if (!digest.ok()) {
-      Log(absl::StrCat("layer ", layer->digest.str(),
-                       ": fs-verity not enabled on its data file: ", digest.status().message()));
-      continue;
-    }
-    // Enabling changed the file's ctime: the seal is taken again.
+    // Reads the whole files to build their Merkle trees: not under mu_.
+    if (!EnableVerityOnFiles(*layer)) continue;
+    const std::string digest = MeasureFiles(*layer->Segments());
+    // Enabling changed the files' ctimes: the seal is taken again.
     const std::string seal = layer->Segments()->Seal();
-    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, *digest); !r.ok()) {
+    if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, digest); !r.ok()) {
       Log(r.message());
       continue;
     }
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     layer->seal = seal;
-    layer->verity = *digest;
+    layer->verity = digest;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status/status_macros.h"
 
 namespace modelfs {
 
@@ -108,6 +109,27 @@ absl::Status LayerSegments::Sync(const LayerStore& store, const Digest& digest) 
   return s;
 }
 
+absl::Status LayerSegments::SyncRanges(
+    const LayerStore& store, const Digest& digest,
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+  if (members_.empty()) return store.Sync(layer_fd_, digest);
+  std::vector<int> fds;
+  for (const auto& [from, to] : ranges) {
+    for (const Piece& p : Pieces(from, to)) fds.push_back(p.fd);
+  }
+  std::sort(fds.begin(), fds.end());
+  fds.erase(std::unique(fds.begin(), fds.end()), fds.end());
+  for (int fd : fds) {
+    if (fd == layer_fd_) {
+      RETURN_IF_ERROR(store.Sync(fd, digest));
+    } else if (fdatasync(fd) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cache: fdatasync of a member file of layer ", digest.str(), " failed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void LayerSegments::Advise(uint64_t from, uint64_t to, int advice) const {
   for (const Piece& p : Pieces(from, to)) {
     posix_fadvise(p.fd, static_cast<off_t>(p.file_offset), static_cast<off_t>(p.length), advice);
@@ -130,7 +152,8 @@ std::shared_ptr<LayerSegments> LayerSegments::Rebind(int layer_fd) const {
   std::vector<File> files;
   files.reserve(members_.size());
   for (const File& m : members_) {
-    const int fd = fcntl(m.fd, F_DUPFD_CLOEXEC, 0);
+    // Read-only, as the layer file: fs-verity needs files that no one holds open for writing.
+    const int fd = open(absl::StrCat("/proc/self/fd/", m.fd).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       for (const File& f : files) close(f.fd);
       close(layer_fd);

@@ -74,6 +74,10 @@ class LayerSegments {
                         uint64_t offset) const;
   // Flushes every file. Errors: kInternal naming the first file that failed.
   absl::Status Sync(const LayerStore& store, const Digest& digest) const;
+  // Flushes the files that hold layer bytes `ranges` ([from, to) pairs), each once. Errors as
+  // Sync.
+  absl::Status SyncRanges(const LayerStore& store, const Digest& digest,
+                          const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
   // posix_fadvise(advice) on the pages of layer bytes [from, to), file by file.
   void Advise(uint64_t from, uint64_t to, int advice) const;
   // The seal of all the files (LayerStore::SealOf of the layer file, then
@@ -81,8 +85,8 @@ class LayerSegments {
   // the layer file's seal, as before members existed.
   std::string Seal() const;
 
-  // The same layout over another open layer file (a read-only one, say; owned by the result),
-  // each member fd dup'ed. Null when a dup fails (then `layer_fd` is closed).
+  // The same layout over another open layer file (a read-only one; owned by the result), each
+  // member file opened again read-only. Null when one cannot be (then `layer_fd` is closed).
   std::shared_ptr<LayerSegments> Rebind(int layer_fd) const;
 
   // Ranges of the layer file whose bytes moved out to member files: punched (freed) through

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/fs_verity.h"
 #include "tests/cache/fake_remote.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -65,6 +68,7 @@ class LayerMembersTest : public ::testing::Test {
     o.whole_chunk_size = kChunk;
     o.verify_when_idle = absl::ZeroDuration();
     o.member_min_bytes = 4096;
+    o.verity = verity_;
     o.log = [this](absl::string_view line) {
       absl::MutexLock lock(&log_mu_);
       log_ += absl::StrCat(line, "\n");
@@ -130,6 +134,7 @@ class LayerMembersTest : public ::testing::Test {
 
   testing::TempDir dir_;
   FakeRemote remote_;
+  VerityOps* verity_ = nullptr;
   const std::string blob_ = RandomBytes(kLayerSize, 7);
   const Digest digest_ = remote_.AddBlob(blob_);
   absl::Mutex log_mu_;
@@ -188,6 +193,97 @@ TEST_F(LayerMembersTest, BytesThatLandedBeforeTheMembersWereSetMoveIntoTheirFile
   ExpectMembersApart();
 }
 
+// Chunks that land while SetLayerMembers copies (into the old layout) are copied too.
+TEST_F(LayerMembersTest, ChunksThatLandWhileTheMembersMoveAreMovedToo) {
+  absl::Mutex mu;
+  bool copying = false, go_on = false;
+  const std::thread::id mover = std::this_thread::get_id();
+  CacheOptions o = Options();
+  o.write_data = [&](int fd, const char* data, uint64_t n, uint64_t offset) {
+    if (std::this_thread::get_id() == mover) {
+      // SetLayerMembers' first copy waits until the landing below is done.
+      absl::MutexLock lock(&mu);
+      copying = true;
+      mu.Await(absl::Condition(&go_on));
+    }
+    return pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n) ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  ASSERT_OK(Register(*cache));
+  std::thread lander;
+  {
+    // The head lands before the move: the move has something to copy.
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  }
+  ASSERT_OK(cache->Read(digest_, 0, 2 * kChunk));
+  ASSERT_TRUE(Idle(*cache));
+  {
+    absl::MutexLock lock(&mu);
+    go_on = false;
+  }
+  lander = std::thread([&] {
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&copying));
+    }
+    // Chunks 7 to 12 land in the old layout while the move is under way.
+    EXPECT_OK(cache->Read(digest_, 30000, 20000));
+    EXPECT_TRUE(Idle(*cache));
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  });
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  lander.join();
+  const int before = remote_.requests();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 30000, 20000));
+  EXPECT_EQ(got, blob_.substr(30000, 20000));
+  EXPECT_EQ(remote_.requests(), before);  // moved, not fetched again
+  ASSERT_OK_AND_ASSIGN(got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
+  ASSERT_TRUE(Idle(*cache));
+  ExpectMembersApart();
+}
+
+// A chunk written into the old layout and marked after the switch is written again where the
+// new layout says.
+TEST_F(LayerMembersTest, AChunkWrittenBeforeTheSwitchAndMarkedAfterItLandsInTheNewLayout) {
+  absl::Mutex mu;
+  bool hold = true, held = false, go_on = false;
+  CacheOptions o = Options();
+  o.write_data = [&](int fd, const char* data, uint64_t n, uint64_t offset) {
+    const bool ok = pwrite(fd, data, n, static_cast<off_t>(offset)) == static_cast<ssize_t>(n);
+    absl::MutexLock lock(&mu);
+    if (hold) {
+      // The first landing write: done, then held before its chunk is marked.
+      hold = false;
+      held = true;
+      mu.Await(absl::Condition(&go_on));
+    }
+    return ok ? 0 : EIO;
+  };
+  auto cache = Open(o);
+  ASSERT_OK(Register(*cache));
+  std::thread reader([&] {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 30000, 20000));
+    EXPECT_EQ(got, blob_.substr(30000, 20000));
+  });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&held));
+  }
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  {
+    absl::MutexLock lock(&mu);
+    go_on = true;
+  }
+  reader.join();
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
+  ASSERT_TRUE(Idle(*cache));
+  ExpectMembersApart();
+}
+
 TEST_F(LayerMembersTest, ASealedLayerMovesItsMembersAndIsSealedOverAllItsFiles) {
   auto cache = Open();
   ASSERT_OK(Register(*cache));
@@ -225,6 +321,20 @@ TEST_F(LayerMembersTest, OpenVerifiedFileGivesAReadOnlyMemberFileOnceTheLayerIsS
   EXPECT_EQ(ReadFd(fd, 9000), blob_.substr(1000, 9000));
   EXPECT_EQ(pwrite(fd, "x", 1, 0), -1);
   EXPECT_EQ(errno, EBADF);
+  close(fd);
+}
+
+TEST_F(LayerMembersTest, AMemberIsHandedOutOnceItsOwnChunksAreVerifiedBeforeTheLayerIs) {
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  ASSERT_OK(cache->Read(digest_, 30000, 20000));
+  ASSERT_TRUE(Idle(*cache));  // flushed
+  EXPECT_FALSE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_EQ(cache->OpenVerifiedFile(digest_, 1000, 9000), -1);  // its chunks are not here
+  const int fd = cache->OpenVerifiedFile(digest_, 30000, 20000);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ReadFd(fd, 20000), blob_.substr(30000, 20000));
   close(fd);
 }
 
@@ -419,6 +529,89 @@ TEST_F(LayerMembersTest, OverlappingOrOutOfRangeFilesAreRefused) {
   ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
   EXPECT_THAT(cache->SetLayerMembers(digest_, {{1000, 9000}}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("does not change")));
+}
+
+// fs-verity as the kernel does it, in memory: refused for a file open for writing.
+class FakeVerity : public VerityOps {
+ public:
+  absl::Status Probe(const std::string&) override { return absl::OkStatus(); }
+  absl::Status Enable(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return absl::InternalError("stat " + path);
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      const int fd = std::atoi(entry.path().filename().c_str());
+      struct stat fst;
+      const int flags = fcntl(fd, F_GETFL);
+      if (flags >= 0 && (flags & O_ACCMODE) != O_RDONLY && fstat(fd, &fst) == 0 &&
+          fst.st_ino == st.st_ino && fst.st_dev == st.st_dev) {
+        return absl::FailedPreconditionError("ETXTBSY");
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    enabled_++;
+    digests_[st.st_ino] = absl::StrCat("sha256:fake-", st.st_ino);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Measure(int fd) override {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return absl::InternalError("fstat");
+    absl::MutexLock lock(&mu_);
+    auto it = digests_.find(st.st_ino);
+    if (it == digests_.end()) return absl::NotFoundError("ENODATA");
+    return it->second;
+  }
+  int enabled() {
+    absl::MutexLock lock(&mu_);
+    return enabled_;
+  }
+  // The file at `path` loses its fs-verity.
+  void Drop(const std::filesystem::path& path) {
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    absl::MutexLock lock(&mu_);
+    digests_.erase(st.st_ino);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int enabled_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<ino_t, std::string> digests_ ABSL_GUARDED_BY(mu_);
+};
+
+class LayerMembersVerityTest : public LayerMembersTest {
+ protected:
+  LayerMembersVerityTest() { verity_ = &fake_; }
+  FakeVerity fake_;
+};
+
+TEST_F(LayerMembersVerityTest, EveryFileOfASealedLayerGetsFsVerityAndIsTrustedByIt) {
+  CacheWholeWithMembersAndClose();
+  {
+    auto cache = Open();  // protects the sealed files: three members and the data file
+    EXPECT_EQ(fake_.enabled(), 4);
+  }
+  remote_.ResetCounters();
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  EXPECT_TRUE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_EQ(fake_.enabled(), 4);  // not again
+  const int fd = cache->OpenVerifiedFile(digest_, 10000, 8192);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ReadFd(fd, 8192), blob_.substr(10000, 8192));
+  close(fd);
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(LayerMembersVerityTest, AMemberFileThatLostItsFsVerityIsNotTrusted) {
+  CacheWholeWithMembersAndClose();
+  { auto cache = Open(); }
+  fake_.Drop(MemberPath(30000));
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  EXPECT_FALSE(cache->GetLayerInfo(digest_)->whole_verified);
+  EXPECT_THAT(Logged(), HasSubstr("fs-verity digests"));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
 }
 
 }  // namespace
