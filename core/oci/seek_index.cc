@@ -354,6 +354,12 @@ class GzipIndexBuilder final : public SeekIndexBuilder {
           absl::StrCat(layer_, ": gzip stream ends inside a member at compressed offset ",
                        consumed_, members_ == 0 && !member_started_ ? " (no gzip member)" : ""));
     }
+    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
+    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
+    // covers nothing, and a reader refuses it.
+    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced_) {
+      index_.points.pop_back();
+    }
     index_.compressed_size = consumed_;
     index_.uncompressed_size = produced_;
     index_.layer_digest = compressed_hash_.Finish();
@@ -430,6 +436,12 @@ class ZstdIndexBuilder final : public SeekIndexBuilder {
     if (frame_open_) {
       return absl::DataLossError(absl::StrCat(
           layer_, ": zstd stream ends inside a frame at compressed offset ", consumed_));
+    }
+    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
+    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
+    // covers nothing, and a reader refuses it.
+    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced_) {
+      index_.points.pop_back();
     }
     index_.compressed_size = consumed_;
     index_.uncompressed_size = produced_;

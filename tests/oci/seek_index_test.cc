@@ -165,6 +165,32 @@ TEST(SeekIndexTest, ZstdFramesFromPushGetOnePointPerFrame) {
   ExpectRangesMatch(index, zst, plain);
 }
 
+// zstd:chunked (buildah, podman) ends its stream with skippable frames holding its table of
+// contents: they add no bytes, so they get no point (one at the end would cover nothing, and a
+// reader refuses it), and every range still decodes.
+TEST(SeekIndexTest, TrailingSkippableFramesGetNoPoint) {
+  const std::string plain = Weights((2 << 20) + 777, 9);
+  testing::TempDir dir;
+  const std::string in = dir.WriteFile("in.tar", plain).string();
+  const std::string out = dir.Join("out.tar.zst").string();
+  ASSERT_OK_AND_ASSIGN(ZstdFramesResult r, WriteZstdFrames(in, out, 1 << 20));
+  std::string zst = ReadAll(out);
+  // A skippable frame: magic 0x184D2A50 (little-endian), a 4-byte size, then that many bytes.
+  const std::string toc = "table of contents";
+  const uint32_t n = toc.size();
+  zst += std::string("\x50\x2A\x4D\x18", 4);
+  zst += std::string({static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                      static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)});
+  zst += toc;
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  EXPECT_EQ(index.points.size(), r.frames);
+  EXPECT_EQ(index.uncompressed_size, plain.size());
+  EXPECT_EQ(index.compressed_size, zst.size());
+  ASSERT_OK_AND_ASSIGN(SeekIndex parsed, ParseSeekIndex(SerializeSeekIndex(index)));
+  EXPECT_EQ(parsed, index);
+  ExpectRangesMatch(index, zst, plain);
+}
+
 TEST(SeekIndexTest, ZstdFromTheZstdToolIsOneFrameAndSoNotLazy) {
   const std::string plain = Weights(2 << 20, 8);
   const std::string zst = Tool("zstd -q -3 -c", plain);
