@@ -453,8 +453,7 @@ TEST_F(ImageCompatibleE2eTest, ALazyImageWithAVolumeReferrerHasItsTopLayerServed
   // remaining layers ahead, the top one too (snapshotter.md, "Lazy plain images"): it is not
   // unpacked, the pod reads the model's tree. Recorded, not asserted.
   std::cout << "[figures] lazy image: containerd fetched the top layer blob: "
-            << (containerd_fetched_top ? "yes" : "no") << "; referrer lookups: " << lookups
-            << "\n";
+            << (containerd_fetched_top ? "yes" : "no") << "; referrer lookups: " << lookups << "\n";
   // One lookup for the image (the referrers API's 404, then the fallback tag), kept for each
   // of its layers; the busybox reader (not listed) is never looked up.
   EXPECT_GE(lookups, 1);

@@ -1,5 +1,6 @@
-// Fuzzes the tar header reader and the volume-layer parser (A alone, and A over an index layer): never aborts, and every entry it
-// reports has its data inside the blob and (with path checks) a canonical relative path.
+// Fuzzes the tar header reader and the volume-layer parser (A alone, and A over an index layer):
+// never aborts, and every entry it reports has its data inside the blob and (with path checks) a
+// canonical relative path.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
