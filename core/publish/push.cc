@@ -82,7 +82,8 @@ absl::StatusOr<uint64_t> PickChunkSize(const std::vector<uint64_t>& layer_sizes,
   return asked;
 }
 
-// Streams a file through the chunk index builder: one read gives the digest and the index.
+}  // namespace
+
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
                                      const ProgressFn& progress) {
@@ -104,6 +105,8 @@ absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_siz
   }
   return b.Finish();
 }
+
+namespace {
 
 // What V carries for a model's layers.
 struct LayerIndexes {

@@ -29,6 +29,13 @@ struct TransferProgress {
 };
 using ProgressFn = std::function<void(const TransferProgress&)>;
 
+// Streams the file at `path` through a chunk index builder: one read gives its digest and its
+// chunk index (`progress`, when set, is told as "hashing <role>"). Errors: kNotFound (cannot
+// open), kInternal (read error).
+absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
+                                     ChunkDigestAlgorithm algorithm, const std::string& role,
+                                     const ProgressFn& progress);
+
 struct PushOptions {
   std::vector<std::string> inputs;  // files and directories
   bool tar = false;                 // one .tar layer per file instead of .raw

@@ -34,27 +34,6 @@ class Fd {
   int fd_;
 };
 
-// One read of the file gives its digest and its chunk index.
-absl::StatusOr<ChunkIndex> IndexStateFile(const std::string& path, uint64_t chunk_size,
-                                          const std::string& role, const ProgressFn& progress) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
-  const off_t size = lseek(fd.get(), 0, SEEK_END);
-  ChunkIndexBuilder b(chunk_size, ChunkDigestAlgorithm::kBlake3);
-  std::string buf(4 << 20, '\0');
-  uint64_t done = 0;
-  for (;;) {
-    ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
-    if (n == 0) break;
-    b.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
-    done += static_cast<uint64_t>(n);
-    if (progress) progress({"hashing " + role, done, static_cast<uint64_t>(size)});
-  }
-  return b.Finish();
-}
-
 class StateUploader {
  public:
   StateUploader(RegistryClient& client, std::string repo, StatePushResult& result)
@@ -126,7 +105,8 @@ absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const Resolved
   std::vector<StateFile> files;
   std::vector<ChunkIndex> indexes;
   for (const auto& f : inputs) {
-    ASSIGN_OR_RETURN(ChunkIndex idx, IndexStateFile(f.path, chunk_size, f.rel, o.progress));
+    ASSIGN_OR_RETURN(ChunkIndex idx, IndexFile(f.path, chunk_size, ChunkDigestAlgorithm::kBlake3,
+                                               f.rel, o.progress));
     files.push_back(StateFile{f.rel, idx.blob_digest, idx.blob_size});
     indexes.push_back(std::move(idx));
   }
