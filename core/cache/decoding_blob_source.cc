@@ -1,6 +1,8 @@
 #include "core/cache/decoding_blob_source.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,23 @@ std::string LayerName(const SeekIndex& index) {
 uint64_t SpanEnd(const SeekIndex& index, size_t point) {
   return point + 1 < index.points.size() ? index.points[point + 1].uncompressed_offset
                                          : index.uncompressed_size;
+}
+
+// Span buffers, pooled by size class (1 to 16 MiB, powers of two): spans are decoded one after
+// another, and a fresh buffer each time would be a fresh mapping whose pages all fault. About
+// 16 MiB of idle buffers are kept per class.
+BufferPool::Buffer SpanBuffer(uint64_t len) {
+  static constexpr int kClasses = 5;                            // 1, 2, 4, 8, 16 MiB
+  static std::array<BufferPool*, kClasses>* const pools = [] {  // never destroyed
+    auto* p = new std::array<BufferPool*, kClasses>;
+    for (int i = 0; i < kClasses; ++i) {
+      (*p)[i] = new BufferPool(size_t{1} << (20 + i), size_t{16} >> i);
+    }
+    return p;
+  }();
+  int c = 0;
+  while (c + 1 < kClasses && (uint64_t{1} << (20 + c)) < len) ++c;
+  return (*pools)[c]->Get(len);
 }
 
 }  // namespace
@@ -90,10 +109,24 @@ void DecodingBlobSource::Forget(const Digest& diff_id, size_t point,
                                 const std::shared_ptr<Span>& span) {
   absl::MutexLock l(&mu_);
   auto it = spans_.find({diff_id, point});
-  if (it != spans_.end() && it->second == span) {
-    span_bytes_ -= std::min(span_bytes_, span->counted);
-    spans_.erase(it);
-  }
+  if (it != spans_.end() && it->second == span) EraseLocked(it);
+}
+
+void DecodingBlobSource::EraseLocked(std::map<SpanKey, std::shared_ptr<Span>>::iterator it) {
+  span_bytes_ -= std::min(span_bytes_, it->second->counted);
+  auto at = std::find(span_order_.begin(), span_order_.end(), it->first);
+  if (at != span_order_.end()) span_order_.erase(at);
+  spans_.erase(it);
+}
+
+void DecodingBlobSource::Delivered(const Digest& diff_id, size_t point,
+                                   const std::shared_ptr<Span>& span, uint64_t n,
+                                   uint64_t span_len) {
+  absl::MutexLock l(&mu_);
+  span->handed += n;
+  if (span->handed < span_len) return;
+  auto it = spans_.find({diff_id, point});
+  if (it != spans_.end() && it->second == span) EraseLocked(it);
 }
 
 absl::Status DecodingBlobSource::Extend(const SeekIndex& index, size_t point, Span& span,
@@ -112,30 +145,37 @@ absl::Status DecodingBlobSource::Extend(const SeekIndex& index, size_t point, Sp
                            : static_cast<double>(index.compressed_size) /
                                  static_cast<double>(index.uncompressed_size);
   const uint64_t span_compressed_end = index.CompressedEndFor(start + span_len);
-  while (span.bytes.size() < to) {
-    const uint64_t want = to - span.bytes.size();
+  // Decoded straight into the span's buffer, taken whole once: it never moves, so the bytes
+  // below what was decoded can be handed out without a copy (ServeFromSpan).
+  if (span.buf.capacity() < span_len) span.buf = SpanBuffer(span_len);
+  char* const buf = span.buf.data();
+  uint64_t* const size = &span.size;
+  while (*size < to) {
+    const uint64_t want = to - *size;
     uint64_t end = span.next_compressed + static_cast<uint64_t>(want * ratio * 1.02) + (16 << 10);
     end = std::min(end, span.next_compressed < span_compressed_end ? span_compressed_end
                                                                    : index.compressed_size);
     if (end <= span.next_compressed) {
       return absl::DataLossError(
           absl::StrCat(LayerName(index), ": the compressed stream ends at uncompressed offset ",
-                       start + span.bytes.size(), ", before ", start + to));
+                       start + *size, ", before ", start + to));
     }
     SpanDecoder& decoder = *span.decoder;
-    std::string got;  // appended to span.bytes below: the lambdas cannot show span.mu is held
     absl::Status s = inner_->StreamRange(
         index.layer_digest, span.next_compressed, end - span.next_compressed, deadline,
         [&](absl::string_view piece) {
           compressed_bytes_.fetch_add(piece.size(), std::memory_order_relaxed);
           return decoder.Feed(std::string_view(piece.data(), piece.size()),
                               [&](std::string_view out) {
-                                got.append(out);
                                 decoded_bytes_.fetch_add(out.size(), std::memory_order_relaxed);
+                                // What runs past the span's end is not kept (the next span
+                                // decodes it from its own point).
+                                const uint64_t n = std::min<uint64_t>(span_len - *size, out.size());
+                                memcpy(buf + *size, out.data(), n);
+                                *size += n;
                                 return absl::OkStatus();
                               });
         });
-    span.bytes.append(got, 0, std::min<uint64_t>(span_len - span.bytes.size(), got.size()));
     RETURN_IF_ERROR(s);
     span.next_compressed = end;
   }
@@ -146,7 +186,9 @@ absl::Status DecodingBlobSource::ServeFromSpan(
     const SeekIndex& index, size_t point, uint64_t from, uint64_t to, absl::Time deadline,
     const std::function<absl::Status(absl::string_view)>& sink) {
   std::shared_ptr<Span> span = SpanFor(index.diff_id, point, from, to);
-  std::string out;
+  // [from, to) of the span's buffer, which is final once decoded and never moves (Extend
+  // reserves it whole); `span` keeps it alive while the sink copies it.
+  absl::string_view out;
   {
     if (!span->mu.LockWhenWithDeadline(absl::Condition::kTrue, deadline)) {
       span->mu.Unlock();
@@ -154,19 +196,19 @@ absl::Status DecodingBlobSource::ServeFromSpan(
           LayerName(index), ": waiting for the span at seek point ", point, " to be decoded"));
     }
     absl::Status s = span->status;
-    if (s.ok() && span->bytes.size() < to) {
-      const uint64_t before = span->bytes.size();
+    if (s.ok() && span->size < to) {
+      const uint64_t before = span->size;
       s = Extend(index, point, *span, to, deadline);
       if (!s.ok()) span->status = s;
       absl::MutexLock l(&mu_);
       auto it = spans_.find({index.diff_id, point});
       if (it != spans_.end() && it->second == span) {  // not evicted meanwhile
-        span->counted += span->bytes.size() - before;
-        span_bytes_ += span->bytes.size() - before;
+        span->counted += span->size - before;
+        span_bytes_ += span->size - before;
         EvictLocked();
       }
     }
-    if (s.ok()) out = span->bytes.substr(from, to - from);
+    if (s.ok()) out = absl::string_view(span->buf.data() + from, to - from);
     span->mu.Unlock();
     if (!s.ok()) {
       Forget(index.diff_id, point, span);  // the next fetch starts afresh
@@ -174,7 +216,10 @@ absl::Status DecodingBlobSource::ServeFromSpan(
     }
   }
   ranges_.fetch_add(1, std::memory_order_relaxed);
-  return sink(out);
+  absl::Status s = sink(out);
+  Delivered(index.diff_id, point, span, to - from,
+            SpanEnd(index, point) - index.points[point].uncompressed_offset);
+  return s;
 }
 
 absl::Status DecodingBlobSource::StreamDirect(

@@ -36,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "core/base/buffer_pool.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/span_decoder.h"
@@ -85,11 +86,16 @@ class DecodingBlobSource final : public RemoteBlobSource {
     absl::Mutex mu;
     std::unique_ptr<SpanDecoder> decoder ABSL_GUARDED_BY(mu);
     uint64_t next_compressed ABSL_GUARDED_BY(mu) = 0;  // next compressed offset to fetch
-    std::string bytes ABSL_GUARDED_BY(mu);             // decoded from the point, <= the span
-    absl::Status status ABSL_GUARDED_BY(mu);           // a failure sticks to this Span
+    // Decoded from the point: `size` bytes of `buf`, <= the span. The buffer (a pooled one
+    // of the span's size) is taken whole at the first Extend, so it never moves and bytes
+    // below `size` are final (handed out without the lock).
+    BufferPool::Buffer buf ABSL_GUARDED_BY(mu);
+    uint64_t size ABSL_GUARDED_BY(mu) = 0;
+    absl::Status status ABSL_GUARDED_BY(mu);  // a failure sticks to this Span
     // Ranges handed out (offsets within the span), guarded by the source's mu_.
     std::vector<std::pair<uint64_t, uint64_t>> served;
     uint64_t counted = 0;  // bytes counted in span_bytes_, guarded by the source's mu_
+    uint64_t handed = 0;   // bytes of `served` delivered, guarded by the source's mu_
   };
   using SpanKey = std::pair<Digest, size_t>;  // diffId, seek point
 
@@ -105,11 +111,18 @@ class DecodingBlobSource final : public RemoteBlobSource {
   absl::Status Extend(const SeekIndex& index, size_t point, Span& span, uint64_t to,
                       absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(span.mu);
   void Forget(const Digest& diff_id, size_t point, const std::shared_ptr<Span>& span);
+  // Counts `n` bytes of the span delivered; a span delivered whole is forgotten at once (a
+  // range asked again is decoded afresh anyway), so its buffer goes back to the pool.
+  void Delivered(const Digest& diff_id, size_t point, const std::shared_ptr<Span>& span, uint64_t n,
+                 uint64_t span_len);
   // Streams [offset, offset + length) of a span too big to hold.
   absl::Status StreamDirect(const SeekIndex& index, uint64_t offset, uint64_t length,
                             absl::Time deadline,
                             const std::function<absl::Status(absl::string_view)>& sink);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a span from the table and from span_order_.
+  void EraseLocked(std::map<SpanKey, std::shared_ptr<Span>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RemoteBlobSource* const inner_;
   const GzipInflater inflater_;

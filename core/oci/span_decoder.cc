@@ -9,14 +9,61 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/base/buffer_pool.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
 namespace {
 
 constexpr size_t kOutPiece = 256 << 10;
+
+// Each decoder's output piece comes from the read path's pool (buffer_pool.h): a span is
+// decoded every megabyte or few, and a fresh buffer each time would be a fresh mapping whose
+// pages all fault.
+BufferPool::Buffer OutPiece() { return BufferPool::Shared().Get(kOutPiece); }
+
+// zstd decompression contexts, kept for the next span: a context holds the frame's window
+// (about a megabyte for push's frames), which would otherwise be mapped and faulted anew for
+// every frame.
+class DctxPool {
+ public:
+  static DctxPool& Get() {
+    static DctxPool* const pool = new DctxPool;  // never destroyed: used to the end
+    return *pool;
+  }
+  ZSTD_DCtx* Take() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        ZSTD_DCtx* d = idle_.back();
+        idle_.pop_back();
+        return d;
+      }
+    }
+    return ZSTD_createDCtx();
+  }
+  void Give(ZSTD_DCtx* d) {
+    if (d == nullptr) return;
+    ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+    {
+      absl::MutexLock lock(&mu_);
+      if (idle_.size() < kMaxIdle) {
+        idle_.push_back(d);
+        return;
+      }
+    }
+    ZSTD_freeDCtx(d);
+  }
+
+ private:
+  static constexpr size_t kMaxIdle = 8;
+  absl::Mutex mu_;
+  std::vector<ZSTD_DCtx*> idle_ ABSL_GUARDED_BY(mu_);
+};
 constexpr int kGzipTrailer = 8;  // CRC-32 and ISIZE after the deflate data of a member
 
 class ZlibSpan final : public SpanDecoder {
@@ -26,7 +73,7 @@ class ZlibSpan final : public SpanDecoder {
         raw_(p.kind == SeekPoint::Kind::kBlockBoundary),
         bits_(p.bits),
         window_(std::move(window)),
-        out_(kOutPiece, '\0') {}
+        out_(OutPiece()) {}
   ~ZlibSpan() override {
     if (init_) inflateEnd(&zs_);
   }
@@ -75,7 +122,7 @@ class ZlibSpan final : public SpanDecoder {
         member_done_ = false;
       }
       zs_.next_out = reinterpret_cast<Bytef*>(out_.data());
-      zs_.avail_out = static_cast<uInt>(out_.size());
+      zs_.avail_out = static_cast<uInt>(kOutPiece);
       const uInt avail_before = zs_.avail_in;
       const int r = inflate(&zs_, Z_NO_FLUSH);
       if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR) {
@@ -83,7 +130,7 @@ class ZlibSpan final : public SpanDecoder {
                                                 "offset ", pos(), " (",
                                                 zs_.msg ? zs_.msg : "zlib error", ")"));
       }
-      const size_t n = out_.size() - zs_.avail_out;
+      const size_t n = kOutPiece - zs_.avail_out;
       if (n > 0) {
         produced_ += n;
         RETURN_IF_ERROR(sink(std::string_view(out_.data(), n)));
@@ -112,7 +159,7 @@ class ZlibSpan final : public SpanDecoder {
   bool primed_ = false;
   int skip_ = 0;
   bool member_done_ = false;
-  std::string out_;
+  BufferPool::Buffer out_;  // kOutPiece bytes used
 };
 
 class IsalSpan final : public SpanDecoder {
@@ -123,7 +170,7 @@ class IsalSpan final : public SpanDecoder {
         bits_(p.bits),
         window_(std::move(window)),
         state_(std::make_unique<inflate_state>()),
-        out_(kOutPiece, '\0') {
+        out_(OutPiece()) {
     isal_inflate_init(state_.get());
     state_->crc_flag = raw_ ? ISAL_DEFLATE : ISAL_GZIP;
   }
@@ -172,14 +219,14 @@ class IsalSpan final : public SpanDecoder {
         state_->avail_in = avail;
       }
       state_->next_out = reinterpret_cast<uint8_t*>(out_.data());
-      state_->avail_out = static_cast<uint32_t>(out_.size());
+      state_->avail_out = static_cast<uint32_t>(kOutPiece);
       const uint32_t avail_before = state_->avail_in;
       const int r = isal_inflate(state_.get());
       if (r != ISAL_DECOMP_OK) {
         return absl::DataLossError(absl::StrCat(layer_, ": gzip stream is corrupt near compressed ",
                                                 "offset ", pos(), " (igzip error ", r, ")"));
       }
-      const size_t n = out_.size() - state_->avail_out;
+      const size_t n = kOutPiece - state_->avail_out;
       if (n > 0) {
         produced_ += n;
         RETURN_IF_ERROR(sink(std::string_view(out_.data(), n)));
@@ -196,7 +243,7 @@ class IsalSpan final : public SpanDecoder {
         }
         continue;
       }
-      if (state_->avail_in == 0 && n < out_.size()) break;
+      if (state_->avail_in == 0 && n < kOutPiece) break;
       if (n == 0 && state_->avail_in == avail_before) {
         return absl::DataLossError(
             absl::StrCat(layer_, ": gzip stream makes no progress at compressed offset ", pos()));
@@ -213,19 +260,19 @@ class IsalSpan final : public SpanDecoder {
   bool primed_ = false;
   int skip_ = 0;
   std::unique_ptr<inflate_state> state_;
-  std::string out_;
+  BufferPool::Buffer out_;  // kOutPiece bytes used
 };
 
 class ZstdSpan final : public SpanDecoder {
  public:
   ZstdSpan(std::string layer, const SeekPoint& p, ZSTD_DCtx* dctx)
-      : SpanDecoder(std::move(layer), p.compressed_offset), dctx_(dctx), out_(kOutPiece, '\0') {}
-  ~ZstdSpan() override { ZSTD_freeDCtx(dctx_); }
+      : SpanDecoder(std::move(layer), p.compressed_offset), dctx_(dctx), out_(OutPiece()) {}
+  ~ZstdSpan() override { DctxPool::Get().Give(dctx_); }
 
   absl::Status Feed(std::string_view in, const Sink& sink) override {
     ZSTD_inBuffer input{in.data(), in.size(), 0};
     while (input.pos < input.size || pending_output_) {
-      ZSTD_outBuffer output{out_.data(), out_.size(), 0};
+      ZSTD_outBuffer output{out_.data(), kOutPiece, 0};
       const size_t r = ZSTD_decompressStream(dctx_, &output, &input);
       if (ZSTD_isError(r)) {
         return absl::DataLossError(absl::StrCat(
@@ -244,7 +291,7 @@ class ZstdSpan final : public SpanDecoder {
 
  private:
   ZSTD_DCtx* const dctx_;
-  std::string out_;
+  BufferPool::Buffer out_;  // kOutPiece bytes used
   bool pending_output_ = false;
 };
 
@@ -259,7 +306,7 @@ absl::StatusOr<std::unique_ptr<SpanDecoder>> SpanDecoder::Create(const SeekIndex
   }
   const SeekPoint& p = index.points[point];
   if (index.encoding == SeekEncoding::kZstd) {
-    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    ZSTD_DCtx* dctx = DctxPool::Get().Take();
     if (dctx == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(layer, ": cannot allocate a zstd context"));
     }
