@@ -79,6 +79,8 @@
 
 namespace modelfs {
 
+struct LayerFileHash;  // verifier.h
+
 enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
 
 // Retries of a failed range request, always bounded by the request's deadline. The cache owns
@@ -381,8 +383,11 @@ class BlobCache : public BlobReader {
   // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
   // it does not change once the layer is registered): in chunk mode, SealVerifiedLayer then
   // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
-  // servable at all.
-  void RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode);
+  // servable at all. `hashed`, when given, is that check already done on the bytes as they
+  // were written (a decoded layer: DecodeAndInstall hashes what it writes), so the file is
+  // not read again.
+  void RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode,
+                      const LayerFileHash* hashed = nullptr);
   // Flushes a chunk-mode layer whose every chunk is verified and records it sealed, so that it
   // is served by passthrough from here on and trusted after a restart. False when quarantine
   // or eviction dropped it meanwhile.

@@ -13,6 +13,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/cache/blob_cache.h"
+#include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
 #include "core/status/status_macros.h"
 
@@ -138,16 +139,20 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     if (!installed) unlink(tmp.c_str());
   };
   uint64_t written = 0;
-  std::string piece;
+  // The local index (a SHA-256 per whole_chunk_size chunk, what later re-checks use), hashed
+  // from the bytes as they are written: with the diffId check of DecodeLayer, it is the
+  // whole-layer check of the file, which is then not read again.
+  const uint64_t cs = options_.whole_chunk_size;
+  LayerFileHash hashed;
+  Sha256 chunk_hash;
+  uint64_t in_chunk = 0;
   absl::StatusOr<DecodedLayer> decoded = DecodeLayer(
       spec.encoding, spec.source, spec.diff_id,
-      [&](uint64_t offset) -> absl::StatusOr<std::string> {
+      [&](uint64_t offset, std::string* piece) -> absl::Status {
         const uint64_t n = std::min(kDecodeReadBytes, compressed->size - offset);
-        piece.resize(n);
-        if (n > 0)
-          RETURN_IF_ERROR(
-              compressed->Segments()->ReadFull(store_, spec.source, piece.data(), n, offset));
-        return piece;
+        piece->resize(n);
+        if (n == 0) return absl::OkStatus();
+        return compressed->Segments()->ReadFull(store_, spec.source, piece->data(), n, offset);
       },
       [&](std::string_view bytes) -> absl::Status {
         // A layer that decompresses past the largest layer accepted is refused as it grows.
@@ -165,8 +170,22 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
               absl::StrCat(tmp, ": write at offset ", written, ": ", strerror(err)));
         }
         written += bytes.size();
+        for (std::string_view rest = bytes; !rest.empty();) {
+          const size_t n = std::min<uint64_t>(rest.size(), cs - in_chunk);
+          chunk_hash.Update(rest.substr(0, n));
+          rest.remove_prefix(n);
+          if ((in_chunk += n) == cs) {
+            hashed.local_index.append(
+                reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()), 32);
+            chunk_hash = Sha256();
+            in_chunk = 0;
+          }
+        }
         return absl::OkStatus();
       });
+  if (decoded.ok() && in_chunk > 0) {
+    hashed.local_index.append(reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()), 32);
+  }
   if (!decoded.ok()) {
     if (absl::IsDataLoss(decoded.status())) {
       counters_.verification_failures++;
@@ -254,7 +273,8 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   }
   // The whole-layer check of the file as written (it also computes the local index later
   // re-checks use), then the flush, the records and the seal. A mismatch quarantines it.
-  RunWholeVerify(layer, VerifyMode::kWholeLayer);
+  hashed.digest = decoded->digest;
+  RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
   {
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));

@@ -15,7 +15,8 @@
 
 namespace modelfs {
 
-void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode) {
+void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode,
+                               const LayerFileHash* precomputed) {
   if (mode == VerifyMode::kChunk) {
     // Every chunk matched the chunk index, which chains to the pinned manifest: the layer is
     // verified. It is sealed now, so that opens from here on get passthrough without waiting
@@ -29,8 +30,9 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   // Whole-layer modes: nothing is verified before this check, and readers wait for it.
   const uint64_t gen = layer->gen.load();
   absl::StatusOr<LayerFileHash> hashed =
-      HashLayerFile(store_, *layer->Segments(), layer->digest, layer->size, layer->chunk_size,
-                    /*with_local_index=*/true);
+      precomputed != nullptr ? absl::StatusOr<LayerFileHash>(*precomputed)
+                             : HashLayerFile(store_, *layer->Segments(), layer->digest, layer->size,
+                                             layer->chunk_size, /*with_local_index=*/true);
   if (!hashed.ok() || hashed->digest != layer->digest) {
     if (hashed.ok()) counters_.verification_failures++;
     Quarantine(layer, hashed.ok() ? absl::StrCat("layer ", layer->digest.str(), " (", layer->size,

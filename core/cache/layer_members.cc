@@ -295,7 +295,6 @@ std::vector<LayerSegments::File> BlobCache::SplitTarFile(const std::string& path
                      "; the decoded layer keeps its files"));
     return files;
   }
-  std::string buf;
   for (const TarEntry& e : *entries) {
     if (e.type != TarEntryType::kFile || e.size == 0 || e.size < options_.member_min_bytes) {
       continue;
@@ -306,15 +305,10 @@ std::vector<LayerSegments::File> BlobCache::SplitTarFile(const std::string& path
     const int out = open(member.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     absl::Status st;
     if (out < 0) st = absl::InternalError(absl::StrCat(member, ": ", strerror(errno)));
-    for (uint64_t done = 0; st.ok() && done < e.size;) {
-      const uint64_t n = std::min<uint64_t>(e.size - done, 1 << 20);
-      buf.resize(n);
-      st = store_.ReadFull(fd, Digest(), buf.data(), n, e.data_offset + done);
-      if (!st.ok()) break;
-      if (int err = store_.Write(out, buf.data(), n, done); err != 0) {
+    if (st.ok()) {
+      if (int err = store_.Copy(fd, e.data_offset, out, 0, e.size); err != 0) {
         st = absl::InternalError(absl::StrCat(member, ": ", strerror(err)));
       }
-      done += n;
     }
     if (!st.ok()) {
       if (out >= 0) close(out);

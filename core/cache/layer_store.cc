@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -72,6 +73,38 @@ int LayerStore::Write(int fd, const char* data, uint64_t n, uint64_t offset) con
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return errno;
     done += static_cast<uint64_t>(r);
+  }
+  return 0;
+}
+
+int LayerStore::Copy(int in, uint64_t in_offset, int out, uint64_t out_offset, uint64_t n) const {
+  uint64_t done = 0;
+  if (!write_) {
+    while (done < n) {
+      loff_t from = static_cast<loff_t>(in_offset + done);
+      loff_t to = static_cast<loff_t>(out_offset + done);
+      const ssize_t r = copy_file_range(in, &from, out, &to, n - done, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) break;  // not here (EXDEV, ENOSYS, EINVAL...): by hand from `done`
+      if (r == 0) return EIO;
+      done += static_cast<uint64_t>(r);
+    }
+  }
+  std::string buf;
+  while (done < n) {
+    const uint64_t len = std::min<uint64_t>(n - done, 1 << 20);
+    buf.resize(len);
+    uint64_t got = 0;
+    while (got < len) {
+      const ssize_t r =
+          pread(in, buf.data() + got, len - got, static_cast<off_t>(in_offset + done + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return errno;
+      if (r == 0) return EIO;
+      got += static_cast<uint64_t>(r);
+    }
+    if (int err = Write(out, buf.data(), len, out_offset + done); err != 0) return err;
+    done += len;
   }
   return 0;
 }

@@ -37,6 +37,10 @@ class LayerStore {
   int OpenReadOnly(const Digest& digest) const;
   // Writes all `n` bytes; 0 or an errno.
   int Write(int fd, const char* data, uint64_t n, uint64_t offset) const;
+  // Copies `n` bytes of `in` at `in_offset` to `out` at `out_offset` in the kernel
+  // (copy_file_range), through Write where it cannot (or a test hooks writes); 0 or an errno
+  // (EIO when `in` ends first).
+  int Copy(int in, uint64_t in_offset, int out, uint64_t out_offset, uint64_t n) const;
   // Reads exactly `n` bytes. Errors: kInternal naming the file and offset (I/O error, or the
   // file ends first).
   absl::Status ReadFull(int fd, const Digest& digest, char* buf, uint64_t n, uint64_t offset) const;

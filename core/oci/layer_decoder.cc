@@ -199,8 +199,9 @@ absl::StatusOr<DecodedLayer> DecodeLayer(LayerEncoding encoding, const Digest& l
     hash.Update(piece);
     return sink(piece);
   };
+  std::string piece;
   while (true) {
-    ASSIGN_OR_RETURN(std::string piece, read(decoder->consumed()));
+    RETURN_IF_ERROR(read(decoder->consumed(), &piece));
     if (piece.empty()) break;
     RETURN_IF_ERROR(decoder->Feed(piece, hashing));
   }

@@ -65,8 +65,9 @@ struct DecodedLayer {
   uint64_t size = 0;
 };
 
-// Reads the compressed bytes: the next piece from `offset`, empty at the end.
-using CompressedReader = std::function<absl::StatusOr<std::string>(uint64_t offset)>;
+// Reads the compressed bytes: sets `*piece` to the next piece from `offset`, empty at the end.
+// The decoder hands the same string back each time, so a reader can reuse its buffer.
+using CompressedReader = std::function<absl::Status(uint64_t offset, std::string* piece)>;
 
 // Decodes a whole layer from `read` into `sink`, hashing the decoded bytes. When `diff_id` is
 // given the decoded bytes must hash to it. Errors: the decoder's; kDataLoss "layer <digest>:

@@ -114,9 +114,12 @@ absl::Status DecodeFile(const std::string& in, const ModelLayer& l,
   if (fd < 0) return absl::InternalError(absl::StrCat(out, ": ", strerror(errno)));
   absl::StatusOr<DecodedLayer> decoded = DecodeLayer(
       l.encoding, l.descriptor.digest, diff_id,
-      [&](uint64_t offset) -> absl::StatusOr<std::string> {
-        if (offset >= l.descriptor.size) return std::string();
-        return reader->ReadAt(offset, std::min(kPiece, l.descriptor.size - offset));
+      [&](uint64_t offset, std::string* piece) -> absl::Status {
+        piece->clear();
+        if (offset >= l.descriptor.size) return absl::OkStatus();
+        ASSIGN_OR_RETURN(*piece,
+                         reader->ReadAt(offset, std::min(kPiece, l.descriptor.size - offset)));
+        return absl::OkStatus();
       },
       [&](std::string_view bytes) -> absl::Status {
         while (!bytes.empty()) {

@@ -149,8 +149,9 @@ class ImageTest : public ::testing::Test {
       std::string tar;
       ASSERT_OK(DecodeLayer(
                     LayerEncoding::kTarGzip, d.digest, std::nullopt,
-                    [&](uint64_t offset) -> absl::StatusOr<std::string> {
-                      return offset < gz.size() ? gz.substr(offset) : std::string();
+                    [&](uint64_t offset, std::string* piece) {
+                      *piece = offset < gz.size() ? gz.substr(offset) : std::string();
+                      return absl::OkStatus();
                     },
                     [&](std::string_view piece) {
                       tar.append(piece);

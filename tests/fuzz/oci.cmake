@@ -72,7 +72,8 @@ modelfs_fuzzer(oci_seek_index_fuzz
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
     ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
     ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
-  DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
+    ${PROJECT_SOURCE_DIR}/core/base/buffer_pool.cc
+  DEPS modelfs_status absl::synchronization OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
        PkgConfig::ISAL ZLIB::ZLIB
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_seek_index
   RUNS 3000)

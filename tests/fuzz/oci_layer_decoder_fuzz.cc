@@ -23,9 +23,9 @@ Outcome Decode(LayerEncoding encoding, std::string_view in, size_t piece) {
   Outcome out;
   absl::StatusOr<DecodedLayer> d = DecodeLayer(
       encoding, layer, std::nullopt,
-      [&](uint64_t offset) -> absl::StatusOr<std::string> {
-        if (offset >= in.size()) return std::string();
-        return std::string(in.substr(offset, piece));
+      [&](uint64_t offset, std::string* out_piece) {
+        *out_piece = offset >= in.size() ? std::string() : std::string(in.substr(offset, piece));
+        return absl::OkStatus();
       },
       [&](std::string_view bytes) -> absl::Status {
         // A small input may expand a lot: stop at 64 MiB rather than time out.

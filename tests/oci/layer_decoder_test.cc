@@ -33,9 +33,9 @@ absl::StatusOr<DecodedLayer> Decode(LayerEncoding encoding, const std::string& c
                                     size_t piece = 64 << 10) {
   return DecodeLayer(
       encoding, kLayer, diff_id,
-      [&](uint64_t offset) -> absl::StatusOr<std::string> {
-        if (offset >= compressed.size()) return std::string();
-        return compressed.substr(offset, piece);
+      [&](uint64_t offset, std::string* out_piece) {
+        *out_piece = offset >= compressed.size() ? std::string() : compressed.substr(offset, piece);
+        return absl::OkStatus();
       },
       [&](std::string_view bytes) {
         out->append(bytes);

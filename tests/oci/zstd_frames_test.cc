@@ -71,8 +71,9 @@ TEST_F(ZstdFramesTest, TheStreamDecodesWholeToTheInput) {
   std::string decoded;
   ASSERT_OK_AND_ASSIGN(DecodedLayer d, DecodeLayer(
                                            LayerEncoding::kTarZstd, r.digest, r.diff_id,
-                                           [&](uint64_t offset) -> absl::StatusOr<std::string> {
-                                             return z.substr(offset);
+                                           [&](uint64_t offset, std::string* piece) {
+                                             *piece = z.substr(offset);
+                                             return absl::OkStatus();
                                            },
                                            [&](std::string_view b) {
                                              decoded.append(b);
