@@ -317,6 +317,13 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
     BlobRangeReader tar(&reader, tar_digest, 0, tar_size, where);
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
     RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
+    // As for a ModelPack tar layer: every regular file may get a file of its own in the cache
+    // and be served by passthrough once verified (a file whited out above is kept, not shown).
+    std::vector<std::pair<uint64_t, uint64_t>> members;
+    for (const TarEntry& e : entries) {
+      if (e.type == TarEntryType::kFile) members.emplace_back(e.data_offset, e.size);
+    }
+    reader.SetLayerMembers(tar_digest, members).IgnoreError();
   }
   const std::string where = absl::StrCat("image ", rm.model_descriptor.digest.str());
   ImageFiles out;
