@@ -64,8 +64,14 @@ require_exec "$CRICLIENT" "build target modelfs-cri-client"
 require_exec "$BUSYBOX" "package busybox-static"
 require_tools docker-registry buildah skopeo curl openssl gzip zstd tar mountpoint fusermount3 "$PY"
 [[ $(id -u) == 0 ]] || { echo "modelcar_bench: needs root (FUSE, overlay mounts, drop_caches)" >&2; exit 2; }
+# A compression is FORMAT or FORMAT/LEVEL (buildah push --compression-level), e.g. gzip/9.
+declare -A FMT LEVEL
 for c in $COMPRESSIONS; do
-  case $c in gzip | zstd | zstd:chunked) ;; *) echo "unknown compression $c (want gzip zstd zstd:chunked)" >&2; exit 2 ;; esac
+  FMT[$c]=${c%%/*}
+  LEVEL[$c]=""
+  [[ $c != */* ]] || LEVEL[$c]=${c#*/}
+  case ${FMT[$c]} in gzip | zstd | zstd:chunked) ;; *) echo "unknown compression $c (want gzip zstd zstd:chunked, optionally /LEVEL)" >&2; exit 2 ;; esac
+  [[ ${LEVEL[$c]} =~ ^[0-9]*$ ]] || { echo "bad compression level in $c" >&2; exit 2; }
 done
 LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
 FORCED=""
@@ -284,13 +290,16 @@ declare -A REPO VREF WIRE LTYPES CHAIN VWHOLE
 # compression to this registry instead of the ones asked for (its blob info cache knows them
 # by registry). The bench's registry serves the store afterwards.
 for c in $COMPRESSIONS; do
-  REPO[$c]=bench/modelcar-${c//:/-}
-  start_registry "$WORK/push-${c//:/-}" --storage "$WORK/store"
-  buildah_ push -q --tls-verify=false --compression-format "$c" modelcar "docker://$REG/${REPO[$c]}:v1" > /dev/null
+  n=${c//[:\/]/-}
+  REPO[$c]=bench/modelcar-$n
+  start_registry "$WORK/push-$n" --storage "$WORK/store"
+  buildah_ push -q --tls-verify=false --compression-format "${FMT[$c]}" ${LEVEL[$c]:+--compression-level "${LEVEL[$c]}"} \
+    modelcar "docker://$REG/${REPO[$c]}:v1" > /dev/null
   stop_registry
 done
 start_registry "$WORK/registry" --storage "$WORK/store" --accesslog
 for c in $COMPRESSIONS; do
+  n=${c//[:\/]/-}
   manifest=$(curl -fs -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
     -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' "http://$REG/v2/${REPO[$c]}/manifests/v1")
   config=$(curl -fs "http://$REG/v2/${REPO[$c]}/blobs/$("$PY" -c "import json,sys; print(json.loads(sys.argv[1])['config']['digest'])" "$manifest")")
@@ -298,7 +307,7 @@ for c in $COMPRESSIONS; do
   LTYPES[$c]=$("$PY" -c "import json,sys; print(' '.join(sorted({l['mediaType'] for l in json.loads(sys.argv[1])['layers']})))" "$manifest")
   # buildah must have written what was asked for, not blobs of another compression it knew.
   want=gzip
-  [[ $c == gzip ]] || want=zstd
+  [[ ${FMT[$c]} == gzip ]] || want=zstd
   [[ ${LTYPES[$c]} == "application/vnd.oci.image.layer.v1.tar+$want" ]] ||
     { echo "buildah pushed $c as ${LTYPES[$c]}" >&2; exit 1; }
   CHAIN[$c]=$("$PY" - "$config" << 'PY'
@@ -309,10 +318,10 @@ for d in json.loads(sys.argv[1])['rootfs']['diff_ids']:
 print(chain)
 PY
 )
-  "$MODELFS" convert --plain-http --json "$REG/${REPO[$c]}:v1" > "$WORK/convert-${c//:/-}.json" 2> "$WORK/convert.log" ||
+  "$MODELFS" convert --plain-http --json "$REG/${REPO[$c]}:v1" > "$WORK/convert-$n.json" 2> "$WORK/convert.log" ||
     { echo "modelfs convert of the $c modelcar failed:" >&2; cat "$WORK/convert.log" >&2; exit 1; }
-  VREF[$c]=$REG/${REPO[$c]}@$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['volume']['digest'])" "$WORK/convert-${c//:/-}.json")
-  VWHOLE[$c]=$("$PY" -c "import json,sys; print(len(json.load(open(sys.argv[1])).get('verified_whole', [])))" "$WORK/convert-${c//:/-}.json")
+  VREF[$c]=$REG/${REPO[$c]}@$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['volume']['digest'])" "$WORK/convert-$n.json")
+  VWHOLE[$c]=$("$PY" -c "import json,sys; print(len(json.load(open(sys.argv[1])).get('verified_whole', [])))" "$WORK/convert-$n.json")
 done
 rm -rf "$WORK/buildah" "$SRC" "$BASE"
 
@@ -469,7 +478,7 @@ measure_limits() {
   t0=$(now); openssl dgst -sha256 "$blob" > /dev/null; t1=$(now)
   add "$K|sha_s" "$(elapsed "$t0" "$t1")"
   t0=$(now)
-  case $C in gzip) LIMIT_OUT[$C]=$(gzip -d -c < "$blob" | wc -c) ;; *) LIMIT_OUT[$C]=$(zstd -d -q -c < "$blob" | wc -c) ;; esac
+  case ${FMT[$C]} in gzip) LIMIT_OUT[$C]=$(gzip -d -c < "$blob" | wc -c) ;; *) LIMIT_OUT[$C]=$(zstd -d -q -c < "$blob" | wc -c) ;; esac
   t1=$(now)
   add "$K|inflate_s" "$(elapsed "$t0" "$t1")"
   LIMIT_BLOB[$C]=$(stat -c %s "$blob")
@@ -510,7 +519,7 @@ for C in $COMPRESSIONS; do
     "(${VWHOLE[$C]} verified whole by convert); ready $(med "$K|ready") s after fetching $(human "$(med "$K|ready_fetched")"); then a 4 MiB random read fetched $(human "$(med "$K|rand_compressed")") compressed" \
     "($(human "$(med "$K|rand_fetched")") bytes_fetched)"
   echo "one core, layers in page cache: openssl sha256 $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|sha_s")" "${LIMIT_BLOB[$C]}") s/GiB of layer;" \
-    "$([[ $C == gzip ]] && echo 'gzip -d (zlib)' || echo 'zstd -d') $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|inflate_s")" "${LIMIT_OUT[$C]}") s/GiB of output"
+    "$([[ ${FMT[$C]} == gzip ]] && echo 'gzip -d (zlib)' || echo 'zstd -d') $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|inflate_s")" "${LIMIT_OUT[$C]}") s/GiB of output"
   echo
   printf '| %-30s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
     path loader wire "unpack s" "1st byte" "last byte" CPU-s CPU-s/GiB cores "vs (a)" "vs (c)"
