@@ -17,7 +17,8 @@
 #                   modelfs-snapshotter: the mount is what serves a pod's image volume), first
 #                   byte, then the loader over models/; the mount process's CPU, the bytes the
 #                   registry sent and the mount's counters. Then warm: V mounted again on the
-#                   filled cache, caches dropped, the loader timed
+#                   filled cache, caches dropped, the loader timed. And cold again with the
+#                   mount's process pinned to each of MOUNT_CORES cores (taskset)
 #   (c) init        `skopeo copy docker://... oci:DIR` (skopeo checks every blob's digest), then
 #                   each layer in order `tar -xzf` or `zstd -d | tar -x`, first byte, loader
 #   local disk      the loader over (c)'s unpacked models/
@@ -27,6 +28,7 @@
 #
 # Usage: bench/modelcar_bench.sh BUILD_DIR
 #   env: SIZE_MIB=2048 RUNS=3 COMPRESSIONS="gzip zstd" (also zstd:chunked) LOADERS="read mmap"
+#        MOUNT_CORES="1" (extra cold loads with the mount pinned to that many cores; "" for none)
 #        SHARD_MIB (default SIZE_MIB/4) WORK=/tmp SETTLE_MIB (lib.sh) FORCE=1 (run above load
 #        average 0.5) MODELFS_CONTAINERD21_TARBALL (default ../shared/tools beside the source)
 #   Quick check: SIZE_MIB=64 RUNS=1 FORCE=1 bench/modelcar_bench.sh build
@@ -52,6 +54,9 @@ SHARD_MIB=${SHARD_MIB:-$(( SIZE_MIB / 4 > 0 ? SIZE_MIB / 4 : 1 ))}
 RUNS=${RUNS:-3}
 COMPRESSIONS=${COMPRESSIONS:-"gzip zstd"}
 LOADERS=${LOADERS:-"read mmap"}
+# Extra cold loads with the mount's process pinned to each of these core counts (below nproc):
+# how the span decompression scales with cores.
+MOUNT_CORES=${MOUNT_CORES-1}
 # The containerd 2.1.4 release and its pinned SHA-256 (integration/harness/containerd_release.h).
 CTD_TARBALL=${MODELFS_CONTAINERD21_TARBALL:-$SRCDIR/../shared/tools/containerd-2.1.4-linux-amd64.tar.xz}
 CTD_SHA256=12ecd7a0218944e837f137fcc299c9e82e64c8f90f8b741481226289c7c6bf5a
@@ -64,6 +69,9 @@ require_exec "$CRICLIENT" "build target modelfs-cri-client"
 require_exec "$BUSYBOX" "package busybox-static"
 require_tools docker-registry buildah skopeo curl openssl gzip zstd tar mountpoint fusermount3 "$PY"
 [[ $(id -u) == 0 ]] || { echo "modelcar_bench: needs root (FUSE, overlay mounts, drop_caches)" >&2; exit 2; }
+for n in $MOUNT_CORES; do
+  [[ $n =~ ^[1-9][0-9]*$ && $n -le $(nproc) ]] || { echo "MOUNT_CORES: $n is not a core count from 1 to $(nproc)" >&2; exit 2; }
+done
 # A compression is FORMAT or FORMAT/LEVEL (buildah push --compression-level), e.g. gzip/9.
 declare -A FMT LEVEL
 for c in $COMPRESSIONS; do
@@ -352,33 +360,41 @@ measure_containerd() {
   ctd_stop
 }
 
-# mount_v CACHE MNT: mounts V; sets MOUNT_PID.
+# mount_v CACHE MNT [CORES]: mounts V (its process on the first CORES cores only, if given);
+# sets MOUNT_PID.
 mount_v() {
-  local out
+  local out pin=()
   mkdir -p "$2"
-  out=$("$MODELFS" mount --plain-http --cache "$1" --log "$WORK/mount.log" "${VREF[$C]}" "$2")
+  [[ -z ${3:-} ]] || pin=(taskset -c "0-$(( $3 - 1 ))")
+  out=$("${pin[@]}" "$MODELFS" mount --plain-http --cache "$1" --log "$WORK/mount.log" "${VREF[$C]}" "$2")
   MOUNTS+=("$2")
   MOUNT_PID=$(mount_pid <<< "$out")
   [[ -n "$MOUNT_PID" ]] || MOUNT_PID=$(stat_field "$2" pid)
 }
-# (b) modelfs cold (empty cache), then warm (the filled cache, caches dropped).
+# (b) modelfs cold (empty cache), then warm (the filled cache, caches dropped). With CORES,
+# only the cold load, the mount's process pinned to that many cores (keys b1_, b2_, ...).
 measure_modelfs() {
-  local mode=$1 cache=$WORK/cache mnt=$WORK/mnt t0 t1 t2 off
+  local mode=$1 cores=${2:-} cache=$WORK/cache mnt=$WORK/mnt t0 t1 t2 off b=b
+  [[ -z $cores ]] || b=b$cores
   rm -rf "$cache"
   off=$(log_size "$REG_LOG")
   drop_caches
   t0=$(now)
-  mount_v "$cache" "$mnt"
+  mount_v "$cache" "$mnt" "$cores"
   first_byte "$mnt/models"
   t1=$(now)
   load "$mode" "$mnt/models"
   t2=$(now)
-  add "$K|b_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
-  add "$K|b_first:$mode" "$(elapsed "$t0" "$t1")"
-  add "$K|b_last:$mode" "$(elapsed "$t0" "$t2")"
-  add "$K|b_fetched:$mode" "$(settled "$mnt" bytes_fetched)"
-  add "$K|b_wire:$mode" "$(wire_bytes "${REPO[$C]}" "$off")"
+  add "$K|${b}_cpu:$mode" "$(cpu_seconds "$MOUNT_PID")"
+  add "$K|${b}_first:$mode" "$(elapsed "$t0" "$t1")"
+  add "$K|${b}_last:$mode" "$(elapsed "$t0" "$t2")"
+  add "$K|${b}_fetched:$mode" "$(settled "$mnt" bytes_fetched)"
+  add "$K|${b}_wire:$mode" "$(wire_bytes "${REPO[$C]}" "$off")"
   umount_wait "$mnt" "$MOUNT_PID"
+  if [[ -n $cores ]]; then
+    rm -rf "$cache"
+    return
+  fi
   mount_v "$cache" "$mnt"
   ls "$mnt/models" > /dev/null
   drop_caches
@@ -495,6 +511,7 @@ for run in $(seq "$RUNS"); do
     for mode in $LOADERS; do
       measure_containerd "$mode"
       measure_modelfs "$mode"
+      for n in $MOUNT_CORES; do measure_modelfs "$mode" "$n"; done
       measure_init "$mode"
     done
     measure_ready
@@ -521,20 +538,26 @@ for C in $COMPRESSIONS; do
   echo "one core, layers in page cache: openssl sha256 $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|sha_s")" "${LIMIT_BLOB[$C]}") s/GiB of layer;" \
     "$([[ ${FMT[$C]} == gzip ]] && echo 'gzip -d (zlib)' || echo 'zstd -d') $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|inflate_s")" "${LIMIT_OUT[$C]}") s/GiB of output"
   echo
-  printf '| %-30s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+  printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
     path loader wire "unpack s" "1st byte" "last byte" CPU-s CPU-s/GiB cores "vs (a)" "vs (c)"
-  printf '|%s|\n' "--------------------------------|--------|------------|-----------|-----------|-----------|--------|-----------|--------|---------|---------"
+  printf '|%s|\n' "------------------------------------|--------|------------|-----------|-----------|-----------|--------|-----------|--------|---------|---------"
   for mode in $LOADERS; do
     al=$(med "$K|a_last:$mode"); cl=$(med "$K|c_last:$mode"); bl=$(med "$K|b_last:$mode")
     ac=$(med "$K|a_cpu:$mode"); bc=$(med "$K|b_cpu:$mode"); cc=$(med "$K|c_cpu:$mode")
     au=$(med "$K|a_unpack:$mode"); cu=$(med "$K|c_unpack:$mode")
-    printf '| %-30s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+    printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
       "(a) containerd 2.1.4 overlayfs" "$mode" "$(human "$(med "$K|a_wire:$mode")")" "$au" "$(med "$K|a_first:$mode")" "$al" \
       "$ac" "$(calc 'round(a / b, 2)' "$ac" "$GIB")" "$(calc 'round(a / b, 2)' "$ac" "$au")" - -
-    printf '| %-30s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+    printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
       "(b) modelfs cold" "$mode" "$(human "$(med "$K|b_wire:$mode")")" - "$(med "$K|b_first:$mode")" "$bl" \
       "$bc" "$(calc 'round(a / b, 2)' "$bc" "$GIB")" "$(calc 'round(a / b, 2)' "$bc" "$bl")" "$(sratio "$al" "$bl")" "$(sratio "$cl" "$bl")"
-    printf '| %-30s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+    for n in $MOUNT_CORES; do
+      nl=$(med "$K|b${n}_last:$mode"); nc=$(med "$K|b${n}_cpu:$mode")
+      printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+        "(b) modelfs cold, mount on $n core$([[ $n == 1 ]] || echo s)" "$mode" "$(human "$(med "$K|b${n}_wire:$mode")")" - "$(med "$K|b${n}_first:$mode")" "$nl" \
+        "$nc" "$(calc 'round(a / b, 2)' "$nc" "$GIB")" "$(calc 'round(a / b, 2)' "$nc" "$nl")" "$(sratio "$al" "$nl")" "$(sratio "$cl" "$nl")"
+    done
+    printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
       "(c) skopeo copy + tar -x" "$mode" "$(human "$(med "$K|c_wire:$mode")")" "$cu" "$(med "$K|c_first:$mode")" "$cl" \
       "$cc" "$(calc 'round(a / b, 2)' "$cc" "$GIB")" "$(calc 'round(a / b, 2)' "$cc" "$cu")" - -
   done
@@ -554,3 +577,4 @@ echo "CPU-s: (a) containerd (with what it reaped) over the pull and unpack; (b) 
 echo "whole cold load (fetch, verify, span decompression, serving); (c) skopeo, tar, gzip/zstd. The loader's own"
 echo "CPU is not counted. cores = CPU-s / the wall time it was spent in (unpack s; for (b) the last byte)."
 echo "vs (a), vs (c): their last byte / modelfs cold's (above 1.00x modelfs is faster); warm vs disk = disk / warm."
+[[ -z $MOUNT_CORES ]] || echo "modelfs cold on N cores: the mount's process pinned (taskset) to N of the $(nproc) cores, the loader not."
