@@ -21,18 +21,25 @@
 #                   mount's process pinned to each of MOUNT_CORES cores (taskset)
 #   (c) init        `skopeo copy docker://... oci:DIR` (skopeo checks every blob's digest), then
 #                   each layer in order `tar -xzf` or `zstd -d | tar -x`, first byte, loader
+#   (d) snapshotter a fresh modelfs-snapshotter as containerd 2.1.4's proxy snapshotter (as
+#                   docs/install.md configures a node): CRI PullImage of V (`volume`, a pod's
+#                   image volume) or of the modelcar itself (`lazy`, its repository in
+#                   lazy_images), a View of the image mounted, first byte, loader
 #   local disk      the loader over (c)'s unpacked models/
 #   ready           `modelfs mount` on an empty cache until the mountpoint lists, then 4 MiB at
 #                   a random offset of the largest shard: the bytes that read fetched
 # Nothing is asserted. Times are medians of RUNS.
 #
 # Usage: bench/modelcar_bench.sh BUILD_DIR
-#   env: SIZE_MIB=2048 RUNS=3 COMPRESSIONS="gzip zstd" (also zstd:chunked) LOADERS="read mmap"
+#   env: SIZE_MIB=2048 RUNS=3 COMPRESSIONS="gzip zstd" (also zstd:chunked; FORMAT/LEVEL such as
+#        gzip/9 for buildah push --compression-level) LOADERS="read mmap"
 #        MOUNT_CORES="1" (extra cold loads with the mount pinned to that many cores; "" for none)
+#        NODE_PATHS="volume lazy" (the (d) paths below; "" for none)
 #        SHARD_MIB (default SIZE_MIB/4) WORK=/tmp SETTLE_MIB (lib.sh) FORCE=1 (run above load
 #        average 0.5) MODELFS_CONTAINERD21_TARBALL (default ../shared/tools beside the source)
 #   Quick check: SIZE_MIB=64 RUNS=1 FORCE=1 bench/modelcar_bench.sh build
-# The build needs targets modelfs modelfs-synth modelfs-load modelfs-cri-client. Needs root
+# The build needs targets modelfs modelfs-synth modelfs-load modelfs-cri-client
+# modelfs-snapshotter. Needs root
 # (FUSE, overlay mounts, drop_caches), docker-registry, buildah, skopeo, busybox (static),
 # curl, openssl, gzip, zstd, tar, python3.
 set -euo pipefail
@@ -49,6 +56,7 @@ MODELFS=$(realpath "$BUILD/cmd/modelfs")
 SYNTH=$(realpath "$BUILD/bench/modelfs-synth")
 LOAD=$(realpath "$BUILD/bench/modelfs-load")
 CRICLIENT=$(realpath "$BUILD/integration/cri/modelfs-cri-client")
+SNAPSHOTTER=$(realpath "$BUILD/cmd/modelfs-snapshotter")
 SIZE_MIB=${SIZE_MIB:-2048}
 SHARD_MIB=${SHARD_MIB:-$(( SIZE_MIB / 4 > 0 ? SIZE_MIB / 4 : 1 ))}
 RUNS=${RUNS:-3}
@@ -57,6 +65,10 @@ LOADERS=${LOADERS:-"read mmap"}
 # Extra cold loads with the mount's process pinned to each of these core counts (below nproc):
 # how the span decompression scales with cores.
 MOUNT_CORES=${MOUNT_CORES-1}
+# The node's paths through modelfs-snapshotter (containerd 2.1.4, CRI pull, then a View):
+# `volume` pulls V (a pod's image volume of V), `lazy` the modelcar itself with its repository
+# in lazy_images.
+NODE_PATHS=${NODE_PATHS-"volume lazy"}
 # The containerd 2.1.4 release and its pinned SHA-256 (integration/harness/containerd_release.h).
 CTD_TARBALL=${MODELFS_CONTAINERD21_TARBALL:-$SRCDIR/../shared/tools/containerd-2.1.4-linux-amd64.tar.xz}
 CTD_SHA256=12ecd7a0218944e837f137fcc299c9e82e64c8f90f8b741481226289c7c6bf5a
@@ -66,9 +78,13 @@ require_exec "$MODELFS" "build target modelfs"
 require_exec "$SYNTH" "build target modelfs-synth"
 require_exec "$LOAD" "build target modelfs-load"
 require_exec "$CRICLIENT" "build target modelfs-cri-client"
+[[ -z $NODE_PATHS ]] || require_exec "$SNAPSHOTTER" "build target modelfs-snapshotter"
 require_exec "$BUSYBOX" "package busybox-static"
 require_tools docker-registry buildah skopeo curl openssl gzip zstd tar mountpoint fusermount3 "$PY"
 [[ $(id -u) == 0 ]] || { echo "modelcar_bench: needs root (FUSE, overlay mounts, drop_caches)" >&2; exit 2; }
+for p in $NODE_PATHS; do
+  [[ $p == volume || $p == lazy ]] || { echo "NODE_PATHS: $p is not volume or lazy" >&2; exit 2; }
+done
 for n in $MOUNT_CORES; do
   [[ $n =~ ^[1-9][0-9]*$ && $n -le $(nproc) ]] || { echo "MOUNT_CORES: $n is not a core count from 1 to $(nproc)" >&2; exit 2; }
 done
@@ -100,6 +116,7 @@ mkdir -p "$DOCKER_CONFIG"
 echo '{}' > "$DOCKER_CONFIG/config.json"
 CTD_PID=""
 CTD_RUN=""
+SNAP_PID=""
 MOUNTS=()
 # umount_under DIR: every mount at or below DIR, deepest first (lazily).
 umount_under() {
@@ -201,16 +218,42 @@ ctd_release() {
   rm -rf "$CTD_DIR"
   mv "$staging" "$CTD_DIR"
 }
-# ctd_start: a fresh containerd (its own root, state and socket under WORK) with CRI, pulling
-# through the overlayfs snapshotter, config laid out as integration/harness/containerd_fixture.cc
-# writes it for 2.x; sets CTD_PID, CTD_RUN and CTD_SOCK.
+# ctd_start [modelfs [LAZY_REPO]]: a fresh containerd (its own root, state and socket under
+# WORK) with CRI, pulling through the overlayfs snapshotter, config laid out as
+# integration/harness/containerd_fixture.cc writes it for 2.x. With `modelfs`, first a fresh
+# modelfs-snapshotter (root under the same directory) as containerd's proxy snapshotter for CRI
+# images and image volumes, as docs/install.md configures a node; with LAZY_REPO in its
+# lazy_images. Sets CTD_PID, CTD_RUN, CTD_SOCK (and SNAP_PID).
 ctd_start() {
+  local snap=${1:-overlayfs} lazy=${2:-}
   CTD_RUN=$(mktemp -d "$WORK/containerd.XXXXXX")
   CTD_SOCK=$CTD_RUN/containerd.sock
-  local d=$CTD_RUN
+  local d=$CTD_RUN proxy="" unpack_overlay=""
   mkdir -p "$d/certs.d/$REG" "$d/cni/bin" "$d/cni/conf"
   printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' \
     "$REG" "$REG" > "$d/certs.d/$REG/hosts.toml"
+  if [[ $snap == modelfs ]]; then
+    local lazy_toml=""
+    [[ -z $lazy ]] || lazy_toml="\"$lazy\""
+    cat > "$d/snapshotter.toml" << TOML
+insecure_hosts = ["$REG"]
+docker_config = "$d/no-docker-config.json"
+lazy_images = [$lazy_toml]
+TOML
+    "$SNAPSHOTTER" --config "$d/snapshotter.toml" --root "$d/snap-root" --address "$d/snap.sock" \
+      --hosts-dir "$d/certs.d" > "$d/snapshotter.log" 2>&1 &
+    SNAP_PID=$!
+    for _ in $(seq 600); do [[ -S $d/snap.sock ]] && break; kill -0 "$SNAP_PID" 2> /dev/null || break; sleep 0.05; done
+    [[ -S $d/snap.sock ]] || { echo "modelfs-snapshotter did not start:" >&2; tail -30 "$d/snapshotter.log" >&2; exit 1; }
+    proxy="[proxy_plugins.modelfs]
+  type = \"snapshot\"
+  address = \"$d/snap.sock\"
+  [proxy_plugins.modelfs.exports]
+    enable_remote_snapshot_annotations = \"true\""
+    unpack_overlay="[[plugins.\"io.containerd.transfer.v1.local\".unpack_config]]
+  platform = \"linux\"
+  snapshotter = \"overlayfs\""
+  fi
   cat > "$d/config.toml" << TOML
 version = 3
 root = "$d/root"
@@ -226,8 +269,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
   path = "$d/opt"
+$proxy
 [plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
+  snapshotter = "$snap"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "registry.invalid/pause:3.10"
   [plugins."io.containerd.cri.v1.images".registry]
@@ -237,6 +281,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   disable_apparmor = true
   restrict_oom_score_adj = true
   enable_cdi = false
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    snapshotter = "$snap"
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["$d/cni/bin"]
     conf_dir = "$d/cni/conf"
@@ -245,7 +292,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   stream_server_port = "0"
 [[plugins."io.containerd.transfer.v1.local".unpack_config]]
   platform = "linux"
-  snapshotter = "overlayfs"
+  snapshotter = "$snap"
+$unpack_overlay
 TOML
   PATH="$CTD_DIR:$PATH" "$CTD_DIR/containerd" --config "$d/config.toml" > "$d/containerd.log" 2>&1 &
   CTD_PID=$!
@@ -265,6 +313,8 @@ ctd_stop() {
   umount_under "$CTD_RUN/mnt"
   stop_pid "$CTD_PID"
   CTD_PID=""
+  stop_pid "$SNAP_PID"
+  SNAP_PID=""
   umount_under "$CTD_RUN"
   rm -rf "$CTD_RUN"
   CTD_RUN=""
@@ -292,6 +342,18 @@ buildah_ commit -q "$c1" modelcar-base > /dev/null
 c2=$(buildah_ from modelcar-base)
 buildah_ copy "$c2" "$SRC" /models/ > /dev/null
 buildah_ commit -q "$c2" modelcar > /dev/null
+# chain_id CONFIG_JSON: the chain ID of an image config's diff_ids (what containerd names the
+# top snapshot).
+chain_id() {
+  "$PY" - "$1" << 'PY'
+import hashlib, json, sys
+chain = None
+for d in json.loads(sys.argv[1])['rootfs']['diff_ids']:
+    chain = d if chain is None else 'sha256:' + hashlib.sha256(f'{chain} {d}'.encode()).hexdigest()
+print(chain)
+PY
+}
+declare -A VCHAIN
 declare -A REPO VREF WIRE LTYPES CHAIN VWHOLE
 # Each compression is pushed through a registry of its own (a new port) on the one store:
 # buildah 1.28 (containers/image 5.23) would otherwise mount the blobs it pushed in another
@@ -318,17 +380,12 @@ for c in $COMPRESSIONS; do
   [[ ${FMT[$c]} == gzip ]] || want=zstd
   [[ ${LTYPES[$c]} == "application/vnd.oci.image.layer.v1.tar+$want" ]] ||
     { echo "buildah pushed $c as ${LTYPES[$c]}" >&2; exit 1; }
-  CHAIN[$c]=$("$PY" - "$config" << 'PY'
-import hashlib, json, sys
-chain = None
-for d in json.loads(sys.argv[1])['rootfs']['diff_ids']:
-    chain = d if chain is None else 'sha256:' + hashlib.sha256(f'{chain} {d}'.encode()).hexdigest()
-print(chain)
-PY
-)
+  CHAIN[$c]=$(chain_id "$config")
   "$MODELFS" convert --plain-http --json "$REG/${REPO[$c]}:v1" > "$WORK/convert-$n.json" 2> "$WORK/convert.log" ||
     { echo "modelfs convert of the $c modelcar failed:" >&2; cat "$WORK/convert.log" >&2; exit 1; }
   VREF[$c]=$REG/${REPO[$c]}@$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['volume']['digest'])" "$WORK/convert-$n.json")
+  vmanifest=$(curl -fs -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG/v2/${REPO[$c]}/manifests/${VREF[$c]#*@}")
+  VCHAIN[$c]=$(chain_id "$(curl -fs "http://$REG/v2/${REPO[$c]}/blobs/$("$PY" -c "import json,sys; print(json.loads(sys.argv[1])['config']['digest'])" "$vmanifest")")")
   VWHOLE[$c]=$("$PY" -c "import json,sys; print(len(json.load(open(sys.argv[1])).get('verified_whole', [])))" "$WORK/convert-$n.json")
 done
 rm -rf "$WORK/buildah" "$SRC" "$BASE"
@@ -337,7 +394,7 @@ rm -rf "$WORK/buildah" "$SRC" "$BASE"
 # (a) containerd 2.1.4's CRI pull through overlayfs, then the read.
 measure_containerd() {
   local mode=$1 t0 t1 t2 t3 cpu0 off tgt
-  ctd_start
+  ctd_start overlayfs
   tgt=$CTD_RUN/mnt
   mkdir -p "$tgt"
   off=$(log_size "$REG_LOG")
@@ -349,6 +406,8 @@ measure_containerd() {
   t1=$(now)
   add "$K|a_cpu:$mode" "$(calc 'a - b' "$(cpu_with_reaped "$CTD_PID")" "$cpu0")"
   "$CRICLIENT" --address "$CTD_SOCK" --snapshotter overlayfs view-mount bench-view "${CHAIN[$C]}" "$tgt" > /dev/null
+  ls "$tgt/models" > /dev/null
+  add "$K|a_ready:$mode" "$(elapsed "$t0" "$(now)")"
   first_byte "$tgt/models"
   t2=$(now)
   load "$mode" "$tgt/models"
@@ -357,6 +416,53 @@ measure_containerd() {
   add "$K|a_first:$mode" "$(elapsed "$t0" "$t2")"
   add "$K|a_last:$mode" "$(elapsed "$t0" "$t3")"
   add "$K|a_wire:$mode" "$(wire_bytes "${REPO[$C]}" "$off")"
+  ctd_stop
+}
+
+# (d) the node's path through modelfs-snapshotter: a fresh snapshotter and containerd 2.1.4,
+# CRI PullImage of V (`volume`: a pod's image volume of V) or of the modelcar itself (`lazy`:
+# its repository in lazy_images, V found by the referrers tag), then a View of the image's
+# chain ID mounted (as containerd mounts an image volume), the first byte, the loader over
+# models/. CPU: the snapshotter (with its children) and containerd.
+measure_node() {
+  local path=$1 mode=$2 t0 t1 t2 t3 t4 c0 s0 off tgt image chain k
+  k="$K|d_$path"
+  if [[ $path == volume ]]; then
+    image=${VREF[$C]}; chain=${VCHAIN[$C]}
+    ctd_start modelfs
+  else
+    image=$REG/${REPO[$C]}:v1; chain=${CHAIN[$C]}
+    ctd_start modelfs "$REG/${REPO[$C]}"
+  fi
+  tgt=$CTD_RUN/mnt
+  mkdir -p "$tgt"
+  off=$(log_size "$REG_LOG")
+  drop_caches
+  c0=$(cpu_with_reaped "$CTD_PID")
+  s0=$(cpu_with_reaped "$SNAP_PID")
+  t0=$(now)
+  "$CRICLIENT" --address "$CTD_SOCK" pull "$image" > /dev/null ||
+    { echo "CRI pull of $image through modelfs-snapshotter failed:" >&2; tail -30 "$CTD_RUN/containerd.log" "$CTD_RUN/snapshotter.log" >&2; exit 1; }
+  t1=$(now)
+  "$CRICLIENT" --address "$CTD_SOCK" --snapshotter modelfs view-mount bench-view "$chain" "$tgt" > /dev/null ||
+    { echo "View of $image through modelfs-snapshotter failed:" >&2; tail -30 "$CTD_RUN/snapshotter.log" >&2; exit 1; }
+  ls "$tgt/models" > /dev/null
+  t2=$(now)
+  # The snapshotter must be serving the view from a FUSE mount of the model, not an unpack.
+  if ! awk -v d="$CTD_RUN/" 'index($5, d) == 1 && $0 ~ / - fuse/' /proc/self/mountinfo | grep -q .; then
+    echo "warning: (d) $path: no FUSE mount of modelfs-snapshotter's under the view; it was unpacked" >&2
+  fi
+  first_byte "$tgt/models"
+  t3=$(now)
+  load "$mode" "$tgt/models"
+  t4=$(now)
+  add "$k|pull:$mode" "$(elapsed "$t0" "$t1")"
+  add "$k|ready:$mode" "$(elapsed "$t0" "$t2")"
+  add "$k|first:$mode" "$(elapsed "$t0" "$t3")"
+  add "$k|last:$mode" "$(elapsed "$t0" "$t4")"
+  add "$k|cpu:$mode" "$(calc 'a + b - c - d' "$(cpu_with_reaped "$SNAP_PID")" "$(cpu_with_reaped "$CTD_PID")" "$s0" "$c0")"
+  add "$k|wire:$mode" "$(wire_bytes "${REPO[$C]}" "$off")"
+  "$CRICLIENT" umount "$tgt" > /dev/null 2>&1 || true
   ctd_stop
 }
 
@@ -381,6 +487,8 @@ measure_modelfs() {
   drop_caches
   t0=$(now)
   mount_v "$cache" "$mnt" "$cores"
+  ls "$mnt/models" > /dev/null
+  add "$K|${b}_ready:$mode" "$(elapsed "$t0" "$(now)")"
   first_byte "$mnt/models"
   t1=$(now)
   load "$mode" "$mnt/models"
@@ -512,6 +620,7 @@ for run in $(seq "$RUNS"); do
       measure_containerd "$mode"
       measure_modelfs "$mode"
       for n in $MOUNT_CORES; do measure_modelfs "$mode" "$n"; done
+      for p in $NODE_PATHS; do measure_node "$p" "$mode"; done
       measure_init "$mode"
     done
     measure_ready
@@ -539,22 +648,30 @@ for C in $COMPRESSIONS; do
     "$([[ ${FMT[$C]} == gzip ]] && echo 'gzip -d (zlib)' || echo 'zstd -d') $(calc 'round(a / b * 1073741824, 2)' "$(med "$K|inflate_s")" "${LIMIT_OUT[$C]}") s/GiB of output"
   echo
   printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
-    path loader wire "unpack s" "1st byte" "last byte" CPU-s CPU-s/GiB cores "vs (a)" "vs (c)"
+    path loader wire "ready s" "1st byte" "last byte" CPU-s CPU-s/GiB cores "vs (a)" "vs (c)"
   printf '|%s|\n' "------------------------------------|--------|------------|-----------|-----------|-----------|--------|-----------|--------|---------|---------"
   for mode in $LOADERS; do
     al=$(med "$K|a_last:$mode"); cl=$(med "$K|c_last:$mode"); bl=$(med "$K|b_last:$mode")
     ac=$(med "$K|a_cpu:$mode"); bc=$(med "$K|b_cpu:$mode"); cc=$(med "$K|c_cpu:$mode")
     au=$(med "$K|a_unpack:$mode"); cu=$(med "$K|c_unpack:$mode")
     printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
-      "(a) containerd 2.1.4 overlayfs" "$mode" "$(human "$(med "$K|a_wire:$mode")")" "$au" "$(med "$K|a_first:$mode")" "$al" \
+      "(a) containerd 2.1.4 overlayfs" "$mode" "$(human "$(med "$K|a_wire:$mode")")" "$(med "$K|a_ready:$mode")" "$(med "$K|a_first:$mode")" "$al" \
       "$ac" "$(calc 'round(a / b, 2)' "$ac" "$GIB")" "$(calc 'round(a / b, 2)' "$ac" "$au")" - -
     printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
-      "(b) modelfs cold" "$mode" "$(human "$(med "$K|b_wire:$mode")")" - "$(med "$K|b_first:$mode")" "$bl" \
+      "(b) modelfs cold" "$mode" "$(human "$(med "$K|b_wire:$mode")")" "$(med "$K|b_ready:$mode")" "$(med "$K|b_first:$mode")" "$bl" \
       "$bc" "$(calc 'round(a / b, 2)' "$bc" "$GIB")" "$(calc 'round(a / b, 2)' "$bc" "$bl")" "$(sratio "$al" "$bl")" "$(sratio "$cl" "$bl")"
     for n in $MOUNT_CORES; do
       nl=$(med "$K|b${n}_last:$mode"); nc=$(med "$K|b${n}_cpu:$mode")
       printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
-        "(b) modelfs cold, mount on $n core$([[ $n == 1 ]] || echo s)" "$mode" "$(human "$(med "$K|b${n}_wire:$mode")")" - "$(med "$K|b${n}_first:$mode")" "$nl" \
+        "(b) modelfs cold, mount on $n core$([[ $n == 1 ]] || echo s)" "$mode" "$(human "$(med "$K|b${n}_wire:$mode")")" "$(med "$K|b${n}_ready:$mode")" "$(med "$K|b${n}_first:$mode")" "$nl" \
+        "$nc" "$(calc 'round(a / b, 2)' "$nc" "$GIB")" "$(calc 'round(a / b, 2)' "$nc" "$nl")" "$(sratio "$al" "$nl")" "$(sratio "$cl" "$nl")"
+    done
+    for p in $NODE_PATHS; do
+      k="$K|d_$p"
+      nl=$(med "$k|last:$mode"); nc=$(med "$k|cpu:$mode")
+      printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
+        "(d) snapshotter, $([[ $p == volume ]] && echo 'image volume of V' || echo 'lazy_images')" "$mode" "$(human "$(med "$k|wire:$mode")")" \
+        "$(med "$k|ready:$mode")" "$(med "$k|first:$mode")" "$nl" \
         "$nc" "$(calc 'round(a / b, 2)' "$nc" "$GIB")" "$(calc 'round(a / b, 2)' "$nc" "$nl")" "$(sratio "$al" "$nl")" "$(sratio "$cl" "$nl")"
     done
     printf '| %-34s | %-6s | %10s | %9s | %9s | %9s | %6s | %9s | %6s | %7s | %7s |\n' \
@@ -571,10 +688,12 @@ for C in $COMPRESSIONS; do
 done
 echo
 echo "wire: response bytes in the registry's access log for the path's repository (manifests included)."
-echo "1st byte / last byte: seconds from the start (CRI PullImage, modelfs mount, skopeo copy) until one byte of"
-echo "the first shard, and until the loader has read every file under models/; no cache drop in between."
+echo "ready / 1st byte / last byte: seconds from the start (CRI PullImage, modelfs mount, skopeo copy) until models/"
+echo "lists (after the unpack for (a) and (c)), until one byte of the first shard, and until the loader has read every"
+echo "file under models/; no cache drop in between."
 echo "CPU-s: (a) containerd (with what it reaped) over the pull and unpack; (b) the modelfs mount process over the"
 echo "whole cold load (fetch, verify, span decompression, serving); (c) skopeo, tar, gzip/zstd. The loader's own"
-echo "CPU is not counted. cores = CPU-s / the wall time it was spent in (unpack s; for (b) the last byte)."
+echo "CPU is not counted. cores = CPU-s / the wall time it was spent in (the pull, the copy and untar; for (b), (d) the last byte)."
 echo "vs (a), vs (c): their last byte / modelfs cold's (above 1.00x modelfs is faster); warm vs disk = disk / warm."
+[[ -z $NODE_PATHS ]] || echo "(d): a fresh modelfs-snapshotter and containerd 2.1.4, CRI PullImage of V (image volume) or of the modelcar (lazy_images), a View of the image mounted as an image volume is; CPU-s: the snapshotter's and containerd's."
 [[ -z $MOUNT_CORES ]] || echo "modelfs cold on N cores: the mount's process pinned (taskset) to N of the $(nproc) cores, the loader not."
