@@ -110,6 +110,12 @@ fi
 RUN_START=$(now)
 
 WORK=$(mktemp -d "${WORK:-/tmp}/modelcar-bench.XXXXXX")
+# buildah's vfs storage holds full copies of the model while the modelcar is built.
+if (( $(df --output=avail -k "$WORK" | tail -1) < SIZE_MIB * 1024 * 10 )); then
+  echo "modelcar_bench: $WORK has less than 10x the model ($SIZE_MIB MiB) free; set WORK" >&2
+  rmdir "$WORK"
+  exit 2
+fi
 # skopeo and buildah: no credentials of the host (buildah wants the file to exist)
 export DOCKER_CONFIG="$WORK/no-docker-config"
 mkdir -p "$DOCKER_CONFIG"
@@ -635,7 +641,7 @@ echo "# modelcar_bench: a KServe modelcar of $(human "$TOTAL") ($NFILES files un
 echo "load average: $LOAD_AT_START at start, $(cut -d' ' -f1 /proc/loadavg) at the end; the run took $(elapsed "$RUN_START" "$(now)") s;" \
   "drop_caches before every measure, then touch and free $SETTLE_MIB MiB (SETTLE_MIB; balloon free page reporting: $(balloon_reporting))"
 [[ -z $FORCED ]] || echo "** $FORCED **"
-echo "versions: $(ver "$MODELFS" --version); containerd $("$CTD_DIR/containerd" --version | awk '{print $3}');" \
+echo "versions: $(ver "$MODELFS" --version)$([[ -z $NODE_PATHS ]] || echo ", $(ver "$SNAPSHOTTER" --version)"); containerd $("$CTD_DIR/containerd" --version | awk '{print $3}');" \
   "$(ver buildah --version); $(ver skopeo --version); docker-registry $(docker-registry --version 2>&1 | awk '{print $NF}');" \
   "$(ver gzip --version); $(ver zstd --version); $(ver tar --version); $(ver openssl version); kernel $(uname -r)"
 for C in $COMPRESSIONS; do
@@ -685,6 +691,7 @@ for C in $COMPRESSIONS; do
     w=$(med "$K|warm:$mode"); d=$(med "$K|disk:$mode")
     printf '| %-6s | %8s | %8s | %12s | %17s |\n' "$mode" "$w" "$d" "$(sratio "$d" "$w")" "$(calc 'int(a)' "$(med "$K|pt_opens:$mode")")"
   done
+  [[ -z $FORCED ]] || { echo; echo "** $FORCED **"; }
 done
 echo
 echo "wire: response bytes in the registry's access log for the path's repository (manifests included)."
