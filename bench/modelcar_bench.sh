@@ -62,7 +62,7 @@ SHARD_MIB=${SHARD_MIB:-$(( SIZE_MIB / 4 > 0 ? SIZE_MIB / 4 : 1 ))}
 RUNS=${RUNS:-3}
 COMPRESSIONS=${COMPRESSIONS:-"gzip zstd"}
 LOADERS=${LOADERS:-"read mmap"}
-# Extra cold loads with the mount's process pinned to each of these core counts (below nproc):
+# Extra cold loads with the mount's process pinned to each of these core counts (at most nproc):
 # how the span decompression scales with cores.
 MOUNT_CORES=${MOUNT_CORES-1}
 # The node's paths through modelfs-snapshotter (containerd 2.1.4, CRI pull, then a View):
@@ -304,7 +304,10 @@ TOML
   PATH="$CTD_DIR:$PATH" "$CTD_DIR/containerd" --config "$d/config.toml" > "$d/containerd.log" 2>&1 &
   CTD_PID=$!
   for _ in $(seq 600); do
-    if "$CTD_DIR/ctr" --address "$CTD_SOCK" plugins ls 2> /dev/null | awk '$1 == "io.containerd.cri.v1" && $2 == "images" {print $NF}' | grep -qx ok; then
+    # CRI is three plugins in 2.x: the gRPC service, images and runtime
+    if [[ $("$CTD_DIR/ctr" --address "$CTD_SOCK" plugins ls 2> /dev/null |
+      awk '($1 == "io.containerd.grpc.v1" && $2 == "cri") || ($1 == "io.containerd.cri.v1" && ($2 == "images" || $2 == "runtime")) {print $NF}' |
+      grep -cx ok) == 3 ]]; then
       return 0
     fi
     kill -0 "$CTD_PID" 2> /dev/null || break
