@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian bookworm package modelfs needs to build, test and benchmark, then
-# llama.cpp for integration/llama (installed in testsupport/llama) and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU binaries
-# from the npm registry, exactly as testsupport/llama/package-lock.json pins them, into
+# llama.cpp for integration/llama and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU
+# binaries from the npm registry, exactly as testsupport/llama/package-lock.json pins them, into
 # testsupport/llama/node_modules (git-ignored; nothing is compiled or fetched at run time).
 # Idempotent: packages already present are left alone, and apt is only updated when needed.
 # apt's and npm's own output goes to a log file ($MODELFS_INSTALL_LOG, default
