@@ -4,7 +4,7 @@
 # in one run against a docker-registry on loopback. The model is `modelfs-synth llama-gguf` of
 # each size (llama architecture, embedding 1024, 16 heads, 4 KV heads, FFN 2816, TYPE weights),
 # pushed with `modelfs push` (M at :v1, V at :v1-volume). llama.cpp is node-llama-cpp's prebuilt
-# CPU build (integration/llama/eval.mjs: loads the file, evaluates 8 fixed tokens, generates one).
+# CPU build (testsupport/llama/eval.mjs: loads the file, evaluates 8 fixed tokens, generates one).
 # The page cache is dropped before every measure. Paths:
 #   init container   curl M's GGUF blob to disk + `openssl dgst -sha256` + load from disk
 #   local disk       load the init container's file
@@ -19,7 +19,7 @@
 # Usage: bench/llama_load_bench.sh BUILD_DIR   env: SIZES="64 256" (MiB) RUNS=3 TYPE=q8_0 WORK=/tmp
 #   Quick check: SIZES=64 RUNS=1 bench/llama_load_bench.sh build
 # Needs root (FUSE, drop_caches), docker-registry, curl, openssl, python3, node >= 20 and
-# `npm ci` in integration/llama (scripts/install-deps.sh), and about 4x the largest size free.
+# `npm ci` in testsupport/llama (scripts/install-deps.sh), and about 4x the largest size free.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -31,7 +31,7 @@ fi
 BUILD=$1
 MODELFS=$(realpath "$BUILD/cmd/modelfs")
 SYNTH=$(realpath "$BUILD/bench/modelfs-synth")
-EVAL=$(realpath "$(dirname "$0")/../integration/llama/eval.mjs")
+EVAL=$(realpath "$(dirname "$0")/../testsupport/llama/eval.mjs")
 SIZES=${SIZES:-"64 256"}
 RUNS=${RUNS:-3}
 TYPE=${TYPE:-q8_0}
@@ -40,7 +40,7 @@ require_exec "$MODELFS" "build target modelfs"
 require_exec "$SYNTH" "build target modelfs-synth"
 require_tools docker-registry curl openssl python3 node mountpoint fusermount3 sync
 [[ -f "$(dirname "$EVAL")/node_modules/node-llama-cpp/package.json" ]] ||
-  { echo "llama.cpp is not installed: run scripts/install-deps.sh (npm ci in integration/llama)" >&2; exit 2; }
+  { echo "llama.cpp is not installed: run scripts/install-deps.sh (npm ci in testsupport/llama)" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "llama_load_bench.sh needs root (FUSE mounts, drop_caches)" >&2; exit 2; }
 
 WORK=$(mktemp -d "${WORK:-/tmp}/modelfs-llama-bench-XXXXXX")

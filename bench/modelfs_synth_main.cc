@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <map>
 
-#include "bench/synth_model.h"
-#include "bench/synthetic_models.h"
+#include "testsupport/synth/synth_model.h"
+#include "testsupport/synth/synthetic_models.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"modelfs-synth: generate synthetic models for tests, demos and benchmarks"};

@@ -28,12 +28,12 @@
 #include "core/trust/keys.h"
 #include "core/trust/sign.h"
 #include "core/trust/signature_store.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
 #include "snapshotter/model_snapshotter.h"
 #include "snapshotter/policy_gate.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

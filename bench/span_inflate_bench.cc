@@ -13,7 +13,7 @@
 
 #include "core/oci/seek_index.h"
 #include "core/oci/span_decoder.h"
-#include "tests/testing/compress.h"
+#include "testsupport/testing/compress.h"
 
 using namespace modelfs;
 

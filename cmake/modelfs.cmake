@@ -23,8 +23,8 @@ endfunction()
 
 # modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s] [TSAN])
 # Unit tests carry the label "unit"; slow end-to-end tests carry "e2e" so
-# `ctest -L unit` stays fast. A binary whose tests were all skipped (tests/testing/skip.h)
-# prints a marker line (tests/testing/test_main.cc) and CTest reports it as skipped, not passed.
+# `ctest -L unit` stays fast. A binary whose tests were all skipped (testsupport/testing/skip.h)
+# prints a marker line (testsupport/testing/test_main.cc) and CTest reports it as skipped, not passed.
 # In the ThreadSanitizer tree (MODELFS_TSAN, scripts/tsan.sh) every unit test, and an e2e test
 # marked TSAN, also carries the label "tsan"; the other tests are neither built nor run there.
 function(modelfs_test name)

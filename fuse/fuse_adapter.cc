@@ -1,6 +1,7 @@
-// FuseMount's life: Mount (with the kernel's FUSE_INIT answered here), the session loop, and
-// Unmount. The request callbacks are in fuse_ops.cc; Adopt and Detach, which serve a
-// connection across a restart, in restart_protocol.cc.
+// FuseMount's life: Mount, the session loop, and Unmount. The request callbacks are in
+// fuse_ops.cc; Adopt and Detach, which serve a connection across a restart, in
+// restart_protocol.cc; the kernel protocol spoken without libfuse (FUSE_INIT) in
+// kernel_protocol.cc.
 #define FUSE_USE_VERSION 314
 
 #include "fuse/fuse_adapter.h"
@@ -8,8 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
-#include <linux/fuse.h>  // the kernel protocol: Mount answers FUSE_INIT itself
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -26,13 +25,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "fuse/fuse_ops.h"
-#include "fuse/restart_protocol.h"
+#include "fuse/kernel_protocol.h"
 
 namespace modelfs {
 namespace {
 
-using Context = FuseMount::Context;
+using fuse_internal::AnswerKernelInit;
+using fuse_internal::Context;
 using fuse_internal::InjectSyntheticInit;
+using fuse_internal::KernelInitWants;
+using fuse_internal::kFuseInitDirectIoAllowMmap;
+using fuse_internal::kFuseInitPassthrough;
 using fuse_internal::LogError;
 using fuse_internal::MountOptionString;
 using fuse_internal::NewSession;
@@ -46,87 +49,6 @@ absl::Status CheckMountPoint(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat("mount point ", dir, " is not a directory"));
   }
   return absl::OkStatus();
-}
-
-// The kernel's FUSE_INIT, answered here rather than by libfuse, because libfuse 3.14 can
-// neither ask for passthrough (a flags2 bit it does not know, and max_stack_depth) nor raise
-// max_background past what its options allow. Layouts as of protocol 7.40. Returns the flags
-// the connection now has. libfuse then gets the synthetic INIT (InjectSyntheticInit), exactly
-// as when adopting a connection.
-struct InitIn {
-  uint32_t major, minor, max_readahead, flags, flags2;
-  uint32_t unused[11];
-};
-struct InitOut {
-  uint32_t major, minor, max_readahead, flags;
-  uint16_t max_background, congestion_threshold;
-  uint32_t max_write, time_gran;
-  uint16_t max_pages, map_alignment;
-  uint32_t flags2, max_stack_depth;
-  uint32_t unused[6];
-};
-static_assert(sizeof(InitOut) == 64);
-
-absl::StatusOr<uint64_t> AnswerKernelInit(int fd, const FuseMountOptions& o,
-                                          const std::string& dir) {
-  // The kernel queued INIT while mounting; never wait for ever all the same (in real time: this
-  // waits on the kernel, not on a rule a test would drive with a fake clock).
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, 10000) != 1) {
-    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": no FUSE_INIT from the kernel"));
-  }
-  std::vector<char> buf(1 << 17);
-  ssize_t n = read(fd, buf.data(), buf.size());
-  fuse_in_header in_header;
-  InitIn in;
-  memset(&in, 0, sizeof(in));
-  if (n < static_cast<ssize_t>(sizeof(in_header) + 8)) {
-    return absl::UnavailableError(absl::StrCat(
-        "mount of ", dir, ": reading FUSE_INIT: ", n < 0 ? strerror(errno) : "short message"));
-  }
-  memcpy(&in_header, buf.data(), sizeof(in_header));
-  memcpy(&in, buf.data() + sizeof(in_header),
-         std::min(sizeof(in), static_cast<size_t>(n) - sizeof(in_header)));
-  if (in_header.opcode != FUSE_INIT || in.major != FUSE_KERNEL_VERSION || in.minor < 23) {
-    return absl::UnavailableError(absl::StrCat("mount of ", dir, ": kernel FUSE protocol ",
-                                               in.major, ".", in.minor, " is not supported"));
-  }
-  uint64_t offered = in.flags;
-  if (offered & FUSE_INIT_EXT) offered |= uint64_t{in.flags2} << 32;
-  // What libfuse 3.14 asks for by default with our operations (AUTO_INVAL_DATA aside: the
-  // files never change), plus passthrough.
-  uint64_t want = FUSE_ASYNC_READ | FUSE_PARALLEL_DIROPS | FUSE_HANDLE_KILLPRIV | FUSE_ASYNC_DIO |
-                  FUSE_HAS_IOCTL_DIR | FUSE_ATOMIC_O_TRUNC | FUSE_DO_READDIRPLUS |
-                  FUSE_READDIRPLUS_AUTO | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
-  if (o.passthrough) want |= kFuseInitPassthrough;
-  if (o.direct_io_reads) want |= kFuseInitDirectIoAllowMmap;
-  const uint64_t flags = want & offered;
-
-  struct {
-    fuse_out_header header;
-    InitOut init;
-  } reply;
-  memset(&reply, 0, sizeof(reply));
-  reply.header.len = sizeof(reply);
-  reply.header.unique = in_header.unique;
-  reply.init.major = FUSE_KERNEL_VERSION;
-  reply.init.minor = std::min<uint32_t>(in.minor, 40);
-  reply.init.max_readahead = in.max_readahead;
-  reply.init.flags = static_cast<uint32_t>(flags);
-  reply.init.flags2 = static_cast<uint32_t>(flags >> 32);
-  reply.init.max_background = o.max_background;
-  reply.init.congestion_threshold = static_cast<uint16_t>(o.max_background * 3 / 4);
-  reply.init.max_write = 1 << 20;  // libfuse's buffer: FUSE_MAX_MAX_PAGES pages
-  reply.init.time_gran = 1;
-  reply.init.max_pages = static_cast<uint16_t>(std::max<uint32_t>(1, o.max_read / 4096));
-  // A backing file may sit on a plain file system only; overlayfs (a pod's view) may then
-  // still stack on this mount (depth 2, the kernel's limit).
-  if (flags & kFuseInitPassthrough) reply.init.max_stack_depth = 1;
-  if (write(fd, &reply, sizeof(reply)) != static_cast<ssize_t>(sizeof(reply))) {
-    return absl::UnavailableError(
-        absl::StrCat("mount of ", dir, ": answering FUSE_INIT: ", strerror(errno)));
-  }
-  return flags;
 }
 
 // The mount's readahead: the kernel caps what INIT may ask at its default (128 KiB), and a
@@ -179,7 +101,12 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Mount(const std::string& d
     return absl::UnavailableError(absl::StrCat(
         "mount of ", dir, " failed (needs /dev/fuse and root or fusermount3; see stderr)"));
   }
-  absl::StatusOr<uint64_t> flags = AnswerKernelInit(fuse_session_fd(se), options, dir);
+  KernelInitWants wants;
+  wants.passthrough = options.passthrough;
+  wants.direct_io_allow_mmap = options.direct_io_reads;
+  wants.max_background = options.max_background;
+  wants.max_read = options.max_read;
+  absl::StatusOr<uint64_t> flags = AnswerKernelInit(fuse_session_fd(se), wants, dir);
   if (flags.ok()) {
     InjectSyntheticInit(se);
     if (!m->ctx_->initialized || fuse_session_exited(se)) {

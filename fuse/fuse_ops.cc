@@ -23,12 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/buffer_pool.h"
+#include "fuse/kernel_protocol.h"
 
 namespace modelfs {
 namespace fuse_internal {
 namespace {
-
-using Context = FuseMount::Context;
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
@@ -179,13 +178,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (verified.fd >= 0) close(verified.fd);  // the kernel holds its own reference
     int rc;
     if (d.mode == OpenFiles::Mode::kPassthrough) {
-      // fuse_reply_open of libfuse 3.14 cannot carry a backing id: the reply is built here.
-      FuseOpenOut out;
-      memset(&out, 0, sizeof(out));
-      out.fh = d.fh;
-      out.open_flags = kFopenPassthrough;
-      out.backing_id = d.backing_id;
-      rc = fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof(out));
+      rc = ReplyOpenPassthrough(req, d.fh, d.backing_id);  // libfuse's cannot carry its id
     } else {
       // Files never change: what a mapping cached stays across opens (and is shared between
       // pods). read() is direct_io where the kernel still allows mmap (FUSE_DIRECT_IO_ALLOW_MMAP):
@@ -454,7 +447,7 @@ std::string MountOptionString(const FuseMountOptions& o) {
 
 // Mount and Adopt must build identical sessions: the adopted connection was negotiated with
 // these options (max_read above all, which libfuse checks again at INIT).
-fuse_session* NewSession(const FuseMountOptions& options, FuseMount::Context* ctx) {
+fuse_session* NewSession(const FuseMountOptions& options, Context* ctx) {
   std::vector<std::string> argv_s = {"modelfs", "-o", MountOptionString(options)};
   if (options.debug) argv_s.push_back("-d");
   std::vector<char*> argv;

@@ -1,11 +1,13 @@
-// FuseMount's internals shared by its three source files: the per-connection Context that
-// libfuse's callbacks reach through fuse_req_userdata, and the session they are registered on.
+// FuseMount's internals shared by its source files: the per-connection Context that libfuse's
+// callbacks reach through fuse_req_userdata, and the session they are registered on.
 //   fuse_ops.cc          the libfuse low-level callbacks (lookup, getattr, open with its
 //                        passthrough decision, read, readdir, release, ...) and the session
 //   fuse_adapter.cc      FuseMount's life: Mount, the session loop, Unmount
-//   restart_protocol.cc  serving a connection across a restart: Adopt, Detach, the synthetic
-//                        FUSE_INIT and the resend of requests in flight
-// Not for use outside fuse/.
+//   restart_protocol.cc  serving a connection across a restart: Adopt, Detach
+//   kernel_protocol.cc   the kernel protocol spoken without libfuse: FUSE_INIT (real and
+//                        synthetic), the passthrough open reply and ioctls, the resend
+// Includes flow one way: fuse_adapter.cc and restart_protocol.cc include this header, which
+// knows FuseMountOptions (mount_options.h) but not FuseMount. Not for use outside fuse/.
 #pragma once
 
 #include <atomic>
@@ -21,8 +23,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/clock.h"
-#include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
+#include "fuse/mount_options.h"
 #include "fuse/passthrough.h"
 #include "fuse/read_pool.h"
 
@@ -37,9 +39,8 @@ struct DirHandle {
   std::vector<DirEntry> entries;
 };
 
-}  // namespace fuse_internal
-
-struct FuseMount::Context {
+// Per connection: what FuseMount sets up and the callbacks use.
+struct Context {
   std::shared_ptr<ModelTree> tree;
   double entry_timeout = 0;
   double attr_timeout = 0;
@@ -61,12 +62,9 @@ struct FuseMount::Context {
   // handle the old one made: an id can be looked up and found missing, a stale pointer cannot.
   // Ids start at a random number so that the old process's ids are (almost surely) not ours.
   absl::Mutex dirs_mu;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const fuse_internal::DirHandle>> dirs
-      ABSL_GUARDED_BY(dirs_mu);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const DirHandle>> dirs ABSL_GUARDED_BY(dirs_mu);
   uint64_t next_dir_id ABSL_GUARDED_BY(dirs_mu) = std::random_device{}() * 0x100000000ull;
 };
-
-namespace fuse_internal {
 
 // Logs a failure an operator must see on stderr, naming the operation.
 void LogError(const char* op, const char* message);
@@ -76,7 +74,7 @@ std::string MountOptionString(const FuseMountOptions& o);
 
 // Mount and Adopt must build identical sessions: the adopted connection was negotiated with
 // these options (max_read above all, which libfuse checks again at INIT).
-fuse_session* NewSession(const FuseMountOptions& options, FuseMount::Context* ctx);
+fuse_session* NewSession(const FuseMountOptions& options, Context* ctx);
 
 }  // namespace fuse_internal
 }  // namespace modelfs

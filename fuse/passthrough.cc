@@ -1,11 +1,7 @@
-// FUSE passthrough: backing-file ioctls and the table of open handles (see passthrough.h).
+// FUSE passthrough: the table of open handles (see passthrough.h).
 #include "fuse/passthrough.h"
 
-#include <errno.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -14,47 +10,17 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "fuse/kernel_protocol.h"
 
 namespace modelfs {
 namespace {
 
-// From the kernel's uapi fuse.h (7.40): /dev/fuse ioctls, magic 229.
-struct FuseBackingMap {
-  int32_t fd;
-  uint32_t flags;
-  uint64_t padding;
-};
-constexpr unsigned long kBackingOpen = _IOW(229, 1, FuseBackingMap);
-constexpr unsigned long kBackingClose = _IOW(229, 2, uint32_t);
+using fuse_internal::CloseBackingFile;
+using fuse_internal::OpenBackingFile;
 
 constexpr char kStateMagic[] = "modelfs-open-files 1";
 
 }  // namespace
-
-absl::StatusOr<int32_t> OpenBackingFile(int dev_fd, int file_fd) {
-  FuseBackingMap map;
-  memset(&map, 0, sizeof(map));
-  map.fd = file_fd;
-  int id = ioctl(dev_fd, kBackingOpen, &map);
-  if (id > 0) return id;
-  const int err = id < 0 ? errno : EINVAL;
-  const std::string what =
-      absl::StrCat("registering a FUSE passthrough backing file: ", strerror(err));
-  if (err == EPERM) return absl::PermissionDeniedError(what + " (needs CAP_SYS_ADMIN)");
-  if (err == ELOOP) {
-    return absl::FailedPreconditionError(what + " (the cache is on a stacked file system)");
-  }
-  if (err == EOPNOTSUPP || err == ENOTTY || err == EINVAL) {
-    return absl::FailedPreconditionError(what + " (no passthrough on this connection)");
-  }
-  return absl::InternalError(what);
-}
-
-void CloseBackingFile(int dev_fd, int32_t backing_id) {
-  uint32_t id = static_cast<uint32_t>(backing_id);
-  ioctl(dev_fd, kBackingClose, &id);
-}
 
 OpenFiles::OpenFiles(int dev_fd, std::string state_path, bool passthrough)
     : dev_fd_(dev_fd), state_path_(std::move(state_path)), passthrough_(passthrough) {

@@ -1,8 +1,8 @@
 // FUSE passthrough (kernel protocol 7.40, Linux 6.9): the kernel serves reads and mmap of an
 // open FUSE file straight from a "backing" file the server registered, with no request to the
 // server and one copy of the bytes in the page cache (the backing file's). libfuse 3.14 knows
-// nothing of it, so the protocol pieces are here: the INIT flag, the open reply's backing id,
-// and the /dev/fuse ioctls that register and drop backing files.
+// nothing of it; the protocol pieces (the INIT flag, the open reply's backing id, the /dev/fuse
+// ioctls that register and drop backing files) are in kernel_protocol.h.
 //
 // modelfs serves a file this way only when its bytes are a whole layer that the cache has
 // verified and sealed (BlobReader::OpenVerifiedBlob), so nothing unverified can reach a reader.
@@ -25,32 +25,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace modelfs {
-
-// INIT flag (in flags2 as bit 5) and open flag of the protocol.
-inline constexpr uint64_t kFuseInitPassthrough = uint64_t{1} << 37;
-// FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6): shared mmap of a direct_io file.
-inline constexpr uint64_t kFuseInitDirectIoAllowMmap = uint64_t{1} << 36;
-inline constexpr uint32_t kFopenPassthrough = uint32_t{1} << 7;
-
-// The reply to FUSE_OPEN as of 7.40 (libfuse 3.14's fuse_reply_open leaves backing_id 0).
-struct FuseOpenOut {
-  uint64_t fh;
-  uint32_t open_flags;
-  int32_t backing_id;
-};
-static_assert(sizeof(FuseOpenOut) == 16);
-
-// Registers `file_fd` (opened read-only) as a backing file of the connection on `dev_fd`.
-// Needs CAP_SYS_ADMIN. Errors: kPermissionDenied (EPERM), kFailedPrecondition (ELOOP: the
-// file is on a stacked file system; EOPNOTSUPP/ENOTTY: no passthrough on this connection),
-// kInternal otherwise; messages say which.
-absl::StatusOr<int32_t> OpenBackingFile(int dev_fd, int file_fd);
-// Drops a backing id; open files that use it keep their own reference. Best effort.
-void CloseBackingFile(int dev_fd, int32_t backing_id);
 
 class OpenFiles {
  public:

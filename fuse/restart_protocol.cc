@@ -1,20 +1,27 @@
-// The restart/adoption protocol (see restart_protocol.h): FuseMount::Adopt and
-// FuseMount::Detach, and the pieces of the kernel protocol they speak directly because libfuse
-// 3.14 cannot.
+// Serving one FUSE connection across a restart of the serving process. The kernel keeps a
+// connection, its mount and every inode and open file on it alive for as long as some process
+// holds the /dev/fuse file open (systemd's fd store keeps a duplicate). A successor then serves
+// the same connection (FuseMount::Adopt) without the kernel's help, because the kernel sends
+// FUSE_INIT only once per connection and knows nothing of the new process:
+//  - a synthetic FUSE_INIT primes libfuse (InjectSyntheticInit, kernel_protocol.h, also used
+//    after Mount, where the real INIT is answered by FuseMount itself);
+//  - FUSE_NOTIFY_RESEND asks the kernel to queue again the requests the predecessor took but
+//    did not answer;
+//  - the open-files table the predecessor kept in its state file (OpenFiles::Inherit,
+//    passthrough.h) carries each open handle's I/O mode and backing id over.
+// FuseMount::Detach is the other half: stop serving without unmounting or aborting.
+// The kernel protocol pieces (synthetic INIT, resend, /dev/fuse numbers) are in
+// kernel_protocol.h.
 #define FUSE_USE_VERSION 314
-
-#include "fuse/restart_protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
-#include <linux/fuse.h>  // the kernel protocol: Adopt speaks it directly
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,15 +37,11 @@
 #include "absl/strings/str_split.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/fuse_ops.h"
+#include "fuse/kernel_protocol.h"
 
 namespace modelfs {
 namespace fuse_internal {
 namespace {
-
-// Linux /dev/fuse is character device 10:229.
-constexpr unsigned kFuseDevMajor = 10;
-constexpr unsigned kFuseDevMinor = 229;
-constexpr long kFuseSuperMagic = 0x65735546;
 
 // Adopt's check of `dir`, made from /proc/self/mountinfo alone: a stat of a FUSE mount that
 // nobody serves yet blocks once the kernel's cached attributes expire (attr_timeout), so Adopt
@@ -74,19 +77,6 @@ absl::Status CheckFuseMountListed(const std::string& dir) {
   return absl::NotFoundError(absl::StrCat("adopting ", dir, ": no FUSE mount there"));
 }
 
-// FUSE_NOTIFY_RESEND (protocol 7.40, Linux 6.9): the kernel puts every request that was read
-// from the device but not answered back in the queue. Those are the requests a crashed
-// process had taken; without this their callers would wait forever. libfuse 3.14 predates it,
-// so the notification (unique 0, the code in `error`) is written here. Returns 0 or an errno.
-int RequestResend(int fd) {
-  constexpr int32_t kFuseNotifyResend = 7;
-  fuse_out_header header;
-  memset(&header, 0, sizeof(header));
-  header.len = sizeof(header);
-  header.error = kFuseNotifyResend;
-  return write(fd, &header, sizeof(header)) < 0 ? errno : 0;
-}
-
 // The signal that interrupts the loop thread's wait in Detach. A real-time signal near the top,
 // which nothing in this program uses; its handler does nothing, the interruption is the point.
 int WakeSignal() { return SIGRTMAX - 1; }
@@ -116,64 +106,13 @@ absl::Status InstallWakeSignal() {
   return *installed;
 }
 
-// An id the kernel never gives a request of its own: it counts up from 2 in steps of 2, and
-// uses bit 0 for interrupts and bit 63 for resent requests. A reply to it is refused (ENOENT),
-// which libfuse ignores silently.
-constexpr uint64_t kSyntheticInitUnique = uint64_t{1} << 62;
-
 }  // namespace
-
-// The kernel sends FUSE_INIT once per connection, to the process that mounted; libfuse answers
-// every request with EIO until it has seen one (its session's got_init). So Adopt feeds it an
-// INIT the kernel never sent, which sets up what libfuse derives from INIT the way the real one
-// did at mount time:
-//  - proto_minor, which decides reply sizes (compat layouts below 7.23; the same from 7.23 on),
-//    and gates notifications. 7.36 is the first with flags2 (FUSE_INIT_EXT), which libfuse
-//    3.14 reads; any kernel new enough for this daemon speaks at least that.
-//  - the capability flags a current kernel offers (Linux 6.x sends these bits 0-30), so
-//    libfuse's `capable` and our OpInit's `want` come out as at mount time. FUSE_MAX_PAGES
-//    matters most: without it libfuse shrinks its read buffer to 128 KiB, below the 1 MiB
-//    max_write the kernel agreed to, and the kernel then refuses every read of the device.
-// libfuse's INIT reply goes to the device and is refused (unknown unique): the kernel keeps
-// the parameters it negotiated with the first process, so nothing in it can change them.
-void InjectSyntheticInit(fuse_session* se) {
-  struct {
-    fuse_in_header header;
-    fuse_init_in init;
-  } msg;
-  static_assert(sizeof(msg) == sizeof(fuse_in_header) + sizeof(fuse_init_in));
-  memset(&msg, 0, sizeof(msg));
-  msg.header.len = sizeof(msg);
-  msg.header.opcode = FUSE_INIT;
-  msg.header.unique = kSyntheticInitUnique;
-  msg.init.major = FUSE_KERNEL_VERSION;
-  msg.init.minor = std::min(FUSE_KERNEL_MINOR_VERSION, 36);
-  msg.init.max_readahead = 128 * 1024;  // the kernel's default; libfuse only echoes it
-  uint64_t flags = FUSE_ASYNC_READ | FUSE_POSIX_LOCKS | FUSE_ATOMIC_O_TRUNC | FUSE_EXPORT_SUPPORT |
-                   FUSE_BIG_WRITES | FUSE_DONT_MASK | FUSE_SPLICE_WRITE | FUSE_SPLICE_MOVE |
-                   FUSE_SPLICE_READ | FUSE_FLOCK_LOCKS | FUSE_HAS_IOCTL_DIR | FUSE_AUTO_INVAL_DATA |
-                   FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_ASYNC_DIO |
-                   FUSE_WRITEBACK_CACHE | FUSE_NO_OPEN_SUPPORT | FUSE_PARALLEL_DIROPS |
-                   FUSE_HANDLE_KILLPRIV | FUSE_POSIX_ACL | FUSE_ABORT_ERROR | FUSE_MAX_PAGES |
-                   FUSE_CACHE_SYMLINKS | FUSE_NO_OPENDIR_SUPPORT | FUSE_EXPLICIT_INVAL_DATA |
-                   FUSE_HANDLE_KILLPRIV_V2 | FUSE_SETXATTR_EXT | FUSE_INIT_EXT;
-  msg.init.flags = static_cast<uint32_t>(flags);
-  msg.init.flags2 = static_cast<uint32_t>(flags >> 32);
-
-  fuse_buf buf;
-  memset(&buf, 0, sizeof(buf));
-  buf.size = sizeof(msg);
-  buf.mem = &msg;
-  fuse_session_process_buf(se, &buf);
-}
-
 }  // namespace fuse_internal
 
 using fuse_internal::CheckFuseMountListed;
 using fuse_internal::InjectSyntheticInit;
 using fuse_internal::InstallWakeSignal;
-using fuse_internal::kFuseDevMajor;
-using fuse_internal::kFuseDevMinor;
+using fuse_internal::IsFuseDevice;
 using fuse_internal::kFuseSuperMagic;
 using fuse_internal::MountOptionString;
 using fuse_internal::NewSession;
@@ -189,7 +128,7 @@ absl::StatusOr<std::unique_ptr<FuseMount>> FuseMount::Adopt(int fuse_fd, const s
     return absl::InvalidArgumentError(
         absl::StrCat("adopting ", dir, ": fd ", fuse_fd, ": ", strerror(errno)));
   }
-  if (!S_ISCHR(st.st_mode) || st.st_rdev != makedev(kFuseDevMajor, kFuseDevMinor)) {
+  if (!S_ISCHR(st.st_mode) || !IsFuseDevice(st.st_rdev)) {
     return absl::InvalidArgumentError(
         absl::StrCat("adopting ", dir, ": fd ", fuse_fd, " is not /dev/fuse"));
   }

@@ -34,7 +34,7 @@ BIN=$PWD/${BUILD_DIR:-build}
 MODELFS=$BIN/cmd/modelfs
 SNAPSHOTTER=$BIN/cmd/modelfs-snapshotter
 SYNTH=$BIN/bench/modelfs-synth
-CRI=$BIN/integration/cri/modelfs-cri-client
+CRI=$BIN/testsupport/cri/modelfs-cri-client
 
 WORK=$(mktemp -d /tmp/modelfs-demo.XXXXXX)
 PIDS=()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian bookworm package modelfs needs to build, test and benchmark, then
-# llama.cpp for integration/llama and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU binaries
-# from the npm registry, exactly as integration/llama/package-lock.json pins them, into
-# integration/llama/node_modules (git-ignored; nothing is compiled or fetched at run time).
+# llama.cpp for integration/llama and bench/llama_load_bench.sh: node-llama-cpp's prebuilt CPU
+# binaries from the npm registry, exactly as testsupport/llama/package-lock.json pins them, into
+# testsupport/llama/node_modules (git-ignored; nothing is compiled or fetched at run time).
 # Idempotent: packages already present are left alone, and apt is only updated when needed.
 # apt's and npm's own output goes to a log file ($MODELFS_INSTALL_LOG, default
 # /tmp/modelfs-install-deps.log); this script prints a line per step, and the log's tail on
@@ -156,7 +156,7 @@ ensure_node() {
 # llama.cpp: `npm ci` from the lock file, only the linux-x64 CPU binaries (a direct dependency,
 # so --omit=optional keeps it while leaving out the CUDA, Vulkan and other platforms' packages).
 install_llama() {
-  local dir="$ROOT/integration/llama"
+  local dir="$ROOT/testsupport/llama"
   if [ -f "$dir/node_modules/.package-lock.json" ] &&
      [ -f "$dir/node_modules/@node-llama-cpp/linux-x64/package.json" ] &&
      [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
@@ -164,7 +164,7 @@ install_llama() {
     return 0
   fi
   ensure_node || return 1
-  echo "install-deps: npm ci in integration/llama (node-llama-cpp 3.21.1, linux-x64 CPU binaries; log: $LOG)"
+  echo "install-deps: npm ci in testsupport/llama (node-llama-cpp 3.21.1, linux-x64 CPU binaries; log: $LOG)"
   (cd "$dir" && export NODE_LLAMA_CPP_SKIP_DOWNLOAD=true && logged npm ci --omit=optional --no-audit --no-fund) ||
     return 1
   echo "install-deps: llama.cpp installed ($(du -sh "$dir/node_modules" | cut -f1))"
@@ -173,7 +173,7 @@ install_llama() {
 install_debian_packages
 if ! install_llama; then
   if [ "${CI:-}" = true ]; then
-    echo "install-deps: llama.cpp did not install, and CI=true needs it (integration/llama)" >&2
+    echo "install-deps: llama.cpp did not install, and CI=true needs it (testsupport/llama)" >&2
     exit 1
   fi
   echo "install-deps: warning: llama.cpp did not install; the llama.cpp tests will skip" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian bookworm machine (as root) and runs every test:
-# unit tests, fuzz smoke runs and end-to-end tests against real services on loopback, then the
+# the layering check, unit tests, fuzz smoke runs and end-to-end tests against real services on loopback, then the
 # unit and FUSE tests again under ThreadSanitizer (ctest label tsan, tree ./build-tsan, built by
 # scripts/tsan.sh). TSAN=0 leaves the ThreadSanitizer run out.
 # Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit   (the args apply to the
@@ -16,6 +16,9 @@ if [ "$(id -u)" -ne 0 ]; then
     TSAN_BUILD_DIR="${TSAN_BUILD_DIR:-build-tsan}" CI="${CI:-}" "$PWD/scripts/test.sh" "$@"
 fi
 ./scripts/install-deps.sh
+# The layers of docs/design.md §1: no include goes up a layer or across a line (seconds; the
+# unit test layering_check_test also runs it).
+./scripts/check-layers.sh
 ./scripts/build.sh
 # Debian's gcc 12 accepts every translation unit, warnings as errors (GCC_CHECK=0 skips it).
 if [ "${GCC_CHECK:-1}" != 0 ]; then

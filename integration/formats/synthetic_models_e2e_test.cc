@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/synthetic_models.h"
 #include "core/formats/dequant.h"
 #include "core/formats/gguf.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

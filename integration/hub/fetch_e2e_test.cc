@@ -1,5 +1,5 @@
 // `modelfs fetch` and `modelfs verify`, the binary, against the fake Hub
-// (integration/fakes/fake_hub.py): a pinned fetch and its lock file field by field, branch
+// (testsupport/fakes/fake_hub.py): a pinned fetch and its lock file field by field, branch
 // names, a tampered CDN, a gated repository, remote code, missing files and revisions, a
 // branch that moves, and `fetch --lock`.
 #include <filesystem>
@@ -12,11 +12,11 @@
 #include "core/oci/digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/hub/fake_hub_fixture.h"
-#include "integration/hub/hub_test_model.h"
-#include "integration/publish/publish_test_env.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/hub/fake_hub_fixture.h"
+#include "testsupport/hub/hub_test_model.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

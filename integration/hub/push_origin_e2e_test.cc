@@ -14,13 +14,13 @@
 #include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/hub/fake_hub_fixture.h"
-#include "integration/hub/hub_test_model.h"
 #include "integration/publish/json_schema_check.h"
-#include "integration/publish/publish_test_env.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/hub/fake_hub_fixture.h"
+#include "testsupport/hub/hub_test_model.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

@@ -3,11 +3,11 @@
 // and Q4_K (modelfs-synth's llama-gguf writer), pushed to a real docker-registry, mounted
 // cold (every byte fetched and chunk-verified on demand) and warm (the layers sealed in the
 // cache and read by passthrough), loaded with mmap (llama.cpp's default) and with
-// use_mmap=false. integration/llama/eval.mjs runs llama.cpp (node-llama-cpp's prebuilt CPU
+// use_mmap=false. testsupport/llama/eval.mjs runs llama.cpp (node-llama-cpp's prebuilt CPU
 // binaries, never built or fetched at run time) and prints greedy tokens and the top
 // probabilities of each step; they must equal the local file's, bit for bit.
 //
-// Needs /dev/fuse, Node.js >= 20 and `npm ci` in integration/llama (scripts/install-deps.sh):
+// Needs /dev/fuse, Node.js >= 20 and `npm ci` in testsupport/llama (scripts/install-deps.sh):
 // skipped without them, failed under CI=true.
 #include <stdlib.h>
 #include <unistd.h>
@@ -25,9 +25,9 @@
 #include "integration/llama/llama_test_env.h"
 #include "integration/mount/mount_test_env.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

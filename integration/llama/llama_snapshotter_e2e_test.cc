@@ -6,7 +6,7 @@
 // containerd are left out (integration/snapshotter covers them): this is the same tree and read
 // path, driven in-process.
 //
-// Needs root, /dev/fuse, Node.js >= 20 and `npm ci` in integration/llama: skipped without them,
+// Needs root, /dev/fuse, Node.js >= 20 and `npm ci` in testsupport/llama: skipped without them,
 // failed under CI=true.
 #include <stdlib.h>
 #include <sys/mount.h>
@@ -23,11 +23,11 @@
 #include "core/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "integration/llama/llama_test_env.h"
-#include "integration/publish/publish_test_env.h"
 #include "snapshotter/model_snapshotter.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::snapshotter {
 namespace {

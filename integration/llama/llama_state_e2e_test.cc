@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/synthetic_models.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/llama/llama_test_env.h"
 #include "integration/mount/mount_test_env.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {
@@ -49,7 +49,7 @@ std::string SourceDir() {
 
 // state.mjs's JSON line. Errors carry its stderr.
 absl::StatusOr<nlohmann::json> RunStateScript(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"node", SourceDir() + "/integration/llama/state.mjs"};
+  std::vector<std::string> argv = {"node", SourceDir() + "/testsupport/llama/state.mjs"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"--prompt-tokens", std::to_string(kPromptTokens), "--threads", "2"});
   auto r = RunCommand(argv, absl::Seconds(300));

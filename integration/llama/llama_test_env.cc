@@ -7,10 +7,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "bench/synthetic_models.h"
 #include "gtest/gtest.h"
 #include "integration/mount/mount_test_env.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::testing {
 namespace {
@@ -39,19 +39,19 @@ std::string LlamaUnavailable() {
   if (!absl::SimpleAtoi(v.substr(0, v.find('.')), &major) || major < 20) {
     return absl::StrCat("node ", r->out, " is older than 20, which node-llama-cpp 3.21.1 needs");
   }
-  const std::string modules = SourceDir() + "/integration/llama/node_modules";
+  const std::string modules = SourceDir() + "/testsupport/llama/node_modules";
   for (const char* pkg :
        {"node-llama-cpp/package.json", "@node-llama-cpp/linux-x64/package.json"}) {
     if (!fs::exists(fs::path(modules) / pkg)) {
       return absl::StrCat(modules, "/", pkg,
-                          " is missing: run scripts/install-deps.sh (npm ci in integration/llama)");
+                          " is missing: run scripts/install-deps.sh (npm ci in testsupport/llama)");
     }
   }
   return "";
 }
 
 absl::StatusOr<nlohmann::json> EvalWithLlama(const std::string& path, bool use_mmap) {
-  std::vector<std::string> argv = {"node", SourceDir() + "/integration/llama/eval.mjs", path,
+  std::vector<std::string> argv = {"node", SourceDir() + "/testsupport/llama/eval.mjs", path,
                                    "--threads", "2"};
   if (!use_mmap) argv.push_back("--no-mmap");
   auto r = RunCommand(argv, absl::Seconds(180));

@@ -1,5 +1,5 @@
 // What the llama.cpp end-to-end tests share: whether llama.cpp can run here (Node.js >= 20 and
-// node-llama-cpp installed by scripts/install-deps.sh), running integration/llama/eval.mjs on a
+// node-llama-cpp installed by scripts/install-deps.sh), running testsupport/llama/eval.mjs on a
 // GGUF, and a suite setup that writes the synthetic llama GGUFs (F16, Q8_0, Q4_K), pushes them
 // with `modelfs push` to a real docker-registry, and records llama.cpp's output for the local
 // files, with mmap and without, for the tests to compare against.
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "integration/harness/registry_fixture.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 

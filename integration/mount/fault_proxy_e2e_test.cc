@@ -1,6 +1,6 @@
 // `modelfs mount` through a proxy whose blob bodies break: reset after some bytes, cut short of
 // their Content-Length, stalled mid-body, a flipped byte, or a Content-Range that names another
-// range (integration/harness/fault_proxy.py --blob-fault). A small model (a 6 MiB safetensors
+// range (testsupport/harness/fault_proxy.py --blob-fault). A small model (a 6 MiB safetensors
 // file, so several 1 MiB chunks) is pushed once with `modelfs push` to a real docker-registry on
 // loopback; every test mounts it through a fresh proxy (hosts.toml `server` = the proxy) with a
 // fresh cache, and the fault is switched on only once the mount is ready, so it hits the reads
@@ -38,14 +38,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "bench/synth_model.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/mount/mount_test_env.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/synth_model.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

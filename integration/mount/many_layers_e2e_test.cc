@@ -16,16 +16,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "bench/synthetic_models.h"
 #include "core/status/status_macros.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/mount/mount_test_env.h"
-#include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

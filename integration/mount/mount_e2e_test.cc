@@ -24,16 +24,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/synth_model.h"
 #include "core/oci/digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/mount/mount_test_env.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/synth_model.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {
@@ -44,7 +44,7 @@ using ::testing::HasSubstr;
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kChunk = kMiB;  // push's default chunk size (V's chunk indexes)
 
-// A model written with bench/synth_model.h and pushed as M (tag) and V (tag-volume).
+// A model written with testsupport/synth/synth_model.h and pushed as M (tag) and V (tag-volume).
 struct PushedModel {
   std::string dir;
   std::string model_ref;                       // M: whole-layer verification

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "integration/harness/process_runner.h"
 #include "nlohmann/json.hpp"
+#include "testsupport/harness/process_runner.h"
 
 namespace modelfs::testing {
 
@@ -31,7 +31,7 @@ using CommandResult = ProcessResult;
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          absl::Duration timeout = absl::Seconds(120));
 
-// $MODELFS_BIN, else the path compiled in (defined in integration/publish/publish_test_env.cc).
+// $MODELFS_BIN, else the path compiled in (defined in testsupport/harness/publish_test_env.cc).
 std::string ModelfsBinary();
 
 // Makes this process the reaper of its orphaned descendants (prctl PR_SET_CHILD_SUBREAPER).

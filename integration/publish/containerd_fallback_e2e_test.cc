@@ -1,4 +1,4 @@
-// The graceful path on a node without modelfs: a real containerd 1.6 (integration/harness/
+// The graceful path on a node without modelfs: a real containerd 1.6 (testsupport/harness/
 // containerd_fixture.h: CRI disabled, overlayfs snapshotter, its own root, state and socket) pulls
 // the volume image V that `modelfs push` wrote. It unpacks only V's small layer, the mounted image
 // shows the `.modelfs/` pointer files, and the registry's access log shows that no byte of the
@@ -14,12 +14,12 @@
 #include "core/oci/volume_image.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/containerd_fixture.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/containerd_fixture.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

@@ -7,6 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#ifndef MODELFS_SCHEMA_DIR
+#error "MODELFS_SCHEMA_DIR must name integration/schemas"
+#endif
+
 namespace modelfs::testing {
 namespace {
 
@@ -187,5 +191,7 @@ absl::StatusOr<nlohmann::json> LoadJsonFile(const std::string& path) {
   if (doc.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON"));
   return doc;
 }
+
+std::string SchemaDir() { return MODELFS_SCHEMA_DIR; }
 
 }  // namespace modelfs::testing

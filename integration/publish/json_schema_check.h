@@ -24,4 +24,7 @@ std::vector<std::string> CheckJsonSchema(const nlohmann::json& schema, const nlo
 // Reads and parses a JSON file. Errors: kNotFound, kInvalidArgument (not JSON).
 absl::StatusOr<nlohmann::json> LoadJsonFile(const std::string& path);
 
+// integration/schemas in the source tree.
+std::string SchemaDir();
+
 }  // namespace modelfs::testing

@@ -1,13 +1,13 @@
 // End-to-end tests of RegistryClient authentication against a real docker-registry:
-// htpasswd (Basic) and token (Bearer, via integration/harness/token_server.py).
+// htpasswd (Basic) and token (Bearer, via testsupport/harness/token_server.py).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/registry/registry_client.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/registry/blob_round_trip.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/oci/descriptor.h"
 #include "core/registry/registry_client.h"
-#include "integration/harness/registry_fixture.h"
 #include "integration/registry/blob_round_trip.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -21,13 +21,13 @@
 #include "core/oci/manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
 #include "snapshotter/model_snapshotter.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::snapshotter {
 namespace {

@@ -3,7 +3,7 @@
 // PullImage of V with the pod's sandbox config, CreateContainer with `mounts[].image` set to
 // the image_ref PullImage returned, StartContainer, ContainerStatus until it exits, and the
 // container's stdout read from its CRI log file. containerd uses the modelfs proxy snapshotter
-// configured as docs/install.md says (integration/harness/containerd_fixture.h); the registry's
+// configured as docs/install.md says (testsupport/harness/containerd_fixture.h); the registry's
 // access log tells which client fetched what, by user agent.
 //
 // The containerd release comes from ../shared/tools (containerd_release.h). Without it, or
@@ -28,7 +28,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "bench/synthetic_models.h"
 #include "core/oci/digest.h"
 #include "core/oci/tar.h"
 #include "core/trust/keys.h"
@@ -36,15 +35,16 @@
 #include "core/trust/signature_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/cri/cri_client.h"
-#include "integration/harness/containerd_fixture.h"
-#include "integration/harness/containerd_release.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
 #include "integration/snapshotter/snapshotter_daemon.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/cri/cri_client.h"
+#include "testsupport/harness/containerd_fixture.h"
+#include "testsupport/harness/containerd_release.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

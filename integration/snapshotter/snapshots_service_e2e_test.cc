@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::snapshotter {
 namespace {

@@ -26,15 +26,15 @@
 #include "core/oci/digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/cri/cri_client.h"
-#include "integration/harness/containerd_fixture.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
 #include "integration/snapshotter/snapshotter_daemon.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/cri/cri_client.h"
+#include "testsupport/harness/containerd_fixture.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 namespace {

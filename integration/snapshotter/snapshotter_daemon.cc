@@ -26,9 +26,9 @@
 #include "core/oci/tar.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
-#include "integration/harness/containerd_fixture.h"
-#include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
+#include "testsupport/harness/containerd_fixture.h"
+#include "testsupport/harness/publish_test_env.h"
 
 #ifndef MODELFS_SNAPSHOTTER_BIN
 #error "MODELFS_SNAPSHOTTER_BIN must name the modelfs-snapshotter binary"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 

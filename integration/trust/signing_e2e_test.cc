@@ -29,13 +29,13 @@
 #include "core/trust/simple_signing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/harness/process_runner.h"
-#include "integration/harness/registry_fixture.h"
-#include "integration/publish/publish_test_env.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/trust/test_keys.h"
+#include "testsupport/harness/process_runner.h"
+#include "testsupport/harness/publish_test_env.h"
+#include "testsupport/harness/registry_fixture.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs::testing {
 namespace {

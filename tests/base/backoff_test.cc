@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "tests/testing/fake_clock.h"
+#include "testsupport/testing/fake_clock.h"
 
 namespace modelfs {
 namespace {

@@ -12,9 +12,9 @@
 #include "core/cache/blob_cache.h"
 #include "core/oci/tar.h"
 #include "tests/cache/fake_remote.h"
-#include "tests/testing/compress.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/compress.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

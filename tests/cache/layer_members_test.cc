@@ -20,8 +20,8 @@
 #include "core/cache/blob_cache.h"
 #include "core/cache/fs_verity.h"
 #include "tests/cache/fake_remote.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

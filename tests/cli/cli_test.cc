@@ -20,15 +20,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "bench/synthetic_models.h"
 #include "core/formats/dequant.h"
 #include "core/formats/ggml_types.h"
 #include "core/formats/gguf_writer.h"
 #include "core/formats/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/http_fixture.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/http_fixture.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 extern char** environ;
 

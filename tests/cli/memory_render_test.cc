@@ -8,7 +8,7 @@
 
 #include "core/formats/memory.h"
 #include "tests/formats/memory_test_models.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::cli {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/synthetic_models.h"
 #include "core/formats/gguf_writer.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

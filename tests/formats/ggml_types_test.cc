@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

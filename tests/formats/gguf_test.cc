@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/formats/gguf_writer.h"
-#include "tests/testing/skip.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/skip.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

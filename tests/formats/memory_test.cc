@@ -7,7 +7,7 @@
 
 #include "core/formats/model_shape.h"
 #include "tests/formats/memory_test_models.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/hub/pickle_test_files.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/hub/pickle_test_files.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::testing {
 namespace {

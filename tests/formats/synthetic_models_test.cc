@@ -1,5 +1,5 @@
 // The synthetic models reproduce the shapes and figures of the real files they stand for.
-#include "bench/synthetic_models.h"
+#include "testsupport/synth/synthetic_models.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 
 #include "core/formats/dequant.h"
 #include "core/formats/gguf.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "core/oci/path_safety.h"
-#include "tests/testing/fake_blob_reader.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/fake_blob_reader.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

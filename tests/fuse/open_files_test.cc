@@ -12,7 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

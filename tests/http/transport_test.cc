@@ -1,4 +1,4 @@
-// HttpHandle and HttpHandlePool against integration/fakes/range_server.py on loopback.
+// HttpHandle and HttpHandlePool against testsupport/fakes/range_server.py on loopback.
 #include "core/http/transport.h"
 
 #include <gmock/gmock.h>
@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "tests/testing/http_fixture.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/http_fixture.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

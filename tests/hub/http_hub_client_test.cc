@@ -1,4 +1,4 @@
-// HttpHubClient against integration/fakes/fake_hub.py: the revision API, the two shapes of a
+// HttpHubClient against testsupport/fakes/fake_hub.py: the revision API, the two shapes of a
 // resolve answer (direct and redirected to a CDN), where the token goes, and how each error
 // the Hub names becomes a Status.
 #include "core/hub/http_hub_client.h"
@@ -7,9 +7,9 @@
 #include "core/oci/digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "integration/hub/fake_hub_fixture.h"
-#include "integration/hub/hub_test_model.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/hub/fake_hub_fixture.h"
+#include "testsupport/hub/hub_test_model.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/io/range_reader.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -1,4 +1,4 @@
-// The libcurl RangeReader against integration/fakes/range_server.py on loopback.
+// The libcurl RangeReader against testsupport/fakes/range_server.py on loopback.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 
 #include "core/io/header_cursor.h"
 #include "core/io/range_reader.h"
-#include "tests/testing/http_fixture.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/http_fixture.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

@@ -11,8 +11,8 @@
 #include "core/publish/model_ref.h"
 #include "gtest/gtest.h"
 #include "tests/cache/fake_remote.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
 

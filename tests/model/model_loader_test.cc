@@ -17,8 +17,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model/cached_model_fixture.h"
-#include "tests/testing/compress.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/compress.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -4,12 +4,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "bench/synthetic_models.h"
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
 #include "core/model/blob_range_reader.h"
-#include "tests/testing/fake_blob_reader.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/synth/synthetic_models.h"
+#include "testsupport/testing/fake_blob_reader.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

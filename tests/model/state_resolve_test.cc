@@ -9,7 +9,7 @@
 #include "core/oci/modelpack.h"
 #include "core/oci/state_artifact.h"
 #include "core/publish/model_ref.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

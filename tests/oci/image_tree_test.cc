@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/testing/compress.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/compress.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/oci/media_types.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

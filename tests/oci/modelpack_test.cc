@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

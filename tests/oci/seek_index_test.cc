@@ -8,9 +8,9 @@
 
 #include "core/oci/span_decoder.h"
 #include "core/oci/zstd_frames.h"
-#include "tests/testing/compress.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/compress.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

@@ -7,8 +7,8 @@
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
-#include "tests/testing/compress.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/compress.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
 namespace {

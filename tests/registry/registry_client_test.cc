@@ -1,6 +1,6 @@
-// RegistryClient against the fault-injecting HTTP server (tests/testing/http_fixture.h) posing
-// as a registry: what a range read does when the registry fails. The blob cache owns the read
-// deadline and the retries, so GetBlobRange must make one attempt and classify the failure.
+// RegistryClient against the fault-injecting HTTP server (testsupport/testing/http_fixture.h)
+// posing as a registry: what a range read does when the registry fails. The blob cache owns the
+// read deadline and the retries, so GetBlobRange must make one attempt and classify the failure.
 #include "core/registry/registry_client.h"
 
 #include <gmock/gmock.h>
@@ -8,10 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/http_fixture.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/fake_clock.h"
+#include "testsupport/testing/http_fixture.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/registry/registry_client.h"
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/http_fixture.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/fake_clock.h"
+#include "testsupport/testing/http_fixture.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs {
 namespace {

@@ -13,8 +13,8 @@
 #include "snapshotter/content_store_blob_reader.h"
 #include "snapshotter/content_store_model.h"
 #include "snapshotter/image_volume_key.h"
-#include "tests/snapshotter/fake_content_store.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/fakes/fake_content_store.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::snapshotter {
 namespace {

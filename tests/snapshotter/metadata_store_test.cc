@@ -4,9 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/testing/fake_clock.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::snapshotter {
 namespace {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testsupport/testing/status_matchers.h"
 
 namespace modelfs::snapshotter {
 namespace {

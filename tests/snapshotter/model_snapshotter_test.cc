@@ -35,10 +35,10 @@
 #include "snapshotter/content_store_model.h"
 #include "snapshotter/model_records.h"
 #include "snapshotter/model_snapshotter.h"
-#include "tests/snapshotter/fake_content_store.h"
-#include "tests/testing/fake_clock.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "testsupport/fakes/fake_content_store.h"
+#include "testsupport/testing/fake_clock.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::snapshotter {
 namespace {

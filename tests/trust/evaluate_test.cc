@@ -8,8 +8,8 @@
 
 #include "absl/strings/escaping.h"
 #include "core/trust/simple_signing.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/trust/test_keys.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs {
 namespace {

@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/trust/test_keys.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs {
 namespace {
