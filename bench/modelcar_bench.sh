@@ -55,7 +55,7 @@ SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
 MODELFS=$(realpath "$BUILD/cmd/modelfs")
 SYNTH=$(realpath "$BUILD/bench/modelfs-synth")
 LOAD=$(realpath "$BUILD/bench/modelfs-load")
-CRICLIENT=$(realpath "$BUILD/integration/cri/modelfs-cri-client")
+CRICLIENT=$(realpath "$BUILD/testsupport/cri/modelfs-cri-client")
 SNAPSHOTTER=$(realpath "$BUILD/cmd/modelfs-snapshotter")
 SIZE_MIB=${SIZE_MIB:-2048}
 SHARD_MIB=${SHARD_MIB:-$(( SIZE_MIB / 4 > 0 ? SIZE_MIB / 4 : 1 ))}
@@ -69,7 +69,7 @@ MOUNT_CORES=${MOUNT_CORES-1}
 # `volume` pulls V (a pod's image volume of V), `lazy` the modelcar itself with its repository
 # in lazy_images.
 NODE_PATHS=${NODE_PATHS-"volume lazy"}
-# The containerd 2.1.4 release and its pinned SHA-256 (integration/harness/containerd_release.h).
+# The containerd 2.1.4 release and its pinned SHA-256 (testsupport/harness/containerd_release.h).
 CTD_TARBALL=${MODELFS_CONTAINERD21_TARBALL:-$SRCDIR/../shared/tools/containerd-2.1.4-linux-amd64.tar.xz}
 CTD_SHA256=12ecd7a0218944e837f137fcc299c9e82e64c8f90f8b741481226289c7c6bf5a
 CTD_DIR=$BUILD/third_party/containerd-2.1.4
@@ -205,7 +205,7 @@ settled() {
 }
 
 # --- containerd 2.1.4 --------------------------------------------------------------------------
-# The release, extracted once into the build tree (as integration/harness/containerd_release.cc
+# The release, extracted once into the build tree (as testsupport/harness/containerd_release.cc
 # does: checked against its pinned digest, staged, stamped last, renamed into place).
 ctd_release() {
   [[ -f $CTD_TARBALL ]] || { echo "containerd 2.1.4 release not found at $CTD_TARBALL (MODELFS_CONTAINERD21_TARBALL)" >&2; exit 2; }
@@ -226,7 +226,7 @@ ctd_release() {
 }
 # ctd_start [modelfs [LAZY_REPO]]: a fresh containerd (its own root, state and socket under
 # WORK) with CRI, pulling through the overlayfs snapshotter, config laid out as
-# integration/harness/containerd_fixture.cc writes it for 2.x. With `modelfs`, first a fresh
+# testsupport/harness/containerd_fixture.cc writes it for 2.x. With `modelfs`, first a fresh
 # modelfs-snapshotter (root under the same directory) as containerd's proxy snapshotter for CRI
 # images and image volumes, as docs/install.md configures a node; with LAZY_REPO in its
 # lazy_images. Sets CTD_PID, CTD_RUN, CTD_SOCK (and SNAP_PID).
