@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "snapshotter/content_store_client.h"
 #include "snapshotter/image_volume_key.h"
 

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 
 namespace modelfs::snapshotter {
 

@@ -82,7 +82,7 @@
 #include "core/cache/decoding_blob_source.h"
 #include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
 #include "snapshotter/content_store_blob_reader.h"

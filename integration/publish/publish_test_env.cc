@@ -10,7 +10,7 @@
 #include "bench/synth_model.h"
 #include "bench/synthetic_models.h"
 #include "core/oci/digest.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 
 #ifndef MODELFS_BIN

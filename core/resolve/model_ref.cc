@@ -1,43 +1,10 @@
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
-
-absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageReference& ref,
-                                                                HostCapability capability,
-                                                                const RegistryAccessOptions& o) {
-  return ConnectRegistry(ref.registry(), capability, o);
-}
-
-absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::string& registry,
-                                                                HostCapability capability,
-                                                                const RegistryAccessOptions& o) {
-  CredentialStore creds;
-  if (!o.docker_config.empty()) {
-    ASSIGN_OR_RETURN(creds, CredentialStore::LoadDockerConfig(o.docker_config));
-  } else if (auto loaded = CredentialStore::LoadDefault(); loaded.ok()) {
-    creds = *std::move(loaded);
-  } else if (!absl::IsNotFound(loaded.status())) {
-    return loaded.status();
-  }
-  return RegistryClient::ForRegistry(registry, capability, o.hosts, creds, o.client);
-}
-
-absl::StatusOr<std::shared_ptr<RegistryClient>> RegistryClients::For(const std::string& registry) {
-  {
-    absl::MutexLock l(&mu_);
-    auto it = clients_.find(registry);
-    if (it != clients_.end()) return it->second;
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
-                   ConnectRegistry(registry, HostCapability::kPull, options_));
-  std::shared_ptr<RegistryClient> client(std::move(made));
-  absl::MutexLock l(&mu_);
-  return clients_.emplace(registry, std::move(client)).first->second;
-}
 
 absl::StatusOr<ModelFetcher*> ModelFetcher::OnRegistry(const std::string& registry) {
   return absl::FailedPreconditionError(
