@@ -15,8 +15,9 @@
 // verified chunks are kept in memory, so sequential reads smaller than a chunk hash each chunk
 // once.
 //
-// LayerRoutingReader sends each layer to this reader when it holds it and to another
-// BlobReader (the verified blob cache) otherwise, so the daemon's one ModelTree serves both.
+// LayerRoutingReader (core/model/layer_routing_reader.h) sends each layer to this reader when it
+// holds it and to another BlobReader (the verified blob cache) otherwise, so the daemon's one
+// ModelTree serves both.
 //
 // Thread safety: every method is safe to call concurrently. Locks: mu_ (the layer table) and
 // recent_mu_ are leaves; a layer's own verify_mu serializes its whole-layer check and is taken
@@ -40,6 +41,7 @@
 #include "absl/time/time.h"
 #include "core/base/clock.h"
 #include "core/cache/blob_reader.h"
+#include "core/model/layer_routing_reader.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
 #include "snapshotter/content_store_client.h"
@@ -57,7 +59,7 @@ struct ContentStoreReaderOptions {
   Clock* clock = Clock::Real();
 };
 
-class ContentStoreBlobReader final : public BlobReader {
+class ContentStoreBlobReader final : public SelectiveBlobReader {
  public:
   // `store` is not owned and must outlive the reader.
   explicit ContentStoreBlobReader(ContentStore* store, ContentStoreReaderOptions options = {});
@@ -70,7 +72,7 @@ class ContentStoreBlobReader final : public BlobReader {
                         uint64_t size);
   // Drops model_ref's references.
   void RemoveModel(const std::string& model_ref);
-  bool Has(const Digest& digest) const;
+  bool Has(const Digest& digest) const override;
 
   // Verifies layer `digest` whole unless that was done (waits for a check in progress).
   // Errors: kNotFound (not registered), kDataLoss (bytes do not match the digest), the content
@@ -107,41 +109,6 @@ class ContentStoreBlobReader final : public BlobReader {
   };
   std::deque<Recent> recent_ ABSL_GUARDED_BY(recent_mu_);  // most recent first
   uint64_t bytes_read_ ABSL_GUARDED_BY(recent_mu_) = 0;
-};
-
-// Routes each blob to `content` when it holds it, else to `fallback`. Neither is owned.
-class LayerRoutingReader final : public BlobReader {
- public:
-  LayerRoutingReader(ContentStoreBlobReader* content, BlobReader* fallback)
-      : content_(content), fallback_(fallback) {}
-  absl::StatusOr<std::string> Read(const Digest& digest, uint64_t offset,
-                                   uint64_t length) override {
-    return For(digest).Read(digest, offset, length);
-  }
-  absl::StatusOr<std::vector<BlobSpan>> ReadSpans(const Digest& digest, uint64_t offset,
-                                                  uint64_t length) override {
-    return For(digest).ReadSpans(digest, offset, length);
-  }
-  bool IsReady(const Digest& digest, uint64_t offset, uint64_t length) override {
-    return For(digest).IsReady(digest, offset, length);
-  }
-  int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override {
-    return For(digest).OpenVerifiedBlob(digest, offset, length);
-  }
-  absl::Status SetLayerMembers(const Digest& digest,
-                               const std::vector<std::pair<uint64_t, uint64_t>>& files) override {
-    return For(digest).SetLayerMembers(digest, files);
-  }
-  int OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) override {
-    return For(digest).OpenVerifiedFile(digest, offset, length);
-  }
-
- private:
-  BlobReader& For(const Digest& digest) {
-    return content_ != nullptr && content_->Has(digest) ? *content_ : *fallback_;
-  }
-  ContentStoreBlobReader* const content_;
-  BlobReader* const fallback_;
 };
 
 }  // namespace modelfs::snapshotter

@@ -29,8 +29,10 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
       mnt_dir_(options_.root / "mnt"),
       models_dir_(options_.root / "models"),
       lock_fd_(parts.root_lock_fd),
-      clock_(parts.clock != nullptr ? parts.clock : Clock::Real()),
-      connect_registry_(std::move(parts.connect_registry)) {
+      clock_(parts.clock != nullptr ? parts.clock : Clock::Real()) {
+  if (parts.connect_registry) {
+    registry_ = std::make_unique<RegistryClients>(std::move(parts.connect_registry));
+  }
   source_ = std::move(parts.source);
   decoding_ = std::move(parts.decoding);
   cache_ = std::move(parts.cache);
@@ -68,7 +70,9 @@ absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts&
     ASSIGN_OR_RETURN(parts.owned_content_store,
                      ConnectContentStore(o.containerd_address, parts.clock));
   }
-  parts.connect_registry = [access = o.registry](const std::string& registry) {
+  parts.connect_registry =
+      [access = o.registry](
+          const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
     return ConnectRegistry(registry, HostCapability::kPull, access);
   };
   parts.mounter = NewFuseModelMounter();
@@ -112,7 +116,7 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
   std::unique_ptr<ModelSnapshotter> s(new ModelSnapshotter(std::move(options), std::move(parts)));
   const ModelSnapshotterOptions& o = s->options_;
   if (o.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
-  if (!s->mounter_ || !s->base_ || !s->source_ || !s->cache_ || !s->connect_registry_) {
+  if (!s->mounter_ || !s->base_ || !s->source_ || !s->cache_ || !s->registry_) {
     return absl::InvalidArgumentError(
         "snapshotter: the mounter, the overlay snapshotter, the cache with its source and the "
         "registry connector are all required");
@@ -130,10 +134,10 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
     ModelSnapshotter* raw = s.get();
     s->policy_gate_ = std::make_unique<PolicyGate>(
         o.policy, [raw](const std::string& registry) -> absl::StatusOr<SignatureStore*> {
-          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, raw->ClientFor(registry));
+          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, raw->registry_->For(registry));
           absl::MutexLock lock(&raw->mu_);
           std::unique_ptr<RegistrySignatureStore>& store = raw->signature_stores_[registry];
-          // The client lives in clients_ as long as the snapshotter.
+          // The client lives in registry_ as long as the snapshotter.
           if (!store) store = std::make_unique<RegistrySignatureStore>(client.get());
           return store.get();
         });
@@ -300,7 +304,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::Status st;
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
-      absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(rm->registry);
+      absl::StatusOr<std::shared_ptr<RegistryClient>> client = registry_->For(rm->registry);
       // The model was in use before the restart: its prefetch goes on at once.
       st =
           client.ok() ? RegisterModel(name, *rm, *client, PrefetchStart::kAtOnce) : client.status();

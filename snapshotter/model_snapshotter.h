@@ -80,9 +80,12 @@
 #include "core/base/clock.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
+#include "core/model/layer_routing_reader.h"
 #include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
+#include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
+#include "core/resolve/registry_clients.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
 #include "snapshotter/content_store_blob_reader.h"
@@ -91,7 +94,6 @@
 #include "snapshotter/model_mounter.h"
 #include "snapshotter/overlay_snapshotter.h"
 #include "snapshotter/policy_gate.h"
-#include "snapshotter/registry_routing_source.h"
 #include "snapshotter/snapshotter.h"
 
 namespace modelfs::snapshotter {
@@ -154,10 +156,6 @@ struct ModelSnapshotterOptions {
   int inherited_fuse_fd = -1;
 };
 
-// How the snapshotter reaches registry `registry` ("host[:port]") for pulls.
-using RegistryConnector =
-    std::function<absl::StatusOr<std::unique_ptr<RegistryClient>>(const std::string& registry)>;
-
 // What a ModelSnapshotter works with. Open builds the real ones from its options; tests pass
 // fakes (mounter, content store, registry) and real ones in a temp dir (metadata store, cache).
 struct ModelSnapshotterParts {
@@ -180,7 +178,8 @@ struct ModelSnapshotterParts {
   // it is owned_content_store.
   ContentStore* content_store = nullptr;
   std::unique_ptr<ContentStore> owned_content_store;
-  // Pull clients by registry name. Required.
+  // Opens the pull client of a registry by name; the snapshotter keeps one per registry
+  // (RegistryClients, core/resolve/registry_clients.h). Required.
   RegistryConnector connect_registry;
   // <root>/lock, flock()ed by the caller; held (and closed) by the snapshotter. -1: none.
   int root_lock_fd = -1;
@@ -306,8 +305,6 @@ class ModelSnapshotter final : public Snapshotter {
   // kFailedPrecondition (the caller then unpacks the layer the ordinary way), registry errors.
   absl::Status CheckBinding(RegistryClient& client, const ResolvedModel& rm,
                             const std::string& parent, const std::string& target);
-  // One pull client per registry (V's, and M's when V's record names another registry).
-  absl::StatusOr<std::shared_ptr<RegistryClient>> ClientFor(const std::string& registry);
   // Stores rm's record and registers it unless it is already; waits for a registration of
   // the same model in progress elsewhere.
   // Waits while another call registers model `name`. True: this call is to register it (it is
@@ -372,7 +369,9 @@ class ModelSnapshotter final : public Snapshotter {
   const std::filesystem::path models_dir_;
   int lock_fd_ = -1;
   Clock* const clock_;
-  const RegistryConnector connect_registry_;
+  // One pull client per registry (V's, and M's when V's record names another registry); null
+  // when no connector was given (Create refuses that).
+  std::unique_ptr<RegistryClients> registry_;
 
   std::unique_ptr<RegistryRoutingSource> source_;
   std::unique_ptr<DecodingBlobSource> decoding_;  // over source_; may be null
@@ -394,7 +393,6 @@ class ModelSnapshotter final : public Snapshotter {
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PolicyGate> policy_gate_;  // null without a policy
   std::map<std::string, std::unique_ptr<RegistrySignatureStore>> signature_stores_
       ABSL_GUARDED_BY(mu_);

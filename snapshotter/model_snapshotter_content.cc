@@ -4,6 +4,7 @@
 // with the model's directory and namespace; its mount is a read-only bind of that directory
 // under <root>/mnt, which containerd mounts at the volume's host path and unmounts when the pod
 // goes. The model leaves the tree with the last snapshot that uses it (Remove).
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "core/model/model_loader.h"
 #include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
+#include "snapshotter/content_store_blob_source.h"
 #include "snapshotter/content_store_model.h"
 #include "snapshotter/model_snapshotter.h"
 
@@ -74,8 +76,8 @@ absl::Status ModelSnapshotter::RegisterDecodedContentModel(const std::string& na
   // every layer of the model from the content store instead (each checked against its digest;
   // the compressed ones decompressed and checked against the config's diffIds before the
   // model is served), as it reads them from a registry for V.
-  for (const ModelLayer& l : rm.layers)
-    source_->AddContent(l.descriptor.digest, content_store_, ns);
+  auto content = std::make_shared<ContentStoreBlobSource>(content_store_, ns);
+  for (const ModelLayer& l : rm.layers) source_->AddSource(l.descriptor.digest, content);
   auto serve = [&](const LoadedModel& m) {
     absl::Status added =
         tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});

@@ -92,20 +92,6 @@ std::optional<std::string> ModelSnapshotter::MissingCriLabel(const Labels& label
   return std::nullopt;
 }
 
-absl::StatusOr<std::shared_ptr<RegistryClient>> ModelSnapshotter::ClientFor(
-    const std::string& registry) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = clients_.find(registry);
-    if (it != clients_.end()) return it->second;
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made, connect_registry_(registry));
-  std::shared_ptr<RegistryClient> client(std::move(made));
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = clients_.emplace(registry, client);
-  return it->second;
-}
-
 absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
                                              std::shared_ptr<RegistryClient> client,
                                              PrefetchStart prefetch) {
@@ -236,7 +222,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(ImageReference ref,
                    ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
   const Digest& model = volume.model.digest;
-  absl::StatusOr<std::shared_ptr<RegistryClient>> client = ClientFor(ref.registry());
+  absl::StatusOr<std::shared_ptr<RegistryClient>> client = registry_->For(ref.registry());
   if (!client.ok()) return AsUnreachable(client.status(), ref, model, ref.registry());
   // ResolveModel asks for another registry only when V's record names M there, and before it
   // fetches anything of M: the one place to hold V to the hosts the admin allowed.
@@ -246,7 +232,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
       **client, ref,
       [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
         asking = registry;
-        return ClientFor(registry);
+        return registry_->For(registry);
       },
       [&](const std::string& registry, const std::string& repository) {
         host_refusal = CheckModelHost(ref, model, registry, repository);
@@ -266,7 +252,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
   // M's layers are read from M's registry, which V's record may name apart from V's.
-  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = ClientFor(rm.registry);
+  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = registry_->For(rm.registry);
   if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
   if (absl::Status st = EnsureModel(name, rm, *model_client); !st.ok()) {
     return AsUnreachable(st, ref, model, rm.registry);
@@ -325,7 +311,7 @@ absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const 
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
   RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(named.registry()));
   ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
   if (top.digest != pinned_digest) {
     return absl::DataLossError(absl::StrCat("volume image ", named.String(), " has digest ",
@@ -388,7 +374,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   if (!listed) return absl::NotFoundError("not in lazy_images");
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, ClientFor(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(named.registry()));
   ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
   if (!volume) return absl::NotFoundError("no volume image among its referrers");
   // Only the top layer is answered: the layers below it (a base image other images share)
@@ -428,7 +414,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
       ResolveModel(
           *client, vref,
           [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-            return ClientFor(registry);
+            return registry_->For(registry);
           },
           [&](const std::string& registry, const std::string& repository) {
             host_refusal = CheckModelHost(vref, pinned_digest, registry, repository);
@@ -441,7 +427,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
         "volume image ", vref.String(), " is not a referrer of ", named.String(), "@", pinned));
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, ClientFor(rm.registry));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, registry_->For(rm.registry));
   RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;

@@ -26,15 +26,19 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::strin
   return RegistryClient::ForRegistry(registry, capability, o.hosts, creds, o.client);
 }
 
+RegistryClients::RegistryClients(RegistryAccessOptions options)
+    : open_([options = std::move(options)](
+                const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+        return ConnectRegistry(registry, HostCapability::kPull, options);
+      }) {}
+
 absl::StatusOr<std::shared_ptr<RegistryClient>> RegistryClients::For(const std::string& registry) {
   {
     absl::MutexLock l(&mu_);
     auto it = clients_.find(registry);
     if (it != clients_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> made,
-                   ConnectRegistry(registry, HostCapability::kPull, options_));
-  std::shared_ptr<RegistryClient> client(std::move(made));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, open_(registry));
   absl::MutexLock l(&mu_);
   return clients_.emplace(registry, std::move(client)).first->second;
 }

@@ -1,6 +1,5 @@
 // Reaching registries for pulls: ConnectRegistry opens a client with the node's hosts.toml and
 // docker config credentials; RegistryClients keeps one client per registry, opened on first use.
-// Shared by `pull`, `convert`, `mount` and ResolveModel's fetchers.
 //
 // Thread safety: RegistryClients and its clients are thread-safe.
 #pragma once
@@ -36,23 +35,29 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::strin
                                                                 HostCapability capability,
                                                                 const RegistryAccessOptions& o);
 
-// Opens (or returns an open) client for a registry by name.
+// Opens (or returns an open) client for a registry by name ("host[:port]").
 using RegistryConnector =
     std::function<absl::StatusOr<std::shared_ptr<RegistryClient>>(const std::string& registry)>;
 
-// One pull client per registry, opened on first use with the same access options (each with
-// its own hosts.toml and credentials). Thread-safe.
+// One pull client per registry, opened on first use: by ConnectRegistry with the same access
+// options (each registry with its own hosts.toml and credentials), or by the opener given (the
+// snapshotter's unit tests). The one client map of the tree: the CLI's commands and the
+// snapshotter ask it, and ResolveModel reaches other registries through its Connector.
+// Thread-safe; no lock is held while a client is opened.
 class RegistryClients {
  public:
-  explicit RegistryClients(RegistryAccessOptions options) : options_(std::move(options)) {}
-  // The client for `registry`. Errors: as ConnectRegistry.
+  explicit RegistryClients(RegistryAccessOptions options);
+  // `open` makes the client of a registry not asked for before; what it returns is kept.
+  explicit RegistryClients(RegistryConnector open) : open_(std::move(open)) {}
+  // The client for `registry`. Errors: the opener's (ConnectRegistry's); not kept, so the next
+  // call tries again.
   absl::StatusOr<std::shared_ptr<RegistryClient>> For(const std::string& registry);
   RegistryConnector Connector() {
     return [this](const std::string& registry) { return For(registry); };
   }
 
  private:
-  const RegistryAccessOptions options_;
+  const RegistryConnector open_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
 };

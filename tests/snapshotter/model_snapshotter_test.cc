@@ -174,7 +174,7 @@ class ModelSnapshotterTest : public ::testing::Test {
     ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
     parts.content_store = &store_;
     parts.connect_registry =
-        [this](const std::string& registry) -> absl::StatusOr<std::unique_ptr<RegistryClient>> {
+        [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
       {
         absl::MutexLock lock(&log_mu_);
         connected_.push_back(registry);

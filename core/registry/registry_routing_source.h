@@ -1,11 +1,12 @@
 // RegistryRoutingSource: the blob cache's remote side for many models at once. Each layer
 // digest is fetched from the registry and repository of a model that registered it (any one
-// will do: content is addressed by digest), or from containerd's content store, for a model
-// that containerd downloaded itself (an image volume naming M) and whose compressed layers the
-// cache decodes.
+// will do: content is addressed by digest), through a RegistryBlobSource, or from another
+// RemoteBlobSource a model registered it with: the daemon's containerd content store, for a
+// model that containerd downloaded itself (an image volume naming M) and whose compressed
+// layers the cache decodes (snapshotter/content_store_blob_source.h).
 //
 // Thread safety: every method may be called concurrently; mu_ is a leaf lock, never held
-// across a registry call.
+// across a fetch.
 #pragma once
 
 #include <cstdint>
@@ -22,18 +23,16 @@
 #include "absl/time/time.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/registry/registry_client.h"
-#include "snapshotter/content_store_client.h"
 
-namespace modelfs::snapshotter {
+namespace modelfs {
 
 class RegistryRoutingSource final : public RemoteBlobSource {
  public:
   // Fetches `layer` from `repository` through `client` from now on.
   void Add(const Digest& layer, std::shared_ptr<RegistryClient> client,
            const std::string& repository);
-  // Reads `layer` from containerd's content store (namespace `ns`) from now on. `store` is not
-  // owned and must outlive this source.
-  void AddContent(const Digest& layer, ContentStore* store, const std::string& ns);
+  // Fetches `layer` from `source` from now on (its EndpointOf names the endpoint).
+  void AddSource(const Digest& layer, std::shared_ptr<RemoteBlobSource> source);
 
   // RemoteBlobSource. kNotFound for a layer no model registered.
   absl::StatusOr<std::string> FetchRange(const Digest& blob, uint64_t offset, uint64_t length,
@@ -46,16 +45,10 @@ class RegistryRoutingSource final : public RemoteBlobSource {
   std::string EndpointOf(const Digest& blob) override;
 
  private:
-  struct Route {
-    std::shared_ptr<RegistryClient> client;  // null: the content store
-    std::string repository;
-    ContentStore* store = nullptr;
-    std::string ns;
-  };
-  absl::StatusOr<Route> RouteOf(const Digest& blob);
+  absl::StatusOr<std::shared_ptr<RemoteBlobSource>> RouteOf(const Digest& blob);
 
   absl::Mutex mu_;
-  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<RemoteBlobSource>> routes_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace modelfs::snapshotter
+}  // namespace modelfs
