@@ -31,8 +31,8 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
-#include "snapshotter/model_snapshotter.h"
-#include "snapshotter/policy_gate.h"
+#include "snapshotter/model/model_snapshotter.h"
+#include "snapshotter/policy/policy_gate.h"
 #include "tests/testing/temp_dir.h"
 
 namespace modelfs {

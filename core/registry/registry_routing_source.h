@@ -3,7 +3,7 @@
 // will do: content is addressed by digest), through a RegistryBlobSource, or from another
 // RemoteBlobSource a model registered it with: the daemon's containerd content store, for a
 // model that containerd downloaded itself (an image volume naming M) and whose compressed
-// layers the cache decodes (snapshotter/content_store_blob_source.h).
+// layers the cache decodes (snapshotter/content/content_store_blob_source.h).
 //
 // Thread safety: every method may be called concurrently; mu_ is a leaf lock, never held
 // across a fetch.

@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 #include "tests/snapshotter/fake_content_store.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"

@@ -24,7 +24,7 @@
 #include "integration/harness/registry_fixture.h"
 #include "integration/publish/publish_test_env.h"
 #include "nlohmann/json.hpp"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 #include "tests/testing/skip.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"

@@ -1,5 +1,5 @@
 // The kernel's ModelMounter: FuseMount for the tree of models, umount2 for the rest.
-#include "snapshotter/model_mounter.h"
+#include "snapshotter/model/model_mounter.h"
 
 #include <sys/mount.h>
 

@@ -1,5 +1,5 @@
 // Resolving a ModelPack artifact from containerd's content store (see content_store_model.h).
-#include "snapshotter/content_store_model.h"
+#include "snapshotter/content/content_store_model.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status_macros.h"

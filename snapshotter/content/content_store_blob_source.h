@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/cache/remote_blob_source.h"
-#include "snapshotter/content_store_client.h"
+#include "snapshotter/content/content_store_client.h"
 
 namespace modelfs::snapshotter {
 

@@ -12,9 +12,9 @@
 #include "core/model/model_loader.h"
 #include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
-#include "snapshotter/content_store_blob_source.h"
-#include "snapshotter/content_store_model.h"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/content/content_store_blob_source.h"
+#include "snapshotter/content/content_store_model.h"
+#include "snapshotter/model/model_snapshotter.h"
 
 namespace modelfs::snapshotter {
 

@@ -1,5 +1,5 @@
 // model_hosts entries: their forms, checked when the config is read, and matching.
-#include "snapshotter/model_hosts.h"
+#include "snapshotter/policy/model_hosts.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
 // Prometheus metrics of the daemon (see metrics.h).
-#include "snapshotter/metrics.h"
+#include "cmd/modelfs-snapshotter/metrics.h"
 
 #include <microhttpd.h>
 #include <netdb.h>

@@ -1,5 +1,5 @@
 // The node's signature policy and its kept verdicts (see policy_gate.h).
-#include "snapshotter/policy_gate.h"
+#include "snapshotter/policy/policy_gate.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,5 +1,5 @@
 // modelfs-snapshotter configuration (see daemon_config.h).
-#include "snapshotter/daemon_config.h"
+#include "cmd/modelfs-snapshotter/daemon_config.h"
 
 #include <toml++/toml.h>
 
@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "snapshotter/model_hosts.h"
+#include "snapshotter/policy/model_hosts.h"
 
 namespace modelfs::snapshotter {
 namespace {

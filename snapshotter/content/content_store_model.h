@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/resolve/model_ref.h"
-#include "snapshotter/content_store_client.h"
-#include "snapshotter/image_volume_key.h"
+#include "snapshotter/content/content_store_client.h"
+#include "snapshotter/content/image_volume_key.h"
 
 namespace modelfs::snapshotter {
 

@@ -1,5 +1,5 @@
 // Strict parsing of containerd 2.1 CRI image-volume snapshot keys (see image_volume_key.h).
-#include "snapshotter/image_volume_key.h"
+#include "snapshotter/content/image_volume_key.h"
 
 #include <vector>
 

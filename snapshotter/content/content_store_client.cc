@@ -1,5 +1,5 @@
 // GrpcContentStore: containerd.services.content.v1.Content over containerd's unix socket.
-#include "snapshotter/content_store_client.h"
+#include "snapshotter/content/content_store_client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <string.h>

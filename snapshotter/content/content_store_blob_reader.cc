@@ -1,5 +1,5 @@
 // Verified reads of layers in containerd's content store (see content_store_blob_reader.h).
-#include "snapshotter/content_store_blob_reader.h"
+#include "snapshotter/content/content_store_blob_reader.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,5 +1,5 @@
 // SQLite-backed snapshot metadata (see metadata_store.h).
-#include "snapshotter/metadata_store.h"
+#include "snapshotter/store/metadata_store.h"
 
 #include <sqlite3.h>
 

@@ -1,5 +1,5 @@
 // gRPC glue for the snapshots service (see snapshots_service.h).
-#include "snapshotter/snapshots_service.h"
+#include "snapshotter/service/snapshots_service.h"
 
 #include <google/protobuf/util/time_util.h>
 

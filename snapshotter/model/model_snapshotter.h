@@ -88,13 +88,13 @@
 #include "core/resolve/registry_clients.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
-#include "snapshotter/content_store_blob_reader.h"
-#include "snapshotter/content_store_client.h"
-#include "snapshotter/image_volume_key.h"
-#include "snapshotter/model_mounter.h"
-#include "snapshotter/overlay_snapshotter.h"
-#include "snapshotter/policy_gate.h"
-#include "snapshotter/snapshotter.h"
+#include "snapshotter/content/content_store_blob_reader.h"
+#include "snapshotter/content/content_store_client.h"
+#include "snapshotter/content/image_volume_key.h"
+#include "snapshotter/model/model_mounter.h"
+#include "snapshotter/policy/policy_gate.h"
+#include "snapshotter/store/overlay_snapshotter.h"
+#include "snapshotter/store/snapshotter.h"
 
 namespace modelfs::snapshotter {
 

@@ -1,5 +1,5 @@
 // containerd overlay snapshotter semantics (see overlay_snapshotter.h).
-#include "snapshotter/overlay_snapshotter.h"
+#include "snapshotter/store/overlay_snapshotter.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "snapshotter/metadata_store.h"
+#include "snapshotter/store/metadata_store.h"
 
 namespace modelfs::snapshotter {
 

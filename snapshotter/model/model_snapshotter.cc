@@ -1,5 +1,5 @@
 // Lazily mounted model layers over the overlay snapshotter (see model_snapshotter.h).
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/stale_mount.h"
-#include "snapshotter/model_records.h"
+#include "snapshotter/model/model_records.h"
 
 namespace modelfs::snapshotter {
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // Stored model records (see model_records.h).
-#include "snapshotter/model_records.h"
+#include "snapshotter/model/model_records.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

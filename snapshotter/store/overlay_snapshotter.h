@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "snapshotter/metadata_store.h"
-#include "snapshotter/snapshotter.h"
+#include "snapshotter/store/metadata_store.h"
+#include "snapshotter/store/snapshotter.h"
 
 namespace modelfs::snapshotter {
 

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
-#include "snapshotter/model_hosts.h"
-#include "snapshotter/model_records.h"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_records.h"
+#include "snapshotter/model/model_snapshotter.h"
+#include "snapshotter/policy/model_hosts.h"
 
 namespace modelfs::snapshotter {
 namespace {

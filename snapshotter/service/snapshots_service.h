@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "containerd/services/snapshots/v1/snapshots.grpc.pb.h"
-#include "snapshotter/snapshotter.h"
+#include "snapshotter/store/snapshotter.h"
 
 namespace modelfs::snapshotter {
 

@@ -44,7 +44,7 @@
 #include "core/model/layer_routing_reader.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
-#include "snapshotter/content_store_client.h"
+#include "snapshotter/content/content_store_client.h"
 
 namespace modelfs::snapshotter {
 

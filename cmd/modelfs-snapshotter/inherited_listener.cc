@@ -1,5 +1,5 @@
 // Accepting on an inherited listening socket (see inherited_listener.h).
-#include "snapshotter/inherited_listener.h"
+#include "cmd/modelfs-snapshotter/inherited_listener.h"
 
 #include <errno.h>
 #include <fcntl.h>
