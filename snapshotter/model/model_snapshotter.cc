@@ -19,7 +19,7 @@
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/stale_mount.h"
-#include "snapshotter/model/model_records.h"
+#include "host/model_records.h"
 
 namespace modelfs::snapshotter {
 namespace fs = std::filesystem;
@@ -30,17 +30,27 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
       models_dir_(options_.root / "models"),
       lock_fd_(parts.root_lock_fd),
       clock_(parts.clock != nullptr ? parts.clock : Clock::Real()) {
-  if (parts.connect_registry) {
-    registry_ = std::make_unique<RegistryClients>(std::move(parts.connect_registry));
-  }
-  source_ = std::move(parts.source);
-  decoding_ = std::move(parts.decoding);
-  cache_ = std::move(parts.cache);
   owned_content_store_ = std::move(parts.owned_content_store);
   content_store_ =
       parts.content_store != nullptr ? parts.content_store : owned_content_store_.get();
-  mounter_ = std::move(parts.mounter);
+  if (content_store_ != nullptr) {
+    ContentStoreReaderOptions ro;
+    ro.clock = clock_;
+    content_reader_ = std::make_unique<ContentStoreBlobReader>(content_store_, ro);
+  }
   base_ = std::move(parts.base);
+  if (parts.mounter && parts.source && parts.cache && parts.connect_registry) {
+    ModelHostParts hp;
+    hp.connect_registry = std::move(parts.connect_registry);
+    hp.source = std::move(parts.source);
+    hp.decoding = std::move(parts.decoding);
+    hp.cache = std::move(parts.cache);
+    hp.mounter = std::move(parts.mounter);
+    hp.preferred = content_reader_.get();
+    absl::StatusOr<std::unique_ptr<ModelHost>> host = ModelHost::Create(
+        ModelHostOptions{options_.prefetch, options_.insecure_stream, models_dir_}, std::move(hp));
+    if (host.ok()) host_ = *std::move(host);
+  }
 }
 
 void ModelSnapshotter::Log(const std::string& line) const {
@@ -116,34 +126,26 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
   std::unique_ptr<ModelSnapshotter> s(new ModelSnapshotter(std::move(options), std::move(parts)));
   const ModelSnapshotterOptions& o = s->options_;
   if (o.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
-  if (!s->mounter_ || !s->base_ || !s->source_ || !s->cache_ || !s->registry_) {
+  if (!s->host_ || !s->base_) {
     return absl::InvalidArgumentError(
         "snapshotter: the mounter, the overlay snapshotter, the cache with its source and the "
         "registry connector are all required");
   }
   std::error_code ec;
   s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
-  s->pipeline_ = std::make_unique<ModelPipeline>(
-      s->cache_.get(), PipelineOptions{o.prefetch, o.insecure_stream, s->decoding_.get()});
-  if (s->content_store_ != nullptr) {
-    ContentStoreReaderOptions ro;
-    ro.clock = s->clock_;
-    s->content_reader_ = std::make_unique<ContentStoreBlobReader>(s->content_store_, ro);
-  }
   if (!o.policy.empty()) {
     ModelSnapshotter* raw = s.get();
     s->policy_gate_ = std::make_unique<PolicyGate>(
         o.policy, [raw](const std::string& registry) -> absl::StatusOr<SignatureStore*> {
-          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, raw->registry_->For(registry));
+          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client,
+                           raw->host_->registry().For(registry));
           absl::MutexLock lock(&raw->mu_);
           std::unique_ptr<RegistrySignatureStore>& store = raw->signature_stores_[registry];
-          // The client lives in registry_ as long as the snapshotter.
+          // The client lives in the host's RegistryClients as long as the snapshotter.
           if (!store) store = std::make_unique<RegistrySignatureStore>(client.get());
           return store.get();
         });
   }
-  s->reader_ = std::make_unique<LayerRoutingReader>(s->content_reader_.get(), s->cache_.get());
-  s->tree_ = std::make_shared<ModelTree>(s->reader_.get());
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -201,26 +203,24 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
     // with no one serving it yet, a stat would block.)
     s->RestoreModels(names);
     s->RestoreContentSnapshots(content);
-    absl::StatusOr<std::unique_ptr<ModelMount>> adopted =
-        s->mounter_->Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), s->tree_, fuse_options);
+    absl::Status adopted = s->host_->Adopt(o.inherited_fuse_fd, s->mnt_dir_.string(), fuse_options);
     if (adopted.ok()) {
-      s->fuse_ = *std::move(adopted);
       s->Log(absl::StrCat("serving the inherited FUSE connection of ", s->mnt_dir_.string(), " (",
                           names.size(), " models)"));
     } else {
       // A connection that cannot be resumed must not keep the daemon down: mount afresh
       // (containers holding the old mount see errors, as without a store).
-      s->Log(absl::StrCat("cannot resume the inherited FUSE connection (",
-                          adopted.status().ToString(), "); mounting afresh"));
+      s->Log(absl::StrCat("cannot resume the inherited FUSE connection (", adopted.ToString(),
+                          "); mounting afresh"));
       ::close(o.inherited_fuse_fd);
-      s->mounter_->LazyUnmount(s->mnt_dir_.string());
+      s->host_->LazyUnmount(s->mnt_dir_.string());
       fs::create_directories(s->mnt_dir_, ec);
-      ASSIGN_OR_RETURN(s->fuse_, s->mounter_->Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
+      RETURN_IF_ERROR(s->host_->Mount(s->mnt_dir_.string(), fuse_options));
     }
   } else {
     fs::create_directories(s->mnt_dir_, ec);
-    RETURN_IF_ERROR(s->mounter_->DetachStaleMount(s->mnt_dir_.string()));
-    ASSIGN_OR_RETURN(s->fuse_, s->mounter_->Mount(s->mnt_dir_.string(), s->tree_, fuse_options));
+    RETURN_IF_ERROR(s->host_->DetachStaleMount(s->mnt_dir_.string()));
+    RETURN_IF_ERROR(s->host_->Mount(s->mnt_dir_.string(), fuse_options));
     if (!names.empty() || !content.empty()) {
       s->restorer_ = std::thread([raw = s.get(), names, content] {
         raw->RestoreModels(names);
@@ -246,7 +246,7 @@ absl::Status ModelSnapshotter::Shutdown(bool keep_mount) {
   stopping_ = true;
   if (restorer_.joinable()) restorer_.join();
   absl::Status st;
-  if (fuse_) st = keep_mount ? fuse_->Detach() : fuse_->Unmount();
+  if (host_) st = host_->Unmount(keep_mount);
   return st;
 }
 
@@ -304,10 +304,8 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::Status st;
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
-      absl::StatusOr<std::shared_ptr<RegistryClient>> client = registry_->For(rm->registry);
       // The model was in use before the restart: its prefetch goes on at once.
-      st =
-          client.ok() ? RegisterModel(name, *rm, *client, PrefetchStart::kAtOnce) : client.status();
+      st = RegisterModel(name, *rm, PrefetchStart::kAtOnce);
     } else {
       st = rm.status();
     }
@@ -328,8 +326,8 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
       ++changes_;
     }
     if (orphaned && st.ok()) {
-      (void)tree_->RemoveModel(name);
-      pipeline_->Unregister(rm->model_descriptor.digest.str());
+      (void)host_->tree().RemoveModel(name);
+      host_->pipeline().Unregister(rm->model_descriptor.digest.str());
     }
   }
 }
@@ -393,7 +391,7 @@ absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) 
   }
   lock.Release();
   // A container is about to use these models: their deferred prefetch starts now.
-  for (const std::string& model_ref : used) pipeline_->StartPrefetch(model_ref);
+  for (const std::string& model_ref : used) host_->pipeline().StartPrefetch(model_ref);
   return absl::OkStatus();
 }
 
@@ -543,12 +541,11 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     models_.erase(it);
   }
   // The last snapshot of the model is gone: take it out of the tree and the cache's references.
-  if (absl::Status st = fuse_->RemoveModel(name); !st.ok() && !absl::IsNotFound(st)) {
+  if (absl::Status st = host_->Remove(name, model_ref); !st.ok() && !absl::IsNotFound(st)) {
     Log(absl::StrCat("model ", name, ": ", st.ToString()));
   }
-  if (!model_ref.empty()) pipeline_->Unregister(model_ref);
   if (!model_ref.empty() && content_reader_) content_reader_->RemoveModel(model_ref);
-  (void)DeleteModelRecord(models_dir_, name);
+  (void)host_->DeleteRecord(name);
   Log(absl::StrCat("model ", name, " removed with its last snapshot ", key));
   return absl::OkStatus();
 }
@@ -573,7 +570,7 @@ absl::StatusOr<Usage> ModelSnapshotter::GetUsage(const std::string& key) {
 
 absl::Status ModelSnapshotter::Cleanup() {
   RETURN_IF_ERROR(base_->Cleanup());
-  cache_->EnforceSizeLimit();
+  host_->cache().EnforceSizeLimit();
   return absl::OkStatus();
 }
 

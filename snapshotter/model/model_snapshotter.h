@@ -53,7 +53,9 @@
 // model_snapshotter_registry.cc the remote Prepare of a volume layer from a registry (binding,
 // model hosts, policy); model_snapshotter_content.cc the image volumes served from containerd's
 // content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
-// ones, tests their own.
+// ones, tests their own. What serves the models (registry clients, cache, pipeline, tree, FUSE
+// mount, records) is made of them: a ModelHost (host/model_host.h), over which this class is
+// containerd's snapshot decorator.
 //
 // Thread-safety: every method may be called concurrently. Lock order: OverlaySnapshotter's
 // locks before mu_ (the lower-directory resolver takes mu_); mu_ is never held across a call
@@ -88,10 +90,11 @@
 #include "core/resolve/registry_clients.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
+#include "host/model_host.h"
+#include "host/model_mounter.h"
 #include "snapshotter/content/content_store_blob_reader.h"
 #include "snapshotter/content/content_store_client.h"
 #include "snapshotter/content/image_volume_key.h"
-#include "snapshotter/model/model_mounter.h"
 #include "snapshotter/policy/policy_gate.h"
 #include "snapshotter/store/overlay_snapshotter.h"
 #include "snapshotter/store/snapshotter.h"
@@ -213,7 +216,7 @@ class ModelSnapshotter final : public Snapshotter {
   absl::Status Shutdown(bool keep_mount = false);
 
   // The /dev/fuse fd of <root>/mnt, to hand to a file descriptor store.
-  int fuse_fd() const { return fuse_->fuse_fd(); }
+  int fuse_fd() const { return host_->fuse_fd(); }
 
   absl::StatusOr<std::vector<Mount>> Prepare(const std::string& key, const std::string& parent,
                                              const Labels& labels) override;
@@ -235,11 +238,11 @@ class ModelSnapshotter final : public Snapshotter {
   bool WaitRestored(absl::Duration timeout);
   // Names (sha256-<hex>) of registered models.
   std::vector<std::string> ActiveModels() const;
-  CacheStats cache_stats() const { return cache_->stats(); }
+  CacheStats cache_stats() const { return host_->cache().stats(); }
   // One layer as the cache knows it (references held by registered models). kNotFound when the
   // cache knows nothing about it.
   absl::StatusOr<BlobCache::LayerInfo> cache_layer_info(const Digest& layer) const {
-    return cache_->GetLayerInfo(layer);
+    return host_->cache().GetLayerInfo(layer);
   }
   RemotePrepareCounts remote_counts() const;
   // Refusals by the policy, by reason (empty without a policy).
@@ -314,10 +317,9 @@ class ModelSnapshotter final : public Snapshotter {
   // Ends what BeginRegistration began: ready, or failed with `st` (forgotten when no snapshot
   // uses it); wakes the waiters. Returns `st`.
   absl::Status FinishRegistration(const std::string& name, absl::Status st);
-  absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm,
-                           std::shared_ptr<RegistryClient> client);
+  absl::Status EnsureModel(const std::string& name, const ResolvedModel& rm);
   absl::Status RegisterModel(const std::string& name, const ResolvedModel& rm,
-                             std::shared_ptr<RegistryClient> client, PrefetchStart prefetch);
+                             PrefetchStart prefetch);
   // Image volumes naming M itself (model_snapshotter_content.cc). PrepareFromContentStore:
   // kFailedPrecondition / kInvalidArgument / kNotFound / kUnavailable mean "not served from the
   // content store" (the caller makes the ordinary snapshot); kDataLoss is a verification
@@ -369,21 +371,16 @@ class ModelSnapshotter final : public Snapshotter {
   const std::filesystem::path models_dir_;
   int lock_fd_ = -1;
   Clock* const clock_;
-  // One pull client per registry (V's, and M's when V's record names another registry); null
-  // when no connector was given (Create refuses that).
-  std::unique_ptr<RegistryClients> registry_;
 
-  std::unique_ptr<RegistryRoutingSource> source_;
-  std::unique_ptr<DecodingBlobSource> decoding_;  // over source_; may be null
-  std::unique_ptr<BlobCache> cache_;
-  std::unique_ptr<ModelPipeline> pipeline_;                 // over cache_
   std::unique_ptr<ContentStore> owned_content_store_;       // the client of containerd_address
   ContentStore* content_store_ = nullptr;                   // null without containerd_address
   std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
-  std::unique_ptr<LayerRoutingReader> reader_;  // what tree_ reads: content store, else cache_
-  std::shared_ptr<ModelTree> tree_;
-  std::unique_ptr<ModelMounter> mounter_;
-  std::unique_ptr<ModelMount> fuse_;
+  // The registry clients (one per registry: V's, and M's when V's record names another), the
+  // cache, the pipeline, the tree (reading content_reader_'s layers there, the rest from the
+  // cache), the FUSE mount of <root>/mnt and the records under <root>/models. Declared after
+  // content_reader_, which it reads through. Null when a required part was missing (Create
+  // refuses that).
+  std::unique_ptr<ModelHost> host_;
   std::unique_ptr<OverlaySnapshotter> base_;
   std::thread restorer_;
   std::atomic<bool> stopping_{false};

@@ -44,11 +44,12 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
   LoadOptions lo;
   lo.reference = rm.ref.String();
   // Tar layers are verified whole here (their headers are read); raw layers on first use.
-  absl::StatusOr<LoadedModel> loaded =
-      st.ok() ? AssembleModel(rm, *reader_, "whole-layer", lo) : absl::StatusOr<LoadedModel>(st);
+  absl::StatusOr<LoadedModel> loaded = st.ok()
+                                           ? AssembleModel(rm, host_->reader(), "whole-layer", lo)
+                                           : absl::StatusOr<LoadedModel>(st);
   if (loaded.ok()) {
-    st = tree_->AddModel(name, loaded->files, loaded->synthetic,
-                         ModelOptions{.mtime_sec = loaded->mtime_sec});
+    st = host_->tree().AddModel(name, loaded->files, loaded->synthetic,
+                                ModelOptions{.mtime_sec = loaded->mtime_sec});
     if (absl::IsAlreadyExists(st)) st = absl::OkStatus();
   } else {
     st = loaded.status();
@@ -76,15 +77,10 @@ absl::Status ModelSnapshotter::RegisterDecodedContentModel(const std::string& na
   // every layer of the model from the content store instead (each checked against its digest;
   // the compressed ones decompressed and checked against the config's diffIds before the
   // model is served), as it reads them from a registry for V.
-  auto content = std::make_shared<ContentStoreBlobSource>(content_store_, ns);
-  for (const ModelLayer& l : rm.layers) source_->AddSource(l.descriptor.digest, content);
-  auto serve = [&](const LoadedModel& m) {
-    absl::Status added =
-        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
-    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
-  };
-  ASSIGN_OR_RETURN(LoadedModel loaded,
-                   pipeline_->Register(rm, rm.ref.String(), serve, PrefetchStart::kAtOnce));
+  ASSIGN_OR_RETURN(
+      LoadedModel loaded,
+      host_->RegisterFrom(name, rm, std::make_shared<ContentStoreBlobSource>(content_store_, ns),
+                          PrefetchStart::kAtOnce));
   Log(absl::StrCat(
       "model ", rm.model_descriptor.digest.str(), " from containerd's content store (namespace \"",
       ns, "\") registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(), " files, ",
@@ -153,7 +149,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
       }
     }
     if (drop) {
-      (void)tree_->RemoveModel(name);
+      (void)host_->tree().RemoveModel(name);
       content_reader_->RemoveModel(rm.model_descriptor.digest.str());
     }
     // The caller then makes the ordinary snapshot, which reports the same error (an existing
@@ -232,7 +228,7 @@ std::optional<absl::StatusOr<std::vector<Mount>>> ModelSnapshotter::ContentMount
   auto ns = info->labels.find(kLabelContentNamespace);
   if (model == info->labels.end() || ns == info->labels.end()) return std::nullopt;
   const std::string name = model->second;
-  if (!tree_->HasModel(name)) {
+  if (!host_->tree().HasModel(name)) {
     // After a restart whose background registration has not got here yet (or failed).
     absl::StatusOr<SnapshotRecord> rec = base_->Record(key);
     absl::Status st =

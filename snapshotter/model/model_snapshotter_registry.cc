@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
-#include "snapshotter/model/model_records.h"
+#include "host/model_records.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "snapshotter/policy/model_hosts.h"
 
@@ -93,28 +93,20 @@ std::optional<std::string> ModelSnapshotter::MissingCriLabel(const Labels& label
 }
 
 absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const ResolvedModel& rm,
-                                             std::shared_ptr<RegistryClient> client,
                                              PrefetchStart prefetch) {
-  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
-  auto serve = [&](const LoadedModel& m) {
-    absl::Status added =
-        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
-    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
-  };
-  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline_->Register(rm, rm.ref.String(), serve, prefetch));
+  ASSIGN_OR_RETURN(LoadedModel loaded, host_->Register(name, rm, prefetch));
   Log(absl::StrCat("model ", rm.model_descriptor.digest.str(), " from ", rm.ref.String(),
                    " registered at ", (mnt_dir_ / name).string(), " (", loaded.files.size(),
                    " files, ", loaded.verification, " verification)"));
   return absl::OkStatus();
 }
 
-absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm,
-                                           std::shared_ptr<RegistryClient> client) {
+absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm) {
   ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
   if (!mine) return absl::OkStatus();
-  absl::Status st = SaveModelRecord(models_dir_, name, rm);
+  absl::Status st = host_->SaveRecord(name, rm);
   // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
-  if (st.ok()) st = RegisterModel(name, rm, std::move(client), PrefetchStart::kOnStartPrefetch);
+  if (st.ok()) st = RegisterModel(name, rm, PrefetchStart::kOnStartPrefetch);
   return FinishRegistration(name, std::move(st));
 }
 
@@ -222,7 +214,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(ImageReference ref,
                    ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
   const Digest& model = volume.model.digest;
-  absl::StatusOr<std::shared_ptr<RegistryClient>> client = registry_->For(ref.registry());
+  absl::StatusOr<std::shared_ptr<RegistryClient>> client = host_->registry().For(ref.registry());
   if (!client.ok()) return AsUnreachable(client.status(), ref, model, ref.registry());
   // ResolveModel asks for another registry only when V's record names M there, and before it
   // fetches anything of M: the one place to hold V to the hosts the admin allowed.
@@ -232,7 +224,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
       **client, ref,
       [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
         asking = registry;
-        return registry_->For(registry);
+        return host_->registry().For(registry);
       },
       [&](const std::string& registry, const std::string& repository) {
         host_refusal = CheckModelHost(ref, model, registry, repository);
@@ -252,9 +244,9 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
   // M's layers are read from M's registry, which V's record may name apart from V's.
-  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = registry_->For(rm.registry);
+  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = host_->registry().For(rm.registry);
   if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
-  if (absl::Status st = EnsureModel(name, rm, *model_client); !st.ok()) {
+  if (absl::Status st = EnsureModel(name, rm); !st.ok()) {
     return AsUnreachable(st, ref, model, rm.registry);
   }
 
@@ -311,7 +303,7 @@ absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const 
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
   RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
   ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
   if (top.digest != pinned_digest) {
     return absl::DataLossError(absl::StrCat("volume image ", named.String(), " has digest ",
@@ -374,7 +366,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   if (!listed) return absl::NotFoundError("not in lazy_images");
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
   ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
   if (!volume) return absl::NotFoundError("no volume image among its referrers");
   // Only the top layer is answered: the layers below it (a base image other images share)
@@ -414,7 +406,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
       ResolveModel(
           *client, vref,
           [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-            return registry_->For(registry);
+            return host_->registry().For(registry);
           },
           [&](const std::string& registry, const std::string& repository) {
             host_refusal = CheckModelHost(vref, pinned_digest, registry, repository);
@@ -427,8 +419,8 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
         "volume image ", vref.String(), " is not a referrer of ", named.String(), "@", pinned));
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, registry_->For(rm.registry));
-  RETURN_IF_ERROR(EnsureModel(name, rm, model_client));
+  RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
+  RETURN_IF_ERROR(EnsureModel(name, rm));
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;

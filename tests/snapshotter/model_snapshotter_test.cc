@@ -33,7 +33,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "snapshotter/content/content_store_model.h"
-#include "snapshotter/model/model_records.h"
+#include "host/model_records.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "tests/snapshotter/fake_content_store.h"
 #include "tests/testing/fake_clock.h"

@@ -16,7 +16,7 @@
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
 
-namespace modelfs::snapshotter {
+namespace modelfs {
 
 // One served FUSE mount of a tree of models (FuseMount's operations the snapshotter uses).
 class ModelMount {
@@ -55,4 +55,4 @@ class ModelMounter {
 // The kernel's: FuseMount, DetachStaleMount and umount2.
 std::unique_ptr<ModelMounter> NewFuseModelMounter();
 
-}  // namespace modelfs::snapshotter
+}  // namespace modelfs

@@ -1,5 +1,5 @@
 // The kernel's ModelMounter: FuseMount for the tree of models, umount2 for the rest.
-#include "snapshotter/model/model_mounter.h"
+#include "host/model_mounter.h"
 
 #include <sys/mount.h>
 
@@ -8,7 +8,7 @@
 #include "core/status/status_macros.h"
 #include "fuse/stale_mount.h"
 
-namespace modelfs::snapshotter {
+namespace modelfs {
 namespace {
 
 class FuseModelMount final : public ModelMount {
@@ -51,4 +51,4 @@ class FuseModelMounter final : public ModelMounter {
 
 std::unique_ptr<ModelMounter> NewFuseModelMounter() { return std::make_unique<FuseModelMounter>(); }
 
-}  // namespace modelfs::snapshotter
+}  // namespace modelfs

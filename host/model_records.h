@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "core/resolve/model_ref.h"
 
-namespace modelfs::snapshotter {
+namespace modelfs {
 
 // Writes rm's record as <models_dir>/<name>. OK (and no write) if it already exists.
 absl::Status SaveModelRecord(const std::filesystem::path& models_dir, const std::string& name,
@@ -34,4 +34,4 @@ absl::Status DeleteModelRecord(const std::filesystem::path& models_dir, const st
 // Names of the stored records (sorted).
 std::vector<std::string> ListModelRecords(const std::filesystem::path& models_dir);
 
-}  // namespace modelfs::snapshotter
+}  // namespace modelfs

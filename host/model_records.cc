@@ -1,5 +1,5 @@
 // Stored model records (see model_records.h).
-#include "snapshotter/model/model_records.h"
+#include "host/model_records.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 #include "core/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
-namespace modelfs::snapshotter {
+namespace modelfs {
 namespace fs = std::filesystem;
 namespace {
 
@@ -234,4 +234,4 @@ std::vector<std::string> ListModelRecords(const fs::path& models_dir) {
   return out;
 }
 
-}  // namespace modelfs::snapshotter
+}  // namespace modelfs
