@@ -39,29 +39,25 @@ RULES = [
     ("core/hub", 3, ["core/formats", "core/oci", "core/io", "core/http", "core/base",
                      "core/text", "core/status"]),
     ("core/trust", 4, ["core/registry", "core/oci", "core/base", "core/text", "core/status"]),
-    ("core/publish", 4, ["core/registry", "core/hub", "core/formats", "core/oci", "core/io",
+    ("core/publish", 5, ["core/registry", "core/hub", "core/formats", "core/oci", "core/io",
                          "core/base", "core/text", "core/status",
                          "core/resolve"]),
-    # house-host's resolution layer (ResolveModel, its fetchers and clients): below core/model,
+    # Resolution (ResolveModel, its fetchers and clients): below core/model and core/publish,
     # above the registry, the OCI code and the cache.
     ("core/resolve", 4, ["core/registry", "core/oci", "core/cache", "core/formats", "core/io",
                          "core/http", "core/base", "core/text", "core/status"]),
     ("core/model", 5, ["core/resolve", "core/cache", "core/registry", "core/formats",
-                       "core/oci", "core/io", "core/base", "core/text", "core/status",
-                       # Until house-host moves resolution to core/resolve and the identity
-                       # record to core/oci (issue 34, part 2); the lead drops these two then.
-                       "core/publish", "core/hub"]),
+                       "core/oci", "core/io", "core/base", "core/text", "core/status"]),
     ("fuse", 6, ["core/oci", "core/base", "core/text", "core/status",
                  # ModelTree's header-only seams: the filesystem sees the cache through the
                  # BlobReader interface and a model's files as TreeFile values, and links
                  # neither library (design.md §1, "Two seams").
                  "core/cache/blob_reader.h", "core/model/tree_file.h"]),
     ("proto", 6, []),
-    # house-host's model host, which both binaries share: above fuse/ and core/model.
+    # The model host: above fuse/ and core/model, below snapshotter/ and cmd/.
     ("host", 7, ["fuse", "core/*", "proto"]),
     ("snapshotter", 8, ["host", "fuse", "proto", "core/*", "snapshotter/*"]),
-    # house-host's split of snapshotter/, one subfolder per target (names as expected; the lead
-    # renames the rows at merge if they differ).
+    # snapshotter/, one subfolder per target.
     ("snapshotter/store", 8, ["core/*"]),
     ("snapshotter/service", 8, ["snapshotter/store", "proto", "core/*"]),
     ("snapshotter/content", 8, ["proto", "core/*"]),

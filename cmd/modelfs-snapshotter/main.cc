@@ -19,16 +19,16 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cmd/modelfs-snapshotter/daemon_config.h"
+#include "cmd/modelfs-snapshotter/inherited_listener.h"
+#include "cmd/modelfs-snapshotter/metrics.h"
 #include "core/base/clock.h"
 #include "core/base/heap.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
-#include "snapshotter/daemon_config.h"
-#include "snapshotter/inherited_listener.h"
-#include "snapshotter/metrics.h"
-#include "snapshotter/model_snapshotter.h"
-#include "snapshotter/snapshots_service.h"
+#include "snapshotter/model/model_snapshotter.h"
+#include "snapshotter/service/snapshots_service.h"
 
 namespace modelfs::snapshotter {
 namespace {

@@ -12,10 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/formats/pickle_scan.h"
-#include "core/hub/identity.h"
-#include "core/publish/model_ref.h"
+#include "core/oci/model_identity.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
+#include "core/resolve/model_ref.h"
 #include "core/text/number_format.h"  // WithCommas, for every command's text output
 #include "core/trust/keys.h"
 #include "nlohmann/json.hpp"

@@ -1,16 +1,16 @@
 // `modelfs inspect REF`: a ModelPack artifact in a registry (or a volume image, followed to its
 // model), from its manifest and config alone: what the config says, the identity record
-// (core/hub/identity.h) and the files. No layer is downloaded.
+// (core/oci/model_identity.h) and the files. No layer is downloaded.
 #include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cmd/modelfs/cli.h"
-#include "core/hub/identity.h"
 #include "core/io/range_reader.h"
-#include "core/publish/model_ref.h"
+#include "core/oci/model_identity.h"
 #include "core/publish/push.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 

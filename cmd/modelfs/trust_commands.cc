@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cmd/modelfs/cli.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "core/trust/enforce.h"

@@ -7,12 +7,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/hub/identity.h"
 #include "core/model/blob_range_reader.h"
 #include "core/model/modelinfo.h"
 #include "core/oci/image_tree.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
+#include "core/oci/model_identity.h"
 #include "core/oci/model_time.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"

@@ -15,7 +15,7 @@
 #include "core/cache/decoding_blob_source.h"
 #include "core/model/tree_file.h"
 #include "core/oci/image_tree.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 
 namespace modelfs {
 

@@ -34,7 +34,7 @@
 #include "core/cache/blob_cache.h"
 #include "core/model/model_loader.h"
 #include "core/model/tree_file.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 
 namespace modelfs {
 

@@ -46,7 +46,8 @@ struct ModelInfoContext {
   // How each layer of M (by digest) is served (LoadedModel::layer_serving): "layerServing",
   // written only when not empty.
   std::map<std::string, std::string> layer_serving;
-  // The identity record (core/hub/identity.h IdentityToJson); written as given, null if unset.
+  // The identity record (core/oci/model_identity.h IdentityToJson); written as given, null if
+  // unset.
   nlohmann::json identity;
   // For a state artifact (core/oci/state_artifact.h): its config and the model it belongs to,
   // written by MakeModelInfoFile as "state" when set (docs/modelinfo.md); absent for a model.

@@ -23,7 +23,7 @@
 #include "core/oci/media_types.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {

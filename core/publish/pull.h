@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/publish/model_ref.h"
 #include "core/publish/push.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
+#include "core/resolve/model_ref.h"
 
 namespace modelfs {
 

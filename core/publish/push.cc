@@ -20,11 +20,11 @@
 #include "absl/strings/str_join.h"
 #include "core/formats/model_inspect.h"
 #include "core/formats/pickle_scan.h"
-#include "core/hub/identity.h"
 #include "core/hub/lock_file.h"
 #include "core/io/range_reader.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
+#include "core/oci/model_identity.h"
 #include "core/oci/model_time.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/path_safety.h"
@@ -32,8 +32,8 @@
 #include "core/oci/tar.h"
 #include "core/oci/volume_image.h"
 #include "core/oci/zstd_frames.h"
-#include "core/publish/model_ref.h"
 #include "core/publish/push_inputs.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {

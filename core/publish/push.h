@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/hub/identity.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/descriptor.h"
+#include "core/oci/model_identity.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "nlohmann/json.hpp"
@@ -55,7 +55,7 @@ struct PushOptions {
   // entry or a pickle stream) are refused unless this is set; then M's manifest records them
   // (kAnnotationPickleAllowed, ...Files, ...Flagged).
   bool allow_pickle = false;
-  // The identity record from flags (core/hub/identity.h). It overrides what README.md's model
+  // The identity record from flags (core/oci/model_identity.h). It overrides what README.md's model
   // card front matter says; the tokenizer hash is computed from the files; source_url and
   // revision come from a directory's modelfs.lock.json.
   ModelIdentity identity;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/formats/pickle_scan.h"
+#include "core/hub/identity.h"
 #include "core/hub/model_card.h"
 #include "core/io/range_reader.h"
 #include "core/oci/model_time.h"

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/hub/identity.h"
 #include "core/hub/lock_file.h"
 #include "core/oci/digest.h"
+#include "core/oci/model_identity.h"
 #include "core/publish/push.h"
 
 namespace modelfs::publish_internal {

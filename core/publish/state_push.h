@@ -17,9 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/oci/state_artifact.h"
-#include "core/publish/model_ref.h"
 #include "core/publish/push.h"
 #include "core/registry/registry_client.h"
+#include "core/resolve/model_ref.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs {

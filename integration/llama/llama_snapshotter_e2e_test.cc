@@ -23,7 +23,7 @@
 #include "core/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "integration/llama/llama_test_env.h"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 #include "testsupport/harness/publish_test_env.h"
 #include "testsupport/testing/skip.h"
 #include "testsupport/testing/status_matchers.h"

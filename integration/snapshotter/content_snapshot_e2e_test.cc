@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 #include "testsupport/fakes/fake_content_store.h"
 #include "testsupport/harness/publish_test_env.h"
 #include "testsupport/testing/skip.h"

@@ -2,7 +2,7 @@
 // remote Prepare of a volume image's layer, the snapshots on top of it, the failures (and the
 // one fallback, without CRI labels), and a restart that re-registers the model while the
 // registry is down.
-#include "snapshotter/model_snapshotter.h"
+#include "snapshotter/model/model_snapshotter.h"
 
 #include <sys/mount.h>
 #include <unistd.h>

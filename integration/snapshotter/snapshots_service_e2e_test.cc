@@ -1,9 +1,9 @@
 // containerd snapshotter testsuite behaviours (snapshots/testsuite), run against the
 // Snapshots gRPC service over a real channel on a unix socket. The mount tests mount the
 // returned overlays for real when running as root.
-#include "snapshotter/model_snapshotter.h"
-#include "snapshotter/overlay_snapshotter.h"
-#include "snapshotter/snapshots_service.h"
+#include "snapshotter/model/model_snapshotter.h"
+#include "snapshotter/service/snapshots_service.h"
+#include "snapshotter/store/overlay_snapshotter.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>

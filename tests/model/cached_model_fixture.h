@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "core/cache/blob_cache.h"
 #include "core/oci/media_types.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "gtest/gtest.h"
 #include "tests/cache/fake_remote.h"
 #include "testsupport/testing/status_matchers.h"

@@ -8,7 +8,7 @@
 #include "core/oci/media_types.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/state_artifact.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {

@@ -10,9 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/oci/manifest.h"
 #include "core/oci/modelpack.h"
-#include "snapshotter/content_store_blob_reader.h"
-#include "snapshotter/content_store_model.h"
-#include "snapshotter/image_volume_key.h"
+#include "snapshotter/content/content_store_blob_reader.h"
+#include "snapshotter/content/content_store_model.h"
+#include "snapshotter/content/image_volume_key.h"
 #include "testsupport/fakes/fake_content_store.h"
 #include "testsupport/testing/status_matchers.h"
 

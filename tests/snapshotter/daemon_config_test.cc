@@ -1,4 +1,4 @@
-#include "snapshotter/daemon_config.h"
+#include "cmd/modelfs-snapshotter/daemon_config.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,5 +1,5 @@
 // Unit tests for MetadataStore: containerd snapshots/storage behaviours on SQLite.
-#include "snapshotter/metadata_store.h"
+#include "snapshotter/store/metadata_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -10,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cmd/modelfs-snapshotter/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "snapshotter/metrics.h"
 
 namespace modelfs::snapshotter {
 namespace {

@@ -1,4 +1,4 @@
-#include "snapshotter/metrics.h"
+#include "cmd/modelfs-snapshotter/metrics.h"
 
 #include <curl/curl.h>
 

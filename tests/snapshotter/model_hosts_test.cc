@@ -1,6 +1,6 @@
 // model_hosts entries (model_hosts.h): their forms, what each allows, and the refusal a volume
 // image gets for a repository none allows.
-#include "snapshotter/model_hosts.h"
+#include "snapshotter/policy/model_hosts.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

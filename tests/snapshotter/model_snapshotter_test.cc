@@ -32,9 +32,9 @@
 #include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "snapshotter/content_store_model.h"
-#include "snapshotter/model_records.h"
-#include "snapshotter/model_snapshotter.h"
+#include "host/model_records.h"
+#include "snapshotter/content/content_store_model.h"
+#include "snapshotter/model/model_snapshotter.h"
 #include "testsupport/fakes/fake_content_store.h"
 #include "testsupport/testing/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
@@ -174,7 +174,7 @@ class ModelSnapshotterTest : public ::testing::Test {
     ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
     parts.content_store = &store_;
     parts.connect_registry =
-        [this](const std::string& registry) -> absl::StatusOr<std::unique_ptr<RegistryClient>> {
+        [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
       {
         absl::MutexLock lock(&log_mu_);
         connected_.push_back(registry);

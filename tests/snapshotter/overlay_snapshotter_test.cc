@@ -1,6 +1,6 @@
 // Unit tests for OverlaySnapshotter: directory layout, mount shapes, Cleanup and Usage, on a
 // temporary root (no mounting; snapshots_service_e2e_test mounts for real).
-#include "snapshotter/overlay_snapshotter.h"
+#include "snapshotter/store/overlay_snapshotter.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // policy read again when its file changes, and a policy that cannot be read refusing all.
 // Signatures are real (a P-256 key made here, payloads built and signed as cosign does); the
 // store is a fake that counts fetches and can fail.
-#include "snapshotter/policy_gate.h"
+#include "snapshotter/policy/policy_gate.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>

@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "snapshotter/content_store_client.h"
+#include "snapshotter/content/content_store_client.h"
 
 namespace modelfs::testing {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/oci/digest.h"
-#include "core/publish/model_ref.h"
+#include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "testsupport/synth/synth_model.h"
 #include "testsupport/synth/synthetic_models.h"

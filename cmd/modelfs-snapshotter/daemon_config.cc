@@ -1,0 +1,250 @@
+// modelfs-snapshotter configuration (see daemon_config.h).
+#include "cmd/modelfs-snapshotter/daemon_config.h"
+
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "snapshotter/policy/model_hosts.h"
+
+namespace modelfs::snapshotter {
+namespace {
+
+absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
+}
+
+absl::Status CheckKeys(const toml::table& t, const std::set<std::string>& allowed,
+                       const std::string& source, const std::string& prefix) {
+  for (const auto& [k, v] : t) {
+    std::string key(k.str());
+    if (!allowed.count(key)) {
+      return KeyError(source, prefix + key, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetString(const toml::table& t, const char* key, const std::string& source,
+                       const std::string& prefix, std::string& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (!n->is_string()) return KeyError(source, prefix + key, "must be a string");
+  out = n->as_string()->get();
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const toml::table& t, const char* key, const std::string& source,
+                     const std::string& prefix, bool& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (!n->is_boolean()) return KeyError(source, prefix + key, "must be true or false");
+  out = n->as_boolean()->get();
+  return absl::OkStatus();
+}
+
+absl::Status GetNumber(const toml::table& t, const char* key, const std::string& source,
+                       const std::string& prefix, double& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return absl::OkStatus();
+  if (n->is_integer()) {
+    out = static_cast<double>(n->as_integer()->get());
+  } else if (n->is_floating_point()) {
+    out = n->as_floating_point()->get();
+  } else {
+    return KeyError(source, prefix + key, "must be a number");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetStrings(const toml::table& t, const char* key, const std::string& source,
+                        std::vector<std::string>& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return absl::OkStatus();
+  const toml::array* a = n->as_array();
+  if (a == nullptr) return KeyError(source, key, "must be an array of strings");
+  out.clear();
+  for (const toml::node& e : *a) {
+    if (!e.is_string()) return KeyError(source, key, "must be an array of strings");
+    out.push_back(e.as_string()->get());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
+                               DaemonConfig& c) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
+  }
+  if (absl::Status st = CheckKeys(root,
+                                  {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts",
+                                   "lazy_images", "docker_config", "policy", "metrics_address",
+                                   "log_level", "containerd_address", "cache", "fuse"},
+                                  source, "");
+      !st.ok()) {
+    return st;
+  }
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"root", &c.root},
+                          {"address", &c.address},
+                          {"hosts_dir", &c.hosts_dir},
+                          {"docker_config", &c.docker_config},
+                          {"policy", &c.policy},
+                          {"metrics_address", &c.metrics_address},
+                          {"log_level", &c.log_level},
+                          {"containerd_address", &c.containerd_address}}) {
+    if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
+  }
+  for (auto [key, out] :
+       {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
+        {"model_hosts", &c.model_hosts},
+        {"lazy_images", &c.lazy_images}}) {
+    if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
+  }
+  if (const toml::node* n = root.get("cache")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return KeyError(source, "cache", "must be a table");
+    if (absl::Status st =
+            CheckKeys(*t,
+                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit",
+                       "scrub_interval", "scrub_rate_mib"},
+                      source, "cache.");
+        !st.ok()) {
+      return st;
+    }
+    double gib = static_cast<double>(c.cache_max_size_gib);
+    if (absl::Status st = GetNumber(*t, "max_size_gib", source, "cache.", gib); !st.ok()) return st;
+    if (gib < 0) return KeyError(source, "cache.max_size_gib", "must be >= 0");
+    if (gib != static_cast<double>(static_cast<uint64_t>(gib))) {
+      // A fraction would be truncated, and 0.5 would silently mean unbounded.
+      return KeyError(source, "cache.max_size_gib", "must be a whole number of GiB");
+    }
+    c.cache_max_size_gib = static_cast<uint64_t>(gib);
+    if (absl::Status st = GetString(*t, "prefetch", source, "cache.", c.prefetch); !st.ok())
+      return st;
+    if (absl::Status st = GetNumber(*t, "read_deadline_s", source, "cache.", c.read_deadline_s);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "drop_served_pages", source, "cache.", c.drop_served_pages);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "audit", source, "cache.", c.audit); !st.ok()) return st;
+    if (absl::Status st = GetString(*t, "scrub_interval", source, "cache.", c.scrub_interval);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetNumber(*t, "scrub_rate_mib", source, "cache.", c.scrub_rate_mib);
+        !st.ok())
+      return st;
+  }
+  if (const toml::node* n = root.get("fuse")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return KeyError(source, "fuse", "must be a table");
+    if (absl::Status st = CheckKeys(
+            *t, {"allow_other", "insecure_stream", "passthrough", "direct_io"}, source, "fuse.");
+        !st.ok()) {
+      return st;
+    }
+    if (absl::Status st = GetBool(*t, "allow_other", source, "fuse.", c.allow_other); !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "insecure_stream", source, "fuse.", c.insecure_stream);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "passthrough", source, "fuse.", c.passthrough); !st.ok())
+      return st;
+    if (absl::Status st = GetBool(*t, "direct_io", source, "fuse.", c.direct_io); !st.ok())
+      return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseDaemonConfig(ss.str(), path, config);
+}
+
+absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_address \"", address, "\": want host:port, e.g. 127.0.0.1:9464"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics_address \"", address, "\": bad port"));
+  }
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
+  if (c.prefetch != "all" && c.prefetch != "headers" && c.prefetch != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.prefetch \"", c.prefetch, "\": want all, headers or none"));
+  }
+  if (c.log_level != "info" && c.log_level != "debug") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_level \"", c.log_level, "\": want info or debug"));
+  }
+  if (!(c.read_deadline_s > 0)) {
+    return absl::InvalidArgumentError("cache.read_deadline_s must be > 0");
+  }
+  for (auto [name, value] :
+       {std::pair<const char*, const std::string*>{"root", &c.root}, {"address", &c.address}}) {
+    if (value->empty() || value->front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " \"", *value, "\" must be an absolute path"));
+    }
+  }
+  if (!c.policy.empty() && c.policy.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy \"", c.policy, "\" must be an absolute path or \"\""));
+  }
+  if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
+                                                   "\" must be an absolute path or \"\""));
+  }
+  if (absl::Duration d; !absl::ParseDuration(c.scrub_interval, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.scrub_interval \"", c.scrub_interval,
+                     "\": want a duration such as \"24h\" or \"90m\", or \"0\" for no scrub"));
+  }
+  if (!(c.scrub_rate_mib > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.scrub_rate_mib ", c.scrub_rate_mib, " must be > 0"));
+  }
+  for (const std::string& entry : c.model_hosts) {
+    // Compared with a reference's registry and repository, so a URL here would never match
+    // and only look like it allows something.
+    if (absl::Status st = CheckModelHostEntry(entry); !st.ok()) return st;
+  }
+  for (const std::string& entry : c.lazy_images) {
+    if (absl::Status st = CheckModelHostEntry(entry); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("lazy_images: ", st.message()));
+    }
+  }
+  if (!c.metrics_address.empty()) {
+    if (absl::StatusOr<std::pair<std::string, uint16_t>> hp = SplitHostPort(c.metrics_address);
+        !hp.ok()) {
+      return hp.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace modelfs::snapshotter

@@ -1,0 +1,257 @@
+#include "core/resolve/model_ref.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/media_types.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+
+absl::StatusOr<ModelFetcher*> ModelFetcher::OnRegistry(const std::string& registry) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the model lives on registry ", registry, ", which this fetcher cannot reach"));
+}
+
+absl::StatusOr<ModelFetcher*> RegistryModelFetcher::OnRegistry(const std::string& registry) {
+  if (registry == client_.registry()) return this;
+  auto it = fetchers_.find(registry);
+  if (it != fetchers_.end()) return it->second.get();
+  if (!connect_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the model lives on registry ", registry, ", and no client for it was given"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> other, connect_(registry));
+  others_[registry] = other;
+  auto fetcher = std::make_unique<RegistryModelFetcher>(*other, connect_);
+  ModelFetcher* raw = fetcher.get();
+  fetchers_[registry] = std::move(fetcher);
+  return raw;
+}
+
+absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,
+                                              const Descriptor& d, uint64_t max_bytes) {
+  if (d.size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("blob ", d.digest.str(), " is ", d.size,
+                                                   " bytes; refusing more than ", max_bytes));
+  }
+  std::string out;
+  Sha256 h;
+  RETURN_IF_ERROR(client.GetBlob(repo, d.digest, [&](std::string_view chunk) -> absl::Status {
+    if (out.size() + chunk.size() > d.size) {
+      return absl::DataLossError(absl::StrCat("blob ", d.digest.str(), " in ", repo,
+                                              " is longer than its descriptor's ", d.size,
+                                              " bytes"));
+    }
+    out.append(chunk);
+    h.Update(chunk);
+    return absl::OkStatus();
+  }));
+  Digest got = h.Finish();
+  if (got != d.digest || out.size() != d.size) {
+    return absl::DataLossError(absl::StrCat("blob ", d.digest.str(), " in ", repo,
+                                            " failed verification: got ", got.str(), ", ",
+                                            out.size(), " bytes"));
+  }
+  return out;
+}
+
+absl::StatusOr<ManifestResult> RegistryModelFetcher::GetManifest(const std::string& repository,
+                                                                 const std::string& reference) {
+  return client_.GetManifest(repository, reference);
+}
+
+absl::StatusOr<std::string> RegistryModelFetcher::GetBlob(const std::string& repository,
+                                                          const Descriptor& d, uint64_t max_bytes) {
+  return FetchVerifiedBlob(client_, repository, d, max_bytes);
+}
+
+absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageReference& ref,
+                                           const RegistryConnector& connect,
+                                           const ModelLocationCheck& check_location) {
+  RegistryModelFetcher fetcher(client, connect);
+  return ResolveModel(fetcher, ref, check_location);
+}
+
+absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageReference& ref,
+                                           const ModelLocationCheck& check_location) {
+  ResolvedModel r;
+  r.ref = ref;
+  r.registry = ref.registry();
+  r.repository = ref.repository();
+  // Where M's manifest, config and layers come from (V's record may name another registry).
+  ModelFetcher* model_fetcher = &client;
+  ASSIGN_OR_RETURN(ManifestResult top,
+                   client.GetManifest(ref.repository(), ref.ManifestReference()));
+  if (ref.digest() && top.digest != *ref.digest()) {
+    return absl::DataLossError(absl::StrCat("manifest for ", ref.String(), " has digest ",
+                                            top.digest.str(), ", not the pinned one"));
+  }
+  if (IsIndexMediaType(top.media_type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is an image index; give the digest of a model or volume manifest"));
+  }
+  ASSIGN_OR_RETURN(Manifest m, ParseManifest(top.bytes));
+  Descriptor top_desc;
+  top_desc.media_type =
+      top.media_type.empty() ? std::string(kOciManifestMediaType) : top.media_type;
+  top_desc.digest = top.digest;
+  top_desc.size = top.bytes.size();
+  top_desc.artifact_type = std::string(EffectiveArtifactType(m));
+
+  if (IsVolumeImageManifest(m)) {
+    r.volume_descriptor = top_desc;
+    ASSIGN_OR_RETURN(size_t a_index, VolumeLayerIndex(m));
+    const Descriptor& a = m.layers[a_index];
+    ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
+    // Index layers (docs/volume-image.md): uncompressed, so each diff ID V's config names is
+    // the digest its bytes were checked against.
+    ASSIGN_OR_RETURN(std::vector<size_t> index_layers, VolumeIndexLayerIndexes(m));
+    if (!index_layers.empty()) {
+      ASSIGN_OR_RETURN(r.volume_config_json, client.GetBlob(ref.repository(), m.config, 1u << 20));
+      ASSIGN_OR_RETURN(std::vector<Digest> diff_ids, ParseImageConfigDiffIds(r.volume_config_json));
+      if (diff_ids.size() != m.layers.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume image ", ref.String(), ": its config lists ", diff_ids.size(),
+                         " diff_ids for ", m.layers.size(), " layers"));
+      }
+      for (size_t i : index_layers) {
+        const Descriptor& l = m.layers[i];
+        if (diff_ids[i] != l.digest) {
+          return absl::DataLossError(absl::StrCat("volume image ", ref.String(), ": index layer ",
+                                                  l.digest.str(), " has diff ID ",
+                                                  diff_ids[i].str(), " in its config"));
+        }
+        // A little over kMaxIndexLayerBytes: the tar's headers and directories.
+        ASSIGN_OR_RETURN(std::string bytes,
+                         client.GetBlob(ref.repository(), l, kMaxIndexLayerBytes + (1u << 20)));
+        r.volume_index_layer_tars.push_back(std::move(bytes));
+      }
+    }
+    ASSIGN_OR_RETURN(VolumeLayerContents contents,
+                     ParseVolumeLayers(tar, r.volume_index_layer_tars));
+    // M lives where the record says ("host[:port]/path", written by push and convert), on this
+    // registry or another; a record without a repository means V's own.
+    if (!contents.model.repository.empty()) {
+      absl::StatusOr<ImageReference> where = ImageReference::Parse(
+          absl::StrCat(contents.model.repository, "@", contents.model.manifest.digest.str()));
+      if (!where.ok() || !where->tag().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume image ", ref.String(), " names model repository \"",
+                         contents.model.repository, "\", which is not registry/repository"));
+      }
+      r.registry = where->registry();
+      r.repository = where->repository();
+      if (check_location && (r.registry != ref.registry() || r.repository != ref.repository())) {
+        RETURN_IF_ERROR(check_location(r.registry, r.repository));
+      }
+      if (r.registry != ref.registry()) {
+        ASSIGN_OR_RETURN(model_fetcher, client.OnRegistry(r.registry));
+      }
+    }
+    ASSIGN_OR_RETURN(ManifestResult mm, model_fetcher->GetManifest(
+                                            r.repository, contents.model.manifest.digest.str()));
+    if (mm.digest != contents.model.manifest.digest) {
+      return absl::DataLossError(absl::StrCat("model manifest ", mm.digest.str(),
+                                              " does not match the volume's record ",
+                                              contents.model.manifest.digest.str()));
+    }
+    ASSIGN_OR_RETURN(r.model, ParseManifest(mm.bytes));
+    r.model_manifest_json = mm.bytes;
+    r.model_descriptor = contents.model.manifest;
+    RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
+    r.chunk_indexes = std::move(contents.chunk_indexes);
+    r.seek_indexes = std::move(contents.seek_indexes);
+    r.path_prefix = contents.model.path_prefix;
+    r.volume_manifest_json = std::move(top.bytes);
+    r.volume_layer_tar = std::move(tar);
+  } else {
+    r.model = std::move(m);
+    r.model_manifest_json = std::move(top.bytes);
+    r.model_descriptor = top_desc;
+  }
+  if (IsContainerImageManifest(r.model)) {
+    r.image = true;
+    for (size_t i = 0; i < r.model.layers.size(); ++i) {
+      const Descriptor& d = r.model.layers[i];
+      if (d.size > kMaxModelLayerBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("image ", r.model_descriptor.digest.str(),
+                                                       ": layer ", d.digest.str(), " declares ",
+                                                       d.size, " bytes"));
+      }
+      ModelLayer l;
+      l.descriptor = d;
+      l.kind = LayerKind::kImage;
+      l.encoding = ClassifyLayerMediaType(d.media_type)->encoding;
+      r.layers.push_back(std::move(l));
+    }
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, 16u << 20));
+    auto ids = ParseImageConfigDiffIds(r.config_json);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image config ", r.model.config.digest.str(), ": ", ids.status().message()));
+    }
+    if (ids->size() != r.layers.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("image ", r.model_descriptor.digest.str(),
+                                                     ": its config lists ", ids->size(),
+                                                     " diff_ids for ", r.layers.size(), " layers"));
+    }
+    r.image_diff_ids = *std::move(ids);
+    return r;
+  }
+  if (IsStateManifest(r.model)) {
+    // A state of a model (`modelfs state push`): its files mount like a model's, and its config
+    // must name the model its subject names.
+    if (r.model.config.media_type != kStateConfigMediaType) {
+      return absl::InvalidArgumentError(absl::StrCat(ref.String(), ": state config media type \"",
+                                                     r.model.config.media_type, "\" is not ",
+                                                     std::string(kStateConfigMediaType)));
+    }
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, kMaxStateConfigBytes));
+    ASSIGN_OR_RETURN(StateConfig state, ParseStateConfig(r.config_json));
+    RETURN_IF_ERROR(CheckStateMatchesSubject(r.model, state));
+    r.state = std::move(state);
+  } else if (!IsModelManifest(r.model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref.String(), " is not a ModelPack model (artifactType ", std::string(kModelArtifactType),
+        "), a Docker model artifact, a container image, a modelfs state or a modelfs volume "
+        "image"));
+  }
+  ASSIGN_OR_RETURN(r.layers, ResolveModelLayers(r.model));
+  if (IsModelConfigMediaType(r.model.config.media_type)) {
+    ASSIGN_OR_RETURN(r.config_json,
+                     model_fetcher->GetBlob(r.repository, r.model.config, 16u << 20));
+    auto cfg = ParseModelPackConfig(r.config_json);
+    if (cfg.ok()) r.config = *std::move(cfg);
+  }
+  return r;
+}
+
+bool IsContainerImageManifest(const Manifest& m) {
+  if (m.config.media_type != kOciConfigMediaType && m.config.media_type != kDockerConfigMediaType) {
+    return false;
+  }
+  if (IsModelManifest(m) || IsVolumeImageManifest(m)) return false;
+  for (const Descriptor& d : m.layers) {
+    auto info = ClassifyLayerMediaType(d.media_type);
+    if (!info || info->kind != LayerKind::kImage) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::optional<Digest>> LayerDiffId(const ResolvedModel& model, size_t i) {
+  const std::vector<Digest>* image_ids = model.image ? &model.image_diff_ids : nullptr;
+  if (image_ids == nullptr && (!model.config || model.config->modelfs.diff_ids.empty())) {
+    return std::nullopt;
+  }
+  const std::vector<Digest>& ids = image_ids ? *image_ids : model.config->modelfs.diff_ids;
+  if (ids.size() != model.layers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", model.model_descriptor.digest.str(), ": its config lists ",
+                     ids.size(), " diffIds for ", model.layers.size(), " layers"));
+  }
+  if (i >= ids.size() || ids[i] == model.layers[i].descriptor.digest) return std::nullopt;
+  return ids[i];
+}
+
+}  // namespace modelfs

@@ -1,0 +1,65 @@
+// Reaching registries for pulls: ConnectRegistry opens a client with the node's hosts.toml and
+// docker config credentials; RegistryClients keeps one client per registry, opened on first use.
+//
+// Thread safety: RegistryClients and its clients are thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/registry/credentials.h"
+#include "core/registry/hosts.h"
+#include "core/registry/reference.h"
+#include "core/registry/registry_client.h"
+
+namespace modelfs {
+
+struct RegistryAccessOptions {
+  HostsOptions hosts;            // --plain-http, certs.d directory
+  std::string docker_config;     // explicit config.json; empty: $DOCKER_CONFIG / ~/.docker
+  RegistryClientOptions client;  // timeouts and retry policy
+};
+
+// Opens a client for ref's registry with the capability needed, credentials from the docker
+// config. Errors: kInvalidArgument (bad hosts.toml / config.json).
+absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageReference& ref,
+                                                                HostCapability capability,
+                                                                const RegistryAccessOptions& o);
+// The same by registry name ("reg:5000", "docker.io").
+absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::string& registry,
+                                                                HostCapability capability,
+                                                                const RegistryAccessOptions& o);
+
+// Opens (or returns an open) client for a registry by name ("host[:port]").
+using RegistryConnector =
+    std::function<absl::StatusOr<std::shared_ptr<RegistryClient>>(const std::string& registry)>;
+
+// One pull client per registry, opened on first use: by ConnectRegistry with the same access
+// options (each registry with its own hosts.toml and credentials), or by the opener given (the
+// snapshotter's unit tests). The one client map of the tree: the CLI's commands and the
+// snapshotter ask it, and ResolveModel reaches other registries through its Connector.
+// Thread-safe; no lock is held while a client is opened.
+class RegistryClients {
+ public:
+  explicit RegistryClients(RegistryAccessOptions options);
+  // `open` makes the client of a registry not asked for before; what it returns is kept.
+  explicit RegistryClients(RegistryConnector open) : open_(std::move(open)) {}
+  // The client for `registry`. Errors: the opener's (ConnectRegistry's); not kept, so the next
+  // call tries again.
+  absl::StatusOr<std::shared_ptr<RegistryClient>> For(const std::string& registry);
+  RegistryConnector Connector() {
+    return [this](const std::string& registry) { return For(registry); };
+  }
+
+ private:
+  const RegistryConnector open_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<RegistryClient>> clients_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace modelfs

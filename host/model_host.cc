@@ -1,0 +1,131 @@
+// The model host both binaries serve models through (see model_host.h).
+#include "host/model_host.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status_macros.h"
+#include "host/model_records.h"
+
+namespace modelfs {
+
+ModelHost::ModelHost(ModelHostOptions options, ModelHostParts parts)
+    : options_(std::move(options)),
+      registry_(std::move(parts.connect_registry)),
+      source_(std::move(parts.source)),
+      decoding_(std::move(parts.decoding)),
+      cache_(std::move(parts.cache)),
+      mounter_(std::move(parts.mounter)) {
+  if (cache_ != nullptr) {
+    pipeline_ = std::make_unique<ModelPipeline>(
+        cache_.get(),
+        PipelineOptions{options_.prefetch, options_.insecure_stream, decoding_.get()});
+    reader_ = std::make_unique<LayerRoutingReader>(parts.preferred, cache_.get());
+    tree_ = std::make_shared<ModelTree>(reader_.get());
+  }
+}
+
+ModelHost::~ModelHost() { (void)Unmount(); }
+
+absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Create(ModelHostOptions options,
+                                                             ModelHostParts parts) {
+  if (!parts.connect_registry || !parts.source || !parts.cache) {
+    return absl::InvalidArgumentError(
+        "model host: the registry connector and the cache with its source are required");
+  }
+  return std::unique_ptr<ModelHost>(new ModelHost(std::move(options), std::move(parts)));
+}
+
+absl::Status ModelHost::DetachStaleMount(const std::string& dir) {
+  if (mounter_ == nullptr) return absl::FailedPreconditionError("model host: no mounter");
+  return mounter_->DetachStaleMount(dir);
+}
+
+absl::Status ModelHost::Mount(const std::string& dir, const FuseMountOptions& options) {
+  if (mounter_ == nullptr) return absl::FailedPreconditionError("model host: no mounter");
+  if (mount_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("model host: mounted already (", dir, ")"));
+  }
+  ASSIGN_OR_RETURN(mount_, mounter_->Mount(dir, tree_, options));
+  return absl::OkStatus();
+}
+
+absl::Status ModelHost::Adopt(int fuse_fd, const std::string& dir,
+                              const FuseMountOptions& options) {
+  if (mounter_ == nullptr) return absl::FailedPreconditionError("model host: no mounter");
+  if (mount_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("model host: mounted already (", dir, ")"));
+  }
+  ASSIGN_OR_RETURN(mount_, mounter_->Adopt(fuse_fd, dir, tree_, options));
+  return absl::OkStatus();
+}
+
+void ModelHost::LazyUnmount(const std::string& dir) {
+  if (mounter_ != nullptr) mounter_->LazyUnmount(dir);
+}
+
+absl::Status ModelHost::Unmount(bool keep_mount) {
+  if (mount_ == nullptr || stopped_) return absl::OkStatus();
+  stopped_ = true;
+  return keep_mount ? mount_->Detach() : mount_->Unmount();
+}
+
+int ModelHost::fuse_fd() const { return mount_ != nullptr ? mount_->fuse_fd() : -1; }
+
+absl::StatusOr<LoadedModel> ModelHost::Serve(const std::string& name, const ResolvedModel& rm,
+                                             PrefetchStart prefetch) {
+  auto serve = [&](const LoadedModel& m) {
+    absl::Status added =
+        tree_->AddModel(name, m.files, m.synthetic, ModelOptions{.mtime_sec = m.mtime_sec});
+    return absl::IsAlreadyExists(added) ? absl::OkStatus() : added;
+  };
+  return pipeline_->Register(rm, rm.ref.String(), serve, prefetch);
+}
+
+absl::StatusOr<LoadedModel> ModelHost::Register(const std::string& name, const ResolvedModel& rm,
+                                                PrefetchStart prefetch) {
+  // M's layers are read from M's registry, which V's record may name apart from V's.
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_.For(rm.registry));
+  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
+  return Serve(name, rm, prefetch);
+}
+
+absl::StatusOr<LoadedModel> ModelHost::RegisterFrom(const std::string& name,
+                                                    const ResolvedModel& rm,
+                                                    std::shared_ptr<RemoteBlobSource> source,
+                                                    PrefetchStart prefetch) {
+  for (const ModelLayer& l : rm.layers) source_->AddSource(l.descriptor.digest, source);
+  return Serve(name, rm, prefetch);
+}
+
+absl::Status ModelHost::Remove(const std::string& name, const std::string& model_ref) {
+  absl::Status st = mount_ != nullptr ? mount_->RemoveModel(name) : tree_->RemoveModel(name);
+  if (!model_ref.empty()) pipeline_->Unregister(model_ref);
+  return st;
+}
+
+absl::Status ModelHost::CheckRecords() const {
+  if (options_.records.empty()) {
+    return absl::FailedPreconditionError("model host: no records directory");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelHost::SaveRecord(const std::string& name, const ResolvedModel& rm) {
+  RETURN_IF_ERROR(CheckRecords());
+  return SaveModelRecord(options_.records, name, rm);
+}
+
+absl::StatusOr<ResolvedModel> ModelHost::Restore(const std::string& name, PrefetchStart prefetch) {
+  RETURN_IF_ERROR(CheckRecords());
+  ASSIGN_OR_RETURN(ResolvedModel rm, LoadModelRecord(options_.records, name));
+  RETURN_IF_ERROR(Register(name, rm, prefetch).status());
+  return rm;
+}
+
+absl::Status ModelHost::DeleteRecord(const std::string& name) {
+  RETURN_IF_ERROR(CheckRecords());
+  return DeleteModelRecord(options_.records, name);
+}
+
+}  // namespace modelfs

@@ -1,0 +1,139 @@
+// ModelHost: what serves models on a node, for both binaries. It owns the registry clients
+// (one per registry), the cache with its remote side (RegistryRoutingSource, optionally under a
+// DecodingBlobSource), the pipeline that registers models with the cache, the tree of models the
+// FUSE mount serves (read through a LayerRoutingReader when some layers are served elsewhere),
+// the mount itself, and the models' records on disk. It knows nothing of containerd:
+// ModelSnapshotter (snapshotter/model) is containerd's snapshot decorator over a host, as
+// stargz-snapshotter's snapshot/ sits over its fs/.
+//
+//   Register(name, rm)   routes rm's layers to rm's registry, registers them with the cache and
+//                        serves the model's files as <mount>/<name>
+//   Remove(name, ref)    takes the model out of the mount and drops its cache references
+//   SaveRecord/Restore   keeps rm under <records>/<name> (host/model_records.h) and registers
+//                        it again from there after a restart, without the registry
+//   Mount/Adopt          serves the tree at a directory, or on an inherited FUSE connection
+//                        (DetachStaleMount first clears what a crashed process left there)
+//
+// Thread safety: every method may be called concurrently, except Mount/Adopt/Unmount, which the
+// owner calls once each. The host holds no lock of its own across calls: the parts it owns are
+// thread-safe (RegistryClients, RegistryRoutingSource, BlobCache, ModelPipeline, ModelTree).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/cache/blob_cache.h"
+#include "core/cache/decoding_blob_source.h"
+#include "core/model/layer_routing_reader.h"
+#include "core/model/model_pipeline.h"
+#include "core/registry/registry_routing_source.h"
+#include "core/resolve/model_ref.h"
+#include "core/resolve/registry_clients.h"
+#include "fuse/fuse_adapter.h"
+#include "fuse/model_tree.h"
+#include "host/model_mounter.h"
+
+namespace modelfs {
+
+struct ModelHostOptions {
+  PrefetchPolicy prefetch = PrefetchPolicy::kHeadersOnly;
+  bool insecure_stream = false;
+  // Where the models' records are kept (host/model_records.h); empty: SaveRecord, Restore and
+  // DeleteRecord are refused (kFailedPrecondition).
+  std::filesystem::path records;
+};
+
+// What a host works with; Create refuses a missing required part (kInvalidArgument).
+struct ModelHostParts {
+  // Opens the pull client of a registry by name; the host keeps one per registry. Required.
+  RegistryConnector connect_registry;
+  // The cache's remote side, and the cache over it (or over `decoding`). Both required.
+  std::unique_ptr<RegistryRoutingSource> source;
+  // Over `source`, and the cache's source when set: compressed layers with a seek index are
+  // served lazily. Optional.
+  std::unique_ptr<DecodingBlobSource> decoding;
+  std::unique_ptr<BlobCache> cache;
+  // Mounts the tree. Required for Mount and Adopt.
+  std::unique_ptr<ModelMounter> mounter;
+  // Layers served from elsewhere (the daemon's containerd content store); the tree reads every
+  // other layer from the cache. Optional; not owned, must outlive the host.
+  SelectiveBlobReader* preferred = nullptr;
+};
+
+class ModelHost {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelHost>> Create(ModelHostOptions options,
+                                                           ModelHostParts parts);
+  ~ModelHost();
+
+  // Clears a dead FUSE mount a crashed process left at `dir` (fuse/stale_mount.h). Errors: the
+  // mounter's; kFailedPrecondition without one.
+  absl::Status DetachStaleMount(const std::string& dir);
+  // Mounts the tree at `dir` and serves it. Errors: kFailedPrecondition (mounted already, or no
+  // mounter), the mounter's.
+  absl::Status Mount(const std::string& dir, const FuseMountOptions& options);
+  // Serves the tree on the inherited connection `fuse_fd` mounted at `dir`. Errors as Mount,
+  // and the mounter's Adopt.
+  absl::Status Adopt(int fuse_fd, const std::string& dir, const FuseMountOptions& options);
+  // Unmounts `dir` lazily whatever is mounted there (an inherited mount that could not be
+  // adopted). No-op without a mounter.
+  void LazyUnmount(const std::string& dir);
+  // Stops serving: unmounts (lazily when busy), or with keep_mount leaves the mount and its
+  // connection for a process that adopts it. OK when not mounted. Idempotent.
+  absl::Status Unmount(bool keep_mount = false);
+  // The /dev/fuse fd of the mount; -1 when not mounted.
+  int fuse_fd() const;
+
+  // Serves `rm` as `name`: routes its layers to rm.registry/rm.repository (through the host's
+  // client of that registry), registers them with the cache and puts its files in the tree
+  // (already there is fine). Errors: the registry connector's, ModelPipeline::Register's.
+  absl::StatusOr<LoadedModel> Register(const std::string& name, const ResolvedModel& rm,
+                                       PrefetchStart prefetch);
+  // The same with every layer read from `source` instead of a registry (containerd's content
+  // store).
+  absl::StatusOr<LoadedModel> RegisterFrom(const std::string& name, const ResolvedModel& rm,
+                                           std::shared_ptr<RemoteBlobSource> source,
+                                           PrefetchStart prefetch);
+  // Takes model `name` out of the mount (and the kernel's dentries) or, unmounted, the tree,
+  // and drops the cache references of `model_ref` (M's digest; "" for none). Errors: kNotFound
+  // when the tree does not hold `name` (the references are dropped all the same).
+  absl::Status Remove(const std::string& name, const std::string& model_ref);
+
+  // Keeps rm as <records>/<name> (OK when it is there already).
+  absl::Status SaveRecord(const std::string& name, const ResolvedModel& rm);
+  // Registers the model of record <records>/<name> again; returns what it registered.
+  // Errors: LoadModelRecord's (kNotFound, kDataLoss), then Register's.
+  absl::StatusOr<ResolvedModel> Restore(const std::string& name, PrefetchStart prefetch);
+  absl::Status DeleteRecord(const std::string& name);
+
+  RegistryClients& registry() { return registry_; }
+  BlobCache& cache() { return *cache_; }
+  const BlobCache& cache() const { return *cache_; }
+  ModelPipeline& pipeline() { return *pipeline_; }
+  // What the tree reads through: the preferred reader's layers there, the rest from the cache.
+  BlobReader& reader() { return *reader_; }
+  ModelTree& tree() { return *tree_; }
+
+ private:
+  ModelHost(ModelHostOptions options, ModelHostParts parts);
+  absl::StatusOr<LoadedModel> Serve(const std::string& name, const ResolvedModel& rm,
+                                    PrefetchStart prefetch);
+  absl::Status CheckRecords() const;
+
+  const ModelHostOptions options_;
+  RegistryClients registry_;
+  std::unique_ptr<RegistryRoutingSource> source_;
+  std::unique_ptr<DecodingBlobSource> decoding_;  // over source_; may be null
+  std::unique_ptr<BlobCache> cache_;
+  std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
+  std::unique_ptr<LayerRoutingReader> reader_;
+  std::shared_ptr<ModelTree> tree_;
+  std::unique_ptr<ModelMounter> mounter_;
+  std::unique_ptr<ModelMount> mount_;  // null until Mount/Adopt
+  bool stopped_ = false;               // Unmount was called
+};
+
+}  // namespace modelfs

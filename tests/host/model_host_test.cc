@@ -1,0 +1,205 @@
+// ModelHost's success path with fakes: an in-memory remote (FakeRemote) for the layers, a fake
+// mounter and registry connector, and a real cache in a temp dir. No root, FUSE or network.
+#include "host/model_host.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/oci/media_types.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cache/fake_remote.h"
+#include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/temp_dir.h"
+
+namespace modelfs {
+namespace {
+
+using ::modelfs::testing::FakeRemote;
+using ::modelfs::testing::StatusIs;
+using ::modelfs::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// What the fake mounter and its mount were asked, in order.
+struct Calls {
+  absl::Mutex mu;
+  std::vector<std::string> list ABSL_GUARDED_BY(mu);
+  void Add(const std::string& c) {
+    absl::MutexLock lock(&mu);
+    list.push_back(c);
+  }
+  std::vector<std::string> Get() {
+    absl::MutexLock lock(&mu);
+    return list;
+  }
+};
+
+class FakeMount final : public ModelMount {
+ public:
+  FakeMount(std::shared_ptr<ModelTree> tree, Calls* calls)
+      : tree_(std::move(tree)), calls_(calls) {}
+  absl::Status RemoveModel(const std::string& name) override {
+    calls_->Add("remove " + name);
+    return tree_->RemoveModel(name);
+  }
+  absl::Status Unmount() override {
+    calls_->Add("unmount");
+    return absl::OkStatus();
+  }
+  absl::Status Detach() override {
+    calls_->Add("detach");
+    return absl::OkStatus();
+  }
+  int fuse_fd() const override { return 42; }
+
+ private:
+  std::shared_ptr<ModelTree> tree_;
+  Calls* const calls_;
+};
+
+class FakeMounter final : public ModelMounter {
+ public:
+  explicit FakeMounter(Calls* calls) : calls_(calls) {}
+  absl::Status DetachStaleMount(const std::string& dir) override {
+    calls_->Add("detach-stale " + dir);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<ModelMount>> Mount(const std::string& dir,
+                                                    std::shared_ptr<ModelTree> tree,
+                                                    const FuseMountOptions&) override {
+    calls_->Add("mount " + dir);
+    return std::make_unique<FakeMount>(std::move(tree), calls_);
+  }
+  absl::StatusOr<std::unique_ptr<ModelMount>> Adopt(int, const std::string& dir,
+                                                    std::shared_ptr<ModelTree> tree,
+                                                    const FuseMountOptions&) override {
+    calls_->Add("adopt " + dir);
+    return std::make_unique<FakeMount>(std::move(tree), calls_);
+  }
+  void LazyUnmount(const std::string& dir) override { calls_->Add("lazy-unmount " + dir); }
+
+ private:
+  Calls* const calls_;
+};
+
+class ModelHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ModelHostParts parts;
+    parts.connect_registry =
+        [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+      calls_.Add("connect " + registry);
+      return absl::UnavailableError(absl::StrCat("registry ", registry, " is unreachable"));
+    };
+    parts.source = std::make_unique<RegistryRoutingSource>();
+    CacheOptions co;
+    co.dir = tmp_.Join("cache").string();
+    co.log = [](absl::string_view) {};
+    ASSERT_OK_AND_ASSIGN(parts.cache, BlobCache::Open(co, parts.source.get()));
+    parts.mounter = std::make_unique<FakeMounter>(&calls_);
+    ModelHostOptions o;
+    o.records = tmp_.Join("models");
+    ASSERT_OK_AND_ASSIGN(host_, ModelHost::Create(o, std::move(parts)));
+
+    ASSERT_OK_AND_ASSIGN(model_.ref, ImageReference::Parse("registry.test/models/m:v1"));
+    model_.registry = "registry.test";
+    model_.repository = "models/m";
+    model_.model_descriptor.media_type = std::string(kOciManifestMediaType);
+    model_.model_descriptor.digest = Digest::Of("the model manifest");
+    model_.model_descriptor.size = 18;
+    model_.model.config.digest = Digest::Of("the model config");
+    ModelLayer l;
+    l.descriptor.media_type = "application/vnd.cncf.model.doc.v1.raw";
+    l.descriptor.digest = remote_->AddBlob(kBytes);
+    l.descriptor.size = kBytes.size();
+    l.kind = LayerKind::kDoc;
+    l.encoding = LayerEncoding::kRaw;
+    l.path = "README.md";
+    model_.layers.push_back(l);
+  }
+
+  Digest Layer() const { return model_.layers[0].descriptor.digest; }
+  std::string ModelRef() const { return model_.model_descriptor.digest.str(); }
+  int References() const {
+    absl::StatusOr<BlobCache::LayerInfo> info = host_->cache().GetLayerInfo(Layer());
+    return info.ok() ? info->references : 0;
+  }
+
+  const std::string kBytes = "# a model\nits weights are elsewhere\n";
+  TempDir tmp_;
+  Calls calls_;
+  std::shared_ptr<FakeRemote> remote_ = std::make_shared<FakeRemote>();
+  std::unique_ptr<ModelHost> host_;
+  ResolvedModel model_;
+};
+
+TEST_F(ModelHostTest, CreateRefusesMissingParts) {
+  EXPECT_THAT(ModelHost::Create({}, {}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ModelHostTest, RegisterFromServesTheModelsBytesVerifiedThroughTheCache) {
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded,
+                       host_->RegisterFrom("m", model_, remote_, PrefetchStart::kOnStartPrefetch));
+  EXPECT_FALSE(loaded.files.empty());
+  EXPECT_TRUE(host_->tree().HasModel("m"));
+  EXPECT_EQ(References(), 1);
+  ASSERT_OK_AND_ASSIGN(std::string got, host_->reader().Read(Layer(), 0, kBytes.size()));
+  EXPECT_EQ(got, kBytes);
+  EXPECT_GE(remote_->requests(), 1);
+  // No registry was asked: the layers come from the source given.
+  EXPECT_THAT(calls_.Get(), ::testing::IsEmpty());
+}
+
+TEST_F(ModelHostTest, RemoveTakesTheModelOutOfTheTreeAndDropsItsReferences) {
+  ASSERT_OK(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kOnStartPrefetch).status());
+  ASSERT_OK(host_->Remove("m", ModelRef()));
+  EXPECT_FALSE(host_->tree().HasModel("m"));
+  EXPECT_EQ(References(), 0);
+  EXPECT_THAT(host_->Remove("m", ""), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ModelHostTest, MountServesTheTreeAndRemoveGoesThroughTheMount) {
+  ASSERT_OK(host_->DetachStaleMount("/mnt/models"));
+  ASSERT_OK(host_->Mount("/mnt/models", FuseMountOptions{}));
+  EXPECT_EQ(host_->fuse_fd(), 42);
+  EXPECT_THAT(host_->Mount("/mnt/models", FuseMountOptions{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kAtOnce).status());
+  ASSERT_OK(host_->Remove("m", ModelRef()));
+  ASSERT_OK(host_->Unmount());
+  ASSERT_OK(host_->Unmount());
+  EXPECT_THAT(calls_.Get(),
+              ElementsAre("detach-stale /mnt/models", "mount /mnt/models", "remove m", "unmount"));
+}
+
+TEST_F(ModelHostTest, UnmountWithKeepMountDetachesAndNeverUnmounts) {
+  ASSERT_OK(host_->Adopt(7, "/mnt/models", FuseMountOptions{}));
+  ASSERT_OK(host_->Unmount(/*keep_mount=*/true));
+  host_.reset();
+  EXPECT_THAT(calls_.Get(), ElementsAre("adopt /mnt/models", "detach"));
+}
+
+TEST_F(ModelHostTest, RegisterReadsTheLayersFromTheModelsRegistry) {
+  EXPECT_THAT(host_->Register("m", model_, PrefetchStart::kAtOnce).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("registry.test")));
+  EXPECT_FALSE(host_->tree().HasModel("m"));
+  // A failed connection is not kept: the next registration asks again.
+  EXPECT_FALSE(host_->Register("m", model_, PrefetchStart::kAtOnce).ok());
+  EXPECT_THAT(calls_.Get(), ElementsAre("connect registry.test", "connect registry.test"));
+}
+
+TEST_F(ModelHostTest, RecordsAreKeptUnderTheRecordsDirectory) {
+  EXPECT_THAT(host_->Restore("m", PrefetchStart::kAtOnce).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(host_->SaveRecord("m", model_));
+  EXPECT_TRUE(std::filesystem::exists(tmp_.Join("models") / "m"));
+  ASSERT_OK(host_->DeleteRecord("m"));
+  EXPECT_FALSE(std::filesystem::exists(tmp_.Join("models") / "m"));
+}
+
+}  // namespace
+}  // namespace modelfs
