@@ -349,6 +349,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   }
   LayerGuard held(*layer, Held(mu_));
   layer->has_spec = true;
+  layer->readahead_min = spec.readahead_min;
   layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
   layer->last_used = ++clock_;

@@ -154,6 +154,10 @@ struct LayerSpec {
   std::optional<ChunkIndex> index;  // required for kChunk; its blob_digest/size must match
   VerifyMode mode = VerifyMode::kChunk;
   std::string model_ref;  // who references the layer; a layer with no reference is evictable
+  // How long a reader's sequential run must be before the layer reads ahead of it, if longer
+  // than CacheOptions::readahead_min. A lazily decoded layer asks for more: a lone random read
+  // already costs the span before it, and readahead would decode one more for nothing.
+  uint64_t readahead_min = 0;
 };
 
 // A compressed tar layer (.tar+gzip, .tar+zstd) to serve decompressed: RegisterDecodedLayer.

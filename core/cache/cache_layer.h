@@ -122,6 +122,7 @@ struct CacheLayer {
   uint64_t run_start ABSL_GUARDED_BY(mu) = 0;
   uint64_t run_end ABSL_GUARDED_BY(mu) = 0;
   uint64_t window ABSL_GUARDED_BY(mu) = 0;
+  uint64_t readahead_min ABSL_GUARDED_BY(mu) = 0;  // LayerSpec::readahead_min
   bool bulk_active ABSL_GUARDED_BY(mu) = false;
   uint64_t bulk_next ABSL_GUARDED_BY(mu) = 0;
   // Streaming (a reader is loading the layer from start to end): the rest of it is fetched

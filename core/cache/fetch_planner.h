@@ -26,12 +26,13 @@ inline void UpdateReadahead(CacheLayer& layer, const CacheOptions& options, uint
   // readahead_min long, and the window is half the run: a lone random read (the kernel turns
   // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
   const uint64_t slack = 8 * layer.chunk_size;
+  const uint64_t min = std::max(layer.readahead_min, options.readahead_min);
   if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
     layer.run_end = std::max(layer.run_end, end);
     const uint64_t run = layer.run_end - layer.run_start;
-    layer.window = run < std::max<uint64_t>(options.readahead_min, 1)
+    layer.window = run < std::max<uint64_t>(min, 1)
                        ? 0
-                       : std::clamp(run / 2, options.readahead_min, options.readahead_max);
+                       : std::clamp(run / 2, min, std::max(min, options.readahead_max));
   } else {
     layer.run_start = offset;
     layer.run_end = end;

@@ -1,5 +1,6 @@
 #include "core/model/model_loader.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,6 +99,16 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
         spec.model_ref = model_ref;
         spec.mode = VerifyMode::kChunk;
         spec.index = idx->second;
+        // Readahead only for a run of two spans, and of more than a large random read (4 MiB,
+        // which the kernel sends as a run of 1 MiB requests): a lone random read is not followed
+        // by the decoding of a span it does not need.
+        uint64_t widest = 0;
+        for (size_t p = 0; p < si.points.size(); ++p) {
+          const uint64_t end = p + 1 < si.points.size() ? si.points[p + 1].uncompressed_offset
+                                                        : si.uncompressed_size;
+          widest = std::max(widest, end - si.points[p].uncompressed_offset);
+        }
+        spec.readahead_min = std::clamp<uint64_t>(2 * widest, 8ull << 20, 64ull << 20);
         RETURN_IF_ERROR(cache.RegisterLayer(spec));
         decoded[d.digest] = DecodedLayer{si.diff_id, si.uncompressed_size};
         layers.push_back(si.diff_id);

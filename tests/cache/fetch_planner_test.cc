@@ -28,6 +28,25 @@ TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
   EXPECT_EQ(layer->window, 15 * kMiB);
 }
 
+TEST(FetchPlannerTest, ALayersOwnReadaheadMinHoldsBackALoneRandomRead) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  layer->readahead_min = 8 * kMiB;  // a lazily decoded layer (LayerSpec::readahead_min)
+  const CacheOptions options;
+  for (uint64_t at = 40 * kMiB; at < 44 * kMiB;
+       at += kMiB) {  // one 4 MiB read, as the kernel sends it
+    UpdateReadahead(*layer, options, at, at + kMiB);
+  }
+  EXPECT_EQ(layer->window, 0u);
+  UpdateReadahead(*layer, options, 44 * kMiB, 48 * kMiB);
+  EXPECT_EQ(layer->window, 8 * kMiB);  // half of 8 MiB, raised to the layer's minimum
+  layer->readahead_min = kMiB;         // below the cache's: the cache's holds
+  UpdateReadahead(*layer, options, 90 * kMiB, 92 * kMiB);
+  EXPECT_EQ(layer->window, 0u);
+}
+
 TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);
