@@ -58,16 +58,7 @@ require_exec "$MODELFS" "build target modelfs"
 require_exec "$SYNTH" "build target modelfs-synth"
 require_exec "$LOAD" "build target modelfs-load"
 require_tools docker-registry curl openssl gzip zstd tar fincore ip tc "$PY"
-LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
-FORCED=""
-if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
-  if [[ ${FORCE:-0} != 1 ]]; then
-    echo "encodings_bench: load average $LOAD_AT_START is above 0.5: the machine is not quiet." \
-      "Wait, or FORCE=1 to run anyway." >&2
-    exit 2
-  fi
-  FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
-fi
+require_quiet encodings_bench
 
 WORK=$(mktemp -d "${WORK:-/tmp}/encodings-bench.XXXXXX")
 NS=""
@@ -85,21 +76,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-declare -A R
-add() { R[$1]="${R[$1]:-} $2"; }
-# shellcheck disable=SC2086  # the values are split on purpose
-med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
-calc() {
-  "$PY" - "$@" <<'PY'
-import sys
-expr, args = sys.argv[1], sys.argv[2:]
-try:
-    env = {chr(ord('a') + i): float(v) for i, v in enumerate(args)}
-    print(eval(expr, {'max': max, 'min': min}, env))
-except (ValueError, ZeroDivisionError):
-    print('n/a')
-PY
-}
 cpu_seconds() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
 }
@@ -160,7 +136,7 @@ for e in $ENCODINGS; do
     tar) "$MODELFS" push --plain-http --tar "$REG/$REPO:tar" "$WORK/src" > /dev/null ;;
     zstd-frames) "$MODELFS" push --plain-http --compress zstd "$REG/$REPO:zstd-frames" "$WORK/src" > /dev/null ;;
     zstd | gzip)
-      [[ -n $(curl -fsI "http://$REG/v2/$REPO/manifests/tar" 2> /dev/null) ]] ||
+      [[ $(curl -s -o /dev/null -w '%{http_code}' -I "http://$REG/v2/$REPO/manifests/tar") == 200 ]] ||
         "$MODELFS" push --plain-http --tar "$REG/$REPO:tar" "$WORK/src" > /dev/null
       "$PY" "$REENCODE" "$REG" "$REPO" tar "$e" "$e" > /dev/null
       "$MODELFS" convert --plain-http "$REG/$REPO:$e" > "$WORK/convert-$e.log" 2>&1 ||

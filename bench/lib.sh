@@ -275,3 +275,36 @@ umount_wait() {  # umount_wait DIR PID
 }
 # The pid from `modelfs mount`'s "mounted REF at DIR (pid N)" line (on stdin).
 mount_pid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p'; }
+
+# --- results and a quiet machine, for every table-printing bench ---------------------------------
+# R[key] collects one value per run; medians are taken when printing.
+declare -gA R
+add() { R[$1]="${R[$1]:-} $2"; }
+# shellcheck disable=SC2086  # the values are split on purpose
+med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
+# calc EXPR ARG...: python arithmetic on numbers (a, b, c, ... are the ARGs); n/a in, n/a out.
+calc() {
+  "$PY" - "$@" <<'PY'
+import sys
+expr, args = sys.argv[1], sys.argv[2:]
+try:
+    env = {chr(ord('a') + i): float(v) for i, v in enumerate(args)}
+    print(eval(expr, {'max': max, 'min': min, 'round': round, 'int': int}, env))
+except (ValueError, ZeroDivisionError):
+    print('n/a')
+PY
+}
+# require_quiet NAME: refuses (exit 2) to start above a load average of 0.5 unless FORCE=1;
+# sets LOAD_AT_START, and FORCED to the line every table then prints (empty when quiet).
+require_quiet() {
+  LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
+  FORCED=""
+  if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
+    if [[ ${FORCE:-0} != 1 ]]; then
+      echo "$1: load average $LOAD_AT_START is above 0.5: the machine is not quiet, so the" \
+        "numbers would measure the other work too. Wait, or FORCE=1 to run anyway." >&2
+      exit 2
+    fi
+    FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
+  fi
+}

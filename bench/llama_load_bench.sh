@@ -56,10 +56,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-declare -A R
-add() { R[$1]="${R[$1]:-} $2"; }
-# shellcheck disable=SC2086
-med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$WORK/eval.json" "$1"; }
 
 # llama FILE [--no-mmap]: loads FILE with llama.cpp; leaves its JSON in $WORK/eval.json, sets LOAD_S

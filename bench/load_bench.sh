@@ -85,16 +85,7 @@ LOADERS=${LOADERS:-"read mmap"}
 CHUNK_DIGEST=${CHUNK_DIGEST:-blake3}
 BASE_CHUNK_DIGEST=${BASE_CHUNK_DIGEST:-sha256}
 READERS=16
-LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
-FORCED=""
-if "${PY:-python3}" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
-  if [[ ${FORCE:-0} != 1 ]]; then
-    echo "load_bench: load average $LOAD_AT_START is above 0.5: the machine is not quiet, so the" \
-      "numbers would measure the other work too. Wait, or FORCE=1 to run anyway." >&2
-    exit 2
-  fi
-  FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
-fi
+require_quiet load_bench
 # forced_note: a line under every table when the run was forced.
 forced_note() { [[ -z $FORCED ]] || { echo; echo "** $FORCED **"; }; }
 if [[ -z ${TOPOLOGIES:-} ]]; then
@@ -205,25 +196,9 @@ fi
 # --- helpers ---------------------------------------------------------------------------------
 # R[key] collects one value per run; medians are taken when printing. Keys of the per-topology
 # measures start with "TOPOLOGY|".
-declare -A R
-add() { R[$1]="${R[$1]:-} $2"; }
-# shellcheck disable=SC2086  # the values are split on purpose
-med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
 # medi KEY: the median of counts, as a whole number (n/a: none recorded, such as nginx's where
 # the registry serves the blobs itself).
 medi() { local m; m=$(med "$1"); [[ $m == n/a ]] && echo "$m" || printf '%.0f\n' "$m"; }
-# calc EXPR ARG...: python arithmetic on numbers (a, b, c, ... are the ARGs); n/a in, n/a out.
-calc() {
-  "$PY" - "$@" <<'PY'
-import sys
-expr, args = sys.argv[1], sys.argv[2:]
-try:
-    env = {chr(ord('a') + i): float(v) for i, v in enumerate(args)}
-    print(eval(expr, {'max': max, 'min': min}, env))
-except (ValueError, ZeroDivisionError):
-    print('n/a')
-PY
-}
 
 # load LOADER FILE...: runs modelfs-load; the bytes it read are checked after the caller's timer.
 load() {

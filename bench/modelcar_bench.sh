@@ -97,16 +97,7 @@ for c in $COMPRESSIONS; do
   case ${FMT[$c]} in gzip | zstd | zstd:chunked) ;; *) echo "unknown compression $c (want gzip zstd zstd:chunked, optionally /LEVEL)" >&2; exit 2 ;; esac
   [[ ${LEVEL[$c]} =~ ^[0-9]*$ ]] || { echo "bad compression level in $c" >&2; exit 2; }
 done
-LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
-FORCED=""
-if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
-  if [[ ${FORCE:-0} != 1 ]]; then
-    echo "modelcar_bench: load average $LOAD_AT_START is above 0.5: the machine is not quiet." \
-      "Wait, or FORCE=1 to run anyway." >&2
-    exit 2
-  fi
-  FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
-fi
+require_quiet modelcar_bench
 RUN_START=$(now)
 
 WORK=$(mktemp -d "${WORK:-/tmp}/modelcar-bench.XXXXXX")
@@ -144,21 +135,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-declare -A R
-add() { R[$1]="${R[$1]:-} $2"; }
-# shellcheck disable=SC2086  # the values are split on purpose
-med() { if [[ -n "${R[$1]:-}" ]]; then median ${R[$1]}; else echo n/a; fi; }
-calc() {
-  "$PY" - "$@" << 'PY'
-import sys
-expr, args = sys.argv[1], sys.argv[2:]
-try:
-    env = {chr(ord('a') + i): float(v) for i, v in enumerate(args)}
-    print(eval(expr, {'max': max, 'min': min}, env))
-except (ValueError, ZeroDivisionError):
-    print('n/a')
-PY
-}
 sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2"; fi; }
 # CPU seconds (user + system) of a process, its threads and the children it has reaped.
 cpu_with_reaped() {
