@@ -152,7 +152,11 @@ absl::Status DecodingBlobSource::Extend(const SeekIndex& index, size_t point, Sp
   uint64_t* const size = &span.size;
   while (*size < to) {
     const uint64_t want = to - *size;
-    uint64_t end = span.next_compressed + static_cast<uint64_t>(want * ratio * 1.02) + (16 << 10);
+    // At least 256 KiB: a decoder gives nothing until it holds a whole block (zstd's are up
+    // to 128 KiB), and a short range would otherwise creep there in 16 KiB requests.
+    uint64_t end =
+        span.next_compressed +
+        std::max<uint64_t>(static_cast<uint64_t>(want * ratio * 1.02) + (16 << 10), 256 << 10);
     end = std::min(end, span.next_compressed < span_compressed_end ? span_compressed_end
                                                                    : index.compressed_size);
     if (end <= span.next_compressed) {
@@ -254,17 +258,39 @@ absl::Status DecodingBlobSource::StreamRange(
                                               " bytes)"));
   }
   const uint64_t end = offset + length;
+  // A range over several spans (the cache's stream requests, 64 MiB) has its whole spans in
+  // the middle decoded from one fetch by one decoder, as a stream: one request per range, not
+  // one per span (a 1 MiB zstd frame each), which left a cold load waiting on round trips. The
+  // spans at its two ends may be shared with the neighbouring requests, and go through the
+  // span table as before.
+  if (length > 0) {
+    const size_t first = index->PointFor(offset);
+    const size_t last = index->PointFor(end - 1);
+    if (last >= first + kStreamSpans) {
+      const uint64_t from = SpanEnd(*index, first);
+      const uint64_t to = index->points[last].uncompressed_offset;
+      RETURN_IF_ERROR(StreamRangeBySpan(*index, offset, from, deadline, sink));
+      RETURN_IF_ERROR(StreamDirect(*index, from, to - from, deadline, sink));
+      return StreamRangeBySpan(*index, to, end, deadline, sink);
+    }
+  }
+  return StreamRangeBySpan(*index, offset, end, deadline, sink);
+}
+
+absl::Status DecodingBlobSource::StreamRangeBySpan(
+    const SeekIndex& index, uint64_t offset, uint64_t end, absl::Time deadline,
+    const std::function<absl::Status(absl::string_view)>& sink) {
   uint64_t at = offset;
   while (at < end) {
-    const size_t point = index->PointFor(at);
-    const uint64_t span_start = index->points[point].uncompressed_offset;
-    const uint64_t span_end = SpanEnd(*index, point);
+    const size_t point = index.PointFor(at);
+    const uint64_t span_start = index.points[point].uncompressed_offset;
+    const uint64_t span_end = SpanEnd(index, point);
     const uint64_t to = std::min(end, span_end);
     if (span_end - span_start > kMaxSpan) {
-      RETURN_IF_ERROR(StreamDirect(*index, at, to - at, deadline, sink));
+      RETURN_IF_ERROR(StreamDirect(index, at, to - at, deadline, sink));
     } else {
       RETURN_IF_ERROR(
-          ServeFromSpan(*index, point, at - span_start, to - span_start, deadline, sink));
+          ServeFromSpan(index, point, at - span_start, to - span_start, deadline, sink));
     }
     at = to;
   }

@@ -10,7 +10,10 @@
 // estimate from the layer's ratio, then more if short), and the next range inside the span
 // continues from there. So the cache's concurrent chunk fetches inside one span (the kernel
 // splits a 4 MiB read into several) fetch and decode it once, and a read costs the compressed
-// bytes from the point before it to its end. A range asked for a second time (the cache
+// bytes from the point before it to its end. A range over more than kStreamSpans spans (the
+// cache's stream requests) has the whole spans in its middle decoded from one fetch by one
+// decoder, without the table: one request per range rather than one per span. A range asked
+// for a second time (the cache
 // refetching after a chunk failed verification) is decoded afresh from the registry, never
 // answered from memory again. A span over kMaxSpan bytes (a zstd layer of a few huge frames)
 // is streamed per range instead.
@@ -47,6 +50,9 @@ class DecodingBlobSource final : public RemoteBlobSource {
  public:
   static constexpr uint64_t kMaxSpan = 16ull << 20;
   static constexpr uint64_t kMaxSpanMemory = 64ull << 20;
+  // A range over at least this many spans beyond its first has its middle spans streamed from
+  // one fetch (StreamDirect) rather than span by span.
+  static constexpr size_t kStreamSpans = 3;
 
   // `inner` is not owned and must outlive this source.
   explicit DecodingBlobSource(RemoteBlobSource* inner, GzipInflater inflater = GzipInflater::kIsal)
@@ -115,7 +121,13 @@ class DecodingBlobSource final : public RemoteBlobSource {
   // range asked again is decoded afresh anyway), so its buffer goes back to the pool.
   void Delivered(const Digest& diff_id, size_t point, const std::shared_ptr<Span>& span, uint64_t n,
                  uint64_t span_len);
-  // Streams [offset, offset + length) of a span too big to hold.
+  // [offset, end) of an added layer, span by span through the span table (or StreamDirect for
+  // a span over kMaxSpan).
+  absl::Status StreamRangeBySpan(const SeekIndex& index, uint64_t offset, uint64_t end,
+                                 absl::Time deadline,
+                                 const std::function<absl::Status(absl::string_view)>& sink);
+  // Streams [offset, offset + length) from one fetch and one decoder: a span too big to hold,
+  // or the whole spans in the middle of a long range.
   absl::Status StreamDirect(const SeekIndex& index, uint64_t offset, uint64_t length,
                             absl::Time deadline,
                             const std::function<absl::Status(absl::string_view)>& sink);

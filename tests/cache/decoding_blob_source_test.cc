@@ -99,6 +99,30 @@ TEST_F(DecodingBlobSourceTest, ServesAZstdLayerOfManyFrames) {
   EXPECT_TRUE(got == plain_.substr(5 * kChunk + 7, 3 * kChunk));
 }
 
+TEST_F(DecodingBlobSourceTest, ALongRangeOfFramesIsOneRequestForItsMiddleSpans) {
+  Serve(SeekEncoding::kZstd, testing::ZstdFrames(plain_, kChunk));
+  ASSERT_EQ(seek_.points.size(), 24u);
+  remote_.ResetCounters();
+  // 16 frames from the middle of frame 2: frame 2 and frame 18 through the span table, the 15
+  // whole frames between them from one fetch (what a cache stream request asks).
+  std::string got;
+  ASSERT_OK(decoding_.StreamRange(diff_id_, 2 * kChunk + 100, 16 * kChunk, absl::InfiniteFuture(),
+                                  [&](absl::string_view piece) {
+                                    got.append(piece.data(), piece.size());
+                                    return absl::OkStatus();
+                                  }));
+  EXPECT_TRUE(got == plain_.substr(2 * kChunk + 100, 16 * kChunk));
+  std::string log;
+  for (const auto& r : remote_.log()) log += absl::StrCat(" ", r.offset, "+", r.length);
+  EXPECT_LE(remote_.requests(), 3) << log;
+  // And a short range still goes span by span, through the table its neighbours share.
+  remote_.ResetCounters();
+  ASSERT_OK_AND_ASSIGN(std::string two, decoding_.FetchRange(diff_id_, 20 * kChunk, 2 * kChunk,
+                                                             absl::InfiniteFuture()));
+  EXPECT_TRUE(two == plain_.substr(20 * kChunk, 2 * kChunk));
+  EXPECT_EQ(remote_.requests(), 2);
+}
+
 TEST_F(DecodingBlobSourceTest, AFourMiBRandomReadFetchesAtMostEightMiBOfCompressedBytes) {
   // The cache's readahead for a sequential run (4 MiB more after 4 MiB, for raw layers too)
   // is its own policy: this measures what the read itself costs.
