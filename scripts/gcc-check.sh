@@ -26,10 +26,17 @@ gxx, log_dir = sys.argv[2], sys.argv[3]
 clang_only = ("-Wthread-safety", "-fsanitize", "-gline-tables-only", "-fprofile-instr",
               "-fcoverage-mapping")
 build = os.path.realpath(os.path.dirname(sys.argv[1]))
+seen = set()
 for i, e in enumerate(entries):
     # Our own code only: generated protobuf sources in the build tree are not checked.
-    if not e["file"].endswith((".cc", ".cpp")) or os.path.realpath(e["file"]).startswith(build + "/"):
+    path = os.path.realpath(e["file"])
+    if not e["file"].endswith((".cc", ".cpp")) or path.startswith(build + "/"):
         continue
+    # Each file once: a source compiled into several targets (a fuzzer's copy of a parser)
+    # differs there only in flags g++ checks nothing new for.
+    if path in seen:
+        continue
+    seen.add(path)
     args = shlex.split(e["command"]) if "command" in e else e["arguments"]
     # Drop a compiler launcher (ccache) and the compiler, the output and -c.
     while args and not args[0].endswith(("++", "c++")):

@@ -509,7 +509,9 @@ class BlobCache : public BlobReader {
   // full disk) leaves that member and the rest in the tar file.
   std::vector<LayerSegments::File> SplitTarFile(const std::string& path, int fd,
                                                 const std::string& dir) const;
-  // Decodes `spec.source` (verified whole) into a new data file and installs it.
+  // Decodes `spec.source` into a new data file and installs it, its compressed bytes
+  // streamed from the remote through a CompressedStream (decoded_layer.cc).
+  class CompressedStream;
   absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
 
   // One layout change (SetLayerMembers) at a time. Lock order: members_mu_ before mu_.

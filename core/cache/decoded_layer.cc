@@ -8,10 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/backoff.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
@@ -20,10 +24,165 @@
 namespace modelfs {
 namespace {
 
-// The compressed layer is read from its verified data file in pieces of this size.
-constexpr uint64_t kDecodeReadBytes = 4ull << 20;
+// Bytes go from one stage of a decode to the next in pieces of this size.
+constexpr uint64_t kPieceBytes = 4ull << 20;
+// A stream asks for this much per request: each request has the read deadline of its own, so a
+// slow link fails nothing that makes progress.
+constexpr uint64_t kStreamRequestBytes = 256ull << 20;
+// Pieces queued ahead of the next stage at most (its memory: this many times kPieceBytes).
+constexpr size_t kPiecesAhead = 8;
+
+// Pieces of bytes from one thread to another, in order, at most kPiecesAhead queued; the
+// buffers go round (a taker hands its last one back), so no piece faults in fresh memory.
+class PieceQueue {
+ public:
+  // Queues `*piece` (waiting while the queue is full) and leaves a buffer to fill in its place.
+  // Errors: kCancelled once the taker stopped.
+  absl::Status Put(std::string* piece) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](PieceQueue* q) ABSL_SHARED_LOCKS_REQUIRED(q->mu_) {
+          return q->cancelled_ || q->ready_.size() < kPiecesAhead;
+        },
+        this));
+    if (cancelled_) return absl::CancelledError("the next stage stopped");
+    ready_.push_back(std::move(*piece));
+    if (spare_.empty()) {
+      *piece = std::string();
+      piece->reserve(kPieceBytes);
+    } else {
+      *piece = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    piece->clear();
+    return absl::OkStatus();
+  }
+  // No more pieces: Take reports `status` after the last one.
+  void Close(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    status_ = std::move(status);
+  }
+  // The taker stops: Put fails from now on.
+  void Cancel() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  // Sets `*piece` to the next piece (the buffer it held goes round); empty after the last one,
+  // with the status Close gave.
+  absl::Status Take(std::string* piece) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](PieceQueue* q)
+             ABSL_SHARED_LOCKS_REQUIRED(q->mu_) { return q->closed_ || !q->ready_.empty(); },
+        this));
+    if (piece->capacity() >= kPieceBytes) spare_.push_back(std::move(*piece));
+    if (!ready_.empty()) {
+      *piece = std::move(ready_.front());
+      ready_.pop_front();
+      return absl::OkStatus();
+    }
+    *piece = std::string();
+    return status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> spare_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace
+
+// The compressed bytes of a layer, fetched from the remote by a thread of their own and handed
+// to the decoder as they arrive, so that the download and the decode overlap and the
+// compressed bytes never touch the disk. Their SHA-256 is checked against the layer digest
+// before the end of the stream is reported: the decoder reaches the end (and DecodeLayer its
+// OK) only when every compressed byte was right. A transient error resumes at the byte
+// reached, for as long as the stream makes progress within the read deadline.
+class BlobCache::CompressedStream {
+ public:
+  CompressedStream(BlobCache& cache, const DecodedLayerSpec& spec)
+      : cache_(cache), spec_(spec), thread_([this] { queue_.Close(Fetch()); }) {}
+  // Stops the fetch (at its next piece, or the request's deadline) and waits for it.
+  ~CompressedStream() {
+    queue_.Cancel();
+    thread_.join();
+  }
+
+  // Sets `*piece` to the next compressed bytes; empty at the end, once the digest matched.
+  // Errors: the fetch's; kDataLoss when the bytes do not hash to the layer digest.
+  absl::Status Next(std::string* piece) { return queue_.Take(piece); }
+
+ private:
+  absl::Status Fetch() {
+    const std::string name = absl::StrCat("layer ", spec_.source.str());
+    const uint64_t size = spec_.source_size;
+    Sha256 hash;
+    std::string buffer;
+    buffer.reserve(kPieceBytes);
+    uint64_t offset = 0;
+    absl::Time progress_at = cache_.time_->Now();
+    absl::Duration step = absl::Milliseconds(20);
+    while (offset < size) {
+      const uint64_t begin = offset;
+      const uint64_t length = std::min(kStreamRequestBytes, size - offset);
+      cache_.counters_.requests++;
+      absl::Status st = cache_.remote_->StreamRange(
+          spec_.source, offset, length, cache_.time_->Now() + cache_.options_.read_deadline,
+          [&](absl::string_view data) -> absl::Status {
+            cache_.counters_.bytes_fetched += data.size();
+            if (data.size() > begin + length - offset) {
+              return absl::InternalError(absl::StrCat(name, ": the remote sent more than bytes [",
+                                                      begin, ", ", begin + length, ")"));
+            }
+            hash.Update(data.data(), data.size());
+            offset += data.size();
+            while (!data.empty()) {
+              const size_t n = std::min<uint64_t>(data.size(), kPieceBytes - buffer.size());
+              buffer.append(data.data(), n);
+              data.remove_prefix(n);
+              if (buffer.size() == kPieceBytes) RETURN_IF_ERROR(queue_.Put(&buffer));
+            }
+            return absl::OkStatus();
+          });
+      if (st.ok() && offset == begin + length) continue;
+      if (absl::IsCancelled(st)) return st;
+      if (st.ok()) {
+        st = absl::UnavailableError(absl::StrCat(name, ": the stream ended at byte ", offset,
+                                                 " of [", begin, ", ", begin + length, ")"));
+      }
+      if (!RetryableCode(st.code())) return st;
+      const absl::Time now = cache_.time_->Now();
+      if (offset > begin) {
+        progress_at = now;
+        step = absl::Milliseconds(20);
+      } else if (now - progress_at >= cache_.options_.read_deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            name, ": its fetch made no progress at byte ", offset, " within ",
+            absl::FormatDuration(cache_.options_.read_deadline), "; last error: ", st.message()));
+      }
+      cache_.time_->SleepFor(step);
+      step = std::min(step * 2, absl::Seconds(2));
+    }
+    if (!buffer.empty()) RETURN_IF_ERROR(queue_.Put(&buffer));
+    const Digest got = hash.Finish();
+    if (got != spec_.source) {
+      return absl::DataLossError(absl::StrCat(name, ": its compressed bytes have digest ",
+                                              got.str(), ", ", size,
+                                              " bytes fetched; nothing of it was installed"));
+    }
+    return absl::OkStatus();
+  }
+
+  BlobCache& cache_;
+  const DecodedLayerSpec spec_;
+  PieceQueue queue_;
+  std::thread thread_;  // last: starts once the rest is built
+};
 
 std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
                                                 const std::string& model_ref) {
@@ -91,41 +250,30 @@ absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerS
 
 absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec& spec) {
   const std::string name = absl::StrCat("layer ", spec.source.str());
-  // 1. The compressed layer, fetched whole and checked against its digest before a byte of it
-  // is decoded. The wait goes on for as long as the fill makes progress.
-  LayerSpec source;
-  source.digest = spec.source;
-  source.size = spec.source_size;
-  source.mode = VerifyMode::kWholeLayer;
-  source.model_ref = spec.model_ref;
-  RETURN_IF_ERROR(RegisterLayer(source));
-  std::shared_ptr<Layer> compressed;
+  // 1. The compressed bytes: streamed from the remote into the decoder as they arrive, and
+  // checked against the layer digest when the last one is in (CompressedStream). Nothing
+  // decoded is installed before both that check and DecodeLayer's diffId check pass. A
+  // compressed copy this cache holds already, whole and verified, is read instead.
+  std::shared_ptr<Layer> local;
   {
     absl::MutexLock lock(&mu_);
-    compressed = FindRegisteredLocked(spec.source);
+    if (std::shared_ptr<Layer> l = FindLocked(spec.source)) {
+      LayerGuard held(*l, Held(mu_));
+      if (l->whole_verified && !l->quarantined && l->size == spec.source_size) local = l;
+    }
   }
-  if (!compressed) return NotRegistered(spec.source);
-  uint64_t progress = 0;
-  while (true) {
-    absl::Status s = EnsureWholeLayer(compressed, time_->Now() + options_.read_deadline);
-    if (s.ok()) break;
-    if (!absl::IsDeadlineExceeded(s)) return s;
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*compressed, Held(mu_));
-    uint64_t landed = 0;
-    for (uint64_t c = 0; c < compressed->count(); ++c) {
-      if (compressed->state[c] != ChunkState::kMissing &&
-          compressed->state[c] != ChunkState::kInFlight) {
-        landed++;
-      }
-    }
-    // Every chunk here: the whole-layer hash is running, local work that ends.
-    if (landed <= progress && landed < compressed->count()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(name, ": the compressed layer's fetch made no progress within ",
-                       absl::FormatDuration(options_.read_deadline)));
-    }
-    progress = landed;
+  std::unique_ptr<CompressedStream> stream;
+  CompressedReader read;
+  if (local) {
+    read = [&](uint64_t offset, std::string* piece) -> absl::Status {
+      const uint64_t n = std::min(kPieceBytes, local->size - offset);
+      piece->resize(n);
+      if (n == 0) return absl::OkStatus();
+      return local->Segments()->ReadFull(store_, spec.source, piece->data(), n, offset);
+    };
+  } else {
+    stream = std::make_unique<CompressedStream>(*this, spec);
+    read = [&](uint64_t, std::string* piece) { return stream->Next(piece); };
   }
 
   // 2. Decoded into a file of its own, named for the source until its digest is known. A
@@ -138,53 +286,76 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     close(out);
     if (!installed) unlink(tmp.c_str());
   };
-  uint64_t written = 0;
   // The local index (a SHA-256 per whole_chunk_size chunk, what later re-checks use), hashed
   // from the bytes as they are written: with the diffId check of DecodeLayer, it is the
-  // whole-layer check of the file, which is then not read again.
-  const uint64_t cs = options_.whole_chunk_size;
+  // whole-layer check of the file, which is then not read again. A thread of its own writes
+  // and hashes while the decoder (which hashes the diffId) goes on.
+  PieceQueue to_write;
   LayerFileHash hashed;
-  Sha256 chunk_hash;
-  uint64_t in_chunk = 0;
+  absl::Status write_status;
+  std::thread writer([&] {
+    const uint64_t cs = options_.whole_chunk_size;
+    Sha256 chunk_hash;
+    uint64_t in_chunk = 0, written = 0;
+    std::string piece;
+    absl::Status st;
+    while ((st = to_write.Take(&piece)).ok() && !piece.empty()) {
+      const int err = store_.Write(out, piece.data(), piece.size(), written);
+      if (err == ENOSPC || err == EDQUOT) {
+        st = absl::ResourceExhaustedError(absl::StrCat(
+            name, ": no space in cache directory ", options_.dir, " for its decompressed bytes"));
+        break;
+      }
+      if (err != 0) {
+        st = absl::InternalError(
+            absl::StrCat(tmp, ": write at offset ", written, ": ", strerror(err)));
+        break;
+      }
+      written += piece.size();
+      for (std::string_view rest = piece; !rest.empty();) {
+        const size_t n = std::min<uint64_t>(rest.size(), cs - in_chunk);
+        chunk_hash.Update(rest.substr(0, n));
+        rest.remove_prefix(n);
+        if ((in_chunk += n) == cs) {
+          hashed.local_index.append(reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()),
+                                    32);
+          chunk_hash = Sha256();
+          in_chunk = 0;
+        }
+      }
+    }
+    if (st.ok() && in_chunk > 0) {
+      hashed.local_index.append(reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()),
+                                32);
+    }
+    if (!st.ok()) to_write.Cancel();
+    write_status = std::move(st);
+  });
+  std::string piece;
+  piece.reserve(kPieceBytes);
+  uint64_t produced = 0;
   absl::StatusOr<DecodedLayer> decoded = DecodeLayer(
-      spec.encoding, spec.source, spec.diff_id,
-      [&](uint64_t offset, std::string* piece) -> absl::Status {
-        const uint64_t n = std::min(kDecodeReadBytes, compressed->size - offset);
-        piece->resize(n);
-        if (n == 0) return absl::OkStatus();
-        return compressed->Segments()->ReadFull(store_, spec.source, piece->data(), n, offset);
-      },
-      [&](std::string_view bytes) -> absl::Status {
+      spec.encoding, spec.source, spec.diff_id, read, [&](std::string_view bytes) -> absl::Status {
         // A layer that decompresses past the largest layer accepted is refused as it grows.
-        if (written + bytes.size() > kMaxModelLayerBytes) {
+        if ((produced += bytes.size()) > kMaxModelLayerBytes) {
           return absl::InvalidArgumentError(absl::StrCat(
               name, " decompresses to more than the limit of ", kMaxModelLayerBytes, " bytes"));
         }
-        const int err = store_.Write(out, bytes.data(), bytes.size(), written);
-        if (err == ENOSPC || err == EDQUOT) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              name, ": no space in cache directory ", options_.dir, " for its decompressed bytes"));
-        }
-        if (err != 0) {
-          return absl::InternalError(
-              absl::StrCat(tmp, ": write at offset ", written, ": ", strerror(err)));
-        }
-        written += bytes.size();
-        for (std::string_view rest = bytes; !rest.empty();) {
-          const size_t n = std::min<uint64_t>(rest.size(), cs - in_chunk);
-          chunk_hash.Update(rest.substr(0, n));
-          rest.remove_prefix(n);
-          if ((in_chunk += n) == cs) {
-            hashed.local_index.append(
-                reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()), 32);
-            chunk_hash = Sha256();
-            in_chunk = 0;
-          }
+        while (!bytes.empty()) {
+          const size_t n = std::min<uint64_t>(bytes.size(), kPieceBytes - piece.size());
+          piece.append(bytes.data(), n);
+          bytes.remove_prefix(n);
+          if (piece.size() == kPieceBytes) RETURN_IF_ERROR(to_write.Put(&piece));
         }
         return absl::OkStatus();
       });
-  if (decoded.ok() && in_chunk > 0) {
-    hashed.local_index.append(reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()), 32);
+  if (decoded.ok() && !piece.empty()) {
+    if (absl::Status s = to_write.Put(&piece); !s.ok()) decoded = s;
+  }
+  to_write.Close(decoded.ok() ? absl::OkStatus() : absl::CancelledError("the decode failed"));
+  writer.join();
+  if (!write_status.ok() && (decoded.ok() || absl::IsCancelled(decoded.status()))) {
+    decoded = write_status;
   }
   if (!decoded.ok()) {
     if (absl::IsDataLoss(decoded.status())) {
@@ -197,7 +368,6 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   // 3. Installed under its digest, unless the same bytes are here already.
   if (std::optional<uint64_t> size = ReuseDecoded(decoded->digest, spec.model_ref)) {
     journal_.RecordDecoded(spec.source.str(), decoded->digest.str()).IgnoreError();
-    UnregisterLayer(spec.source, spec.model_ref);
     return DecodedLayer{decoded->digest, *size};
   }
   // 2b. Its larger files apart (layer_segments.h), while nothing reads it, so that each can be
@@ -287,8 +457,6 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   if (absl::Status s = journal_.RecordDecoded(spec.source.str(), decoded->digest.str()); !s.ok()) {
     Log(s.message());  // only costs a decode after a restart when M has no diffIds
   }
-  // The compressed bytes are no longer needed to serve the model: evictable from here on.
-  UnregisterLayer(spec.source, spec.model_ref);
   return DecodedLayer{decoded->digest, decoded->size};
 }
 

@@ -116,14 +116,37 @@ TEST_F(DecodedLayerTest, SealsTheDecodedLayerSoItIsServedByPassthrough) {
   EXPECT_EQ(bytes, tar);
 }
 
-TEST_F(DecodedLayerTest, LeavesTheCompressedCopyUnreferencedOnceDecoded) {
+// The compressed bytes are streamed into the decoder: they are never written to the cache.
+TEST_F(DecodedLayerTest, KeepsNoCompressedCopyOfADecodedLayer) {
   const std::string tar = Weights(200000, 3);
   const std::string gz = Gzip(tar);
   const Digest source = remote_.AddBlob(gz);
   auto cache = Open();
   ASSERT_OK(cache->RegisterDecodedLayer(Spec(source, gz, LayerEncoding::kTarGzip)).status());
-  ASSERT_OK_AND_ASSIGN(BlobCache::LayerInfo info, cache->GetLayerInfo(source));
-  EXPECT_EQ(info.references, 0);
+  EXPECT_THAT(cache->GetLayerInfo(source), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(Digest::Of(tar).hex()) + ".data"});
+  EXPECT_EQ(remote_.bytes_served(), gz.size());
+}
+
+// A stream that breaks is resumed at the byte it reached, into the same decoder: one frame of
+// zstd cannot be entered in the middle, but its bytes can arrive in several requests.
+TEST_F(DecodedLayerTest, ResumesABrokenStreamAtTheByteItReached) {
+  const std::string tar = Weights(3 << 20, 12);
+  const std::string zst = ZstdFrames(tar, 8 << 20);  // one frame
+  const Digest source = remote_.AddBlob(zst);
+  remote_.CutStreams(zst.size() / 3, 2);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, zst, LayerEncoding::kTarZstd)));
+  EXPECT_EQ(d.digest, Digest::Of(tar));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+  const std::vector<FakeRemote::Request> log = remote_.log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].offset, 0u);
+  EXPECT_EQ(log[1].offset, zst.size() / 3);
+  EXPECT_EQ(log[2].offset, 2 * (zst.size() / 3));
+  EXPECT_EQ(cache->stats().bytes_fetched, zst.size());
 }
 
 TEST_F(DecodedLayerTest, RefusesADiffIdMismatchNamingTheLayerAndBothDigestsAndServesNothing) {
@@ -138,7 +161,7 @@ TEST_F(DecodedLayerTest, RefusesADiffIdMismatchNamingTheLayerAndBothDigestsAndSe
                                                   HasSubstr(Digest::Of(tar).str()))));
   EXPECT_THAT(cache->GetLayerInfo(Digest::Of(tar)), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(cache->GetLayerInfo(wrong), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{});
 }
 
 TEST_F(DecodedLayerTest, RefusesACompressedLayerWhoseBytesFailItsDigest) {
@@ -162,7 +185,7 @@ TEST_F(DecodedLayerTest, RefusesATruncatedStreamAndKeepsNoPartialLayer) {
   EXPECT_THAT(cache->RegisterDecodedLayer(Spec(source, cut, LayerEncoding::kTarZstd)),
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr(source.str()), HasSubstr("ends inside a frame"))));
-  EXPECT_EQ(DataFiles(), std::vector<std::string>{std::string(source.hex()) + ".data"});
+  EXPECT_EQ(DataFiles(), std::vector<std::string>{});
   EXPECT_EQ(cache->stats().verification_failures, 1u);
 }
 

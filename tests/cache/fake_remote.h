@@ -152,15 +152,33 @@ class FakeRemote : public RemoteBlobSource {
     piece_sizes_ = std::move(sizes);
   }
 
+  // The next `streams` StreamRange calls deliver at most `bytes` of their body, then fail as a
+  // reset connection does (kUnavailable).
+  void CutStreams(uint64_t bytes, int streams) {
+    absl::MutexLock lock(&mu_);
+    cut_bytes_ = bytes;
+    cuts_ = streams;
+  }
+
   absl::Status StreamRange(const Digest& blob, uint64_t offset, uint64_t length,
                            absl::Time deadline,
                            const std::function<absl::Status(absl::string_view)>& sink) override {
     absl::StatusOr<std::string> bytes = FetchRange(blob, offset, length, deadline);
     if (!bytes.ok()) return bytes.status();
     std::vector<size_t> sizes;
+    bool cut = false;
     {
       absl::MutexLock lock(&mu_);
       sizes = piece_sizes_;
+      if (cuts_ > 0 && bytes->size() > cut_bytes_) {
+        cuts_--;
+        bytes->resize(cut_bytes_);
+        cut = true;
+      }
+    }
+    if (cut) {
+      if (absl::Status s = sink(*bytes); !s.ok()) return s;
+      return absl::UnavailableError("fake remote: connection reset");
     }
     if (sizes.empty()) return sink(*bytes);
     absl::string_view rest(*bytes);
@@ -230,6 +248,8 @@ class FakeRemote : public RemoteBlobSource {
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Request> log_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cut_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int cuts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<size_t> piece_sizes_ ABSL_GUARDED_BY(mu_);
 };
 
