@@ -1,10 +1,55 @@
 #include "core/resolve/model_ref.h"
 
+#include <sys/utsname.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
+
+std::string HostArchitecture() {
+  struct utsname u;
+  if (uname(&u) != 0) return "";
+  const std::string m = u.machine;
+  if (m == "x86_64") return "amd64";
+  if (m == "aarch64" || m == "arm64") return "arm64";
+  if (m == "ppc64le") return "ppc64le";
+  if (m == "s390x") return "s390x";
+  if (m == "riscv64") return "riscv64";
+  if (m == "i386" || m == "i686") return "386";
+  return m;
+}
+
+absl::StatusOr<Descriptor> SelectPlatformManifest(const Index& index,
+                                                  const std::string& architecture,
+                                                  const std::string& what) {
+  std::vector<std::string> offered;
+  const Descriptor* unlabelled = nullptr;
+  int manifests = 0;
+  for (const Descriptor& d : index.manifests) {
+    // BuildKit's attestations (platform unknown/unknown) are not images to run.
+    const std::string* ref_type = d.Annotation("vnd.docker.reference.type");
+    if (ref_type != nullptr && *ref_type == "attestation-manifest") continue;
+    if (IsIndexMediaType(d.media_type)) continue;  // nested indexes are not followed
+    ++manifests;
+    if (!d.platform) {
+      unlabelled = &d;
+      continue;
+    }
+    offered.push_back(absl::StrCat(d.platform->os, "/", d.platform->architecture,
+                                   d.platform->variant.empty() ? "" : "/", d.platform->variant));
+    if (d.platform->os == "linux" && d.platform->architecture == architecture) return d;
+  }
+  // An index of one manifest without a platform (an artifact wrapped in an index) is that one.
+  if (manifests == 1 && unlabelled != nullptr) return *unlabelled;
+  return absl::NotFoundError(absl::StrCat(
+      what, " is an image index with no manifest for linux/", architecture, " (it has ",
+      offered.empty() ? std::string("none with a platform") : absl::StrJoin(offered, ", "),
+      "); give the digest of the manifest to use"));
+}
 
 absl::StatusOr<ModelFetcher*> ModelFetcher::OnRegistry(const std::string& registry) {
   return absl::FailedPreconditionError(
@@ -86,8 +131,29 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
                                             top.digest.str(), ", not the pinned one"));
   }
   if (IsIndexMediaType(top.media_type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ref.String(), " is an image index; give the digest of a model or volume manifest"));
+    // A multi-platform image (a modelcar built for several architectures): the manifest for
+    // this node's platform, by the digest the (pinned or tagged) index gives, as containerd
+    // picks it.
+    absl::StatusOr<Index> index = ParseIndex(top.bytes);
+    if (!index.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("image index ", ref.String(), ": ", index.status().message()));
+    }
+    ASSIGN_OR_RETURN(Descriptor chosen,
+                     SelectPlatformManifest(*index, HostArchitecture(), ref.String()));
+    ASSIGN_OR_RETURN(ManifestResult platform,
+                     client.GetManifest(ref.repository(), chosen.digest.str()));
+    if (platform.digest != chosen.digest) {
+      return absl::DataLossError(absl::StrCat("manifest ", platform.digest.str(), " of ",
+                                              ref.String(), " is not the index's ",
+                                              chosen.digest.str()));
+    }
+    if (IsIndexMediaType(platform.media_type)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ref.String(), ": the index names another index, ", chosen.digest.str()));
+    }
+    if (platform.media_type.empty()) platform.media_type = chosen.media_type;
+    top = std::move(platform);
   }
   ASSIGN_OR_RETURN(Manifest m, ParseManifest(top.bytes));
   Descriptor top_desc;

@@ -108,7 +108,9 @@ class RegistryModelFetcher final : public ModelFetcher {
 
 // Fetches ref. A pinned digest is verified; a volume image's layer is fetched whole and
 // verified, and its chunk indexes checked against model.json; M is fetched by digest from the
-// repository V's record names (through `connect` when that is on another registry).
+// repository V's record names (through `connect` when that is on another registry). An image
+// index (a multi-platform modelcar) resolves to its manifest for this node's platform
+// (SelectPlatformManifest), checked against the index's digest for it.
 // Errors: kNotFound, kDataLoss (digest mismatch), kInvalidArgument (not a model / not a
 // volume image / a record naming no valid repository), kPermissionDenied (a layer path that
 // escapes), kFailedPrecondition (M on another registry and no way to reach it).
@@ -121,6 +123,16 @@ absl::StatusOr<ResolvedModel> ResolveModel(RegistryClient& client, const ImageRe
                                            const ModelLocationCheck& check_location = nullptr);
 absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& fetcher, const ImageReference& ref,
                                            const ModelLocationCheck& check_location = nullptr);
+
+// The node's architecture as OCI platforms name it (GOARCH: "amd64", "arm64", ...).
+std::string HostArchitecture();
+// The manifest of `index` that a linux/`architecture` node runs (what containerd picks):
+// attestation manifests and nested indexes are skipped, and an index holding one manifest
+// without a platform gives that one. `what` names the index in errors. Errors: kNotFound
+// listing the platforms offered.
+absl::StatusOr<Descriptor> SelectPlatformManifest(const Index& index,
+                                                  const std::string& architecture,
+                                                  const std::string& what);
 
 // Fetches a whole blob into memory, refusing more than max_bytes, and verifies its digest.
 absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std::string& repo,

@@ -282,6 +282,40 @@ INSTANTIATE_TEST_SUITE_P(Compressions, ModelcarTest,
                            return absl::StrReplaceAll(i.param, {{":", "_"}});
                          });
 
+// A multi-platform modelcar: buildah's manifest list (`buildah manifest create`, `add`,
+// `push --all`). mount, pull and convert take the manifest for this node's platform from it,
+// as containerd does, and V's subject is that manifest (what containerd's CRI labels pin).
+TEST_F(ImageTest, AManifestListResolvesToTheManifestForThisNode) {
+  ASSERT_NO_FATAL_FAILURE(BuildAndPushModelcar("gzip", "v1"));
+  Buildah({"manifest", "create", "modelcar-list"});
+  Buildah({"manifest", "add", "modelcar-list", "modelcar"});
+  Buildah({"manifest", "push", "-q", "--all", "--tls-verify=false", "modelcar-list",
+           absl::StrCat("docker://", Ref("multi"))});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_OK_AND_ASSIGN(ManifestResult list, client_->GetManifest("modelcars", "multi"));
+  ASSERT_TRUE(IsIndexMediaType(list.media_type)) << list.media_type;
+  ASSERT_OK_AND_ASSIGN(Index index, ParseIndex(list.bytes));
+  ASSERT_EQ(index.manifests.size(), 1u);
+  const std::string platform_manifest = index.manifests[0].digest.str();
+  {
+    std::unique_ptr<ModelMount> m = Mount(Ref("multi"), "multi");
+    ASSERT_NE(m, nullptr);
+    ExpectModelcarTree(m->dir());
+    EXPECT_OK(m->Unmount());
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessResult convert,
+                       RunModelfs({"convert", "--plain-http", "--json", Ref("multi")}));
+  ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  nlohmann::json j = ParseJsonOutput(convert.out);
+  EXPECT_EQ(j["model"]["digest"], platform_manifest) << j.dump();
+  std::unique_ptr<ModelMount> v = Mount(
+      absl::StrCat(registry_->host_port(), "/modelcars@", j["volume"]["digest"].get<std::string>()),
+      "multi-volume");
+  ASSERT_NE(v, nullptr);
+  ExpectModelcarTree(v->dir());
+  EXPECT_OK(v->Unmount());
+}
+
 // --- hostile images -------------------------------------------------------------------------
 
 // Rewrites field [off, off+len) of the header block at `at` and fixes its checksum.
