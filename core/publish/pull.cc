@@ -246,8 +246,8 @@ absl::Status ExtractTar(const std::string& tar_path, const std::string& root,
 }
 
 // Writes the merged tree of an ordinary image (core/oci/image_tree.h) into `root` (a fresh
-// staging tree) from its layers' verified tars: directories, files (a hard link becomes a copy
-// of its target's bytes) and symlinks as they are. The tree never puts an entry under a link
+// staging tree) from its layers' verified tars: directories, files (a hard link becomes one to
+// the first name of its bytes) and symlinks as they are. The tree never puts an entry under a link
 // or a file, and it is written parents first, so nothing is written through a link.
 absl::Status WriteImageTree(const ResolvedModel& rm, const std::vector<std::string>& tars,
                             const std::string& root, const std::string& shown, PullResult& result) {
@@ -261,6 +261,7 @@ absl::Status WriteImageTree(const ResolvedModel& rm, const std::vector<std::stri
     readers.push_back(std::move(reader));
   }
   const std::string where = absl::StrCat("image ", rm.model_descriptor.digest.str());
+  std::map<std::pair<size_t, uint64_t>, fs::path> linked;  // (layer, offset) -> first name
   for (const auto& [rel, node] : tree.nodes) {
     RETURN_IF_ERROR(CheckNotReservedModelPath(rel, where));
     const fs::path out = fs::path(root) / rel;
@@ -271,6 +272,20 @@ absl::Status WriteImageTree(const ResolvedModel& rm, const std::vector<std::stri
         if (ec) return absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
         break;
       case ImageNodeType::kFile: {
+        // A hard link of the image (the same bytes of the same layer under a second name) is
+        // a hard link here too, as unpacking the image would make it.
+        if (node.size > 0) {
+          auto [first, fresh] = linked.try_emplace({node.layer, node.offset}, out);
+          if (!fresh) {
+            fs::create_hard_link(first->second, out, ec);
+            if (!ec) {
+              result.files.push_back(
+                  {shown + rel, rm.layers[node.layer].descriptor.digest, node.size});
+              break;
+            }
+            ec.clear();  // a file system without hard links: a copy, as before
+          }
+        }
         int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                       (node.mode & 0111) != 0 ? 0755 : 0644);
         if (fd < 0) return absl::InternalError(absl::StrCat(out.string(), ": ", strerror(errno)));

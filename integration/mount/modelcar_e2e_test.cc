@@ -472,5 +472,29 @@ TEST_F(HostileImageTest, ASymlinkOutOfTheTreeIsServedAsALinkNeverFollowed) {
   EXPECT_OK(m->Unmount());
 }
 
+// A hard link within the tree (what `cp -l` or a dedup tool leaves in an image) is served as a
+// second name of the same bytes, and `pull` writes it as a hard link, as unpacking would.
+TEST_F(HostileImageTest, AHardLinkWithinTheTreeIsPulledAsAHardLink) {
+  const std::string weights(2 << 20, 'h');
+  TarWriter a;
+  ASSERT_OK(a.AddFile("models/w.bin", weights));
+  ASSERT_OK(a.AddHardLink("models/w-alias.bin", "models/w.bin"));
+  PushImage("hardlink-in", {a.Finish()});
+  std::unique_ptr<ModelMount> m = Mount(HostileRef("hardlink-in"), "hardlink-in");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(ReadFileOrDie(m->dir() + "/models/w-alias.bin"), weights);
+  EXPECT_OK(m->Unmount());
+  const std::string dest = tmp_.Join("dest-hardlink").string();
+  ASSERT_OK_AND_ASSIGN(ProcessResult p,
+                       RunModelfs({"pull", "--plain-http", HostileRef("hardlink-in"), dest}));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(ReadFileOrDie(dest + "/models/w-alias.bin"), weights);
+  struct stat one, two;
+  ASSERT_EQ(stat((dest + "/models/w.bin").c_str(), &one), 0);
+  ASSERT_EQ(stat((dest + "/models/w-alias.bin").c_str(), &two), 0);
+  EXPECT_EQ(one.st_ino, two.st_ino);
+  EXPECT_EQ(one.st_nlink, 2u);
+}
+
 }  // namespace
 }  // namespace modelfs::testing
