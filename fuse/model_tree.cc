@@ -25,6 +25,7 @@ namespace {
 constexpr char kErrnoPayloadUrl[] = "modelfs.dev/errno";
 constexpr uint32_t kDirMode = S_IFDIR | 0555;
 constexpr uint32_t kFileMode = S_IFREG | 0444;
+constexpr uint32_t kExecutableFileMode = S_IFREG | 0555;
 constexpr uint32_t kSymlinkMode = S_IFLNK | 0777;
 
 // Splits a model-relative path into components after the one path check that pull and
@@ -70,6 +71,7 @@ struct ModelTree::Node {
   std::shared_ptr<const std::string> bytes;  // kSynthetic; null while a lazy file is not made
   std::shared_ptr<LazyBytes> lazy;           // kSynthetic made on first use
   std::string target;                        // kSymlink
+  bool executable = false;                   // kLayer: 0555 instead of 0444
 
   bool is_dir() const { return kind == Kind::kDir; }
 };
@@ -206,6 +208,7 @@ absl::Status ModelTree::AddModelLocked(const std::string& model_name, std::vecto
     node->layer = f.layer;
     node->offset = f.offset_in_layer;
     node->size = f.size;
+    node->executable = f.executable;
     RETURN_IF_ERROR(add_file(f.path, std::move(node)));
   }
   for (auto& [path, file] : synthetic) {
@@ -337,7 +340,9 @@ NodeAttr ModelTree::AttrLocked(const Node& node) const {
     a.nlink = 2 + node.subdirs;
     a.size = 4096;
   } else {
-    a.mode = node.kind == Node::Kind::kSymlink ? kSymlinkMode : kFileMode;
+    a.mode = node.kind == Node::Kind::kSymlink ? kSymlinkMode
+             : node.executable                 ? kExecutableFileMode
+                                               : kFileMode;
     a.nlink = 1;
     a.size = node.size;
   }

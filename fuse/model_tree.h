@@ -48,7 +48,8 @@ struct ModelOptions {
 // File attributes as the kernel sees them. Directories are 0555, files 0444, owned by root.
 struct NodeAttr {
   uint64_t ino = 0;
-  uint32_t mode = 0;  // S_IFDIR | 0555, S_IFREG | 0444 or S_IFLNK | 0777
+  uint32_t mode =
+      0;  // S_IFDIR | 0555, S_IFREG | 0444 (0555: an image's executable) or S_IFLNK | 0777
   uint32_t nlink = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;

@@ -349,6 +349,7 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
         f.layer = tars[node.layer];
         f.offset_in_layer = node.offset;
         f.size = node.size;
+        f.executable = (node.mode & 0111) != 0;
         break;
       case ImageNodeType::kDirectory:
         f.kind = TreeFile::Kind::kDirectory;

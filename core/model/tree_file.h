@@ -25,6 +25,9 @@ struct TreeFile {
   std::string digest_of_file;  // optional "sha256:..." of the file's bytes (for modelinfo)
   Kind kind = Kind::kFile;
   std::string symlink_target;  // kSymlink: served by readlink, never followed by modelfs
+  // kFile of a container image whose tar mode has an execute bit: served 0555, not 0444, so a
+  // container whose root is the image's tree (a modelcar's `sh`) can run it.
+  bool executable = false;
 };
 
 // A synthetic file: bytes served from memory, either given or made by `make` the first time

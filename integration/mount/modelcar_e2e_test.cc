@@ -181,6 +181,13 @@ class ImageTest : public ::testing::Test {
     EXPECT_EQ(Readlink(dir + "/bin/sh"), "busybox");
     EXPECT_EQ(Readlink(dir + "/bin/ls"), "/bin/busybox");
     EXPECT_EQ(ReadFileOrDie(dir + "/bin/busybox"), ReadFileOrDie("/bin/busybox"));
+    // The image's modes: busybox runs (a modelcar's container runs its `sh`), the weights
+    // do not.
+    struct stat st;
+    ASSERT_EQ(stat((dir + "/bin/busybox").c_str(), &st), 0);
+    EXPECT_NE(st.st_mode & 0111, 0u) << std::oct << st.st_mode;
+    ASSERT_EQ(stat((dir + "/models/model-00001-of-00002.safetensors").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0111, 0u) << std::oct << st.st_mode;
     EXPECT_EQ(ReadFileOrDie(dir + "/etc/keep"), "kept\n");
     EXPECT_FALSE(Exists(dir + "/etc/motd"));
     EXPECT_FALSE(Exists(dir + "/etc/.wh.motd"));
