@@ -57,6 +57,16 @@ class PieceQueue {
     piece->clear();
     return absl::OkStatus();
   }
+  // Appends `bytes` to `*piece`, queueing it (Put) each time it reaches kPieceBytes.
+  absl::Status Append(std::string* piece, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const size_t n = std::min<uint64_t>(bytes.size(), kPieceBytes - piece->size());
+      piece->append(bytes.data(), n);
+      bytes.remove_prefix(n);
+      if (piece->size() == kPieceBytes) RETURN_IF_ERROR(Put(piece));
+    }
+    return absl::OkStatus();
+  }
   // No more pieces: Take reports `status` after the last one.
   void Close(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -141,13 +151,7 @@ class BlobCache::CompressedStream {
             }
             hash.Update(data.data(), data.size());
             offset += data.size();
-            while (!data.empty()) {
-              const size_t n = std::min<uint64_t>(data.size(), kPieceBytes - buffer.size());
-              buffer.append(data.data(), n);
-              data.remove_prefix(n);
-              if (buffer.size() == kPieceBytes) RETURN_IF_ERROR(queue_.Put(&buffer));
-            }
-            return absl::OkStatus();
+            return queue_.Append(&buffer, std::string_view(data.data(), data.size()));
           });
       if (st.ok() && offset == begin + length) continue;
       if (absl::IsCancelled(st)) return st;
@@ -341,13 +345,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
           return absl::InvalidArgumentError(absl::StrCat(
               name, " decompresses to more than the limit of ", kMaxModelLayerBytes, " bytes"));
         }
-        while (!bytes.empty()) {
-          const size_t n = std::min<uint64_t>(bytes.size(), kPieceBytes - piece.size());
-          piece.append(bytes.data(), n);
-          bytes.remove_prefix(n);
-          if (piece.size() == kPieceBytes) RETURN_IF_ERROR(to_write.Put(&piece));
-        }
-        return absl::OkStatus();
+        return to_write.Append(&piece, bytes);
       });
   if (decoded.ok() && !piece.empty()) {
     if (absl::Status s = to_write.Put(&piece); !s.ok()) decoded = s;

@@ -105,6 +105,14 @@ std::map<std::string, std::map<int, uint64_t>> BlobBytes(const std::vector<Reque
   return out;
 }
 
+// The blobs of `repo` that `client` fetched (any status).
+std::set<std::string> BlobsFetchedBy(const std::vector<Request>& requests, const std::string& repo,
+                                     const std::string& client) {
+  std::set<std::string> out;
+  for (const auto& [digest, by_status] : BlobBytes(requests, repo, client)) out.insert(digest);
+  return out;
+}
+
 // A table of requests and response bytes per client and kind, printed for the record.
 std::string DescribeTraffic(const std::vector<Request>& requests) {
   std::map<std::string, std::pair<int, uint64_t>> rows;
@@ -576,11 +584,8 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfACompressedModelReads
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
-  std::set<std::string> containerd_blobs;
-  for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, "containerd")) {
-    containerd_blobs.insert(digest);
-  }
-  EXPECT_EQ(containerd_blobs, std::set<std::string>{BlobDigest("volume config")});
+  EXPECT_EQ(BlobsFetchedBy(requests, kModelRepo, "containerd"),
+            std::set<std::string>{BlobDigest("volume config")});
   RecordFigures("V of a .tar+zstd M", "zstd", requests);
 }
 
@@ -642,11 +647,8 @@ TEST_P(CompressedVolumeTest, PodWithTheVolumeImageOfARecompressedModelReadsEvery
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
-  std::set<std::string> containerd_blobs;
-  for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, "containerd")) {
-    containerd_blobs.insert(digest);
-  }
-  EXPECT_EQ(containerd_blobs, std::set<std::string>{RoleDigest(converted, "volume config")});
+  EXPECT_EQ(BlobsFetchedBy(requests, kModelRepo, "containerd"),
+            std::set<std::string>{RoleDigest(converted, "volume config")});
   for (const auto& [digest, by_status] : BlobBytes(requests, kModelRepo, "modelfs")) {
     if (!compressed.contains(digest)) continue;
     uint64_t bytes = 0;
@@ -867,11 +869,8 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfADockerModelArtifact)
   ASSERT_FALSE(HasFailure());
   const std::vector<Request> requests = RequestsSince(offset);
   std::cout << "[registry] traffic of the pod:\n" << DescribeTraffic(requests);
-  std::set<std::string> containerd_blobs;
-  for (const auto& [digest, by_status] : BlobBytes(requests, kDockerRepo, "containerd")) {
-    containerd_blobs.insert(digest);
-  }
-  EXPECT_EQ(containerd_blobs, std::set<std::string>{RoleDigest(converted, "volume config")});
+  EXPECT_EQ(BlobsFetchedBy(requests, kDockerRepo, "containerd"),
+            std::set<std::string>{RoleDigest(converted, "volume config")});
   RecordFigures("Docker-format artifact, through its V (lazy)", "docker-volume", requests);
 }
 
