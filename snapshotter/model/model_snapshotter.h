@@ -192,6 +192,9 @@ struct RemotePrepareCounts {
   uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
   uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
   uint64_t error = 0;     // refused (verification failure, or a model host not allowed)
+  // lazy_images: lower layers of an image served lazily, unpacked by the snapshotter
+  // (answered ALREADY_EXISTS; not counted in `mounted`).
+  uint64_t lazy_lowers = 0;
 };
 
 class ModelSnapshotter final : public Snapshotter {
@@ -275,9 +278,28 @@ class ModelSnapshotter final : public Snapshotter {
   // a volume image among the image's referrers (one lookup per image, its answer kept) and,
   // when there is one and `target` is the chain ID of the image's top layer, registers V's
   // model and commits the target as a model snapshot (kAlreadyExists). kNotFound when there is
-  // none or this is not the top layer; any error: the caller unpacks the layer as ever.
+  // none; a lower layer of such an image: PrepareLazyLower; any error: the caller unpacks the
+  // layer as ever.
   absl::Status PrepareLazyImage(const std::string& key, const std::string& parent,
                                 const std::string& target, const Labels& labels);
+  // A lower layer (number `index`, below the top) of an ordinary image that PrepareLazyImage
+  // found a volume image for (model_snapshotter_lazy_lower.cc): once V's manifest names the
+  // image as its subject, fetches the layer's blob from the image's registry, checks it
+  // against the layer digest and the config's diff ID, applies it into the active snapshot's
+  // directory as containerd's overlay applier would (layer_applier.h), commits `target` and
+  // returns kAlreadyExists, so that containerd fetches no blob of the image. Any other
+  // error (nothing committed): the caller unpacks the layer as ever.
+  struct LazyImage {
+    ImageReference named;
+    Digest digest;  // the manifest containerd pinned
+    Manifest manifest;
+    std::vector<Digest> diff_ids;
+    size_t index = 0;  // the layer being prepared
+    Digest volume;     // V, a referrer of the image
+  };
+  absl::Status PrepareLazyLower(const std::string& key, const std::string& parent,
+                                const std::string& target, const Labels& labels,
+                                const LazyImage& image, RegistryClient& client);
   // The volume image among the referrers of `image` at `digest`, from the kept answers or
   // the registry (kept when the registry answered). nullopt: none.
   absl::StatusOr<std::optional<Descriptor>> LazyVolumeFor(RegistryClient& client,
