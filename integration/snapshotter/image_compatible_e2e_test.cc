@@ -32,6 +32,7 @@
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
 #include "core/oci/volume_image.h"
+#include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/snapshotter/snapshotter_daemon.h"
@@ -320,6 +321,62 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     return out;
   }
 
+  // An ordinary image I (tag `tag` in kModelRepo): `lower_tars` as gzip layers, then M's
+  // tars; and V' (M's volume image) with I as its subject, listed under I's referrers
+  // fallback tag. `wrong_diff_id`: the config gives the first layer another diff ID.
+  struct LazyImage {
+    Digest digest;
+    std::vector<Descriptor> layers;
+    std::vector<Digest> diff_ids;
+  };
+  absl::StatusOr<LazyImage> PushLazyImage(const std::string& tag,
+                                          const std::vector<std::string>& lower_tars,
+                                          bool wrong_diff_id = false) {
+    ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> client,
+                     ConnectPlainHttp(registry_->host_port()));
+    LazyImage out;
+    for (const std::string& tar : lower_tars) {
+      const std::string gz = Gzip(tar);
+      ASSIGN_OR_RETURN(Digest d, UploadBlob(*client, kModelRepo, gz));
+      out.layers.push_back({"application/vnd.oci.image.layer.v1.tar+gzip", d, gz.size()});
+      out.diff_ids.push_back(Digest::Of(tar));
+    }
+    if (wrong_diff_id) out.diff_ids[0] = Digest::Of("not the layer's tar");
+    for (size_t i = 0; i + 1 < manifest_.layers.size(); ++i) {
+      Descriptor l = manifest_.layers[i];
+      l.annotations.clear();
+      out.layers.push_back(l);
+      out.diff_ids.push_back(l.digest);
+    }
+    nlohmann::json diff_ids = nlohmann::json::array();
+    for (const Digest& d : out.diff_ids) diff_ids.push_back(d.str());
+    const std::string config =
+        nlohmann::json({{"architecture", "amd64"},
+                        {"os", "linux"},
+                        {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}})
+            .dump();
+    ASSIGN_OR_RETURN(Digest config_digest, UploadBlob(*client, kModelRepo, config));
+    Manifest image;
+    image.schema_version = 2;
+    image.media_type = "application/vnd.oci.image.manifest.v1+json";
+    image.config = {"application/vnd.oci.image.config.v1+json", config_digest, config.size()};
+    image.layers = out.layers;
+    const std::string image_json = SerializeManifest(image);
+    ASSIGN_OR_RETURN(out.digest, client->PutManifest(kModelRepo, tag, image_json,
+                                                     "application/vnd.oci.image.manifest.v1+json"));
+    Manifest v = manifest_;
+    v.subject =
+        Descriptor{"application/vnd.oci.image.manifest.v1+json", out.digest, image_json.size()};
+    const std::string v_json = SerializeManifest(v);
+    ASSIGN_OR_RETURN(Digest v_digest,
+                     client->PutManifest(kModelRepo, tag + "-volume", v_json,
+                                         "application/vnd.oci.image.manifest.v1+json"));
+    Descriptor vd{"application/vnd.oci.image.manifest.v1+json", v_digest, v_json.size()};
+    vd.artifact_type = std::string(kVolumeImageArtifactType);
+    RETURN_IF_ERROR(client->PutReferrersFallback(kModelRepo, out.digest, SerializeDescriptor(vd)));
+    return out;
+  }
+
   TempDir tmp_;
   std::string release_;
   std::unique_ptr<RegistryFixture> registry_;
@@ -584,48 +641,8 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
   const std::string tars[2] = {TarOf(base), TarOf(upper)};
   ASSERT_FALSE(HasFailure());
 
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> client,
-                       ConnectPlainHttp(registry_->host_port()));
-  // I: the two gzip layers, then M's tars; V' of M with I as its subject.
-  std::vector<Descriptor> layers;
-  nlohmann::json diff_ids = nlohmann::json::array();
-  for (const std::string& tar : tars) {
-    const std::string gz = Gzip(tar);
-    ASSERT_OK_AND_ASSIGN(Digest d, UploadBlob(*client, kModelRepo, gz));
-    layers.push_back({"application/vnd.oci.image.layer.v1.tar+gzip", d, gz.size()});
-    diff_ids.push_back(Digest::Of(tar).str());
-  }
-  for (size_t i = 0; i + 1 < manifest_.layers.size(); ++i) {
-    Descriptor l = manifest_.layers[i];
-    l.annotations.clear();
-    layers.push_back(l);
-    diff_ids.push_back(l.digest.str());
-  }
-  const std::string config =
-      nlohmann::json({{"architecture", "amd64"},
-                      {"os", "linux"},
-                      {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}})
-          .dump();
-  ASSERT_OK_AND_ASSIGN(Digest config_digest, UploadBlob(*client, kModelRepo, config));
-  Manifest image;
-  image.schema_version = 2;
-  image.media_type = "application/vnd.oci.image.manifest.v1+json";
-  image.config = {"application/vnd.oci.image.config.v1+json", config_digest, config.size()};
-  image.layers = layers;
-  const std::string image_json = SerializeManifest(image);
-  ASSERT_OK_AND_ASSIGN(Digest image_digest,
-                       client->PutManifest(kModelRepo, "modelcar-based", image_json,
-                                           "application/vnd.oci.image.manifest.v1+json"));
-  Manifest v = manifest_;
-  v.subject =
-      Descriptor{"application/vnd.oci.image.manifest.v1+json", image_digest, image_json.size()};
-  const std::string v_json = SerializeManifest(v);
-  ASSERT_OK_AND_ASSIGN(Digest v_digest,
-                       client->PutManifest(kModelRepo, "modelcar-based-volume", v_json,
-                                           "application/vnd.oci.image.manifest.v1+json"));
-  Descriptor vd{"application/vnd.oci.image.manifest.v1+json", v_digest, v_json.size()};
-  vd.artifact_type = std::string(kVolumeImageArtifactType);
-  ASSERT_OK(client->PutReferrersFallback(kModelRepo, image_digest, SerializeDescriptor(vd)));
+  ASSERT_OK_AND_ASSIGN(LazyImage lazy, PushLazyImage("modelcar-based", {tars[0], tars[1]}));
+  const std::vector<Descriptor>& layers = lazy.layers;
   const std::string ref = absl::StrCat(registry_->host_port(), "/", kModelRepo, ":modelcar-based");
 
   // containerd's own overlayfs snapshotter: the reference trees.
@@ -670,6 +687,44 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
       EXPECT_FALSE(absl::StrContains(line, l.digest.str())) << line;
     }
   }
+  StopContainerd();
+}
+
+// A lower layer whose tar does not have the config's diff ID is never committed by the
+// snapshotter: its Prepare falls back to containerd's unpacking (logged, naming the layer),
+// which refuses the layer too, and the pull fails.
+TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayerWithAnotherDiffIdIsNeverCommitted) {
+  VolumeFilesWanted();
+  ASSERT_FALSE(HasFailure());
+  const fs::path base = tmp_.Join("stage-base");
+  StageFile(base, "etc/base.txt", "base\n", 0, 0, 0644, 1'500'000'000);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_OK_AND_ASSIGN(LazyImage lazy,
+                       PushLazyImage("wrong-diff-id", {TarOf(base)}, /*wrong_diff_id=*/true));
+  StartContainerd(
+      "lazywrong", /*with_modelfs=*/true,
+      absl::StrCat("lazy_images = [\"", registry_->host_port(), "/", kModelRepo, "\"]\n"));
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_FALSE(
+      images_->PullImage(absl::StrCat(registry_->host_port(), "/", kModelRepo, ":wrong-diff-id"))
+          .ok());
+  const std::string chain = ChainIdOf({lazy.diff_ids[0]}).str();
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<SnapshotsClient> snapshots,
+      SnapshotsClient::Connect("unix://" + daemon_->socket_path(), "modelfs", "k8s.io"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SnapshotInfo> all, snapshots->List());
+  // containerd's own extraction snapshot of the layer (active) may remain until its next
+  // garbage collection; nothing is committed under the chain ID.
+  for (const SnapshotInfo& info : all) {
+    if (info.kind != SnapshotInfo::Kind::kCommitted) continue;
+    EXPECT_FALSE(absl::StrContains(info.name, chain)) << info.name;
+    auto ref = info.labels.find("containerd.io/snapshot.ref");
+    EXPECT_TRUE(ref == info.labels.end() || ref->second != chain) << info.name;
+  }
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(
+      daemon_log, "not served lazily (DATA_LOSS: layer " + lazy.layers[0].digest.str()))
+      << daemon_log;
   StopContainerd();
 }
 
