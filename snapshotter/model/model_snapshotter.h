@@ -30,7 +30,9 @@
 //   manifest and config bind it to the target (CheckVolumeLowerBinding), else unpacked as
 //   ever; nothing but V's next layer may stand on such a snapshot. With `lazy_images`, the top
 //   layer of an ordinary image whose referrers include a volume image is served as its model
-//   (model_snapshotter_registry.cc, PrepareLazyImage).
+//   (model_snapshotter_registry.cc, PrepareLazyImage), and the layers below it are fetched,
+//   verified and unpacked by the snapshotter itself (PrepareLazyLower), so that containerd
+//   fetches no blob of the image.
 //
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
@@ -51,7 +53,8 @@
 // Where the code lives: model_snapshotter.cc holds the state machine (the collaborators, the
 // models' registration states, Prepare/View/Mounts/Remove, restart recovery);
 // model_snapshotter_registry.cc the remote Prepare of a volume layer from a registry (binding,
-// model hosts, policy); model_snapshotter_content.cc the image volumes served from containerd's
+// model hosts, policy); model_snapshotter_lazy_lower.cc the lower layers of a lazy plain image;
+// model_snapshotter_content.cc the image volumes served from containerd's
 // content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
 // ones, tests their own. What serves the models (registry clients, cache, pipeline, tree, FUSE
 // mount, records) is made of them: a ModelHost (host/model_host.h), over which this class is
