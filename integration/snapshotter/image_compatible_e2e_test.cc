@@ -329,12 +329,24 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     std::vector<Descriptor> layers;
     std::vector<Digest> diff_ids;
   };
+  // A layer another tool wrote: its blob as pushed, its media type and diff ID.
+  struct BuiltLayer {
+    std::string media_type;
+    std::string blob;
+    Digest diff_id;
+  };
   absl::StatusOr<LazyImage> PushLazyImage(const std::string& tag,
                                           const std::vector<std::string>& lower_tars,
-                                          bool wrong_diff_id = false) {
+                                          bool wrong_diff_id = false,
+                                          const std::vector<BuiltLayer>& built = {}) {
     ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> client,
                      ConnectPlainHttp(registry_->host_port()));
     LazyImage out;
+    for (const BuiltLayer& b : built) {
+      ASSIGN_OR_RETURN(Digest d, UploadBlob(*client, kModelRepo, b.blob));
+      out.layers.push_back({b.media_type, d, b.blob.size()});
+      out.diff_ids.push_back(b.diff_id);
+    }
     for (const std::string& tar : lower_tars) {
       const std::string gz = Gzip(tar);
       ASSIGN_OR_RETURN(Digest d, UploadBlob(*client, kModelRepo, gz));
@@ -640,8 +652,50 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
   ASSERT_FALSE(HasFailure());
   const std::string tars[2] = {TarOf(base), TarOf(upper)};
   ASSERT_FALSE(HasFailure());
-
-  ASSERT_OK_AND_ASSIGN(LazyImage lazy, PushLazyImage("modelcar-based", {tars[0], tars[1]}));
+  // Below them, a base layer as buildah writes one: busybox, its links (one absolute), a marker.
+  const fs::path bb = tmp_.Join("stage-buildah");
+  fs::create_directories(bb / "bin");
+  fs::copy_file(kBusyboxBinary, bb / "bin/busybox");
+  ASSERT_EQ(symlink("busybox", (bb / "bin/sh").c_str()), 0);
+  ASSERT_EQ(symlink("/bin/busybox", (bb / "bin/ls").c_str()), 0);
+  StageFile(bb, "etc/buildah-marker", "buildah\n", 0, 0, 0644, 1'500'000'020);
+  ASSERT_FALSE(HasFailure());
+  auto buildah = [&](std::vector<std::string> args) -> std::string {
+    std::vector<std::string> argv = {"buildah",
+                                     "--root",
+                                     tmp_.Join("buildah/root").string(),
+                                     "--runroot",
+                                     tmp_.Join("buildah/run").string(),
+                                     "--storage-driver",
+                                     "vfs"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<ProcessResult> r =
+        RunProcess(argv, {{"BUILDAH_ISOLATION", "chroot"}}, absl::Minutes(5));
+    EXPECT_OK(r.status());
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->exit_code, 0) << absl::StrJoin(args, " ") << ": " << r->err;
+    return std::string(absl::StripAsciiWhitespace(r->out));
+  };
+  const std::string c = buildah({"from", "scratch"});
+  buildah({"copy", c, bb.string(), "/"});
+  buildah({"commit", "-q", c, "lazy-base"});
+  buildah({"push", "-q", "--tls-verify=false", "--compression-format", "gzip", "lazy-base",
+           absl::StrCat("docker://", registry_->host_port(), "/e2e/lazy-base:1")});
+  buildah({"rm", "--all"});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> client,
+                       ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult bm, client->GetManifest("e2e/lazy-base", "1"));
+  ASSERT_OK_AND_ASSIGN(Manifest bmanifest, ParseManifest(bm.bytes));
+  ASSERT_EQ(bmanifest.layers.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(std::string bconfig,
+                       FetchBlob(*client, "e2e/lazy-base", bmanifest.config.digest.str()));
+  ASSERT_OK_AND_ASSIGN(std::vector<Digest> bdiff_ids, ParseImageConfigDiffIds(bconfig));
+  ASSERT_OK_AND_ASSIGN(std::string bblob,
+                       FetchBlob(*client, "e2e/lazy-base", bmanifest.layers[0].digest.str()));
+  ASSERT_OK_AND_ASSIGN(LazyImage lazy,
+                       PushLazyImage("modelcar-based", {tars[0], tars[1]}, /*wrong_diff_id=*/false,
+                                     {{bmanifest.layers[0].media_type, bblob, bdiff_ids.at(0)}}));
   const std::vector<Descriptor>& layers = lazy.layers;
   const std::string ref = absl::StrCat(registry_->host_port(), "/", kModelRepo, ":modelcar-based");
 
@@ -653,16 +707,18 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
   for (const std::string& sig :
        SnapshotSignatures(fs::path(containerd_->root_dir()) /
                           "io.containerd.snapshotter.v1.overlayfs/snapshots")) {
-    if (absl::StrContains(sig, "etc/gone.txt ") || absl::StrContains(sig, "opq/b.txt ")) {
+    if (absl::StrContains(sig, "etc/gone.txt ") || absl::StrContains(sig, "opq/b.txt ") ||
+        absl::StrContains(sig, "etc/buildah-marker ")) {
       want_trees.push_back(sig);
     }
   }
   StopContainerd();
-  ASSERT_EQ(want_trees.size(), 2u);
+  ASSERT_EQ(want_trees.size(), 3u);
   EXPECT_EQ(stock.count("etc/base.txt"), 1u);
   EXPECT_EQ(stock.count("etc/gone.txt"), 0u);
   EXPECT_EQ(stock.count("opq/a.txt"), 0u);
   EXPECT_EQ(stock.count("opq/b.txt"), 1u);
+  EXPECT_EQ(stock.count("etc/buildah-marker"), 1u);
 
   const size_t offset = ReadFileOrDie(registry_->log_path()).size();
   StartContainerd(
