@@ -91,6 +91,17 @@ absl::Status DecodeLayerFile(const fs::path& in, LayerEncoding encoding, const D
   return decoded.status();
 }
 
+absl::Status SyncFs(const fs::path& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat(dir.string(), ": ", strerror(errno)));
+  const int rc = syncfs(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("syncfs ", dir.string(), ": ", strerror(err)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ModelSnapshotter::PrepareLazyLower(const std::string& key, const std::string& parent,
@@ -152,6 +163,9 @@ absl::Status ModelSnapshotter::PrepareLazyLower(const std::string& key, const st
     fs::remove(tar, ec);
     RETURN_IF_ERROR(fetched);
     RETURN_IF_ERROR(counts.status());
+    // On disk before the commit makes the snapshot a layer others build on: a power loss after
+    // it must not leave empty files in a committed snapshot (containerd's applier with sync).
+    RETURN_IF_ERROR(SyncFs(upper));
     Log(absl::StrCat("snapshot ", target, " for image ", image.named.String(), "@",
                      image.digest.str(), ": layer ", image.index, " (", layer.digest.str(), ", ",
                      layer.size, " bytes) unpacked by the snapshotter: ", counts->entries,
