@@ -22,6 +22,7 @@ constexpr size_t kChksumOff = 148, kChksumLen = 8;
 constexpr size_t kTypeOff = 156;
 constexpr size_t kLinkOff = 157, kLinkLen = 100;
 constexpr size_t kMagicOff = 257;
+constexpr size_t kDevMajorOff = 329, kDevMinorOff = 337, kDevLen = 8;
 constexpr size_t kPrefixOff = 345, kPrefixLen = 155;
 constexpr std::string_view kUstarMagic(
     "ustar\0"
@@ -191,10 +192,58 @@ std::string ParseNumber(std::string_view field, uint64_t* out) {
   return "";
 }
 
+// A pax decimal record value ("uid", "gid", "size"): digits only, at most 19 of them.
+std::optional<uint64_t> ParsePaxDecimal(std::string_view value) {
+  if (value.empty() || value.size() > 18) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// A pax `mtime`: "[-]seconds[.fraction]" -> (seconds, nanoseconds), the fraction truncated
+// to nine digits, as Go's archive/tar reads it.
+std::optional<std::pair<int64_t, uint32_t>> ParsePaxTime(std::string_view value) {
+  bool negative = false;
+  if (!value.empty() && value[0] == '-') {
+    negative = true;
+    value.remove_prefix(1);
+  }
+  const size_t dot = value.find('.');
+  std::optional<uint64_t> secs = ParsePaxDecimal(value.substr(0, dot));
+  if (!secs) return std::nullopt;
+  uint32_t nsec = 0;
+  if (dot != std::string_view::npos) {
+    std::string_view frac = value.substr(dot + 1);
+    if (frac.empty()) return std::nullopt;
+    for (size_t i = 0; i < frac.size(); ++i) {
+      if (frac[i] < '0' || frac[i] > '9') return std::nullopt;
+      if (i < 9) nsec = nsec * 10 + static_cast<uint32_t>(frac[i] - '0');
+    }
+    for (size_t i = frac.size(); i < 9; ++i) nsec *= 10;
+  }
+  int64_t s = static_cast<int64_t>(*secs);
+  if (negative) {
+    // -1.25 is 1.25 s before the epoch: seconds -2, nanoseconds 0.75e9.
+    s = -s;
+    if (nsec != 0) {
+      s -= 1;
+      nsec = 1'000'000'000 - nsec;
+    }
+  }
+  return std::make_pair(s, nsec);
+}
+
 struct Pending {
   std::optional<std::string> path;
   std::optional<std::string> linkpath;
   std::optional<uint64_t> size;
+  std::optional<uint64_t> uid;
+  std::optional<uint64_t> gid;
+  std::optional<std::pair<int64_t, uint32_t>> mtime;
+  std::map<std::string, std::string> xattrs;
   uint64_t header_offset = 0;
   bool seen = false;  // an 'x', 'L' or 'K' header is waiting for its entry
   bool any() const { return seen; }
@@ -411,6 +460,16 @@ absl::Status ScanTarHeaders(RangeReader& reader,
               return bad(off, "pax size overflows");
             }
             pending.size = v;
+          } else if (key == "uid" || key == "gid") {
+            std::optional<uint64_t> v = ParsePaxDecimal(value);
+            if (!v) return bad(off, absl::StrCat("pax ", AV(key), " is not a number"));
+            (key == "uid" ? pending.uid : pending.gid) = *v;
+          } else if (key == "mtime") {
+            pending.mtime = ParsePaxTime(value);
+            if (!pending.mtime) return bad(off, "pax mtime is not a time");
+          } else if (key.substr(0, 13) == "SCHILY.xattr.") {
+            if (key.size() == 13) return bad(off, "pax xattr record without a name");
+            pending.xattrs[std::string(key.substr(13))] = std::string(value);
           } else if (key.substr(0, 11) == "GNU.sparse.") {
             return bad(off, "sparse files are not supported");
           }
@@ -428,6 +487,31 @@ absl::Status ScanTarHeaders(RangeReader& reader,
     entry.typeflag = typeflag;
     entry.header_offset = pending.header_offset;
     entry.mode = static_cast<uint32_t>(mode & 07777);
+    uint64_t uid = 0, gid = 0, mtime = 0;
+    if (std::string e = ParseNumber(block.substr(kUidOff, kIdLen), &uid); !e.empty()) {
+      return bad(off, absl::StrCat("uid field: ", e));
+    }
+    if (std::string e = ParseNumber(block.substr(kGidOff, kIdLen), &gid); !e.empty()) {
+      return bad(off, absl::StrCat("gid field: ", e));
+    }
+    if (std::string e = ParseNumber(block.substr(kMtimeOff, kMtimeLen), &mtime); !e.empty()) {
+      return bad(off, absl::StrCat("mtime field: ", e));
+    }
+    entry.uid = pending.uid.value_or(uid);
+    entry.gid = pending.gid.value_or(gid);
+    entry.mtime = pending.mtime ? pending.mtime->first : static_cast<int64_t>(mtime);
+    entry.mtime_nsec = pending.mtime ? pending.mtime->second : 0;
+    entry.xattrs = std::move(pending.xattrs);
+    if (typeflag == '3' || typeflag == '4') {
+      if (std::string e = ParseNumber(block.substr(kDevMajorOff, kDevLen), &entry.devmajor);
+          !e.empty()) {
+        return bad(off, absl::StrCat("devmajor field: ", e));
+      }
+      if (std::string e = ParseNumber(block.substr(kDevMinorOff, kDevLen), &entry.devminor);
+          !e.empty()) {
+        return bad(off, absl::StrCat("devminor field: ", e));
+      }
+    }
     switch (typeflag) {
       case '0':
       case '\0':

@@ -4,7 +4,8 @@
 // (data_offset, size) slice of the blob.
 //
 // Formats: ustar (with the 155-byte prefix), pax extended headers ('x'; 'g' is skipped) with
-// `path`, `linkpath` and `size` records, GNU long names ('L', 'K') and GNU base-256 numbers.
+// `path`, `linkpath`, `size`, `uid`, `gid`, `mtime` and `SCHILY.xattr.*` records, GNU long
+// names ('L', 'K') and GNU base-256 numbers.
 // The reader refuses bad checksums, negative or overflowing numbers, entries whose data passes
 // the end of the blob, sparse and multi-volume entries, and (by default) unsafe paths.
 //
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,17 @@ struct TarEntry {
   // Symlink target (raw, may be absolute) or hard-link target (canonical when check_paths).
   std::string linkname;
   uint32_t mode = 0;  // permission bits (& 07777)
+  // Owner and modification time (pax `uid`, `gid`, `mtime` override the header's fields;
+  // mtime_nsec is the fraction of a pax `mtime`, else 0), device numbers of '3'/'4' entries,
+  // and extended attributes from pax `SCHILY.xattr.<name>` records (name -> raw value), as
+  // an unpacker applies them (docs/snapshotter.md, "Lazy plain images").
+  uint64_t uid = 0;
+  uint64_t gid = 0;
+  int64_t mtime = 0;
+  uint32_t mtime_nsec = 0;
+  uint64_t devmajor = 0;
+  uint64_t devminor = 0;
+  std::map<std::string, std::string> xattrs;
 };
 
 struct TarReadOptions {

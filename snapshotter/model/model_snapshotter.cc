@@ -433,12 +433,9 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
       counts_.fallback++;
     } else if (!volume->has_value() && !options_.lazy_images.empty() &&
                !labels.contains(std::string(kLabelRole)) && !MissingCriLabel(labels)) {
+      // Counts its own answers (a model, or a lower layer unpacked here).
       absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
-      if (absl::IsAlreadyExists(st)) {
-        absl::MutexLock lock(&mu_);
-        counts_.mounted++;
-        return st;
-      }
+      if (absl::IsAlreadyExists(st)) return st;
       // Never blocks the image: without a volume image (or on any error) it is unpacked.
       if (!absl::IsNotFound(st)) {
         Log(absl::StrCat("snapshot ", key, ": not served lazily (", st.ToString(),

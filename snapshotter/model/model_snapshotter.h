@@ -30,7 +30,9 @@
 //   manifest and config bind it to the target (CheckVolumeLowerBinding), else unpacked as
 //   ever; nothing but V's next layer may stand on such a snapshot. With `lazy_images`, the top
 //   layer of an ordinary image whose referrers include a volume image is served as its model
-//   (model_snapshotter_registry.cc, PrepareLazyImage).
+//   (model_snapshotter_registry.cc, PrepareLazyImage), and the layers below it are fetched,
+//   verified and unpacked by the snapshotter itself (PrepareLazyLower), so that containerd
+//   fetches no blob of the image.
 //
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
 //   overlay for active snapshots, a read-only bind for views (what image volumes mount).
@@ -51,7 +53,8 @@
 // Where the code lives: model_snapshotter.cc holds the state machine (the collaborators, the
 // models' registration states, Prepare/View/Mounts/Remove, restart recovery);
 // model_snapshotter_registry.cc the remote Prepare of a volume layer from a registry (binding,
-// model hosts, policy); model_snapshotter_content.cc the image volumes served from containerd's
+// model hosts, policy); model_snapshotter_lazy_lower.cc the lower layers of a lazy plain image;
+// model_snapshotter_content.cc the image volumes served from containerd's
 // content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
 // ones, tests their own. What serves the models (registry clients, cache, pipeline, tree, FUSE
 // mount, records) is made of them: a ModelHost (host/model_host.h), over which this class is
@@ -192,6 +195,9 @@ struct RemotePrepareCounts {
   uint64_t mounted = 0;   // answered ALREADY_EXISTS with a lazily mounted model
   uint64_t fallback = 0;  // model labels present, but unpacked the ordinary way
   uint64_t error = 0;     // refused (verification failure, or a model host not allowed)
+  // lazy_images: lower layers of an image served lazily, unpacked by the snapshotter
+  // (answered ALREADY_EXISTS; not counted in `mounted`).
+  uint64_t lazy_lowers = 0;
 };
 
 class ModelSnapshotter final : public Snapshotter {
@@ -275,9 +281,28 @@ class ModelSnapshotter final : public Snapshotter {
   // a volume image among the image's referrers (one lookup per image, its answer kept) and,
   // when there is one and `target` is the chain ID of the image's top layer, registers V's
   // model and commits the target as a model snapshot (kAlreadyExists). kNotFound when there is
-  // none or this is not the top layer; any error: the caller unpacks the layer as ever.
+  // none; a lower layer of such an image: PrepareLazyLower; any error: the caller unpacks the
+  // layer as ever.
   absl::Status PrepareLazyImage(const std::string& key, const std::string& parent,
                                 const std::string& target, const Labels& labels);
+  // A lower layer (number `index`, below the top) of an ordinary image that PrepareLazyImage
+  // found a volume image for (model_snapshotter_lazy_lower.cc): once V's manifest names the
+  // image as its subject, fetches the layer's blob from the image's registry, checks it
+  // against the layer digest and the config's diff ID, applies it into the active snapshot's
+  // directory as containerd's overlay applier would (layer_applier.h), commits `target` and
+  // returns kAlreadyExists, so that containerd fetches no blob of the image. Any other
+  // error (nothing committed): the caller unpacks the layer as ever.
+  struct LazyImage {
+    ImageReference named;
+    Digest digest;  // the manifest containerd pinned
+    Manifest manifest;
+    std::vector<Digest> diff_ids;
+    size_t index = 0;  // the layer being prepared
+    Digest volume;     // V, a referrer of the image
+  };
+  absl::Status PrepareLazyLower(const std::string& key, const std::string& parent,
+                                const std::string& target, const Labels& labels,
+                                const LazyImage& image, RegistryClient& client);
   // The volume image among the referrers of `image` at `digest`, from the kept answers or
   // the registry (kept when the registry answered). nullopt: none.
   absl::StatusOr<std::optional<Descriptor>> LazyVolumeFor(RegistryClient& client,

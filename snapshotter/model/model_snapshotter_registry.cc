@@ -369,8 +369,9 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
   ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
   if (!volume) return absl::NotFoundError("no volume image among its referrers");
-  // Only the top layer is answered: the layers below it (a base image other images share)
-  // are unpacked as ever, and the model's merged tree lies over them.
+  // The top layer is answered as the model; the layers below it (a base image other images
+  // share) are unpacked by the snapshotter itself, exactly as containerd would, so that
+  // containerd fetches no blob of the image (PrepareLazyLower).
   ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
   if (top.digest != pinned_digest) {
     return absl::DataLossError(absl::StrCat("image ", named.String(), " has digest ",
@@ -385,19 +386,29 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
         absl::StrCat("image ", named.String(), ": its config lists ", diff_ids.size(),
                      " diff_ids for ", image.layers.size(), " layers"));
   }
-  if (ChainIdOf(diff_ids).str() != target) {
-    return absl::NotFoundError("not the image's top layer");
+  size_t index = diff_ids.size();
+  for (size_t i = 0; i < diff_ids.size() && index == diff_ids.size(); ++i) {
+    if (ChainIdOf({diff_ids.begin(), diff_ids.begin() + static_cast<ptrdiff_t>(i + 1)}).str() ==
+        target) {
+      index = i;
+    }
   }
-  std::vector<Digest> below(diff_ids.begin(), diff_ids.end() - 1);
+  if (index == diff_ids.size()) return absl::NotFoundError("not a layer of the image");
+  std::vector<Digest> below(diff_ids.begin(), diff_ids.begin() + static_cast<ptrdiff_t>(index));
   const std::string want_parent = below.empty() ? "" : ChainIdOf(below).str();
   if (!(want_parent.empty()
             ? parent.empty()
             : (parent == want_parent || absl::EndsWith(parent, "/" + want_parent)))) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "parent snapshot \"", parent, "\" is not the chain below the image's top layer"));
+        "parent snapshot \"", parent, "\" is not the chain below the image's layer ", index));
   }
   // The policy judges the image the pod named, as for a volume image.
   RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "image"));
+  if (index + 1 < diff_ids.size()) {
+    return PrepareLazyLower(key, parent, target, labels,
+                            {named, pinned_digest, image, diff_ids, index, volume->digest},
+                            *client);
+  }
   ASSIGN_OR_RETURN(ImageReference vref,
                    ImageReference::Parse(absl::StrCat(named.Name(), "@", volume->digest.str())));
   absl::Status host_refusal;
@@ -434,6 +445,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
     model_of_snapshot_[rec.id] = name;
     models_[name].snapshot_ids.insert(rec.id);
     volume_of_snapshot_[rec.id] = {named, pinned_digest};
+    counts_.mounted++;
   }
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
                    name, " (volume image ", volume->digest.str(), ")"));

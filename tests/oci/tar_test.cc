@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "testsupport/testing/status_matchers.h"
@@ -138,6 +139,72 @@ TEST(TarReaderTest, PaxSizeRecordOverridesTheHeader) {
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0].size, 10u);
   EXPECT_EQ(Data(tar, entries[0]), "0123456789");
+}
+
+// Writes `v` as a NUL-terminated octal field of `len` bytes at `off` of the block at `block`.
+void SetOctal(std::string& tar, size_t block, size_t off, size_t len, uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*llo", static_cast<int>(len - 1),
+                static_cast<unsigned long long>(v));
+  std::memcpy(&tar[block + off], buf, len);
+}
+
+TEST(TarReaderTest, ReadsOwnersTimesAndDeviceNumbers) {
+  TarWriter w;
+  ASSERT_OK(w.AddFile("dev/null", ""));
+  std::string tar = w.Finish();
+  tar[156] = '3';
+  SetOctal(tar, 0, 108, 8, 1000);            // uid
+  SetOctal(tar, 0, 116, 8, 1001);            // gid
+  SetOctal(tar, 0, 136, 12, 1'600'000'000);  // mtime
+  SetOctal(tar, 0, 329, 8, 1);               // devmajor
+  SetOctal(tar, 0, 337, 8, 3);               // devminor
+  FixChecksum(tar, 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(tar));
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].typeflag, '3');
+  EXPECT_EQ(entries[0].type, TarEntryType::kOther);
+  EXPECT_EQ(entries[0].uid, 1000u);
+  EXPECT_EQ(entries[0].gid, 1001u);
+  EXPECT_EQ(entries[0].mtime, 1'600'000'000);
+  EXPECT_EQ(entries[0].mtime_nsec, 0u);
+  EXPECT_EQ(entries[0].devmajor, 1u);
+  EXPECT_EQ(entries[0].devminor, 3u);
+  EXPECT_TRUE(entries[0].xattrs.empty());
+}
+
+TEST(TarReaderTest, PaxOwnerTimeAndXattrRecordsOverrideTheHeader) {
+  const std::string pax_rec = "15 uid=3000000\n13 gid=70000\n31 mtime=1600000000.1234567891\n" +
+                              std::string("33 SCHILY.xattr.user.origin=tool\n") +
+                              "29 SCHILY.xattr.trusted.z=\x01\x02\n";
+  ASSERT_OK_AND_ASSIGN(std::string pax,
+                       EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644));
+  pax[156] = 'x';
+  FixChecksum(pax, 0);
+  ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("f", '0', 0, 0644));
+  std::string tar =
+      pax + pax_rec + std::string(TarPadding(pax_rec.size()), '\0') + hdr + std::string(1024, '\0');
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(tar));
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].uid, 3'000'000u);
+  EXPECT_EQ(entries[0].gid, 70'000u);
+  EXPECT_EQ(entries[0].mtime, 1'600'000'000);
+  EXPECT_EQ(entries[0].mtime_nsec, 123'456'789u);  // nine digits kept, as Go reads it
+  EXPECT_EQ(entries[0].xattrs, (std::map<std::string, std::string>{{"trusted.z", "\x01\x02"},
+                                                                   {"user.origin", "tool"}}));
+}
+
+TEST(TarReaderTest, RefusesAPaxMtimeThatIsNotATime) {
+  const std::string pax_rec = "15 mtime=12a45\n";
+  ASSERT_OK_AND_ASSIGN(std::string pax,
+                       EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644));
+  pax[156] = 'x';
+  FixChecksum(pax, 0);
+  ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("f", '0', 0, 0644));
+  std::string tar =
+      pax + pax_rec + std::string(TarPadding(pax_rec.size()), '\0') + hdr + std::string(1024, '\0');
+  EXPECT_THAT(IndexTarBytes(tar).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pax mtime is not a time")));
 }
 
 TEST(TarReaderTest, RefusesABadChecksumNamingTheOffset) {
