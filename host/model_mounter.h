@@ -18,7 +18,7 @@
 
 namespace modelfs {
 
-// One served FUSE mount of a tree of models (FuseMount's operations the snapshotter uses).
+// One served FUSE mount of a tree of models (FuseMount's operations the host uses).
 class ModelMount {
  public:
   virtual ~ModelMount() = default;
@@ -29,6 +29,9 @@ class ModelMount {
   virtual absl::Status Unmount() = 0;
   // Stops serving and leaves the mount and its connection for a process that adopts it.
   virtual absl::Status Detach() = 0;
+  // Blocks until serving stops (Unmount, Detach, or an external umount). Errors as
+  // FuseMount::Wait.
+  virtual absl::Status Wait() = 0;
   // The /dev/fuse fd to hand to a file descriptor store; -1 after Unmount or Detach.
   virtual int fuse_fd() const = 0;
 };
