@@ -2,6 +2,7 @@
 #include "host/model_host.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status_macros.h"
@@ -11,7 +12,9 @@ namespace modelfs {
 
 ModelHost::ModelHost(ModelHostOptions options, ModelHostParts parts)
     : options_(std::move(options)),
-      registry_(std::move(parts.connect_registry)),
+      registry_(parts.registry != nullptr
+                    ? std::move(parts.registry)
+                    : std::make_unique<RegistryClients>(std::move(parts.connect_registry))),
       source_(std::move(parts.source)),
       decoding_(std::move(parts.decoding)),
       cache_(std::move(parts.cache)),
@@ -29,7 +32,7 @@ ModelHost::~ModelHost() { (void)Unmount(); }
 
 absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Create(ModelHostOptions options,
                                                              ModelHostParts parts) {
-  if (!parts.connect_registry || !parts.source || !parts.cache) {
+  if ((!parts.connect_registry && parts.registry == nullptr) || !parts.source || !parts.cache) {
     return absl::InvalidArgumentError(
         "model host: the registry connector and the cache with its source are required");
   }
@@ -72,6 +75,8 @@ absl::Status ModelHost::Unmount(bool keep_mount) {
 
 int ModelHost::fuse_fd() const { return mount_ != nullptr ? mount_->fuse_fd() : -1; }
 
+absl::Status ModelHost::Wait() { return mount_ != nullptr ? mount_->Wait() : absl::OkStatus(); }
+
 absl::StatusOr<LoadedModel> ModelHost::Serve(const std::string& name, const ResolvedModel& rm,
                                              PrefetchStart prefetch) {
   auto serve = [&](const LoadedModel& m) {
@@ -82,11 +87,20 @@ absl::StatusOr<LoadedModel> ModelHost::Serve(const std::string& name, const Reso
   return pipeline_->Register(rm, rm.ref.String(), serve, prefetch);
 }
 
+absl::Status ModelHost::Route(const ResolvedModel& rm, std::shared_ptr<RemoteBlobSource> from) {
+  if (from != nullptr) {
+    for (const ModelLayer& l : rm.layers) source_->AddSource(l.descriptor.digest, from);
+    return absl::OkStatus();
+  }
+  // M's layers are read from M's registry, which V's record may name apart from V's.
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(rm.registry));
+  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LoadedModel> ModelHost::Register(const std::string& name, const ResolvedModel& rm,
                                                 PrefetchStart prefetch) {
-  // M's layers are read from M's registry, which V's record may name apart from V's.
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_.For(rm.registry));
-  for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
+  RETURN_IF_ERROR(Route(rm, nullptr));
   return Serve(name, rm, prefetch);
 }
 
@@ -94,8 +108,52 @@ absl::StatusOr<LoadedModel> ModelHost::RegisterFrom(const std::string& name,
                                                     const ResolvedModel& rm,
                                                     std::shared_ptr<RemoteBlobSource> source,
                                                     PrefetchStart prefetch) {
-  for (const ModelLayer& l : rm.layers) source_->AddSource(l.descriptor.digest, source);
+  RETURN_IF_ERROR(Route(rm, std::move(source)));
   return Serve(name, rm, prefetch);
+}
+
+absl::StatusOr<LoadedModel> ModelHost::Load(const ResolvedModel& rm, const std::string& reference,
+                                            std::shared_ptr<RemoteBlobSource> from) {
+  RETURN_IF_ERROR(Route(rm, std::move(from)));
+  return pipeline_->Register(rm, reference, [](const LoadedModel&) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<LoadedModel> ModelHost::MountModel(const std::string& dir,
+                                                  const FuseMountOptions& options,
+                                                  const ResolvedModel& rm,
+                                                  const std::string& reference,
+                                                  const NestedModel* nested,
+                                                  std::shared_ptr<RemoteBlobSource> from) {
+  if (mounter_ == nullptr) return absl::FailedPreconditionError("model host: no mounter");
+  if (mount_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("model host: mounted already (", dir, ")"));
+  }
+  if (!tree_->Models().empty()) {
+    return absl::FailedPreconditionError(
+        "model host: a model at the root needs a host that serves no model yet");
+  }
+  RETURN_IF_ERROR(Route(rm, std::move(from)));
+  auto serve = [&](const LoadedModel& m) -> absl::Status {
+    std::vector<TreeFile> files = m.files;
+    SyntheticFiles synthetic = m.synthetic;
+    if (nested != nullptr) {
+      for (TreeFile f : nested->model.files) {
+        f.path = absl::StrCat(nested->dir, "/", f.path);
+        files.push_back(std::move(f));
+      }
+      for (const auto& [path, file] : nested->model.synthetic) {
+        synthetic[absl::StrCat(nested->dir, "/", path)] = file;
+      }
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
+                     ModelTree::SingleModel(reader_.get(), std::move(files), std::move(synthetic),
+                                            ModelOptions{.mtime_sec = m.mtime_sec}));
+    std::shared_ptr<ModelTree> root(std::move(tree));
+    ASSIGN_OR_RETURN(mount_, mounter_->Mount(dir, root, options));
+    tree_ = std::move(root);
+    return absl::OkStatus();
+  };
+  return pipeline_->Register(rm, reference, serve);
 }
 
 absl::Status ModelHost::Remove(const std::string& name, const std::string& model_ref) {

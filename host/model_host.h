@@ -13,10 +13,13 @@
 //                        it again from there after a restart, without the registry
 //   Mount/Adopt          serves the tree at a directory, or on an inherited FUSE connection
 //                        (DetachStaleMount first clears what a crashed process left there)
+//   MountModel           `modelfs mount`'s one model: rm is the ROOT of a mount of its own
+//                        (Load registers a model to be shown inside it: `mount --state`)
 //
-// Thread safety: every method may be called concurrently, except Mount/Adopt/Unmount, which the
-// owner calls once each. The host holds no lock of its own across calls: the parts it owns are
-// thread-safe (RegistryClients, RegistryRoutingSource, BlobCache, ModelPipeline, ModelTree).
+// Thread safety: every method may be called concurrently, except Mount/Adopt/MountModel/Unmount,
+// which the owner calls once each (Unmount may race with Wait). The host holds no lock of its own
+// across calls: the parts it owns are thread-safe (RegistryClients, RegistryRoutingSource,
+// BlobCache, ModelPipeline, ModelTree).
 #pragma once
 
 #include <filesystem>
@@ -48,8 +51,10 @@ struct ModelHostOptions {
 
 // What a host works with; Create refuses a missing required part (kInvalidArgument).
 struct ModelHostParts {
-  // Opens the pull client of a registry by name; the host keeps one per registry. Required.
+  // Opens the pull client of a registry by name; the host keeps one per registry. Required,
+  // unless `registry` is given: the client map the owner resolved its model with (the CLI).
   RegistryConnector connect_registry;
+  std::unique_ptr<RegistryClients> registry;
   // The cache's remote side, and the cache over it (or over `decoding`). Both required.
   std::unique_ptr<RegistryRoutingSource> source;
   // Over `source`, and the cache's source when set: compressed layers with a seek index are
@@ -86,6 +91,8 @@ class ModelHost {
   absl::Status Unmount(bool keep_mount = false);
   // The /dev/fuse fd of the mount; -1 when not mounted.
   int fuse_fd() const;
+  // Blocks until the mount stops serving (Unmount, or an external umount). OK when not mounted.
+  absl::Status Wait();
 
   // Serves `rm` as `name`: routes its layers to rm.registry/rm.repository (through the host's
   // client of that registry), registers them with the cache and puts its files in the tree
@@ -102,6 +109,31 @@ class ModelHost {
   // when the tree does not hold `name` (the references are dropped all the same).
   absl::Status Remove(const std::string& name, const std::string& model_ref);
 
+  // A model shown inside MountModel's model, under `dir` (a path relative to its root): its
+  // files and .modelinfo.json. `mount --state` shows the model's state under .state/.
+  struct NestedModel {
+    std::string dir;
+    LoadedModel model;
+  };
+  // `modelfs mount`'s one model, in a mount of its own (the daemon's models are directories
+  // <mount>/<name> of one mount): routes rm's layers to rm's registry (or to `from` when given,
+  // as RegisterFrom), registers them with the cache, and in the pipeline's serve step makes a
+  // tree whose ROOT is rm (`reference` is shown in its .modelinfo.json), with `nested` under
+  // nested->dir/, and mounts it at `dir`; prefetch starts after that, at once. So a failed mount
+  // leaves no cache reference and no prefetch. Instead of Mount, once, on a host that serves no
+  // model yet; afterwards Register and Remove are refused (kFailedPrecondition: the tree holds a
+  // single model). Errors: kFailedPrecondition (mounted already, a model registered, no
+  // mounter), Register's, ModelTree::SingleModel's, the mounter's.
+  absl::StatusOr<LoadedModel> MountModel(const std::string& dir, const FuseMountOptions& options,
+                                         const ResolvedModel& rm, const std::string& reference,
+                                         const NestedModel* nested = nullptr,
+                                         std::shared_ptr<RemoteBlobSource> from = nullptr);
+  // Routes rm's layers as MountModel does and registers them with the cache, without putting
+  // its files in the tree (they go in MountModel's `nested`). Prefetch starts at once. Errors:
+  // Register's.
+  absl::StatusOr<LoadedModel> Load(const ResolvedModel& rm, const std::string& reference,
+                                   std::shared_ptr<RemoteBlobSource> from = nullptr);
+
   // Keeps rm as <records>/<name> (OK when it is there already).
   absl::Status SaveRecord(const std::string& name, const ResolvedModel& rm);
   // Registers the model of record <records>/<name> again; returns what it registered.
@@ -109,10 +141,12 @@ class ModelHost {
   absl::StatusOr<ResolvedModel> Restore(const std::string& name, PrefetchStart prefetch);
   absl::Status DeleteRecord(const std::string& name);
 
-  RegistryClients& registry() { return registry_; }
+  RegistryClients& registry() { return *registry_; }
   BlobCache& cache() { return *cache_; }
   const BlobCache& cache() const { return *cache_; }
   ModelPipeline& pipeline() { return *pipeline_; }
+  // The decoding source over the cache's remote side; null when the host has none.
+  const DecodingBlobSource* decoding() const { return decoding_.get(); }
   // What the tree reads through: the preferred reader's layers there, the rest from the cache.
   BlobReader& reader() { return *reader_; }
   ModelTree& tree() { return *tree_; }
@@ -122,15 +156,17 @@ class ModelHost {
   absl::StatusOr<LoadedModel> Serve(const std::string& name, const ResolvedModel& rm,
                                     PrefetchStart prefetch);
   absl::Status CheckRecords() const;
+  // Fetches rm's layers from rm's registry through the host's client of it, or from `from`.
+  absl::Status Route(const ResolvedModel& rm, std::shared_ptr<RemoteBlobSource> from);
 
   const ModelHostOptions options_;
-  RegistryClients registry_;
+  std::unique_ptr<RegistryClients> registry_;
   std::unique_ptr<RegistryRoutingSource> source_;
   std::unique_ptr<DecodingBlobSource> decoding_;  // over source_; may be null
   std::unique_ptr<BlobCache> cache_;
   std::unique_ptr<ModelPipeline> pipeline_;  // over cache_
   std::unique_ptr<LayerRoutingReader> reader_;
-  std::shared_ptr<ModelTree> tree_;
+  std::shared_ptr<ModelTree> tree_;  // replaced by MountModel's single-model tree
   std::unique_ptr<ModelMounter> mounter_;
   std::unique_ptr<ModelMount> mount_;  // null until Mount/Adopt
   bool stopped_ = false;               // Unmount was called

@@ -19,6 +19,7 @@ class FuseModelMount final : public ModelMount {
   }
   absl::Status Unmount() override { return fuse_->Unmount(); }
   absl::Status Detach() override { return fuse_->Detach(); }
+  absl::Status Wait() override { return fuse_->Wait(); }
   int fuse_fd() const override { return fuse_->fuse_fd(); }
 
  private:

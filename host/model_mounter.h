@@ -1,8 +1,9 @@
-// ModelMounter: what the model snapshotter asks of the kernel's mount table, behind an
-// interface so that its state machine can be tested without root. The daemon serves every
-// model it has registered in one FUSE mount of <root>/mnt (a ModelMount); a model's snapshot
-// mounts are plain bind and overlay mounts that containerd makes from what the snapshotter
-// returns, so the snapshotter itself mounts nothing else. The real implementation
+// ModelMounter: what the model host asks of the kernel's mount table, behind an interface so
+// that the host and the snapshotter's state machine can be tested without root. The daemon
+// serves every model it has registered in one FUSE mount of <root>/mnt (a ModelMount); a
+// model's snapshot mounts are plain bind and overlay mounts that containerd makes from what the
+// snapshotter returns, so the snapshotter itself mounts nothing else. `modelfs mount` serves
+// its one model in a mount of its own (ModelHost::MountModel). The real implementation
 // (NewFuseModelMounter) is fuse/fuse_adapter.h's FuseMount; tests use a fake that records calls.
 //
 // Thread safety: implementations are safe for concurrent calls.
@@ -18,7 +19,7 @@
 
 namespace modelfs {
 
-// One served FUSE mount of a tree of models (FuseMount's operations the snapshotter uses).
+// One served FUSE mount of a tree of models (FuseMount's operations the host uses).
 class ModelMount {
  public:
   virtual ~ModelMount() = default;
@@ -29,6 +30,9 @@ class ModelMount {
   virtual absl::Status Unmount() = 0;
   // Stops serving and leaves the mount and its connection for a process that adopts it.
   virtual absl::Status Detach() = 0;
+  // Blocks until serving stops (Unmount, Detach, or an external umount). Errors as
+  // FuseMount::Wait.
+  virtual absl::Status Wait() = 0;
   // The /dev/fuse fd to hand to a file descriptor store; -1 after Unmount or Detach.
   virtual int fuse_fd() const = 0;
 };

@@ -28,14 +28,15 @@
 #include "cmd/modelfs/cli.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
-#include "core/model/model_pipeline.h"
-#include "core/registry/registry_blob_source.h"
 #include "core/registry/registry_client.h"
+#include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/stale_mount.h"
+#include "host/model_host.h"
+#include "host/model_mounter.h"
 #include "nlohmann/json.hpp"
 
 namespace modelfs::cli {
@@ -241,23 +242,28 @@ absl::Status RunForeground(const MountCli& c) {
   access.client.stall_timeout =
       StallTimeoutForReads(access.client.stall_timeout, absl::Seconds(c.read_deadline_s));
   // One client per registry: V's record may name M's repository on another registry, and
-  // the weights are read from there.
-  RegistryClients clients(access);
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients.For(ref.registry()));
+  // the weights are read from there. The host keeps this map once the model is resolved.
+  auto clients = std::make_unique<RegistryClients>(access);
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, clients->For(ref.registry()));
   // Before anything is fetched, cached or mounted: the signature on what REF names (for a
   // volume image V, V's, which covers M's digest and the chunk indexes); then only that digest.
   ASSIGN_OR_RETURN(ref, EnforcePolicyFlag(c.policy, *client, ref));
   ASSIGN_OR_RETURN(ResolvedModel rm,
-                   ResolveModel(*client, ref, clients.Connector(), NotingLocation(ref)));
+                   ResolveModel(*client, ref, clients->Connector(), NotingLocation(ref)));
   std::optional<ResolvedModel> state;
   if (!c.state_ref.empty()) {
-    ASSIGN_OR_RETURN(state, ResolveStateFor(c, clients, rm));
+    ASSIGN_OR_RETURN(state, ResolveStateFor(c, *clients, rm));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> model_client, clients.For(rm.registry));
+  // M's registry is reached before the cache is opened (the host reads M's layers through it).
+  RETURN_IF_ERROR(clients->For(rm.registry).status());
 
-  RegistryBlobSource registry_source(model_client, rm.repository);
-  // Compressed layers with a seek index in V are decoded span by span from the registry.
-  DecodingBlobSource source(&registry_source);
+  // The host's parts: the model's layers are routed to its registry; compressed layers with a
+  // seek index in V are decoded span by span from there.
+  ModelHostParts parts;
+  parts.registry = std::move(clients);
+  parts.source = std::make_unique<RegistryRoutingSource>();
+  parts.decoding = std::make_unique<DecodingBlobSource>(parts.source.get());
+  parts.mounter = NewFuseModelMounter();
   CacheOptions co;
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
@@ -276,60 +282,41 @@ absl::Status RunForeground(const MountCli& c) {
     fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
   };
   fs::create_directories(co.dir, ec);
-  absl::StatusOr<std::unique_ptr<BlobCache>> opened = BlobCache::Open(co, &source);
+  absl::StatusOr<std::unique_ptr<BlobCache>> opened = BlobCache::Open(co, parts.decoding.get());
   // A cache directory another process holds (as root, by default the daemon's) is a usage
   // error: exit 2, and the message names the directory and its holder.
   if (absl::IsFailedPrecondition(opened.status())) {
     return absl::InvalidArgumentError(opened.status().message());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<BlobCache> cache, std::move(opened));
-  PipelineOptions po;
-  po.prefetch = policy;
-  po.insecure_stream = c.insecure_stream;
-  po.decoding = &source;
-  ModelPipeline pipeline(cache.get(), po);
-  // The model is the root of its own tree, served by a mount of its own.
-  OpenCounts opens;  // outlives the mount, whose on_open counts into it
-  std::unique_ptr<FuseMount> mount;
+  ASSIGN_OR_RETURN(parts.cache, std::move(opened));
+  OpenCounts opens;  // outlives the host's mount, whose on_open counts into it
+  ModelHostOptions ho;
+  ho.prefetch = policy;
+  ho.insecure_stream = c.insecure_stream;
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, ModelHost::Create(ho, std::move(parts)));
   // --state: the state's files (and its own .modelinfo.json) go under kStateDir of the model's
   // tree; both are served from the one cache, each layer verified against its own chunk index.
-  std::optional<LoadedModel> state_loaded;
+  std::optional<ModelHost::NestedModel> nested;
   if (state) {
-    ASSIGN_OR_RETURN(state_loaded, pipeline.Register(*state, c.state_ref, [](const LoadedModel&) {
-      return absl::OkStatus();
-    }));
+    ASSIGN_OR_RETURN(LoadedModel state_loaded, host->Load(*state, c.state_ref));
+    nested = ModelHost::NestedModel{kStateDir, std::move(state_loaded)};
   }
-  auto serve = [&](const LoadedModel& m) -> absl::Status {
-    std::vector<TreeFile> files = m.files;
-    SyntheticFiles synthetic = m.synthetic;
-    if (state_loaded) {
-      for (TreeFile f : state_loaded->files) {
-        f.path = absl::StrCat(kStateDir, "/", f.path);
-        files.push_back(std::move(f));
-      }
-      for (const auto& [path, file] : state_loaded->synthetic) {
-        synthetic[absl::StrCat(kStateDir, "/", path)] = file;
-      }
-    }
-    ASSIGN_OR_RETURN(std::unique_ptr<ModelTree> tree,
-                     ModelTree::SingleModel(cache.get(), std::move(files), std::move(synthetic),
-                                            ModelOptions{.mtime_sec = m.mtime_sec}));
-    FuseMountOptions fo;
-    fo.on_open = [&opens](bool passthrough) {
-      opens.opens.fetch_add(1, std::memory_order_relaxed);
-      if (passthrough) opens.passthrough.fetch_add(1, std::memory_order_relaxed);
-    };
-    fo.passthrough = c.passthrough;
-    fo.direct_io_reads = c.direct_io;
-    ASSIGN_OR_RETURN(mount,
-                     FuseMount::Mount(c.dir, std::shared_ptr<ModelTree>(std::move(tree)), fo));
-    return absl::OkStatus();
+  // The model is the root of its own tree, served by a mount of its own.
+  FuseMountOptions fo;
+  fo.on_open = [&opens](bool passthrough) {
+    opens.opens.fetch_add(1, std::memory_order_relaxed);
+    if (passthrough) opens.passthrough.fetch_add(1, std::memory_order_relaxed);
   };
-  ASSIGN_OR_RETURN(LoadedModel loaded, pipeline.Register(rm, c.ref, serve));
+  fo.passthrough = c.passthrough;
+  fo.direct_io_reads = c.direct_io;
+  ASSIGN_OR_RETURN(LoadedModel loaded,
+                   host->MountModel(c.dir, fo, rm, c.ref, nested ? &*nested : nullptr));
+  const BlobCache& cache = host->cache();
+  const DecodingBlobSource& source = *host->decoding();
 
   fs::create_directories(StatsDir(), ec);
   const std::string stats_path = StatsPath(c.dir);
-  WriteAtomically(stats_path, StatsJson(*cache, source, c.ref, c.dir, loaded, opens).dump());
+  WriteAtomically(stats_path, StatsJson(cache, source, c.ref, c.dir, loaded, opens).dump());
   Report(c.ready_fd, absl::OkStatus());
   if (c.ready_fd < 0) {
     printf("mounted %s at %s (%s verification); Ctrl-C or `modelfs umount %s` to stop\n",
@@ -350,7 +337,7 @@ absl::Status RunForeground(const MountCli& c) {
       absl::MutexLock lock(&wake.mu);
       wake.refresh = true;
     }
-    if (!stopping.exchange(true)) (void)mount->Unmount();
+    if (!stopping.exchange(true)) (void)host->Unmount();
   });
   std::thread stats([&] {
     while (true) {
@@ -363,10 +350,10 @@ absl::Status RunForeground(const MountCli& c) {
         if (wake.stop) return;
         wake.refresh = false;
       }
-      WriteAtomically(stats_path, StatsJson(*cache, source, c.ref, c.dir, loaded, opens).dump());
+      WriteAtomically(stats_path, StatsJson(cache, source, c.ref, c.dir, loaded, opens).dump());
     }
   });
-  absl::Status waited = mount->Wait();
+  absl::Status waited = host->Wait();
   if (!stopping.exchange(true)) pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
   {
@@ -375,7 +362,7 @@ absl::Status RunForeground(const MountCli& c) {
   }
   stats.join();
   unlink(stats_path.c_str());
-  mount.reset();
+  host.reset();
   return waited;
 }
 

@@ -32,7 +32,9 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       scheduler_(options_.fetch_threads),
       verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
-      store_(options_.dir, options_.write_data) {}
+      store_(options_.dir, options_.write_data),
+      flights_(mu_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
+               *this) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
                                                            RemoteBlobSource* remote) {
@@ -104,10 +106,11 @@ BlobCache::~BlobCache() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;  // wakes whole-layer checks waiting for idle reads, and the scrub
+    flights_.StopLocked();
   }
   if (scrub_thread_.joinable()) scrub_thread_.join();
   std::vector<std::function<void()>> dropped = scheduler_.Stop();
-  PersistPending();  // what the dropped queue would have recorded
+  flights_.PersistPending();  // what the dropped queue would have recorded
   absl::MutexLock lock(&mu_);
   for (auto& drop : dropped) drop();
   bulk_layers_.clear();
@@ -137,14 +140,6 @@ LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::st
   r.audited = layer.audited;
   r.verity = layer.verity;
   return r;
-}
-
-absl::Status BlobCache::RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                                     const std::vector<uint64_t>& chunks) {
-  // Quarantine and eviction bump gen before they Forget the rows, and Forget takes the same
-  // journal lock as the check: rows of a dropped layer are either skipped or deleted after.
-  return journal_.RecordChunks(layer->digest.str(), chunks,
-                               [&] { return layer->gen.load() == gen; });
 }
 
 absl::Status BlobCache::LoadFromJournal() {
@@ -422,40 +417,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
                                       uint64_t last, int priority, absl::Time deadline,
                                       std::vector<std::shared_ptr<Flight>>* created,
                                       uint64_t max_request) {
-  if (layer->quarantined) return;
-  if (max_request == 0) max_request = options_.max_request_bytes;
-  uint64_t c = first;
-  while (c <= last && c < layer->count()) {
-    if (layer->state[c] != ChunkState::kMissing) {
-      ++c;
-      continue;
-    }
-    const uint64_t start = c;
-    c = MissingRunEnd(*layer, start, last, max_request);
-    auto f = std::make_shared<Flight>();
-    f->layer = layer;
-    LayerGuard held_f(*f->layer, Held(mu_));
-    f->first = start;
-    f->last = c - 1;
-    f->gen = layer->gen.load();
-    f->deadline = deadline;
-    f->chunk_status.assign(c - start, absl::OkStatus());
-    for (uint64_t i = start; i < c; ++i) {
-      layer->state[i] = ChunkState::kInFlight;
-      layer->flight[i] = f;
-    }
-    layer->jobs++;
-    f->endpoint = layer->endpoint;
-    // A flight the cache's end drops fails its waiters (none should be left by then).
-    f->ticket = scheduler_.Submit(
-        f->endpoint, priority, [this, f] { RunFlight(f); },
-        [f]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run by the destructor, under mu_
-          f->done = true;
-          f->chunk_status.assign(f->last - f->first + 1,
-                                 absl::AbortedError("cache is shutting down"));
-        });
-    if (created) created->push_back(f);
-  }
+  flights_.ScheduleLocked(layer, first, last, priority, deadline, created, max_request);
 }
 
 void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
@@ -474,7 +436,7 @@ void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uin
 }
 
 void BlobCache::PumpBulkLocked() {
-  if (disk_full_) return;  // bulk_layers_ was cleared when the disk filled
+  if (DiskFullLocked()) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
     LayerGuard held(*layer, Held(mu_));
@@ -503,14 +465,15 @@ void BlobCache::PumpBulkLocked() {
 }
 
 void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from) {
-  if (layer->streaming || layer->quarantined || disk_full_ || from >= layer->count()) return;
+  if (layer->streaming || layer->quarantined || DiskFullLocked() || from >= layer->count()) return;
   layer->streaming = true;
   layer->stream_next = std::max(layer->stream_next, from);
   PumpStreamLocked(layer);
 }
 
 void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
-  if (!layer->streaming || disk_full_ || layer->quarantined || FindLocked(layer->digest) != layer) {
+  if (!layer->streaming || DiskFullLocked() || layer->quarantined ||
+      FindLocked(layer->digest) != layer) {
     return;
   }
   const StreamPlan plan = PlanStream(*layer, options_);
@@ -541,7 +504,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
   }
   if (policy == PrefetchPolicy::kNone || layer->count() == 0) return absl::OkStatus();
   // Bytes that cannot be cached would be fetched for nothing: prefetch waits for space.
-  if (disk_full_) return absl::OkStatus();
+  if (DiskFullLocked()) return absl::OkStatus();
   const absl::Time deadline = time_->Now() + options_.background_deadline;
   if (layer->mode == VerifyMode::kWholeLayer) {
     // Nothing of such a layer is servable before all of it is verified: headers alone do not
@@ -598,7 +561,7 @@ std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
       LayerGuard held(*layer, Held(mu_));
       layer->gen++;
       cached_bytes_ -= layer->cached_bytes;
-      memory_.Drop(*layer);
+      flights_.DropMemoryLocked(*layer);
       layers_.erase(layer->digest);
       const uint64_t layer_bytes = layer->cached_bytes;
       victims.emplace_back(std::move(layer), layer_bytes);

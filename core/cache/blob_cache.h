@@ -26,12 +26,15 @@
 // (chunk_journal.h), the hash checks (verifier.h), the fetch scheduler (fetch_scheduler.h:
 // priority queues and a pool of threads per registry), the per-layer state and the lock of
 // each field (cache_layer.h), the fetch planner (fetch_planner.h: readahead, streaming, request
-// coalescing), chunk assembly and the memory fallback (chunk_landing.h), and the served-page
-// dropper (served_pages.h). BlobCache is the coordinator: it owns the layers, the mutex and the
-// pieces, and ties them together: which chunks are missing, in flight or verified, who waits
-// for what, and eviction. Its methods are in blob_cache.cc (opening, registration, scheduling,
-// prefetch, eviction), blob_cache_read.cc (the read path), chunk_landing.cc (flights, landing
-// chunks, persistence, sealing) and layer_audit.cc (whole-layer checks, audit, quarantine).
+// coalescing), chunk assembly and the memory fallback (chunk_landing.h), the served-page
+// dropper (served_pages.h), and the fetch side (flight_engine.h: flights, landing their chunks,
+// persistence), which the read side asks for missing chunks and which tells the cache of each
+// flight's end (FlightEngine::Owner). BlobCache is the coordinator: it owns the layers, the
+// mutex and the pieces, and ties them together: which chunks are missing, in flight or
+// verified, who waits for what, and eviction. Its methods are in blob_cache.cc (opening,
+// registration, the bulk and stream pumps, prefetch, eviction), blob_cache_read.cc (the read
+// path), chunk_landing.cc (a flight's end, sealing) and layer_audit.cc (whole-layer checks,
+// audit, quarantine).
 //
 // Thread safety: all public methods are safe to call concurrently.
 // Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
@@ -69,6 +72,7 @@
 #include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
+#include "core/cache/flight_engine.h"
 #include "core/cache/fs_verity.h"
 #include "core/cache/layer_store.h"
 #include "core/cache/remote_blob_source.h"
@@ -204,7 +208,7 @@ struct CacheStats {
   bool fs_verity = false;
 };
 
-class BlobCache : public BlobReader {
+class BlobCache : public BlobReader, private FlightEngine::Owner {
  public:
   // Opens (or creates) the cache in options.dir and starts the fetch threads. `remote` must
   // outlive the cache. One cache per directory at a time: it holds flock on <dir>/lock until
@@ -325,12 +329,12 @@ class BlobCache : public BlobReader {
   // Per-layer and per-request state, and the lock of each field: cache_layer.h.
   using Layer = CacheLayer;
   using Flight = CacheFlight;
-  static constexpr int kForeground = 0;
-  static constexpr int kReadahead = 1;
-  static constexpr int kHeader = 2;
-  static constexpr int kFill = 3;
-  static constexpr int kBulk = 4;
-  static constexpr int kVerify = 5;
+  static constexpr int kForeground = FetchPriority::kForeground;
+  static constexpr int kReadahead = FetchPriority::kReadahead;
+  static constexpr int kHeader = FetchPriority::kHeader;
+  static constexpr int kFill = FetchPriority::kFill;
+  static constexpr int kBulk = FetchPriority::kBulk;
+  static constexpr int kVerify = FetchPriority::kVerify;
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
@@ -341,7 +345,7 @@ class BlobCache : public BlobReader {
   // Queues local work (checks, journal writes) on the scheduler's "" pool.
   void SubmitLocalLocked(int priority, std::function<void()> run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Log(absl::string_view line) const;
+  void Log(absl::string_view line) const override;
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The layer if it is registered in this process and referenced; null otherwise (a read or a
@@ -361,27 +365,23 @@ class BlobCache : public BlobReader {
   // are cached. Returns the layers and bytes evicted.
   std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
-  // Creates flights for the missing chunks in [first, last] (coalesced into requests of at
-  // most `max_request` bytes; 0: options.max_request_bytes) and queues them.
+  // flights_.ScheduleLocked: flights for the missing chunks in [first, last] (coalesced into
+  // requests of at most `max_request` bytes; 0: options.max_request_bytes), queued.
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created,
                              uint64_t max_request = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  void RunFlight(const std::shared_ptr<Flight>& flight);
-  // What a flight's chunks did to the data file, for its end.
-  struct FlightWrites {
-    std::vector<uint64_t> good;  // verified and written: to persist
-    bool wrote = false;
-    bool disk_full = false;
-    bool became_full = false;  // this flight found the disk full first
-  };
-  // Verifies chunk `i` of a flight, writes it, and makes it servable (or failed) at once, so
-  // readers waiting for it go on while the rest of the range streams in. Bytes that fail
-  // verification in a flight that has not refetched yet are not landed: the result is the
-  // mismatch marked IsBadAnswer, and the flight fetches the chunk once more.
-  absl::Status LandChunk(const std::shared_ptr<Flight>& f, uint64_t i, const ReceivedChunk& r,
-                         const std::vector<std::array<uint8_t, 32>>& expected, FlightWrites* w);
+  // FlightEngine::Owner: what a flight's end asks of the cache (chunk_landing.cc).
+  void ChunkCachedLocked(Layer& layer, uint64_t bytes) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
+  void DiskFilledLocked(const Layer& layer) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
+  bool FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream, bool failed,
+                         bool stale) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
+  void AfterFlight(bool became_full, bool over_budget) override;
+  bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return flights_.DiskFullLocked();
+  }
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
   // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
@@ -410,11 +410,6 @@ class BlobCache : public BlobReader {
                                                                 const std::string& seal,
                                                                 bool flushed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
-  // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
-  void QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                          std::vector<uint64_t> chunks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  void PersistPending();
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
   // keep_alive ended): chunks now wholly served and on disk leave the page cache
   // (served_pages.h).
@@ -466,9 +461,6 @@ class BlobCache : public BlobReader {
   // The journal row of a layer, as it stands.
   static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
                               std::string seal) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
-  // Records `chunks` of `layer` unless quarantine or eviction dropped it since `gen`.
-  absl::Status RecordChunks(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                            const std::vector<uint64_t>& chunks);
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
@@ -479,18 +471,7 @@ class BlobCache : public BlobReader {
   absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
   int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
-  struct PendingPersist {
-    std::shared_ptr<Layer> layer;  // holds a job reference (Layer::jobs) until persisted
-    uint64_t gen = 0;
-    std::vector<uint64_t> chunks;
-  };
-  std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(mu_);
-  bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Set when a data-file write fails with ENOSPC/EDQUOT, cleared by the next one that works.
-  bool disk_full_ ABSL_GUARDED_BY(mu_) = false;
-  // Chunks held in memory while the disk is full (chunk_landing.h).
-  MemoryFallback memory_ ABSL_GUARDED_BY(mu_);
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
   absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
   int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
@@ -554,13 +535,10 @@ class BlobCache : public BlobReader {
   const LayerStore store_;
   ChunkJournal journal_;
 
-  struct Counters {
-    std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
-        verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-        page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0},
-        scrubbed_bytes{0}, scrub_failures{0}, scrub_repairs{0};
-  };
-  mutable Counters counters_;
+  mutable CacheCounters counters_;
+  // The fetch side: flights, landing, persistence (flight_engine.h). Last: it refers to the
+  // members above.
+  FlightEngine flights_;
 };
 
 }  // namespace modelfs

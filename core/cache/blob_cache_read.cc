@@ -120,7 +120,7 @@ absl::Status BlobCache::EnsureChunks(
         }
         for (const auto& w : waits) {
           LayerGuard held_w(*w->layer, Held(mu_));
-          if (w->ticket) scheduler_.Promote(w->ticket, kForeground);
+          flights_.Promote(*w, kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
@@ -365,7 +365,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
           StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
           PumpStreamLocked(layer);  // the reader moved on: so may the stream
         }
-        if (layer->window > 0 && layer->run_end < layer->size && !disk_full_) {
+        if (layer->window > 0 && layer->run_end < layer->size && !DiskFullLocked()) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
           ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
                                 time_->Now() + options_.background_deadline, nullptr);

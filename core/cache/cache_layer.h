@@ -202,7 +202,21 @@ class ABSL_SCOPED_LOCKABLE LayerGuard {
   ~LayerGuard() ABSL_UNLOCK_FUNCTION() {}
 };
 
-// One range request: chunks [first, last] of a layer, fetched by one RunFlight.
+// The same for a reference to the cache's mutex other than a layer's (FlightEngine's `mu_`):
+// `TableGuard g(mu_, Held(layer->mu))` where the caller holds it through a layer.
+class ABSL_SCOPED_LOCKABLE TableGuard {
+ public:
+  TableGuard(const absl::Mutex& mine, const absl::Mutex& held) ABSL_EXCLUSIVE_LOCK_FUNCTION(mine) {
+    assert(&mine == &held);
+    (void)mine;
+    (void)held;
+  }
+  TableGuard(const TableGuard&) = delete;
+  TableGuard& operator=(const TableGuard&) = delete;
+  ~TableGuard() ABSL_UNLOCK_FUNCTION() {}
+};
+
+// One range request: chunks [first, last] of a layer, fetched by one FlightEngine::RunFlight.
 struct CacheFlight {
   // Fixed at creation, before the flight is queued or any chunk points to it.
   std::shared_ptr<CacheLayer> layer;

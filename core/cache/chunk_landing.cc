@@ -1,28 +1,15 @@
-// BlobCache's flights and the landing of their chunks (chunk_landing.h), persistence and
-// sealing, and the memory fallback.
+// The memory fallback (chunk_landing.h), and BlobCache's side of a landing: what the end of a
+// flight means for the cache (FlightEngine::Owner: the pumps, eviction), the check of a layer
+// whose chunks are all here, and sealing. The flights themselves are FlightEngine's
+// (flight_engine.cc).
 #include "core/cache/chunk_landing.h"
-
-#include <errno.h>
-#include <string.h>
-
-#include <algorithm>
-#include <cstring>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/backoff.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/served_pages.h"
-#include "core/cache/verifier.h"
-#include "core/status/status_macros.h"
 
 namespace modelfs {
-
-namespace {
-
-std::string ErrnoText(int err) { return std::string(strerror(err)); }
-
-}  // namespace
 
 void MemoryFallback::Keep(const std::shared_ptr<CacheLayer>& layer, uint64_t chunk,
                           std::shared_ptr<const std::string> bytes, uint64_t budget) {
@@ -51,240 +38,46 @@ void MemoryFallback::Drop(CacheLayer& layer) {
   layer.in_memory.clear();
 }
 
-absl::Status BlobCache::LandChunk(const std::shared_ptr<Flight>& f, uint64_t i,
-                                  const ReceivedChunk& r,
-                                  const std::vector<std::array<uint8_t, 32>>& expected,
-                                  FlightWrites* w) {
-  const std::shared_ptr<Layer>& layer = f->layer;
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t c = f->first + i;
-  const uint64_t len = r.bytes.size();
-  absl::Status cst;
-  std::shared_ptr<const std::string> memory;
-  if (!expected.empty()) {
-    cst = CheckChunkHash(r.hash, expected[i], layer->digest, c, c * cs, len);
-    if (!cst.ok()) {
-      counters_.verification_failures++;
-      if (!f->refetched) {
-        // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
-        Log(absl::StrCat(cst.message(), "; fetching it once more"));
-        return MarkBadAnswer(cst);
-      }
-      Log(cst.message());
-    }
-  }
-  if (cst.ok() && f->refetched && i == f->refetch_from) {
-    // The answer after a wrong one was right: counted apart, so a flipped byte stays visible.
-    counters_.refetch_recoveries++;
-  }
-  // Where the chunk's bytes go: the layer file, or member files (layer_segments.h).
-  std::shared_ptr<const LayerSegments> segments = layer->Segments();
-  if (cst.ok()) {
-    const int err = segments->Write(store_, r.bytes.data(), len, c * cs);
-    if (err == 0) {
-      w->good.push_back(c);
-      w->wrote = true;
-    } else if (err == ENOSPC || err == EDQUOT) {
-      w->disk_full = true;
-      if (expected.empty()) {
-        // Nothing of a whole-layer fill is servable before all of it is verified on disk.
-        cst = absl::ResourceExhaustedError(
-            absl::StrCat("cache directory ", options_.dir, " is full: layer ", layer->digest.str(),
-                         " has no chunk index, so it must be cached whole before it is served"));
-      } else {
-        // Verified: hand the bytes to the readers without recording them.
-        memory = std::make_shared<const std::string>(r.bytes.data(), r.bytes.size());
-      }
-    } else {
-      cst = absl::InternalError(absl::StrCat("writing ", store_.PathOf(layer->digest),
-                                             " at offset ", c * cs, ": ", ErrnoText(err)));
-    }
-  }
-  // Verified chunks are served from the page cache at once; their fdatasync and record are
-  // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
-  // the layer digest matches (RunWholeVerify).
+bool BlobCache::disk_full() const {
   absl::MutexLock lock(&mu_);
-  if (w->disk_full && !disk_full_) {
-    // Said at once, not when the flight ends: readers may already be served.
-    disk_full_ = w->became_full = true;
-    // What cannot be cached should not be fetched ahead: readahead and prefetch pause.
-    for (auto& l : bulk_layers_) {
-      LayerGuard held_l(*l, Held(mu_));
-      l->bulk_active = false;
-    }
-    bulk_layers_.clear();
-  } else if (!w->disk_full && cst.ok()) {
-    disk_full_ = false;  // this write worked: the disk has room again
-  }
-  LayerGuard held(*layer, Held(mu_));
-  LayerGuard held_f(*f->layer, Held(mu_));
-  if (layer->flight[c] == f) layer->flight[c] = nullptr;
-  if (cst.ok() && !memory && layer->gen.load() == f->gen && layer->Segments() != segments) {
-    // SetLayerMembers switched the layout after the write: the bytes go where it says now.
-    // Rare (once per layer, while few chunks land), so under the lock.
-    if (const int err = layer->Segments()->Write(store_, r.bytes.data(), len, c * cs); err != 0) {
-      cst = absl::InternalError(absl::StrCat("writing chunk ", c, " of layer ", layer->digest.str(),
-                                             ": ", ErrnoText(err)));
-      if (!w->good.empty() && w->good.back() == c) w->good.pop_back();  // nothing to persist
-    }
-  }
-  if (layer->gen.load() != f->gen) {
-    cst = absl::DataLossError(
-        absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
-  } else if (memory) {
-    f->memory.emplace_back(c, memory);
-    memory_.Keep(layer, c, std::move(memory), options_.memory_fallback_bytes);
-  } else if (cst.ok()) {
-    // Landed in the old layout while SetLayerMembers copies: it copies this one too.
-    if (layer->moving) layer->moved_dirty.push_back(c);
-    layer->state[c] = expected.empty() ? ChunkState::kPresent : ChunkState::kVerified;
-    layer->served[c] = 0;
-    layer->durable[c] = false;  // dirty until PersistPending's fdatasync
-    layer->dropped[c] = false;
-    layer->cached_bytes += len;
-    cached_bytes_ += len;
-  } else {
-    layer->state[c] = ChunkState::kMissing;
-    if (!f->failed) {
-      layer->fill_error = cst;
-      layer->fill_disk_full = absl::IsResourceExhausted(cst);
-    }
-    f->failed = true;
-  }
-  f->chunk_status[i] = std::move(cst);
-  f->landed = i + 1;
-  return absl::OkStatus();
+  return DiskFullLocked();
 }
 
-void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
-  const std::shared_ptr<Layer>& layer = f->layer;
-  const uint64_t cs = layer->chunk_size;
-  const uint64_t n = f->last - f->first + 1;
-  std::vector<std::array<uint8_t, 32>> expected;
-  ChunkDigestAlgorithm algorithm;
-  {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    if (!layer->expected.empty()) {
-      expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
-    }
-    algorithm = layer->expected_algorithm;
-  }
-  const uint64_t end = std::min(layer->size, (f->last + 1) * cs);
+// ---------------------------------------------------------------------------------------------
+// What a flight's end means for the cache (FlightEngine::Owner).
 
-  FlightWrites writes;
-  ChunkAssembler chunk(cs, expected.empty() ? std::nullopt : std::optional(algorithm));
-  uint64_t next = 0;  // chunks of the flight that have landed
-  absl::Status st;
-  Backoff backoff(options_.retry, time_, absl::InfiniteFuture());
-  while (next < n) {
-    const uint64_t offset = (f->first + next) * cs;
-    const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
-    absl::Time deadline;
-    {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held_f(*f->layer, Held(mu_));
-      deadline = f->deadline;
-    }
-    if (layer->gen.load() != f->gen) {
-      st = absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
-      break;
-    }
-    if (time_->Now() >= deadline) {
-      st = absl::DeadlineExceededError(
-          absl::StrCat("fetching ", range, ": deadline passed",
-                       st.ok() ? "" : "; last error: ", st.ok() ? "" : std::string(st.message())));
-      break;
-    }
-    counters_.requests++;
-    chunk.Restart();
-    st = remote_->StreamRange(
-        layer->digest, offset, end - offset, deadline, [&](absl::string_view data) {
-          counters_.bytes_fetched += data.size();
-          while (!data.empty() && next < n) {
-            if (chunk.Take(data, layer->ChunkLen(f->first + next))) {
-              RETURN_IF_ERROR(LandChunk(f, next, chunk.Finish(), expected, &writes));
-              ++next;
-            }
-          }
-          if (layer->gen.load() != f->gen) {
-            return absl::AbortedError(absl::StrCat("fetching ", range, ": layer was dropped"));
-          }
-          return absl::OkStatus();
-        });
-    if (next == n) {
-      st = absl::OkStatus();
-      if (health_.RecordSuccess(f->endpoint)) {
-        Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
-                         " answers again; reads that need it get the full deadline"));
-      }
-      break;
-    }
-    if (st.ok()) {
-      st = absl::UnavailableError(absl::StrCat("fetching ", range, ": the stream ended early"));
-    }
-    if (IsBadAnswer(st) && !f->refetched) {
-      // At once, from the chunk that was wrong (the remote asks the next host for it).
-      f->refetched = true;
-      f->refetch_from = next;
-      continue;
-    }
-    if (!RetryableCode(st.code())) break;  // kInternal is not worth a second attempt
-    std::optional<absl::Duration> wait = backoff.Next();
-    if (!wait) break;
-    // The reader's deadline may move later (another reader joins), so the loop checks it
-    // itself rather than giving the Backoff a fixed one.
-    time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
-  }
-  if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
-    Log(absl::StrCat("fetch failed: ", st.message()));
-  }
+void BlobCache::ChunkCachedLocked(Layer& layer, uint64_t bytes) {
+  TableGuard g(mu_, Held(layer.mu));
+  layer.cached_bytes += bytes;
+  cached_bytes_ += bytes;
+}
 
-  bool over_budget = false;
-  bool became_full = false;
-  {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    LayerGuard held_f(*f->layer, Held(mu_));
-    const bool stale = layer->gen.load() != f->gen;
-    // The chunks the stream never delivered fail with its error.
-    for (uint64_t i = next; i < n; ++i) {
-      const uint64_t c = f->first + i;
-      if (layer->flight[c] == f) layer->flight[c] = nullptr;
-      if (stale) {
-        f->chunk_status[i] = absl::DataLossError(
-            absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
-        continue;
-      }
-      layer->state[c] = ChunkState::kMissing;
-      if (!f->failed) {
-        layer->fill_error = st;
-        layer->fill_disk_full = absl::IsResourceExhausted(st);
-      }
-      f->failed = true;
-      f->chunk_status[i] = st;
-    }
-    became_full = writes.became_full;
-    if (writes.wrote && !writes.disk_full) disk_full_ = false;
-    if (!stale && !writes.good.empty() && !expected.empty()) {
-      QueuePersistLocked(layer, f->gen, std::move(writes.good));
-    }
-    if (f->failed && !stale) layer->fill_epoch++;
-    f->landed = n;
-    f->done = true;
-    layer->jobs--;
-    if (f->bulk) {
-      bulk_in_flight_--;
-      PumpBulkLocked();
-    }
-    if (f->stream) {
-      layer->stream_in_flight--;
-      if (stale || f->failed) layer->streaming = false;  // the reader's own fetches go on
-      PumpStreamLocked(layer);
-    }
-    if (!stale) AfterChunksLandedLocked(layer);
-    over_budget = options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
+void BlobCache::DiskFilledLocked(const Layer& layer) {
+  TableGuard g(mu_, Held(layer.mu));
+  for (auto& l : bulk_layers_) {
+    LayerGuard held_l(*l, Held(mu_));
+    l->bulk_active = false;
   }
+  bulk_layers_.clear();
+}
+
+bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream,
+                                  bool failed, bool stale) {
+  TableGuard g(mu_, Held(layer->mu));
+  if (bulk) {
+    bulk_in_flight_--;
+    PumpBulkLocked();
+  }
+  if (stream) {
+    layer->stream_in_flight--;
+    if (stale || failed) layer->streaming = false;  // the reader's own fetches go on
+    PumpStreamLocked(layer);
+  }
+  if (!stale) AfterChunksLandedLocked(layer);
+  return options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
+}
+
+void BlobCache::AfterFlight(bool became_full, bool over_budget) {
   if (became_full) {
     // Make room for the models in use: what no model references goes first, all of it.
     auto [layers, bytes] = EvictUnreferenced(0);
@@ -295,11 +88,6 @@ void BlobCache::RunFlight(const std::shared_ptr<Flight>& f) {
   } else if (over_budget) {
     EnforceSizeLimit();
   }
-}
-
-bool BlobCache::disk_full() const {
-  absl::MutexLock lock(&mu_);
-  return disk_full_;
 }
 
 void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
@@ -367,62 +155,6 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   counters_.sealed_layers++;
   drop = MarkVerifiedLocked(*layer, seal, synced.ok());
   return true;
-}
-
-void BlobCache::QueuePersistLocked(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                                   std::vector<uint64_t> chunks) {
-  layer->jobs++;  // keeps eviction (and its unlink) away until the record is written
-  persist_pending_.push_back(PendingPersist{layer, gen, std::move(chunks)});
-  if (persist_scheduled_ || stopping_) return;
-  persist_scheduled_ = true;
-  SubmitLocalLocked(kVerify, [this] { PersistPending(); });
-}
-
-void BlobCache::PersistPending() {
-  std::vector<PendingPersist> batch;
-  {
-    absl::MutexLock lock(&mu_);
-    batch.swap(persist_pending_);
-    persist_scheduled_ = false;
-  }
-  // One fdatasync per file the batch wrote to (a layer's data file, or the member files its
-  // chunks met), then the records.
-  absl::flat_hash_map<Layer*, std::vector<std::pair<uint64_t, uint64_t>>> written;
-  for (const PendingPersist& p : batch) {
-    for (uint64_t c : p.chunks) {
-      written[p.layer.get()].emplace_back(c * p.layer->chunk_size,
-                                          c * p.layer->chunk_size + p.layer->ChunkLen(c));
-    }
-  }
-  absl::flat_hash_map<Layer*, absl::Status> synced;
-  for (const PendingPersist& p : batch) {
-    auto [it, inserted] = synced.try_emplace(p.layer.get());
-    if (inserted) {
-      it->second = p.layer->Segments()->SyncRanges(store_, p.layer->digest, written[p.layer.get()]);
-      if (!it->second.ok()) Log(it->second.message());
-    }
-    if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost
-    absl::Status s = RecordChunks(p.layer, p.gen, p.chunks);
-    if (!s.ok()) Log(s.message());
-  }
-  std::vector<std::pair<const PendingPersist*, std::vector<std::pair<uint64_t, uint64_t>>>> drops;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const PendingPersist& p : batch) {
-      if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
-        LayerGuard held(*p.layer, Held(mu_));
-        auto ranges = TakeServedDrops(*p.layer, p.chunks, options_.drop_served_pages,
-                                      counters_.page_cache_bytes_dropped);
-        if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
-      }
-    }
-  }
-  for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
-  absl::MutexLock lock(&mu_);
-  for (const PendingPersist& p : batch) {
-    LayerGuard held(*p.layer, Held(mu_));
-    p.layer->jobs--;
-  }
 }
 
 }  // namespace modelfs

@@ -52,7 +52,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   if (s.ok()) {
     std::vector<uint64_t> all(layer->count());
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
-    s = RecordChunks(layer, gen, all);
+    s = flights_.RecordChunks(layer, gen, all);
   }
   if (!s.ok()) Log(s.message());
   const std::string seal = RecordSeal(layer, gen, s, local);
@@ -128,7 +128,7 @@ void BlobCache::WipeLocked(Layer& layer) {
   }
   cached_bytes_ -= layer.cached_bytes;
   layer.cached_bytes = 0;
-  memory_.Drop(layer);
+  flights_.DropMemoryLocked(layer);
 }
 
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {

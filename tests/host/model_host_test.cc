@@ -54,7 +54,12 @@ class FakeMount final : public ModelMount {
     calls_->Add("detach");
     return absl::OkStatus();
   }
+  absl::Status Wait() override {
+    calls_->Add("wait");
+    return absl::OkStatus();
+  }
   int fuse_fd() const override { return 42; }
+  ModelTree& tree() { return *tree_; }
 
  private:
   std::shared_ptr<ModelTree> tree_;
@@ -72,6 +77,8 @@ class FakeMounter final : public ModelMounter {
                                                     std::shared_ptr<ModelTree> tree,
                                                     const FuseMountOptions&) override {
     calls_->Add("mount " + dir);
+    if (fail_) return absl::PermissionDeniedError("fusermount3: mount failed");
+    mounted_ = tree;
     return std::make_unique<FakeMount>(std::move(tree), calls_);
   }
   absl::StatusOr<std::unique_ptr<ModelMount>> Adopt(int, const std::string& dir,
@@ -81,6 +88,9 @@ class FakeMounter final : public ModelMounter {
     return std::make_unique<FakeMount>(std::move(tree), calls_);
   }
   void LazyUnmount(const std::string& dir) override { calls_->Add("lazy-unmount " + dir); }
+
+  bool fail_ = false;                   // Mount fails
+  std::shared_ptr<ModelTree> mounted_;  // the tree of the last Mount
 
  private:
   Calls* const calls_;
@@ -100,7 +110,9 @@ class ModelHostTest : public ::testing::Test {
     co.dir = tmp_.Join("cache").string();
     co.log = [](absl::string_view) {};
     ASSERT_OK_AND_ASSIGN(parts.cache, BlobCache::Open(co, parts.source.get()));
-    parts.mounter = std::make_unique<FakeMounter>(&calls_);
+    auto mounter = std::make_unique<FakeMounter>(&calls_);
+    mounter_ = mounter.get();
+    parts.mounter = std::move(mounter);
     ModelHostOptions o;
     o.records = tmp_.Join("models");
     ASSERT_OK_AND_ASSIGN(host_, ModelHost::Create(o, std::move(parts)));
@@ -133,6 +145,7 @@ class ModelHostTest : public ::testing::Test {
   TempDir tmp_;
   Calls calls_;
   std::shared_ptr<FakeRemote> remote_ = std::make_shared<FakeRemote>();
+  FakeMounter* mounter_ = nullptr;  // owned by host_
   std::unique_ptr<ModelHost> host_;
   ResolvedModel model_;
 };
@@ -190,6 +203,64 @@ TEST_F(ModelHostTest, RegisterReadsTheLayersFromTheModelsRegistry) {
   // A failed connection is not kept: the next registration asks again.
   EXPECT_FALSE(host_->Register("m", model_, PrefetchStart::kAtOnce).ok());
   EXPECT_THAT(calls_.Get(), ElementsAre("connect registry.test", "connect registry.test"));
+}
+
+// `modelfs mount`: the model is the root of a mount of its own, with a nested model (a state)
+// under a directory of it.
+TEST_F(ModelHostTest, MountModelServesTheModelAtTheRootOfItsOwnMount) {
+  ResolvedModel state = model_;
+  state.model_descriptor.digest = Digest::Of("the state manifest");
+  state.layers[0].path = "kv.bin";
+  ASSERT_OK_AND_ASSIGN(LoadedModel state_loaded, host_->Load(state, "reg/s:1", remote_));
+  ModelHost::NestedModel nested{".state", state_loaded};
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, host_->MountModel("/mnt/m", FuseMountOptions{}, model_,
+                                                             "reg/m:1", &nested, remote_));
+  EXPECT_FALSE(loaded.files.empty());
+  EXPECT_EQ(host_->fuse_fd(), 42);
+  // The tree mounted is the host's, and its root is the model: README.md, .modelinfo.json
+  // (naming the reference given) and .state/ with the state's files.
+  ASSERT_NE(mounter_->mounted_, nullptr);
+  EXPECT_EQ(mounter_->mounted_.get(), &host_->tree());
+  ModelTree& tree = host_->tree();
+  ASSERT_OK_AND_ASSIGN(NodeAttr readme, tree.Lookup(ModelTree::kRootIno, "README.md"));
+  ASSERT_OK_AND_ASSIGN(std::string got, tree.Read(readme.ino, 0, kBytes.size()));
+  EXPECT_EQ(got, kBytes);
+  ASSERT_OK_AND_ASSIGN(NodeAttr info, tree.Lookup(ModelTree::kRootIno, ".modelinfo.json"));
+  ASSERT_OK_AND_ASSIGN(std::string json, tree.Read(info.ino, 0, info.size));
+  EXPECT_THAT(json, HasSubstr("reg/m:1"));
+  ASSERT_OK_AND_ASSIGN(NodeAttr state_dir, tree.Lookup(ModelTree::kRootIno, ".state"));
+  EXPECT_OK(tree.Lookup(state_dir.ino, "kv.bin").status());
+  EXPECT_OK(tree.Lookup(state_dir.ino, ".modelinfo.json").status());
+  // Both models hold their cache references, under their own digests.
+  EXPECT_EQ(References(), 2);
+  // One model per host at the root: no second one, no model beside it, none removed.
+  EXPECT_THAT(
+      host_->MountModel("/mnt/m", FuseMountOptions{}, model_, "reg/m:1", nullptr, remote_).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kAtOnce).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(host_->Remove("m", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(host_->Wait());
+  ASSERT_OK(host_->Unmount());
+  EXPECT_THAT(calls_.Get(), ElementsAre("mount /mnt/m", "remove m", "wait", "unmount"));
+}
+
+TEST_F(ModelHostTest, MountModelThatFailsToMountLeavesNoReference) {
+  mounter_->fail_ = true;
+  EXPECT_THAT(
+      host_->MountModel("/mnt/m", FuseMountOptions{}, model_, "reg/m:1", nullptr, remote_).status(),
+      StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(References(), 0);
+  EXPECT_EQ(host_->fuse_fd(), -1);
+  EXPECT_OK(host_->Wait());
+}
+
+TEST_F(ModelHostTest, MountModelNeedsAHostThatServesNoModelYet) {
+  ASSERT_OK(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kOnStartPrefetch).status());
+  EXPECT_THAT(
+      host_->MountModel("/mnt/m", FuseMountOptions{}, model_, "reg/m:1", nullptr, remote_).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(calls_.Get(), ::testing::IsEmpty());
 }
 
 TEST_F(ModelHostTest, RecordsAreKeptUnderTheRecordsDirectory) {

@@ -94,6 +94,7 @@ class FakeMount final : public ModelMount {
     calls_->Add("detach");
     return absl::OkStatus();
   }
+  absl::Status Wait() override { return absl::OkStatus(); }
   int fuse_fd() const override { return -1; }
 
  private:
