@@ -255,6 +255,88 @@ bool IsHeaderOnly(char t) {
 
 }  // namespace
 
+absl::StatusOr<TarHeaderBlock> ParseTarHeaderBlock(std::string_view block) {
+  TarHeaderBlock h;
+  if (block.size() != kTarBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat("header block of ", block.size(), " bytes"));
+  }
+  if (std::all_of(block.begin(), block.end(), [](char c) { return c == '\0'; })) {
+    h.end = true;
+    return h;
+  }
+  uint64_t stored_sum = 0;
+  if (std::string e = ParseNumber(block.substr(kChksumOff, kChksumLen), &stored_sum); !e.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("checksum field: ", e));
+  }
+  uint64_t usum = 0;
+  int64_t ssum = 0;
+  for (size_t i = 0; i < kTarBlockSize; ++i) {
+    const char c = (i >= kChksumOff && i < kChksumOff + kChksumLen) ? ' ' : block[i];
+    usum += static_cast<uint8_t>(c);
+    ssum += static_cast<signed char>(c);
+  }
+  if (stored_sum != usum && static_cast<int64_t>(stored_sum) != ssum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad checksum (stored ", stored_sum, ", computed ", usum, ")"));
+  }
+  h.typeflag = block[kTypeOff];
+  if (std::string e = ParseNumber(block.substr(kSizeOff, kSizeLen), &h.size); !e.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("size field: ", e));
+  }
+  uint64_t mode = 0;
+  if (std::string e = ParseNumber(block.substr(kModeOff, kModeLen), &mode); !e.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("mode field: ", e));
+  }
+  h.mode = static_cast<uint32_t>(mode & 07777);
+  return h;
+}
+
+absl::Status ParsePaxRecords(
+    std::string_view records,
+    const std::function<absl::Status(std::string_view key, std::string_view value)>& fn) {
+  std::string_view rec = records;
+  while (!rec.empty()) {
+    const size_t sp = rec.find(' ');
+    if (sp == std::string_view::npos || sp == 0 || sp > 20) {
+      return absl::InvalidArgumentError("pax record without a length");
+    }
+    uint64_t len = 0;
+    for (size_t i = 0; i < sp; ++i) {
+      if (rec[i] < '0' || rec[i] > '9') {
+        return absl::InvalidArgumentError("pax record length is not decimal");
+      }
+      len = len * 10 + static_cast<uint64_t>(rec[i] - '0');
+    }
+    if (len < sp + 3 || len > rec.size() || rec[len - 1] != '\n') {
+      return absl::InvalidArgumentError("pax record length does not match its record");
+    }
+    std::string_view kv = rec.substr(sp + 1, len - sp - 2);
+    rec.remove_prefix(len);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return absl::InvalidArgumentError("pax record without a key");
+    }
+    RETURN_IF_ERROR(fn(kv.substr(0, eq), kv.substr(eq + 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ParsePaxSize(std::string_view value) {
+  if (value.empty() || value.size() > 19)
+    return absl::InvalidArgumentError("pax size is not a number");
+  uint64_t v = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') return absl::InvalidArgumentError("pax size is not a number");
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError("pax size overflows");
+  }
+  return v;
+}
+
+namespace {}  // namespace
+
 // ---- writer API ----------------------------------------------------------------------------
 
 absl::StatusOr<std::string> EncodeTarHeader(std::string_view path, char typeflag, uint64_t size,
@@ -376,36 +458,14 @@ absl::Status ScanTarHeaders(RangeReader& reader,
                                                 off, " (", total - off, " bytes)"));
     }
     ASSIGN_OR_RETURN(std::string_view block, src.Read(off, kTarBlockSize));
-    if (std::all_of(block.begin(), block.end(), [](char c) { return c == '\0'; })) {
+    absl::StatusOr<TarHeaderBlock> header = ParseTarHeaderBlock(block);
+    if (!header.ok()) return bad(off, std::string(header.status().message()));
+    if (header->end) {
       if (pending.any()) return bad(off, "end-of-archive block after an extended header");
       return absl::OkStatus();
     }
-
-    uint64_t stored_sum = 0;
-    if (std::string e = ParseNumber(block.substr(kChksumOff, kChksumLen), &stored_sum);
-        !e.empty()) {
-      return bad(off, absl::StrCat("checksum field: ", e));
-    }
-    uint64_t usum = 0;
-    int64_t ssum = 0;
-    for (size_t i = 0; i < kTarBlockSize; ++i) {
-      const char c = (i >= kChksumOff && i < kChksumOff + kChksumLen) ? ' ' : block[i];
-      usum += static_cast<uint8_t>(c);
-      ssum += static_cast<signed char>(c);
-    }
-    if (stored_sum != usum && static_cast<int64_t>(stored_sum) != ssum) {
-      return bad(off, absl::StrCat("bad checksum (stored ", stored_sum, ", computed ", usum, ")"));
-    }
-
-    const char typeflag = block[kTypeOff];
-    uint64_t size = 0;
-    if (std::string e = ParseNumber(block.substr(kSizeOff, kSizeLen), &size); !e.empty()) {
-      return bad(off, absl::StrCat("size field: ", e));
-    }
-    uint64_t mode = 0;
-    if (std::string e = ParseNumber(block.substr(kModeOff, kModeLen), &mode); !e.empty()) {
-      return bad(off, absl::StrCat("mode field: ", e));
-    }
+    const char typeflag = header->typeflag;
+    uint64_t size = header->size;
     if (!pending.any()) pending.header_offset = off;
     const uint64_t data_start = off + kTarBlockSize;
 
@@ -426,54 +486,34 @@ absl::Status ScanTarHeaders(RangeReader& reader,
       } else if (typeflag == 'K') {
         pending.linkpath = std::string(CString(payload));
       } else if (typeflag == 'x') {
-        std::string_view rec = payload;
-        while (!rec.empty()) {
-          const size_t sp = rec.find(' ');
-          if (sp == std::string_view::npos || sp == 0 || sp > 20) {
-            return bad(off, "pax record without a length");
-          }
-          uint64_t len = 0;
-          for (size_t i = 0; i < sp; ++i) {
-            if (rec[i] < '0' || rec[i] > '9') return bad(off, "pax record length is not decimal");
-            len = len * 10 + static_cast<uint64_t>(rec[i] - '0');
-          }
-          if (len < sp + 3 || len > rec.size() || rec[len - 1] != '\n') {
-            return bad(off, "pax record length does not match its record");
-          }
-          std::string_view kv = rec.substr(sp + 1, len - sp - 2);
-          rec.remove_prefix(len);
-          const size_t eq = kv.find('=');
-          if (eq == std::string_view::npos || eq == 0) return bad(off, "pax record without a key");
-          std::string_view key = kv.substr(0, eq), value = kv.substr(eq + 1);
+        absl::Status records = ParsePaxRecords(payload, [&](std::string_view key,
+                                                            std::string_view value) {
           if (key == "path") {
             pending.path = std::string(value);
           } else if (key == "linkpath") {
             pending.linkpath = std::string(value);
           } else if (key == "size") {
-            if (value.empty() || value.size() > 19) return bad(off, "pax size is not a number");
-            uint64_t v = 0;
-            for (char c : value) {
-              if (c < '0' || c > '9') return bad(off, "pax size is not a number");
-              v = v * 10 + static_cast<uint64_t>(c - '0');
-            }
-            if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-              return bad(off, "pax size overflows");
-            }
-            pending.size = v;
+            ASSIGN_OR_RETURN(pending.size, ParsePaxSize(value));
           } else if (key == "uid" || key == "gid") {
             std::optional<uint64_t> v = ParsePaxDecimal(value);
-            if (!v) return bad(off, absl::StrCat("pax ", AV(key), " is not a number"));
+            if (!v) {
+              return absl::InvalidArgumentError(absl::StrCat("pax ", AV(key), " is not a number"));
+            }
             (key == "uid" ? pending.uid : pending.gid) = *v;
           } else if (key == "mtime") {
             pending.mtime = ParsePaxTime(value);
-            if (!pending.mtime) return bad(off, "pax mtime is not a time");
+            if (!pending.mtime) return absl::InvalidArgumentError("pax mtime is not a time");
           } else if (key.substr(0, 13) == "SCHILY.xattr.") {
-            if (key.size() == 13) return bad(off, "pax xattr record without a name");
+            if (key.size() == 13) {
+              return absl::InvalidArgumentError("pax xattr record without a name");
+            }
             pending.xattrs[std::string(key.substr(13))] = std::string(value);
           } else if (key.substr(0, 11) == "GNU.sparse.") {
-            return bad(off, "sparse files are not supported");
+            return absl::InvalidArgumentError("sparse files are not supported");
           }
-        }
+          return absl::OkStatus();
+        });
+        if (!records.ok()) return bad(off, std::string(records.message()));
       }
       // 'g' (global) records hold defaults we do not use (mtime, uname, ...): skipped.
       off = *next;
@@ -486,7 +526,7 @@ absl::Status ScanTarHeaders(RangeReader& reader,
     TarEntry entry;
     entry.typeflag = typeflag;
     entry.header_offset = pending.header_offset;
-    entry.mode = static_cast<uint32_t>(mode & 07777);
+    entry.mode = header->mode;
     uint64_t uid = 0, gid = 0, mtime = 0;
     if (std::string e = ParseNumber(block.substr(kUidOff, kIdLen), &uid); !e.empty()) {
       return bad(off, absl::StrCat("uid field: ", e));

@@ -63,6 +63,25 @@ struct TarReadOptions {
   uint64_t max_meta_bytes = 1 << 20;  // largest pax / GNU long-name payload accepted
 };
 
+// One header block, for a reader that follows a tar as it streams (a decoded layer split into
+// member files as it is written): `end` for an all-zero (end-of-archive) block, else its
+// typeflag, size field (octal or GNU base-256; a pax 'x' header before it may override it) and
+// permission bits. Errors: kInvalidArgument "bad checksum ...", "size field: ...", ...
+struct TarHeaderBlock {
+  bool end = false;
+  char typeflag = '0';
+  uint64_t size = 0;
+  uint32_t mode = 0;
+};
+absl::StatusOr<TarHeaderBlock> ParseTarHeaderBlock(std::string_view block);
+// Calls `fn` for each "<len> <key>=<value>\n" record of a pax extended header's data; its error
+// stops the parse. Errors: kInvalidArgument for a malformed record.
+absl::Status ParsePaxRecords(
+    std::string_view records,
+    const std::function<absl::Status(std::string_view key, std::string_view value)>& fn);
+// A pax "size" value. Errors: kInvalidArgument when not a decimal int64.
+absl::StatusOr<uint64_t> ParsePaxSize(std::string_view value);
+
 // Calls `fn` for each entry, in archive order, reading only header blocks (and pax/GNU
 // payloads). Stops at the first all-zero block or at end of data on a block boundary.
 // A non-OK status from `fn` stops the scan and is returned.
