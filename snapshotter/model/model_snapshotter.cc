@@ -163,6 +163,10 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
                          absl::MutexLock lock(&s->mu_);
                          s->with_volume_files_.insert(rec->id);
                        }
+                       if (info.labels.contains(kLabelImageTree)) {
+                         absl::MutexLock lock(&s->mu_);
+                         s->image_trees_.insert(rec->id);
+                       }
                        auto image = info.labels.find(kLabelCriImageRef);
                        auto pinned = info.labels.find(kLabelCriManifestDigest);
                        if (image != info.labels.end() && pinned != info.labels.end()) {
@@ -250,15 +254,16 @@ absl::Status ModelSnapshotter::Shutdown(bool keep_mount) {
   return st;
 }
 
-std::optional<std::string> ModelSnapshotter::ModelDirFor(int64_t id) {
+std::optional<OverlaySnapshotter::LowerDir> ModelSnapshotter::ModelDirFor(int64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = model_of_snapshot_.find(id);
   if (it == model_of_snapshot_.end()) return std::nullopt;
   if (with_volume_files_.contains(id)) {
     // An image-compatible V: its `.modelfs/` above the model, as containerd would unpack it.
-    return absl::StrCat(base_->UpperPath(id).string(), ":", (mnt_dir_ / it->second).string());
+    return OverlaySnapshotter::LowerDir{
+        absl::StrCat(base_->UpperPath(id).string(), ":", (mnt_dir_ / it->second).string())};
   }
-  return (mnt_dir_ / it->second).string();
+  return OverlaySnapshotter::LowerDir{(mnt_dir_ / it->second).string(), image_trees_.contains(id)};
 }
 
 bool ModelSnapshotter::TimedOutWaitingForChange(absl::Time deadline) {
@@ -530,6 +535,7 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     name = sit->second;
     model_of_snapshot_.erase(sit);
     volume_of_snapshot_.erase(rec.id);
+    image_trees_.erase(rec.id);
     auto it = models_.find(name);
     if (it == models_.end()) return absl::OkStatus();
     it->second.snapshot_ids.erase(rec.id);

@@ -35,7 +35,9 @@
 //   fetches no blob of the image.
 //
 //   Snapshots on top of a model snapshot use <root>/mnt/<model> as their lower directory:
-//   overlay for active snapshots, a read-only bind for views (what image volumes mount).
+//   overlay for active snapshots, a read-only bind for views (what image volumes mount). When
+//   the model is a lazy image's own merged tree (kLabelImageTree), it is the lowest directory
+//   of their mounts: the image's lower layers are already in it.
 //
 //   An image volume that names a plain ModelPack artifact M (containerd 2.1): containerd has
 //   downloaded M whole into its content store and sends
@@ -117,6 +119,11 @@ inline constexpr char kLabelRemoteLower[] = "containerd.io/snapshot/modelfs.remo
 // On a committed model snapshot of an image-compatible V: "true" when the snapshot's own
 // directory holds V's `.modelfs/` files, which views show above the model's directory.
 inline constexpr char kLabelRemoteFiles[] = "containerd.io/snapshot/modelfs.remote-files";
+// On a committed model snapshot of an ordinary image's top layer (lazy_images) whose volume
+// image's model is that image itself: "true". The model's directory is then the image's whole
+// merged tree (every layer, whiteouts applied), so snapshots on it mount it alone, without the
+// directories of the layers below.
+inline constexpr char kLabelImageTree[] = "containerd.io/snapshot/modelfs.image-tree";
 inline constexpr char kLabelContentModel[] = "containerd.io/snapshot/modelfs.content-model";
 inline constexpr char kLabelContentNamespace[] = "containerd.io/snapshot/modelfs.content-namespace";
 
@@ -386,7 +393,9 @@ class ModelSnapshotter final : public Snapshotter {
   // prefetch of those models (first use).
   absl::Status WaitForModelsBelow(const std::string& parent);
   absl::Status WaitForModelIds(const std::vector<int64_t>& ids);
-  std::optional<std::string> ModelDirFor(int64_t id);
+  // The lower directory of committed snapshot `id` when it is a model snapshot (the
+  // overlay snapshotter's LowerResolver); nullopt otherwise.
+  std::optional<OverlaySnapshotter::LowerDir> ModelDirFor(int64_t id);
   // With mu_ held: waits, on clock_, until changes_ moves or `deadline` passes (releasing mu_
   // meanwhile). True when the deadline passed first, as absl::CondVar::WaitWithDeadline.
   bool TimedOutWaitingForChange(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -429,6 +438,9 @@ class ModelSnapshotter final : public Snapshotter {
   std::map<Digest, std::optional<Descriptor>> lazy_volumes_ ABSL_GUARDED_BY(mu_);
   // Model snapshots (image-compatible V) whose own directory holds `.modelfs/`.
   std::set<int64_t> with_volume_files_ ABSL_GUARDED_BY(mu_);
+  // Model snapshots whose model directory is the whole merged tree of the layers below them
+  // too (kLabelImageTree).
+  std::set<int64_t> image_trees_ ABSL_GUARDED_BY(mu_);
   RemotePrepareCounts counts_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -432,9 +432,16 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   const std::string name = ModelName(rm.model_descriptor.digest);
   RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));
+  // V of the image itself (what `modelfs convert IMAGE` writes): the model's tree is the
+  // image's merged tree, every layer applied with its whiteouts, verified against the image's
+  // own diff IDs. Snapshots on the top then mount it alone: the lower layers' directories
+  // under it would bring back what the top layer deletes.
+  const bool image_tree =
+      rm.image && rm.model_descriptor.digest == pinned_digest && rm.path_prefix.empty();
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;
+  if (image_tree) committed[kLabelImageTree] = "true";
   if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
     (void)base_->Remove(key);
     return st;
@@ -445,10 +452,12 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
     model_of_snapshot_[rec.id] = name;
     models_[name].snapshot_ids.insert(rec.id);
     volume_of_snapshot_[rec.id] = {named, pinned_digest};
+    if (image_tree) image_trees_.insert(rec.id);
     counts_.mounted++;
   }
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
-                   name, " (volume image ", volume->digest.str(), ")"));
+                   name, " (volume image ", volume->digest.str(), ")",
+                   image_tree ? ", the image's whole tree" : ", over the lower layers"));
   return absl::AlreadyExistsError(
       absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
 }

@@ -86,11 +86,11 @@ fs::path OverlaySnapshotter::WorkPath(int64_t id) const {
   return snapshots_dir_ / std::to_string(id) / "work";
 }
 
-std::string OverlaySnapshotter::LowerPath(int64_t id) const {
+OverlaySnapshotter::LowerDir OverlaySnapshotter::Lower(int64_t id) const {
   if (lower_resolver_) {
-    if (std::optional<std::string> p = lower_resolver_(id)) return *p;
+    if (std::optional<LowerDir> p = lower_resolver_(id)) return *std::move(p);
   }
-  return UpperPath(id).string();
+  return LowerDir{UpperPath(id).string()};
 }
 
 absl::StatusOr<SnapshotRecord> OverlaySnapshotter::Record(const std::string& key) {
@@ -105,17 +105,21 @@ std::vector<Mount> OverlaySnapshotter::MountsFor(const SnapshotRecord& rec) cons
                   "",
                   {rec.kind == SnapshotKind::kView ? "ro" : "rw", "rbind"}}};
   }
+  std::vector<std::string> lowers;
+  for (int64_t id : rec.parent_ids) {
+    LowerDir lower = Lower(id);
+    lowers.push_back(std::move(lower.path));
+    if (lower.whole_tree) break;  // it already shows every layer below it
+  }
   std::vector<std::string> options;
   if (options_.index_off) options.push_back("index=off");
   if (rec.kind == SnapshotKind::kActive) {
     options.push_back("workdir=" + WorkPath(rec.id).string());
     options.push_back("upperdir=" + UpperPath(rec.id).string());
-  } else if (rec.parent_ids.size() == 1) {
+  } else if (lowers.size() == 1) {
     // overlayfs needs two lower layers when there is no upper; one is just a read-only bind.
-    return {Mount{"bind", LowerPath(rec.parent_ids[0]), "", {"ro", "rbind"}}};
+    return {Mount{"bind", lowers[0], "", {"ro", "rbind"}}};
   }
-  std::vector<std::string> lowers;
-  for (int64_t id : rec.parent_ids) lowers.push_back(LowerPath(id));
   options.push_back("lowerdir=" + absl::StrJoin(lowers, ":"));
   return {Mount{"overlay", "overlay", "", std::move(options)}};
 }

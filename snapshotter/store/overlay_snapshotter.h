@@ -75,7 +75,14 @@ class OverlaySnapshotter final : public Snapshotter {
 
   // Where the contents of committed snapshot `id` live when it is not its own fs directory
   // (a lazily mounted model); nullopt for an ordinary snapshot. Set once, before first use.
-  using LowerResolver = std::function<std::optional<std::string>(int64_t id)>;
+  struct LowerDir {
+    std::string path;
+    // The directory already is the merged tree of `id` and every snapshot below it (an
+    // image's top layer served as the image's whole tree): mounts leave those below out, so
+    // that a whiteout of the top layer is not undone by the lower layers' own directories.
+    bool whole_tree = false;
+  };
+  using LowerResolver = std::function<std::optional<LowerDir>(int64_t id)>;
   void set_lower_resolver(LowerResolver resolver) { lower_resolver_ = std::move(resolver); }
 
   const std::filesystem::path& root() const { return root_; }
@@ -89,7 +96,7 @@ class OverlaySnapshotter final : public Snapshotter {
                                                     const std::string& parent,
                                                     const Labels& labels);
   std::vector<Mount> MountsFor(const SnapshotRecord& rec) const;
-  std::string LowerPath(int64_t id) const;
+  LowerDir Lower(int64_t id) const;
 
   const std::filesystem::path root_;
   const std::filesystem::path snapshots_dir_;

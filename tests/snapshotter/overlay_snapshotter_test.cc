@@ -190,6 +190,45 @@ TEST_F(OverlaySnapshotterTest, IndexOffComesFirstInOverlayOptionsWhenEnabled) {
   EXPECT_THAT(base[0].options, ElementsAre("rw", "rbind"));
 }
 
+// A lazily served image's top layer whose model directory is the image's whole merged tree:
+// mounts on it stop there, so the lower layers cannot bring back what its whiteouts delete.
+TEST_F(OverlaySnapshotterTest, ALowerThatIsTheWholeTreeLeavesTheLayersBelowItOut) {
+  MakeLayer("l1", "", "a", "A");
+  int64_t l2 = MakeLayer("l2", "l1", "b", "B");
+  sn_->set_lower_resolver([l2](int64_t id) -> std::optional<OverlaySnapshotter::LowerDir> {
+    if (id != l2) return std::nullopt;
+    return OverlaySnapshotter::LowerDir{"/mnt/image-tree", /*whole_tree=*/true};
+  });
+  ASSERT_OK_AND_ASSIGN(auto view, sn_->View("v", "l2", {}));
+  EXPECT_THAT(view, ElementsAre(Mount{"bind", "/mnt/image-tree", "", {"ro", "rbind"}}));
+  ASSERT_OK_AND_ASSIGN(auto active, sn_->Prepare("c", "l2", {}));
+  const int64_t c = l2 + 2;
+  EXPECT_THAT(active,
+              ElementsAre(Mount{"overlay",
+                                "overlay",
+                                "",
+                                {"workdir=" + Snap(c) + "/work", "upperdir=" + Snap(c) + "/fs",
+                                 "lowerdir=/mnt/image-tree"}}));
+  // A layer built on it (an image FROM the lazy one) keeps its own directory above the tree.
+  int64_t l3 = MakeLayer("l3", "l2", "c", "C");
+  ASSERT_OK_AND_ASSIGN(auto above, sn_->View("v3", "l3", {}));
+  EXPECT_THAT(above,
+              ElementsAre(Mount{
+                  "overlay", "overlay", "", {"lowerdir=" + Snap(l3) + "/fs:/mnt/image-tree"}}));
+}
+
+TEST_F(OverlaySnapshotterTest, AResolvedLowerThatIsNotTheWholeTreeKeepsTheLayersBelowIt) {
+  int64_t l1 = MakeLayer("l1", "", "a", "A");
+  int64_t l2 = MakeLayer("l2", "l1", "b", "B");
+  sn_->set_lower_resolver([l2](int64_t id) -> std::optional<OverlaySnapshotter::LowerDir> {
+    if (id != l2) return std::nullopt;
+    return OverlaySnapshotter::LowerDir{"/mnt/model"};
+  });
+  ASSERT_OK_AND_ASSIGN(auto view, sn_->View("v", "l2", {}));
+  EXPECT_THAT(view, ElementsAre(Mount{
+                        "overlay", "overlay", "", {"lowerdir=/mnt/model:" + Snap(l1) + "/fs"}}));
+}
+
 TEST_F(OverlaySnapshotterTest, APrepareThatCannotRenameLeavesNoRecordAndNoDirectory) {
   // A plain file where snapshot 1's directory would go makes rename(2) fail.
   std::ofstream(dir_.path() / "snapshots" / "1") << "blocker";
