@@ -6,6 +6,10 @@
 //   - mounted lazily by containerd 2.1.4 with the modelfs snapshotter: the same files, the
 //     registry log shows no blob GET by containerd and only range reads of the weights;
 //   - copied by `skopeo copy`, and its files reached by `buildah from` + `buildah copy --from`.
+// With `lazy_images`, ordinary images (modelcars) with a volume image among their referrers are
+// served lazily too: their lower layers unpacked by the snapshotter as containerd would, and a
+// top layer whose V is `modelfs convert`'s (the image's merged tree) seen as containerd unpacks
+// the image, its whiteouts included, in an image volume and in a container's rootfs.
 // Without root, FUSE, containerd 2.1.4, skopeo, buildah or the daemon the test skips, except with
 // CI=true, where it fails.
 #include <fcntl.h>
@@ -54,6 +58,7 @@ namespace fs = std::filesystem;
 
 constexpr char kModelRepo[] = "e2e/compat";
 constexpr char kBusyboxRepo[] = "e2e/busybox";
+constexpr char kModelcarRepo[] = "e2e/modelcars";
 constexpr char kBusyboxBinary[] = "/bin/busybox";
 constexpr char kHashEveryFile[] =
     "cd /models && find . -type f | sort | while read -r f; do sha256sum \"$f\"; done";
@@ -387,6 +392,114 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     vd.artifact_type = std::string(kVolumeImageArtifactType);
     RETURN_IF_ERROR(client->PutReferrersFallback(kModelRepo, out.digest, SerializeDescriptor(vd)));
     return out;
+  }
+
+  // `buildah` with this test's own storage (vfs: no mounts of its own), never the host's; its
+  // trimmed stdout.
+  std::string Buildah(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"buildah",
+                                     "--root",
+                                     tmp_.Join("buildah/root").string(),
+                                     "--runroot",
+                                     tmp_.Join("buildah/run").string(),
+                                     "--storage-driver",
+                                     "vfs"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<ProcessResult> r =
+        RunProcess(argv, {{"BUILDAH_ISOLATION", "chroot"}}, absl::Minutes(5));
+    EXPECT_OK(r.status());
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->exit_code, 0) << absl::StrJoin(args, " ") << ": " << r->err;
+    return std::string(absl::StripAsciiWhitespace(r->out));
+  }
+
+  // A KServe modelcar as buildah builds one, pushed with gzip layers to kModelcarRepo:`tag`:
+  // a busybox base (the static binary, links to it, /etc/motd and /etc/keep), then M's files
+  // under /models; with `whiteout_top`, a third layer that removes /etc/motd (a `.wh.` whiteout
+  // in the top layer). Then `modelfs convert` writes its volume image V (the image's merged
+  // tree) and lists it under the image's referrers fallback tag. Returns the image's reference.
+  std::string PushConvertedModelcar(const std::string& tag, bool whiteout_top) {
+    const fs::path base = tmp_.Join("modelcar-base");
+    if (!fs::exists(base)) {
+      fs::create_directories(base / "bin");
+      fs::copy_file(kBusyboxBinary, base / "bin/busybox");
+      fs::create_symlink("busybox", base / "bin/sh");
+      fs::create_symlink("busybox", base / "bin/rm");
+      StageFile(base, "etc/motd", "welcome\n", 0, 0, 0644, 1'500'000'030);
+      StageFile(base, "etc/keep", "kept\n", 1000, 1000, 0640, 1'500'000'031);
+    }
+    const std::string c1 = Buildah({"from", "scratch"});
+    Buildah({"copy", c1, base.string(), "/"});
+    Buildah({"commit", "-q", c1, tag + "-base"});
+    const std::string c2 = Buildah({"from", tag + "-base"});
+    Buildah({"copy", c2, source_, "/models/"});
+    Buildah({"commit", "-q", c2, tag});
+    if (whiteout_top) {
+      const std::string c3 = Buildah({"from", tag});
+      Buildah({"run", "--isolation", "chroot", c3, "--", "/bin/rm", "/etc/motd"});
+      Buildah({"commit", "-q", c3, tag});
+    }
+    const std::string ref = absl::StrCat(registry_->host_port(), "/", kModelcarRepo, ":", tag);
+    Buildah({"push", "-q", "--tls-verify=false", "--compression-format", "gzip", tag,
+             "docker://" + ref});
+    Buildah({"rm", "--all"});
+    absl::StatusOr<ProcessResult> convert = RunModelfs({"convert", "--plain-http", "--json", ref});
+    EXPECT_OK(convert.status());
+    if (!convert.ok()) return ref;
+    EXPECT_EQ(convert->exit_code, 0) << convert->err;
+    // V's model is the image itself: the snapshotter serves the image's whole tree.
+    absl::StatusOr<std::unique_ptr<RegistryClient>> client =
+        ConnectPlainHttp(registry_->host_port());
+    EXPECT_OK(client.status());
+    if (!client.ok()) return ref;
+    absl::StatusOr<ManifestResult> image = (*client)->GetManifest(kModelcarRepo, tag);
+    EXPECT_OK(image.status());
+    if (image.ok() && convert->exit_code == 0) {
+      EXPECT_EQ(ParseJsonOutput(convert->out)["model"]["digest"], image->digest.str());
+    }
+    return ref;
+  }
+
+  // A pod whose container's rootfs is `ref` (pulled for the pod as a kubelet would), hashing
+  // /etc/motd and /etc/keep where they exist and every file under /models: what it saw, by
+  // path from the root.
+  std::map<std::string, std::string> RunRootfsPod(const std::string& name, const std::string& ref) {
+    CriPodSpec pod;
+    pod.name = name;
+    pod.uid = name + "-uid";
+    pod.log_directory = tmp_.Join("pods/" + name).string();
+    fs::create_directories(pod.log_directory);
+    absl::StatusOr<std::string> sandbox = runtime_->RunPodSandbox(pod);
+    EXPECT_OK(sandbox.status());
+    if (!sandbox.ok()) return {};
+    sandboxes_.push_back(*sandbox);
+    absl::StatusOr<std::string> image = images_->PullImageForPod(ref, pod);
+    EXPECT_OK(image.status());
+    if (!image.ok()) return {};
+    CriContainerSpec c;
+    c.name = "rootfs";
+    c.image = *image;
+    c.command = {"/bin/sh", "-c",
+                 "cd / && for f in etc/motd etc/keep; do if [ -e \"$f\" ]; then /bin/busybox "
+                 "sha256sum \"$f\"; fi; done; /bin/busybox find models -type f | /bin/busybox sort "
+                 "| while read -r f; do /bin/busybox sha256sum \"$f\"; done"};
+    c.log_path = "rootfs.log";
+    absl::StatusOr<std::string> id = runtime_->CreateContainer(*sandbox, c, pod);
+    EXPECT_OK(id.status());
+    if (!id.ok()) return {};
+    containers_.push_back(*id);
+    EXPECT_OK(runtime_->StartContainer(*id));
+    absl::StatusOr<CriContainerStatus> st = runtime_->WaitForExit(*id, absl::Minutes(3));
+    EXPECT_OK(st.status());
+    const std::string out = ParseCriLog(ReadFileOrDie(pod.log_directory + "/rootfs.log"));
+    if (st.ok()) {
+      EXPECT_EQ(st->exit_code, 0) << out;
+    }
+    return ParseSha256sum(out);
+  }
+
+  std::string LazyModelcarsToml() const {
+    return absl::StrCat("lazy_images = [\"", registry_->host_port(), "/", kModelcarRepo, "\"]\n");
   }
 
   TempDir tmp_;
@@ -781,6 +894,69 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayerWithAnotherDiffIdIsNeverComm
   EXPECT_TRUE(absl::StrContains(
       daemon_log, "not served lazily (DATA_LOSS: layer " + lazy.layers[0].digest.str()))
       << daemon_log;
+  StopContainerd();
+}
+
+// lazy_images with V from `modelfs convert IMAGE` (the image's merged tree): the modelcar's TOP
+// layer deletes /etc/motd of its base layer (a whiteout). The image volume and a container
+// whose rootfs is the image must not see it, as with containerd's own unpacking: the top's
+// model directory already is the whole tree, so the lower layers' directories (unpacked by
+// the snapshotter) are not stacked under it.
+TEST_F(ImageCompatibleE2eTest, ALazyImagesTopLayerWhiteoutHidesTheFileOfALowerLayer) {
+  const std::string ref = PushConvertedModelcar("whiteout-top", /*whiteout_top=*/true);
+  ASSERT_FALSE(HasFailure());
+
+  StartContainerd("stockwh", /*with_modelfs=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::map<std::string, std::string> stock = RunPod("stockwh", ref);
+  StopContainerd();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(stock.count("etc/motd"), 0u);
+  EXPECT_EQ(stock.count("etc/keep"), 1u);
+  for (const auto& [path, digest] : want_) {
+    EXPECT_EQ(stock.count(path) ? stock.at(path) : "", digest) << path;
+  }
+
+  StartContainerd("lazywh", /*with_modelfs=*/true, LazyModelcarsToml());
+  ASSERT_FALSE(HasFatalFailure());
+  std::map<std::string, std::string> seen = RunPod("lazywh", ref);
+  EXPECT_EQ(seen.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(seen, stock);
+  EXPECT_EQ(seen.count("etc/motd"), 0u);
+
+  std::map<std::string, std::string> want_rootfs = want_;
+  want_rootfs["etc/keep"] = stock.count("etc/keep") ? stock.at("etc/keep") : "";
+  EXPECT_EQ(RunRootfsPod("lazywhroot", ref), want_rootfs);
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(daemon_log, "the image's whole tree")) << daemon_log;
+  StopContainerd();
+}
+
+// The same with a top layer that only adds /models (buildah's `COPY model/ /models/`): the
+// base layer's files are seen once, from the image's tree, byte-identical to containerd's.
+TEST_F(ImageCompatibleE2eTest, ALazyImageWhoseTopLayerOnlyAddsModelsShowsTheBaseFilesOnce) {
+  const std::string ref = PushConvertedModelcar("models-top", /*whiteout_top=*/false);
+  ASSERT_FALSE(HasFailure());
+
+  StartContainerd("stockmt", /*with_modelfs=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::map<std::string, std::string> stock = RunPod("stockmt", ref);
+  StopContainerd();
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(stock.count("etc/motd"), 1u);
+  EXPECT_EQ(stock.count("etc/keep"), 1u);
+  EXPECT_EQ(stock.count("bin/busybox"), 1u);
+
+  StartContainerd("lazymt", /*with_modelfs=*/true, LazyModelcarsToml());
+  ASSERT_FALSE(HasFatalFailure());
+  std::map<std::string, std::string> seen = RunPod("lazymt", ref);
+  EXPECT_EQ(seen.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(seen, stock);
+  std::map<std::string, std::string> want_rootfs = want_;
+  for (const char* f : {"etc/motd", "etc/keep"}) {
+    want_rootfs[f] = stock.count(f) ? stock.at(f) : "";
+  }
+  EXPECT_EQ(RunRootfsPod("lazymtroot", ref), want_rootfs);
   StopContainerd();
 }
 
