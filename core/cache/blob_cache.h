@@ -483,13 +483,6 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // The decoded layer `digest` for `model_ref` if the cache holds it usable (verified and
   // sealed, or registered in this process); its size, else nullopt.
   std::optional<uint64_t> ReuseDecoded(const Digest& digest, const std::string& model_ref);
-  // Splits the larger regular files of the tar in `path` (its fd `fd`, read by no one else
-  // yet: a decoded layer before it is installed) into member files under `dir`: each copied
-  // out and then punched from the tar file, so the disk holds one copy plus one member at
-  // most. Best effort: an archive that does not index gives none, and a copy that fails (a
-  // full disk) leaves that member and the rest in the tar file.
-  std::vector<LayerSegments::File> SplitTarFile(const std::string& path, int fd,
-                                                const std::string& dir) const;
   // Decodes `spec.source` into a new data file and installs it, its compressed bytes
   // streamed from the remote through a CompressedStream (decoded_layer.cc).
   class CompressedStream;

@@ -5,11 +5,14 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "core/cache/blob_cache.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
+#include "core/oci/tar.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -103,6 +107,189 @@ class PieceQueue {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Writes a tar as it is decoded: its larger regular files (member_min_bytes and up) straight
+// into member files of their own, `<members_dir>/<data offset>` (docs/cache-format.md, "Member
+// files"), everything else (headers, small files, padding) into the tar's data file, which keeps
+// holes where the members are. It follows the tar's headers as they pass (ParseTarHeaderBlock,
+// a pax "size" record); once it cannot (not a tar, a header it does not know) the rest goes to
+// the data file. Any split serves the same bytes: a member only has to match a file exactly for
+// that file to be served by passthrough. Member files are handed to writeback as they fill, so
+// the flush before the seal has little left to do.
+class TarSplitWriter {
+ public:
+  TarSplitWriter(const LayerStore& store, int tar_fd, std::string tar_path, std::string members_dir,
+                 uint64_t member_min_bytes, std::string no_space)
+      : store_(store),
+        tar_fd_(tar_fd),
+        tar_path_(std::move(tar_path)),
+        members_dir_(std::move(members_dir)),
+        member_min_bytes_(std::max<uint64_t>(member_min_bytes, 1)),
+        no_space_(std::move(no_space)) {}
+  ~TarSplitWriter() {
+    for (const LayerSegments::File& m : members_) close(m.fd);
+  }
+  TarSplitWriter(const TarSplitWriter&) = delete;
+  TarSplitWriter& operator=(const TarSplitWriter&) = delete;
+
+  // Writes the next bytes of the tar. Errors: kResourceExhausted (`no_space`) on a full disk,
+  // kInternal naming the file and offset.
+  absl::Status Write(std::string_view bytes) {
+    while (!bytes.empty()) {
+      if (following_ && pos_ >= next_header_) {
+        // A header block (it may come in several pieces): always the data file's.
+        const size_t n = std::min<size_t>(bytes.size(), kTarBlockSize - header_.size());
+        header_.append(bytes.data(), n);
+        RETURN_IF_ERROR(Put(tar_fd_, tar_path_, bytes.substr(0, n), pos_));
+        pos_ += n;
+        bytes.remove_prefix(n);
+        if (header_.size() == kTarBlockSize) NextHeader();
+        continue;
+      }
+      uint64_t end = following_ ? next_header_ : std::numeric_limits<uint64_t>::max();
+      const bool in_member = !members_.empty() && pos_ >= members_.back().offset &&
+                             pos_ < members_.back().offset + members_.back().length;
+      if (in_member) end = members_.back().offset + members_.back().length;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), end - pos_));
+      std::string_view run = bytes.substr(0, n);
+      if (in_member) {
+        const LayerSegments::File& m = members_.back();
+        RETURN_IF_ERROR(Put(m.fd, MemberPath(m), run, pos_ - m.offset));
+        if (pos_ + n - kicked_ >= kWritebackBytes || pos_ + n == end) {
+          // Start writing it back now; the flush before the seal then waits for little.
+          (void)sync_file_range(m.fd, static_cast<off_t>(kicked_ - m.offset),
+                                static_cast<off_t>(pos_ + n - kicked_), SYNC_FILE_RANGE_WRITE);
+          kicked_ = pos_ + n;
+        }
+      } else {
+        if (pos_ < meta_end_) meta_.append(run.substr(0, std::min<uint64_t>(n, meta_end_ - pos_)));
+        RETURN_IF_ERROR(Put(tar_fd_, tar_path_, run, pos_));
+      }
+      pos_ += n;
+      bytes.remove_prefix(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // All written: the data file gets the tar's full size (holes at its end too); returns the
+  // member files, which the caller owns from here.
+  absl::StatusOr<std::vector<LayerSegments::File>> Finish() {
+    if (ftruncate(tar_fd_, static_cast<off_t>(pos_)) != 0) {
+      return absl::InternalError(absl::StrCat(tar_path_, ": ftruncate: ", strerror(errno)));
+    }
+    return std::move(members_);
+  }
+
+ private:
+  static constexpr uint64_t kWritebackBytes = 64ull << 20;
+
+  // header_ holds the block at pos_ - 512: where the next entry's data goes.
+  void NextHeader() {
+    const uint64_t data_offset = pos_;
+    absl::StatusOr<TarHeaderBlock> h = ParseTarHeaderBlock(header_);
+    header_.clear();
+    if (!h.ok() || h->end) {
+      following_ = false;  // not a tar, or its end: the rest (zero blocks) is the data file's
+      return;
+    }
+    if (!meta_.empty() || meta_end_ > 0) {
+      // The pax header before this one has all its records by now.
+      absl::Status records = ParsePaxRecords(meta_, [&](std::string_view key,
+                                                        std::string_view value) -> absl::Status {
+        if (key == "size") ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
+        return absl::OkStatus();
+      });
+      meta_.clear();
+      meta_end_ = 0;
+      if (!records.ok()) {
+        following_ = false;
+        return;
+      }
+    }
+    uint64_t size = h->size;
+    switch (h->typeflag) {
+      case 'x':
+        if (size > (1u << 20)) {
+          following_ = false;
+          return;
+        }
+        meta_end_ = data_offset + size;
+        break;
+      case 'g':
+      case 'L':
+      case 'K':
+        break;
+      case 'S':
+      case 'M':
+      case 'D':
+        following_ = false;  // GNU sparse and multi-volume entries: not followed
+        return;
+      default:
+        if (pax_size_) size = *pax_size_;
+        pax_size_.reset();
+        if (h->typeflag >= '1' && h->typeflag <= '6') size = 0;  // header only
+        if ((h->typeflag == '0' || h->typeflag == '\0' || h->typeflag == '7') && size > 0 &&
+            size >= member_min_bytes_) {
+          OpenMember(data_offset, size);
+        }
+        break;
+    }
+    if (size > std::numeric_limits<uint64_t>::max() - data_offset - kTarBlockSize) {
+      following_ = false;
+      return;
+    }
+    next_header_ = data_offset + size + TarPadding(size);
+  }
+
+  void OpenMember(uint64_t offset, uint64_t length) {
+    if (!dir_made_) {
+      if (mkdir(members_dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+        following_ = false;  // kept whole in the data file
+        return;
+      }
+      dir_made_ = true;
+    }
+    const std::string path = absl::StrCat(members_dir_, "/", offset);
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      following_ = false;
+      return;
+    }
+    members_.push_back(LayerSegments::File{offset, length, fd});
+    kicked_ = offset;
+  }
+
+  std::string MemberPath(const LayerSegments::File& m) const {
+    return absl::StrCat(members_dir_, "/", m.offset);
+  }
+
+  absl::Status Put(int fd, const std::string& path, std::string_view bytes, uint64_t offset) {
+    const int err = store_.Write(fd, bytes.data(), bytes.size(), offset);
+    if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(no_space_);
+    if (err != 0) {
+      return absl::InternalError(
+          absl::StrCat(path, ": write at offset ", offset, ": ", strerror(err)));
+    }
+    return absl::OkStatus();
+  }
+
+  const LayerStore& store_;
+  const int tar_fd_;
+  const std::string tar_path_;
+  const std::string members_dir_;
+  const uint64_t member_min_bytes_;
+  const std::string no_space_;
+  uint64_t pos_ = 0;          // bytes of the tar written so far
+  bool following_ = true;     // the headers are still understood
+  uint64_t next_header_ = 0;  // offset of the next header block
+  std::string header_;        // the header block being received
+  std::string meta_;          // a pax header's records being received
+  uint64_t meta_end_ = 0;     // where they end
+  std::optional<uint64_t> pax_size_;         // its "size", for the next entry
+  std::vector<LayerSegments::File> members_;  // the last one is being written
+  uint64_t kicked_ = 0;                       // the last member is in writeback up to here
+  bool dir_made_ = false;
 };
 
 }  // namespace
@@ -297,25 +484,26 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   PieceQueue to_write;
   LayerFileHash hashed;
   absl::Status write_status;
+  // Its larger files go to member files of their own as they are written (TarSplitWriter),
+  // so that each can be served by passthrough once the layer is verified.
+  const std::string tmp_members = absl::StrCat(tmp, ".members");
+  TarSplitWriter split(store_, out, tmp, tmp_members, options_.member_min_bytes,
+                       absl::StrCat(name, ": no space in cache directory ", options_.dir,
+                                    " for its decompressed bytes"));
+  std::vector<LayerSegments::File> members;
+  absl::Cleanup drop_members = [&] {
+    for (const LayerSegments::File& m : members) close(m.fd);
+    std::error_code ec;
+    std::filesystem::remove_all(tmp_members, ec);
+  };
   std::thread writer([&] {
     const uint64_t cs = options_.whole_chunk_size;
     Sha256 chunk_hash;
-    uint64_t in_chunk = 0, written = 0;
+    uint64_t in_chunk = 0;
     std::string piece;
     absl::Status st;
     while ((st = to_write.Take(&piece)).ok() && !piece.empty()) {
-      const int err = store_.Write(out, piece.data(), piece.size(), written);
-      if (err == ENOSPC || err == EDQUOT) {
-        st = absl::ResourceExhaustedError(absl::StrCat(
-            name, ": no space in cache directory ", options_.dir, " for its decompressed bytes"));
-        break;
-      }
-      if (err != 0) {
-        st = absl::InternalError(
-            absl::StrCat(tmp, ": write at offset ", written, ": ", strerror(err)));
-        break;
-      }
-      written += piece.size();
+      if (st = split.Write(piece); !st.ok()) break;
       for (std::string_view rest = piece; !rest.empty();) {
         const size_t n = std::min<uint64_t>(rest.size(), cs - in_chunk);
         chunk_hash.Update(rest.substr(0, n));
@@ -331,6 +519,14 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     if (st.ok() && in_chunk > 0) {
       hashed.local_index.append(reinterpret_cast<const char*>(chunk_hash.Finish().raw().data()),
                                 32);
+    }
+    if (st.ok()) {
+      absl::StatusOr<std::vector<LayerSegments::File>> files = split.Finish();
+      if (files.ok()) {
+        members = *std::move(files);
+      } else {
+        st = files.status();
+      }
     }
     if (!st.ok()) to_write.Cancel();
     write_status = std::move(st);
@@ -368,15 +564,6 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     journal_.RecordDecoded(spec.source.str(), decoded->digest.str()).IgnoreError();
     return DecodedLayer{decoded->digest, *size};
   }
-  // 2b. Its larger files apart (layer_segments.h), while nothing reads it, so that each can be
-  // served by passthrough once the layer is verified.
-  const std::string tmp_members = absl::StrCat(tmp, ".members");
-  std::vector<LayerSegments::File> members = SplitTarFile(tmp, out, tmp_members);
-  absl::Cleanup drop_members = [&] {
-    for (const LayerSegments::File& m : members) close(m.fd);
-    std::error_code ec;
-    std::filesystem::remove_all(tmp_members, ec);
-  };
   std::shared_ptr<Layer> layer;
   {
     absl::MutexLock lock(&mu_);

@@ -283,48 +283,6 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
   return absl::OkStatus();
 }
 
-std::vector<LayerSegments::File> BlobCache::SplitTarFile(const std::string& path, int fd,
-                                                         const std::string& dir) const {
-  std::vector<LayerSegments::File> files;
-  absl::StatusOr<std::unique_ptr<RangeReader>> reader = OpenFileRangeReader(path);
-  if (!reader.ok()) return files;
-  absl::StatusOr<std::vector<TarEntry>> entries = IndexTar(**reader);
-  if (!entries.ok()) return files;  // not a tar: the loader says so
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    Log(absl::StrCat("cache: cannot create ", dir, ": ", strerror(errno),
-                     "; the decoded layer keeps its files"));
-    return files;
-  }
-  for (const TarEntry& e : *entries) {
-    if (e.type != TarEntryType::kFile || e.size == 0 || e.size < options_.member_min_bytes) {
-      continue;
-    }
-    // Copied, then punched from the tar file: a member that fails to copy stays in the tar
-    // file whole, and the split stops there (a full disk).
-    const std::string member = absl::StrCat(dir, "/", e.data_offset);
-    const int out = open(member.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    absl::Status st;
-    if (out < 0) st = absl::InternalError(absl::StrCat(member, ": ", strerror(errno)));
-    if (st.ok()) {
-      if (int err = store_.Copy(fd, e.data_offset, out, 0, e.size); err != 0) {
-        st = absl::InternalError(absl::StrCat(member, ": ", strerror(err)));
-      }
-    }
-    if (!st.ok()) {
-      if (out >= 0) close(out);
-      unlink(member.c_str());
-      Log(absl::StrCat("cache: splitting the files of a decoded layer stopped at offset ",
-                       e.data_offset, ": ", st.message(), "; the rest stay in its data file"));
-      break;
-    }
-    files.push_back(LayerSegments::File{e.data_offset, e.size, out});
-    // Freed at once: nothing reads the tar file yet.
-    (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    static_cast<off_t>(e.data_offset), static_cast<off_t>(e.size));
-  }
-  return files;
-}
-
 int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
   std::shared_ptr<const LayerSegments> segments;
   const LayerSegments::File* member = nullptr;

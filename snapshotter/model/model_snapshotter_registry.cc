@@ -429,19 +429,26 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
     return absl::FailedPreconditionError(absl::StrCat(
         "volume image ", vref.String(), " is not a referrer of ", named.String(), "@", pinned));
   }
+  // Only V of the image itself (what `modelfs convert IMAGE` writes) stands for it: the model's
+  // tree is then the image's merged tree, every layer applied with its whiteouts, verified
+  // against the image's own layers. A V of another model (a ModelPack M) would put M's bytes
+  // where the image's top layer is, checked against nothing the pod pinned, and anyone who can
+  // push a referrer to the repository could do that: such a V is not followed (unpacked as
+  // ever). Snapshots on the top mount the tree alone: the lower layers' directories under it
+  // would bring back what the top layer deletes.
+  if (!rm.image || rm.model_descriptor.digest != pinned_digest || !rm.path_prefix.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "volume image ", vref.String(), " shows ", rm.model_descriptor.digest.str(),
+        rm.path_prefix.empty() ? "" : absl::StrCat(" under ", rm.path_prefix), ", not the tree of ",
+        named.String(), "@", pinned, " itself (write one with `modelfs convert IMAGE`)"));
+  }
   const std::string name = ModelName(rm.model_descriptor.digest);
   RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));
-  // V of the image itself (what `modelfs convert IMAGE` writes): the model's tree is the
-  // image's merged tree, every layer applied with its whiteouts, verified against the image's
-  // own diff IDs. Snapshots on the top then mount it alone: the lower layers' directories
-  // under it would bring back what the top layer deletes.
-  const bool image_tree =
-      rm.image && rm.model_descriptor.digest == pinned_digest && rm.path_prefix.empty();
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;
-  if (image_tree) committed[kLabelImageTree] = "true";
+  committed[kLabelImageTree] = "true";
   if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
     (void)base_->Remove(key);
     return st;
@@ -452,12 +459,12 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
     model_of_snapshot_[rec.id] = name;
     models_[name].snapshot_ids.insert(rec.id);
     volume_of_snapshot_[rec.id] = {named, pinned_digest};
-    if (image_tree) image_trees_.insert(rec.id);
+    image_trees_.insert(rec.id);
     counts_.mounted++;
   }
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
                    name, " (volume image ", volume->digest.str(), ")",
-                   image_tree ? ", the image's whole tree" : ", over the lower layers"));
+                   ", the image's whole tree"));
   return absl::AlreadyExistsError(
       absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
 }

@@ -272,6 +272,73 @@ TEST_F(DecodedLayerTest, ADecodedLayerTheScrubDroppedIsDecodedAgainWhenRegistere
   EXPECT_EQ(got, tar);
 }
 
+// The member files are written as the tar streams past, whatever headers come before each
+// file: pax and GNU long names, directories, links and small files between them. Every larger
+// file gets a member of its own (so passthrough), the small ones stay in the data file, and
+// every byte reads back right.
+class DecodedLayerSplitTest : public DecodedLayerTest,
+                              public ::testing::WithParamInterface<TarWriter::LongNames> {};
+
+TEST_P(DecodedLayerSplitTest, WritesEachLargerFileOfTheStreamToAMemberFileOfItsOwn) {
+  TarWriter writer(GetParam());
+  const std::string long_dir(120, 'd');
+  ASSERT_OK(writer.AddDirectory("weights"));
+  ASSERT_OK(writer.AddFile("weights/a.safetensors", Weights(200000, 21)));
+  ASSERT_OK(writer.AddFile("config.json", "{}"));
+  ASSERT_OK(writer.AddFile(long_dir + "/b.safetensors", Weights(70000, 22)));
+  ASSERT_OK(writer.AddSymlink("latest", "weights/a.safetensors"));
+  ASSERT_OK(writer.AddHardLink("weights/a-again.safetensors", "weights/a.safetensors"));
+  ASSERT_OK(writer.AddFile("small.bin", Weights(65535, 23)));  // one byte under the member size
+  ASSERT_OK(writer.AddFile("exact.bin", Weights(65536, 24)));
+  const std::string tar = writer.Finish();
+  ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(tar));
+  const std::string zst = ZstdFrames(tar, tar.size() + 1);  // one frame: decoded whole
+  const Digest source = remote_.AddBlob(zst);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d, cache->RegisterDecodedLayer(Spec(
+                                           source, zst, LayerEncoding::kTarZstd, Digest::Of(tar))));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, tar.size()));
+  EXPECT_EQ(got, tar);
+  int members = 0;
+  for (const TarEntry& e : entries) {
+    if (e.type != TarEntryType::kFile) continue;
+    const int fd = cache->OpenVerifiedFile(d.digest, e.data_offset, e.size);
+    if (e.size < (64u << 10)) {
+      EXPECT_EQ(fd, -1) << e.path;
+      continue;
+    }
+    ++members;
+    ASSERT_GE(fd, 0) << e.path;
+    std::string bytes(e.size, '\0');
+    EXPECT_EQ(pread(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(e.size));
+    close(fd);
+    EXPECT_EQ(bytes, tar.substr(e.data_offset, e.size)) << e.path;
+  }
+  EXPECT_EQ(members, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(LongNames, DecodedLayerSplitTest,
+                         ::testing::Values(TarWriter::LongNames::kPax, TarWriter::LongNames::kGnu),
+                         [](const ::testing::TestParamInfo<TarWriter::LongNames>& p) {
+                           return p.param == TarWriter::LongNames::kPax ? std::string("Pax")
+                                                                        : std::string("Gnu");
+                         });
+
+// A stream that is no tar: nothing is split, every byte is served.
+TEST_F(DecodedLayerTest, ServesAStreamThatIsNoTarWholeFromItsDataFile) {
+  const std::string bytes = Weights(300000, 25);
+  const std::string zst = ZstdFrames(bytes, bytes.size() + 1);
+  const Digest source = remote_.AddBlob(zst);
+  auto cache = Open();
+  ASSERT_OK_AND_ASSIGN(DecodedLayer d,
+                       cache->RegisterDecodedLayer(Spec(source, zst, LayerEncoding::kTarZstd)));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d.digest, 0, bytes.size()));
+  EXPECT_EQ(got, bytes);
+  const int fd = cache->OpenVerifiedBlob(d.digest, 0, bytes.size());
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+}
+
 // A real tar: its larger files are split into member files as the layer is installed, and
 // each is handed out for passthrough once the layer is sealed.
 TEST_F(DecodedLayerTest, SplitsTheLargerFilesOfADecodedTarIntoMemberFilesForPassthrough) {
