@@ -44,6 +44,22 @@ class CacheRollback {
 
 bool IsCompressed(const ModelLayer& l) { return IsCompressedEncoding(l.encoding); }
 
+// The layer whose bytes are l's tar: l itself, or for a compressed layer its decoded one in
+// `decoded`. Errors: kUnimplemented for a compressed layer `decoded` does not hold.
+absl::StatusOr<DecodedLayer> TarLayerOf(const ModelLayer& l,
+                                        const std::map<Digest, DecodedLayer>& decoded) {
+  const Descriptor& d = l.descriptor;
+  if (!IsCompressed(l)) return DecodedLayer{d.digest, d.size};
+  auto it = decoded.find(d.digest);
+  if (it == decoded.end()) {
+    return absl::UnimplementedError(
+        absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
+                     "); only the modelfs cache serves compressed layers (decompressed "
+                     "whole), not this reader"));
+  }
+  return it->second;
+}
+
 // The tree of M's layers; `decoded` gives the decompressed layer of each compressed one.
 absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader,
                                      const std::string& verification, const LoadOptions& o,
@@ -199,19 +215,9 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
     if (rm.image) break;  // merged above, with whiteouts
     const Descriptor& d = l.descriptor;
     // The layer whose bytes are the tar: a compressed layer's decoded one.
-    Digest tar_digest = d.digest;
-    uint64_t tar_size = d.size;
-    if (IsCompressed(l)) {
-      auto it = decoded.find(d.digest);
-      if (it == decoded.end()) {
-        return absl::UnimplementedError(
-            absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                         "); only the modelfs cache serves compressed layers (decompressed "
-                         "whole), not this reader"));
-      }
-      tar_digest = it->second.digest;
-      tar_size = it->second.size;
-    }
+    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
+    const Digest& tar_digest = tar_layer.digest;
+    const uint64_t tar_size = tar_layer.size;
     if (l.encoding == LayerEncoding::kRaw) {
       RETURN_IF_ERROR(CheckRelativePath(l.path));
       if (!seen.insert(l.path).second) {
@@ -310,22 +316,11 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
   std::vector<Digest> tars;  // the layer whose bytes are each layer's tar
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const Descriptor& d = rm.layers[i].descriptor;
-    Digest tar_digest = d.digest;
-    uint64_t tar_size = d.size;
-    if (IsCompressed(rm.layers[i])) {
-      auto it = decoded.find(d.digest);
-      if (it == decoded.end()) {
-        return absl::UnimplementedError(
-            absl::StrCat("layer ", d.digest.str(), " is compressed (", d.media_type,
-                         "); only the modelfs cache serves compressed layers (decompressed "
-                         "whole), not this reader"));
-      }
-      tar_digest = it->second.digest;
-      tar_size = it->second.size;
-    }
+    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(rm.layers[i], decoded));
+    const Digest& tar_digest = tar_layer.digest;
     tars.push_back(tar_digest);
     const std::string where = absl::StrCat("layer ", d.digest.str());
-    BlobRangeReader tar(&reader, tar_digest, 0, tar_size, where);
+    BlobRangeReader tar(&reader, tar_digest, 0, tar_layer.size, where);
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
     RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
     // As for a ModelPack tar layer: every regular file may get a file of its own in the cache

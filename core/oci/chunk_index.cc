@@ -3,24 +3,19 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/oci/index_fields.h"
+#include "core/status/status_macros.h"
 
 namespace modelfs {
 namespace {
 
 constexpr std::string_view kMagic("MFSCIDX\0", 8);
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetLE(std::string_view b, size_t at, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
-  return v;
-}
+using index_fields::GetDigest;
+using index_fields::GetLE;
+using index_fields::PutDigest;
+using index_fields::PutU32;
+using index_fields::PutU64;
 
 }  // namespace
 
@@ -129,22 +124,14 @@ std::string SerializeChunkIndex(const ChunkIndex& index) {
   }
   PutU64(out, index.chunk_size);
   PutU64(out, index.blob_size);
-  const std::array<uint8_t, 32> raw = index.blob_digest.raw();
-  out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
+  PutDigest(out, index.blob_digest);
   PutU64(out, index.chunks.size());
   for (const auto& c : index.chunks) out.append(reinterpret_cast<const char*>(c.data()), c.size());
   return out;
 }
 
 absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
-  if (bytes.size() < 12) {
-    return absl::OutOfRangeError(absl::StrCat("chunk index: truncated: ", bytes.size(),
-                                              " bytes, too short for a magic and a version"));
-  }
-  if (bytes.substr(0, 8) != kMagic) {
-    return absl::InvalidArgumentError("chunk index: bad magic (want \"MFSCIDX\\0\")");
-  }
-  const uint64_t version = GetLE(bytes, 8, 4);
+  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "chunk index"));
   if (version != ChunkIndex::kVersion1 && version != ChunkIndex::kVersion2) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk index: version is ", version, ", this build reads versions 1 and 2"));
@@ -184,9 +171,7 @@ absl::StatusOr<ChunkIndex> ParseChunkIndex(std::string_view bytes) {
   }
   index.chunk_size = GetLE(bytes, at, 8);
   index.blob_size = GetLE(bytes, at + 8, 8);
-  std::array<uint8_t, 32> raw;
-  memcpy(raw.data(), bytes.data() + at + 16, 32);
-  index.blob_digest = Digest::FromRaw(raw);
+  index.blob_digest = GetDigest(bytes, at + 16);
   const uint64_t count = GetLE(bytes, at + 48, 8);
   if (!ChunkIndex::ValidChunkSize(index.chunk_size)) {
     return absl::InvalidArgumentError(absl::StrCat("chunk index for ", index.blob_digest.str(),

@@ -1,12 +1,12 @@
 #include "core/oci/layer_decoder.h"
 
 #include <isa-l/igzip_lib.h>
-#include <zstd.h>
 
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/oci/zstd_decode_stream.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -112,57 +112,25 @@ class GzipDecoder : public LayerDecoder {
 };
 
 // zstd through libzstd's streaming API, which reads frame after frame (and skips skippable
-// frames) by itself.
+// frames) by itself (zstd_decode_stream.h).
 class ZstdDecoder : public LayerDecoder {
+  static_assert(ZstdDecodeStream::kMaxPiece <= kMaxPiece);
+
  public:
-  explicit ZstdDecoder(std::string layer, ZSTD_DCtx* dctx)
-      : LayerDecoder(std::move(layer)), dctx_(dctx), out_(kMaxPiece, '\0') {}
-  ~ZstdDecoder() override { ZSTD_freeDCtx(dctx_); }
+  ZstdDecoder(std::string layer, std::unique_ptr<ZstdDecodeStream> stream)
+      : LayerDecoder(std::move(layer)), stream_(std::move(stream)) {}
 
   absl::Status Feed(std::string_view in, const Sink& sink) override {
-    ZSTD_inBuffer input{in.data(), in.size(), 0};
-    while (input.pos < input.size || pending_output_) {
-      ZSTD_outBuffer output{out_.data(), out_.size(), 0};
-      const size_t in_before = input.pos;
-      const size_t r = ZSTD_decompressStream(dctx_, &output, &input);
-      if (ZSTD_isError(r)) {
-        return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is corrupt near compressed ",
-                                                "offset ", consumed_ + input.pos, " (",
-                                                ZSTD_getErrorName(r), ")"));
-      }
-      // A call that moved nothing says nothing about the frame: after a frame that filled the
-      // output exactly, the next call (made in case output was pending) hints at the next
-      // frame's header.
-      if (input.pos != in_before || output.pos > 0) frame_open_ = r != 0;
-      if (input.pos > 0) saw_input_ = true;
-      // A full output buffer may leave decoded bytes inside the context.
-      pending_output_ = output.pos == output.size;
-      if (output.pos > 0) {
-        produced_ += output.pos;
-        RETURN_IF_ERROR(sink(std::string_view(out_.data(), output.pos)));
-      }
-    }
-    consumed_ += in.size();
-    return absl::OkStatus();
+    absl::Status st = stream_->Feed(in, sink);
+    consumed_ = stream_->consumed();
+    produced_ = stream_->produced();
+    return st;
   }
 
-  absl::Status Finish() override {
-    if (!saw_input_) {
-      return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is empty (no frame)"));
-    }
-    if (frame_open_) {
-      return absl::DataLossError(absl::StrCat(
-          layer_, ": zstd stream ends inside a frame at compressed offset ", consumed_));
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Finish() override { return stream_->Finish(); }
 
  private:
-  ZSTD_DCtx* const dctx_;
-  std::string out_;
-  bool frame_open_ = false;
-  bool saw_input_ = false;
-  bool pending_output_ = false;
+  const std::unique_ptr<ZstdDecodeStream> stream_;
 };
 
 }  // namespace
@@ -173,12 +141,8 @@ absl::StatusOr<std::unique_ptr<LayerDecoder>> LayerDecoder::Create(LayerEncoding
     case LayerEncoding::kTarGzip:
       return std::unique_ptr<LayerDecoder>(new GzipDecoder(std::move(layer)));
     case LayerEncoding::kTarZstd: {
-      ZSTD_DCtx* dctx = ZSTD_createDCtx();
-      if (dctx == nullptr) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat(layer, ": cannot allocate a zstd context"));
-      }
-      return std::unique_ptr<LayerDecoder>(new ZstdDecoder(std::move(layer), dctx));
+      ASSIGN_OR_RETURN(std::unique_ptr<ZstdDecodeStream> stream, ZstdDecodeStream::Create(layer));
+      return std::unique_ptr<LayerDecoder>(new ZstdDecoder(std::move(layer), std::move(stream)));
     }
     case LayerEncoding::kRaw:
     case LayerEncoding::kTar:

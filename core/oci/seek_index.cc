@@ -1,16 +1,17 @@
 // The seek index format, its strict parser, and the one-pass builders: gzip through zlib's
 // inflate with Z_BLOCK (which stops at every deflate block boundary and reports the bit
 // position, as zran.c uses it), zstd through libzstd's streaming decoder (which returns 0 at
-// the end of every frame).
+// the end of every frame; zstd_decode_stream.h).
 #include "core/oci/seek_index.h"
 
 #include <zlib.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/oci/index_fields.h"
+#include "core/oci/zstd_decode_stream.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -18,31 +19,13 @@ namespace {
 
 constexpr std::string_view kMagic("MFSSEEK\0", 8);
 
-void PutU8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }
-void PutU16(std::string& out, uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetLE(std::string_view b, size_t at, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
-  return v;
-}
-void PutDigest(std::string& out, const Digest& d) {
-  const std::array<uint8_t, 32> raw = d.raw();
-  out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
-}
-Digest GetDigest(std::string_view b, size_t at) {
-  std::array<uint8_t, 32> raw;
-  memcpy(raw.data(), b.data() + at, 32);
-  return Digest::FromRaw(raw);
-}
+using index_fields::GetDigest;
+using index_fields::GetLE;
+using index_fields::PutDigest;
+using index_fields::PutU16;
+using index_fields::PutU32;
+using index_fields::PutU64;
+using index_fields::PutU8;
 
 // Raw deflate at level 9: windows are stored compressed (bf16 weights give about 0.8).
 std::string DeflateWindow(std::string_view window) {
@@ -137,14 +120,7 @@ std::string SerializeSeekIndex(const SeekIndex& index) {
 }
 
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
-  if (bytes.size() < 12) {
-    return absl::OutOfRangeError(absl::StrCat("seek index: truncated: ", bytes.size(),
-                                              " bytes, too short for a magic and a version"));
-  }
-  if (bytes.substr(0, 8) != kMagic) {
-    return absl::InvalidArgumentError("seek index: bad magic (want \"MFSSEEK\\0\")");
-  }
-  const uint64_t version = GetLE(bytes, 8, 4);
+  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "seek index"));
   if (version != SeekIndex::kVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("seek index: version is ", version, ", this build reads version 1"));
@@ -258,10 +234,43 @@ absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
 
 namespace {
 
-class GzipIndexBuilder final : public SeekIndexBuilder {
+// What both builders keep: the name of the layer, the hashes of its two streams and the index
+// they grow, which starts with the point at the start of the stream.
+class IndexBuilderBase : public SeekIndexBuilder {
+ protected:
+  IndexBuilderBase(std::string layer, SeekEncoding encoding) : layer_(std::move(layer)) {
+    index_.encoding = encoding;
+    index_.points.push_back(SeekPoint{});
+  }
+
+  // The index of a stream that ended after `consumed` compressed and `produced` uncompressed
+  // bytes.
+  SeekIndex TakeIndex(uint64_t consumed, uint64_t produced) {
+    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
+    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
+    // covers nothing, and a reader refuses it.
+    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced) {
+      index_.points.pop_back();
+    }
+    index_.compressed_size = consumed;
+    index_.uncompressed_size = produced;
+    index_.layer_digest = compressed_hash_.Finish();
+    index_.diff_id = uncompressed_hash_.Finish();
+    return std::move(index_);
+  }
+
+  const std::string layer_;
+  Sha256 compressed_hash_;
+  Sha256 uncompressed_hash_;
+  SeekIndex index_;
+};
+
+class GzipIndexBuilder final : public IndexBuilderBase {
  public:
   GzipIndexBuilder(std::string layer, uint64_t spacing)
-      : layer_(std::move(layer)), spacing_(spacing), out_(256 << 10, '\0') {}
+      : IndexBuilderBase(std::move(layer), SeekEncoding::kGzip),
+        spacing_(spacing),
+        out_(256 << 10, '\0') {}
   ~GzipIndexBuilder() override {
     if (init_) inflateEnd(&zs_);
   }
@@ -270,8 +279,6 @@ class GzipIndexBuilder final : public SeekIndexBuilder {
       return absl::ResourceExhaustedError(absl::StrCat(layer_, ": cannot allocate inflate state"));
     }
     init_ = true;
-    index_.encoding = SeekEncoding::kGzip;
-    index_.points.push_back(SeekPoint{});
     return absl::OkStatus();
   }
 
@@ -354,21 +361,10 @@ class GzipIndexBuilder final : public SeekIndexBuilder {
           absl::StrCat(layer_, ": gzip stream ends inside a member at compressed offset ",
                        consumed_, members_ == 0 && !member_started_ ? " (no gzip member)" : ""));
     }
-    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
-    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
-    // covers nothing, and a reader refuses it.
-    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced_) {
-      index_.points.pop_back();
-    }
-    index_.compressed_size = consumed_;
-    index_.uncompressed_size = produced_;
-    index_.layer_digest = compressed_hash_.Finish();
-    index_.diff_id = uncompressed_hash_.Finish();
-    return std::move(index_);
+    return TakeIndex(consumed_, produced_);
   }
 
  private:
-  const std::string layer_;
   const uint64_t spacing_;
   z_stream zs_{};
   bool init_ = false;
@@ -380,88 +376,42 @@ class GzipIndexBuilder final : public SeekIndexBuilder {
   uint64_t members_ = 0;
   bool member_done_ = false;
   bool member_started_ = false;
-  Sha256 compressed_hash_;
-  Sha256 uncompressed_hash_;
-  SeekIndex index_;
 };
 
-class ZstdIndexBuilder final : public SeekIndexBuilder {
+// zstd through ZstdDecodeStream, which says where each frame starts.
+class ZstdIndexBuilder final : public IndexBuilderBase {
  public:
-  ZstdIndexBuilder(std::string layer, ZSTD_DCtx* dctx)
-      : layer_(std::move(layer)), dctx_(dctx), out_(1 << 20, '\0') {
-    index_.encoding = SeekEncoding::kZstd;
-    index_.points.push_back(SeekPoint{});
-  }
-  ~ZstdIndexBuilder() override { ZSTD_freeDCtx(dctx_); }
+  ZstdIndexBuilder(std::string layer, std::unique_ptr<ZstdDecodeStream> stream)
+      : IndexBuilderBase(std::move(layer), SeekEncoding::kZstd), stream_(std::move(stream)) {}
 
   absl::Status Feed(std::string_view in, const Sink& sink) override {
     compressed_hash_.Update(in);
-    ZSTD_inBuffer input{in.data(), in.size(), 0};
-    while (input.pos < input.size || pending_output_) {
-      if (!frame_open_ && input.pos < input.size && produced_ > 0 &&
-          produced_ > index_.points.back().uncompressed_offset) {
-        // The next frame starts here. A frame that adds no bytes gets no point of its own: the
-        // one before it covers it.
-        SeekPoint p;
-        p.uncompressed_offset = produced_;
-        p.compressed_offset = consumed_ + input.pos;
-        index_.points.push_back(std::move(p));
-      }
-      ZSTD_outBuffer output{out_.data(), out_.size(), 0};
-      const size_t in_before = input.pos;
-      const size_t r = ZSTD_decompressStream(dctx_, &output, &input);
-      if (ZSTD_isError(r)) {
-        return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is corrupt near compressed ",
-                                                "offset ", consumed_ + input.pos, " (",
-                                                ZSTD_getErrorName(r), ")"));
-      }
-      if (input.pos != in_before || output.pos > 0) frame_open_ = r != 0;
-      if (input.pos > 0) saw_input_ = true;
-      pending_output_ = output.pos == output.size;
-      if (output.pos > 0) {
-        const std::string_view piece(out_.data(), output.pos);
-        produced_ += output.pos;
-        uncompressed_hash_.Update(piece);
-        RETURN_IF_ERROR(sink(piece));
-      }
-    }
-    consumed_ += in.size();
-    return absl::OkStatus();
+    return stream_->Feed(
+        in,
+        [&](std::string_view piece) {
+          uncompressed_hash_.Update(piece);
+          return sink(piece);
+        },
+        [&](uint64_t compressed_offset) {
+          // The next frame starts here. A frame that adds no bytes gets no point of its own:
+          // the one before it covers it.
+          const uint64_t produced = stream_->produced();
+          if (produced > 0 && produced > index_.points.back().uncompressed_offset) {
+            SeekPoint p;
+            p.uncompressed_offset = produced;
+            p.compressed_offset = compressed_offset;
+            index_.points.push_back(std::move(p));
+          }
+        });
   }
 
   absl::StatusOr<SeekIndex> Finish() override {
-    if (!saw_input_) {
-      return absl::DataLossError(absl::StrCat(layer_, ": zstd stream is empty (no frame)"));
-    }
-    if (frame_open_) {
-      return absl::DataLossError(absl::StrCat(
-          layer_, ": zstd stream ends inside a frame at compressed offset ", consumed_));
-    }
-    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
-    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
-    // covers nothing, and a reader refuses it.
-    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced_) {
-      index_.points.pop_back();
-    }
-    index_.compressed_size = consumed_;
-    index_.uncompressed_size = produced_;
-    index_.layer_digest = compressed_hash_.Finish();
-    index_.diff_id = uncompressed_hash_.Finish();
-    return std::move(index_);
+    RETURN_IF_ERROR(stream_->Finish());
+    return TakeIndex(stream_->consumed(), stream_->produced());
   }
 
  private:
-  const std::string layer_;
-  ZSTD_DCtx* const dctx_;
-  std::string out_;
-  uint64_t consumed_ = 0;
-  uint64_t produced_ = 0;
-  bool frame_open_ = false;
-  bool saw_input_ = false;
-  bool pending_output_ = false;
-  Sha256 compressed_hash_;
-  Sha256 uncompressed_hash_;
-  SeekIndex index_;
+  const std::unique_ptr<ZstdDecodeStream> stream_;
 };
 
 }  // namespace
@@ -477,12 +427,9 @@ absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> SeekIndexBuilder::Create(SeekE
       return std::unique_ptr<SeekIndexBuilder>(std::move(b));
     }
     case SeekEncoding::kZstd: {
-      ZSTD_DCtx* dctx = ZSTD_createDCtx();
-      if (dctx == nullptr) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat(layer, ": cannot allocate a zstd context"));
-      }
-      return std::unique_ptr<SeekIndexBuilder>(new ZstdIndexBuilder(std::move(layer), dctx));
+      ASSIGN_OR_RETURN(std::unique_ptr<ZstdDecodeStream> stream, ZstdDecodeStream::Create(layer));
+      return std::unique_ptr<SeekIndexBuilder>(
+          new ZstdIndexBuilder(std::move(layer), std::move(stream)));
     }
   }
   return absl::InvalidArgumentError("seek index: unknown encoding");

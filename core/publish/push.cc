@@ -32,6 +32,7 @@
 #include "core/oci/tar.h"
 #include "core/oci/volume_image.h"
 #include "core/oci/zstd_frames.h"
+#include "core/publish/blob_upload.h"
 #include "core/publish/push_inputs.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
@@ -46,24 +47,15 @@ using publish_internal::CheckPathPrefix;
 using publish_internal::CheckPickles;
 using publish_internal::CollectInputs;
 using publish_internal::CreatedAtOf;
+using publish_internal::Fd;
 using publish_internal::FindLock;
 using publish_internal::InputFile;
+using publish_internal::OpenForReading;
+using publish_internal::PushedBlobsToJson;
+using publish_internal::PutManifestChecked;
+using publish_internal::Uploader;
 
 namespace fs = std::filesystem;
-
-// An open file descriptor that closes itself.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The chunk size of a model's indexes: `asked` when given (and the indexes fit the volume
 // image with it), else the smallest that fits from 1 MiB up.
@@ -82,16 +74,15 @@ absl::StatusOr<uint64_t> PickChunkSize(const std::vector<uint64_t>& layer_sizes,
   return asked;
 }
 
-}  // namespace
-
-absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
-                                     ChunkDigestAlgorithm algorithm, const std::string& role,
-                                     const ProgressFn& progress) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
+// Reads the file at `path` once, front to back, in pieces of 4 MiB given to `consume`,
+// reporting `activity` ("hashing <role>") to `progress` (may be null) after each. Errors:
+// kNotFound (no such file), kInternal naming the file (a read failed), `consume`'s.
+absl::Status ReadFileInPieces(const std::string& path, const std::string& activity,
+                              const ProgressFn& progress,
+                              const std::function<absl::Status(std::string_view)>& consume) {
+  ASSIGN_OR_RETURN(Fd fd, OpenForReading(path));
   posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   off_t size = lseek(fd.get(), 0, SEEK_END);
-  ChunkIndexBuilder b(chunk_size, algorithm);
   std::string buf(4 << 20, '\0');
   uint64_t done = 0;
   for (;;) {
@@ -99,10 +90,23 @@ absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_siz
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
     if (n == 0) break;
-    b.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+    RETURN_IF_ERROR(consume(std::string_view(buf.data(), static_cast<size_t>(n))));
     done += static_cast<uint64_t>(n);
-    if (progress) progress({"hashing " + role, done, static_cast<uint64_t>(size)});
+    if (progress) progress({activity, done, static_cast<uint64_t>(size)});
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
+                                     ChunkDigestAlgorithm algorithm, const std::string& role,
+                                     const ProgressFn& progress) {
+  ChunkIndexBuilder b(chunk_size, algorithm);
+  RETURN_IF_ERROR(ReadFileInPieces(path, "hashing " + role, progress, [&](std::string_view piece) {
+    b.Update(piece);
+    return absl::OkStatus();
+  }));
   return b.Finish();
 }
 
@@ -151,81 +155,12 @@ class CompressedIndexer {
 absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> IndexCompressedFile(
     const std::string& path, LayerEncoding encoding, uint64_t chunk_size,
     ChunkDigestAlgorithm algorithm, const std::string& role, const ProgressFn& progress) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(path, ": ", strerror(errno)));
-  posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  off_t size = lseek(fd.get(), 0, SEEK_END);
   ASSIGN_OR_RETURN(CompressedIndexer ix,
                    CompressedIndexer::Create(encoding, chunk_size, algorithm, path));
-  std::string buf(4 << 20, '\0');
-  uint64_t done = 0;
-  for (;;) {
-    ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::InternalError(absl::StrCat(path, ": read: ", strerror(errno)));
-    if (n == 0) break;
-    RETURN_IF_ERROR(ix.Feed(std::string_view(buf.data(), static_cast<size_t>(n))));
-    done += static_cast<uint64_t>(n);
-    if (progress) progress({"indexing " + role, done, static_cast<uint64_t>(size)});
-  }
+  RETURN_IF_ERROR(ReadFileInPieces(path, "indexing " + role, progress,
+                                   [&](std::string_view piece) { return ix.Feed(piece); }));
   return ix.Finish();
 }
-
-// Wraps a source so that reads report progress.
-BlobReadAt WithProgress(BlobReadAt src, std::string role, uint64_t total, const ProgressFn& p) {
-  if (!p) return src;
-  return [src = std::move(src), role = std::move(role), total, p](
-             uint64_t off, char* buf, size_t n) -> absl::StatusOr<size_t> {
-    auto r = src(off, buf, n);
-    if (r.ok()) p({role, off + *r, total});
-    return r;
-  };
-}
-
-class Uploader {
- public:
-  Uploader(RegistryClient& client, std::string repo, const std::vector<std::string>& mount_from,
-           PushResult& result)
-      : client_(client), repo_(std::move(repo)), mount_from_(mount_from), result_(result) {}
-
-  absl::Status Upload(const std::string& role, const Descriptor& d, const BlobReadAt& source,
-                      const ProgressFn& progress) {
-    PushedBlob pb{role, d, "present"};
-    ASSIGN_OR_RETURN(bool exists, client_.BlobExists(repo_, d.digest));
-    if (!exists) {
-      pb.action = "";
-      for (const auto& from : mount_from_) {
-        if (from == repo_) continue;
-        ASSIGN_OR_RETURN(bool mounted, client_.MountBlob(repo_, d.digest, from));
-        if (mounted) {
-          pb.action = "mounted";
-          break;
-        }
-      }
-      if (pb.action.empty()) {
-        RETURN_IF_ERROR(client_.PushBlob(repo_, d.digest, d.size,
-                                         WithProgress(source, role, d.size, progress)));
-        pb.action = "uploaded";
-      }
-    }
-    if (pb.action == "uploaded") ++result_.uploaded;
-    if (pb.action == "mounted") ++result_.mounted;
-    if (pb.action == "present") ++result_.present;
-    result_.blobs.push_back(std::move(pb));
-    return absl::OkStatus();
-  }
-
-  absl::Status UploadBytes(const std::string& role, const Descriptor& d, std::string bytes) {
-    auto shared = std::make_shared<const std::string>(std::move(bytes));
-    return Upload(role, d, BlobReadAtString(shared), nullptr);
-  }
-
- private:
-  RegistryClient& client_;
-  std::string repo_;
-  const std::vector<std::string>& mount_from_;
-  PushResult& result_;
-};
 
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
   if (!given.empty()) return given;
@@ -288,12 +223,8 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   }
   RETURN_IF_ERROR(up.UploadBytes("volume layer", v.layer_descriptor, v.layer));
   RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
-  ASSIGN_OR_RETURN(Digest vd, client.PutManifest(repo, volume_tag, v.manifest_json,
-                                                 std::string(kOciManifestMediaType)));
-  if (vd != v.manifest_descriptor.digest) {
-    return absl::DataLossError(absl::StrCat("registry stored the volume manifest as ", vd.str(),
-                                            ", expected ", v.manifest_descriptor.digest.str()));
-  }
+  RETURN_IF_ERROR(PutManifestChecked(client, repo, volume_tag, v.manifest_json,
+                                     v.manifest_descriptor.digest, "volume"));
   RETURN_IF_ERROR(client.PutReferrersFallback(repo, model_desc.digest,
                                               SerializeDescriptor(v.manifest_descriptor)));
   result.volume = v.manifest_descriptor;
@@ -504,8 +435,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     d.media_type = std::string(ModelLayerMediaType(layers.back().kind, enc));
     d.digest = layers.back().digest;
     d.size = layers.back().size;
-    Fd fd(open(blob_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(blob_path, ": ", strerror(errno)));
+    ASSIGN_OR_RETURN(Fd fd, OpenForReading(blob_path));
     RETURN_IF_ERROR(up.Upload(f.rel, d, BlobReadAtFd(fd.get()), o.progress));
   }
 
@@ -513,14 +443,10 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
   ASSIGN_OR_RETURN(Manifest m, BuildModelManifest(config_json, layers, annotations));
   RETURN_IF_ERROR(up.UploadBytes("config", m.config, config_json));
   std::string manifest_json = SerializeManifest(m);
-  ASSIGN_OR_RETURN(Digest md, client.PutManifest(repo, ref.tag(), manifest_json,
-                                                 std::string(kOciManifestMediaType)));
   result.model = DescribeBlob(kOciManifestMediaType, manifest_json);
   result.model.artifact_type = std::string(kModelArtifactType);
-  if (md != result.model.digest) {
-    return absl::DataLossError(absl::StrCat("registry stored the model manifest as ", md.str(),
-                                            ", expected ", result.model.digest.str()));
-  }
+  RETURN_IF_ERROR(
+      PutManifestChecked(client, repo, ref.tag(), manifest_json, result.model.digest, "model"));
   result.model_tag = ref.tag();
   RETURN_IF_ERROR(PushVolume(client, result.repository, repo, result.model, m, std::move(indexes),
                              DefaultVolumeTag(ref, o.volume_tag), o.path_prefix, &config, up,
@@ -663,8 +589,7 @@ absl::StatusOr<PushResult> ConvertModel(RegistryClient& client, const ImageRefer
   result.repository = absl::StrCat(ref.registry(), "/", rm.repository);
   result.model = rm.model_descriptor;
   result.model_tag = ref.tag();
-  std::vector<std::string> no_mounts;
-  Uploader up(client, rm.repository, no_mounts, result);
+  Uploader up(client, rm.repository, /*mount_from=*/{}, result);
   if (o.image_compatible) RETURN_IF_ERROR(CheckTarMembersUnder(client, rm, o.path_prefix));
   ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(client, rm, o, result));
   std::string tag = o.volume_tag;
@@ -689,8 +614,7 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
   result.model = rm.model_descriptor;
   result.model_tag = source_ref.tag();
   if (result.repository == result.model_repository) result.model_repository.clear();
-  std::vector<std::string> no_mounts;
-  Uploader up(target, target_repository, no_mounts, result);
+  Uploader up(target, target_repository, /*mount_from=*/{}, result);
   if (o.image_compatible) RETURN_IF_ERROR(CheckTarMembersUnder(source, rm, o.path_prefix));
   ASSIGN_OR_RETURN(LayerIndexes indexes, IndexLayers(source, rm, o, result));
   std::string tag = o.volume_tag;
@@ -704,14 +628,6 @@ absl::StatusOr<PushResult> ConvertModelTo(RegistryClient& source, const ImageRef
 }
 
 nlohmann::json PushResultToJson(const PushResult& r) {
-  nlohmann::json blobs = nlohmann::json::array();
-  for (const auto& b : r.blobs) {
-    blobs.push_back({{"role", b.role},
-                     {"digest", b.descriptor.digest.str()},
-                     {"size", b.descriptor.size},
-                     {"mediaType", b.descriptor.media_type},
-                     {"action", b.action}});
-  }
   nlohmann::json verified_whole = nlohmann::json::array();
   for (const Digest& d : r.verified_whole) verified_whole.push_back(d.str());
   return {
@@ -730,7 +646,7 @@ nlohmann::json PushResultToJson(const PushResult& r) {
         {"size", r.volume.size},
         {"tag", r.volume_tag},
         {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}}},
-      {"blobs", blobs},
+      {"blobs", PushedBlobsToJson(r.blobs)},
       {"uploaded", r.uploaded},
       {"present", r.present},
       {"mounted", r.mounted},

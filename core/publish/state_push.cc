@@ -1,8 +1,5 @@
 #include "core/publish/state_push.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,66 +8,18 @@
 #include "absl/strings/str_cat.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/media_types.h"
-#include "core/oci/oci_json.h"
 #include "core/oci/volume_image.h"
+#include "core/publish/blob_upload.h"
 #include "core/publish/push_inputs.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
-namespace {
 
-// An open file descriptor that closes itself.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-class StateUploader {
- public:
-  StateUploader(RegistryClient& client, std::string repo, StatePushResult& result)
-      : client_(client), repo_(std::move(repo)), result_(result) {}
-
-  absl::Status Upload(const std::string& role, const Descriptor& d, const BlobReadAt& source) {
-    ASSIGN_OR_RETURN(bool exists, client_.BlobExists(repo_, d.digest));
-    if (!exists) RETURN_IF_ERROR(client_.PushBlob(repo_, d.digest, d.size, source));
-    ++(exists ? result_.present : result_.uploaded);
-    result_.blobs.push_back(PushedBlob{role, d, exists ? "present" : "uploaded"});
-    return absl::OkStatus();
-  }
-  absl::Status UploadBytes(const std::string& role, const Descriptor& d, std::string bytes) {
-    return Upload(role, d, BlobReadAtString(std::make_shared<const std::string>(std::move(bytes))));
-  }
-
- private:
-  RegistryClient& client_;
-  const std::string repo_;
-  StatePushResult& result_;
-};
-
-// PUTs a manifest and checks the registry stored it under the digest of its bytes.
-absl::Status PutManifestChecked(RegistryClient& client, const std::string& repo,
-                                const std::string& tag, const std::string& bytes,
-                                const Descriptor& want, std::string_view what) {
-  ASSIGN_OR_RETURN(Digest got,
-                   client.PutManifest(repo, tag, bytes, std::string(kOciManifestMediaType)));
-  if (got != want.digest) {
-    return absl::DataLossError(absl::StrCat("registry stored the ", oci_json::AV(what),
-                                            " manifest as ", got.str(), ", expected ",
-                                            want.digest.str()));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+using publish_internal::Fd;
+using publish_internal::OpenForReading;
+using publish_internal::PushedBlobsToJson;
+using publish_internal::PutManifestChecked;
+using publish_internal::Uploader;
 
 absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const ResolvedModel& model,
                                           const StatePushOptions& o) {
@@ -96,8 +45,7 @@ absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const Resolved
                    publish_internal::CollectInputs(o.inputs));
   std::vector<uint64_t> sizes;
   for (const auto& f : inputs) {
-    Fd fd(open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(f.path, ": ", strerror(errno)));
+    ASSIGN_OR_RETURN(Fd fd, OpenForReading(f.path));
     sizes.push_back(static_cast<uint64_t>(lseek(fd.get(), 0, SEEK_END)));
   }
   ASSIGN_OR_RETURN(const uint64_t chunk_size,
@@ -117,12 +65,9 @@ absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const Resolved
   result.model = model.model_descriptor;
   result.config = config;
   const std::string& repo = model.repository;
-  StateUploader up(client, repo, result);
+  Uploader up(client, repo, result);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    Fd fd(open(inputs[i].path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) {
-      return absl::NotFoundError(absl::StrCat(inputs[i].path, ": ", strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(Fd fd, OpenForReading(inputs[i].path));
     RETURN_IF_ERROR(up.Upload(inputs[i].rel, s.layers[i], BlobReadAtFd(fd.get())));
   }
   RETURN_IF_ERROR(up.UploadBytes("state config", s.config, config_json));
@@ -130,7 +75,7 @@ absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const Resolved
   result.state = DescribeBlob(kOciManifestMediaType, s_json);
   result.state.artifact_type = std::string(kStateArtifactType);
   result.state.annotations = s.annotations;
-  RETURN_IF_ERROR(PutManifestChecked(client, repo, tag, s_json, result.state, "state"));
+  RETURN_IF_ERROR(PutManifestChecked(client, repo, tag, s_json, result.state.digest, "state"));
   result.state_tag = tag;
 
   // VS: a volume image whose "model" is S, so the snapshotter and `modelfs mount` serve the
@@ -146,7 +91,7 @@ absl::StatusOr<StatePushResult> PushState(RegistryClient& client, const Resolved
   RETURN_IF_ERROR(up.UploadBytes("volume config", v.config_descriptor, v.config));
   result.volume_tag = tag + "-volume";
   RETURN_IF_ERROR(PutManifestChecked(client, repo, result.volume_tag, v.manifest_json,
-                                     v.manifest_descriptor, "state volume"));
+                                     v.manifest_descriptor.digest, "state volume"));
   result.volume = v.manifest_descriptor;
 
   // A registry with the referrers API lists S under M (and VS under S) by their subjects;
@@ -228,14 +173,6 @@ nlohmann::json ConfigJson(const StateConfig& c) {
 }  // namespace
 
 nlohmann::json StatePushResultToJson(const StatePushResult& r) {
-  nlohmann::json blobs = nlohmann::json::array();
-  for (const auto& b : r.blobs) {
-    blobs.push_back({{"role", b.role},
-                     {"digest", b.descriptor.digest.str()},
-                     {"size", b.descriptor.size},
-                     {"mediaType", b.descriptor.media_type},
-                     {"action", b.action}});
-  }
   nlohmann::json j = ConfigJson(r.config);
   j["repository"] = r.repository;
   j["model"] = {{"digest", r.model.digest.str()},
@@ -249,7 +186,7 @@ nlohmann::json StatePushResultToJson(const StatePushResult& r) {
                  {"tag", r.volume_tag},
                  {"reference", absl::StrCat(r.repository, "@", r.volume.digest.str())}};
   j["referrers"] = r.referrers;
-  j["blobs"] = blobs;
+  j["blobs"] = PushedBlobsToJson(r.blobs);
   j["uploaded"] = r.uploaded;
   j["present"] = r.present;
   return j;

@@ -39,13 +39,8 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
     content_reader_ = std::make_unique<ContentStoreBlobReader>(content_store_, ro);
   }
   base_ = std::move(parts.base);
-  if (parts.mounter && parts.source && parts.cache && parts.connect_registry) {
-    ModelHostParts hp;
-    hp.connect_registry = std::move(parts.connect_registry);
-    hp.source = std::move(parts.source);
-    hp.decoding = std::move(parts.decoding);
-    hp.cache = std::move(parts.cache);
-    hp.mounter = std::move(parts.mounter);
+  ModelHostParts& hp = parts.host;
+  if (hp.mounter && hp.source && hp.cache && hp.connect_registry) {
     hp.preferred = content_reader_.get();
     absl::StatusOr<std::unique_ptr<ModelHost>> host = ModelHost::Create(
         ModelHostOptions{options_.prefetch, options_.insecure_stream, models_dir_}, std::move(hp));
@@ -71,21 +66,22 @@ absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts&
   if (co.dir.empty()) co.dir = (o.root / "cache").string();
   std::error_code ec;
   fs::create_directories(co.dir, ec);
-  parts.source = std::make_unique<RegistryRoutingSource>();
-  parts.decoding = std::make_unique<DecodingBlobSource>(parts.source.get());
-  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.decoding.get()));
+  ModelHostParts& host = parts.host;
+  host.source = std::make_unique<RegistryRoutingSource>();
+  host.decoding = std::make_unique<DecodingBlobSource>(host.source.get());
+  ASSIGN_OR_RETURN(host.cache, BlobCache::Open(co, host.decoding.get()));
   if (o.content_store != nullptr) {
     parts.content_store = o.content_store;
   } else if (!o.containerd_address.empty()) {
     ASSIGN_OR_RETURN(parts.owned_content_store,
                      ConnectContentStore(o.containerd_address, parts.clock));
   }
-  parts.connect_registry =
+  host.connect_registry =
       [access = o.registry](
           const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
     return ConnectRegistry(registry, HostCapability::kPull, access);
   };
-  parts.mounter = NewFuseModelMounter();
+  host.mounter = NewFuseModelMounter();
   return absl::OkStatus();
 }
 

@@ -59,8 +59,8 @@
 // model_snapshotter_content.cc the image volumes served from containerd's
 // content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
 // ones, tests their own. What serves the models (registry clients, cache, pipeline, tree, FUSE
-// mount, records) is made of them: a ModelHost (host/model_host.h), over which this class is
-// containerd's snapshot decorator.
+// mount, records) is made of their ModelHostParts: a ModelHost (host/model_host.h), over which
+// this class is containerd's snapshot decorator.
 //
 // Thread-safety: every method may be called concurrently. Lock order: OverlaySnapshotter's
 // locks before mu_ (the lower-directory resolver takes mu_); mu_ is never held across a call
@@ -175,25 +175,19 @@ struct ModelSnapshotterParts {
   // The clock of every deadline the snapshotter sets: waits for a model's registration, calls
   // to containerd's content store. Not owned; never null.
   Clock* clock = Clock::Real();
-  // The FUSE mount of <root>/mnt. Required.
-  std::unique_ptr<ModelMounter> mounter;
+  // What serves the models (host/model_host.h): the mounter of <root>/mnt, the cache's remote
+  // side (which the snapshotter tells where each model's layers are) and the cache over it, and
+  // the registry connector (the host keeps one client per registry) are required here; the
+  // decoding source is optional (without it, compressed layers are fetched whole and
+  // decompressed first). `preferred` is not read: the snapshotter sets its own (the reader of
+  // containerd's content store).
+  ModelHostParts host;
   // Ordinary layers, and the metadata store of every snapshot. Required.
   std::unique_ptr<OverlaySnapshotter> base;
-  // The cache's remote side, which the snapshotter tells where each model's layers are, and
-  // the cache over it. Both required.
-  std::unique_ptr<RegistryRoutingSource> source;
-  // Over `source`, and the cache's source when set: compressed layers with a seek index in V
-  // are then served lazily (core/cache/decoding_blob_source.h). Optional: without it they are
-  // fetched whole and decompressed first.
-  std::unique_ptr<DecodingBlobSource> decoding;
-  std::unique_ptr<BlobCache> cache;
   // containerd's content store; null: image volumes naming a model stay empty. Not owned unless
   // it is owned_content_store.
   ContentStore* content_store = nullptr;
   std::unique_ptr<ContentStore> owned_content_store;
-  // Opens the pull client of a registry by name; the snapshotter keeps one per registry
-  // (RegistryClients, core/resolve/registry_clients.h). Required.
-  RegistryConnector connect_registry;
   // <root>/lock, flock()ed by the caller; held (and closed) by the snapshotter. -1: none.
   int root_lock_fd = -1;
 };
@@ -214,7 +208,7 @@ class ModelSnapshotter final : public Snapshotter {
   // Errors: kFailedPrecondition (another daemon holds the root), kUnavailable (FUSE mount
   // failed), kInternal (I/O, SQLite).
   static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Open(ModelSnapshotterOptions options);
-  // The same with the collaborators given: mounts <root>/mnt through parts.mounter and starts
+  // The same with the collaborators given: mounts <root>/mnt through parts.host.mounter and starts
   // re-registering the models whose snapshots parts.base holds. options.cache,
   // options.registry, options.overlay, options.containerd_address and options.content_store
   // are not read (the parts stand for them). Errors: kInvalidArgument (a required part is
@@ -273,8 +267,28 @@ class ModelSnapshotter final : public Snapshotter {
     std::set<int64_t> snapshot_ids;
   };
 
+  // The volume image of a model snapshot: the reference the pod named and the manifest digest
+  // containerd pinned.
+  struct VolumeOrigin {
+    ImageReference image;
+    Digest digest;
+  };
+
   ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapshotterParts parts);
   void Log(const std::string& line) const;
+  // The end of a remote Prepare that serves model `name` (registered already): prepares `key`
+  // on `parent` and commits it as `target` with `labels` and kLabelRemoteModel = name,
+  // removing `key` when a step after its Prepare fails, then records the snapshot as the
+  // model's, from volume image `origin`. With `volume_files` (an image-compatible V), V's
+  // `.modelfs/` files are written into the active snapshot's directory first and the snapshot
+  // is labelled kLabelRemoteFiles. `count_mounted`: counts it in remote_counts().mounted.
+  // `image_tree`: the model is the image's own merged tree (kLabelImageTree).
+  // Errors: the overlay snapshotter's, WriteVolumeFiles'.
+  absl::Status CommitModelSnapshot(const std::string& key, const std::string& parent,
+                                   const std::string& target, const Labels& labels,
+                                   const std::string& name, const VolumeOrigin& origin,
+                                   const ResolvedModel* volume_files, bool count_mounted,
+                                   bool image_tree = false);
   absl::Status PrepareRemote(const std::string& key, const std::string& parent,
                              const std::string& target, const VolumeLabels& volume,
                              const Labels& labels);
@@ -429,10 +443,6 @@ class ModelSnapshotter final : public Snapshotter {
       ABSL_GUARDED_BY(mu_);
   // The volume image (reference and manifest digest, from the Prepare's labels) of each model
   // snapshot, checked against the policy whenever a container is to use the snapshot.
-  struct VolumeOrigin {
-    ImageReference image;
-    Digest digest;
-  };
   std::map<int64_t, VolumeOrigin> volume_of_snapshot_ ABSL_GUARDED_BY(mu_);
   // lazy_images: each image manifest's volume image among its referrers (nullopt: none).
   std::map<Digest, std::optional<Descriptor>> lazy_volumes_ ABSL_GUARDED_BY(mu_);

@@ -256,17 +256,30 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
     Log(absl::StrCat("snapshot ", target, ": the volume layer unpacked in place of model ",
                      model.str(), " was removed; the model is mounted lazily in its place"));
   }
+  // CheckBinding parsed V's manifest already: this cannot fail.
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
+  // The view must be what containerd would unpack: M's files and V's `.modelfs/`.
+  RETURN_IF_ERROR(CommitModelSnapshot(key, parent, target, labels, name, {named, pinned_digest},
+                                      IsImageCompatibleVolume(v) ? &rm : nullptr,
+                                      /*count_mounted=*/false));
+  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
+  return absl::AlreadyExistsError(
+      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
+}
+
+absl::Status ModelSnapshotter::CommitModelSnapshot(
+    const std::string& key, const std::string& parent, const std::string& target,
+    const Labels& labels, const std::string& name, const VolumeOrigin& origin,
+    const ResolvedModel* volume_files, bool count_mounted, bool image_tree) {
   RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
   Labels committed = labels;
   committed[kLabelRemoteModel] = name;
-  ASSIGN_OR_RETURN(Manifest v, ParseManifest(rm.volume_manifest_json));
-  const bool with_files = IsImageCompatibleVolume(v);
-  if (with_files) {
-    // The view must be what containerd would unpack: M's files and V's `.modelfs/`.
+  if (image_tree) committed[kLabelImageTree] = "true";
+  if (volume_files != nullptr) {
     absl::Status st = absl::OkStatus();
     absl::StatusOr<SnapshotRecord> active = base_->Record(key);
     if (!active.ok()) st = active.status();
-    if (st.ok()) st = WriteVolumeFiles(base_->UpperPath(active->id), rm);
+    if (st.ok()) st = WriteVolumeFiles(base_->UpperPath(active->id), *volume_files);
     if (!st.ok()) {
       (void)base_->Remove(key);
       return st;
@@ -278,16 +291,14 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
     return st;
   }
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
-  {
-    absl::MutexLock lock(&mu_);
-    model_of_snapshot_[rec.id] = name;
-    models_[name].snapshot_ids.insert(rec.id);
-    volume_of_snapshot_[rec.id] = {named, pinned_digest};
-    if (with_files) with_volume_files_.insert(rec.id);
-  }
-  Log(absl::StrCat("snapshot ", target, " for ", ref.String(), " is model ", name));
-  return absl::AlreadyExistsError(
-      absl::StrCat("target snapshot \"", target, "\" exists (model mounted lazily)"));
+  absl::MutexLock lock(&mu_);
+  model_of_snapshot_[rec.id] = name;
+  models_[name].snapshot_ids.insert(rec.id);
+  volume_of_snapshot_[rec.id] = origin;
+  if (volume_files != nullptr) with_volume_files_.insert(rec.id);
+  if (image_tree) image_trees_.insert(rec.id);
+  if (count_mounted) counts_.mounted++;
+  return absl::OkStatus();
 }
 
 absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const std::string& parent,
@@ -445,23 +456,9 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   const std::string name = ModelName(rm.model_descriptor.digest);
   RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));
-  RETURN_IF_ERROR(base_->Prepare(key, parent, labels).status());
-  Labels committed = labels;
-  committed[kLabelRemoteModel] = name;
-  committed[kLabelImageTree] = "true";
-  if (absl::Status st = base_->Commit(target, key, committed); !st.ok()) {
-    (void)base_->Remove(key);
-    return st;
-  }
-  ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(target));
-  {
-    absl::MutexLock lock(&mu_);
-    model_of_snapshot_[rec.id] = name;
-    models_[name].snapshot_ids.insert(rec.id);
-    volume_of_snapshot_[rec.id] = {named, pinned_digest};
-    image_trees_.insert(rec.id);
-    counts_.mounted++;
-  }
+  RETURN_IF_ERROR(CommitModelSnapshot(key, parent, target, labels, name, {named, pinned_digest},
+                                      /*volume_files=*/nullptr, /*count_mounted=*/true,
+                                      /*image_tree=*/true));
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
                    name, " (volume image ", volume->digest.str(), ")",
                    ", the image's whole tree"));

@@ -13,6 +13,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
   ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
@@ -58,6 +59,7 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
     ${PROJECT_SOURCE_DIR}/core/oci/media_types.cc
     ${PROJECT_SOURCE_DIR}/core/oci/layer_decoder.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
   DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
        PkgConfig::ISAL
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_layer_decoder
@@ -71,6 +73,7 @@ modelfs_fuzzer(oci_seek_index_fuzz
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
     ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
     ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
     ${PROJECT_SOURCE_DIR}/core/base/buffer_pool.cc
   DEPS modelfs_status absl::synchronization OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD

@@ -166,15 +166,15 @@ class ModelSnapshotterTest : public ::testing::Test {
   absl::Status Open(ModelSnapshotterOptions o) {
     ModelSnapshotterParts parts;
     parts.clock = &clock_;
-    parts.mounter = std::make_unique<FakeMounter>(&calls_, mount_result_, adopt_result_);
+    parts.host.mounter = std::make_unique<FakeMounter>(&calls_, mount_result_, adopt_result_);
     ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root));
-    parts.source = std::make_unique<RegistryRoutingSource>();
+    parts.host.source = std::make_unique<RegistryRoutingSource>();
     CacheOptions co;
     co.dir = (o.root / "cache").string();
     fs::create_directories(co.dir);
-    ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
+    ASSIGN_OR_RETURN(parts.host.cache, BlobCache::Open(co, parts.host.source.get()));
     parts.content_store = &store_;
-    parts.connect_registry =
+    parts.host.connect_registry =
         [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
       {
         absl::MutexLock lock(&log_mu_);
