@@ -195,11 +195,12 @@ class TarSplitWriter {
     }
     if (!meta_.empty() || meta_end_ > 0) {
       // The pax header before this one has all its records by now.
-      absl::Status records = ParsePaxRecords(meta_, [&](std::string_view key,
-                                                        std::string_view value) -> absl::Status {
-        if (key == "size") ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
-        return absl::OkStatus();
-      });
+      absl::Status records =
+          ParsePaxRecords(meta_, [&](std::string_view key, std::string_view value) -> absl::Status {
+            if (key != "size") return absl::OkStatus();
+            ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
+            return absl::OkStatus();
+          });
       meta_.clear();
       meta_end_ = 0;
       if (!records.ok()) {
@@ -280,13 +281,13 @@ class TarSplitWriter {
   const std::string members_dir_;
   const uint64_t member_min_bytes_;
   const std::string no_space_;
-  uint64_t pos_ = 0;          // bytes of the tar written so far
-  bool following_ = true;     // the headers are still understood
-  uint64_t next_header_ = 0;  // offset of the next header block
-  std::string header_;        // the header block being received
-  std::string meta_;          // a pax header's records being received
-  uint64_t meta_end_ = 0;     // where they end
-  std::optional<uint64_t> pax_size_;         // its "size", for the next entry
+  uint64_t pos_ = 0;                          // bytes of the tar written so far
+  bool following_ = true;                     // the headers are still understood
+  uint64_t next_header_ = 0;                  // offset of the next header block
+  std::string header_;                        // the header block being received
+  std::string meta_;                          // a pax header's records being received
+  uint64_t meta_end_ = 0;                     // where they end
+  std::optional<uint64_t> pax_size_;          // its "size", for the next entry
   std::vector<LayerSegments::File> members_;  // the last one is being written
   uint64_t kicked_ = 0;                       // the last member is in writeback up to here
   bool dir_made_ = false;
