@@ -842,8 +842,11 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
       "lazybased", /*with_modelfs=*/true,
       absl::StrCat("lazy_images = [\"", registry_->host_port(), "/", kModelRepo, "\"]\n"));
   ASSERT_FALSE(HasFatalFailure());
+  // V here is M's, not the image's own, so the top layer is unpacked by containerd
+  // (AVolumeImageOfAnotherModelAmongAnImagesReferrersIsNotFollowed); the layers below it are
+  // the snapshotter's.
   std::map<std::string, std::string> seen = RunPod("lazybased", ref);
-  EXPECT_EQ(seen.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(seen.count(".modelinfo.json"), 0u);
   EXPECT_EQ(seen, stock);
   const std::vector<std::string> trees =
       SnapshotSignatures(fs::path(daemon_->root()) / "snapshots");
@@ -856,8 +859,8 @@ TEST_F(ImageCompatibleE2eTest, ALazyImagesLowerLayersAreTheTreesContainerdUnpack
   const std::string log = ReadFileOrDie(registry_->log_path()).substr(offset);
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     if (!absl::StrContains(line, "\"containerd/")) continue;
-    for (const Descriptor& l : layers) {
-      EXPECT_FALSE(absl::StrContains(line, l.digest.str())) << line;
+    for (size_t i = 0; i + 1 < layers.size(); ++i) {
+      EXPECT_FALSE(absl::StrContains(line, layers[i].digest.str())) << line;
     }
   }
   StopContainerd();
