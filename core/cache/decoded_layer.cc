@@ -82,6 +82,10 @@ class PieceQueue {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
   }
+  bool cancelled() const {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
   // Sets `*piece` to the next piece (the buffer it held goes round); empty after the last one,
   // with the status Close gave.
   absl::Status Take(std::string* piece) {
@@ -101,7 +105,7 @@ class PieceQueue {
   }
 
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<std::string> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> spare_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -357,6 +361,9 @@ class BlobCache::CompressedStream {
             name, ": its fetch made no progress at byte ", offset, " within ",
             absl::FormatDuration(cache_.options_.read_deadline), "; last error: ", st.message()));
       }
+      // A decode that stopped (corrupt bytes, a closing cache) ends the retries at once,
+      // rather than at the read deadline, for the destructor waits for this thread.
+      if (queue_.cancelled()) return absl::CancelledError("the decode stopped");
       cache_.time_->SleepFor(step);
       step = std::min(step * 2, absl::Seconds(2));
     }
