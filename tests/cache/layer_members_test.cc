@@ -153,6 +153,33 @@ TEST_F(LayerMembersTest, AChunkStraddlingTwoMembersLandsInBothFiles) {
   ExpectMembersApart();
 }
 
+// Spans and chunks land out of order; a member file allocated up front keeps its blocks
+// together for the warm loads to come (layer_store.cc, CreateMember).
+TEST_F(LayerMembersTest, AMemberFileIsAllocatedWholeBeforeAnyByteLands) {
+  auto cache = Open();
+  ASSERT_OK(Register(*cache));
+  ASSERT_OK(cache->SetLayerMembers(digest_, kMembers));
+  // Where the file system cannot allocate ahead (no fallocate), the file stays sparse.
+  const std::filesystem::path probe = dir_.Join("fallocate-probe");
+  const int pfd = open(probe.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(pfd, 0);
+  const bool can_allocate = fallocate(pfd, 0, 0, 4096) == 0;
+  close(pfd);
+  for (const auto& [offset, length] : kMembers) {
+    struct stat st;
+    ASSERT_EQ(stat(MemberPath(offset).c_str(), &st), 0) << offset;
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), length) << offset;
+    if (can_allocate) {
+      EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, length) << offset;
+    }
+  }
+  // Allocated blocks read as zeros until their bytes land: nothing unverified is served.
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(digest_, 0, blob_.size()));
+  EXPECT_EQ(got, blob_);
+  ASSERT_TRUE(Idle(*cache));
+  ExpectMembersApart();
+}
+
 TEST_F(LayerMembersTest, SpansOfAReadAcrossMembersNameEachFile) {
   auto cache = Open();
   ASSERT_OK(Register(*cache));
