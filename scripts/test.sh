@@ -20,10 +20,23 @@ fi
 # unit test layering_check_test also runs it).
 ./scripts/check-layers.sh
 ./scripts/build.sh
-# Debian's gcc 12 accepts every translation unit, warnings as errors (GCC_CHECK=0 skips it).
-if [ "${GCC_CHECK:-1}" != 0 ]; then
-  ./scripts/gcc-check.sh "${BUILD_DIR:-build}"
+# Beside the ordinary tests, at the lowest CPU priority: the ThreadSanitizer tree's build, then
+# the check that Debian's gcc 12 accepts every translation unit, warnings as errors
+# (TSAN=0, GCC_CHECK=0 leave them out). The end-to-end tests spend most of their time waiting on
+# registries, containerd and shaped links, so the compilers use cores that would idle; nothing in
+# a test asserts a time. Their output is printed after the tests, in one piece.
+side_log=$(mktemp /tmp/modelfs-test-side.XXXXXX)
+side_pid=""
+if [ "${TSAN:-1}" != 0 ] || [ "${GCC_CHECK:-1}" != 0 ]; then
+  # setsid: a process group of its own, so that an interrupted run stops every compiler in it.
+  TSAN="${TSAN:-1}" GCC_CHECK="${GCC_CHECK:-1}" BUILD_DIR="${BUILD_DIR:-build}" setsid bash -c '
+    side_rc=0
+    if [ "$TSAN" != 0 ]; then nice -n 19 ./scripts/tsan.sh || side_rc=1; fi
+    if [ "$GCC_CHECK" != 0 ]; then nice -n 19 ./scripts/gcc-check.sh "$BUILD_DIR" || side_rc=1; fi
+    exit "$side_rc"' > "$side_log" 2>&1 < /dev/null &
+  side_pid=$!
 fi
+trap '[ -n "$side_pid" ] && kill -- -"$side_pid" 2>/dev/null; rm -f "$side_log"' EXIT
 # FUSE tests need the device node and the kernel module; say so plainly when they are missing.
 [ -e /dev/fuse ] || echo "test.sh: warning: /dev/fuse is missing; FUSE tests will fail" >&2
 # A fresh tree knows no test durations, so ctest would start the slow end-to-end tests in any
@@ -37,8 +50,18 @@ if [ ! -f "$costs" ]; then
 fi
 rc=0
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 600 -j 2 "$@" || rc=$?
+if [ -n "$side_pid" ]; then
+  side_rc=0
+  wait "$side_pid" || side_rc=$?
+  side_pid=""
+  echo "test.sh: the ThreadSanitizer build and gcc-check, run beside the tests:"
+  cat "$side_log"
+  if [ "$side_rc" != 0 ]; then
+    echo "test.sh: the ThreadSanitizer build or gcc-check failed (above)" >&2
+    exit 1
+  fi
+fi
 if [ "${TSAN:-1}" != 0 ]; then
-  ./scripts/tsan.sh
   # halt_on_error: the first race fails its test at once, with its report; the tests append
   # tests/tsan/suppressions.txt (cmake/modelfs.cmake).
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "${TSAN_BUILD_DIR:-build-tsan}" -L tsan \
