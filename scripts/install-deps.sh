@@ -15,7 +15,7 @@ LOG=${MODELFS_INSTALL_LOG:-/tmp/modelfs-install-deps.log}
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build ccache pkg-config clang clang-format libclang-rt-14-dev
   # llvm-symbolizer on PATH: sanitizer reports name functions, and TSan suppressions match them
   llvm
   # libraries
