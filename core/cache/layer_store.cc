@@ -166,15 +166,13 @@ absl::StatusOr<int> LayerStore::CreateMember(const Digest& digest, uint64_t offs
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   // The file's blocks are allocated at once, in as few extents as the file system can: spans
   // land out of order (flights run side by side), and a sparse file filled that way ends in
-  // thousands of extents, which warm readahead (an mmap loader's above all) pays for on every
-  // load. A file system without fallocate gets a sparse file.
+  // many extents, which warm readahead (an mmap loader's above all) pays for on every load. A
+  // full disk is said now; a file system that cannot allocate ahead gets a sparse file.
   if (fd >= 0 && length > 0 && fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0 &&
-      errno != EOPNOTSUPP) {
+      (errno == ENOSPC || errno == EDQUOT)) {
     const int err = errno;
     close(fd);
-    return absl::Status(
-        err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
-                                       : absl::StatusCode::kInternal,
+    return absl::ResourceExhaustedError(
         absl::StrCat("cache: cannot allocate ", path, " (", length, " bytes): ", ErrnoText(err)));
   }
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(length)) != 0) {
