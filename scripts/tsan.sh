@@ -30,12 +30,8 @@ if [ "$(cat "$src/.modelfs-debian-version" 2>/dev/null)" != "$version" ]; then
   rm -rf "$BUILD_DIR/abseil-dl"
 fi
 
-# ccache as in scripts/build.sh.
-launcher=()
-if command -v ccache > /dev/null && [ "${CCACHE:-1}" != 0 ]; then
-  l="env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=true;ccache"
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER="$l" -DCMAKE_CXX_COMPILER_LAUNCHER="$l")
-fi
+# shellcheck source=scripts/ccache-launcher.sh
+source scripts/ccache-launcher.sh
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # -O1: TSan's advice (fast enough, exact stacks); about a quarter less compile time than -O2.
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
