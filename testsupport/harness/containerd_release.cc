@@ -1,8 +1,12 @@
 #include "testsupport/harness/containerd_release.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -52,6 +56,26 @@ absl::StatusOr<std::string> Containerd21ReleaseDir() {
   const std::string dir = MODELFS_CONTAINERD21_DIR;
   // The stamp is written last: a directory without it is a torn extraction.
   if (ReadAll(dir + "/.sha256") == kContainerd21Sha256) return dir;
+  // Test binaries run in parallel and another one may be extracting, or already using the
+  // directory: one extraction at a time, under an exclusive lock beside the directory, and a
+  // stamped directory is never removed (removing it under a running containerd took its
+  // binary away mid-test).
+  fs::create_directories(fs::path(dir).parent_path());
+  const std::string lock_path = dir + ".lock";
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return absl::InternalError(absl::StrCat("open ", lock_path, ": ", std::strerror(errno)));
+  }
+  struct LockGuard {
+    int fd;
+    ~LockGuard() { close(fd); }  // closing releases the flock
+  } guard{lock_fd};
+  while (flock(lock_fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      return absl::InternalError(absl::StrCat("flock ", lock_path, ": ", std::strerror(errno)));
+    }
+  }
+  if (ReadAll(dir + "/.sha256") == kContainerd21Sha256) return dir;
   const std::string staging = absl::StrCat(dir, ".tmp-", getpid());
   std::error_code ec;
   fs::remove_all(staging, ec);
@@ -70,6 +94,7 @@ absl::StatusOr<std::string> Containerd21ReleaseDir() {
     }
   }
   std::ofstream(staging + "/.sha256") << kContainerd21Sha256;
+  // Only a torn extraction (no stamp; the lock says nobody is writing it) is removed here.
   fs::remove_all(dir, ec);
   fs::rename(staging, dir, ec);
   if (ec)

@@ -5,8 +5,9 @@
 // the build tree (never onto the system). The directory holds containerd, ctr and
 // containerd-shim-runc-v2 at its top level.
 //
-// Thread safety: extraction goes to a directory of the process's own, renamed into place with
-// a stamp file inside, so concurrent test binaries at worst both extract.
+// Thread safety: concurrent test binaries extract one at a time, under an exclusive flock on
+// <dir>.lock; extraction goes to a directory of the process's own, renamed into place with a
+// stamp file inside, and a stamped directory is never removed while tests may be running it.
 #pragma once
 
 #include <string>
