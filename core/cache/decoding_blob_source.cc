@@ -39,8 +39,7 @@ BufferPool::Buffer SpanBuffer(uint64_t len) {
 
 }  // namespace
 
-void DecodingBlobSource::Add(SeekIndex seek) {
-  auto shared = std::make_shared<const SeekIndex>(std::move(seek));
+void DecodingBlobSource::Add(std::shared_ptr<const SeekIndex> shared) {
   absl::MutexLock l(&mu_);
   layers_[shared->diff_id] = std::move(shared);
 }

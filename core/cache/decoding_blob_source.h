@@ -60,7 +60,7 @@ class DecodingBlobSource final : public RemoteBlobSource {
 
   // From now on, serves `seek.diff_id` (seek.uncompressed_size bytes) by decoding spans of
   // `seek.layer_digest`. Adding a diffId again replaces its index.
-  void Add(SeekIndex seek);
+  void Add(std::shared_ptr<const SeekIndex> seek);
   // True when `diff_id` is served here.
   bool Serves(const Digest& diff_id) const;
 

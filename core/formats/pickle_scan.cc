@@ -370,7 +370,7 @@ absl::StatusOr<PickleScan> ScanPickleFile(RangeReader& reader) {
 }
 
 absl::StatusOr<PickleScan> ScanPickleBytes(std::string_view bytes, std::string_view name) {
-  std::unique_ptr<RangeReader> r = MakeMemoryRangeReader(std::string(name), std::string(bytes));
+  std::unique_ptr<RangeReader> r = MakeMemoryRangeReaderView(std::string(name), bytes);
   return ScanPickleFile(*r);
 }
 

@@ -55,9 +55,11 @@ class FileRangeReader final : public RangeReader {
   RangeReadStats stats_;
 };
 
+// Bytes is std::string (owned) or std::string_view (borrowed).
+template <typename Bytes>
 class MemoryRangeReader final : public RangeReader {
  public:
-  MemoryRangeReader(std::string name, std::string bytes)
+  MemoryRangeReader(std::string name, Bytes bytes)
       : name_(std::move(name)), bytes_(std::move(bytes)) {}
   const std::string& name() const override { return name_; }
   absl::StatusOr<uint64_t> Size() override { return bytes_.size(); }
@@ -68,12 +70,12 @@ class MemoryRangeReader final : public RangeReader {
     }
     ++stats_.requests;
     stats_.bytes += length;
-    return bytes_.substr(offset, length);
+    return std::string(bytes_.substr(offset, length));
   }
 
  private:
   std::string name_;
-  std::string bytes_;
+  Bytes bytes_;
   RangeReadStats stats_;
 };
 
@@ -98,7 +100,11 @@ absl::StatusOr<std::unique_ptr<RangeReader>> OpenFileRangeReader(const std::stri
 }
 
 std::unique_ptr<RangeReader> MakeMemoryRangeReader(std::string name, std::string bytes) {
-  return std::make_unique<MemoryRangeReader>(std::move(name), std::move(bytes));
+  return std::make_unique<MemoryRangeReader<std::string>>(std::move(name), std::move(bytes));
+}
+
+std::unique_ptr<RangeReader> MakeMemoryRangeReaderView(std::string name, std::string_view bytes) {
+  return std::make_unique<MemoryRangeReader<std::string_view>>(std::move(name), bytes);
 }
 
 bool IsHttpUrl(const std::string& s) {

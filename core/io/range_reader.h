@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -40,6 +41,8 @@ absl::StatusOr<std::unique_ptr<RangeReader>> OpenFileRangeReader(const std::stri
 
 // Serves bytes held in memory (tests, fuzzers, in-memory blobs).
 std::unique_ptr<RangeReader> MakeMemoryRangeReader(std::string name, std::string bytes);
+// The same over bytes the caller keeps alive for the reader's lifetime (no copy).
+std::unique_ptr<RangeReader> MakeMemoryRangeReaderView(std::string name, std::string_view bytes);
 
 struct HttpReaderOptions {
   long connect_timeout_ms = 10'000;

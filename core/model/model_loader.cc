@@ -98,9 +98,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       // decompresses span by span.
       auto seek = rm.seek_indexes.find(d.digest);
       auto idx = rm.chunk_indexes.find(d.digest);
-      if (seek != rm.seek_indexes.end() && seek->second.lazy() && idx != rm.chunk_indexes.end() &&
+      if (seek != rm.seek_indexes.end() && seek->second->lazy() && idx != rm.chunk_indexes.end() &&
           idx->second.content == ChunkIndex::Content::kUncompressed) {
-        const SeekIndex& si = seek->second;
+        const SeekIndex& si = *seek->second;
         ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, i));
         if ((diff_id && *diff_id != si.diff_id) || idx->second.blob_digest != si.diff_id) {
           return absl::DataLossError(absl::StrCat(
@@ -108,7 +108,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
               si.diff_id.str(), ", the model config's diffId is ",
               diff_id ? diff_id->str() : std::string("(none)")));
         }
-        o.decoding->Add(si);
+        o.decoding->Add(seek->second);
         LayerSpec spec;
         spec.digest = si.diff_id;
         spec.size = si.uncompressed_size;

@@ -52,7 +52,7 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
     if (serving != "lazy-seek-index") continue;
     // Its files are named by the diffId of the uncompressed layer.
     absl::StatusOr<Digest> d = Digest::Parse(layer);
-    if (d.ok()) early.insert(rm.seek_indexes.at(*d).diff_id);
+    if (d.ok()) early.insert(rm.seek_indexes.at(*d)->diff_id);
   }
   // .modelinfo.json reads the files by their paths in M, before V's path prefix is applied.
   const std::string prefix = rm.path_prefix.empty() ? "" : rm.path_prefix + "/";

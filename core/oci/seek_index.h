@@ -81,9 +81,10 @@ struct SeekIndex {
 std::string SerializeSeekIndex(const SeekIndex& index);
 // Errors: kOutOfRange (truncated); kInvalidArgument naming the field or the point at fault
 // (bad magic, version, encoding; a count the bytes cannot hold, checked before allocating;
-// offsets that do not increase or leave the layer; a point kind, bit count or window that
-// the encoding does not allow; a window that is not raw deflate of exactly window_size bytes;
-// trailing bytes).
+// offsets that do not increase or leave the layer; a point kind, bit count or window size
+// that the encoding does not allow; trailing bytes). Windows are not inflated here: a window
+// that is not raw deflate of exactly window_size bytes is refused by the first decode that
+// starts at its point (SpanDecoder::Create, InflateSeekWindow).
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes);
 
 // The window of a block-boundary point, uncompressed (window_size bytes). Errors:

@@ -634,7 +634,7 @@ absl::StatusOr<std::vector<TarEntry>> IndexTar(RangeReader& reader, const TarRea
 
 absl::StatusOr<std::vector<TarEntry>> IndexTarBytes(std::string_view tar,
                                                     const TarReadOptions& options) {
-  std::unique_ptr<RangeReader> r = MakeMemoryRangeReader("tar", std::string(tar));
+  std::unique_ptr<RangeReader> r = MakeMemoryRangeReaderView("tar", tar);
   return IndexTar(*r, options);
 }
 

@@ -79,6 +79,7 @@ absl::StatusOr<std::string> FetchVerifiedBlob(RegistryClient& client, const std:
                                                    " bytes; refusing more than ", max_bytes));
   }
   std::string out;
+  out.reserve(d.size);  // one allocation: a 13 MB index layer grown by doubling copied 20 MB more
   Sha256 h;
   RETURN_IF_ERROR(client.GetBlob(repo, d.digest, [&](std::string_view chunk) -> absl::Status {
     if (out.size() + chunk.size() > d.size) {
@@ -225,7 +226,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_descriptor = contents.model.manifest;
     RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
     r.chunk_indexes = std::move(contents.chunk_indexes);
-    r.seek_indexes = std::move(contents.seek_indexes);
+    for (auto& [layer, seek] : contents.seek_indexes) {
+      r.seek_indexes.emplace(layer, std::make_shared<const SeekIndex>(std::move(seek)));
+    }
     r.path_prefix = contents.model.path_prefix;
     r.volume_manifest_json = std::move(top.bytes);
     r.volume_layer_tar = std::move(tar);

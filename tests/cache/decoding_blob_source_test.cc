@@ -55,7 +55,7 @@ class DecodingBlobSourceTest : public ::testing::Test {
     diff_id_ = Digest::Of(plain_);
     ChunkIndex idx = BuildChunkIndex(plain_, kChunk, ChunkDigestAlgorithm::kBlake3);
     idx.content = ChunkIndex::Content::kUncompressed;
-    decoding_.Add(seek_);
+    decoding_.Add(std::make_shared<const SeekIndex>(seek_));
     CacheOptions o;
     o.dir = dir_.Join("cache").string();
     o.fetch_threads = 4;

@@ -122,7 +122,7 @@ class LazyCompressedLoaderTest : public ModelLoaderTest {
     ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 1 << 20));
     ChunkIndex idx = BuildChunkIndex(tar_, 1 << 20, ChunkDigestAlgorithm::kBlake3);
     idx.content = ChunkIndex::Content::kUncompressed;
-    model_.seek_indexes[gz_] = seek;
+    model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(seek);
     model_.chunk_indexes[gz_] = idx;
     CacheOptions o;
     o.dir = tmp_.Join("lazy-cache").string();
