@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -78,6 +79,39 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
 // What .modelinfo.json describes of an image: its weight files and the files beside them (an
 // image's busybox and /etc are not the model).
 std::vector<TreeFile> ModelFilesOfImage(const std::vector<TreeFile>& files);
+
+struct TarToIndex {
+  Digest digest;
+  uint64_t size = 0;
+  std::string name;  // for errors: "layer sha256:..."
+};
+
+// Each tar's headers are read one after another (where one entry ends says where the next
+// header is), and in a compressed layer each read decodes a span: the tars are indexed side by
+// side, so a model of several layers is ready in the time of its slowest, not their sum. Up to
+// kParallelTars at a time (BlobReader takes concurrent calls). Results in the order given.
+std::vector<absl::StatusOr<std::vector<TarEntry>>> IndexTarsSideBySide(
+    BlobReader& reader, const std::vector<TarToIndex>& tars) {
+  constexpr size_t kParallelTars = 8;
+  std::vector<absl::StatusOr<std::vector<TarEntry>>> out(tars.size(),
+                                                         absl::UnknownError("not indexed"));
+  auto index = [&](size_t i) {
+    BlobRangeReader tar(&reader, tars[i].digest, 0, tars[i].size, tars[i].name);
+    out[i] = IndexTar(tar);
+  };
+  if (tars.size() == 1) {
+    index(0);
+    return out;
+  }
+  for (size_t first = 0; first < tars.size(); first += kParallelTars) {
+    std::vector<std::thread> workers;
+    for (size_t i = first; i < std::min(tars.size(), first + kParallelTars); ++i) {
+      workers.emplace_back(index, i);
+    }
+    for (std::thread& t : workers) t.join();
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -211,13 +245,23 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
     out.image = true;
     out.image_counts = image.counts;
   }
+  // ModelPack tar layers: their headers indexed side by side first, used in layer order below.
+  std::vector<TarToIndex> tar_jobs;
+  for (const ModelLayer& l : rm.layers) {
+    if (rm.image || l.encoding == LayerEncoding::kRaw) continue;
+    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
+    tar_jobs.push_back(
+        {tar_layer.digest, tar_layer.size, absl::StrCat("layer ", l.descriptor.digest.str())});
+  }
+  std::vector<absl::StatusOr<std::vector<TarEntry>>> tar_entries =
+      IndexTarsSideBySide(reader, tar_jobs);
+  size_t next_tar = 0;
   for (const ModelLayer& l : rm.layers) {
     if (rm.image) break;  // merged above, with whiteouts
     const Descriptor& d = l.descriptor;
     // The layer whose bytes are the tar: a compressed layer's decoded one.
     ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
     const Digest& tar_digest = tar_layer.digest;
-    const uint64_t tar_size = tar_layer.size;
     if (l.encoding == LayerEncoding::kRaw) {
       RETURN_IF_ERROR(CheckRelativePath(l.path));
       if (!seen.insert(l.path).second) {
@@ -226,9 +270,8 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
       out.files.push_back(TreeFile{l.path, d.digest, 0, d.size, d.digest.str()});
       continue;
     }
-    // A tar layer: index its headers by range reads of verified bytes.
-    BlobRangeReader tar(&reader, tar_digest, 0, tar_size, absl::StrCat("layer ", d.digest.str()));
-    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
+    // A tar layer: its headers, indexed above by range reads of verified bytes.
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, std::move(tar_entries[next_tar++]));
     std::vector<std::pair<uint64_t, uint64_t>> members;
     for (const TarEntry& e : entries) {
       if (e.type != TarEntryType::kFile) continue;  // directories are implied; links are skipped
@@ -314,14 +357,22 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
                                           const std::map<Digest, DecodedLayer>& decoded) {
   ImageTree tree;
   std::vector<Digest> tars;  // the layer whose bytes are each layer's tar
+  std::vector<uint64_t> sizes;
   for (size_t i = 0; i < rm.layers.size(); ++i) {
-    const Descriptor& d = rm.layers[i].descriptor;
     ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(rm.layers[i], decoded));
-    const Digest& tar_digest = tar_layer.digest;
-    tars.push_back(tar_digest);
-    const std::string where = absl::StrCat("layer ", d.digest.str());
-    BlobRangeReader tar(&reader, tar_digest, 0, tar_layer.size, where);
-    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTar(tar));
+    tars.push_back(tar_layer.digest);
+    sizes.push_back(tar_layer.size);
+  }
+  std::vector<TarToIndex> jobs;
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    jobs.push_back(
+        {tars[i], sizes[i], absl::StrCat("layer ", rm.layers[i].descriptor.digest.str())});
+  }
+  std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed = IndexTarsSideBySide(reader, jobs);
+  for (size_t i = 0; i < rm.layers.size(); ++i) {
+    const Digest& tar_digest = tars[i];
+    const std::string where = absl::StrCat("layer ", rm.layers[i].descriptor.digest.str());
+    ASSIGN_OR_RETURN(std::vector<TarEntry> entries, std::move(indexed[i]));
     RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
     // As for a ModelPack tar layer: every regular file may get a file of its own in the cache
     // and be served by passthrough once verified (a file whited out above is kept, not shown).
