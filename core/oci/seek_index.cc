@@ -82,6 +82,43 @@ absl::StatusOr<std::string> InflateSeekWindow(const SeekPoint& p) {
   return out;
 }
 
+SeekIndex ThinSeekIndex(SeekIndex index, uint64_t max_bytes) {
+  const size_t n = index.points.size();
+  auto size_with_stride = [&](size_t stride) {
+    uint64_t bytes = SeekIndex::kHeaderSize;
+    for (size_t i = 0; i < n; i += stride) {
+      bytes += SeekIndex::kPointFixedSize + index.points[i].window.size();
+    }
+    return bytes;
+  };
+  const uint64_t whole = size_with_stride(1);
+  if (whole <= max_bytes || n <= 1) return index;
+  // Windows are about the same size, so the ratio is close; step up from there (a few steps).
+  size_t stride = std::max<uint64_t>(2, whole / std::max<uint64_t>(max_bytes, 1));
+  while (stride < n && size_with_stride(stride) > max_bytes) ++stride;
+  std::vector<SeekPoint> kept;
+  kept.reserve(n / stride + 1);
+  for (size_t i = 0; i < n; i += stride) kept.push_back(std::move(index.points[i]));
+  index.points = std::move(kept);
+  return index;
+}
+
+void ThinSeekIndexes(std::vector<SeekIndex>& indexes, uint64_t budget) {
+  uint64_t bytes = 0;
+  unsigned __int128 total = 0;
+  for (const SeekIndex& s : indexes) {
+    total += s.compressed_size;
+    bytes += SeekIndex::kHeaderSize;
+    for (const SeekPoint& p : s.points) bytes += SeekIndex::kPointFixedSize + p.window.size();
+  }
+  if (bytes <= budget) return;
+  for (SeekIndex& s : indexes) {
+    const auto share = static_cast<uint64_t>(
+        total == 0 ? budget : static_cast<unsigned __int128>(budget) * s.compressed_size / total);
+    s = ThinSeekIndex(std::move(s), std::max<uint64_t>(share, 64u << 10));
+  }
+}
+
 size_t SeekIndex::PointFor(uint64_t uncompressed_offset) const {
   auto it = std::upper_bound(
       points.begin(), points.end(), uncompressed_offset,

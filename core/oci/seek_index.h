@@ -87,6 +87,18 @@ std::string SerializeSeekIndex(const SeekIndex& index);
 // starts at its point (SpanDecoder::Create, InflateSeekWindow).
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes);
 
+// The index with only every k-th point kept (points[0] always), k the smallest for which the
+// serialized index is at most `max_bytes`: a decode starts from an earlier point and runs on
+// through the points dropped, so any subset that keeps the first point serves every range, only
+// with longer spans. gzip windows are about 0.6% of a layer and every one is fetched when a
+// model mounts; this bounds them. When even the first point alone does not fit, the result is
+// that one point (the layer is then read whole).
+SeekIndex ThinSeekIndex(SeekIndex index, uint64_t max_bytes);
+
+// The indexes of a model's compressed layers, thinned to `budget` bytes in all when they are
+// larger: each to its share by compressed size (at least 64 KiB).
+void ThinSeekIndexes(std::vector<SeekIndex>& indexes, uint64_t budget);
+
 // The window of a block-boundary point, uncompressed (window_size bytes). Errors:
 // kInvalidArgument when it is not raw deflate of exactly that many bytes.
 absl::StatusOr<std::string> InflateSeekWindow(const SeekPoint& point);

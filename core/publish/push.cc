@@ -185,6 +185,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.repository = model_repository;
   vin.path_prefix = path_prefix;
   vin.chunk_indexes = std::move(indexes.chunks);
+  ThinSeekIndexes(indexes.seeks, kSeekIndexBudgetBytes);
   vin.seek_indexes = std::move(indexes.seeks);
   vin.image_compatible = image_compatible;
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));

@@ -144,6 +144,61 @@ TEST(SeekIndexTest, SeveralGzipMembersGetMemberPointsAndRangesCrossThem) {
   ExpectRangesMatch(index, gz, plain);
 }
 
+// A thinned index (ThinSeekIndex: push and convert bound a model's windows) keeps its first
+// point, fits its budget and still serves every range, across the dropped points and gzip
+// members; one that fits already is unchanged, and one that cannot fit keeps only the start.
+TEST(SeekIndexTest, AThinnedIndexFitsItsBudgetAndServesEveryRange) {
+  const std::string a = Weights(700000, 4), b = Weights(900000, 5), c = Weights(500000, 6);
+  const std::string gz = testing::Gzip(a) + testing::Gzip(b) + testing::Gzip(c);
+  const std::string plain = a + b + c;
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 60000));
+  ASSERT_GE(index.points.size(), 20u);
+  const uint64_t whole = SerializeSeekIndex(index).size();
+
+  EXPECT_EQ(ThinSeekIndex(index, whole), index);
+
+  const SeekIndex thin = ThinSeekIndex(index, whole / 4);
+  EXPECT_LE(SerializeSeekIndex(thin).size(), whole / 4);
+  EXPECT_GE(thin.points.size(), 2u);
+  EXPECT_LT(thin.points.size(), index.points.size() / 3);
+  EXPECT_EQ(thin.points[0], index.points[0]);
+  EXPECT_TRUE(thin.lazy());
+  ASSERT_OK_AND_ASSIGN(SeekIndex parsed, ParseSeekIndex(SerializeSeekIndex(thin)));
+  EXPECT_EQ(parsed, thin);
+  ExpectRangesMatch(thin, gz, plain);
+  for (const SeekPoint& dropped : index.points) {  // across every point the thin index lost
+    if (dropped.uncompressed_offset == 0) continue;
+    const uint64_t off = dropped.uncompressed_offset - 1;
+    ASSERT_OK_AND_ASSIGN(std::string got, Range(thin, gz, off, 2));
+    EXPECT_EQ(got, plain.substr(off, 2)) << off;
+  }
+
+  const SeekIndex start_only = ThinSeekIndex(index, 10);
+  ASSERT_EQ(start_only.points.size(), 1u);
+  EXPECT_FALSE(start_only.lazy());
+  ExpectRangesMatch(start_only, gz, plain);
+}
+
+// A model's indexes share the budget by compressed size: the larger layer keeps more.
+TEST(SeekIndexTest, AModelsIndexesShareTheBudgetByCompressedSize) {
+  const std::string small = testing::Gzip(Weights(1 << 20, 8));
+  const std::string large = testing::Gzip(Weights(3 << 20, 9));
+  ASSERT_OK_AND_ASSIGN(SeekIndex s, BuildSeekIndex(SeekEncoding::kGzip, small, nullptr, 16384));
+  ASSERT_OK_AND_ASSIGN(SeekIndex l, BuildSeekIndex(SeekEncoding::kGzip, large, nullptr, 16384));
+  const uint64_t whole = SerializeSeekIndex(s).size() + SerializeSeekIndex(l).size();
+  std::vector<SeekIndex> v = {s, l};
+  ThinSeekIndexes(v, whole);  // fits: unchanged
+  EXPECT_EQ(v[0], s);
+  EXPECT_EQ(v[1], l);
+  const uint64_t budget = 1 << 20;  // over 64 KiB a share, under the whole
+  ASSERT_GT(whole, budget);
+  ThinSeekIndexes(v, budget);
+  const uint64_t bs = SerializeSeekIndex(v[0]).size(), bl = SerializeSeekIndex(v[1]).size();
+  EXPECT_LE(bs + bl, budget);
+  EXPECT_LE(bs, budget * small.size() / (small.size() + large.size()));
+  EXPECT_GT(bl, bs);
+}
+
 TEST(SeekIndexTest, ZstdFramesFromPushGetOnePointPerFrame) {
   const std::string plain = Weights((3 << 20) + 12345, 7);
   testing::TempDir dir;
