@@ -105,7 +105,7 @@ SeekIndex ThinSeekIndex(SeekIndex index, uint64_t max_bytes) {
 
 void ThinSeekIndexes(std::vector<SeekIndex>& indexes, uint64_t budget) {
   uint64_t bytes = 0;
-  unsigned __int128 total = 0;
+  uint64_t total = 0;  // layers are at most 4 TiB (kMaxModelLayerBytes): no overflow
   for (const SeekIndex& s : indexes) {
     total += s.compressed_size;
     bytes += SeekIndex::kHeaderSize;
@@ -113,8 +113,11 @@ void ThinSeekIndexes(std::vector<SeekIndex>& indexes, uint64_t budget) {
   }
   if (bytes <= budget) return;
   for (SeekIndex& s : indexes) {
+    // A fraction in double: budget * size could pass 64 bits, and a share need not be exact.
     const auto share = static_cast<uint64_t>(
-        total == 0 ? budget : static_cast<unsigned __int128>(budget) * s.compressed_size / total);
+        total == 0 ? static_cast<double>(budget)
+                   : static_cast<double>(budget) *
+                         (static_cast<double>(s.compressed_size) / static_cast<double>(total)));
     s = ThinSeekIndex(std::move(s), std::max<uint64_t>(share, 64u << 10));
   }
 }
