@@ -356,24 +356,17 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
 absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
                                           const std::map<Digest, DecodedLayer>& decoded) {
   ImageTree tree;
-  std::vector<Digest> tars;  // the layer whose bytes are each layer's tar
-  std::vector<uint64_t> sizes;
-  for (size_t i = 0; i < rm.layers.size(); ++i) {
-    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(rm.layers[i], decoded));
-    tars.push_back(tar_layer.digest);
-    sizes.push_back(tar_layer.size);
+  std::vector<TarToIndex> tars;  // the layer whose bytes are each layer's tar
+  for (const ModelLayer& l : rm.layers) {
+    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
+    tars.push_back(
+        {tar_layer.digest, tar_layer.size, absl::StrCat("layer ", l.descriptor.digest.str())});
   }
-  std::vector<TarToIndex> jobs;
+  std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed = IndexTarsSideBySide(reader, tars);
   for (size_t i = 0; i < rm.layers.size(); ++i) {
-    jobs.push_back(
-        {tars[i], sizes[i], absl::StrCat("layer ", rm.layers[i].descriptor.digest.str())});
-  }
-  std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed = IndexTarsSideBySide(reader, jobs);
-  for (size_t i = 0; i < rm.layers.size(); ++i) {
-    const Digest& tar_digest = tars[i];
-    const std::string where = absl::StrCat("layer ", rm.layers[i].descriptor.digest.str());
+    const Digest& tar_digest = tars[i].digest;
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, std::move(indexed[i]));
-    RETURN_IF_ERROR(ApplyImageLayer(tree, i, where, entries));
+    RETURN_IF_ERROR(ApplyImageLayer(tree, i, tars[i].name, entries));
     // As for a ModelPack tar layer: every regular file may get a file of its own in the cache
     // and be served by passthrough once verified (a file whited out above is kept, not shown).
     std::vector<std::pair<uint64_t, uint64_t>> members;
@@ -392,7 +385,7 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
     f.path = path;
     switch (node.type) {
       case ImageNodeType::kFile:
-        f.layer = tars[node.layer];
+        f.layer = tars[node.layer].digest;
         f.offset_in_layer = node.offset;
         f.size = node.size;
         f.executable = (node.mode & 0111) != 0;
