@@ -376,13 +376,8 @@ TEST_F(SeekIndexParseTest, AMalformedWindowFailsTheDecodeThatStartsAtIt) {
     ASSERT_OK_AND_ASSIGN(SeekIndex parsed, ParseSeekIndex(SerializeSeekIndex(i)));
     const uint64_t off = parsed.points[1].uncompressed_offset;
     absl::StatusOr<std::string> got = Range(parsed, gz_, off, 1000);
-    if (variant == 0) {
-      EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("window")));
-    } else if (got.ok()) {
-      // A flipped bit may still inflate to window_size bytes: then the bytes differ, and
-      // the chunk hashes refuse them (tests/cache).
-      EXPECT_NE(*got, plain_.substr(off, 1000));
-    }
+    EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("window")))
+        << variant;
     // A decode that starts at another point is not affected.
     const uint64_t off2 = parsed.points[2].uncompressed_offset;
     ASSERT_OK_AND_ASSIGN(std::string ok, Range(parsed, gz_, off2, 1000));
