@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "core/oci/model_time.h"
 #include "core/oci/path_safety.h"
 #include "core/oci/tar.h"
+#include "core/oci/tar_headers.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -84,29 +86,60 @@ struct TarToIndex {
   Digest digest;
   uint64_t size = 0;
   std::string name;  // for errors: "layer sha256:..."
+  // V's records of the tar's headers (ResolvedModel::tar_headers), when it has them: the tar is
+  // indexed from those and none of its bytes are read.
+  std::shared_ptr<const TarHeaders> headers;
 };
+// A tar layer of `rm`: the layer whose bytes are its tar, named for errors, with V's records of
+// its headers when there are some.
+absl::StatusOr<TarToIndex> TarToIndexOf(const ResolvedModel& rm, const ModelLayer& l,
+                                        const std::map<Digest, DecodedLayer>& decoded) {
+  ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
+  TarToIndex t{tar_layer.digest, tar_layer.size, absl::StrCat("layer ", l.descriptor.digest.str()),
+               nullptr};
+  if (auto it = rm.tar_headers.find(l.descriptor.digest); it != rm.tar_headers.end() &&
+                                                          it->second->tar_digest == t.digest &&
+                                                          it->second->tar_size == t.size) {
+    t.headers = it->second;
+  }
+  return t;
+}
 
 // Each tar's headers are read one after another (where one entry ends says where the next
 // header is), and in a compressed layer each read decodes a span: the tars are indexed side by
 // side, so a model of several layers is ready in the time of its slowest, not their sum. Up to
-// kParallelTars at a time (BlobReader takes concurrent calls). Results in the order given.
+// kParallelTars at a time (BlobReader takes concurrent calls). A tar with V's header records is
+// indexed from them, reading nothing. Results in the order given.
 std::vector<absl::StatusOr<std::vector<TarEntry>>> IndexTarsSideBySide(
     BlobReader& reader, const std::vector<TarToIndex>& tars) {
   constexpr size_t kParallelTars = 8;
   std::vector<absl::StatusOr<std::vector<TarEntry>>> out(tars.size(),
                                                          absl::UnknownError("not indexed"));
   auto index = [&](size_t i) {
+    if (tars[i].headers != nullptr) {
+      std::unique_ptr<RangeReader> recorded = MakeTarHeadersReader(tars[i].headers, tars[i].name);
+      out[i] = IndexTar(*recorded);
+      return;
+    }
     BlobRangeReader tar(&reader, tars[i].digest, 0, tars[i].size, tars[i].name);
     out[i] = IndexTar(tar);
   };
-  if (tars.size() == 1) {
-    index(0);
+  std::vector<size_t> to_read;  // the tars indexed by reading their layers
+  for (size_t i = 0; i < tars.size(); ++i) {
+    if (tars[i].headers != nullptr) {
+      index(i);
+    } else {
+      to_read.push_back(i);
+    }
+  }
+  if (to_read.size() == 1) {
+    index(to_read[0]);
     return out;
   }
-  for (size_t first = 0; first < tars.size(); first += kParallelTars) {
+  for (size_t first = 0; first < to_read.size(); first += kParallelTars) {
     std::vector<std::thread> workers;
-    for (size_t i = first; i < std::min(tars.size(), first + kParallelTars); ++i) {
-      workers.emplace_back(index, i);
+    for (size_t k = first; k < std::min(to_read.size(), first + kParallelTars); ++k) {
+      workers.emplace_back(index, to_read[k]);
     }
     for (std::thread& t : workers) t.join();
   }
@@ -249,9 +282,8 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   std::vector<TarToIndex> tar_jobs;
   for (const ModelLayer& l : rm.layers) {
     if (rm.image || l.encoding == LayerEncoding::kRaw) continue;
-    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
-    tar_jobs.push_back(
-        {tar_layer.digest, tar_layer.size, absl::StrCat("layer ", l.descriptor.digest.str())});
+    ASSIGN_OR_RETURN(TarToIndex job, TarToIndexOf(rm, l, decoded));
+    tar_jobs.push_back(std::move(job));
   }
   std::vector<absl::StatusOr<std::vector<TarEntry>>> tar_entries =
       IndexTarsSideBySide(reader, tar_jobs);
@@ -358,9 +390,8 @@ absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& r
   ImageTree tree;
   std::vector<TarToIndex> tars;  // the layer whose bytes are each layer's tar
   for (const ModelLayer& l : rm.layers) {
-    ASSIGN_OR_RETURN(const DecodedLayer tar_layer, TarLayerOf(l, decoded));
-    tars.push_back(
-        {tar_layer.digest, tar_layer.size, absl::StrCat("layer ", l.descriptor.digest.str())});
+    ASSIGN_OR_RETURN(TarToIndex job, TarToIndexOf(rm, l, decoded));
+    tars.push_back(std::move(job));
   }
   std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed = IndexTarsSideBySide(reader, tars);
   for (size_t i = 0; i < rm.layers.size(); ++i) {

@@ -26,6 +26,9 @@ std::string ChunkIndexPath(const Digest& layer) {
 std::string SeekIndexPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeSeekDir), "/", AV(layer.hex()), ".idx");
 }
+std::string TarHeadersPath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeTarDir), "/", AV(layer.hex()), ".hdr");
+}
 
 Descriptor ManifestRef(const Descriptor& d) {
   // Only the identity of M; annotations, urls and platform do not belong in a pointer.
@@ -141,6 +144,13 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       sj["uncompressedSize"] = l.seek_index->uncompressed_size;
       sj["points"] = l.seek_index->points;
       lj["seekIndex"] = std::move(sj);
+    }
+    if (l.tar_headers.has_value()) {
+      Json tj = Json::object();
+      tj["path"] = l.tar_headers->path;
+      tj["digest"] = l.tar_headers->digest.str();
+      tj["entries"] = l.tar_headers->entries;
+      lj["tarHeaders"] = std::move(tj);
     }
     layers.push_back(std::move(lj));
   }
@@ -263,6 +273,26 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           w, ".chunkIndex: an index of uncompressed bytes needs a seekIndex beside it"));
     }
+    if (const Json* tj = oci_json::Find(lj, "tarHeaders")) {
+      const std::string tw = absl::StrCat(w, ".tarHeaders");
+      if (!tj->is_object()) return absl::InvalidArgumentError(absl::StrCat(tw, ": not an object"));
+      VolumeTarHeadersRef ref;
+      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(*tj, "path", tw, true));
+      absl::Status s = CheckRelativePath(ref.path);
+      if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(tw, ".path: ", s.message()));
+      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*tj, "digest", tw));
+      ASSIGN_OR_RETURN(std::optional<uint64_t> entries,
+                       oci_json::GetSize(*tj, "entries", tw, true));
+      ref.entries = *entries;
+      const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
+      if (!info || info->encoding == LayerEncoding::kRaw ||
+          (IsCompressedEncoding(info->encoding) && !l.seek_index)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            tw, ": tar headers for a layer of type ", l.media_type,
+            " (only a tar layer, and a compressed one with its seekIndex beside them)"));
+      }
+      l.tar_headers = std::move(ref);
+    }
     info.layers.push_back(std::move(l));
   }
   return info;
@@ -378,6 +408,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   for (const SeekIndex& idx : input.seek_indexes) seek_by_layer[idx.layer_digest] = &idx;
   std::set<Digest> used;
   std::set<Digest> seek_used;
+  std::map<Digest, const TarHeaders*> headers_by_tar;
+  for (const TarHeaders& h : input.tar_headers) headers_by_tar[h.tar_digest] = &h;
+  std::set<Digest> headers_used;
   std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
 
   ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
@@ -458,12 +491,36 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       rec.chunk_index = std::move(ref);
       used.insert(indexed);
     }
+    if (auto hit = headers_by_tar.find(indexed); hit != headers_by_tar.end()) {
+      const TarHeaders& h = *hit->second;
+      if (layer.encoding == LayerEncoding::kRaw || h.tar_size != indexed_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tar headers for ", indexed.str(), " (a tar of ", h.tar_size,
+                         " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type,
+                         ", ", indexed_size, " bytes of tar)"));
+      }
+      std::string bytes = SerializeTarHeaders(h);
+      VolumeTarHeadersRef ref;
+      ref.path = TarHeadersPath(rec.digest);
+      ref.digest = Digest::Of(bytes);
+      ref.entries = h.entries;
+      index_files[ref.path] = std::move(bytes);
+      rec.tar_headers = std::move(ref);
+      headers_used.insert(indexed);
+    }
     info.layers.push_back(std::move(rec));
   }
   for (const auto& [digest, idx] : seek_by_layer) {
     if (!seek_used.count(digest)) {
       return absl::InvalidArgumentError(absl::StrCat("seek index for ", digest.str(),
                                                      " names no layer of ",
+                                                     input.model_manifest.digest.str()));
+    }
+  }
+  for (const auto& [digest, h] : headers_by_tar) {
+    if (!headers_used.count(digest)) {
+      return absl::InvalidArgumentError(absl::StrCat("tar headers for ", digest.str(),
+                                                     " name no tar layer of ",
                                                      input.model_manifest.digest.str()));
     }
   }
@@ -486,6 +543,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     if (with_indexes) {
       RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
       if (!seek_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
+      if (!headers_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeTarDir));
       for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
     }
     return tar.Finish();
@@ -573,6 +631,30 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
   }
   VolumeLayerContents out;
   ASSIGN_OR_RETURN(out.model, ParseVolumeModelJson(model_it->second));
+  for (const VolumeLayerRecord& l : out.model.layers) {
+    if (!l.tar_headers.has_value() || out.tar_headers.count(l.digest)) continue;
+    const VolumeTarHeadersRef& ref = *l.tar_headers;
+    auto it = files.find(ref.path);
+    if (it == files.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("volume layer: tar headers ", ref.path,
+                                                     " for ", l.digest.str(), " are missing"));
+    }
+    const Digest got = Digest::Of(it->second);
+    if (got != ref.digest) {
+      return absl::DataLossError(absl::StrCat("volume layer: tar headers ", ref.path, " have ",
+                                              got.str(), ", model.json says ", ref.digest.str()));
+    }
+    ASSIGN_OR_RETURN(TarHeaders h, ParseTarHeaders(it->second));
+    const Digest& want = l.seek_index ? l.seek_index->diff_id : l.digest;
+    const uint64_t want_size = l.seek_index ? l.seek_index->uncompressed_size : l.size;
+    if (h.tar_digest != want || h.tar_size != want_size || h.entries != ref.entries) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("volume layer: tar headers ", ref.path, " describe ", h.tar_digest.str(),
+                       " (", h.tar_size, " bytes, ", h.entries, " entries) but model.json says ",
+                       want.str(), " (", want_size, " bytes, ", ref.entries, " entries)"));
+    }
+    out.tar_headers.emplace(l.digest, std::move(h));
+  }
   for (const VolumeLayerRecord& l : out.model.layers) {
     if (!l.chunk_index.has_value() || out.chunk_indexes.count(l.digest)) continue;
     const VolumeChunkIndexRef& ref = *l.chunk_index;

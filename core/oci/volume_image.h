@@ -27,6 +27,7 @@
 #include "core/oci/descriptor.h"
 #include "core/oci/manifest.h"
 #include "core/oci/seek_index.h"
+#include "core/oci/tar_headers.h"
 
 namespace modelfs {
 
@@ -36,6 +37,7 @@ inline constexpr std::string_view kVolumeModelJsonPath = ".modelfs/model.json";
 inline constexpr std::string_view kVolumeReadmePath = ".modelfs/README.txt";
 inline constexpr std::string_view kVolumeChunksDir = ".modelfs/chunks";
 inline constexpr std::string_view kVolumeSeekDir = ".modelfs/seek";
+inline constexpr std::string_view kVolumeTarDir = ".modelfs/tar";
 // Layer A must stay small: containerd unpacks it on nodes without modelfs.
 inline constexpr uint64_t kMaxVolumeLayerBytes = 4ull << 20;
 // Index files that would make A larger go into index layers below A (docs/volume-image.md,
@@ -99,6 +101,14 @@ struct VolumeSeekIndexRef {
   uint64_t points = 0;  // 1: a single zstd frame, which can only be decoded whole
   friend bool operator==(const VolumeSeekIndexRef&, const VolumeSeekIndexRef&) = default;
 };
+// "tarHeaders" in model.json: the header bytes of a tar layer's tar (core/oci/tar_headers.h),
+// so a mount indexes it without reading the layer.
+struct VolumeTarHeadersRef {
+  std::string path;  // ".modelfs/tar/<layer hex>.hdr"
+  Digest digest;     // SHA-256 of the file
+  uint64_t entries = 0;
+  friend bool operator==(const VolumeTarHeadersRef&, const VolumeTarHeadersRef&) = default;
+};
 struct VolumeLayerRecord {
   Digest digest;  // the layer of M
   uint64_t size = 0;
@@ -108,6 +118,9 @@ struct VolumeLayerRecord {
   // Compressed layers: with it, chunk_index covers the uncompressed tar (content kUncompressed,
   // blob digest = seek_index->diff_id).
   std::optional<VolumeSeekIndexRef> seek_index;
+  // A tar layer's header records: of the layer itself when uncompressed, else of the tar its
+  // seek index names (a compressed layer has them only beside a seek index).
+  std::optional<VolumeTarHeadersRef> tar_headers;
   friend bool operator==(const VolumeLayerRecord&, const VolumeLayerRecord&) = default;
 };
 struct VolumeModelInfo {
@@ -134,6 +147,10 @@ struct VolumeImageInput {
   // Any order, matched to M's compressed layers by layer digest; each needs the chunk index of
   // its uncompressed bytes in chunk_indexes (content kUncompressed, blob digest = diff_id).
   std::vector<SeekIndex> seek_indexes;
+  // Any order, matched to M's tar layers by the digest of the tar (an uncompressed layer's
+  // digest, a compressed one's diffId from its seek index). A layer without them is indexed
+  // from its own bytes at mount.
+  std::vector<TarHeaders> tar_headers;
   std::string architecture = "amd64";
   std::string os = "linux";
   // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
@@ -200,12 +217,14 @@ struct VolumeLayerContents {
   VolumeModelInfo model;
   std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
   std::map<Digest, SeekIndex> seek_indexes;    // by (compressed) layer digest
+  std::map<Digest, TarHeaders> tar_headers;    // by layer digest
 };
 // Reads A (already verified against its digest by the caller). Each chunk index file is
 // checked against model.json: digest (kDataLoss on mismatch), and blob digest, size and chunk
 // size (kInvalidArgument). A seek index likewise (digest; layer digest and size, encoding,
 // diffId, uncompressed size), and it must agree with its layer's chunk index of the
-// uncompressed bytes. A missing model.json or index file is kInvalidArgument.
+// uncompressed bytes. Tar headers likewise (digest; the tar they describe and its size). A
+// missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
 // The same over A and V's index layers (each verified by the caller), as containerd would
 // unpack them: a file is looked up by path in A, then in the layers below it.

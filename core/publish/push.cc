@@ -30,6 +30,7 @@
 #include "core/oci/path_safety.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/tar.h"
+#include "core/oci/tar_headers.h"
 #include "core/oci/volume_image.h"
 #include "core/oci/zstd_frames.h"
 #include "core/publish/blob_upload.h"
@@ -115,7 +116,8 @@ namespace {
 // What V carries for a model's layers.
 struct LayerIndexes {
   std::vector<ChunkIndex> chunks;
-  std::vector<SeekIndex> seeks;  // compressed layers; their chunk index covers the diffId
+  std::vector<SeekIndex> seeks;         // compressed layers; their chunk index covers the diffId
+  std::vector<TarHeaders> tar_headers;  // tar layers' header records (convert only)
 };
 
 // One pass over a compressed layer: its seek index, and the chunk index of its uncompressed
@@ -130,9 +132,11 @@ class CompressedIndexer {
     ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> seek, SeekIndexBuilder::Create(e, layer));
     return CompressedIndexer(std::move(seek), chunk_size, algorithm);
   }
-  absl::Status Feed(std::string_view compressed) {
+  // `headers`, when set, follows the uncompressed tar too.
+  absl::Status Feed(std::string_view compressed, TarHeaderRecorder* headers = nullptr) {
     return seek_->Feed(compressed, [&](std::string_view plain) {
       chunks_.Update(plain);
+      if (headers != nullptr) headers->Feed(plain);
       return absl::OkStatus();
     });
   }
@@ -187,6 +191,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.chunk_indexes = std::move(indexes.chunks);
   ThinSeekIndexes(indexes.seeks, kSeekIndexBudgetBytes);
   vin.seek_indexes = std::move(indexes.seeks);
+  vin.tar_headers = std::move(indexes.tar_headers);
   vin.image_compatible = image_compatible;
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   if (image_compatible) {
@@ -476,6 +481,9 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     const Descriptor& d = layer.descriptor;
     ChunkIndexBuilder b(chunk_size, o.chunk_digest);
     std::optional<CompressedIndexer> compressed;
+    // Every tar layer's headers, from the same pass, so a mount lists it without reading it.
+    std::optional<TarHeaderRecorder> headers;
+    if (layer.encoding != LayerEncoding::kRaw) headers.emplace();
     if (IsCompressedEncoding(layer.encoding)) {
       ASSIGN_OR_RETURN(compressed,
                        CompressedIndexer::Create(layer.encoding, chunk_size, o.chunk_digest,
@@ -491,7 +499,11 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
                                                 " bytes"));
       }
       b.Update(chunk);
-      if (compressed) RETURN_IF_ERROR(compressed->Feed(chunk));
+      if (compressed) {
+        RETURN_IF_ERROR(compressed->Feed(chunk, headers ? &*headers : nullptr));
+      } else if (headers) {
+        headers->Feed(chunk);
+      }
       if (o.progress) o.progress({"indexing " + role, done, d.size});
       return absl::OkStatus();
     }));
@@ -515,9 +527,17 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
             both.first.diff_id.str(), ", the model config's diffId is ", diff_id->str()));
       }
       if (!both.first.lazy()) result.verified_whole.push_back(d.digest);
+      if (std::optional<TarHeaders> h = headers->Finish(both.first.diff_id, role)) {
+        indexes.tar_headers.push_back(*std::move(h));
+      }
       indexes.seeks.push_back(std::move(both.first));
       indexes.chunks.push_back(std::move(both.second));
       continue;
+    }
+    if (headers) {
+      if (std::optional<TarHeaders> h = headers->Finish(d.digest, role)) {
+        indexes.tar_headers.push_back(*std::move(h));
+      }
     }
     indexes.chunks.push_back(std::move(idx));
   }

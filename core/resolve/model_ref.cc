@@ -229,6 +229,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     for (auto& [layer, seek] : contents.seek_indexes) {
       r.seek_indexes.emplace(layer, std::make_shared<const SeekIndex>(std::move(seek)));
     }
+    for (auto& [layer, headers] : contents.tar_headers) {
+      r.tar_headers.emplace(layer, std::make_shared<const TarHeaders>(std::move(headers)));
+    }
     r.path_prefix = contents.model.path_prefix;
     r.volume_manifest_json = std::move(top.bytes);
     r.volume_layer_tar = std::move(tar);

@@ -49,6 +49,10 @@ struct ResolvedModel {
   // Shared with the decoding source that serves the layer (a 2 GiB layer's index holds about
   // 13 MB of windows: never copied).
   std::map<Digest, std::shared_ptr<const SeekIndex>> seek_indexes;
+  // Tar layers' header records from V, by layer digest (core/oci/tar_headers.h): the mount
+  // indexes those tars from them instead of reading their headers from the layers. Trusted as V
+  // is; the lazy-image path, whose V nobody pinned, clears them.
+  std::map<Digest, std::shared_ptr<const TarHeaders>> tar_headers;
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
   // M is an ordinary container image (OCI or Docker v2; a KServe modelcar), not a model

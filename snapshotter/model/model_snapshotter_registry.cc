@@ -453,6 +453,11 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
         rm.path_prefix.empty() ? "" : absl::StrCat(" under ", rm.path_prefix), ", not the tree of ",
         named.String(), "@", pinned, " itself (write one with `modelfs convert IMAGE`)"));
   }
+  // Nobody pinned this V: its records of the layers' tar headers could name the image's files
+  // otherwise than the layers do, which no chunk hash would catch. The headers are read from
+  // the layers themselves (every byte verified), as without records; the model's record keeps
+  // that choice across a restart.
+  rm.tar_headers.clear();
   const std::string name = ModelName(rm.model_descriptor.digest);
   RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));

@@ -11,6 +11,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_hash.cc
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/tar_headers.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
@@ -42,8 +43,9 @@ modelfs_fuzzer(oci_chunk_index_fuzz
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_chunk_index
   RUNS 20000)
 
-# IndexTar (paths checked and raw) and ParseVolumeLayer on arbitrary bytes; every entry's data
-# must lie inside the blob.
+# IndexTar (paths checked and raw), TarHeaderRecorder, ParseTarHeaders and ParseVolumeLayer on
+# arbitrary bytes; every entry's data must lie inside the blob, and a tar indexed from its
+# recorded headers gives the entries it gives itself.
 modelfs_fuzzer(oci_tar_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_tar_fuzz.cc
   INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES}

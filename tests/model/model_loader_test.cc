@@ -14,6 +14,7 @@
 #include "core/oci/media_types.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/tar.h"
+#include "core/oci/tar_headers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model/cached_model_fixture.h"
@@ -153,6 +154,42 @@ TEST_F(LazyCompressedLoaderTest, ALayerWithASeekIndexIsServedLazilyAsItsDiffId) 
   EXPECT_GT(decoding_.stats().compressed_bytes, 0u);
   // The spans of the tar headers (its start and end) and of the read: 3 of 8.
   EXPECT_LT(decoding_.stats().compressed_bytes, tar_.size() / 2);
+}
+
+TEST_F(LazyCompressedLoaderTest, WithVsTarHeaderRecordsTheLayerIsListedWithoutDecodingAnything) {
+  TarHeaderRecorder recorder;
+  recorder.Feed(tar_);
+  std::optional<TarHeaders> headers = recorder.Finish(Digest::Of(tar_), "layer");
+  ASSERT_TRUE(headers.has_value());
+  model_.tar_headers[gz_] = std::make_shared<const TarHeaders>(*headers);
+  LoadOptions o;
+  o.decoding = &decoding_;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
+  EXPECT_EQ(decoding_.stats().compressed_bytes, 0u);
+  ASSERT_EQ(loaded.files.size(), 1u);
+  EXPECT_EQ(loaded.files[0].path, "weights/model.bin");
+  EXPECT_EQ(loaded.files[0].offset_in_layer, 512u);
+  EXPECT_EQ(loaded.files[0].size, weights_.size());
+  ASSERT_OK_AND_ASSIGN(std::string got, lazy_cache_->Read(Digest::Of(tar_), 512 + 4096, 4096));
+  EXPECT_TRUE(got == weights_.substr(4096, 4096));
+}
+
+TEST_F(LazyCompressedLoaderTest, TarHeaderRecordsOfAnotherTarAreNotUsed) {
+  TarWriter other;
+  ASSERT_OK(other.AddFile("weights/other.bin", std::string(weights_.size(), 'x')));
+  const std::string other_tar = other.Finish();
+  ASSERT_EQ(other_tar.size(), tar_.size());
+  TarHeaderRecorder recorder;
+  recorder.Feed(other_tar);
+  std::optional<TarHeaders> headers = recorder.Finish(Digest::Of(other_tar), "layer");
+  ASSERT_TRUE(headers.has_value());
+  model_.tar_headers[gz_] = std::make_shared<const TarHeaders>(*headers);
+  LoadOptions o;
+  o.decoding = &decoding_;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
+  ASSERT_EQ(loaded.files.size(), 1u);
+  EXPECT_EQ(loaded.files[0].path, "weights/model.bin");  // read from the layer itself
+  EXPECT_GT(decoding_.stats().compressed_bytes, 0u);
 }
 
 TEST_F(LazyCompressedLoaderTest, WithoutADecodingSourceTheLayerIsDecodedWhole) {

@@ -800,5 +800,96 @@ TEST(ParseVolumeModelJsonTest, RefusesAnUncompressedChunkIndexWithoutASeekIndex)
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a seekIndex")));
 }
 
+// Header records for the compressed fixture's tar (its bytes are not a tar: BuildVolumeImage
+// and ParseVolumeLayer check what the records describe, not what they say).
+TarHeaders HeadersFor(const CompressedFixture& f) {
+  TarHeaders h;
+  h.tar_digest = Digest::Of(f.tar);
+  h.tar_size = f.tar.size();
+  h.entries = 1;
+  h.extents = {{0, f.tar.substr(0, 512)}, {4096, f.tar.substr(4096, 1024)}};
+  return h;
+}
+
+TEST(BuildVolumeImageTest, ACompressedTarLayerCarriesItsTarHeaders) {
+  CompressedFixture f = MakeCompressedFixture();
+  f.input.tar_headers = {HeadersFor(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const VolumeLayerRecord& rec = v.model_info.layers.at(0);
+  ASSERT_TRUE(rec.tar_headers.has_value());
+  EXPECT_EQ(rec.tar_headers->path, ".modelfs/tar/" + std::string(Digest::Of(f.gz).hex()) + ".hdr");
+  EXPECT_EQ(rec.tar_headers->entries, 1u);
+  EXPECT_EQ(rec.tar_headers->digest, Digest::Of(SerializeTarHeaders(HeadersFor(f))));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents back, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(back.model, v.model_info);
+  EXPECT_EQ(back.tar_headers.at(Digest::Of(f.gz)), HeadersFor(f));
+  // Without them, model.json is what it was before they existed.
+  ASSERT_OK_AND_ASSIGN(VolumeImage without, BuildVolumeImage(MakeCompressedFixture().input));
+  EXPECT_FALSE(without.model_info.layers.at(0).tar_headers.has_value());
+  EXPECT_FALSE(absl::StrContains(without.layer, "tarHeaders"));
+}
+
+TEST(BuildVolumeImageTest, RefusesTarHeadersOfNoTarOfTheModel) {
+  CompressedFixture f = MakeCompressedFixture();
+  TarHeaders other = HeadersFor(f);
+  other.tar_digest = Digest::Of("another tar");
+  f.input.tar_headers = {other};
+  EXPECT_THAT(BuildVolumeImage(f.input).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name no tar layer")));
+  f = MakeCompressedFixture();
+  TarHeaders shorter = HeadersFor(f);
+  shorter.tar_size -= 512;
+  f.input.tar_headers = {shorter};
+  EXPECT_THAT(BuildVolumeImage(f.input).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit the layer")));
+}
+
+TEST(ParseVolumeLayerTest, RefusesTarHeadersThatDisagreeWithModelJson) {
+  CompressedFixture f = MakeCompressedFixture();
+  f.input.tar_headers = {HeadersFor(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents good, ParseVolumeLayer(v.layer));
+  const VolumeModelInfo& info = v.model_info;
+  auto a_with = [&](const VolumeModelInfo& model, const std::string& headers) {
+    TarWriter tar;
+    EXPECT_OK(tar.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(model)));
+    EXPECT_OK(tar.AddFile(model.layers[0].chunk_index->path,
+                          SerializeChunkIndex(good.chunk_indexes.begin()->second)));
+    EXPECT_OK(tar.AddFile(model.layers[0].seek_index->path, SerializeSeekIndex(f.seek)));
+    EXPECT_OK(tar.AddFile(model.layers[0].tar_headers->path, headers));
+    return tar.Finish();
+  };
+  // Other bytes than model.json's digest names.
+  TarHeaders changed = HeadersFor(f);
+  changed.extents[0].bytes[0] ^= 1;
+  EXPECT_THAT(ParseVolumeLayer(a_with(info, SerializeTarHeaders(changed))).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(info.layers[0].tar_headers->path)));
+  // The digest matches, but the records describe another count of entries.
+  VolumeModelInfo more = info;
+  more.layers[0].tar_headers->entries = 2;
+  EXPECT_THAT(ParseVolumeLayer(a_with(more, SerializeTarHeaders(HeadersFor(f)))).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("entries")));
+  // Missing.
+  TarWriter none;
+  ASSERT_OK(none.AddFile(kVolumeModelJsonPath, SerializeVolumeModelJson(info)));
+  ASSERT_OK(none.AddFile(info.layers[0].chunk_index->path,
+                         SerializeChunkIndex(good.chunk_indexes.begin()->second)));
+  ASSERT_OK(none.AddFile(info.layers[0].seek_index->path, SerializeSeekIndex(f.seek)));
+  EXPECT_THAT(ParseVolumeLayer(none.Finish()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("are missing")));
+}
+
+TEST(ParseVolumeModelJsonTest, RefusesTarHeadersOnALayerThatIsNoTar) {
+  Fixture f = MakeFixture();  // raw layers
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.layers[0].tar_headers = VolumeTarHeadersRef{".modelfs/tar/x.hdr", Digest::Of("x"), 1};
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tarHeaders")));
+  info.layers[0].tar_headers->path = "../escape.hdr";
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+}
+
 }  // namespace
 }  // namespace modelfs

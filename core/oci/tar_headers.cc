@@ -1,0 +1,276 @@
+// Format (docs/volume-image.md, "Tar headers"), little-endian:
+//   "MFSTARH\0", version u32 (1), reserved u32 (0), tar digest (32 raw bytes of SHA-256),
+//   tar size u64, entries u64, extent count u64,
+//   then per extent: offset u64, length u32, `length` bytes.
+#include "core/oci/tar_headers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/oci/index_fields.h"
+#include "core/oci/tar.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+
+namespace {
+
+constexpr std::string_view kMagic("MFSTARH\0", 8);
+using index_fields::GetDigest;
+using index_fields::GetLE;
+using index_fields::PutDigest;
+using index_fields::PutU32;
+using index_fields::PutU64;
+
+// Reads as 0xff wherever nothing was recorded: a block of them has no valid checksum and is
+// not the all-zero end-of-archive block, so a header that was not recorded fails the scan.
+class TarHeadersReader final : public RangeReader {
+ public:
+  TarHeadersReader(std::shared_ptr<const TarHeaders> headers, std::string name)
+      : headers_(std::move(headers)), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() override { return headers_->tar_size; }
+  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
+    if (offset > headers_->tar_size || length > headers_->tar_size - offset) {
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read of ", length, " bytes at offset ",
+                                                offset, " passes the tar's end"));
+    }
+    std::string out(length, '\xff');
+    const uint64_t end = offset + length;
+    const std::vector<TarHeaders::Extent>& ex = headers_->extents;
+    // The first extent that ends after `offset`.
+    auto it = std::partition_point(ex.begin(), ex.end(), [&](const TarHeaders::Extent& e) {
+      return e.offset + e.bytes.size() <= offset;
+    });
+    for (; it != ex.end() && it->offset < end; ++it) {
+      const uint64_t from = std::max(offset, it->offset);
+      const uint64_t to = std::min(end, it->offset + it->bytes.size());
+      memcpy(out.data() + (from - offset), it->bytes.data() + (from - it->offset), to - from);
+    }
+    ++stats_.requests;
+    stats_.bytes += length;
+    return out;
+  }
+  RangeReadStats stats() const override { return stats_; }
+
+ private:
+  const std::shared_ptr<const TarHeaders> headers_;
+  const std::string name_;
+  RangeReadStats stats_;
+};
+
+}  // namespace
+
+uint64_t TarHeaders::recorded_bytes() const {
+  uint64_t n = 0;
+  for (const Extent& e : extents) n += e.bytes.size();
+  return n;
+}
+
+std::string SerializeTarHeaders(const TarHeaders& headers) {
+  std::string out;
+  out.reserve(TarHeaders::kHeaderSize + headers.extents.size() * TarHeaders::kExtentFixedSize +
+              headers.recorded_bytes());
+  out.append(kMagic);
+  PutU32(out, TarHeaders::kVersion);
+  PutU32(out, 0);
+  PutDigest(out, headers.tar_digest);
+  PutU64(out, headers.tar_size);
+  PutU64(out, headers.entries);
+  PutU64(out, headers.extents.size());
+  for (const TarHeaders::Extent& e : headers.extents) {
+    PutU64(out, e.offset);
+    PutU32(out, static_cast<uint32_t>(e.bytes.size()));
+    out.append(e.bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<TarHeaders> ParseTarHeaders(std::string_view bytes) {
+  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "tar headers"));
+  if (version != TarHeaders::kVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tar headers: version is ", version, ", this build reads version 1"));
+  }
+  if (bytes.size() < TarHeaders::kHeaderSize) {
+    return absl::OutOfRangeError(absl::StrCat("tar headers: truncated: ", bytes.size(),
+                                              " bytes, the header alone is ",
+                                              TarHeaders::kHeaderSize));
+  }
+  if (GetLE(bytes, 12, 4) != 0) {
+    return absl::InvalidArgumentError("tar headers: reserved bytes are not 0");
+  }
+  TarHeaders h;
+  h.tar_digest = GetDigest(bytes, 16);
+  h.tar_size = GetLE(bytes, 48, 8);
+  h.entries = GetLE(bytes, 56, 8);
+  const uint64_t count = GetLE(bytes, 64, 8);
+  const std::string name = absl::StrCat("tar headers of ", h.tar_digest.str());
+  size_t at = TarHeaders::kHeaderSize;
+  if ((bytes.size() - at) / TarHeaders::kExtentFixedSize < count) {
+    return absl::OutOfRangeError(absl::StrCat(
+        name, ": truncated: ", count, " extents need at least ",
+        count * TarHeaders::kExtentFixedSize, " bytes after the header, have ", bytes.size() - at));
+  }
+  h.extents.reserve(count);
+  uint64_t prev_end = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (bytes.size() - at < TarHeaders::kExtentFixedSize) {
+      return absl::OutOfRangeError(absl::StrCat(name, ": truncated at extent ", i));
+    }
+    TarHeaders::Extent e;
+    e.offset = GetLE(bytes, at, 8);
+    const uint64_t length = GetLE(bytes, at + 8, 4);
+    at += TarHeaders::kExtentFixedSize;
+    const std::string where =
+        absl::StrCat(name, ": extent ", i, " (offset ", e.offset, ", ", length, " bytes)");
+    if (length == 0 || length > TarHeaders::kMaxExtentBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": length is not 1 to ", TarHeaders::kMaxExtentBytes));
+    }
+    if (i > 0 && e.offset <= prev_end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": does not start after the extent before it, which ends at ",
+                       prev_end, " (adjacent extents are one)"));
+    }
+    if (e.offset > h.tar_size || length > h.tar_size - e.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": passes the tar's end at ", h.tar_size));
+    }
+    if (bytes.size() - at < length) {
+      return absl::OutOfRangeError(absl::StrCat(where, ": truncated"));
+    }
+    e.bytes.assign(bytes.substr(at, length));
+    at += length;
+    prev_end = e.offset + length;
+    h.extents.push_back(std::move(e));
+  }
+  if (at != bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", bytes.size() - at, " trailing bytes"));
+  }
+  return h;
+}
+
+std::unique_ptr<RangeReader> MakeTarHeadersReader(std::shared_ptr<const TarHeaders> headers,
+                                                  std::string name) {
+  return std::make_unique<TarHeadersReader>(std::move(headers), std::move(name));
+}
+
+void TarHeaderRecorder::Keep(uint64_t offset, std::string_view bytes) {
+  if (bytes.empty()) return;
+  kept_ += bytes.size();
+  if (!extents_.empty() && extents_.back().offset + extents_.back().bytes.size() == offset &&
+      extents_.back().bytes.size() + bytes.size() <= TarHeaders::kMaxExtentBytes) {
+    extents_.back().bytes.append(bytes);
+  } else {
+    extents_.push_back({offset, std::string(bytes)});
+  }
+  if (kept_ > TarHeaders::kMaxBytes) {
+    failed_ = done_ = true;
+    extents_.clear();
+  }
+}
+
+void TarHeaderRecorder::Feed(std::string_view bytes) {
+  while (!bytes.empty() && !done_) {
+    if (pos_ >= next_header_) {
+      const size_t n = std::min<size_t>(bytes.size(), kTarBlockSize - header_.size());
+      header_.append(bytes.data(), n);
+      pos_ += n;
+      bytes.remove_prefix(n);
+      if (header_.size() == kTarBlockSize) OnHeader();
+      continue;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), next_header_ - pos_));
+    if (pos_ < meta_end_) {
+      meta_.append(bytes.data(), std::min<uint64_t>(n, meta_end_ - pos_));
+    }
+    pos_ += n;
+    bytes.remove_prefix(n);
+    if (meta_end_ > 0 && pos_ >= meta_end_) {
+      Keep(meta_end_ - meta_.size(), meta_);
+      if (meta_type_ == 'x') {
+        // The entry after a pax header takes its "size" record, as ScanTarHeaders does.
+        absl::Status records = ParsePaxRecords(
+            meta_, [&](std::string_view key, std::string_view value) -> absl::Status {
+              if (key != "size") return absl::OkStatus();
+              ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
+              return absl::OkStatus();
+            });
+        if (!records.ok()) failed_ = done_ = true;
+      }
+      meta_.clear();
+      meta_end_ = 0;
+    }
+  }
+  pos_ += bytes.size();  // after the end (or once not followed): nothing more is kept
+}
+
+// header_ holds the block that ends at pos_.
+void TarHeaderRecorder::OnHeader() {
+  const uint64_t at = pos_ - kTarBlockSize;
+  absl::StatusOr<TarHeaderBlock> h = ParseTarHeaderBlock(header_);
+  if (!h.ok()) {
+    failed_ = done_ = true;
+    return;
+  }
+  Keep(at, header_);
+  header_.clear();
+  if (h->end) {
+    done_ = true;  // ScanTarHeaders stops at the first all-zero block
+    return;
+  }
+  uint64_t size = h->size;
+  switch (h->typeflag) {
+    case 'x':
+    case 'g':
+    case 'L':
+    case 'K':
+      if (size > (1u << 20)) {
+        failed_ = done_ = true;
+        return;
+      }
+      meta_type_ = h->typeflag;
+      meta_end_ = size == 0 ? 0 : pos_ + size;
+      break;
+    case 'S':
+    case 'M':
+    case 'D':
+      failed_ = done_ = true;
+      return;
+    default:
+      if (pax_size_) size = *pax_size_;
+      pax_size_.reset();
+      if (h->typeflag >= '1' && h->typeflag <= '6') size = 0;  // header only
+      break;
+  }
+  if (size > UINT64_MAX - pos_ - kTarBlockSize) {
+    failed_ = done_ = true;
+    return;
+  }
+  next_header_ = pos_ + size + TarPadding(size);
+}
+
+std::optional<TarHeaders> TarHeaderRecorder::Finish(const Digest& tar_digest,
+                                                    const std::string& name) {
+  if (failed_ || !header_.empty() || meta_end_ > 0) return std::nullopt;
+  auto h = std::make_shared<TarHeaders>();
+  h->tar_digest = tar_digest;
+  h->tar_size = pos_;
+  h->extents = std::move(extents_);
+  extents_.clear();
+  // The records stand for the tar only if the scan that indexes it from them succeeds.
+  std::unique_ptr<RangeReader> reader = MakeTarHeadersReader(h, name);
+  uint64_t entries = 0;
+  absl::Status scan = ScanTarHeaders(*reader, [&](const TarEntry&) {
+    ++entries;
+    return absl::OkStatus();
+  });
+  if (!scan.ok()) return std::nullopt;
+  h->entries = entries;
+  return std::move(*h);
+}
+
+}  // namespace modelfs

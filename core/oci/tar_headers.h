@@ -1,0 +1,97 @@
+// TarHeaders: the header bytes of a tar (docs/volume-image.md, "Tar headers"), recorded where
+// they lie, so that the tar can be indexed without reading it. `convert` records them for each
+// tar layer of a model or image as the layer streams past (TarHeaderRecorder) and V carries
+// them, named by digest; a mount then lists a compressed layer without decoding a span per
+// file. Indexing goes through ScanTarHeaders as ever, over a reader that holds only the
+// recorded bytes (MakeTarHeadersReader): every other byte reads as 0xff, which no header parses
+// from, so a record that misses a header makes the index fail, never come out short.
+//
+// The records are metadata from V, trusted as V is (pinned by digest): they say what the tar's
+// entries are; the entries' bytes are still verified against the chunk index before they are
+// served. A V found among an image's referrers (lazy_images) is pinned by nobody, so its records
+// are not used there (docs/design.md).
+//
+// Thread safety: TarHeaders is an immutable value; a TarHeaderRecorder belongs to one thread;
+// the reader, like every RangeReader, to one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/io/range_reader.h"
+#include "core/oci/digest.h"
+
+namespace modelfs {
+
+struct TarHeaders {
+  static constexpr uint32_t kVersion = 1;
+  static constexpr size_t kHeaderSize = 72;       // magic 8, version 4, reserved 4, digest 32, 3*8
+  static constexpr size_t kExtentFixedSize = 12;  // offset 8, length 4
+  // convert leaves a layer's headers out of V when they would be larger (a base image of many
+  // thousands of files): that layer is indexed from its own bytes at mount, as before.
+  static constexpr uint64_t kMaxBytes = 4ull << 20;
+  // One extent at most (a header block and the largest pax or GNU payload ScanTarHeaders
+  // accepts, TarReadOptions::max_meta_bytes, with the blocks around them).
+  static constexpr uint64_t kMaxExtentBytes = (1ull << 20) + (4ull << 10);
+
+  struct Extent {
+    uint64_t offset = 0;
+    std::string bytes;
+    friend bool operator==(const Extent&, const Extent&) = default;
+  };
+  Digest tar_digest;  // SHA-256 of the tar (an uncompressed layer's digest, else its diff ID)
+  uint64_t tar_size = 0;
+  uint64_t entries = 0;  // what ScanTarHeaders reports over them (for humans and checks)
+  // Increasing, not touching one another (adjacent blocks are one extent), within tar_size.
+  std::vector<Extent> extents;
+
+  uint64_t recorded_bytes() const;
+  friend bool operator==(const TarHeaders&, const TarHeaders&) = default;
+};
+
+// Serialization (docs/volume-image.md, "Tar headers"). Deterministic.
+std::string SerializeTarHeaders(const TarHeaders& headers);
+// Errors: kOutOfRange (truncated); kInvalidArgument naming the field or extent at fault (bad
+// magic, version, reserved bytes; a count the bytes cannot hold, checked before allocating; an
+// empty or oversized extent; extents that overlap, touch or leave the tar; trailing bytes).
+absl::StatusOr<TarHeaders> ParseTarHeaders(std::string_view bytes);
+
+// The tar as a RangeReader that holds only the recorded bytes: anything else reads as 0xff.
+// `name` names it in errors ("layer sha256:...").
+std::unique_ptr<RangeReader> MakeTarHeadersReader(std::shared_ptr<const TarHeaders> headers,
+                                                  std::string name);
+
+// Follows a tar as its bytes pass, in pieces of any size, and keeps every byte ScanTarHeaders
+// reads: header blocks (the end-of-archive block too) and pax and GNU long-name payloads.
+class TarHeaderRecorder {
+ public:
+  void Feed(std::string_view bytes);
+  // The records of the tar fed, which is `tar_digest`, once ScanTarHeaders has indexed the tar
+  // from them alone (`name` names it in errors). nullopt when the tar could not be followed
+  // (not a tar, sparse or multi-volume entries, a payload over 1 MiB) or its records are over
+  // TarHeaders::kMaxBytes: the layer is then indexed from its own bytes.
+  std::optional<TarHeaders> Finish(const Digest& tar_digest, const std::string& name);
+
+ private:
+  void Keep(uint64_t offset, std::string_view bytes);
+  void OnHeader();
+
+  uint64_t pos_ = 0;
+  uint64_t next_header_ = 0;  // where the next header block starts
+  uint64_t meta_end_ = 0;     // a pax or GNU payload being kept ends here
+  char meta_type_ = 0;
+  std::string header_;
+  std::string meta_;
+  std::optional<uint64_t> pax_size_;
+  bool done_ = false;    // the end-of-archive block passed, or the tar cannot be followed
+  bool failed_ = false;  // the latter
+  uint64_t kept_ = 0;
+  std::vector<TarHeaders::Extent> extents_;
+};
+
+}  // namespace modelfs
