@@ -129,10 +129,9 @@ absl::StatusOr<TarHeaders> ParseTarHeaders(std::string_view bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": length is not 1 to ", TarHeaders::kMaxExtentBytes));
     }
-    if (i > 0 && e.offset <= prev_end) {
+    if (i > 0 && e.offset < prev_end) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": does not start after the extent before it, which ends at ",
-                       prev_end, " (adjacent extents are one)"));
+          absl::StrCat(where, ": starts inside the extent before it, which ends at ", prev_end));
     }
     if (e.offset > h.tar_size || length > h.tar_size - e.offset) {
       return absl::InvalidArgumentError(

@@ -47,7 +47,8 @@ struct TarHeaders {
   Digest tar_digest;  // SHA-256 of the tar (an uncompressed layer's digest, else its diff ID)
   uint64_t tar_size = 0;
   uint64_t entries = 0;  // what ScanTarHeaders reports over them (for humans and checks)
-  // Increasing, not touching one another (adjacent blocks are one extent), within tar_size.
+  // Increasing, not overlapping, within tar_size. Adjacent bytes are one extent up to
+  // kMaxExtentBytes (a run of thousands of header-only entries spans several).
   std::vector<Extent> extents;
 
   uint64_t recorded_bytes() const;

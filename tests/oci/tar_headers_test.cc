@@ -148,6 +148,19 @@ TEST(TarHeaderRecorderTest, GivesNothingForWhatItCannotFollow) {
   EXPECT_FALSE(Record(bad + std::string(1024, '\0'), 512).has_value());
 }
 
+TEST(TarHeaderRecorderTest, ALongRunOfHeaderOnlyEntriesSpansSeveralExtents) {
+  TarWriter w;
+  for (int i = 0; i < 3000; ++i) ASSERT_OK(w.AddDirectory("d" + std::to_string(i)));
+  const std::string tar = w.Finish();
+  std::optional<TarHeaders> h = Record(tar, 65536);
+  ASSERT_TRUE(h.has_value());
+  ASSERT_GE(h->extents.size(), 2u);
+  EXPECT_EQ(h->extents[1].offset, h->extents[0].bytes.size());  // they touch
+  ASSERT_OK_AND_ASSIGN(TarHeaders back, ParseTarHeaders(SerializeTarHeaders(*h)));
+  EXPECT_EQ(back, *h);
+  EXPECT_EQ(IndexRecorded(back).size(), 3000u);
+}
+
 TEST(TarHeaderRecorderTest, LeavesOutRecordsOverItsBudget) {
   TarWriter w;
   for (int i = 0; i < 8400; ++i) ASSERT_OK(w.AddFile("f" + std::to_string(i), ""));
@@ -177,7 +190,7 @@ TEST(TarHeadersParseTest, RefusesMalformedRecords) {
 
   TarHeaders overlap = *h;
   overlap.extents[1].offset =
-      overlap.extents[0].offset + overlap.extents[0].bytes.size();  // touches the first
+      overlap.extents[0].offset + overlap.extents[0].bytes.size() - 1;  // inside the first
   EXPECT_THAT(ParseTarHeaders(SerializeTarHeaders(overlap)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("extent 1")));
   TarHeaders past = *h;
