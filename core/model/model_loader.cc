@@ -165,7 +165,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
       // decompresses span by span.
       auto seek = rm.seek_indexes.find(d.digest);
       auto idx = rm.chunk_indexes.find(d.digest);
-      if (seek != rm.seek_indexes.end() && seek->second->lazy() && idx != rm.chunk_indexes.end() &&
+      if (seek != rm.seek_indexes.end() && seek->second->served_by_range() &&
+          idx != rm.chunk_indexes.end() &&
           idx->second.content == ChunkIndex::Content::kUncompressed) {
         const SeekIndex& si = *seek->second;
         ASSIGN_OR_RETURN(std::optional<Digest> diff_id, LayerDiffId(rm, i));

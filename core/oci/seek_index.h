@@ -73,6 +73,13 @@ struct SeekIndex {
   uint64_t CompressedEndFor(uint64_t uncompressed_end) const;
   // True when a range can be entered somewhere other than the start (more than one point).
   bool lazy() const { return points.size() > 1; }
+  // A layer this small is served through its index even with one point: a read decodes it from
+  // the start (at most DecodingBlobSource::kMaxSpan), which costs less than fetching and
+  // decoding it whole before the mount is ready (a modelcar's busybox layer).
+  static constexpr uint64_t kSmallLayerBytes = 16ull << 20;
+  // True when the layer is served through the index, range by range; false when it is fetched
+  // whole and decoded before anything of it is served (a large single zstd frame).
+  bool served_by_range() const { return lazy() || uncompressed_size <= kSmallLayerBytes; }
 
   friend bool operator==(const SeekIndex&, const SeekIndex&) = default;
 };

@@ -102,10 +102,11 @@ absl::Status ReadFileInPieces(const std::string& path, const std::string& activi
 
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
-                                     const ProgressFn& progress) {
+                                     const ProgressFn& progress, TarHeaderRecorder* headers) {
   ChunkIndexBuilder b(chunk_size, algorithm);
   RETURN_IF_ERROR(ReadFileInPieces(path, "hashing " + role, progress, [&](std::string_view piece) {
     b.Update(piece);
+    if (headers != nullptr) headers->Feed(piece);
     return absl::OkStatus();
   }));
   return b.Finish();
@@ -158,11 +159,13 @@ class CompressedIndexer {
 // Streams a compressed layer file through CompressedIndexer.
 absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> IndexCompressedFile(
     const std::string& path, LayerEncoding encoding, uint64_t chunk_size,
-    ChunkDigestAlgorithm algorithm, const std::string& role, const ProgressFn& progress) {
+    ChunkDigestAlgorithm algorithm, const std::string& role, const ProgressFn& progress,
+    TarHeaderRecorder* headers) {
   ASSIGN_OR_RETURN(CompressedIndexer ix,
                    CompressedIndexer::Create(encoding, chunk_size, algorithm, path));
-  RETURN_IF_ERROR(ReadFileInPieces(path, "indexing " + role, progress,
-                                   [&](std::string_view piece) { return ix.Feed(piece); }));
+  RETURN_IF_ERROR(ReadFileInPieces(path, "indexing " + role, progress, [&](std::string_view piece) {
+    return ix.Feed(piece, headers);
+  }));
   return ix.Finish();
 }
 
@@ -391,10 +394,14 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     }
     ChunkIndex idx;
     std::optional<SeekIndex> seek;
+    // A tar layer's headers, as convert records them, so that pushing M gives the V converting
+    // it would.
+    std::optional<TarHeaderRecorder> headers;
+    if (enc != LayerEncoding::kRaw) headers.emplace();
     if (enc == LayerEncoding::kTarZstd) {
       // The frames' seek index and the chunk index of the tar, in one pass over the layer.
       ASSIGN_OR_RETURN(auto both, IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest,
-                                                      f.rel, o.progress));
+                                                      f.rel, o.progress, &*headers));
       seek = std::move(both.first);
       idx = std::move(both.second);
       if (seek->diff_id != *diff_id || idx.blob_digest != *diff_id) {
@@ -402,7 +409,13 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                                 ", the tar written was ", diff_id->str()));
       }
     } else {
-      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress));
+      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
+                                      headers ? &*headers : nullptr));
+    }
+    if (headers) {
+      if (std::optional<TarHeaders> h = headers->Finish(idx.blob_digest, f.rel)) {
+        indexes.tar_headers.push_back(*std::move(h));
+      }
     }
     // The layer's own digest and size (a compressed layer's, not its tar's).
     const Digest layer_digest = seek ? seek->layer_digest : idx.blob_digest;
@@ -430,9 +443,10 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     config.modelfs.diff_ids.push_back(diff_id.value_or(idx.blob_digest));
     layers.push_back(std::move(in));
     if (seek) {
-      // Served lazily through the seek index when it has more than one frame; a single frame
-      // is fetched whole, checked and decompressed (design.md, "The trust chain").
-      if (!seek->lazy()) result.verified_whole.push_back(layer_digest);
+      // Served lazily through the seek index when it has more than one frame or is small; a
+      // large single frame is fetched whole, checked and decompressed (design.md, "The trust
+      // chain").
+      if (!seek->served_by_range()) result.verified_whole.push_back(layer_digest);
       indexes.seeks.push_back(std::move(*seek));
     }
     indexes.chunks.push_back(std::move(idx));
@@ -526,7 +540,7 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
             "layer ", d.digest.str(), " (", role, "): decompressed content has digest ",
             both.first.diff_id.str(), ", the model config's diffId is ", diff_id->str()));
       }
-      if (!both.first.lazy()) result.verified_whole.push_back(d.digest);
+      if (!both.first.served_by_range()) result.verified_whole.push_back(d.digest);
       if (std::optional<TarHeaders> h = headers->Finish(both.first.diff_id, role)) {
         indexes.tar_headers.push_back(*std::move(h));
       }

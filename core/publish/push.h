@@ -15,6 +15,7 @@
 #include "core/oci/chunk_index.h"
 #include "core/oci/descriptor.h"
 #include "core/oci/model_identity.h"
+#include "core/oci/tar_headers.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "nlohmann/json.hpp"
@@ -30,11 +31,12 @@ struct TransferProgress {
 using ProgressFn = std::function<void(const TransferProgress&)>;
 
 // Streams the file at `path` through a chunk index builder: one read gives its digest and its
-// chunk index (`progress`, when set, is told as "hashing <role>"). Errors: kNotFound (cannot
-// open), kInternal (read error).
+// chunk index (`progress`, when set, is told as "hashing <role>"); `headers`, when set, follows
+// the file as a tar in the same read. Errors: kNotFound (cannot open), kInternal (read error).
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
-                                     const ProgressFn& progress);
+                                     const ProgressFn& progress,
+                                     TarHeaderRecorder* headers = nullptr);
 
 struct PushOptions {
   std::vector<std::string> inputs;  // files and directories

@@ -192,6 +192,24 @@ TEST_F(LazyCompressedLoaderTest, TarHeaderRecordsOfAnotherTarAreNotUsed) {
   EXPECT_GT(decoding_.stats().compressed_bytes, 0u);
 }
 
+TEST_F(LazyCompressedLoaderTest, ASmallLayerWithOnePointIsServedFromItsStart) {
+  // Points 64 MiB apart: the 8 MiB tar has only its first, as a busybox layer's gzip has.
+  ASSERT_OK_AND_ASSIGN(
+      SeekIndex one,
+      BuildSeekIndex(SeekEncoding::kGzip, ::modelfs::testing::Gzip(tar_), nullptr, 64ull << 20));
+  ASSERT_EQ(one.points.size(), 1u);
+  ASSERT_TRUE(one.served_by_range());
+  model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(one);
+  LoadOptions o;
+  o.decoding = &decoding_;
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
+  EXPECT_EQ(loaded.layer_serving.at(gz_.str()), "lazy-seek-index");
+  ASSERT_OK_AND_ASSIGN(
+      std::string got,
+      lazy_cache_->Read(Digest::Of(tar_), loaded.files[0].offset_in_layer + (6 << 20), 4096));
+  EXPECT_TRUE(got == weights_.substr(6 << 20, 4096));
+}
+
 TEST_F(LazyCompressedLoaderTest, WithoutADecodingSourceTheLayerIsDecodedWhole) {
   ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, {}));
   EXPECT_EQ(loaded.layer_serving.at(gz_.str()), "decoded-whole");
