@@ -337,5 +337,47 @@ TEST_F(ModelLoaderTest, AnImageEntryWrittenThroughASymlinkIsRefusedNamingTheLaye
   EXPECT_EQ(References(da), 0);
 }
 
+std::shared_ptr<const TarHeaders> RecordsOf(const std::string& tar) {
+  TarHeaderRecorder r;
+  r.Feed(tar);
+  std::optional<TarHeaders> h = r.Finish(Digest::Of(tar), "layer");
+  EXPECT_TRUE(h.has_value());
+  return h ? std::make_shared<const TarHeaders>(*h) : nullptr;
+}
+
+// V's tar header records give the tree the layers' own headers give, refusals included (the
+// records are the same header bytes; ApplyImageLayer judges them alike).
+TEST_F(ModelLoaderTest, AnImageIndexedFromTarHeaderRecordsGetsTheSameTreeAndRefusals) {
+  TarWriter a, b;
+  ASSERT_OK(a.AddSymlink("models", "/etc"));
+  ASSERT_OK(a.AddFile("bin/busybox", "BB"));
+  ASSERT_OK(b.AddFile("models/passwd", "x"));
+  const std::string ta = a.Finish(), tb = b.Finish();
+  const Digest da = AddLayer(::modelfs::testing::Gzip(ta), LayerEncoding::kTarGzip, "",
+                             std::string(kOciLayerTarGzipMediaType));
+  const Digest db = AddLayer(tb, LayerEncoding::kTar, "", std::string(kOciLayerTarMediaType));
+  model_.image = true;
+  model_.image_diff_ids = {Digest::Of(ta), db};
+  model_.tar_headers[da] = RecordsOf(ta);
+  model_.tar_headers[db] = RecordsOf(tb);
+  EXPECT_THAT(LoadModel(model_, *cache_, {}).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("layer " + db.str() +
+                                 ": entry 'models/passwd' would be written through the symlink")));
+  // Without the second layer: the tree of the first, its file read from the decoded layer.
+  model_.layers.pop_back();
+  model_.image_diff_ids.pop_back();
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  ASSERT_EQ(loaded.files.size(), 3u);
+  EXPECT_EQ(loaded.files[0].path, "bin");
+  EXPECT_EQ(loaded.files[1].path, "bin/busybox");
+  EXPECT_EQ(loaded.files[2].path, "models");
+  EXPECT_EQ(loaded.files[2].symlink_target, "/etc");
+  ASSERT_OK_AND_ASSIGN(
+      std::string bytes,
+      cache_->Read(loaded.files[1].layer, loaded.files[1].offset_in_layer, loaded.files[1].size));
+  EXPECT_EQ(bytes, "BB");
+}
+
 }  // namespace
 }  // namespace modelfs
