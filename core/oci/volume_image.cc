@@ -631,44 +631,43 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
   }
   VolumeLayerContents out;
   ASSIGN_OR_RETURN(out.model, ParseVolumeModelJson(model_it->second));
+  // The file model.json names at `path` for `layer`, checked against its digest there.
+  auto file_of = [&](std::string_view what, const std::string& path, const Digest& digest,
+                     const Digest& layer) -> absl::StatusOr<std::string_view> {
+    auto it = files.find(path);
+    if (it == files.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("volume layer: ", AV(what), " ", path, " for ", layer.str(), " is missing"));
+    }
+    const Digest got = Digest::Of(it->second);
+    if (got != digest) {
+      return absl::DataLossError(absl::StrCat("volume layer: ", AV(what), " ", path, " has ",
+                                              got.str(), ", model.json says ", digest.str()));
+    }
+    return it->second;
+  };
   for (const VolumeLayerRecord& l : out.model.layers) {
     if (!l.tar_headers.has_value() || out.tar_headers.count(l.digest)) continue;
     const VolumeTarHeadersRef& ref = *l.tar_headers;
-    auto it = files.find(ref.path);
-    if (it == files.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("volume layer: tar headers ", ref.path,
-                                                     " for ", l.digest.str(), " are missing"));
-    }
-    const Digest got = Digest::Of(it->second);
-    if (got != ref.digest) {
-      return absl::DataLossError(absl::StrCat("volume layer: tar headers ", ref.path, " have ",
-                                              got.str(), ", model.json says ", ref.digest.str()));
-    }
-    ASSIGN_OR_RETURN(TarHeaders h, ParseTarHeaders(it->second));
+    ASSIGN_OR_RETURN(std::string_view bytes,
+                     file_of("tar header file", ref.path, ref.digest, l.digest));
+    ASSIGN_OR_RETURN(TarHeaders h, ParseTarHeaders(bytes));
     const Digest& want = l.seek_index ? l.seek_index->diff_id : l.digest;
     const uint64_t want_size = l.seek_index ? l.seek_index->uncompressed_size : l.size;
     if (h.tar_digest != want || h.tar_size != want_size || h.entries != ref.entries) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("volume layer: tar headers ", ref.path, " describe ", h.tar_digest.str(),
-                       " (", h.tar_size, " bytes, ", h.entries, " entries) but model.json says ",
-                       want.str(), " (", want_size, " bytes, ", ref.entries, " entries)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volume layer: tar header file ", ref.path, " describes ", h.tar_digest.str(), " (",
+          h.tar_size, " bytes, ", h.entries, " entries) but model.json says ", want.str(), " (",
+          want_size, " bytes, ", ref.entries, " entries)"));
     }
     out.tar_headers.emplace(l.digest, std::move(h));
   }
   for (const VolumeLayerRecord& l : out.model.layers) {
     if (!l.chunk_index.has_value() || out.chunk_indexes.count(l.digest)) continue;
     const VolumeChunkIndexRef& ref = *l.chunk_index;
-    auto it = files.find(ref.path);
-    if (it == files.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("volume layer: chunk index ", ref.path,
-                                                     " for ", l.digest.str(), " is missing"));
-    }
-    const Digest got = Digest::Of(it->second);
-    if (got != ref.digest) {
-      return absl::DataLossError(absl::StrCat("volume layer: chunk index ", ref.path, " has ",
-                                              got.str(), ", model.json says ", ref.digest.str()));
-    }
-    ASSIGN_OR_RETURN(ChunkIndex idx, ParseChunkIndex(it->second));
+    ASSIGN_OR_RETURN(std::string_view bytes,
+                     file_of("chunk index", ref.path, ref.digest, l.digest));
+    ASSIGN_OR_RETURN(ChunkIndex idx, ParseChunkIndex(bytes));
     // An index of the uncompressed bytes describes the diffId and its size.
     const Digest& want = l.seek_index ? l.seek_index->diff_id : l.digest;
     const uint64_t want_size = l.seek_index ? l.seek_index->uncompressed_size : l.size;
@@ -689,18 +688,9 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
     }
     if (l.seek_index) {
       const VolumeSeekIndexRef& sref = *l.seek_index;
-      auto sit = files.find(sref.path);
-      if (sit == files.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("volume layer: seek index ", sref.path,
-                                                       " for ", l.digest.str(), " is missing"));
-      }
-      const Digest sgot = Digest::Of(sit->second);
-      if (sgot != sref.digest) {
-        return absl::DataLossError(absl::StrCat("volume layer: seek index ", sref.path, " has ",
-                                                sgot.str(), ", model.json says ",
-                                                sref.digest.str()));
-      }
-      ASSIGN_OR_RETURN(SeekIndex seek, ParseSeekIndex(sit->second));
+      ASSIGN_OR_RETURN(std::string_view sbytes,
+                       file_of("seek index", sref.path, sref.digest, l.digest));
+      ASSIGN_OR_RETURN(SeekIndex seek, ParseSeekIndex(sbytes));
       if (seek.layer_digest != l.digest || seek.compressed_size != l.size ||
           seek.encoding != sref.encoding || seek.diff_id != sref.diff_id ||
           seek.uncompressed_size != sref.uncompressed_size || seek.points.size() != sref.points) {

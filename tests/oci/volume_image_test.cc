@@ -876,7 +876,8 @@ TEST(ParseVolumeLayerTest, RefusesTarHeadersThatDisagreeWithModelJson) {
                          SerializeChunkIndex(good.chunk_indexes.begin()->second)));
   ASSERT_OK(none.AddFile(info.layers[0].seek_index->path, SerializeSeekIndex(f.seek)));
   EXPECT_THAT(ParseVolumeLayer(none.Finish()).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("are missing")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tar header file " + info.layers[0].tar_headers->path)));
 }
 
 TEST(ParseVolumeModelJsonTest, RefusesTarHeadersOnALayerThatIsNoTar) {
