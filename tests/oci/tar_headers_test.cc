@@ -8,6 +8,7 @@
 
 #include "core/oci/tar.h"
 #include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/tar_blocks.h"
 
 namespace modelfs {
 namespace {
@@ -15,15 +16,6 @@ namespace {
 using ::modelfs::testing::IsOk;
 using ::modelfs::testing::StatusIs;
 using ::testing::HasSubstr;
-
-void FixChecksum(std::string& tar, size_t off) {
-  std::memset(&tar[off + 148], ' ', 8);
-  unsigned sum = 0;
-  for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[off + i]);
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%06o", sum);
-  std::memcpy(&tar[off + 148], buf, 7);
-}
 
 std::string Bytes(size_t n, uint32_t seed) {
   std::string s(n, '\0');
@@ -54,7 +46,7 @@ std::string MixedTar() {
   const std::string pax_rec = "11 size=10\n";
   std::string pax = *EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644);
   pax[156] = 'x';
-  FixChecksum(pax, 0);
+  ::modelfs::testing::FixTarChecksum(pax, 0);
   const std::string hdr = *EncodeTarHeader("models/f", '0', 0, 0644);
   std::string long_name = gnu.Finish();
   long_name.resize(long_name.size() - 1024);
@@ -144,7 +136,7 @@ TEST(TarHeaderRecorderTest, GivesNothingForWhatItCannotFollow) {
   // A path that escapes: the scan over the records refuses it, as it would the tar.
   std::string bad = *EncodeTarHeader("f", '0', 0, 0644);
   std::memcpy(&bad[0], "../escape\0", 10);
-  FixChecksum(bad, 0);
+  ::modelfs::testing::FixTarChecksum(bad, 0);
   EXPECT_FALSE(Record(bad + std::string(1024, '\0'), 512).has_value());
 }
 

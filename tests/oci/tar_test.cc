@@ -6,6 +6,7 @@
 #include <string>
 
 #include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/tar_blocks.h"
 
 namespace modelfs {
 namespace {
@@ -18,16 +19,6 @@ using ::testing::HasSubstr;
 
 std::string Data(const std::string& tar, const TarEntry& e) {
   return tar.substr(e.data_offset, e.size);
-}
-
-// Rewrites the checksum of the header block at `off` after a test edits it.
-void FixChecksum(std::string& tar, size_t off) {
-  std::memset(&tar[off + 148], ' ', 8);
-  unsigned sum = 0;
-  for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[off + i]);
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%06o", sum);
-  std::memcpy(&tar[off + 148], buf, 7);
 }
 
 TEST(TarWriterTest, WritesDeterministicUstarHeaders) {
@@ -131,7 +122,7 @@ TEST(TarReaderTest, PaxSizeRecordOverridesTheHeader) {
   ASSERT_OK_AND_ASSIGN(std::string pax,
                        EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644));
   pax[156] = 'x';
-  FixChecksum(pax, 0);
+  ::modelfs::testing::FixTarChecksum(pax, 0);
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("f", '0', 0, 0644));
   std::string tar = pax + pax_rec + std::string(TarPadding(pax_rec.size()), '\0') + hdr +
                     "0123456789" + std::string(TarPadding(10), '\0') + std::string(1024, '\0');
@@ -159,7 +150,7 @@ TEST(TarReaderTest, ReadsOwnersTimesAndDeviceNumbers) {
   SetOctal(tar, 0, 136, 12, 1'600'000'000);  // mtime
   SetOctal(tar, 0, 329, 8, 1);               // devmajor
   SetOctal(tar, 0, 337, 8, 3);               // devminor
-  FixChecksum(tar, 0);
+  ::modelfs::testing::FixTarChecksum(tar, 0);
   ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries, IndexTarBytes(tar));
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(entries[0].typeflag, '3');
@@ -180,7 +171,7 @@ TEST(TarReaderTest, PaxOwnerTimeAndXattrRecordsOverrideTheHeader) {
   ASSERT_OK_AND_ASSIGN(std::string pax,
                        EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644));
   pax[156] = 'x';
-  FixChecksum(pax, 0);
+  ::modelfs::testing::FixTarChecksum(pax, 0);
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("f", '0', 0, 0644));
   std::string tar =
       pax + pax_rec + std::string(TarPadding(pax_rec.size()), '\0') + hdr + std::string(1024, '\0');
@@ -199,7 +190,7 @@ TEST(TarReaderTest, RefusesAPaxMtimeThatIsNotATime) {
   ASSERT_OK_AND_ASSIGN(std::string pax,
                        EncodeTarHeader("PaxHeaders.0/f", '0', pax_rec.size(), 0644));
   pax[156] = 'x';
-  FixChecksum(pax, 0);
+  ::modelfs::testing::FixTarChecksum(pax, 0);
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("f", '0', 0, 0644));
   std::string tar =
       pax + pax_rec + std::string(TarPadding(pax_rec.size()), '\0') + hdr + std::string(1024, '\0');
@@ -222,7 +213,7 @@ TEST(TarReaderTest, RefusesNegativeBase256Sizes) {
   ASSERT_OK(w.AddFile("a", ""));
   std::string tar = w.Finish();
   std::memset(&tar[124], 0xff, 12);
-  FixChecksum(tar, 0);
+  ::modelfs::testing::FixTarChecksum(tar, 0);
   EXPECT_THAT(IndexTarBytes(tar),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
 }
@@ -235,7 +226,7 @@ TEST(TarReaderTest, ReadsBase256SizesBeyondOctalRange) {
   field[0] = static_cast<char>(0x80);
   field[7] = 0x02;  // 2 << 32 = 8 GiB
   tar.replace(124, 12, field);
-  FixChecksum(tar, 0);
+  ::modelfs::testing::FixTarChecksum(tar, 0);
   // The blob is only one header: the entry's data passes the end.
   EXPECT_THAT(IndexTarBytes(tar),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("has 8589934592 data bytes")));
@@ -246,7 +237,7 @@ TEST(TarReaderTest, RefusesNonOctalNumbers) {
   ASSERT_OK(w.AddFile("a", ""));
   std::string tar = w.Finish();
   tar[124] = '9';
-  FixChecksum(tar, 0);
+  ::modelfs::testing::FixTarChecksum(tar, 0);
   EXPECT_THAT(IndexTarBytes(tar),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("size field")));
 }
@@ -272,7 +263,7 @@ TEST(TarReaderTest, AcceptsEndOfDataWithoutEndBlocks) {
 TEST(TarReaderTest, RefusesEscapingNames) {
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("ok", '0', 0, 0644));
   std::memcpy(&hdr[0], "../../etc/passwd\0", 17);
-  FixChecksum(hdr, 0);
+  ::modelfs::testing::FixTarChecksum(hdr, 0);
   const std::string tar = hdr + std::string(1024, '\0');
   EXPECT_THAT(IndexTarBytes(tar), StatusIs(absl::StatusCode::kPermissionDenied,
                                            HasSubstr("refused path '../../etc/passwd'")));
@@ -286,7 +277,7 @@ TEST(TarReaderTest, RefusesANewlineInAUstarNameNamingTheEntryOffset) {
   ASSERT_OK_AND_ASSIGN(std::string first, EncodeTarHeader("ok.txt", '0', 0, 0644));
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("x", '0', 0, 0644));
   std::memcpy(&hdr[0], "a\nverified\0", 11);
-  FixChecksum(hdr, 0);
+  ::modelfs::testing::FixTarChecksum(hdr, 0);
   EXPECT_THAT(IndexTarBytes(first + hdr + std::string(1024, '\0')),
               StatusIs(absl::StatusCode::kPermissionDenied,
                        HasSubstr("tar entry at offset 512: refused path 'a\nverified': contains "
@@ -299,7 +290,7 @@ TEST(TarReaderTest, RefusesAnEscapeCharacterInAPaxPath) {
   ASSERT_EQ(record.size(), 22u);
   ASSERT_OK_AND_ASSIGN(std::string pax, EncodeTarHeader("pax", '0', record.size(), 0644));
   pax[156] = 'x';
-  FixChecksum(pax, 0);
+  ::modelfs::testing::FixTarChecksum(pax, 0);
   ASSERT_OK_AND_ASSIGN(std::string file, EncodeTarHeader("placeholder", '0', 0, 0644));
   const std::string tar =
       pax + record + std::string(512 - record.size(), '\0') + file + std::string(1024, '\0');
@@ -312,10 +303,10 @@ TEST(TarReaderTest, RefusesAnEscapeCharacterInAPaxPath) {
 TEST(TarReaderTest, NormalizesDotSlashNamesAndSkipsTheRootEntry) {
   ASSERT_OK_AND_ASSIGN(std::string root, EncodeTarHeader("x", '5', 0, 0755));
   std::memcpy(&root[0], "./\0", 3);
-  FixChecksum(root, 0);
+  ::modelfs::testing::FixTarChecksum(root, 0);
   ASSERT_OK_AND_ASSIGN(std::string file, EncodeTarHeader("x", '0', 0, 0644));
   std::memcpy(&file[0], "./a//b\0", 7);
-  FixChecksum(file, 0);
+  ::modelfs::testing::FixTarChecksum(file, 0);
   ASSERT_OK_AND_ASSIGN(std::vector<TarEntry> entries,
                        IndexTarBytes(root + file + std::string(1024, '\0')));
   ASSERT_EQ(entries.size(), 1u);
@@ -325,7 +316,7 @@ TEST(TarReaderTest, NormalizesDotSlashNamesAndSkipsTheRootEntry) {
 TEST(TarReaderTest, RefusesHardLinksThatEscape) {
   ASSERT_OK_AND_ASSIGN(std::string hdr, EncodeTarHeader("h", '1', 0, 0644, "target"));
   std::memcpy(&hdr[157], "/etc/shadow\0", 12);
-  FixChecksum(hdr, 0);
+  ::modelfs::testing::FixTarChecksum(hdr, 0);
   EXPECT_THAT(IndexTarBytes(hdr + std::string(1024, '\0')),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("hard link 'h'")));
 }
