@@ -37,6 +37,7 @@
 #include "testsupport/harness/registry_fixture.h"
 #include "testsupport/testing/skip.h"
 #include "testsupport/testing/status_matchers.h"
+#include "testsupport/testing/tar_blocks.h"
 #include "testsupport/testing/temp_dir.h"
 
 namespace modelfs::testing {
@@ -328,12 +329,7 @@ TEST_F(ImageTest, AManifestListResolvesToTheManifestForThisNode) {
 void PatchHeader(std::string& tar, size_t at, size_t off, const std::string& value) {
   std::memset(&tar[at + off], 0, off == 156 ? 1 : 100);
   std::memcpy(&tar[at + off], value.data(), value.size());
-  std::memset(&tar[at + 148], ' ', 8);
-  unsigned sum = 0;
-  for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(tar[at + i]);
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%06o", sum);
-  std::memcpy(&tar[at + 148], buf, 7);
+  FixTarChecksum(tar, at);
 }
 constexpr size_t kName = 0, kType = 156, kLink = 157;
 
