@@ -118,7 +118,7 @@ namespace {
 struct LayerIndexes {
   std::vector<ChunkIndex> chunks;
   std::vector<SeekIndex> seeks;         // compressed layers; their chunk index covers the diffId
-  std::vector<TarHeaders> tar_headers;  // tar layers' header records (convert only)
+  std::vector<TarHeaders> tar_headers;  // tar layers' header records
 };
 
 // One pass over a compressed layer: its seek index, and the chunk index of its uncompressed
