@@ -101,6 +101,15 @@ TEST_F(ModelLoaderTest, ADiffIdThatIsTheCompressedLayersOwnDigestIsAccepted) {
   EXPECT_EQ(loaded.layers, std::vector<Digest>{Digest::Of(bytes)});
 }
 
+// V's records of a tar's headers, as convert writes them.
+std::shared_ptr<const TarHeaders> RecordsOf(const std::string& tar) {
+  TarHeaderRecorder r;
+  r.Feed(tar);
+  std::optional<TarHeaders> h = r.Finish(Digest::Of(tar), "layer");
+  EXPECT_TRUE(h.has_value());
+  return h ? std::make_shared<const TarHeaders>(*h) : nullptr;
+}
+
 // A gzip tar layer with V's seek index and the chunk index of its tar, loaded with a cache
 // whose source decodes: the diffId is registered as a chunk-mode layer, served span by span.
 class LazyCompressedLoaderTest : public ModelLoaderTest {
@@ -157,11 +166,8 @@ TEST_F(LazyCompressedLoaderTest, ALayerWithASeekIndexIsServedLazilyAsItsDiffId) 
 }
 
 TEST_F(LazyCompressedLoaderTest, WithVsTarHeaderRecordsTheLayerIsListedWithoutDecodingAnything) {
-  TarHeaderRecorder recorder;
-  recorder.Feed(tar_);
-  std::optional<TarHeaders> headers = recorder.Finish(Digest::Of(tar_), "layer");
-  ASSERT_TRUE(headers.has_value());
-  model_.tar_headers[gz_] = std::make_shared<const TarHeaders>(*headers);
+  model_.tar_headers[gz_] = RecordsOf(tar_);
+  ASSERT_NE(model_.tar_headers[gz_], nullptr);
   LoadOptions o;
   o.decoding = &decoding_;
   ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
@@ -179,11 +185,8 @@ TEST_F(LazyCompressedLoaderTest, TarHeaderRecordsOfAnotherTarAreNotUsed) {
   ASSERT_OK(other.AddFile("weights/other.bin", std::string(weights_.size(), 'x')));
   const std::string other_tar = other.Finish();
   ASSERT_EQ(other_tar.size(), tar_.size());
-  TarHeaderRecorder recorder;
-  recorder.Feed(other_tar);
-  std::optional<TarHeaders> headers = recorder.Finish(Digest::Of(other_tar), "layer");
-  ASSERT_TRUE(headers.has_value());
-  model_.tar_headers[gz_] = std::make_shared<const TarHeaders>(*headers);
+  model_.tar_headers[gz_] = RecordsOf(other_tar);
+  ASSERT_NE(model_.tar_headers[gz_], nullptr);
   LoadOptions o;
   o.decoding = &decoding_;
   ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *lazy_cache_, o));
@@ -335,14 +338,6 @@ TEST_F(ModelLoaderTest, AnImageEntryWrittenThroughASymlinkIsRefusedNamingTheLaye
                        HasSubstr("layer " + db.str() +
                                  ": entry 'models/passwd' would be written through the symlink")));
   EXPECT_EQ(References(da), 0);
-}
-
-std::shared_ptr<const TarHeaders> RecordsOf(const std::string& tar) {
-  TarHeaderRecorder r;
-  r.Feed(tar);
-  std::optional<TarHeaders> h = r.Finish(Digest::Of(tar), "layer");
-  EXPECT_TRUE(h.has_value());
-  return h ? std::make_shared<const TarHeaders>(*h) : nullptr;
 }
 
 // V's tar header records give the tree the layers' own headers give, refusals included (the
