@@ -117,7 +117,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     if (absl::Status st =
             CheckKeys(*t,
                       {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit",
-                       "scrub_interval", "scrub_rate_mib"},
+                       "scrub_interval", "scrub_rate_mib", "persist_delay"},
                       source, "cache.");
         !st.ok()) {
       return st;
@@ -143,6 +143,9 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
         !st.ok())
       return st;
     if (absl::Status st = GetNumber(*t, "scrub_rate_mib", source, "cache.", c.scrub_rate_mib);
+        !st.ok())
+      return st;
+    if (absl::Status st = GetString(*t, "persist_delay", source, "cache.", c.persist_delay);
         !st.ok())
       return st;
   }
@@ -227,6 +230,11 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (!(c.scrub_rate_mib > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache.scrub_rate_mib ", c.scrub_rate_mib, " must be > 0"));
+  }
+  if (absl::Duration d; !absl::ParseDuration(c.persist_delay, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache.persist_delay \"", c.persist_delay,
+                     "\": want a duration such as \"30s\", or \"0\" to flush after every fetch"));
   }
   for (const std::string& entry : c.model_hosts) {
     // Compared with a reference's registry and repository, so a URL here would never match

@@ -45,6 +45,8 @@ struct DaemonConfig {
   // scrub_rate in MiB a second.
   std::string scrub_interval = "24h";
   double scrub_rate_mib = 32;
+  // CacheOptions::persist_delay, the same way ("30s"; "0": flush after every fetch).
+  std::string persist_delay = "30s";
 
   bool allow_other = true;
   bool insecure_stream = false;

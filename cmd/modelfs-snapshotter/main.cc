@@ -144,6 +144,7 @@ absl::Status Run(const DaemonConfig& c) {
   o.cache.audit = c.audit;
   // Validated with the config.
   (void)absl::ParseDuration(c.scrub_interval, &o.cache.scrub_interval);
+  (void)absl::ParseDuration(c.persist_delay, &o.cache.persist_delay);
   o.cache.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
   o.fuse.on_read = [reads, read_errors](absl::Duration d, bool ok) {
     reads->Observe(d);

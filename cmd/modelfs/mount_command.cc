@@ -59,6 +59,7 @@ struct MountCli {
   bool drop_served_pages = true;
   bool audit = true;
   std::string scrub_interval = "24h";
+  std::string persist_delay = "30s";
   double scrub_rate_mib = 32;
   std::string log_file;
   std::string policy;
@@ -276,6 +277,11 @@ absl::Status RunForeground(const MountCli& c) {
                                                    "\": want a duration such as 24h or 90m, or 0"));
   }
   if (!(c.scrub_rate_mib > 0)) return absl::InvalidArgumentError("--scrub-rate-mib must be > 0");
+  if (!absl::ParseDuration(c.persist_delay, &co.persist_delay) ||
+      co.persist_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--persist-delay \"", c.persist_delay,
+                                                   "\": want a duration such as 30s, or 0"));
+  }
   co.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
   // Cache lines quote registry errors and digests from the artifact: one escaped line each.
   co.log = [](absl::string_view line) {
@@ -532,6 +538,11 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     cmd->add_flag("--audit,!--no-audit", c->audit,
                   "Once every chunk of a layer is verified, rehash the whole layer against its "
                   "digest at idle priority (default on)");
+    cmd->add_option("--persist-delay", c->persist_delay,
+                    "While the model is being read, flush fetched chunks to disk (and record "
+                    "them) only once reads pause for a second, or after this long (30s; 0: "
+                    "after every fetch)")
+        ->default_val("30s");
     cmd->add_option("--scrub-interval", c->scrub_interval,
                     "Re-verify sealed layers of the cache this often, in the background at idle "
                     "priority (24h, 90m; 0: never)")

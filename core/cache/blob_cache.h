@@ -118,6 +118,16 @@ struct CacheOptions {
   // the pinned manifest; the audit is defense in depth against a chunk index that disagrees
   // with its layer. It runs at idle CPU and I/O priority.
   bool audit = true;
+  // While reads are being served, the fdatasync that makes fetched chunks durable (after it,
+  // the journal records them and their served pages leave the page cache) waits: until no read
+  // has been served for verify_when_idle, until persist_delay has passed since the oldest of
+  // them landed, or until the cache closes. A layer whose every chunk has landed is flushed
+  // when it is sealed, at once. So a cold load's disk does not write and flush the cache while
+  // the load still reads (a registry or another pod may be reading the same disk); the kernel's
+  // writeback or the flush after the load does it. A crash loses at most persist_delay of
+  // fetching: those chunks are not in the journal, and are fetched again. Zero: flush after
+  // every flight (the chunks are durable as soon as they are served).
+  absl::Duration persist_delay = absl::ZeroDuration();
   // The scrub: every scrub_interval (zero: never) each sealed layer is read and hashed again
   // (layer_scrub.cc), at idle CPU and I/O priority and at most scrub_rate bytes a second;
   // layers sealed but never audited (by this process or an earlier one) go first and are
@@ -379,6 +389,7 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   bool FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream, bool failed,
                          bool stale) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
   void AfterFlight(bool became_full, bool over_budget) override;
+  absl::Time IdleAtLocked() const override;
   bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return flights_.DiskFullLocked();
   }

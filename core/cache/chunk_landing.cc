@@ -77,6 +77,12 @@ bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk
   return options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
 }
 
+absl::Time BlobCache::IdleAtLocked() const {
+  mu_.AssertHeld();  // the engine calls with the table mutex, under its own name
+  if (reads_in_progress_ > 0) return absl::InfiniteFuture();
+  return last_read_ + options_.verify_when_idle;
+}
+
 void BlobCache::AfterFlight(bool became_full, bool over_budget) {
   if (became_full) {
     // Make room for the models in use: what no model references goes first, all of it.

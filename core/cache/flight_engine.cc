@@ -292,16 +292,35 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
 void FlightEngine::QueuePersistLocked(const std::shared_ptr<CacheLayer>& layer, uint64_t gen,
                                       std::vector<uint64_t> chunks) {
   layer->jobs++;  // keeps eviction (and its unlink) away until the record is written
+  if (persist_pending_.empty()) persist_since_ = time_->Now();
   persist_pending_.push_back(PendingPersist{layer, gen, std::move(chunks)});
   if (persist_scheduled_ || stopping_) return;
   persist_scheduled_ = true;
   scheduler_.Submit("", FetchPriority::kVerify, [this] { PersistPending(); });
 }
 
+void FlightEngine::AwaitPersistLocked() {
+  if (options_.persist_delay <= absl::ZeroDuration()) return;
+  const absl::Time until = persist_since_ + options_.persist_delay;
+  // A read in progress is checked again every poll (its end does not signal).
+  const absl::Duration poll = std::max(options_.verify_when_idle, absl::Milliseconds(100));
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    const absl::Time now = time_->Now();
+    const absl::Time idle_at = owner_.IdleAtLocked();
+    if (now >= until || now >= idle_at) return;
+    time_->AwaitWithDeadline(
+        mu_,
+        absl::Condition(+[](std::atomic<bool>* s) { return s->load(std::memory_order_relaxed); },
+                        &stopping_),
+        std::min({until, idle_at, now + poll}));
+  }
+}
+
 void FlightEngine::PersistPending() {
   std::vector<PendingPersist> batch;
   {
     absl::MutexLock lock(&mu_);
+    AwaitPersistLocked();
     batch.swap(persist_pending_);
     persist_scheduled_ = false;
   }

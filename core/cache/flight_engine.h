@@ -84,6 +84,10 @@ class FlightEngine {
     // After a flight, without the lock: the disk became full (make room), or the cache is over
     // its size limit.
     virtual void AfterFlight(bool became_full, bool over_budget) = 0;
+    // When the cache counts as idle (deferred persistence, CacheOptions::persist_delay):
+    // InfiniteFuture while a read is being served, else verify_when_idle after the last one
+    // ended. With the table mutex held.
+    virtual absl::Time IdleAtLocked() const = 0;
     virtual void Log(absl::string_view line) const = 0;
   };
 
@@ -124,7 +128,10 @@ class FlightEngine {
   // Persistence is queued no more (the cache is closing; its end calls PersistPending itself).
   // Under the table mutex.
   void StopLocked() { stopping_.store(true, std::memory_order_relaxed); }
-  // fdatasyncs and records the verified chunks queued by flights (one sync per file).
+  // fdatasyncs and records the verified chunks queued by flights (one sync per file). With
+  // CacheOptions::persist_delay, first waits for the cache to be idle (or the delay, or the
+  // cache's end): the queued task holds one of the "" pool's threads meanwhile, never a
+  // registry's.
   void PersistPending();
   // Records `chunks` of `layer` in the journal unless quarantine or eviction dropped it since
   // `gen`.
@@ -132,6 +139,9 @@ class FlightEngine {
                             const std::vector<uint64_t>& chunks);
 
  private:
+  // PersistPending's wait: returns once the cache is idle, persist_delay has passed since
+  // persist_since_, or the cache is closing. At once when persist_delay is zero.
+  void AwaitPersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {
     std::vector<uint64_t> good;  // verified and written: to persist
@@ -170,6 +180,7 @@ class FlightEngine {
 
   std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(mu_);
   bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time persist_since_ ABSL_GUARDED_BY(mu_);  // the oldest pending batch was queued
   // Written and read under mu_; atomic only because the cache reads them holding the same
   // mutex under its own name, which the thread-safety analysis cannot see through.
   std::atomic<bool> stopping_{false};

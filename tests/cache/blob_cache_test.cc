@@ -1152,6 +1152,79 @@ TEST_F(BlobCacheTest, ServedChunksLeaveThePageCacheOnceOnDiskButNotWhileTheReply
   EXPECT_EQ(*again, blob);
 }
 
+// persist_delay: while reads are served, fetched chunks are not flushed (nor recorded, nor
+// dropped from the page cache) until the reads pause for verify_when_idle.
+TEST_F(BlobCacheTest, WithAPersistDelayChunksAreFlushedOnlyOnceReadsPause) {
+  CacheOptions o = Options();
+  o.persist_delay = absl::Seconds(30);
+  o.verify_when_idle = absl::Milliseconds(200);
+  const std::string first = RandomBytes(8 * kChunk, 54);
+  const std::string second = RandomBytes(2 * kChunk, 55);
+  Digest a, b;
+  {
+    auto cache = Open(o);
+    a = AddChunked(*cache, first);
+    b = AddChunked(*cache, second);
+    ASSERT_OK(cache->Read(a, 0, 3 * kChunk));  // 3 of 8 chunks: no seal flushes them
+    remote_.HoldOnly(b);
+    remote_.Hold();
+    std::thread blocked([&] { EXPECT_OK(cache->Read(b, 0, kChunk)); });
+    ASSERT_TRUE(remote_.WaitForHeld(1));
+    absl::SleepFor(absl::Milliseconds(600));  // three idle windows, a read still in progress
+    EXPECT_EQ(cache->stats().page_cache_bytes_dropped, 0u) << "flushed while reads go on";
+    EXPECT_EQ(CountResident(ResidentPages(dir_.Join("cache"), a, 0, 3 * kChunk)), 3u);
+    remote_.Release();
+    blocked.join();
+    ASSERT_TRUE(Idle(*cache));  // the reads paused: flushed, recorded, pages dropped
+    EXPECT_EQ(cache->stats().page_cache_bytes_dropped, 4 * kChunk);  // a's 3 and b's 1
+    EXPECT_EQ(CountResident(ResidentPages(dir_.Join("cache"), a, 0, 3 * kChunk)), 0u);
+  }
+  remote_.ResetCounters();
+  auto cache = Open(o);
+  ASSERT_OK(RegisterChunked(*cache, a, first));
+  EXPECT_EQ(cache->GetLayerInfo(a)->cached_chunks, 3u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(a, 0, 3 * kChunk));
+  EXPECT_EQ(got, first.substr(0, 3 * kChunk));
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
+TEST_F(BlobCacheTest, WithAPersistDelayChunksWaitNoLongerThanTheDelay) {
+  CacheOptions o = Options();
+  o.persist_delay = absl::Milliseconds(300);
+  o.verify_when_idle = absl::Seconds(30);  // never idle within the test
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(8 * kChunk, 56);
+  Digest d = AddChunked(*cache, blob);
+  ASSERT_OK(cache->Read(d, 0, 2 * kChunk));
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (cache->stats().page_cache_bytes_dropped < 2 * kChunk && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(cache->stats().page_cache_bytes_dropped, 2 * kChunk);
+}
+
+TEST_F(BlobCacheTest, ClosingTheCacheFlushesChunksStillWaitingForAPause) {
+  CacheOptions o = Options();
+  o.persist_delay = absl::Seconds(30);
+  o.verify_when_idle = absl::Seconds(30);
+  const std::string blob = RandomBytes(8 * kChunk, 57);
+  Digest d;
+  const absl::Time start = absl::Now();
+  {
+    auto cache = Open(o);
+    d = AddChunked(*cache, blob);
+    ASSERT_OK(cache->Read(d, kChunk, 3 * kChunk));
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the close waited for the delay";
+  remote_.ResetCounters();
+  auto cache = Open(o);
+  ASSERT_OK(RegisterChunked(*cache, d, blob));
+  EXPECT_EQ(cache->GetLayerInfo(d)->cached_chunks, 3u);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, kChunk, 3 * kChunk));
+  EXPECT_EQ(got, blob.substr(kChunk, 3 * kChunk));
+  EXPECT_EQ(remote_.requests(), 0);
+}
+
 TEST_F(BlobCacheTest, AChunkServedOnlyInPartKeepsItsPages) {
   auto cache = Open();
   const std::string blob = RandomBytes(8 * kChunk, 52);
