@@ -48,6 +48,7 @@ prefetch = "all"
 read_deadline_s = 12.5
 drop_served_pages = false
 audit = false
+persist_delay = "5s"
 [fuse]
 allow_other = false
 insecure_stream = true
@@ -72,6 +73,7 @@ direct_io = false
   EXPECT_TRUE(c.insecure_stream);
   EXPECT_FALSE(c.drop_served_pages);
   EXPECT_FALSE(c.audit);
+  EXPECT_EQ(c.persist_delay, "5s");
   EXPECT_FALSE(c.passthrough);
   EXPECT_FALSE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
@@ -125,6 +127,19 @@ TEST(DaemonConfigTest, AnUnknownPrefetchPolicyFailsValidation) {
   c.prefetch = "some";
   EXPECT_THAT(ValidateDaemonConfig(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.prefetch")));
+}
+
+TEST(DaemonConfigTest, APersistDelayThatIsNotADurationFailsValidation) {
+  DaemonConfig c;
+  EXPECT_EQ(c.persist_delay, "30s");
+  c.persist_delay = "0";
+  EXPECT_OK(ValidateDaemonConfig(c));
+  for (const char* bad : {"soon", "-1s", "30"}) {
+    c.persist_delay = bad;
+    EXPECT_THAT(ValidateDaemonConfig(c),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.persist_delay")))
+        << bad;
+  }
 }
 
 TEST(DaemonConfigTest, ARelativeRootFailsValidation) {
