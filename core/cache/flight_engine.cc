@@ -310,8 +310,8 @@ void FlightEngine::AwaitPersistLocked() {
     if (now >= until || now >= idle_at) return;
     time_->AwaitWithDeadline(
         mu_,
-        absl::Condition(+[](std::atomic<bool>* s) { return s->load(std::memory_order_relaxed); },
-                        &stopping_),
+        absl::Condition(
+            +[](std::atomic<bool>* s) { return s->load(std::memory_order_relaxed); }, &stopping_),
         std::min({until, idle_at, now + poll}));
   }
 }
