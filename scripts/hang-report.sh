@@ -6,8 +6,10 @@
 # Usage: scripts/hang-report.sh CTEST_PID SECONDS   (runs until CTEST_PID exits)
 set -uo pipefail
 ctest_pid=$1 limit=$2
-declare -A reported=()
-# ctest's ancestors share the pipes it inherited: never them.
+declare -A reported=([$$]=1)
+parent=$(ps -o ppid= -p "$ctest_pid" | tr -d ' ')
+pipes_of() { ls -l /proc/"$1"/fd 2>/dev/null | grep -o 'pipe:\[[0-9]*\]' | sort -u; }
+# ctest's ancestors (and this script) share the pipes it inherited: never them.
 a=$ctest_pid
 while a=$(ps -o ppid= -p "$a" 2>/dev/null | tr -d ' ') && [[ -n $a && $a -gt 1 ]]; do
   reported[$a]=1
@@ -38,19 +40,18 @@ report() {
 }
 
 # Every process that writes into one of ctest's pipes (a test, or anything it left running that
-# still holds its output, which keeps ctest waiting as long as the test itself would).
+# still holds its output, which keeps ctest waiting as long as the test itself would). One ps per
+# scan; only processes past the limit have their fds read.
 while kill -0 "$ctest_pid" 2>/dev/null; do
   sleep 15
-  pipes=$(ls -l /proc/"$ctest_pid"/fd 2>/dev/null | grep -o 'pipe:\[[0-9]*\]' | sort -u)
+  # The pipes ctest made (to its tests), not those it inherited (its output may be a pipe that
+  # test.sh, this script and other jobs share).
+  pipes=$(comm -23 <(pipes_of "$ctest_pid") <(pipes_of "$parent"))
   [[ -n $pipes ]] || continue
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [[ $p == "$ctest_pid" || -n ${reported[$p]:-} ]] && continue
-    age=$(ps -o etimes= -p "$p" 2>/dev/null | tr -d ' ')
-    [[ -n $age && $age -ge $limit ]] || continue
-    holds=$(ls -l "$d"/fd 2>/dev/null | grep -o 'pipe:\[[0-9]*\]' | sort -u | grep -Fxf <(echo "$pipes"))
-    [[ -n $holds ]] || continue
+  while read -r p age; do
+    [[ $p == "$ctest_pid" || -n ${reported[$p]:-} || $age -lt $limit ]] && continue
+    pipes_of "$p" | grep -qFxf <(echo "$pipes") || continue
     for c in $(descendants "$p"); do reported[$c]=1; done
     report "$p"
-  done
+  done < <(ps -e -o pid=,etimes=)
 done
