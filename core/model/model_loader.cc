@@ -1,8 +1,10 @@
 #include "core/model/model_loader.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -68,6 +70,22 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
                                      const std::string& verification, const LoadOptions& o,
                                      const std::map<Digest, DecodedLayer>& decoded,
                                      const std::map<std::string, std::string>& serving);
+
+// A document made by the first Get (its caller waits; concurrent callers wait for that one
+// call) and kept: one .modelinfo.json served at two paths is made once.
+class MadeOnce {
+ public:
+  explicit MadeOnce(std::function<std::string()> make) : make_(std::move(make)) {}
+  std::string Get() {
+    std::call_once(once_, [this] { bytes_ = make_(); });
+    return bytes_;
+  }
+
+ private:
+  const std::function<std::string()> make_;
+  std::once_flag once_;
+  std::string bytes_;  // written once, under once_; read after it
+};
 
 // The merged tree of an ordinary image's layers (core/oci/image_tree.h), every tar's headers
 // read through `reader` (so verified), as the files, links and directories the tree serves.
@@ -375,12 +393,18 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
       IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
   // Made on first lookup (fuse/model_tree.h SyntheticFile): it reads every weight file's
   // header, which registering the model (a CRI PullImage) should not wait for.
-  out.synthetic[kModelInfoFileName] =
-      SyntheticFile::Lazy([&reader, files = rm.image ? ModelFilesOfImage(out.files) : out.files,
-                           ctx = std::move(ctx)] { return MakeModelInfoFile(reader, files, ctx); });
-  // V may show M's files under a directory (its record's pathPrefix, "models" for KServe);
-  // .modelinfo.json stays at the root and names paths within that directory.
+  auto info = std::make_shared<MadeOnce>(
+      [&reader, files = rm.image ? ModelFilesOfImage(out.files) : out.files, ctx = std::move(ctx)] {
+        return MakeModelInfoFile(reader, files, ctx);
+      });
+  out.synthetic[kModelInfoFileName] = SyntheticFile::Lazy([info] { return info->Get(); });
+  // V may show M's files under a directory (its record's pathPrefix, "models" for KServe).
+  // .modelinfo.json names paths within that directory; it stays at the root and is served
+  // inside the directory too, the same bytes made once, so that a pod mounting only the
+  // directory (an image volume's subPath, KServe's `subPath: models`) sees it beside the files.
   if (!rm.path_prefix.empty()) {
+    out.synthetic[absl::StrCat(rm.path_prefix, "/", kModelInfoFileName)] =
+        SyntheticFile::Lazy([info] { return info->Get(); });
     for (TreeFile& f : out.files) f.path = absl::StrCat(rm.path_prefix, "/", f.path);
   }
   return out;

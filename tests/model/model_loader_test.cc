@@ -17,6 +17,7 @@
 #include "core/oci/tar_headers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/model/cached_model_fixture.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
@@ -372,6 +373,43 @@ TEST_F(ModelLoaderTest, AnImageIndexedFromTarHeaderRecordsGetsTheSameTreeAndRefu
       std::string bytes,
       cache_->Read(loaded.files[1].layer, loaded.files[1].offset_in_layer, loaded.files[1].size));
   EXPECT_EQ(bytes, "BB");
+}
+
+// V published with `--path-prefix models`: M's files under models/, and .modelinfo.json both at
+// the root (as before) and inside models/ (what a pod mounting the subPath `models` sees), the
+// same document, listing paths relative to models/, made once for both.
+TEST_F(ModelLoaderTest, APathPrefixServesTheModelinfoAtTheRootAndInsideThePrefix) {
+  AddRawLayer("{\"hidden_size\": 64}\n", "config.json");
+  AddRawLayer("tokens\n", "tokenizer/vocab.txt");
+  model_.path_prefix = "models";
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  std::vector<std::string> paths;
+  for (const TreeFile& f : loaded.files) paths.push_back(f.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"models/config.json", "models/tokenizer/vocab.txt"}));
+  std::vector<std::string> synthetic;
+  for (const auto& [path, file] : loaded.synthetic) {
+    synthetic.push_back(path);
+    EXPECT_TRUE(file.lazy()) << path;
+  }
+  EXPECT_EQ(synthetic, (std::vector<std::string>{".modelinfo.json", "models/.modelinfo.json"}));
+  const std::string inside = loaded.synthetic["models/.modelinfo.json"].make()();
+  const uint64_t served = cache_->stats().bytes_served;
+  EXPECT_GT(served, 0u);  // config.json, read for the architecture shape
+  EXPECT_EQ(loaded.synthetic[".modelinfo.json"].make()(), inside);
+  EXPECT_EQ(cache_->stats().bytes_served, served);  // made once: nothing read again
+  const nlohmann::json info = nlohmann::json::parse(inside);
+  std::vector<std::string> listed;
+  for (const auto& f : info["files"]) listed.push_back(f["path"]);
+  EXPECT_EQ(listed, (std::vector<std::string>{"config.json", "tokenizer/vocab.txt"}));
+}
+
+TEST_F(ModelLoaderTest, WithoutAPathPrefixTheModelinfoIsOnlyAtTheRoot) {
+  AddRawLayer("{}\n", "config.json");
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, LoadModel(model_, *cache_, {}));
+  ASSERT_EQ(loaded.synthetic.size(), 1u);
+  EXPECT_EQ(loaded.synthetic.begin()->first, ".modelinfo.json");
+  ASSERT_EQ(loaded.files.size(), 1u);
+  EXPECT_EQ(loaded.files[0].path, "config.json");
 }
 
 }  // namespace
