@@ -21,14 +21,17 @@ function(modelfs_library name)
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s] [TSAN])
+# modelfs_test(NAME SOURCES a_test.cc ... DEPS dep ... [LABELS unit|e2e ...] [TIMEOUT s] [TSAN]
+#              [NO_CTEST])
 # Unit tests carry the label "unit"; slow end-to-end tests carry "e2e" so
 # `ctest -L unit` stays fast. A binary whose tests were all skipped (testsupport/testing/skip.h)
 # prints a marker line (testsupport/testing/test_main.cc) and CTest reports it as skipped, not passed.
 # In the ThreadSanitizer tree (MODELFS_TSAN, scripts/tsan.sh) every unit test, and an e2e test
 # marked TSAN, also carries the label "tsan"; the other tests are neither built nor run there.
+# NO_CTEST builds the binary only: the caller registers it (modelfs_add_ctest), several times
+# perhaps.
 function(modelfs_test name)
-  cmake_parse_arguments(ARG "TSAN" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "TSAN;NO_CTEST" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES} $<TARGET_OBJECTS:modelfs_test_main>)
   target_compile_options(${name} PRIVATE ${MODELFS_WARNINGS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
@@ -39,26 +42,52 @@ function(modelfs_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  set(disabled OFF)
+  set(tsan)
+  if(ARG_TSAN)
+    set(tsan TSAN)
+  endif()
   if(MODELFS_TSAN)
     if(ARG_TSAN OR "unit" IN_LIST ARG_LABELS)
-      list(PREPEND ARG_LABELS tsan)
-      math(EXPR ARG_TIMEOUT "${ARG_TIMEOUT} * 4")  # TSan runs code 5-15x slower
       add_dependencies(modelfs_tsan_tests ${name})
     else()
       # Registered (other CMake code sets its properties) but neither built nor run here.
       set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
+    endif()
+  endif()
+  if(NOT ARG_NO_CTEST)
+    modelfs_add_ctest(${name} TARGET ${name} LABELS ${ARG_LABELS} TIMEOUT ${ARG_TIMEOUT} ${tsan})
+  endif()
+endfunction()
+
+# modelfs_add_ctest(TEST_NAME TARGET binary [ARGS arg ...] [ENVIRONMENT VAR=value ...]
+#                   LABELS label ... TIMEOUT s [TSAN])
+# One CTest entry running a modelfs_test binary with its labels, timeout, skip marker and
+# environment (under TSan: the tsan label and a longer timeout, or disabled, as modelfs_test
+# says).
+function(modelfs_add_ctest test_name)
+  cmake_parse_arguments(ARG "TSAN" "TARGET;TIMEOUT" "ARGS;ENVIRONMENT;LABELS" ${ARGN})
+  set(labels ${ARG_LABELS})
+  set(timeout ${ARG_TIMEOUT})
+  set(disabled OFF)
+  if(MODELFS_TSAN)
+    if(ARG_TSAN OR "unit" IN_LIST labels)
+      list(PREPEND labels tsan)
+      math(EXPR timeout "${timeout} * 4")  # TSan runs code 5-15x slower
+    else()
       set(disabled ON)
     endif()
   endif()
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+  add_test(NAME ${test_name} COMMAND ${ARG_TARGET} ${ARG_ARGS})
+  set_tests_properties(${test_name} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout}
     SKIP_REGULAR_EXPRESSION "modelfs-test: every test was skipped"
     ENVIRONMENT "MODELFS_SOURCE_DIR=${PROJECT_SOURCE_DIR};MODELFS_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  foreach(env IN LISTS ARG_ENVIRONMENT)
+    set_property(TEST ${test_name} APPEND PROPERTY ENVIRONMENT "${env}")
+  endforeach()
   if(MODELFS_TSAN)
-    modelfs_tsan_environment(${name})
+    modelfs_tsan_environment(${test_name})
     if(disabled)
-      set_tests_properties(${name} PROPERTIES DISABLED ON)
+      set_tests_properties(${test_name} PROPERTIES DISABLED ON)
     endif()
   endif()
 endfunction()

@@ -13,13 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/digest.h"
+#include "core/status/status_macros.h"
 #include "testsupport/harness/process_runner.h"
 
-#ifndef MODELFS_CONTAINERD21_TARBALL
-#error "MODELFS_CONTAINERD21_TARBALL must name the containerd 2.1.4 release tarball"
+#ifndef MODELFS_CONTAINERD_TOOLS_DIR
+#error "MODELFS_CONTAINERD_TOOLS_DIR must name the directory holding the release tarballs"
 #endif
-#ifndef MODELFS_CONTAINERD21_DIR
-#error "MODELFS_CONTAINERD21_DIR must name where to extract it in the build tree"
+#ifndef MODELFS_CONTAINERD_EXTRACT_DIR
+#error "MODELFS_CONTAINERD_EXTRACT_DIR must name where to extract them in the build tree"
 #endif
 
 namespace modelfs::testing {
@@ -29,10 +30,31 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-std::string Containerd21Tarball() {
-  const char* env = std::getenv("MODELFS_CONTAINERD21_TARBALL");
+absl::StatusOr<ContainerdRelease> FindContainerdRelease(std::string_view version) {
+  std::string known;
+  for (const ContainerdRelease& r : kContainerdReleases) {
+    if (r.version == version) return r;
+    absl::StrAppend(&known, known.empty() ? "" : ", ", r.version);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no containerd release \"", version, "\" in the harness (known: ", known, ")"));
+}
+
+absl::StatusOr<ContainerdRelease> ContainerdReleaseUnderTest() {
+  const char* env = std::getenv("MODELFS_CONTAINERD_RELEASE");
+  if (env == nullptr || *env == '\0') return FindContainerdRelease(kDefaultContainerdRelease);
+  absl::StatusOr<ContainerdRelease> r = FindContainerdRelease(env);
+  if (!r.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MODELFS_CONTAINERD_RELEASE: ", r.status().message()));
+  }
+  return r;
+}
+
+std::string ContainerdTarball(const ContainerdRelease& release) {
+  const char* env = std::getenv(std::string(release.tarball_env).c_str());
   if (env != nullptr && *env != '\0') return env;
-  return MODELFS_CONTAINERD21_TARBALL;
+  return absl::StrCat(MODELFS_CONTAINERD_TOOLS_DIR, "/", release.tarball);
 }
 
 bool RunningInCi() {
@@ -40,22 +62,29 @@ bool RunningInCi() {
   return ci != nullptr && std::string(ci) == "true";
 }
 
-absl::StatusOr<std::string> Containerd21ReleaseDir() {
-  const std::string tarball = Containerd21Tarball();
+absl::StatusOr<std::string> ContainerdReleaseDirUnderTest() {
+  ASSIGN_OR_RETURN(ContainerdRelease release, ContainerdReleaseUnderTest());
+  return ContainerdReleaseDir(release);
+}
+
+absl::StatusOr<std::string> ContainerdReleaseDir(const ContainerdRelease& release) {
+  const std::string tarball = ContainerdTarball(release);
+  const std::string sha256(release.sha256);
   if (!fs::exists(tarball)) {
-    return absl::NotFoundError(absl::StrCat("containerd 2.1.4 release tarball not found at ",
-                                            tarball, " (set MODELFS_CONTAINERD21_TARBALL)"));
+    return absl::NotFoundError(absl::StrCat("containerd ", release.version,
+                                            " release tarball not found at ", tarball, " (set ",
+                                            release.tarball_env, ")"));
   }
   // Checked on every call (a fraction of a second), so a replaced tarball is never trusted
   // because of an earlier extraction.
   const std::string digest = Digest::Of(ReadAll(tarball)).str();
-  if (digest != absl::StrCat("sha256:", kContainerd21Sha256)) {
-    return absl::DataLossError(
-        absl::StrCat(tarball, " has ", digest, ", want sha256:", kContainerd21Sha256));
+  if (digest != absl::StrCat("sha256:", sha256)) {
+    return absl::DataLossError(absl::StrCat(tarball, " has ", digest, ", want sha256:", sha256));
   }
-  const std::string dir = MODELFS_CONTAINERD21_DIR;
+  const std::string dir =
+      absl::StrCat(MODELFS_CONTAINERD_EXTRACT_DIR, "/containerd-", release.version);
   // The stamp is written last: a directory without it is a torn extraction.
-  if (ReadAll(dir + "/.sha256") == kContainerd21Sha256) return dir;
+  if (ReadAll(dir + "/.sha256") == sha256) return dir;
   // Test binaries run in parallel and another one may be extracting, or already using the
   // directory: one extraction at a time, under an exclusive lock beside the directory, and a
   // stamped directory is never removed (removing it under a running containerd took its
@@ -75,7 +104,7 @@ absl::StatusOr<std::string> Containerd21ReleaseDir() {
       return absl::InternalError(absl::StrCat("flock ", lock_path, ": ", std::strerror(errno)));
     }
   }
-  if (ReadAll(dir + "/.sha256") == kContainerd21Sha256) return dir;
+  if (ReadAll(dir + "/.sha256") == sha256) return dir;
   const std::string staging = absl::StrCat(dir, ".tmp-", getpid());
   std::error_code ec;
   fs::remove_all(staging, ec);
@@ -93,7 +122,7 @@ absl::StatusOr<std::string> Containerd21ReleaseDir() {
       return absl::InternalError(absl::StrCat(tarball, " has no top-level ", bin));
     }
   }
-  std::ofstream(staging + "/.sha256") << kContainerd21Sha256;
+  std::ofstream(staging + "/.sha256") << sha256;
   // Only a torn extraction (no stamp; the lock says nobody is writing it) is removed here.
   fs::remove_all(dir, ec);
   fs::rename(staging, dir, ec);
