@@ -234,6 +234,7 @@ absl::StatusOr<std::string> CriRuntimeClient::CreateContainer(const std::string&
     pm->set_host_path(m.host_path);
     pm->set_readonly(m.readonly);
     if (!m.image.empty()) pm->mutable_image()->set_image(m.image);
+    if (!m.image_sub_path.empty()) pm->set_image_sub_path(m.image_sub_path);
   }
   c->set_log_path(container.log_path);
   // The kubelet repeats the pod's namespaces in each container's security context.

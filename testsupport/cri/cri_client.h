@@ -78,6 +78,9 @@ struct CriMountSpec {
   std::string host_path;
   std::string image;
   bool readonly = true;
+  // With `image`: Mount.image_sub_path, the volume's subPath as the kubelet passes it ("" for
+  // the image's root).
+  std::string image_sub_path;
 };
 
 struct CriContainerSpec {

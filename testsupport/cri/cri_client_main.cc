@@ -14,7 +14,7 @@
 //         PullImage, Prepare(KEY, PARENT), mount on TARGET, then read the first byte of
 //         TARGET/FILE; prints one JSON line of seconds from the start of the pull:
 //         {"pull":..,"prepare":..,"mount":..,"first_byte":..}. Leaves TARGET mounted.
-//     run-pod NAME VOLUME READER MOUNTPATH SCRIPT [--log-dir DIR]
+//     run-pod NAME VOLUME READER MOUNTPATH SCRIPT [--log-dir DIR] [--sub-path P]
 //         what a kubelet does for a pod with one container mounting an image volume:
 //         RunPodSandbox (host network), PullImage of VOLUME and READER with the pod's sandbox
 //         config, CreateContainer (READER running `/bin/sh -c SCRIPT`, VOLUME read-only at
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   pull_read->add_option("KEY", key)->required();
   pull_read->add_option("TARGET", target)->required();
   pull_read->add_option("FILE", file)->required();
-  std::string pod_name, volume, reader, mount_path, script, log_dir = "/tmp";
+  std::string pod_name, volume, reader, mount_path, script, sub_path, log_dir = "/tmp";
   auto* run_pod = app.add_subcommand("run-pod", "A pod whose container mounts an image volume");
   run_pod->add_option("NAME", pod_name)->required();
   run_pod->add_option("VOLUME", volume)->required();
@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
   run_pod->add_option("MOUNTPATH", mount_path)->required();
   run_pod->add_option("SCRIPT", script)->required();
   run_pod->add_option("--log-dir", log_dir, "parent of the pod's log directory");
+  run_pod->add_option("--sub-path", sub_path,
+                      "the volume's subPath (CRI Mount.image_sub_path; containerd 2.2+)");
   CLI11_PARSE(app, argc, argv);
 
   const std::string grpc_target = "unix://" + address;
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
       c.name = "reader";
       c.image = *r;
       c.command = {"/bin/sh", "-c", script};
-      c.mounts = {{mount_path, "", *v, true}};
+      c.mounts = {{mount_path, "", *v, true, sub_path}};
       c.log_path = "reader.log";
       auto id = (*rt)->CreateContainer(*sandbox, c, pod);
       if (!id.ok()) return (void)Fail(id.status());
