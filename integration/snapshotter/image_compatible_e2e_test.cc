@@ -1,17 +1,18 @@
 // The image-compatible volume image (docs/volume-image.md, "The image-compatible profile"):
 // `modelfs push --tar --image-compatible --path-prefix models` writes a V whose layers are M's
 // own tar blobs and then `.modelfs/`. The same V, by the same pod spec, is
-//   - pulled as an ordinary image by the upstream containerd 2.1.4 release with its own
-//     overlayfs snapshotter (no modelfs): the pod sees every model file byte-identical (eager);
-//   - mounted lazily by containerd 2.1.4 with the modelfs snapshotter: the same files, the
+//   - pulled as an ordinary image by an upstream containerd release (2.1.4, 2.2.2 or 2.3.4:
+//     $MODELFS_CONTAINERD_RELEASE, containerd_release.h) with its own overlayfs snapshotter (no
+//     modelfs): the pod sees every model file byte-identical (eager);
+//   - mounted lazily by the same containerd with the modelfs snapshotter: the same files, the
 //     registry log shows no blob GET by containerd and only range reads of the weights;
 //   - copied by `skopeo copy`, and its files reached by `buildah from` + `buildah copy --from`.
 // With `lazy_images`, ordinary images (modelcars) with a volume image among their referrers are
 // served lazily too: their lower layers unpacked by the snapshotter as containerd would, and a
 // top layer whose V is `modelfs convert`'s (the image's merged tree) seen as containerd unpacks
 // the image, its whiteouts included, in an image volume and in a container's rootfs.
-// Without root, FUSE, containerd 2.1.4, skopeo, buildah or the daemon the test skips, except with
-// CI=true, where it fails.
+// Without root, FUSE, the containerd release, skopeo, buildah or the daemon the test skips, except
+// with CI=true, where it fails.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -169,7 +170,9 @@ class ImageCompatibleE2eTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    absl::StatusOr<std::string> release = Containerd21ReleaseDir();
+    ASSERT_OK_AND_ASSIGN(const ContainerdRelease under_test, ContainerdReleaseUnderTest());
+    std::cout << "[containerd] release " << under_test.version << "\n";
+    absl::StatusOr<std::string> release = ContainerdReleaseDir(under_test);
     if (!release.ok()) return MissingComponent(std::string(release.status().message()));
     release_ = *release;
     for (const std::string& why :
@@ -229,8 +232,8 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     sandboxes_.clear();
   }
 
-  // containerd 2.1.4 with CRI pulling into `snapshotter` ("overlayfs", or "modelfs" with the
-  // daemon started first).
+  // The containerd release under test with CRI pulling into `snapshotter` ("overlayfs", or
+  // "modelfs" with the daemon started first).
   void StartContainerd(const std::string& name, bool with_modelfs,
                        const std::string& daemon_toml = "") {
     const std::string socket = tmp_.Join(name + ".sock").string();

@@ -1,12 +1,14 @@
-// Pods with an image volume of the volume image V, on a real containerd 2.1.4 driven through
-// CRI as a kubelet drives it: RunPodSandbox (host network, busybox as the pause image),
+// Pods with an image volume of the volume image V, on a real containerd 2.x release driven
+// through CRI as a kubelet drives it: RunPodSandbox (host network, busybox as the pause image),
 // PullImage of V with the pod's sandbox config, CreateContainer with `mounts[].image` set to
 // the image_ref PullImage returned, StartContainer, ContainerStatus until it exits, and the
 // container's stdout read from its CRI log file. containerd uses the modelfs proxy snapshotter
 // configured as docs/install.md says (testsupport/harness/containerd_fixture.h); the registry's
 // access log tells which client fetched what, by user agent.
 //
-// The containerd release comes from ../shared/tools (containerd_release.h). Without it, or
+// The containerd release comes from ../shared/tools (containerd_release.h):
+// $MODELFS_CONTAINERD_RELEASE, which CTest sets per entry (integration/snapshotter/CMakeLists.txt:
+// every test on 2.3.4, the cross-version set on 2.1.4 and 2.2.2). Without the release, or
 // without root, FUSE or the daemon binary, the tests skip, except with CI=true, where they fail:
 // CI must run them.
 #include <openssl/evp.h>
@@ -85,7 +87,7 @@ std::vector<Request> RequestsInAccessLog(const std::string& log, size_t offset) 
   return out;
 }
 
-// "containerd" or "modelfs" from a user agent ("containerd/v2.1.4", "modelfs/0.1").
+// "containerd" or "modelfs" from a user agent ("containerd/v2.3.4", "modelfs/0.1").
 std::string Client(const Request& r) {
   if (absl::StartsWith(r.agent, "containerd/")) return "containerd";
   if (absl::StartsWith(r.agent, "modelfs/")) return "modelfs";
@@ -147,7 +149,7 @@ std::map<std::string, std::string> ParseSha256sum(const std::string& out) {
 constexpr char kHashEveryFile[] =
     "cd /models && find . -type f | sort | while read -r f; do sha256sum \"$f\"; done";
 
-class ImageVolumeContainerd21Test : public ::testing::Test {
+class ImageVolumeTest : public ::testing::Test {
  protected:
   // A missing component skips the test on a developer's machine and fails it in CI.
   void MissingComponent(const std::string& why) {
@@ -158,7 +160,9 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   }
 
   void SetUp() override {
-    absl::StatusOr<std::string> release = Containerd21ReleaseDir();
+    ASSERT_OK_AND_ASSIGN(release_, ContainerdReleaseUnderTest());
+    std::cout << "[containerd] release " << release_.version << "\n";
+    absl::StatusOr<std::string> release = ContainerdReleaseDir(release_);
     if (!release.ok() && release.status().code() == absl::StatusCode::kNotFound) {
       MissingComponent(std::string(release.status().message()));
       return;
@@ -237,7 +241,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   void PushBusybox() {
     std::vector<LayerFile> files = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""}};
     for (const char* applet : {"sh", "cat", "sha256sum", "sleep", "find", "sort", "head", "dd",
-                               "ls", "wc", "echo", "true"}) {
+                               "ls", "wc", "echo", "true", "readlink"}) {
       files.push_back({absl::StrCat("bin/", applet), "", 0777, "busybox"});
     }
     ASSERT_OK_AND_ASSIGN(busybox_, PushOrdinaryImage(registry_->host_port(), kBusyboxRepo, "1.35",
@@ -247,14 +251,20 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   // `modelfs push` of the test model: M at tag v1, V at v1-volume (with `tar`, every file in
   // a .tar layer, at tag v1-tar and v1-tar-volume; with `zstd`, every file in a .tar+zstd
   // layer of independent frames, `push --compress zstd`, at v1-zstd and v1-zstd-volume).
-  void PushModel(bool tar = false, bool zstd = false) {
+  // With `path_prefix` (`push --path-prefix`, KServe's layout): M at tag kserve, V at
+  // kserve-volume, showing M's files under that directory.
+  void PushModel(bool tar = false, bool zstd = false, const std::string& path_prefix = "") {
     source_ = tmp_.Join("model").string();
     ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(source_, /*seed=*/43));
-    const std::string tag = zstd ? "v1-zstd" : tar ? "v1-tar" : "v1";
+    const std::string tag = !path_prefix.empty() ? "kserve"
+                            : zstd               ? "v1-zstd"
+                            : tar                ? "v1-tar"
+                                                 : "v1";
     std::vector<std::string> args = {"push", "--plain-http", Ref(kModelRepo, tag), source_,
                                      "--json"};
     if (tar && !zstd) args.push_back("--tar");
     if (zstd) args.insert(args.end(), {"--compress", "zstd"});
+    if (!path_prefix.empty()) args.insert(args.end(), {"--path-prefix", path_prefix});
     ASSERT_OK_AND_ASSIGN(ProcessResult push, RunModelfs(args));
     ASSERT_EQ(push.exit_code, 0) << push.err;
     push_ = ParseJsonOutput(push.out);
@@ -369,7 +379,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
     // The kubelet names the image by the image_ref PullImage returned.
     c.image = pod.reader_image_ref;
     c.command = {"/bin/sh", "-c", script};
-    c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+    c.mounts = {{kMountPath, "", pod.volume_image_ref, true, image_sub_path_}};
     c.log_path = name + ".log";
     absl::Time t0 = absl::Now();
     absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
@@ -550,6 +560,7 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   }
 
   TempDir tmp_;
+  ContainerdRelease release_;  // the release under test
   std::unique_ptr<RegistryFixture> registry_;
   std::unique_ptr<SnapshotterDaemon> daemon_;
   std::unique_ptr<Containerd> containerd_;  // destroyed before the daemon
@@ -560,13 +571,14 @@ class ImageVolumeContainerd21Test : public ::testing::Test {
   std::map<std::string, Timings> timings_;  // by pod name
   std::vector<std::string> figures_;
   std::string docker_config_;
-  bool pull_reader_ = true;  // PullImage of the reader in every pod (false: it is present)
+  bool pull_reader_ = true;     // PullImage of the reader in every pod (false: it is present)
+  std::string image_sub_path_;  // the volume's subPath in RunReader's container ("": none)
   PushedImage busybox_;
   std::string source_;
   nlohmann::json push_;
 };
 
-TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByTagReadsEveryModelFileExactly) {
+TEST_F(ImageVolumeTest, PodWithTheVolumeImageByTagReadsEveryModelFileExactly) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   const size_t offset = RunPodThatHashesEveryFile("by-tag", Ref(kModelRepo, "v1-volume"));
@@ -577,7 +589,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByTagReadsEveryModelFil
 
 // A model published with `push --compress zstd` (.tar+zstd layers): the pod reads every file
 // exactly, and containerd fetches nothing of the model but V's config.
-TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfACompressedModelReadsEveryFileExactly) {
+TEST_F(ImageVolumeTest, PodWithTheVolumeImageOfACompressedModelReadsEveryFileExactly) {
   PushModel(/*tar=*/true, /*zstd=*/true);
   ASSERT_FALSE(HasFatalFailure());
   const size_t offset = RunPodThatHashesEveryFile("zstd", Ref(kModelRepo, "v1-zstd-volume"));
@@ -594,7 +606,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfACompressedModelReads
 // (no seek index can enter it: each layer is fetched whole, decoded as it streams in and
 // checked before the pod reads a byte). The pod reads every file exactly, containerd fetches
 // nothing of the model but V's config, and modelfs fetches each compressed layer at most once.
-class CompressedVolumeTest : public ImageVolumeContainerd21Test,
+class CompressedVolumeTest : public ImageVolumeTest,
                              public ::testing::WithParamInterface<std::string> {
  protected:
   // M's .tar layers at v1-tar, recompressed (`gzip` or `zstd-frame`) at v1-<encoding>;
@@ -665,7 +677,7 @@ INSTANTIATE_TEST_SUITE_P(GzipAndOneZstdFrame, CompressedVolumeTest,
                                                     : std::string("OneZstdFrame");
                          });
 
-TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModelFileExactly) {
+TEST_F(ImageVolumeTest, PodWithTheVolumeImageByDigestReadsEveryModelFileExactly) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   const std::string by_digest = absl::StrCat(registry_->host_port(), "/", kModelRepo, "@",
@@ -678,7 +690,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageByDigestReadsEveryModel
 
 // A second pod on a model another pod has read: the weights come from modelfs's verified
 // cache, and containerd already holds V, so neither client fetches a blob of the model again.
-TEST_F(ImageVolumeContainerd21Test, SecondPodOnTheSameModelFetchesNoBlobAgain) {
+TEST_F(ImageVolumeTest, SecondPodOnTheSameModelFetchesNoBlobAgain) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   RunPodThatHashesEveryFile("first", Ref(kModelRepo, "v1-volume"));
@@ -694,7 +706,7 @@ TEST_F(ImageVolumeContainerd21Test, SecondPodOnTheSameModelFetchesNoBlobAgain) {
 
 // A cold pod that reads 4 KiB from the middle of one shard: while the container runs, modelfs
 // fetches the one chunk holding those bytes and nothing else.
-TEST_F(ImageVolumeContainerd21Test, ColdPodReadingASliceFetchesOnlyTheChunkHoldingIt) {
+TEST_F(ImageVolumeTest, ColdPodReadingASliceFetchesOnlyTheChunkHoldingIt) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   std::string shard_digest, shard_file;
@@ -733,7 +745,7 @@ TEST_F(ImageVolumeContainerd21Test, ColdPodReadingASliceFetchesOnlyTheChunkHoldi
 // Deleting the pod unmounts everything containerd mounted for it (the image volume's overlay
 // on the model, the sandbox's and the container's root filesystems); modelfs's own FUSE mount
 // stays for the next pod.
-TEST_F(ImageVolumeContainerd21Test, DeletingThePodLeavesNothingMountedUnderContainerd) {
+TEST_F(ImageVolumeTest, DeletingThePodLeavesNothingMountedUnderContainerd) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   Pod pod = StartPodAndPullVolume("delete-me", Ref(kModelRepo, "v1-volume"));
@@ -752,7 +764,7 @@ TEST_F(ImageVolumeContainerd21Test, DeletingThePodLeavesNothingMountedUnderConta
 // weight file. A container that reads config.json fetches that file and still no weight bytes;
 // the first lookup of .modelinfo.json is what reads the weight files' headers (a few chunks of
 // each, never the whole file).
-TEST_F(ImageVolumeContainerd21Test, PullImageFetchesNoWeightBytesUntilModelinfoIsLookedUp) {
+TEST_F(ImageVolumeTest, PullImageFetchesNoWeightBytesUntilModelinfoIsLookedUp) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   const auto weights = WeightBlobs();
@@ -810,7 +822,7 @@ TEST_F(ImageVolumeContainerd21Test, PullImageFetchesNoWeightBytesUntilModelinfoI
 // `modelfs convert SRC --to DST`: V lives in another repository than M. containerd fetches V's
 // config from DST and nothing of SRC; modelfs reads M's weights from SRC by range, each byte
 // once.
-TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepository) {
+TEST_F(ImageVolumeTest, PodWithAVolumeImageConvertedIntoAnotherRepository) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   const nlohmann::json converted =
@@ -841,7 +853,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithAVolumeImageConvertedIntoAnotherRepos
 // A Docker model artifact (`docker model package` layout) named directly by the image volume:
 // containerd downloads it whole and modelfs serves it from containerd's content store, with
 // the files where Docker's tools lay them out.
-TEST_F(ImageVolumeContainerd21Test, PodWithADockerModelArtifactNamedDirectly) {
+TEST_F(ImageVolumeTest, PodWithADockerModelArtifactNamedDirectly) {
   const std::map<std::string, std::string> want = PushDockerArtifact();
   ASSERT_FALSE(HasFailure());
   const size_t offset = RunPodThatHashes(
@@ -857,7 +869,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithADockerModelArtifactNamedDirectly) {
 
 // The same Docker artifact through the volume image `modelfs convert` writes for it: lazy,
 // containerd fetches only V's config.
-TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfADockerModelArtifact) {
+TEST_F(ImageVolumeTest, PodWithTheVolumeImageOfADockerModelArtifact) {
   const std::map<std::string, std::string> want = PushDockerArtifact();
   ASSERT_FALSE(HasFailure());
   const nlohmann::json converted =
@@ -879,7 +891,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfADockerModelArtifact)
 // certs.d layout, one file each). The mirror is warmed by a `modelfs pull` through it, then
 // the origin stops; a pod on a cold node (nothing cached by containerd or modelfs) reads every
 // byte through the mirror.
-TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIsDown) {
+TEST_F(ImageVolumeTest, PodReadsAModelThroughAMirrorWhileTheOriginIsDown) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   RegistryFixtureOptions mo;
@@ -933,7 +945,7 @@ TEST_F(ImageVolumeContainerd21Test, PodReadsAModelThroughAMirrorWhileTheOriginIs
 // A model's state as a second image volume: `modelfs state push` writes a state S of M and a
 // volume image VS for it; a pod mounts V at /models and VS at /state, and sees the state's
 // file byte-identical and a .modelinfo.json naming the model it belongs to.
-TEST_F(ImageVolumeContainerd21Test, PodMountsAModelsStateAsASecondImageVolume) {
+TEST_F(ImageVolumeTest, PodMountsAModelsStateAsASecondImageVolume) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
   const std::string state_file = tmp_.Join("prompt.state").string();
@@ -982,7 +994,7 @@ TEST_F(ImageVolumeContainerd21Test, PodMountsAModelsStateAsASecondImageVolume) {
 // and overlayfs stops at about 128 layers): pushed, converted, and mounted in a pod as one
 // image volume served from one FUSE mount; every file byte-identical. Prints the CRI timings
 // and the daemon's RSS.
-TEST_F(ImageVolumeContainerd21Test, PodMountsAModelOfTwoHundredWeightLayers) {
+TEST_F(ImageVolumeTest, PodMountsAModelOfTwoHundredWeightLayers) {
   constexpr int kLayers = 200;
   source_ = tmp_.Join("blocks").string();
   fs::create_directories(source_ + "/blocks");
@@ -1031,7 +1043,7 @@ TEST_F(ImageVolumeContainerd21Test, PodMountsAModelOfTwoHundredWeightLayers) {
 // layer fails UNAVAILABLE naming M's registry and the reason, so the pull fails (the kubelet
 // retries it) and nothing is unpacked in the model's place. Once the registry answers again on
 // the same port, the same pod's retried pull mounts the model and its reader sees every file.
-class ModelRegistryOutageTest : public ImageVolumeContainerd21Test {
+class ModelRegistryOutageTest : public ImageVolumeTest {
  protected:
   void ConfigureDaemon(SnapshotterDaemonOptions& so) override {
     RegistryFixtureOptions mo;
@@ -1143,7 +1155,7 @@ TEST_F(ModelRegistryOutageTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetr
 // verified, and fetches nothing from the registry. Deleting the pod unmounts the volume.
 // The parameter is the layers' encoding: "raw", "tar" or "zstd" (push --compress zstd, whose
 // layers the cache reads from the content store and decodes).
-class PlainModelPackVolumeTest : public ImageVolumeContainerd21Test,
+class PlainModelPackVolumeTest : public ImageVolumeTest,
                                  public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(PlainModelPackVolumeTest, PodWithThePlainModelPackArtifactReadsEveryModelFileExactly) {
@@ -1201,7 +1213,7 @@ INSTANTIATE_TEST_SUITE_P(EveryEncoding, PlainModelPackVolumeTest,
 // the volume image `modelfs convert` writes for it (issue 30): the pod's image volume shows the
 // modelcar's merged tree, so its models/ holds the model byte for byte (containerd 2.1 does not
 // apply subPath; KServe's `subPath: models` would mount exactly that directory).
-TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfAModelcarSeesItsModelsDirectory) {
+TEST_F(ImageVolumeTest, PodWithTheVolumeImageOfAModelcarSeesItsModelsDirectory) {
   const std::string src = tmp_.Join("modelcar-src").string();
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(src, /*seed=*/30));
   std::vector<LayerFile> base = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""},
@@ -1237,7 +1249,7 @@ TEST_F(ImageVolumeContainerd21Test, PodWithTheVolumeImageOfAModelcarSeesItsModel
 // <registry>/e2e must carry a cosign signature by the team's key; everything else (the pause
 // and reader images are not image volumes, and the policy only judges those) is accepted.
 // Keys are made here; signatures are written with modelfs's own signer into the .sig tag.
-class SignedVolumeTest : public ImageVolumeContainerd21Test {
+class SignedVolumeTest : public ImageVolumeTest {
  protected:
   void ConfigureDaemon(SnapshotterDaemonOptions& so) override {
     team_key_ = NewKey("team");
@@ -1464,6 +1476,231 @@ TEST_F(SignedVolumeTest, CreateContainerIsRefusedOnceThePolicyNoLongerTrustsTheK
   std::cout << "[refusal] CreateContainer: " << why << "\n";
   EXPECT_THAT(why, ::testing::HasSubstr("no_key_matched"));
   EXPECT_THAT(why, ::testing::HasSubstr(push_["volume"]["digest"].get<std::string>()));
+}
+
+// The snapshotter restarted between two pods (SIGTERM, then the same binary on the same root):
+// the restarted daemon registers the model again from its records, and a new pod on the same
+// V, which containerd holds already, reads every file exactly.
+TEST_F(ImageVolumeTest, APodStartedAfterTheSnapshotterRestartsReadsEveryModelFileExactly) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashesEveryFile("before-restart", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  DeletePods();
+  EXPECT_EQ(daemon_->Stop(), 0);
+  ASSERT_OK(daemon_->Restart());
+  const size_t offset = RunPodThatHashesEveryFile("after-restart", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<Request> requests = RequestsSince(offset);
+  std::cout << "[registry] traffic of the pod after the restart:\n" << DescribeTraffic(requests);
+  // containerd holds V: it fetches nothing of the model again.
+  EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
+  RecordFigures("V by tag, after a snapshotter restart", "after-restart", requests);
+}
+
+// KServe's layout (docs/install.md, "KServe"): V published with `push --path-prefix models`,
+// mounted with `subPath: models`, which the kubelet passes as CRI Mount.image_sub_path.
+// containerd 2.2 and later apply it (containerd#11578); SubPathIgnoredTest says what 2.1 does.
+class SubPathTest : public ImageVolumeTest {
+ protected:
+  void SetUp() override {
+    ImageVolumeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!release_.applies_image_sub_path) {
+      GTEST_SKIP() << "containerd " << release_.version
+                   << " ignores image_sub_path (SubPathIgnoredTest)";
+    }
+  }
+
+  // CreateContainer of a reader mounting `pod`'s volume with `sub_path`: its error, or "" when
+  // it was created (then it is started and waited for, and its output is in `out`).
+  std::string CreateReaderWithSubPath(const Pod& pod, const std::string& name,
+                                      const std::string& sub_path, const std::string& script,
+                                      std::string* out) {
+    CriContainerSpec c;
+    c.name = name;
+    c.image = pod.reader_image_ref;
+    c.command = {"/bin/sh", "-c", script};
+    c.mounts = {{kMountPath, "", pod.volume_image_ref, true, sub_path}};
+    c.log_path = name + ".log";
+    absl::StatusOr<std::string> id = runtime_->CreateContainer(pod.sandbox_id, c, pod.spec);
+    if (!id.ok()) {
+      std::cout << "[subPath] " << sub_path << ": CreateContainer failed: " << id.status() << "\n";
+      return std::string(id.status().message());
+    }
+    containers_.push_back(*id);
+    EXPECT_OK(runtime_->StartContainer(*id));
+    absl::StatusOr<CriContainerStatus> st = runtime_->WaitForExit(*id, absl::Minutes(3));
+    EXPECT_OK(st.status());
+    *out = ParseCriLog(ReadFileOrDie(pod.spec.log_directory + "/" + name + ".log"));
+    std::cout << "[subPath] " << sub_path << ": the container saw:\n" << *out;
+    return "";
+  }
+
+  // A modelcar (busybox, then models/ with the test model) whose top layer also holds links:
+  // `escape` leading out of the tree by `..`, `absolute` to /etc, `inside` to models; and the
+  // volume image `modelfs convert` writes for it. Returns V's reference.
+  std::string PushModelcarWithLinks() {
+    const std::string src = tmp_.Join("linkcar-src").string();
+    absl::StatusOr<std::vector<std::string>> written = WriteTestModel(src, /*seed=*/44);
+    EXPECT_OK(written.status());
+    if (!written.ok()) return "";
+    std::vector<LayerFile> base = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""},
+                                   {"bin/sh", "", 0777, "busybox"}};
+    std::vector<LayerFile> models;
+    for (const std::string& f : *written) {
+      models.push_back({"models/" + f, ReadFileOrDie(src + "/" + f), 0644, ""});
+    }
+    models.push_back({"escape", "", 0777, "../../../../../../../../etc"});
+    models.push_back({"absolute", "", 0777, "/etc"});
+    models.push_back({"inside", "", 0777, "models"});
+    absl::StatusOr<PushedImage> car =
+        PushOrdinaryImage(registry_->host_port(), "e2e/linkcar", "v1", {base, models});
+    EXPECT_OK(car.status());
+    if (!car.ok()) return "";
+    const nlohmann::json converted = Convert({car->reference});
+    EXPECT_TRUE(converted.is_object()) << converted;
+    linkcar_files_.clear();
+    for (const std::string& f : *written) {
+      linkcar_files_[f] = Digest::Of(ReadFileOrDie(src + "/" + f)).str();
+    }
+    return absl::StrCat(registry_->host_port(), "/e2e/linkcar:v1-volume");
+  }
+
+  std::map<std::string, std::string> linkcar_files_;  // models/'s files: path -> digest
+};
+
+TEST_F(SubPathTest, APodMountingTheModelsSubPathSeesExactlyTheModelsFilesAndItsModelinfo) {
+  PushModel(/*tar=*/false, /*zstd=*/false, /*path_prefix=*/"models");
+  ASSERT_FALSE(HasFatalFailure());
+  image_sub_path_ = "models";
+  // Exactly the model's files, at the mount's root, and .modelinfo.json beside them.
+  const size_t offset =
+      RunPodThatHashesEveryFile("kserve-layout", Ref(kModelRepo, "kserve-volume"));
+  ASSERT_FALSE(HasFailure());
+  ExpectLazyTraffic(RequestsSince(offset));
+  RecordFigures("V --path-prefix models, subPath models", "kserve-layout", RequestsSince(offset));
+  // Its .modelinfo.json lists the files by their paths under the mount.
+  Pod pod = StartPodAndPullVolume("kserve-info", Ref(kModelRepo, "kserve-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  int exit_code = -1;
+  const std::string text = RunReader(pod, "cat /models/.modelinfo.json", &exit_code, "info");
+  EXPECT_EQ(exit_code, 0);
+  const nlohmann::json info = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(info.is_object()) << text;
+  std::set<std::string> listed, want;
+  for (const auto& f : info["files"]) listed.insert(f["path"].get<std::string>());
+  for (const auto& [path, digest] : DescribeFiles(source_)) want.insert(path);
+  EXPECT_EQ(listed, want);
+}
+
+// containerd 2.2 and 2.3 mount only directories: a subPath naming one file fails
+// CreateContainer, naming it.
+TEST_F(SubPathTest, ASubPathNamingOneFileFailsCreateContainerNamingIt) {
+  PushModel(/*tar=*/false, /*zstd=*/false, /*path_prefix=*/"models");
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("one-file", Ref(kModelRepo, "kserve-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  std::string out;
+  const std::string why =
+      CreateReaderWithSubPath(pod, "one-file", "models/config.json", "cat /models", &out);
+  ASSERT_NE(why, "") << "CreateContainer accepted a file as the subPath; the pod saw:\n" << out;
+  EXPECT_THAT(why, ::testing::HasSubstr("\"models/config.json\""));
+  EXPECT_THAT(why, ::testing::HasSubstr("only directory subpath is supported"));
+}
+
+TEST_F(SubPathTest, ASubPathThatDoesNotExistFailsCreateContainerNamingIt) {
+  PushModel(/*tar=*/false, /*zstd=*/false, /*path_prefix=*/"models");
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("missing", Ref(kModelRepo, "kserve-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  std::string out;
+  const std::string why = CreateReaderWithSubPath(pod, "missing", "weights", "ls /models", &out);
+  ASSERT_NE(why, "") << "CreateContainer accepted a missing subPath; the pod saw:\n" << out;
+  EXPECT_THAT(why, ::testing::HasSubstr("failed to ensure image subpath \"weights\""));
+  EXPECT_THAT(why, ::testing::HasSubstr("no such file or directory"));
+}
+
+// containerd resolves a subPath inside the volume (Go's os.OpenInRoot) and modelfs serves
+// links as links, never following them: a subPath through a link that leads out of the tree,
+// by `..` or by an absolute target, fails CreateContainer naming it, and nothing outside the
+// volume is mounted.
+TEST_F(SubPathTest, ASubPathThroughASymlinkLeadingOutOfTheVolumeFailsCreateContainer) {
+  const std::string v = PushModelcarWithLinks();
+  ASSERT_FALSE(v.empty());
+  Pod pod = StartPodAndPullVolume("links-out", v);
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  for (const std::string sub : {"escape", "absolute"}) {
+    std::string out;
+    const std::string why = CreateReaderWithSubPath(pod, "reader-" + sub, sub, "ls /models", &out);
+    EXPECT_NE(why, "") << sub << ": CreateContainer accepted it; the pod saw:\n" << out;
+    EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat("image subpath \"", sub, "\"")));
+  }
+}
+
+// A link within the volume is followed by containerd's resolution: the pod sees the directory
+// it names.
+TEST_F(SubPathTest, ASubPathThroughASymlinkWithinTheVolumeMountsTheDirectoryItNames) {
+  const std::string v = PushModelcarWithLinks();
+  ASSERT_FALSE(v.empty());
+  Pod pod = StartPodAndPullVolume("links-in", v);
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  std::string out;
+  const std::string why = CreateReaderWithSubPath(pod, "inside", "inside", kHashEveryFile, &out);
+  ASSERT_EQ(why, "");
+  EXPECT_EQ(ParseSha256sum(out), linkcar_files_);
+}
+
+// Without a subPath the same volume shows the links as links: reading through `escape` inside
+// the container resolves in the container's own root, never on the node.
+TEST_F(SubPathTest, TheVolumeShowsItsLinksAsLinksAndNothingOfTheNode) {
+  const std::string v = PushModelcarWithLinks();
+  ASSERT_FALSE(v.empty());
+  Pod pod = StartPodAndPullVolume("links-whole", v);
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  int exit_code = -1;
+  const std::string out = RunReader(
+      pod, "readlink /models/escape /models/absolute /models/inside; ls /models/escape/ | wc -l",
+      &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  // The node's /etc has many entries; the reader's root (busybox, /etc made by the runtime)
+  // has a few at most.
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_EQ(lines[0], "../../../../../../../../etc");
+  EXPECT_EQ(lines[1], "/etc");
+  EXPECT_EQ(lines[2], "models");
+  EXPECT_LT(std::stoi(lines[3]), 10) << out;
+}
+
+// containerd 2.1 ignores image_sub_path without an error (bottlerocket#4755): the pod gets the
+// whole volume, the model under models/ and .modelinfo.json at the root and inside models/.
+class SubPathIgnoredTest : public ImageVolumeTest {
+ protected:
+  void SetUp() override {
+    ImageVolumeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (release_.applies_image_sub_path) {
+      GTEST_SKIP() << "containerd " << release_.version << " applies image_sub_path (SubPathTest)";
+    }
+  }
+};
+
+TEST_F(SubPathIgnoredTest, APodMountingTheModelsSubPathGetsTheWholeVolume) {
+  PushModel(/*tar=*/false, /*zstd=*/false, /*path_prefix=*/"models");
+  ASSERT_FALSE(HasFatalFailure());
+  image_sub_path_ = "models";
+  std::map<std::string, std::string> want;
+  for (const auto& [path, digest] : DescribeFiles(source_)) want["models/" + path] = digest;
+  Pod pod = StartPodAndPullVolume("subpath-ignored", Ref(kModelRepo, "kserve-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  int exit_code = -1;
+  std::map<std::string, std::string> seen =
+      ParseSha256sum(RunReader(pod, kHashEveryFile, &exit_code));
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_EQ(seen.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(seen.erase("models/.modelinfo.json"), 1u);
+  EXPECT_EQ(seen, want);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // A volume image whose chunk indexes are over the 4 MiB layer A may hold (docs/volume-image.md,
 // "Index layers"): 9 GiB of weights pushed with `--chunk-size 64KiB` (4.5 MiB of indexes), so
 // `modelfs push` writes them into an index layer below A. The model is read, and checked byte
-// for byte, through `modelfs mount` and through an image volume of a pod on the upstream
-// containerd 2.1.4 release with the modelfs snapshotter, which answers the index layer as a
-// remote snapshot too (containerd fetches none of V's layers).
+// for byte, through `modelfs mount` and through an image volume of a pod on an upstream
+// containerd release ($MODELFS_CONTAINERD_RELEASE; 2.3.4 in CTest) with the modelfs
+// snapshotter, which answers the index layer as a remote snapshot too (containerd fetches none
+// of V's layers).
 //
 // Slow (9 GiB pushed to a loopback registry): labelled e2e and slow. The weights are sparse
 // files with random bytes in a few places; those places are what the readers check. Without
-// root, FUSE, containerd 2.1.4 or the daemon the test skips, except with CI=true, where it fails.
+// root, FUSE, the containerd release or the daemon the test skips, except with CI=true, where it
+// fails.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -148,8 +150,8 @@ class IndexLayersE2eTest : public ::testing::Test {
   std::vector<std::string> sandboxes_, containers_;
 };
 
-TEST_F(IndexLayersE2eTest, NineGiBAt64KiBChunksMountByTheCliAndInAContainerd21Pod) {
-  absl::StatusOr<std::string> release = Containerd21ReleaseDir();
+TEST_F(IndexLayersE2eTest, NineGiBAt64KiBChunksMountByTheCliAndInAPod) {
+  absl::StatusOr<std::string> release = ContainerdReleaseDirUnderTest();
   if (!release.ok()) return MissingComponent(std::string(release.status().message()));
   for (const std::string& why :
        {Containerd::WhyUnavailable(*release), SnapshotterDaemon::WhyUnavailable(),
@@ -202,7 +204,8 @@ TEST_F(IndexLayersE2eTest, NineGiBAt64KiBChunksMountByTheCliAndInAContainerd21Po
     EXPECT_OK(mount->Unmount());
   }
 
-  // A pod on containerd 2.1.4 with the modelfs snapshotter, V as an image volume.
+  // A pod on the containerd release under test (2.3.4 in CTest) with the modelfs snapshotter, V
+  // as an image volume.
   const std::string containerd_socket = tmp_.Join("containerd.sock").string();
   std::vector<LayerFile> files = {{"bin/busybox", ReadFileOrDie(kBusyboxBinary), 0755, ""}};
   for (const char* applet : {"sh", "sha256sum", "sleep", "dd", "echo"}) {
