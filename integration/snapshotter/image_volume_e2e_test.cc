@@ -28,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/oci/digest.h"
@@ -1496,6 +1497,55 @@ TEST_F(ImageVolumeTest, APodStartedAfterTheSnapshotterRestartsReadsEveryModelFil
   // containerd holds V: it fetches nothing of the model again.
   EXPECT_TRUE(BlobBytes(requests, kModelRepo, "containerd").empty());
   RecordFigures("V by tag, after a snapshotter restart", "after-restart", requests);
+}
+
+// What containerd asks of the snapshotter for one pod on V (the daemon logs every call with its
+// labels), summarised as "<call> [label keys] <result>" with a count, printed for the record of
+// each release (docs/install.md, "What the snapshotter sees"). The remote Prepare of V's layer
+// carries the labels modelfs reads to find the model, and is answered ALREADY_EXISTS once.
+TEST_F(ImageVolumeTest, TheRemotePrepareOfAPodsVolumeCarriesTheLabelsModelfsReads) {
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t log_before = ReadFileOrDie(daemon_->log_path()).size();
+  RunPodThatHashesEveryFile("calls", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(HasFailure());
+  DeletePods();
+  const std::string log = ReadFileOrDie(daemon_->log_path()).substr(log_before);
+  static const std::regex call_re(
+      "^modelfs-snapshotter: (Prepare|View|Mounts|Commit|Remove|Stat|Update|List|Usage|Cleanup|"
+      "Walk)( .*)?( ok| -> code ([0-9]+): .*)$");
+  static const std::regex key_re("(?:\\{|, )\"((?:[^\"\\\\]|\\\\.)*)\"=");
+  std::map<std::string, int> calls;
+  std::vector<std::set<std::string>> remote_prepares;  // label keys of each Prepare of V's layer
+  std::vector<std::string> remote_results;
+  for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
+    std::smatch m;
+    const std::string l(line);
+    if (!std::regex_match(l, m, call_re)) continue;
+    const std::string args = m[2].str();
+    std::set<std::string> keys;
+    for (std::sregex_iterator it(args.begin(), args.end(), key_re), end; it != end; ++it) {
+      keys.insert((*it)[1].str());
+    }
+    const std::string result = m[4].matched ? "code " + m[4].str() : "ok";
+    calls[absl::StrCat(m[1].str(), " [", absl::StrJoin(keys, " "), "] ", result)]++;
+    if (m[1] == "Prepare" && keys.contains("containerd.io/snapshot/cri.layer-digest") &&
+        keys.contains("containerd.io/snapshot/modelfs.model")) {
+      remote_prepares.push_back(keys);
+      remote_results.push_back(result);
+    }
+  }
+  for (const auto& [call, n] : calls) {
+    std::cout << "[calls] containerd " << release_.version << ": " << n << " x " << call << "\n";
+  }
+  ASSERT_EQ(remote_prepares.size(), 1u) << log;
+  EXPECT_EQ(remote_results[0], "code 6");  // ALREADY_EXISTS: the model is the snapshot
+  for (const char* label :
+       {"containerd.io/snapshot.ref", "containerd.io/snapshot/cri.image-ref",
+        "containerd.io/snapshot/cri.manifest-digest", "containerd.io/snapshot/cri.layer-digest",
+        "containerd.io/snapshot/modelfs.model"}) {
+    EXPECT_TRUE(remote_prepares[0].contains(label)) << label << " missing";
+  }
 }
 
 // KServe's layout (docs/install.md, "KServe"): V published with `push --path-prefix models`,
