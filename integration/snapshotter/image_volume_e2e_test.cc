@@ -169,6 +169,17 @@ class ImageVolumeTest : public ::testing::Test {
       return;
     }
     ASSERT_OK(release.status());
+    release_dir_ = *release;
+    // A fixture may start the node on an older release than the one under test.
+    if (!start_release_.empty() && start_release_ != release_.version) {
+      ASSERT_OK_AND_ASSIGN(const ContainerdRelease older, FindContainerdRelease(start_release_));
+      release = ContainerdReleaseDir(older);
+      if (!release.ok() && release.status().code() == absl::StatusCode::kNotFound) {
+        MissingComponent(std::string(release.status().message()));
+        return;
+      }
+      ASSERT_OK(release.status());
+    }
     for (const std::string& why :
          {Containerd::WhyUnavailable(*release), SnapshotterDaemon::WhyUnavailable(),
           std::string(access(kBusyboxBinary, X_OK) == 0
@@ -562,6 +573,8 @@ class ImageVolumeTest : public ::testing::Test {
 
   TempDir tmp_;
   ContainerdRelease release_;  // the release under test
+  std::string release_dir_;    // its extracted directory
+  std::string start_release_;  // set by a fixture: the release the node starts on instead
   std::unique_ptr<RegistryFixture> registry_;
   std::unique_ptr<SnapshotterDaemon> daemon_;
   std::unique_ptr<Containerd> containerd_;  // destroyed before the daemon
@@ -1546,6 +1559,69 @@ TEST_F(ImageVolumeTest, TheRemotePrepareOfAPodsVolumeCarriesTheLabelsModelfsRead
         "containerd.io/snapshot/modelfs.model"}) {
     EXPECT_TRUE(remote_prepares[0].contains(label)) << label << " missing";
   }
+}
+
+// Upgrading a node's containerd from 2.1.4 to the release under test (2.3.4 in CTest) under a
+// running model pod, as an admin does it: stop containerd, start the new one on the same config
+// (version 3 as docs/install.md writes it: nothing to migrate), root and state. The pod started
+// on 2.1.4 keeps reading its model exactly across the upgrade, the new containerd reports its
+// exit, and a new pod on the same V starts on the new release.
+class ContainerdUpgradeTest : public ImageVolumeTest {
+ protected:
+  ContainerdUpgradeTest() { start_release_ = "2.1.4"; }
+};
+
+TEST_F(ContainerdUpgradeTest, APodStartedOn21KeepsReadingItsModelAcrossTheUpgrade) {
+  if (release_.version == start_release_) GTEST_SKIP() << "no upgrade from 2.1.4 to itself";
+  PushModel();
+  ASSERT_FALSE(HasFatalFailure());
+  Pod pod = StartPodAndPullVolume("upgrade", Ref(kModelRepo, "v1-volume"));
+  ASSERT_FALSE(pod.volume_image_ref.empty());
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = pod.reader_image_ref;
+  c.command = {
+      "/bin/sh", "-c",
+      absl::StrCat("(", kHashEveryFile, "); echo upgrade-now; sleep 20; (", kHashEveryFile, ")")};
+  c.mounts = {{kMountPath, "", pod.volume_image_ref, true}};
+  c.log_path = "reader.log";
+  ASSERT_OK_AND_ASSIGN(std::string id, runtime_->CreateContainer(pod.sandbox_id, c, pod.spec));
+  containers_.push_back(id);
+  ASSERT_OK(runtime_->StartContainer(id));
+  const std::string log_path = pod.spec.log_directory + "/reader.log";
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (!absl::StrContains(ReadFileOrDie(log_path), "upgrade-now")) {
+    ASSERT_LT(absl::Now(), deadline) << "the reader never got through its first round";
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const size_t containerd_log = ReadFileOrDie(containerd_->log_path()).size();
+  const absl::Time t0 = absl::Now();
+  ASSERT_OK(containerd_->Restart(release_dir_));
+  std::cout << "[upgrade] containerd " << start_release_ << " -> " << release_.version << " in "
+            << absl::FormatDuration(absl::Now() - t0) << "\n";
+  ASSERT_OK_AND_ASSIGN(images_, CriImageClient::Connect(containerd_->grpc_target()));
+  ASSERT_OK_AND_ASSIGN(runtime_, CriRuntimeClient::Connect(containerd_->grpc_target()));
+  ASSERT_OK_AND_ASSIGN(CriContainerStatus st, runtime_->WaitForExit(id, absl::Minutes(3)));
+  const std::string out = ParseCriLog(ReadFileOrDie(log_path));
+  EXPECT_EQ(st.exit_code, 0) << out;
+  const size_t split = out.find("upgrade-now\n");
+  ASSERT_NE(split, std::string::npos) << out;
+  std::map<std::string, std::string> before = ParseSha256sum(out.substr(0, split));
+  std::map<std::string, std::string> after = ParseSha256sum(out.substr(split + 12));
+  EXPECT_EQ(before.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(after.erase(".modelinfo.json"), 1u);
+  EXPECT_EQ(before, DescribeFiles(source_));
+  EXPECT_EQ(after, DescribeFiles(source_));
+  // What the new containerd said about the old config and state, for the record.
+  for (absl::string_view line :
+       absl::StrSplit(ReadFileOrDie(containerd_->log_path()).substr(containerd_log), '\n')) {
+    if (absl::StrContains(line, "level=warn") || absl::StrContains(line, "level=error") ||
+        absl::StrContains(line, "deprecat") || absl::StrContains(line, "migrat")) {
+      std::cout << "[upgrade] containerd " << release_.version << ": " << line << "\n";
+    }
+  }
+  // A new pod on the same V, on the new release.
+  RunPodThatHashesEveryFile("after-upgrade", Ref(kModelRepo, "v1-volume"));
 }
 
 // KServe's layout (docs/install.md, "KServe"): V published with `push --path-prefix models`,

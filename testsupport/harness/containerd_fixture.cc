@@ -215,28 +215,34 @@ absl::StatusOr<std::unique_ptr<Containerd>> Containerd::Start(ContainerdOptions 
   const bool v2 = !options.release_dir.empty();
   const std::string config = v2 ? ConfigV3(options, d, c->socket_, c->hosts_dir_)
                                 : ConfigV2(options, d, c->socket_, c->hosts_dir_);
+  c->config_path_ = c->dir_.WriteFile("config.toml", config).string();
+  RETURN_IF_ERROR(c->SpawnAndWait(/*append_log=*/false));
+  return c;
+}
+
+absl::Status Containerd::SpawnAndWait(bool append_log) {
+  const bool v2 = !options_.release_dir.empty();
   const std::string containerd_binary =
-      v2 ? options.release_dir + "/containerd" : kContainerdBinary;
-  c->ctr_binary_ = v2 ? options.release_dir + "/ctr" : kCtrBinary;
-  std::string config_path = c->dir_.WriteFile("config.toml", config).string();
-  std::vector<std::string> argv = {containerd_binary, "--config", config_path};
+      v2 ? options_.release_dir + "/containerd" : kContainerdBinary;
+  ctr_binary_ = v2 ? options_.release_dir + "/ctr" : kCtrBinary;
+  std::vector<std::string> argv = {containerd_binary, "--config", config_path_};
   if (v2) {
     // containerd finds its shim on PATH: the release's own one must come first, or the
     // system's (1.6) shim would run. env(1) execs, so the PID stays containerd's.
     const char* path = std::getenv("PATH");
     argv.insert(
         argv.begin(),
-        {"/usr/bin/env", absl::StrCat("PATH=", options.release_dir, ":",
+        {"/usr/bin/env", absl::StrCat("PATH=", options_.release_dir, ":",
                                       path != nullptr ? path : "/usr/sbin:/usr/bin:/sbin:/bin")});
   }
-  ASSIGN_OR_RETURN(c->process_, ChildProcess::Spawn(argv, c->log_path()));
+  ASSIGN_OR_RETURN(process_, ChildProcess::Spawn(argv, log_path(), append_log));
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (true) {
-    if (fs::exists(c->socket_)) {
-      absl::StatusOr<ProcessResult> v = RunProcess(
-          {c->ctr_binary_, "--address", c->socket_, "plugins", "ls"}, {}, absl::Seconds(10));
+    if (fs::exists(socket_)) {
+      absl::StatusOr<ProcessResult> v =
+          RunProcess({ctr_binary_, "--address", socket_, "plugins", "ls"}, {}, absl::Seconds(10));
       if (v.ok() && v->exit_code == 0) {
-        if (!options.cri) break;
+        if (!options_.cri) break;
         // "io.containerd.grpc.v1  cri  linux/amd64  ok"; 2.x splits CRI into three plugins.
         std::vector<std::pair<absl::string_view, absl::string_view>> wanted = {
             {"io.containerd.grpc.v1", "cri"}};
@@ -250,20 +256,32 @@ absl::StatusOr<std::unique_ptr<Containerd>> Containerd::Start(ContainerdOptions 
           if (ok.has_value() && !*ok) {
             return absl::FailedPreconditionError(
                 absl::StrCat("containerd's ", type, ".", id, " plugin did not load; plugins:\n",
-                             v->out, "log:\n", ReadAll(c->log_path())));
+                             v->out, "log:\n", ReadAll(log_path())));
           }
           all_ok = all_ok && ok.value_or(false);
         }
         if (all_ok) break;
       }
     }
-    if (!c->process_->running() || absl::Now() > deadline) {
+    if (!process_->running() || absl::Now() > deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("containerd did not come up; log:\n", ReadAll(c->log_path())));
+          absl::StrCat("containerd did not come up; log:\n", ReadAll(log_path())));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return c;
+  return absl::OkStatus();
+}
+
+absl::Status Containerd::Restart(const std::string& release_dir) {
+  if (options_.release_dir.empty() || release_dir.empty()) {
+    return absl::InvalidArgumentError("Containerd::Restart: only between 2.x releases");
+  }
+  Stop();
+  // The socket file outlives the process; wait for the new one, not the old one.
+  std::error_code ec;
+  fs::remove(socket_, ec);
+  options_.release_dir = release_dir;
+  return SpawnAndWait(/*append_log=*/true);
 }
 
 void Containerd::Stop() {

@@ -81,6 +81,12 @@ class Containerd {
   // Stops the daemon (SIGTERM, then SIGKILL). Idempotent.
   void Stop();
 
+  // Stops the daemon and starts the containerd of `release_dir` (another 2.x release) on the
+  // same config, root, state and sockets, its log appended: what an admin does upgrading a
+  // node's containerd in place. Running pods keep running (their shims outlive containerd).
+  // Errors: kInvalidArgument unless both releases are 2.x; as Start otherwise.
+  absl::Status Restart(const std::string& release_dir);
+
   const std::string& socket_path() const { return socket_; }
   // "unix:///..." for gRPC clients.
   std::string grpc_target() const { return "unix://" + socket_; }
@@ -97,6 +103,9 @@ class Containerd {
 
  private:
   Containerd() = default;
+  // Starts the binary of options_.release_dir (or 1.6) on config_path_ and waits until it (and
+  // CRI, when configured) answers.
+  absl::Status SpawnAndWait(bool append_log);
   void KillLeftoverPods();
   ContainerdOptions options_;
   TempDir dir_;
@@ -104,6 +113,7 @@ class Containerd {
   std::string hosts_dir_;
   std::string ns_;
   std::string ctr_binary_;
+  std::string config_path_;
   std::unique_ptr<ChildProcess> process_;
 };
 
