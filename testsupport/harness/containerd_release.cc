@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-absl::StatusOr<ContainerdRelease> FindContainerdRelease(std::string_view version) {
+absl::StatusOr<ContainerdRelease> FindContainerdRelease(absl::string_view version) {
   std::string known;
   for (const ContainerdRelease& r : kContainerdReleases) {
     if (r.version == version) return r;

@@ -15,9 +15,9 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace modelfs::testing {
 
@@ -26,10 +26,10 @@ namespace modelfs::testing {
 // whether it applies CRI Mount.image_sub_path (a volume's subPath: containerd 2.2 and later;
 // 2.1 ignores it without an error).
 struct ContainerdRelease {
-  std::string_view version;
-  std::string_view tarball;
-  std::string_view sha256;
-  std::string_view tarball_env;
+  absl::string_view version;
+  absl::string_view tarball;
+  absl::string_view sha256;
+  absl::string_view tarball_env;
   bool applies_image_sub_path = false;
 };
 
@@ -47,10 +47,10 @@ inline constexpr ContainerdRelease kContainerdReleases[] = {
 
 // The release a pod test runs on when $MODELFS_CONTAINERD_RELEASE is unset: the first LTS line,
 // the one every pod suite runs on.
-inline constexpr std::string_view kDefaultContainerdRelease = "2.3.4";
+inline constexpr absl::string_view kDefaultContainerdRelease = "2.3.4";
 
 // The release named `version`; kInvalidArgument naming the known ones otherwise.
-absl::StatusOr<ContainerdRelease> FindContainerdRelease(std::string_view version);
+absl::StatusOr<ContainerdRelease> FindContainerdRelease(absl::string_view version);
 
 // The release this test process runs pods on: $MODELFS_CONTAINERD_RELEASE, else
 // kDefaultContainerdRelease. kInvalidArgument when the variable names no known release.
