@@ -1053,8 +1053,8 @@ TEST_F(ImageVolumeTest, PodMountsAModelOfTwoHundredWeightLayers) {
 
 // No pointer where a model was meant: V (`convert --to`) in kVolumesRepo of the registry that
 // stays up, its model M on a second registry that is down at the pod's first PullImage of V.
-// containerd 2.1 fetches V's manifest and config; the snapshotter's remote Prepare of V's
-// layer fails UNAVAILABLE naming M's registry and the reason, so the pull fails (the kubelet
+// containerd (2.3.4 in CTest) fetches V's manifest and config; the snapshotter's remote Prepare of
+// V's layer fails UNAVAILABLE naming M's registry and the reason, so the pull fails (the kubelet
 // retries it) and nothing is unpacked in the model's place. Once the registry answers again on
 // the same port, the same pod's retried pull mounts the model and its reader sees every file.
 class ModelRegistryOutageTest : public ImageVolumeTest {
@@ -1143,7 +1143,7 @@ TEST_F(ModelRegistryOutageTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetr
               ::testing::Not(::testing::HasSubstr("unpacking the volume layer instead")));
   EXPECT_EQ(RemotePrepares("fallback"), 0);
   EXPECT_EQ(RemotePrepares("mounted"), 0);
-  // containerd 2.1 asks once per pull: one refused remote Prepare.
+  // containerd (2.1 to 2.3) asks once per pull: one refused remote Prepare.
   const int64_t errors = RemotePrepares("error");
   EXPECT_EQ(errors, 1);
 
@@ -1163,7 +1163,7 @@ TEST_F(ModelRegistryOutageTest, APullWhileTheModelsRegistryIsDownFailsAndTheRetr
   EXPECT_EQ(RemotePrepares("error"), errors);
 }
 
-// A pod whose image volume names the ModelPack artifact M itself (not V). containerd 2.1
+// A pod whose image volume names the ModelPack artifact M itself (not V). containerd (2.1 to 2.3)
 // downloads M whole (its manifest, config and every layer: the eager path) and asks the
 // snapshotter for an empty snapshot; modelfs serves the model from containerd's content store,
 // verified, and fetches nothing from the registry. Deleting the pod unmounts the volume.
@@ -1225,8 +1225,9 @@ INSTANTIATE_TEST_SUITE_P(EveryEncoding, PlainModelPackVolumeTest,
 
 // A KServe modelcar (an ordinary image: a busybox layer with its symlinks, then /models) and
 // the volume image `modelfs convert` writes for it (issue 30): the pod's image volume shows the
-// modelcar's merged tree, so its models/ holds the model byte for byte (containerd 2.1 does not
-// apply subPath; KServe's `subPath: models` would mount exactly that directory).
+// modelcar's merged tree, so its models/ holds the model byte for byte (mounted without a
+// subPath; KServe's `subPath: models`, applied by containerd 2.2 and later, mounts exactly that
+// directory).
 TEST_F(ImageVolumeTest, PodWithTheVolumeImageOfAModelcarSeesItsModelsDirectory) {
   const std::string src = tmp_.Join("modelcar-src").string();
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> written, WriteTestModel(src, /*seed=*/30));
