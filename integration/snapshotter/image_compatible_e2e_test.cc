@@ -175,6 +175,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     absl::StatusOr<std::string> release = ContainerdReleaseDir(under_test);
     if (!release.ok()) return MissingComponent(std::string(release.status().message()));
     release_ = *release;
+    config_version_ = under_test.config_version;
     for (const std::string& why :
          {Containerd::WhyUnavailable(release_), SnapshotterDaemon::WhyUnavailable(),
           std::string(access(kBusyboxBinary, X_OK) == 0 ? "" : "no /bin/busybox"),
@@ -239,6 +240,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     const std::string socket = tmp_.Join(name + ".sock").string();
     ContainerdOptions co;
     co.release_dir = release_;
+    co.config_version = config_version_;
     co.registry_host_port = registry_->host_port();
     co.cri = true;
     co.sandbox_image = busybox_.reference;
@@ -506,6 +508,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
   }
 
   TempDir tmp_;
+  int config_version_ = 3;  // the release's own config version
   std::string release_;
   std::unique_ptr<RegistryFixture> registry_;
   PushedImage busybox_;

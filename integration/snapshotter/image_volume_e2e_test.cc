@@ -170,9 +170,11 @@ class ImageVolumeTest : public ::testing::Test {
     }
     ASSERT_OK(release.status());
     release_dir_ = *release;
+    int config_version = release_.config_version;
     // A fixture may start the node on an older release than the one under test.
     if (!start_release_.empty() && start_release_ != release_.version) {
       ASSERT_OK_AND_ASSIGN(const ContainerdRelease older, FindContainerdRelease(start_release_));
+      config_version = older.config_version;
       release = ContainerdReleaseDir(older);
       if (!release.ok() && release.status().code() == absl::StatusCode::kNotFound) {
         MissingComponent(std::string(release.status().message()));
@@ -209,6 +211,7 @@ class ImageVolumeTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
     ContainerdOptions co;
     co.release_dir = *release;
+    co.config_version = config_version;
     co.registry_host_port = registry_->host_port();
     co.proxy_snapshotter_name = "modelfs";
     co.proxy_snapshotter_address = daemon_->socket_path();

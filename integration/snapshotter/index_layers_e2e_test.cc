@@ -151,7 +151,8 @@ class IndexLayersE2eTest : public ::testing::Test {
 };
 
 TEST_F(IndexLayersE2eTest, NineGiBAt64KiBChunksMountByTheCliAndInAPod) {
-  absl::StatusOr<std::string> release = ContainerdReleaseDirUnderTest();
+  ASSERT_OK_AND_ASSIGN(const ContainerdRelease under_test, ContainerdReleaseUnderTest());
+  absl::StatusOr<std::string> release = ContainerdReleaseDir(under_test);
   if (!release.ok()) return MissingComponent(std::string(release.status().message()));
   for (const std::string& why :
        {Containerd::WhyUnavailable(*release), SnapshotterDaemon::WhyUnavailable(),
@@ -219,6 +220,7 @@ TEST_F(IndexLayersE2eTest, NineGiBAt64KiBChunksMountByTheCliAndInAPod) {
   ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
   ContainerdOptions co;
   co.release_dir = *release;
+  co.config_version = under_test.config_version;
   co.registry_host_port = host;
   co.proxy_snapshotter_name = "modelfs";
   co.proxy_snapshotter_address = daemon_->socket_path();

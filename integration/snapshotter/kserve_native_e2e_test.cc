@@ -111,6 +111,7 @@ class KServeNativeTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
     ContainerdOptions co;
     co.release_dir = *dir;
+    co.config_version = release_.config_version;
     co.registry_host_port = registry_->host_port();
     co.proxy_snapshotter_address = daemon_->socket_path();
     co.cri = true;

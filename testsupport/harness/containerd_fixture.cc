@@ -121,22 +121,33 @@ std::string ConfigV2(const ContainerdOptions& options, const std::string& d,
   return config;
 }
 
-// containerd 2.x (config version 3), laid out as docs/install.md configures a node, plus what
-// keeps a test's containerd off the host's paths.
+// containerd 2.x (config version 3, or 4 for 2.3: the same tables for what docs/install.md
+// configures, the daemon's sockets elsewhere), laid out as docs/install.md configures a node,
+// plus what keeps a test's containerd off the host's paths.
 std::string ConfigV3(const ContainerdOptions& options, const std::string& d,
                      const std::string& socket, const std::string& hosts_dir) {
-  std::string config = absl::StrCat("version = 3\n", "root = ", Quote(d + "/root"), "\n",
-                                    "state = ", Quote(d + "/state"), "\n");
+  std::string config =
+      absl::StrCat("version = ", options.config_version, "\n", "root = ", Quote(d + "/root"), "\n",
+                   "state = ", Quote(d + "/state"), "\n");
   std::string disabled = "\"io.containerd.nri.v1.nri\"";
   if (!options.cri) {
     absl::StrAppend(&disabled, ", \"io.containerd.grpc.v1.cri\", \"io.containerd.cri.v1.images\",",
                     " \"io.containerd.cri.v1.runtime\"");
   }
+  absl::StrAppend(&config, "disabled_plugins = [", disabled, "]\n");
+  // The daemon's own sockets: top-level tables up to version 3; version 4 (2.3) reads them from
+  // the io.containerd.server.v1 plugins and ignores the old tables, serving on the host's
+  // /run/containerd instead.
+  const bool v4 = options.config_version >= 4;
+  for (const auto& [table, address] : std::vector<std::pair<std::string, std::string>>{
+           {"grpc", socket}, {"ttrpc", socket + ".ttrpc"}, {"debug", ""}, {"metrics", ""}}) {
+    absl::StrAppend(&config,
+                    v4 ? absl::StrCat("[plugins.\"io.containerd.server.v1.", table, "\"]")
+                       : absl::StrCat("[", table, "]"),
+                    "\n  address = ", Quote(address), "\n");
+  }
   absl::StrAppend(
-      &config, "disabled_plugins = [", disabled, "]\n", "[grpc]\n  address = ", Quote(socket), "\n",
-      "[ttrpc]\n  address = ", Quote(socket + ".ttrpc"), "\n", "[debug]\n  address = \"\"\n",
-      "[metrics]\n  address = \"\"\n",
-      "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = ", Quote(d + "/opt"), "\n");
+      &config, "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = ", Quote(d + "/opt"), "\n");
   if (!options.proxy_snapshotter_address.empty()) {
     absl::StrAppend(
         &config, "[proxy_plugins.", options.proxy_snapshotter_name,

@@ -54,6 +54,10 @@ struct ContainerdOptions {
   // A containerd 2.x release directory (containerd, ctr, containerd-shim-runc-v2); empty:
   // Debian's containerd 1.6 from /usr/bin.
   std::string release_dir;
+  // 2.x: the config's `version`: 3 (2.0 to 2.2), or 4 (2.3: the modelfs tables are those of 3,
+  // the daemon's socket addresses move to the io.containerd.server.v1 plugins;
+  // ContainerdRelease::config_version).
+  int config_version = 3;
   // 2.x with CRI: the sandbox (pause) image, pinned so the image GC keeps it.
   std::string sandbox_image;
   // The gRPC socket; empty: containerd.sock in the fixture's directory. Set it to hand the

@@ -24,25 +24,27 @@ namespace modelfs::testing {
 // One release: how the tests name it, its tarball in ../shared/tools, the tarball's pinned
 // SHA-256 (../shared/tools/README.md), the variable that overrides the tarball's path, and
 // whether it applies CRI Mount.image_sub_path (a volume's subPath: containerd 2.2 and later;
-// 2.1 ignores it without an error).
+// 2.1 ignores it without an error), and the config version it reads without migrating (2.3
+// reads version 3 too, migrating it in memory with a warning).
 struct ContainerdRelease {
   absl::string_view version;
   absl::string_view tarball;
   absl::string_view sha256;
   absl::string_view tarball_env;
   bool applies_image_sub_path = false;
+  int config_version = 3;
 };
 
 inline constexpr ContainerdRelease kContainerdReleases[] = {
     {"2.1.4", "containerd-2.1.4-linux-amd64.tar.xz",
      "12ecd7a0218944e837f137fcc299c9e82e64c8f90f8b741481226289c7c6bf5a",
-     "MODELFS_CONTAINERD21_TARBALL", false},
+     "MODELFS_CONTAINERD21_TARBALL", false, 3},
     {"2.2.2", "containerd-2.2.2-linux-amd64.tar.xz",
      "cf70f1bcb9e8522f91a35e8ba1b4b4b5a48f839ab7ca806104b98cd2fb347eb7",
-     "MODELFS_CONTAINERD22_TARBALL", true},
+     "MODELFS_CONTAINERD22_TARBALL", true, 3},
     {"2.3.4", "containerd-2.3.4-linux-amd64.tar.xz",
      "8341022165a716ab8545491bde624cf2e1638ef3f10beb568f3c410566cef9b6",
-     "MODELFS_CONTAINERD23_TARBALL", true},
+     "MODELFS_CONTAINERD23_TARBALL", true, 4},
 };
 
 // The release a pod test runs on when $MODELFS_CONTAINERD_RELEASE is unset: the first LTS line,
