@@ -76,7 +76,38 @@ absl::Status GetStrings(const toml::table& t, const char* key, const std::string
   return absl::OkStatus();
 }
 
+// The keys the parser reads, by table ("" the top level). DaemonConfigKeys lists them.
+const std::set<std::string>& TopKeys() {
+  static const auto* keys = new std::set<std::string>{
+      "root",        "address",         "hosts_dir", "insecure_hosts",
+      "model_hosts", "lazy_images",     "lazy_images_unpack_refused",
+      "docker_config", "policy",        "metrics_address", "log_level",
+      "containerd_address", "cache",    "fuse"};
+  return *keys;
+}
+const std::set<std::string>& CacheKeys() {
+  static const auto* keys = new std::set<std::string>{
+      "max_size_gib", "prefetch",       "read_deadline_s", "drop_served_pages",
+      "audit",        "scrub_interval", "scrub_rate_mib",  "persist_delay"};
+  return *keys;
+}
+const std::set<std::string>& FuseKeys() {
+  static const auto* keys =
+      new std::set<std::string>{"allow_other", "insecure_stream", "passthrough", "direct_io"};
+  return *keys;
+}
+
 }  // namespace
+
+std::vector<std::string> DaemonConfigKeys() {
+  std::vector<std::string> out;
+  for (const std::string& k : TopKeys()) {
+    if (k != "cache" && k != "fuse") out.push_back(k);
+  }
+  for (const std::string& k : CacheKeys()) out.push_back("cache." + k);
+  for (const std::string& k : FuseKeys()) out.push_back("fuse." + k);
+  return out;
+}
 
 absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
                                DaemonConfig& c) {
@@ -87,12 +118,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
   }
-  if (absl::Status st = CheckKeys(root,
-                                  {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts",
-                                   "lazy_images", "docker_config", "policy", "metrics_address",
-                                   "log_level", "containerd_address", "cache", "fuse"},
-                                  source, "");
-      !st.ok()) {
+  if (absl::Status st = CheckKeys(root, TopKeys(), source, ""); !st.ok()) {
     return st;
   }
   for (auto [key, out] : {std::pair<const char*, std::string*>{"root", &c.root},
@@ -111,15 +137,15 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
         {"lazy_images", &c.lazy_images}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
+  if (absl::Status st = GetBool(root, "lazy_images_unpack_refused", source, "",
+                                c.lazy_images_unpack_refused);
+      !st.ok()) {
+    return st;
+  }
   if (const toml::node* n = root.get("cache")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "cache", "must be a table");
-    if (absl::Status st =
-            CheckKeys(*t,
-                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit",
-                       "scrub_interval", "scrub_rate_mib", "persist_delay"},
-                      source, "cache.");
-        !st.ok()) {
+    if (absl::Status st = CheckKeys(*t, CacheKeys(), source, "cache."); !st.ok()) {
       return st;
     }
     double gib = static_cast<double>(c.cache_max_size_gib);
@@ -152,9 +178,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   if (const toml::node* n = root.get("fuse")) {
     const toml::table* t = n->as_table();
     if (t == nullptr) return KeyError(source, "fuse", "must be a table");
-    if (absl::Status st = CheckKeys(
-            *t, {"allow_other", "insecure_stream", "passthrough", "direct_io"}, source, "fuse.");
-        !st.ok()) {
+    if (absl::Status st = CheckKeys(*t, FuseKeys(), source, "fuse."); !st.ok()) {
       return st;
     }
     if (absl::Status st = GetBool(*t, "allow_other", source, "fuse.", c.allow_other); !st.ok())

@@ -127,8 +127,11 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.hosts.certs_dir = c.hosts_dir;
   o.registry.hosts.plain_http_hosts = c.insecure_hosts;
   o.registry.docker_config = c.docker_config;
+  // An empty docker_config is anonymous: the daemon's environment never picks its credentials.
+  o.registry.default_docker_config = false;
   o.model_hosts = c.model_hosts;
   o.lazy_images = c.lazy_images;
+  o.lazy_images_unpack_refused = c.lazy_images_unpack_refused;
   o.policy = c.policy;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);

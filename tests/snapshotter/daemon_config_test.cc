@@ -1,5 +1,10 @@
 #include "cmd/modelfs-snapshotter/daemon_config.h"
 
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testsupport/testing/status_matchers.h"
@@ -25,6 +30,8 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_TRUE(c.direct_io);
   EXPECT_THAT(c.model_hosts, ElementsAre());
   EXPECT_THAT(c.lazy_images, ElementsAre());  // off by default
+  EXPECT_FALSE(c.lazy_images_unpack_refused);  // a policy fails closed for lazy_images
+  EXPECT_EQ(c.docker_config, "");              // anonymous, not $DOCKER_CONFIG
   EXPECT_EQ(c.policy, "");
   EXPECT_OK(ValidateDaemonConfig(c));
 }
@@ -38,6 +45,7 @@ hosts_dir = "/etc/certs.d"
 insecure_hosts = ["127.0.0.1:5000", "registry.local"]
 model_hosts = ["models.example.com", "10.0.0.7:5000"]
 policy = "/etc/containers/policy.json"
+lazy_images_unpack_refused = true
 docker_config = "/etc/modelfs/config.json"
 metrics_address = "127.0.0.1:9464"
 log_level = "debug"
@@ -62,6 +70,7 @@ direct_io = false
   EXPECT_THAT(c.insecure_hosts, ElementsAre("127.0.0.1:5000", "registry.local"));
   EXPECT_THAT(c.model_hosts, ElementsAre("models.example.com", "10.0.0.7:5000"));
   EXPECT_EQ(c.policy, "/etc/containers/policy.json");
+  EXPECT_TRUE(c.lazy_images_unpack_refused);
   EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
   EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
   EXPECT_EQ(c.log_level, "debug");
@@ -77,6 +86,55 @@ direct_io = false
   EXPECT_FALSE(c.passthrough);
   EXPECT_FALSE(c.direct_io);
   EXPECT_OK(ValidateDaemonConfig(c));
+}
+
+std::string PackagedConfig() {
+  std::ifstream in(MODELFS_PACKAGED_CONFIG);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The packaged /etc/modelfs/snapshotter.toml says it lists every key with its default: each key
+// the parser reads is set there, and the file parses to exactly the built-in defaults.
+TEST(DaemonConfigTest, ThePackagedConfigSetsEveryKeyTheParserReads) {
+  const std::string text = PackagedConfig();
+  ASSERT_FALSE(text.empty()) << MODELFS_PACKAGED_CONFIG;
+  toml::table root = toml::parse(text, std::string_view(MODELFS_PACKAGED_CONFIG));
+  for (const std::string& key : DaemonConfigKeys()) {
+    EXPECT_NE(root.at_path(key).node(), nullptr)
+        << key << " is missing from " << MODELFS_PACKAGED_CONFIG;
+  }
+}
+
+TEST(DaemonConfigTest, ThePackagedConfigHoldsTheBuiltInDefaults) {
+  DaemonConfig parsed;
+  ASSERT_OK(ParseDaemonConfig(PackagedConfig(), MODELFS_PACKAGED_CONFIG, parsed));
+  const DaemonConfig d;
+  EXPECT_EQ(parsed.root, d.root);
+  EXPECT_EQ(parsed.address, d.address);
+  EXPECT_EQ(parsed.hosts_dir, d.hosts_dir);
+  EXPECT_EQ(parsed.insecure_hosts, d.insecure_hosts);
+  EXPECT_EQ(parsed.model_hosts, d.model_hosts);
+  EXPECT_EQ(parsed.lazy_images, d.lazy_images);
+  EXPECT_EQ(parsed.lazy_images_unpack_refused, d.lazy_images_unpack_refused);
+  EXPECT_EQ(parsed.docker_config, d.docker_config);
+  EXPECT_EQ(parsed.policy, d.policy);
+  EXPECT_EQ(parsed.metrics_address, d.metrics_address);
+  EXPECT_EQ(parsed.log_level, d.log_level);
+  EXPECT_EQ(parsed.containerd_address, d.containerd_address);
+  EXPECT_EQ(parsed.cache_max_size_gib, d.cache_max_size_gib);
+  EXPECT_EQ(parsed.prefetch, d.prefetch);
+  EXPECT_EQ(parsed.read_deadline_s, d.read_deadline_s);
+  EXPECT_EQ(parsed.drop_served_pages, d.drop_served_pages);
+  EXPECT_EQ(parsed.audit, d.audit);
+  EXPECT_EQ(parsed.scrub_interval, d.scrub_interval);
+  EXPECT_EQ(parsed.scrub_rate_mib, d.scrub_rate_mib);
+  EXPECT_EQ(parsed.persist_delay, d.persist_delay);
+  EXPECT_EQ(parsed.allow_other, d.allow_other);
+  EXPECT_EQ(parsed.insecure_stream, d.insecure_stream);
+  EXPECT_EQ(parsed.passthrough, d.passthrough);
+  EXPECT_EQ(parsed.direct_io, d.direct_io);
 }
 
 TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
