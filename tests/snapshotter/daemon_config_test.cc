@@ -29,7 +29,7 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
   EXPECT_THAT(c.model_hosts, ElementsAre());
-  EXPECT_THAT(c.lazy_images, ElementsAre());  // off by default
+  EXPECT_THAT(c.lazy_images, ElementsAre());   // off by default
   EXPECT_FALSE(c.lazy_images_unpack_refused);  // a policy fails closed for lazy_images
   EXPECT_EQ(c.docker_config, "");              // anonymous, not $DOCKER_CONFIG
   EXPECT_EQ(c.policy, "");
@@ -137,6 +137,58 @@ TEST(DaemonConfigTest, ThePackagedConfigHoldsTheBuiltInDefaults) {
   EXPECT_EQ(parsed.direct_io, d.direct_io);
 }
 
+TEST(DaemonConfigTest, TheRenderedConfigReadsBackToTheSameValues) {
+  DaemonConfig c;
+  c.root = "/srv/mod\"elfs";
+  c.insecure_hosts = {"127.0.0.1:5000", "registry.local"};
+  c.lazy_images = {"quay.example/modelcars/*"};
+  c.lazy_images_unpack_refused = true;
+  c.cache_max_size_gib = 200;
+  c.read_deadline_s = 12.5;
+  c.scrub_rate_mib = 8;
+  c.persist_delay = "5s";
+  c.direct_io = false;
+  DaemonConfig back;
+  ASSERT_OK(ParseDaemonConfig(RenderDaemonConfig(c), "rendered.toml", back));
+  EXPECT_EQ(RenderDaemonConfig(back), RenderDaemonConfig(c));
+  EXPECT_EQ(back.root, c.root);
+  EXPECT_EQ(back.insecure_hosts, c.insecure_hosts);
+  EXPECT_TRUE(back.lazy_images_unpack_refused);
+  EXPECT_EQ(back.cache_max_size_gib, 200u);
+  EXPECT_DOUBLE_EQ(back.read_deadline_s, 12.5);
+  EXPECT_FALSE(back.direct_io);
+}
+
+TEST(DaemonConfigTest, TheRenderedConfigSetsEveryKey) {
+  toml::table root = toml::parse(RenderDaemonConfig(DaemonConfig()), std::string_view("r.toml"));
+  for (const std::string& key : DaemonConfigKeys()) {
+    EXPECT_NE(root.at_path(key).node(), nullptr) << key;
+  }
+}
+
+TEST(DaemonConfigTest, ParseErrorsNameTheLineOfTheKey) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("root = \"/x\"\n\nlazy_imagez = []\n", "s.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:3: lazy_imagez: unknown key")));
+  EXPECT_THAT(ParseDaemonConfig("[cache]\naudit = 1\n", "s.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:2: cache.audit: must be true or false")));
+}
+
+TEST(DaemonConfigTest, AValidationErrorGetsTheLineOfItsKey) {
+  const std::string text = "log_level = \"info\"\n[cache]\nprefetch = \"some\"\n";
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(text, "s.toml", c));
+  absl::Status st = ValidateDaemonConfig(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(WithKeyLine(st, text, "s.toml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:3: cache.prefetch \"some\": want all, headers or none")));
+  // A key the file does not set (a flag's or a default's value): the error as it was.
+  EXPECT_EQ(WithKeyLine(st, "", "s.toml"), st);
+}
+
 TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
   DaemonConfig c;
   c.root = "/from/flag";
@@ -148,7 +200,8 @@ TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
 TEST(DaemonConfigTest, AnUnknownKeyIsRefusedByName) {
   DaemonConfig c;
   EXPECT_THAT(ParseDaemonConfig("[cache]\nmax_size = 3\n", "node.toml", c),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node.toml: cache.max_size")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("node.toml:2: cache.max_size: unknown key")));
 }
 
 TEST(DaemonConfigTest, AWrongTypeNamesTheKey) {
@@ -239,7 +292,7 @@ TEST(DaemonConfigTest, AModelHostThatIsNotAnArrayOfStringsNamesTheKey) {
   DaemonConfig c;
   EXPECT_THAT(ParseDaemonConfig("model_hosts = \"models.example.com\"\n", "n.toml", c),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("n.toml: model_hosts: must be an array of strings")));
+                       HasSubstr("n.toml:1: model_hosts: must be an array of strings")));
 }
 
 // model_hosts is compared with the registry of a reference; a URL would never match.
