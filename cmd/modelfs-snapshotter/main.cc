@@ -241,22 +241,26 @@ absl::Status Run(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     ASSIGN_OR_RETURN(auto hp, SplitHostPort(c.metrics_address));
     ModelSnapshotter* s = snapshotter.get();
-    ASSIGN_OR_RETURN(metrics, MetricsServer::Start(
-                                  hp.first, hp.second, [s, reads, read_errors, passthrough_opens] {
-                                    DaemonCounters counters;
-                                    counters.cache = s->cache_stats();
-                                    RemotePrepareCounts r = s->remote_counts();
-                                    counters.remote_mounted = r.mounted;
-                                    counters.remote_fallback = r.fallback;
-                                    counters.remote_error = r.error;
-                                    counters.policy_refusals = s->policy_refusals();
-                                    counters.policy_evaluations = s->policy_evaluations();
-                                    counters.active_models = s->ActiveModels().size();
-                                    counters.read_errors = read_errors->load();
-                                    counters.passthrough_opens = passthrough_opens->load();
-                                    counters.version = MODELFS_VERSION;
-                                    return RenderPrometheus(counters, *reads);
-                                  }));
+    ASSIGN_OR_RETURN(metrics,
+                     MetricsServer::Start(hp.first, hp.second,
+                                          [s, reads, read_errors, passthrough_opens,
+                                           max_bytes = c.cache_max_size_gib << 30] {
+                                            DaemonCounters counters;
+                                            counters.cache = s->cache_stats();
+                                            RemotePrepareCounts r = s->remote_counts();
+                                            counters.remote_mounted = r.mounted;
+                                            counters.remote_fallback = r.fallback;
+                                            counters.remote_error = r.error;
+                                            counters.policy_refusals = s->policy_refusals();
+                                            counters.policy_evaluations = s->policy_evaluations();
+                                            counters.active_models = s->ActiveModels().size();
+                                            counters.read_errors = read_errors->load();
+                                            counters.passthrough_opens = passthrough_opens->load();
+                                            counters.cache_max_bytes = max_bytes;
+                                            counters.disk_full = s->cache_disk_full();
+                                            counters.version = MODELFS_VERSION;
+                                            return RenderPrometheus(counters, *reads);
+                                          }));
     LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
   }
 

@@ -252,6 +252,7 @@ class ModelSnapshotter final : public Snapshotter {
   // Names (sha256-<hex>) of registered models.
   std::vector<std::string> ActiveModels() const;
   CacheStats cache_stats() const { return host_->cache().stats(); }
+  bool cache_disk_full() const { return host_->cache().disk_full(); }
   // One layer as the cache knows it (references held by registered models). kNotFound when the
   // cache knows nothing about it.
   absl::StatusOr<BlobCache::LayerInfo> cache_layer_info(const Digest& layer) const {
