@@ -15,8 +15,11 @@
 namespace modelfs::snapshotter {
 namespace {
 
-absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
+// "FILE:LINE: key: why", the line where the node at fault starts.
+absl::Status KeyError(const std::string& source, const toml::node& at, const std::string& key,
+                      const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ":", at.source().begin.line, ": ", key, ": ", why));
 }
 
 absl::Status CheckKeys(const toml::table& t, const std::set<std::string>& allowed,
@@ -24,7 +27,8 @@ absl::Status CheckKeys(const toml::table& t, const std::set<std::string>& allowe
   for (const auto& [k, v] : t) {
     std::string key(k.str());
     if (!allowed.count(key)) {
-      return KeyError(source, prefix + key, "unknown key");
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", k.source().begin.line, ": ", prefix, key, ": unknown key"));
     }
   }
   return absl::OkStatus();
@@ -34,7 +38,7 @@ absl::Status GetString(const toml::table& t, const char* key, const std::string&
                        const std::string& prefix, std::string& out) {
   const toml::node* n = t.get(key);
   if (n == nullptr) return absl::OkStatus();
-  if (!n->is_string()) return KeyError(source, prefix + key, "must be a string");
+  if (!n->is_string()) return KeyError(source, *n, prefix + key, "must be a string");
   out = n->as_string()->get();
   return absl::OkStatus();
 }
@@ -43,7 +47,7 @@ absl::Status GetBool(const toml::table& t, const char* key, const std::string& s
                      const std::string& prefix, bool& out) {
   const toml::node* n = t.get(key);
   if (n == nullptr) return absl::OkStatus();
-  if (!n->is_boolean()) return KeyError(source, prefix + key, "must be true or false");
+  if (!n->is_boolean()) return KeyError(source, *n, prefix + key, "must be true or false");
   out = n->as_boolean()->get();
   return absl::OkStatus();
 }
@@ -57,7 +61,7 @@ absl::Status GetNumber(const toml::table& t, const char* key, const std::string&
   } else if (n->is_floating_point()) {
     out = n->as_floating_point()->get();
   } else {
-    return KeyError(source, prefix + key, "must be a number");
+    return KeyError(source, *n, prefix + key, "must be a number");
   }
   return absl::OkStatus();
 }
@@ -67,16 +71,56 @@ absl::Status GetStrings(const toml::table& t, const char* key, const std::string
   const toml::node* n = t.get(key);
   if (n == nullptr) return absl::OkStatus();
   const toml::array* a = n->as_array();
-  if (a == nullptr) return KeyError(source, key, "must be an array of strings");
+  if (a == nullptr) return KeyError(source, *n, key, "must be an array of strings");
   out.clear();
   for (const toml::node& e : *a) {
-    if (!e.is_string()) return KeyError(source, key, "must be an array of strings");
+    if (!e.is_string()) return KeyError(source, e, key, "must be an array of strings");
     out.push_back(e.as_string()->get());
   }
   return absl::OkStatus();
 }
 
+// The keys the parser reads, by table ("" the top level). DaemonConfigKeys lists them.
+const std::set<std::string>& TopKeys() {
+  static const auto* keys = new std::set<std::string>{"root",
+                                                      "address",
+                                                      "hosts_dir",
+                                                      "insecure_hosts",
+                                                      "model_hosts",
+                                                      "lazy_images",
+                                                      "lazy_images_unpack_refused",
+                                                      "docker_config",
+                                                      "policy",
+                                                      "metrics_address",
+                                                      "log_level",
+                                                      "containerd_address",
+                                                      "cache",
+                                                      "fuse"};
+  return *keys;
+}
+const std::set<std::string>& CacheKeys() {
+  static const auto* keys = new std::set<std::string>{
+      "max_size_gib", "prefetch",       "read_deadline_s", "drop_served_pages",
+      "audit",        "scrub_interval", "scrub_rate_mib",  "persist_delay"};
+  return *keys;
+}
+const std::set<std::string>& FuseKeys() {
+  static const auto* keys =
+      new std::set<std::string>{"allow_other", "insecure_stream", "passthrough", "direct_io"};
+  return *keys;
+}
+
 }  // namespace
+
+std::vector<std::string> DaemonConfigKeys() {
+  std::vector<std::string> out;
+  for (const std::string& k : TopKeys()) {
+    if (k != "cache" && k != "fuse") out.push_back(k);
+  }
+  for (const std::string& k : CacheKeys()) out.push_back("cache." + k);
+  for (const std::string& k : FuseKeys()) out.push_back("fuse." + k);
+  return out;
+}
 
 absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
                                DaemonConfig& c) {
@@ -87,12 +131,7 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
     return absl::InvalidArgumentError(
         absl::StrCat(source, ":", e.source().begin.line, ": ", std::string(e.description())));
   }
-  if (absl::Status st = CheckKeys(root,
-                                  {"root", "address", "hosts_dir", "insecure_hosts", "model_hosts",
-                                   "lazy_images", "docker_config", "policy", "metrics_address",
-                                   "log_level", "containerd_address", "cache", "fuse"},
-                                  source, "");
-      !st.ok()) {
+  if (absl::Status st = CheckKeys(root, TopKeys(), source, ""); !st.ok()) {
     return st;
   }
   for (auto [key, out] : {std::pair<const char*, std::string*>{"root", &c.root},
@@ -111,23 +150,25 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
         {"lazy_images", &c.lazy_images}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
+  if (absl::Status st =
+          GetBool(root, "lazy_images_unpack_refused", source, "", c.lazy_images_unpack_refused);
+      !st.ok()) {
+    return st;
+  }
   if (const toml::node* n = root.get("cache")) {
     const toml::table* t = n->as_table();
-    if (t == nullptr) return KeyError(source, "cache", "must be a table");
-    if (absl::Status st =
-            CheckKeys(*t,
-                      {"max_size_gib", "prefetch", "read_deadline_s", "drop_served_pages", "audit",
-                       "scrub_interval", "scrub_rate_mib", "persist_delay"},
-                      source, "cache.");
-        !st.ok()) {
+    if (t == nullptr) return KeyError(source, *n, "cache", "must be a table");
+    if (absl::Status st = CheckKeys(*t, CacheKeys(), source, "cache."); !st.ok()) {
       return st;
     }
     double gib = static_cast<double>(c.cache_max_size_gib);
     if (absl::Status st = GetNumber(*t, "max_size_gib", source, "cache.", gib); !st.ok()) return st;
-    if (gib < 0) return KeyError(source, "cache.max_size_gib", "must be >= 0");
+    if (gib < 0)
+      return KeyError(source, *t->get("max_size_gib"), "cache.max_size_gib", "must be >= 0");
     if (gib != static_cast<double>(static_cast<uint64_t>(gib))) {
       // A fraction would be truncated, and 0.5 would silently mean unbounded.
-      return KeyError(source, "cache.max_size_gib", "must be a whole number of GiB");
+      return KeyError(source, *t->get("max_size_gib"), "cache.max_size_gib",
+                      "must be a whole number of GiB");
     }
     c.cache_max_size_gib = static_cast<uint64_t>(gib);
     if (absl::Status st = GetString(*t, "prefetch", source, "cache.", c.prefetch); !st.ok())
@@ -151,10 +192,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   }
   if (const toml::node* n = root.get("fuse")) {
     const toml::table* t = n->as_table();
-    if (t == nullptr) return KeyError(source, "fuse", "must be a table");
-    if (absl::Status st = CheckKeys(
-            *t, {"allow_other", "insecure_stream", "passthrough", "direct_io"}, source, "fuse.");
-        !st.ok()) {
+    if (t == nullptr) return KeyError(source, *n, "fuse", "must be a table");
+    if (absl::Status st = CheckKeys(*t, FuseKeys(), source, "fuse."); !st.ok()) {
       return st;
     }
     if (absl::Status st = GetBool(*t, "allow_other", source, "fuse.", c.allow_other); !st.ok())
@@ -168,6 +207,86 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
       return st;
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+std::string TomlString(const std::string& v) {
+  std::ostringstream out;
+  out << toml::value<std::string>(v);
+  return out.str();
+}
+
+std::string TomlStrings(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? ", " : "", TomlString(v[i]));
+  return out + "]";
+}
+
+std::string TomlNumber(double v) {
+  std::ostringstream out;
+  if (v == static_cast<double>(static_cast<int64_t>(v))) {
+    out << static_cast<int64_t>(v);
+  } else {
+    out << toml::value<double>(v);
+  }
+  return out.str();
+}
+
+const char* TomlBool(bool v) { return v ? "true" : "false"; }
+
+}  // namespace
+
+std::string RenderDaemonConfig(const DaemonConfig& c) {
+  std::string out;
+  auto line = [&out](const char* key, const std::string& value) {
+    absl::StrAppend(&out, key, " = ", value, "\n");
+  };
+  line("root", TomlString(c.root));
+  line("address", TomlString(c.address));
+  line("hosts_dir", TomlString(c.hosts_dir));
+  line("insecure_hosts", TomlStrings(c.insecure_hosts));
+  line("model_hosts", TomlStrings(c.model_hosts));
+  line("lazy_images", TomlStrings(c.lazy_images));
+  line("lazy_images_unpack_refused", TomlBool(c.lazy_images_unpack_refused));
+  line("policy", TomlString(c.policy));
+  line("docker_config", TomlString(c.docker_config));
+  line("metrics_address", TomlString(c.metrics_address));
+  line("containerd_address", TomlString(c.containerd_address));
+  line("log_level", TomlString(c.log_level));
+  out += "\n[cache]\n";
+  line("max_size_gib", TomlNumber(static_cast<double>(c.cache_max_size_gib)));
+  line("prefetch", TomlString(c.prefetch));
+  line("read_deadline_s", TomlNumber(c.read_deadline_s));
+  line("drop_served_pages", TomlBool(c.drop_served_pages));
+  line("audit", TomlBool(c.audit));
+  line("scrub_interval", TomlString(c.scrub_interval));
+  line("scrub_rate_mib", TomlNumber(c.scrub_rate_mib));
+  line("persist_delay", TomlString(c.persist_delay));
+  out += "\n[fuse]\n";
+  line("allow_other", TomlBool(c.allow_other));
+  line("insecure_stream", TomlBool(c.insecure_stream));
+  line("passthrough", TomlBool(c.passthrough));
+  line("direct_io", TomlBool(c.direct_io));
+  return out;
+}
+
+absl::Status WithKeyLine(const absl::Status& error, const std::string& text,
+                         const std::string& source) {
+  const std::string message(error.message());
+  const size_t end = message.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.");
+  const std::string key = message.substr(0, end);
+  if (key.empty()) return error;
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(source));
+  } catch (const toml::parse_error&) {
+    return error;
+  }
+  const toml::node* n = root.at_path(key).node();
+  if (n == nullptr) return error;
+  return absl::Status(error.code(),
+                      absl::StrCat(source, ":", n->source().begin.line, ": ", message));
 }
 
 absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config) {

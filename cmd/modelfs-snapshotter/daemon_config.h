@@ -14,6 +14,10 @@
 namespace modelfs::snapshotter {
 
 inline constexpr char kDefaultConfigPath[] = "/etc/modelfs/snapshotter.toml";
+// Where the unit has the daemon keep a copy of the last config it started with
+// (--last-good-config): its RuntimeDirectory, kept across restarts of the unit, gone at
+// reboot, when no pod is left to keep reading.
+inline constexpr char kLastGoodConfigPath[] = "/run/modelfs/snapshotter.last-good.toml";
 
 struct DaemonConfig {
   std::string root = "/var/lib/modelfs";
@@ -27,7 +31,13 @@ struct DaemonConfig {
   // Ordinary images (a KServe modelcar) whose top layer is served lazily when a modelfs volume
   // image is among their referrers: entries of the model_hosts forms. Empty (default): none.
   std::vector<std::string> lazy_images;
-  std::string docker_config;  // credentials; empty: none
+  // With a policy, a listed image the policy refuses fails its pull (false, the default), or
+  // is unpacked eagerly as without modelfs (true).
+  // ModelSnapshotterOptions::lazy_images_unpack_refused.
+  bool lazy_images_unpack_refused = false;
+  // A docker config.json with credentials; empty: none (anonymous), never $DOCKER_CONFIG or
+  // ~/.docker, which would make what the daemon sends depend on its environment.
+  std::string docker_config;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
   std::string metrics_address;     // "host:port"; empty: no metrics endpoint
@@ -67,6 +77,20 @@ absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
 // deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts
 // entries of the forms model_hosts.h lists (no scheme or spaces). Errors: kInvalidArgument.
 absl::Status ValidateDaemonConfig(const DaemonConfig& config);
+
+// Every key the parser reads, tables' keys as "cache.max_size_gib" (the packaged
+// snapshotter.toml must list each; daemon_config_test checks it).
+std::vector<std::string> DaemonConfigKeys();
+
+// `config` as TOML that ParseDaemonConfig reads back to the same values: every key, tables
+// last (what `modelfs-snapshotter --check-config` prints as the effective config).
+std::string RenderDaemonConfig(const DaemonConfig& config);
+
+// An error of ValidateDaemonConfig, which names its key first, with the line of that key in
+// `text` (the file `source` holds) in front: "FILE:LINE: message". The error unchanged when
+// the key is not in the text (a default or a flag is at fault) or the text does not parse.
+absl::Status WithKeyLine(const absl::Status& error, const std::string& text,
+                         const std::string& source);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);

@@ -13,7 +13,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -42,6 +44,8 @@ struct Flags {
   std::string hosts_dir;
   std::string metrics_address;
   std::string log_level;
+  bool check_config = false;
+  std::string last_good;  // "": none kept (the unit passes kLastGoodConfigPath)
 };
 
 // One write per line, so concurrent lines do not interleave in the journal.
@@ -56,20 +60,77 @@ void LogLine(const std::string& line) {
   WriteLogLine(EscapeUntrusted(line));
 }
 
-absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
-  DaemonConfig c;
-  const bool explicit_config = !f.config.empty();
-  const std::string path = explicit_config ? f.config : kDefaultConfigPath;
-  if (absl::Status st = LoadDaemonConfig(path, c); !st.ok()) {
-    if (!absl::IsNotFound(st) || explicit_config) return st;
+// The config file's text, "" when it is absent (only the default path may be).
+absl::StatusOr<std::string> ReadConfigText(const Flags& f, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (!f.config.empty()) return absl::NotFoundError(absl::StrCat(path, ": no such config file"));
+    return std::string();
   }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The config `text` (read from `source`) with the flags over it, validated. Errors name the
+// file, the line and the key (kInvalidArgument).
+absl::StatusOr<DaemonConfig> ConfigFrom(const Flags& f, const std::string& text,
+                                        const std::string& source) {
+  DaemonConfig c;
+  RETURN_IF_ERROR(ParseDaemonConfig(text, source, c));
   if (!f.root.empty()) c.root = f.root;
   if (!f.address.empty()) c.address = f.address;
   if (!f.hosts_dir.empty()) c.hosts_dir = f.hosts_dir;
   if (!f.metrics_address.empty()) c.metrics_address = f.metrics_address;
   if (!f.log_level.empty()) c.log_level = f.log_level;
-  RETURN_IF_ERROR(ValidateDaemonConfig(c));
+  if (absl::Status st = ValidateDaemonConfig(c); !st.ok()) return WithKeyLine(st, text, source);
   return c;
+}
+
+// Keeps `text`, a config the daemon started with, where the next start finds it if the file
+// is broken by then: written beside and renamed into place, so a crash leaves the old copy.
+void SaveLastGood(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      LogLine(absl::StrCat("cannot write ", tmp, "; a broken config will stop the next start"));
+      return;
+    }
+  }
+  ::chmod(tmp.c_str(), 0600);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) LogLine(absl::StrCat("cannot keep the config as ", path, ": ", ec.message()));
+}
+
+// The config to start with. A file that does not load is refused, loudly, and the daemon
+// starts with the last config it started with instead (kept at f.last_good), so that a typo
+// followed by a restart neither loops nor drops the pods whose FUSE connection is in
+// systemd's store; with no such copy (a first start) the error is returned (exit 2).
+absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
+  const std::string path = f.config.empty() ? kDefaultConfigPath : f.config;
+  absl::StatusOr<std::string> text = ReadConfigText(f, path);
+  absl::StatusOr<DaemonConfig> c =
+      text.ok() ? ConfigFrom(f, *text, path) : absl::StatusOr<DaemonConfig>(text.status());
+  if (c.ok()) {
+    SaveLastGood(f.last_good, *text);
+    return c;
+  }
+  std::ifstream kept(f.last_good);
+  if (f.last_good.empty() || !kept) return c.status();
+  std::stringstream ss;
+  ss << kept.rdbuf();
+  absl::StatusOr<DaemonConfig> last = ConfigFrom(f, ss.str(), f.last_good);
+  if (!last.ok()) return c.status();
+  LogLine(absl::StrCat("ERROR: config refused: ", c.status().message(),
+                       "; serving with the last config this daemon started with (", f.last_good,
+                       ") until the file is fixed and the daemon restarted; "
+                       "`modelfs-snapshotter --check-config --config ",
+                       path, "` checks it"));
+  return last;
 }
 
 // What systemd passes with LISTEN_FDS: the /dev/fuse fd a previous process left in the file
@@ -127,8 +188,11 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.hosts.certs_dir = c.hosts_dir;
   o.registry.hosts.plain_http_hosts = c.insecure_hosts;
   o.registry.docker_config = c.docker_config;
+  // An empty docker_config is anonymous: the daemon's environment never picks its credentials.
+  o.registry.default_docker_config = false;
   o.model_hosts = c.model_hosts;
   o.lazy_images = c.lazy_images;
+  o.lazy_images_unpack_refused = c.lazy_images_unpack_refused;
   o.policy = c.policy;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
@@ -177,22 +241,26 @@ absl::Status Run(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     ASSIGN_OR_RETURN(auto hp, SplitHostPort(c.metrics_address));
     ModelSnapshotter* s = snapshotter.get();
-    ASSIGN_OR_RETURN(metrics, MetricsServer::Start(
-                                  hp.first, hp.second, [s, reads, read_errors, passthrough_opens] {
-                                    DaemonCounters counters;
-                                    counters.cache = s->cache_stats();
-                                    RemotePrepareCounts r = s->remote_counts();
-                                    counters.remote_mounted = r.mounted;
-                                    counters.remote_fallback = r.fallback;
-                                    counters.remote_error = r.error;
-                                    counters.policy_refusals = s->policy_refusals();
-                                    counters.policy_evaluations = s->policy_evaluations();
-                                    counters.active_models = s->ActiveModels().size();
-                                    counters.read_errors = read_errors->load();
-                                    counters.passthrough_opens = passthrough_opens->load();
-                                    counters.version = MODELFS_VERSION;
-                                    return RenderPrometheus(counters, *reads);
-                                  }));
+    ASSIGN_OR_RETURN(metrics,
+                     MetricsServer::Start(hp.first, hp.second,
+                                          [s, reads, read_errors, passthrough_opens,
+                                           max_bytes = c.cache_max_size_gib << 30] {
+                                            DaemonCounters counters;
+                                            counters.cache = s->cache_stats();
+                                            RemotePrepareCounts r = s->remote_counts();
+                                            counters.remote_mounted = r.mounted;
+                                            counters.remote_fallback = r.fallback;
+                                            counters.remote_error = r.error;
+                                            counters.policy_refusals = s->policy_refusals();
+                                            counters.policy_evaluations = s->policy_evaluations();
+                                            counters.active_models = s->ActiveModels().size();
+                                            counters.read_errors = read_errors->load();
+                                            counters.passthrough_opens = passthrough_opens->load();
+                                            counters.cache_max_bytes = max_bytes;
+                                            counters.disk_full = s->cache_disk_full();
+                                            counters.version = MODELFS_VERSION;
+                                            return RenderPrometheus(counters, *reads);
+                                          }));
     LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
   }
 
@@ -267,12 +335,32 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-address", f.metrics_address,
                  "host:port for Prometheus /metrics (default: off)");
   app.add_option("--log-level", f.log_level, "info or debug");
+  app.add_flag("--check-config", f.check_config,
+               "Parse and validate the config (with the flags over it), print the effective "
+               "config and exit: 0 valid, 2 not (the file, line and key named)");
+  app.add_option("--last-good-config", f.last_good,
+                 absl::StrCat("Keep a copy of the config the daemon started with here, and start "
+                              "with it when the file is broken at the next start (the unit: ",
+                              kLastGoodConfigPath, "; default: none, a broken file exits 2)"));
   app.set_version_flag("--version", std::string("modelfs-snapshotter ") + MODELFS_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  if (f.check_config) {
+    const std::string path = f.config.empty() ? kDefaultConfigPath : f.config;
+    absl::StatusOr<std::string> text = ReadConfigText(f, path);
+    absl::StatusOr<DaemonConfig> checked =
+        text.ok() ? ConfigFrom(f, *text, path) : absl::StatusOr<DaemonConfig>(text.status());
+    if (!checked.ok()) {
+      fprintf(stderr, "modelfs-snapshotter: %s\n", std::string(checked.status().message()).c_str());
+      return 2;
+    }
+    printf("# %s: valid; the effective config (defaults and flags included):\n%s", path.c_str(),
+           RenderDaemonConfig(*checked).c_str());
+    return 0;
   }
   absl::StatusOr<DaemonConfig> config = BuildConfig(f);
   if (!config.ok()) {

@@ -100,6 +100,12 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           "Cache-file bytes dropped from the page cache once served (the reader keeps its copy).",
           c.cache.page_cache_bytes_dropped);
   Gauge(out, "modelfs_cached_bytes", "Layer bytes held in the cache.", c.cache.cached_bytes);
+  Gauge(out, "modelfs_cache_max_bytes",
+        "The cache's configured bound (cache.max_size_gib) in bytes; 0 means unbounded.",
+        c.cache_max_bytes);
+  Gauge(out, "modelfs_cache_disk_full",
+        "1 while the cache's disk is full: verified chunks are served from memory, not cached.",
+        c.disk_full ? 1 : 0);
   Counter(out, "modelfs_sealed_layers_total",
           "Chunk-mode layers sealed (served by passthrough) once every chunk was verified.",
           c.cache.sealed_layers);

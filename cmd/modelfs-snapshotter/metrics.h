@@ -49,6 +49,8 @@ struct DaemonCounters {
   uint64_t active_models = 0;
   uint64_t read_errors = 0;
   uint64_t passthrough_opens = 0;  // opens served by FUSE passthrough (the kernel reads)
+  uint64_t cache_max_bytes = 0;    // cache.max_size_gib in bytes; 0: unbounded
+  bool disk_full = false;          // the cache's disk refused a write: serving from memory
   // The daemon's version, rendered as modelfs_build_info{version="..."} 1; "" = not rendered.
   std::string version;
 };

@@ -16,6 +16,7 @@
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "core/resolve/model_ref.h"
+#include "core/resolve/registry_clients.h"
 #include "core/text/number_format.h"  // WithCommas, for every command's text output
 #include "core/trust/keys.h"
 #include "nlohmann/json.hpp"
@@ -97,8 +98,10 @@ struct RefInspection {
 // An argument that is no local path or URL and starts with a registry host ("host.tld/",
 // "host:port/", "localhost/").
 bool LooksLikeRegistryReference(const std::string& arg);
-absl::StatusOr<RefInspection> InspectReference(const std::string& ref, bool plain_http,
-                                               const std::string& docker_config);
+// Reaches the registry as every other command does: certs.d (hosts.toml, CAs), --plain-http,
+// the docker config.
+absl::StatusOr<RefInspection> InspectReference(const std::string& ref,
+                                               const RegistryAccessOptions& access);
 nlohmann::json RefInspectionToJson(const RefInspection& r);
 std::string RenderRefInspection(const RefInspection& r);
 

@@ -24,6 +24,7 @@ struct InspectCliOptions {
   size_t peek_count = 8;
   bool insecure = false;
   bool plain_http = false;
+  std::string hosts_dir = "/etc/containerd/certs.d";
   std::string docker_config;
 };
 
@@ -32,7 +33,11 @@ absl::Status RunInspect(const InspectCliOptions& o) {
   io.http.verify_tls = !o.insecure;
   // A registry reference: the artifact's config and identity record, no layer downloaded.
   if (o.paths.size() == 1 && LooksLikeRegistryReference(o.paths[0])) {
-    ASSIGN_OR_RETURN(RefInspection r, InspectReference(o.paths[0], o.plain_http, o.docker_config));
+    RegistryAccessOptions access;
+    access.hosts.plain_http = o.plain_http;
+    access.hosts.certs_dir = o.hosts_dir;
+    access.docker_config = o.docker_config;
+    ASSIGN_OR_RETURN(RefInspection r, InspectReference(o.paths[0], access));
     if (o.json) {
       printf("%s\n", RefInspectionToJson(r)
                          .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -155,6 +160,9 @@ void RegisterInspect(CLI::App& app, Context& ctx) {
   cmd->add_flag("--insecure", o->insecure, "Do not verify TLS certificates for https URLs");
   cmd->add_flag("--plain-http", o->plain_http,
                 "REF: talk plain HTTP to the registry (only for hosts you trust, e.g. loopback)");
+  cmd->add_option("--hosts-dir", o->hosts_dir,
+                  "REF: containerd-style certs.d directory with <host>/hosts.toml")
+      ->default_str("/etc/containerd/certs.d");
   cmd->add_option("--docker-config", o->docker_config,
                   "REF: docker config.json with registry credentials");
   cmd->callback([o, &ctx] { ctx.status = RunInspect(*o); });

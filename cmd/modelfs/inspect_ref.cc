@@ -30,12 +30,9 @@ bool LooksLikeRegistryReference(const std::string& arg) {
   return ImageReference::Parse(arg).ok();
 }
 
-absl::StatusOr<RefInspection> InspectReference(const std::string& arg, bool plain_http,
-                                               const std::string& docker_config) {
+absl::StatusOr<RefInspection> InspectReference(const std::string& arg,
+                                               const RegistryAccessOptions& access) {
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(arg));
-  RegistryAccessOptions access;
-  access.hosts.plain_http = plain_http;
-  access.docker_config = docker_config;
   ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPull, access));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(*client, ref));
   RefInspection out;

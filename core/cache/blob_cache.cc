@@ -488,9 +488,32 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
       layer->stream_in_flight++;
     }
   }
+  // Passed on only once a reader streams this layer itself (a run of readahead_min, or the
+  // ranks' scattered reads): a stream the predecessor started, or a header read, is no sign
+  // that the loader got here, and small layers would otherwise pass it down the whole model.
+  const bool read_here =
+      layer->run_end - layer->run_start >= options_.readahead_min || layer->stream_scattered;
+  if (layer->stream_next >= layer->count() && read_here && layer->stream_successor &&
+      !layer->successor_started) {
+    layer->successor_started = true;
+    std::shared_ptr<Layer> next = FindRegisteredLocked(*layer->stream_successor);
+    if (next && next != layer) {
+      LayerGuard held_next(*next, Held(mu_));
+      if (next->mode == VerifyMode::kChunk && !next->whole_verified) StartStreamLocked(next, 0);
+    }
+  }
   if (layer->stream_next >= layer->count() && layer->stream_in_flight == 0) {
     layer->streaming = false;
   }
+}
+
+void BlobCache::SetStreamSuccessor(const Digest& layer, const Digest& next) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Layer> l = FindRegisteredLocked(layer);
+  if (!l) return;
+  LayerGuard held(*l, Held(mu_));
+  l->stream_successor = next;
+  l->successor_started = false;
 }
 
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,

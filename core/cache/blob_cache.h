@@ -295,6 +295,14 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   absl::Status Prefetch(const Digest& digest, PrefetchPolicy policy,
                         const std::vector<ByteRange>& header_ranges = {});
 
+  // The order a model's loader reads layers in (its files by path): once the stream of `layer`
+  // has asked for its last chunk, `next` starts streaming (its first stream_segments
+  // requests), so that a loader finishing one file finds the next arriving rather than
+  // starting it cold. Only a layer a reader is streaming itself passes its stream on, so the
+  // successor's own early stream (or a header read) does not pass it down the whole model. A
+  // hint: unknown digests are ignored, the last call for a layer wins.
+  void SetStreamSuccessor(const Digest& layer, const Digest& next);
+
   // Counters; safe to call at any time.
   CacheStats stats() const;
 

@@ -364,6 +364,12 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
             layer->run_end - layer->run_start >= options_.stream_after) {
           StartStreamLocked(layer, (layer->run_end + cs - 1) / cs);
           PumpStreamLocked(layer);  // the reader moved on: so may the stream
+        } else if (ScatteredReadersWantStream(*layer, options_)) {
+          // Tensor-parallel ranks: the union of their reads is the whole layer.
+          layer->stream_scattered = true;
+          StartStreamLocked(layer, 0);
+        } else if (layer->streaming && layer->stream_scattered) {
+          PumpStreamLocked(layer);
         }
         if (layer->window > 0 && layer->run_end < layer->size && !DiskFullLocked()) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);

@@ -16,6 +16,7 @@
 #include <cassert>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +123,18 @@ struct CacheLayer {
   uint64_t run_start ABSL_GUARDED_BY(mu) = 0;
   uint64_t run_end ABSL_GUARDED_BY(mu) = 0;
   uint64_t window ABSL_GUARDED_BY(mu) = 0;
+  // Bytes of reads that did not continue the run (each started a new one): tensor-parallel
+  // ranks, each copying its slice of every tensor, read a layer at several places at once and
+  // never make one run. And one past the farthest byte any read reached.
+  uint64_t scattered_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t read_front ABSL_GUARDED_BY(mu) = 0;
+  // The stream follows scattered readers (their union) rather than one run: it fetches every
+  // missing chunk from the start of the layer, up to stream_segments requests past read_front.
+  bool stream_scattered ABSL_GUARDED_BY(mu) = false;
+  // The layer readers load after this one (BlobCache::SetStreamSuccessor), and whether this
+  // layer's stream has started it.
+  std::optional<Digest> stream_successor ABSL_GUARDED_BY(mu);
+  bool successor_started ABSL_GUARDED_BY(mu) = false;
   uint64_t readahead_min ABSL_GUARDED_BY(mu) = 0;  // LayerSpec::readahead_min
   bool bulk_active ABSL_GUARDED_BY(mu) = false;
   uint64_t bulk_next ABSL_GUARDED_BY(mu) = 0;

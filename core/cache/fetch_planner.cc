@@ -13,8 +13,12 @@ StreamPlan PlanStream(CacheLayer& layer, const CacheOptions& options) {
   const uint64_t cs = layer.chunk_size;
   StreamPlan plan;
   plan.per_request = std::max<uint64_t>(1, (options.stream_request_bytes + cs - 1) / cs);
-  const uint64_t reader = layer.run_end / cs;
-  layer.stream_next = std::max(layer.stream_next, reader);  // what it passed, it fetched
+  uint64_t reader = layer.run_end / cs;
+  if (layer.stream_scattered) {
+    reader = std::max(layer.run_end, layer.read_front) / cs;
+  } else {
+    layer.stream_next = std::max(layer.stream_next, reader);  // what it passed, it fetched
+  }
   plan.limit = std::min<uint64_t>(
       layer.count(), reader + plan.per_request * static_cast<uint64_t>(options.stream_segments));
   return plan;

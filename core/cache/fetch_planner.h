@@ -27,6 +27,7 @@ inline void UpdateReadahead(CacheLayer& layer, const CacheOptions& options, uint
   // 4 MiB into about 8) fetches little beyond it, a loader streaming a file soon gets the most.
   const uint64_t slack = 8 * layer.chunk_size;
   const uint64_t min = std::max(layer.readahead_min, options.readahead_min);
+  layer.read_front = std::max(layer.read_front, end);
   if (layer.run_end != 0 && offset >= layer.run_start && offset <= layer.run_end + slack) {
     layer.run_end = std::max(layer.run_end, end);
     const uint64_t run = layer.run_end - layer.run_start;
@@ -37,7 +38,20 @@ inline void UpdateReadahead(CacheLayer& layer, const CacheOptions& options, uint
     layer.run_start = offset;
     layer.run_end = end;
     layer.window = 0;
+    layer.scattered_bytes += end - offset;
   }
+}
+
+// Whether readers that make no one run should get the layer streamed: tensor-parallel ranks
+// fault every tensor at N places at once, each rank's reads too short and too far apart to
+// extend a run, so neither readahead nor the run's stream ever starts, and every fault is a
+// small request of its own. Once stream_after bytes were read that way the layer is being
+// loaded, not sampled: a lone random read (4 MiB: the kernel's requests extend one run) or a
+// header lookup stays far below it.
+inline bool ScatteredReadersWantStream(const CacheLayer& layer, const CacheOptions& options)
+    ABSL_SHARED_LOCKS_REQUIRED(layer.mu) {
+  return options.stream_segments > 0 && !layer.streaming &&
+         layer.scattered_bytes >= options.stream_after && layer.stream_next < layer.count();
 }
 
 // One past the end of the run of missing chunks that starts at `start` (a missing chunk): it
@@ -71,7 +85,8 @@ struct StreamPlan {
 };
 
 // Plans the stream from where its reader is now; a stream never asks again for what the reader
-// has passed (the reader fetched it).
+// has passed (the reader fetched it). A scattered stream (stream_scattered) plans from the
+// farthest read and passes nothing over: behind it, the ranks' reads left gaps.
 StreamPlan PlanStream(CacheLayer& layer, const CacheOptions& options)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
 

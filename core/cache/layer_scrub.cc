@@ -106,6 +106,8 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
   copy->run_start = layer->run_start;
   copy->run_end = layer->run_end;
   copy->window = layer->window;
+  copy->scattered_bytes = layer->scattered_bytes;
+  copy->read_front = layer->read_front;
   copy->bulk_next = layer->bulk_next;
   copy->stream_next = layer->stream_next;
   // The old entry is out of the table: its bytes are the copy's now (eviction and quarantine

@@ -2,6 +2,8 @@
 // background thread, a file at a time, so that stopping waits for one read at most.
 #include "core/model/model_pipeline.h"
 
+#include <algorithm>
+
 #include <set>
 #include <utility>
 
@@ -36,6 +38,24 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
   if (absl::Status served = serve(loaded); !served.ok()) {
     Unregister(model_ref);
     return served;
+  }
+  // Loaders read a model's files in path order (vLLM and llama.cpp sort their shards): each
+  // weight layer passes its stream on to the next one's, so the next file is arriving when a
+  // loader gets to it.
+  {
+    std::vector<const TreeFile*> by_path;
+    for (const TreeFile& f : loaded.files) {
+      if (f.kind == TreeFile::Kind::kFile) by_path.push_back(&f);
+    }
+    std::sort(by_path.begin(), by_path.end(),
+              [](const TreeFile* a, const TreeFile* b) { return a->path < b->path; });
+    std::vector<Digest> order;
+    std::set<Digest> seen;
+    for (const TreeFile* f : by_path) {
+      if (seen.insert(f->layer).second) order.push_back(f->layer);
+    }
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      cache_->SetStreamSuccessor(order[i], order[i + 1]);
   }
   if (options_.prefetch == PrefetchPolicy::kNone) return loaded;
 

@@ -18,10 +18,12 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::strin
   CredentialStore creds;
   if (!o.docker_config.empty()) {
     ASSIGN_OR_RETURN(creds, CredentialStore::LoadDockerConfig(o.docker_config));
-  } else if (auto loaded = CredentialStore::LoadDefault(); loaded.ok()) {
-    creds = *std::move(loaded);
-  } else if (!absl::IsNotFound(loaded.status())) {
-    return loaded.status();
+  } else if (o.default_docker_config) {
+    if (auto loaded = CredentialStore::LoadDefault(); loaded.ok()) {
+      creds = *std::move(loaded);
+    } else if (!absl::IsNotFound(loaded.status())) {
+      return loaded.status();
+    }
   }
   return RegistryClient::ForRegistry(registry, capability, o.hosts, creds, o.client);
 }

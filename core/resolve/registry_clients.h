@@ -21,7 +21,10 @@ namespace modelfs {
 
 struct RegistryAccessOptions {
   HostsOptions hosts;            // --plain-http, certs.d directory
-  std::string docker_config;     // explicit config.json; empty: $DOCKER_CONFIG / ~/.docker
+  std::string docker_config;     // explicit config.json; empty: see default_docker_config
+  // With docker_config empty: true (the CLI), $DOCKER_CONFIG / ~/.docker/config.json when there
+  // is one; false (the daemon), no credentials at all.
+  bool default_docker_config = true;
   RegistryClientOptions client;  // timeouts and retry policy
 };
 

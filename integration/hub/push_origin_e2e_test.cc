@@ -212,5 +212,27 @@ TEST_F(PushOriginE2eTest, InspectRefShowsTheRecordAndAPullVerifiesAgainstTheLock
   EXPECT_EQ(DescribeFiles(pulled), DescribeFiles(model_));
 }
 
+// `inspect REF` reaches a registry as every other command does: a certs.d hosts.toml that sends
+// a registry name to another server is followed, and without it that name is not reachable.
+TEST_F(PushOriginE2eTest, InspectRefReachesTheRegistryThroughTheHostsDir) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult push,
+                       RunModelfs({"push", "--plain-http", Ref("hub/tiny:v3"), model_}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  const fs::path hosts = tmp_.path() / "certs.d";
+  fs::create_directories(hosts / "models.invalid:5000");
+  std::ofstream(hosts / "models.invalid:5000" / "hosts.toml")
+      << "server = \"http://" << registry_->host_port() << "\"\n"
+      << "capabilities = [\"pull\", \"resolve\"]\n";
+  ASSERT_OK_AND_ASSIGN(ProcessResult r,
+                       RunModelfs({"inspect", "--json", "--hosts-dir", hosts.string(),
+                                   "models.invalid:5000/hub/tiny:v3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJsonOutput(r.out)["identity"]["revision"], kCommit);
+  ASSERT_OK_AND_ASSIGN(ProcessResult without,
+                       RunModelfs({"inspect", "--hosts-dir", (tmp_.path() / "none").string(),
+                                   "models.invalid:5000/hub/tiny:v3"}));
+  EXPECT_NE(without.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace modelfs::testing

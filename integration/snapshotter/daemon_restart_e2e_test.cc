@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "snapshotter/model/model_snapshotter.h"
+#include "testsupport/harness/process_runner.h"
 #include "testsupport/harness/publish_test_env.h"
 #include "testsupport/harness/registry_fixture.h"
 #include "testsupport/testing/skip.h"
@@ -37,7 +38,9 @@ using ::modelfs::testing::DescribeFiles;
 using ::modelfs::testing::ReadFileOrDie;
 namespace v1 = containerd::services::snapshots::v1;
 using ::modelfs::testing::ChildProcess;
+using ::modelfs::testing::ProcessResult;
 using ::modelfs::testing::RegistryFixture;
+using ::modelfs::testing::RunProcess;
 using ::modelfs::testing::TempDir;
 
 class DaemonRestartTest : public ::testing::Test {
@@ -64,12 +67,14 @@ class DaemonRestartTest : public ::testing::Test {
     labels_[kLabelCriManifestDigest] = volume_digest;
 
     socket_ = tmp_.Join("modelfs.sock").string();
-    const std::string config = tmp_.Join("snapshotter.toml").string();
-    std::ofstream(config) << "insecure_hosts = [\"" << registry_->host_port() << "\"]\n";
+    config_ = tmp_.Join("snapshotter.toml").string();
+    std::ofstream(config_) << "insecure_hosts = [\"" << registry_->host_port() << "\"]\n";
     std::vector<std::string> argv = {"python3", MODELFS_SUPERVISOR};
     if (SocketUnit()) argv.insert(argv.end(), {"--listen", socket_});
-    argv.insert(argv.end(), {StateDir(), MODELFS_SNAPSHOTTER_BIN, "--config", config, "--root",
-                             tmp_.Join("root").string(), "--address", socket_});
+    // As the unit runs it: the config it started with is kept for a start whose file is broken.
+    argv.insert(argv.end(), {StateDir(), MODELFS_SNAPSHOTTER_BIN, "--config", config_, "--root",
+                             tmp_.Join("root").string(), "--address", socket_, "--last-good-config",
+                             tmp_.Join("last-good.toml").string()});
     ASSERT_OK_AND_ASSIGN(supervisor_, ChildProcess::Spawn(argv, tmp_.Join("daemon.log").string()));
     ASSERT_TRUE(WaitReady(1)) << ReadFileOrDie(tmp_.Join("daemon.log").string());
     stub_ = v1::Snapshots::NewStub(
@@ -116,7 +121,8 @@ class DaemonRestartTest : public ::testing::Test {
 
   // Prepares the model, mounts a view as a pod would, opens a file, has the supervisor stop
   // the daemon with `signal`'s meaning and start it again, then reads through the same mount.
-  void ExpectMountSurvives(int signal);
+  // With `new_config`, the config file is replaced with it before the restart.
+  void ExpectMountSurvives(int signal, const std::string& new_config = "");
 
   // Waits until the supervisor reports READY=1 from the given generation of the daemon.
   bool WaitReady(int generation) {
@@ -165,6 +171,7 @@ class DaemonRestartTest : public ::testing::Test {
   }
 
   TempDir tmp_;
+  std::string config_;
   std::unique_ptr<RegistryFixture> registry_;
   fs::path model_dir_;
   std::string chain_id_;
@@ -175,7 +182,7 @@ class DaemonRestartTest : public ::testing::Test {
   std::vector<std::string> mounted_;
 };
 
-void DaemonRestartTest::ExpectMountSurvives(int signal) {
+void DaemonRestartTest::ExpectMountSurvives(int signal, const std::string& new_config) {
   ASSERT_EQ(Prepare("extract-1", "", labels_).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   std::string volume = MountView("pod-volume");
   ASSERT_FALSE(volume.empty());
@@ -187,6 +194,7 @@ void DaemonRestartTest::ExpectMountSurvives(int signal) {
   char byte = 0;
   ASSERT_EQ(::pread(fd, &byte, 1, 0), 1);
 
+  if (!new_config.empty()) std::ofstream(config_, std::ios::trunc) << new_config;
   ::kill(supervisor_->pid(), signal);  // stop the daemon, start it again with the fd
   ASSERT_TRUE(WaitReady(2)) << ReadFileOrDie(tmp_.Join("daemon.log").string());
 
@@ -211,6 +219,24 @@ TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARest
   ExpectMountSurvives(SIGUSR2);  // the supervisor SIGTERMs the daemon, which leaves the mount
   EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("signal 15: stopping"),
             std::string::npos);
+}
+
+// An admin edits snapshotter.toml, makes a typo and restarts the unit: the daemon refuses the
+// file, naming its line and key, starts with the config it last started with, and the pod's
+// mount keeps reading; nothing loops (the supervisor saw one restart, generation 2).
+TEST_F(DaemonRestartTest, ARestartWithATypoInTheConfigKeepsServingWithTheLastGoodOne) {
+  ExpectMountSurvives(SIGUSR2, absl::StrCat("insecure_hosts = [\"", registry_->host_port(),
+                                            "\"]\nlazy_imagez = []\n"));
+  const std::string log = ReadFileOrDie(tmp_.Join("daemon.log").string());
+  EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat("ERROR: config refused: ", config_,
+                                                     ":2: lazy_imagez: unknown key")));
+  EXPECT_THAT(log, ::testing::HasSubstr("serving with the last config this daemon started with"));
+  // The check an admin runs before restarting says the same, and exits 2.
+  ASSERT_OK_AND_ASSIGN(ProcessResult check, RunProcess({MODELFS_SNAPSHOTTER_BIN, "--check-config",
+                                                        "--config", config_}));
+  EXPECT_EQ(check.exit_code, 2);
+  EXPECT_THAT(check.err,
+              ::testing::HasSubstr(absl::StrCat(config_, ":2: lazy_imagez: unknown key")));
 }
 
 class SocketActivatedDaemonTest : public DaemonRestartTest {

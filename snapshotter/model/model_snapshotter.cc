@@ -434,13 +434,25 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
       counts_.fallback++;
     } else if (!volume->has_value() && !options_.lazy_images.empty() &&
                !labels.contains(std::string(kLabelRole)) && !MissingCriLabel(labels)) {
-      // Counts its own answers (a model, or a lower layer unpacked here).
-      absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
-      if (absl::IsAlreadyExists(st)) return st;
-      // Never blocks the image: without a volume image (or on any error) it is unpacked.
-      if (!absl::IsNotFound(st)) {
-        Log(absl::StrCat("snapshot ", key, ": not served lazily (", st.ToString(),
-                         "); unpacking it"));
+      // Fails closed: with a policy, a listed image it refuses is refused here (unless the node
+      // opted out), before anything else of it is asked for.
+      if (absl::Status refused = CheckLazyImagePolicy(labels); !refused.ok()) {
+        if (!options_.lazy_images_unpack_refused) {
+          absl::MutexLock lock(&mu_);
+          counts_.error++;
+          return refused;
+        }
+        Log(absl::StrCat("snapshot ", key, ": ", refused.message(),
+                         "; unpacking it (lazy_images_unpack_refused)"));
+      } else {
+        // Counts its own answers (a model, or a lower layer unpacked here).
+        absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
+        if (absl::IsAlreadyExists(st)) return st;
+        // Never blocks the image: without a volume image (or on any error) it is unpacked.
+        if (!absl::IsNotFound(st)) {
+          Log(absl::StrCat("snapshot ", key, ": not served lazily (", st.ToString(),
+                           "); unpacking it"));
+        }
       }
     } else if (!volume->has_value() && labels.contains(std::string(kLabelRole))) {
       absl::Status st = PrepareRemoteLower(key, parent, target->second, labels);

@@ -150,6 +150,12 @@ struct ModelSnapshotterOptions {
   // Ordinary images served lazily when a modelfs volume image V is among their referrers
   // (snapshotter.md, "Lazy plain images"): repositories in the model_hosts forms. Empty: none.
   std::vector<std::string> lazy_images;
+  // With a policy, an image of a repository in lazy_images that the policy refuses fails its
+  // Prepare (kPermissionDenied), whether or not it has a volume image: the policy says what
+  // runs here, and unpacking the image instead would run it all the same. true: such an image
+  // is unpacked eagerly as containerd would without modelfs (the refusal is still logged and
+  // counted). snapshotter.toml `lazy_images_unpack_refused`.
+  bool lazy_images_unpack_refused = false;
   // A containers-policy.json (policy_gate.h) that volume images must satisfy before their model
   // is registered, and again each time a container is to use one; empty: no policy, nothing
   // checked.
@@ -246,6 +252,7 @@ class ModelSnapshotter final : public Snapshotter {
   // Names (sha256-<hex>) of registered models.
   std::vector<std::string> ActiveModels() const;
   CacheStats cache_stats() const { return host_->cache().stats(); }
+  bool cache_disk_full() const { return host_->cache().disk_full(); }
   // One layer as the cache knows it (references held by registered models). kNotFound when the
   // cache knows nothing about it.
   absl::StatusOr<BlobCache::LayerInfo> cache_layer_info(const Digest& layer) const {
@@ -298,12 +305,19 @@ class ModelSnapshotter final : public Snapshotter {
   // other error: the caller unpacks the layer the ordinary way (it holds only index files).
   absl::Status PrepareRemoteLower(const std::string& key, const std::string& parent,
                                   const std::string& target, const Labels& labels);
+  // Whether `image`'s repository is in lazy_images.
+  bool LazyImagesList(const ImageReference& image) const;
+  // An ordinary image's layer (no modelfs labels, the CRI labels present): with a policy and
+  // the image's repository in lazy_images, the policy must accept the image the pod named at
+  // the pinned digest, whether or not the image has a volume image; kPermissionDenied (logged
+  // and counted by reason) otherwise. OK without a policy or for a repository not listed.
+  absl::Status CheckLazyImagePolicy(const Labels& labels);
   // An ordinary image's layer (no modelfs labels) from a repository in lazy_images: looks for
   // a volume image among the image's referrers (one lookup per image, its answer kept) and,
   // when there is one and `target` is the chain ID of the image's top layer, registers V's
   // model and commits the target as a model snapshot (kAlreadyExists). kNotFound when there is
   // none; a lower layer of such an image: PrepareLazyLower; any error: the caller unpacks the
-  // layer as ever.
+  // layer as ever. The caller has checked the policy first (CheckLazyImagePolicy).
   absl::Status PrepareLazyImage(const std::string& key, const std::string& parent,
                                 const std::string& target, const Labels& labels);
   // A lower layer (number `index`, below the top) of an ordinary image that PrepareLazyImage

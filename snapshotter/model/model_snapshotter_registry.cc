@@ -366,15 +366,34 @@ absl::StatusOr<std::optional<Descriptor>> ModelSnapshotter::LazyVolumeFor(
   return found;
 }
 
+bool ModelSnapshotter::LazyImagesList(const ImageReference& image) const {
+  for (const std::string& entry : options_.lazy_images) {
+    if (ModelHostAllows(entry, image.registry(), image.repository())) return true;
+  }
+  return false;
+}
+
+absl::Status ModelSnapshotter::CheckLazyImagePolicy(const Labels& labels) {
+  if (!policy_gate_) return absl::OkStatus();
+  absl::StatusOr<ImageReference> named =
+      ImageReference::Parse(labels.find(kLabelCriImageRef)->second);
+  // Not an image lazy_images could serve: PrepareLazyImage says why, and it is unpacked.
+  if (!named.ok() || !LazyImagesList(*named)) return absl::OkStatus();
+  const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
+  absl::StatusOr<Digest> pinned_digest = Digest::Parse(pinned);
+  if (!pinned_digest.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("image ", named->String(), " pinned to \"",
+                                                    pinned, "\", not a digest the policy can judge"));
+  }
+  // Kept acceptances make every layer after the first cost no registry request.
+  return CheckPolicy(*named, *pinned_digest, "image");
+}
+
 absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const std::string& parent,
                                                 const std::string& target, const Labels& labels) {
   ASSIGN_OR_RETURN(ImageReference named,
                    ImageReference::Parse(labels.find(kLabelCriImageRef)->second));
-  bool listed = false;
-  for (const std::string& entry : options_.lazy_images) {
-    listed = listed || ModelHostAllows(entry, named.registry(), named.repository());
-  }
-  if (!listed) return absl::NotFoundError("not in lazy_images");
+  if (!LazyImagesList(named)) return absl::NotFoundError("not in lazy_images");
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
@@ -413,8 +432,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
     return absl::FailedPreconditionError(absl::StrCat(
         "parent snapshot \"", parent, "\" is not the chain below the image's layer ", index));
   }
-  // The policy judges the image the pod named, as for a volume image.
-  RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "image"));
+  // The policy judged the image the pod named before this was called (CheckLazyImagePolicy).
   if (index + 1 < diff_ids.size()) {
     return PrepareLazyLower(key, parent, target, labels,
                             {named, pinned_digest, image, diff_ids, index, volume->digest},

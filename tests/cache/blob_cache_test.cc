@@ -715,6 +715,80 @@ TEST_F(BlobCacheTest, TheStreamStaysWithinItsRequestsAheadOfTheReader) {
   EXPECT_EQ(remote_.bytes_served(), blob.size());  // each byte once
 }
 
+// Tensor-parallel ranks: each reads its quarter of every tensor, so no read continues the run
+// of the one before it; once stream_after bytes were read that way, the rest of the layer is
+// streamed, each byte fetched once.
+TEST_F(BlobCacheTest, RanksReadingSlicesOfEveryTensorGetTheLayerStreamed) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  o.stream_segments = 4;
+  o.max_request_bytes = 4 * kChunk;
+  auto cache = Open(o);
+  const std::string blob = RandomBytes(1024 * 1024, 29);
+  Digest d = AddChunked(*cache, blob);
+  // The quarters of 256 KiB tensors, one 4 KiB read per rank in turn: each quarter starts
+  // farther past the other ranks' runs than the 8 chunks a run may skip.
+  for (uint64_t tensor = 0; tensor < 2; ++tensor) {
+    for (uint64_t step = 0; step < 2; ++step) {
+      for (uint64_t rank = 0; rank < 4; ++rank) {
+        const uint64_t off = tensor * 256 * 1024 + rank * 64 * 1024 + step * 4096;
+        ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d, off, 4096));
+        ASSERT_EQ(got, blob.substr(off, 4096));
+      }
+    }
+  }
+  ASSERT_TRUE(Idle(*cache));
+  ASSERT_OK_AND_ASSIGN(auto info, cache->GetLayerInfo(d));
+  EXPECT_EQ(info.cached_chunks, info.chunk_count);  // the rest came without being read
+  EXPECT_EQ(remote_.bytes_served(), blob.size());   // each byte once
+}
+
+// A loader reads a model's files one after another: once the stream of the file it reads has
+// asked for its last chunk, the next file's stream starts, ahead of the loader.
+TEST_F(BlobCacheTest, AStreamedLayerStartsTheStreamOfItsSuccessor) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  o.stream_segments = 2;
+  o.stream_request_bytes = 8 * kChunk;
+  auto cache = Open(o);
+  const std::string first = RandomBytes(64 * 1024, 30);
+  const std::string second = RandomBytes(256 * 1024, 31);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, second);
+  cache->SetStreamSuccessor(a, b);
+  for (uint64_t off = 0; off < first.size(); off += 4096) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(a, off, 4096));
+    ASSERT_EQ(got, first.substr(off, 4096));
+  }
+  ASSERT_TRUE(Idle(*cache));
+  // Its first stream_segments requests, no more: the loader is not there yet.
+  EXPECT_EQ(cache->GetLayerInfo(b)->cached_chunks, 2 * 8u);
+  for (uint64_t off = 0; off < second.size(); off += 4096) {
+    ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(b, off, 4096));
+    ASSERT_EQ(got, second.substr(off, 4096));
+  }
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(remote_.bytes_served(), first.size() + second.size());  // each byte once
+}
+
+TEST_F(BlobCacheTest, WithoutASuccessorTheNextLayerIsNotFetched) {
+  CacheOptions o = Options();
+  o.readahead_min = 8 * 1024;
+  o.readahead_max = 8 * 1024;
+  o.stream_after = 16 * 1024;
+  auto cache = Open(o);
+  const std::string first = RandomBytes(64 * 1024, 32);
+  Digest a = AddChunked(*cache, first);
+  Digest b = AddChunked(*cache, RandomBytes(64 * 1024, 33));
+  for (uint64_t off = 0; off < first.size(); off += 4096) ASSERT_OK(cache->Read(a, off, 4096));
+  ASSERT_TRUE(Idle(*cache));
+  EXPECT_EQ(cache->GetLayerInfo(b)->cached_chunks, 0u);
+}
+
 TEST_F(BlobCacheTest, ALoneReadFetchesNoStream) {
   CacheOptions o = Options();
   o.readahead_min = 8 * 1024;

@@ -73,6 +73,52 @@ TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
   EXPECT_EQ(layer->window, 0u);
 }
 
+TEST(FetchPlannerTest, ReadsThatStartNewRunsCountAsScatteredAndMoveTheFront) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;  // stream_after 32 MiB
+  // Four ranks, each copying its quarter of a 64 MiB tensor, one 1 MiB fault at a time: each
+  // quarter starts farther past the others' runs than the 8 chunks a run may skip.
+  for (uint64_t step = 0; step < 8; ++step) {
+    for (uint64_t rank = 0; rank < 4; ++rank) {
+      const uint64_t at = rank * 16 * kMiB + step * kMiB;
+      UpdateReadahead(*layer, options, at, at + kMiB);
+    }
+  }
+  EXPECT_EQ(layer->scattered_bytes, 32 * kMiB);  // not one read continued the run before it
+  EXPECT_EQ(layer->read_front, 56 * kMiB);
+  EXPECT_EQ(layer->window, 0u);
+  EXPECT_TRUE(ScatteredReadersWantStream(*layer, options));
+}
+
+TEST(FetchPlannerTest, OneSequentialReaderIsNotScattered) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;
+  for (uint64_t at = 0; at < 64 * kMiB; at += kMiB) UpdateReadahead(*layer, options, at, at + kMiB);
+  EXPECT_EQ(layer->scattered_bytes, kMiB);  // the first read started the run
+  EXPECT_FALSE(ScatteredReadersWantStream(*layer, options));
+}
+
+TEST(FetchPlannerTest, AScatteredStreamRunsAheadOfTheFarthestReadAndSkipsNothingBehindIt) {
+  absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(mu));
+  const CacheOptions options;  // 64 MiB requests, 4 segments
+  layer->stream_scattered = true;
+  layer->run_start = 24 * kMiB;  // the last rank to read
+  layer->run_end = 25 * kMiB;
+  layer->read_front = 40 * kMiB;
+  const StreamPlan plan = PlanStream(*layer, options);
+  EXPECT_EQ(layer->stream_next, 0u);  // the gaps the ranks left behind are fetched too
+  EXPECT_EQ(plan.limit, 40u + 4 * 64);
+}
+
 TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
   absl::Mutex mu;
   absl::MutexLock lock(&mu);

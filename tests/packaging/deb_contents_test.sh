@@ -78,7 +78,7 @@ if [ "$HAS_DAEMON" = ON ]; then
   echo "packaged modelfs-snapshotter --version: $dversion"
 fi
 unit="$WORK/root${PREFIX%/}/lib/systemd/system/modelfs-snapshotter.service"
-grep -qxF "ExecStart=${PREFIX%/}/bin/modelfs-snapshotter --config /etc/modelfs/snapshotter.toml" "$unit" ||
+grep -qxF "ExecStart=${PREFIX%/}/bin/modelfs-snapshotter --config /etc/modelfs/snapshotter.toml --last-good-config /run/modelfs/snapshotter.last-good.toml" "$unit" ||
   fail "unit ExecStart: $(grep ExecStart= "$unit")"
 cmp -s "$WORK/root$CONFDIR/snapshotter.toml" "$(dirname "$0")/../../packaging/snapshotter.toml" ||
   fail "packaged snapshotter.toml differs from packaging/snapshotter.toml"

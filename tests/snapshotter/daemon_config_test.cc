@@ -1,5 +1,10 @@
 #include "cmd/modelfs-snapshotter/daemon_config.h"
 
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testsupport/testing/status_matchers.h"
@@ -24,7 +29,9 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
   EXPECT_THAT(c.model_hosts, ElementsAre());
-  EXPECT_THAT(c.lazy_images, ElementsAre());  // off by default
+  EXPECT_THAT(c.lazy_images, ElementsAre());   // off by default
+  EXPECT_FALSE(c.lazy_images_unpack_refused);  // a policy fails closed for lazy_images
+  EXPECT_EQ(c.docker_config, "");              // anonymous, not $DOCKER_CONFIG
   EXPECT_EQ(c.policy, "");
   EXPECT_OK(ValidateDaemonConfig(c));
 }
@@ -38,6 +45,7 @@ hosts_dir = "/etc/certs.d"
 insecure_hosts = ["127.0.0.1:5000", "registry.local"]
 model_hosts = ["models.example.com", "10.0.0.7:5000"]
 policy = "/etc/containers/policy.json"
+lazy_images_unpack_refused = true
 docker_config = "/etc/modelfs/config.json"
 metrics_address = "127.0.0.1:9464"
 log_level = "debug"
@@ -62,6 +70,7 @@ direct_io = false
   EXPECT_THAT(c.insecure_hosts, ElementsAre("127.0.0.1:5000", "registry.local"));
   EXPECT_THAT(c.model_hosts, ElementsAre("models.example.com", "10.0.0.7:5000"));
   EXPECT_EQ(c.policy, "/etc/containers/policy.json");
+  EXPECT_TRUE(c.lazy_images_unpack_refused);
   EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
   EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
   EXPECT_EQ(c.log_level, "debug");
@@ -79,6 +88,107 @@ direct_io = false
   EXPECT_OK(ValidateDaemonConfig(c));
 }
 
+std::string PackagedConfig() {
+  std::ifstream in(MODELFS_PACKAGED_CONFIG);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The packaged /etc/modelfs/snapshotter.toml says it lists every key with its default: each key
+// the parser reads is set there, and the file parses to exactly the built-in defaults.
+TEST(DaemonConfigTest, ThePackagedConfigSetsEveryKeyTheParserReads) {
+  const std::string text = PackagedConfig();
+  ASSERT_FALSE(text.empty()) << MODELFS_PACKAGED_CONFIG;
+  toml::table root = toml::parse(text, std::string_view(MODELFS_PACKAGED_CONFIG));
+  for (const std::string& key : DaemonConfigKeys()) {
+    EXPECT_NE(root.at_path(key).node(), nullptr)
+        << key << " is missing from " << MODELFS_PACKAGED_CONFIG;
+  }
+}
+
+TEST(DaemonConfigTest, ThePackagedConfigHoldsTheBuiltInDefaults) {
+  DaemonConfig parsed;
+  ASSERT_OK(ParseDaemonConfig(PackagedConfig(), MODELFS_PACKAGED_CONFIG, parsed));
+  const DaemonConfig d;
+  EXPECT_EQ(parsed.root, d.root);
+  EXPECT_EQ(parsed.address, d.address);
+  EXPECT_EQ(parsed.hosts_dir, d.hosts_dir);
+  EXPECT_EQ(parsed.insecure_hosts, d.insecure_hosts);
+  EXPECT_EQ(parsed.model_hosts, d.model_hosts);
+  EXPECT_EQ(parsed.lazy_images, d.lazy_images);
+  EXPECT_EQ(parsed.lazy_images_unpack_refused, d.lazy_images_unpack_refused);
+  EXPECT_EQ(parsed.docker_config, d.docker_config);
+  EXPECT_EQ(parsed.policy, d.policy);
+  EXPECT_EQ(parsed.metrics_address, d.metrics_address);
+  EXPECT_EQ(parsed.log_level, d.log_level);
+  EXPECT_EQ(parsed.containerd_address, d.containerd_address);
+  EXPECT_EQ(parsed.cache_max_size_gib, d.cache_max_size_gib);
+  EXPECT_EQ(parsed.prefetch, d.prefetch);
+  EXPECT_EQ(parsed.read_deadline_s, d.read_deadline_s);
+  EXPECT_EQ(parsed.drop_served_pages, d.drop_served_pages);
+  EXPECT_EQ(parsed.audit, d.audit);
+  EXPECT_EQ(parsed.scrub_interval, d.scrub_interval);
+  EXPECT_EQ(parsed.scrub_rate_mib, d.scrub_rate_mib);
+  EXPECT_EQ(parsed.persist_delay, d.persist_delay);
+  EXPECT_EQ(parsed.allow_other, d.allow_other);
+  EXPECT_EQ(parsed.insecure_stream, d.insecure_stream);
+  EXPECT_EQ(parsed.passthrough, d.passthrough);
+  EXPECT_EQ(parsed.direct_io, d.direct_io);
+}
+
+TEST(DaemonConfigTest, TheRenderedConfigReadsBackToTheSameValues) {
+  DaemonConfig c;
+  c.root = "/srv/mod\"elfs";
+  c.insecure_hosts = {"127.0.0.1:5000", "registry.local"};
+  c.lazy_images = {"quay.example/modelcars/*"};
+  c.lazy_images_unpack_refused = true;
+  c.cache_max_size_gib = 200;
+  c.read_deadline_s = 12.5;
+  c.scrub_rate_mib = 8;
+  c.persist_delay = "5s";
+  c.direct_io = false;
+  DaemonConfig back;
+  ASSERT_OK(ParseDaemonConfig(RenderDaemonConfig(c), "rendered.toml", back));
+  EXPECT_EQ(RenderDaemonConfig(back), RenderDaemonConfig(c));
+  EXPECT_EQ(back.root, c.root);
+  EXPECT_EQ(back.insecure_hosts, c.insecure_hosts);
+  EXPECT_TRUE(back.lazy_images_unpack_refused);
+  EXPECT_EQ(back.cache_max_size_gib, 200u);
+  EXPECT_DOUBLE_EQ(back.read_deadline_s, 12.5);
+  EXPECT_FALSE(back.direct_io);
+}
+
+TEST(DaemonConfigTest, TheRenderedConfigSetsEveryKey) {
+  toml::table root = toml::parse(RenderDaemonConfig(DaemonConfig()), std::string_view("r.toml"));
+  for (const std::string& key : DaemonConfigKeys()) {
+    EXPECT_NE(root.at_path(key).node(), nullptr) << key;
+  }
+}
+
+TEST(DaemonConfigTest, ParseErrorsNameTheLineOfTheKey) {
+  DaemonConfig c;
+  EXPECT_THAT(ParseDaemonConfig("root = \"/x\"\n\nlazy_imagez = []\n", "s.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:3: lazy_imagez: unknown key")));
+  EXPECT_THAT(ParseDaemonConfig("[cache]\naudit = 1\n", "s.toml", c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:2: cache.audit: must be true or false")));
+}
+
+TEST(DaemonConfigTest, AValidationErrorGetsTheLineOfItsKey) {
+  const std::string text = "log_level = \"info\"\n[cache]\nprefetch = \"some\"\n";
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(text, "s.toml", c));
+  absl::Status st = ValidateDaemonConfig(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(WithKeyLine(st, text, "s.toml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:3: cache.prefetch \"some\": want all, headers or none")));
+  // A key the file does not set (a flag's or a default's value): the error as it was.
+  EXPECT_EQ(WithKeyLine(st, "", "s.toml"), st);
+}
+
 TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
   DaemonConfig c;
   c.root = "/from/flag";
@@ -90,7 +200,8 @@ TEST(DaemonConfigTest, AbsentKeysKeepTheirValues) {
 TEST(DaemonConfigTest, AnUnknownKeyIsRefusedByName) {
   DaemonConfig c;
   EXPECT_THAT(ParseDaemonConfig("[cache]\nmax_size = 3\n", "node.toml", c),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node.toml: cache.max_size")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("node.toml:2: cache.max_size: unknown key")));
 }
 
 TEST(DaemonConfigTest, AWrongTypeNamesTheKey) {
@@ -181,7 +292,7 @@ TEST(DaemonConfigTest, AModelHostThatIsNotAnArrayOfStringsNamesTheKey) {
   DaemonConfig c;
   EXPECT_THAT(ParseDaemonConfig("model_hosts = \"models.example.com\"\n", "n.toml", c),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("n.toml: model_hosts: must be an array of strings")));
+                       HasSubstr("n.toml:1: model_hosts: must be an array of strings")));
 }
 
 // model_hosts is compared with the registry of a reference; a URL would never match.

@@ -53,6 +53,20 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   EXPECT_THAT(text, HasSubstr("modelfs_remote_prepares_total{result=\"fallback\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("modelfs_read_latency_seconds_count 0\n"));
   EXPECT_THAT(text, HasSubstr("\nmodelfs_passthrough_opens_total 9\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_max_bytes 0\n"));  // unbounded
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_disk_full 0\n"));
+}
+
+// The alert on a nearly full cache compares with the bound the daemon exports, not a constant.
+TEST(RenderPrometheusTest, TheCacheBoundAndAFullDiskAreGauges) {
+  DaemonCounters c;
+  c.cache_max_bytes = 200ull << 30;
+  c.disk_full = true;
+  LatencyHistogram h;
+  std::string text = RenderPrometheus(c, h);
+  EXPECT_THAT(text, HasSubstr("# TYPE modelfs_cache_max_bytes gauge\nmodelfs_cache_max_bytes "
+                              "214748364800\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE modelfs_cache_disk_full gauge\nmodelfs_cache_disk_full 1\n"));
 }
 
 TEST(RenderPrometheusTest, RefetchRecoveriesAreACounterOfTheirOwn) {

@@ -676,6 +676,55 @@ TEST_F(ModelSnapshotterTest, AListedLazyImageWhoseRegistryIsDownIsUnpackedAsEver
   EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
 }
 
+// A policy fails closed for lazy_images: a listed image it refuses fails its Prepare before any
+// registry is asked for a volume image (so removing the referrer is no way around it), and an
+// image of a repository not listed is none of the policy's business.
+TEST_F(ModelSnapshotterTest, AListedImageThePolicyRefusesFailsItsPrepareInsteadOfBeingUnpacked) {
+  ModelSnapshotterOptions o = Options();
+  o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
+  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(
+      snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+          .status(),
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               AllOf(HasSubstr(absl::StrCat("image ", kRegistry, "/modelcars/llama")),
+                     HasSubstr("rejected_by_policy"))));
+  EXPECT_THAT(snapshotter_->Stat("extract-p").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
+  EXPECT_EQ(snapshotter_->policy_refusals().at("rejected_by_policy"), 1u);
+  EXPECT_EQ(CountLog("not served lazily"), 0);  // refused before any volume image was looked for
+  ASSERT_OK(snapshotter_->Prepare("extract-q", "", PlainLayerLabels("other/busybox", "chain-q"))
+                .status());
+}
+
+TEST_F(ModelSnapshotterTest, WithUnpackRefusedAListedImageThePolicyRefusesIsUnpacked) {
+  ModelSnapshotterOptions o = Options();
+  o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
+  o.lazy_images_unpack_refused = true;
+  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  ASSERT_OK(Open(std::move(o)));
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_EQ(snapshotter_->remote_counts().mounted, 0u);
+  EXPECT_EQ(snapshotter_->policy_refusals().at("rejected_by_policy"), 1u);
+  EXPECT_EQ(CountLog("unpacking it (lazy_images_unpack_refused)"), 1);
+  EXPECT_EQ(CountLog("not served lazily"), 0);  // no volume image was looked for
+}
+
+TEST_F(ModelSnapshotterTest, AListedImageThePolicyAcceptsIsLookedUpAsWithoutAPolicy) {
+  ModelSnapshotterOptions o = Options();
+  o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
+  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"insecureAcceptAnything"}]})")
+                 .string();
+  ASSERT_OK(Open(std::move(o)));
+  // The registry is down: looked up, then unpacked as ever.
+  ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                .status());
+  EXPECT_EQ(CountLog("not served lazily"), 1);
+  EXPECT_EQ(snapshotter_->remote_counts().error, 0u);
+}
+
 TEST_F(ModelSnapshotterTest, WithoutLazyImagesAnOrdinaryLayerNeverReachesARegistry) {
   ASSERT_OK(Open());
   ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
