@@ -292,7 +292,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
     c.name = "reader";
     c.image = busybox_.reference;
     c.command = {"/bin/sh", "-c", kHashEveryFile};
-    c.mounts = {{"/models", "", *volume, true}};
+    c.mounts = {{"/models", "", *volume, true, sub_path_}};
     c.log_path = "reader.log";
     absl::StatusOr<std::string> id = runtime_->CreateContainer(*sandbox, c, pod);
     EXPECT_OK(id.status());
@@ -522,6 +522,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
   std::unique_ptr<CriImageClient> images_;
   std::unique_ptr<CriRuntimeClient> runtime_;
   std::vector<std::string> sandboxes_, containers_;
+  std::string sub_path_;  // RunPod's volume subPath (CRI image_sub_path); "" for the whole image
 };
 
 TEST_F(ImageCompatibleE2eTest, OneSpecIsEagerWithoutModelfsAndLazyWithIt) {
@@ -989,6 +990,33 @@ TEST_F(ImageCompatibleE2eTest, ALazyImageWhoseTopLayerOnlyAddsModelsShowsTheBase
     want_rootfs[f] = stock.count(f) ? stock.at(f) : "";
   }
   EXPECT_EQ(RunRootfsPod("lazymtroot", ref), want_rootfs);
+  StopContainerd();
+}
+
+// KServe's subPath on a modelcar named by the pod itself, served lazily (`lazy_images`): with
+// `subPath: models` the pod sees exactly what containerd's own overlayfs shows it under the
+// same subPath, the modelcar's models/ and nothing else. containerd 2.2 and later apply a
+// subPath; 2.1 ignores it.
+TEST_F(ImageCompatibleE2eTest, ALazyModelcarMountedWithSubPathModelsShowsWhatOverlayfsShows) {
+  ASSERT_OK_AND_ASSIGN(const ContainerdRelease release, ContainerdReleaseUnderTest());
+  if (!release.applies_image_sub_path) {
+    GTEST_SKIP() << "containerd " << release.version << " ignores image_sub_path";
+  }
+  const std::string ref = PushConvertedModelcar("subpath", /*whiteout_top=*/false);
+  ASSERT_FALSE(HasFailure());
+  sub_path_ = "models";
+  std::map<std::string, std::string> want;
+  for (const auto& [path, digest] : want_)
+    want[path.substr(std::string("models/").size())] = digest;
+
+  StartContainerd("stocksp", /*with_modelfs=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(RunPod("stocksp", ref), want);
+  StopContainerd();
+
+  StartContainerd("lazysp", /*with_modelfs=*/true, LazyModelcarsToml());
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(RunPod("lazysp", ref), want);
   StopContainerd();
 }
 
