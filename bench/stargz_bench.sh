@@ -9,7 +9,7 @@
 # (plain http, access log on). A private containerd 2.1.4 (the release in ../shared/tools,
 # extracted into BUILD_DIR/third_party as modelcar_bench.sh does) with containerd-stargz-grpc as
 # its proxy snapshotter `stargz` converts it: `ctr-remote content fetch`, `image convert
-# --estargz --oci` (its defaults: gzip level 9, 4 MiB chunks), `image push --plain-http`.
+# --estargz --oci` (its defaults: gzip level 9, default chunk size), `image push --plain-http`.
 #
 # Loads (bench/load_main.cc, as tp_bench.sh): one reader (`modelfs-load --mode read`) and TP = N
 # for N in RANKS (`modelfs-load --mode mmap --ranks N`: N processes, each mapping every shard and

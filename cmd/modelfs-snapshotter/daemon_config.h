@@ -49,8 +49,10 @@ struct DaemonConfig {
   uint64_t cache_max_size_gib = 0;   // 0: unbounded
   std::string prefetch = "headers";  // all | headers | none
   double read_deadline_s = 30;
-  bool drop_served_pages = true;  // CacheOptions::drop_served_pages
-  bool audit = true;              // CacheOptions::audit
+  // CacheOptions::drop_served_pages. Off: the cache file's pages are the one copy a later pod
+  // reads (by passthrough) at page-cache speed, as a local disk's would be.
+  bool drop_served_pages = false;
+  bool audit = true;  // CacheOptions::audit
   // CacheOptions::scrub_interval as absl::ParseDuration reads it ("24h", "90m"; "0": off) and
   // scrub_rate in MiB a second.
   std::string scrub_interval = "24h";

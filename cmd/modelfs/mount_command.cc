@@ -56,7 +56,7 @@ struct MountCli {
   uint64_t cache_max_mib = 0;
   bool passthrough = true;
   bool direct_io = true;
-  bool drop_served_pages = true;
+  bool drop_served_pages = false;
   bool audit = true;
   std::string scrub_interval = "24h";
   std::string persist_delay = "30s";
@@ -534,7 +534,8 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
                   "Open files not served by passthrough with direct_io, so read() keeps no "
                   "second copy in the page cache (default on)");
     cmd->add_flag("--drop-served-pages,!--keep-served-pages", c->drop_served_pages,
-                  "Drop cache-file pages once served and on disk (default on)");
+                  "Drop cache-file pages once served and on disk (default off: they are "
+                  "what the next reader of the mount reads from memory)");
     cmd->add_flag("--audit,!--no-audit", c->audit,
                   "Once every chunk of a layer is verified, rehash the whole layer against its "
                   "digest at idle priority (default on)");

@@ -24,7 +24,7 @@ TEST(DaemonConfigTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(c.hosts_dir, "/etc/containerd/certs.d");
   EXPECT_EQ(c.prefetch, "headers");
   EXPECT_EQ(c.containerd_address, "/run/containerd/containerd.sock");
-  EXPECT_TRUE(c.drop_served_pages);
+  EXPECT_FALSE(c.drop_served_pages);  // the next pod reads the kept pages from memory
   EXPECT_TRUE(c.audit);
   EXPECT_TRUE(c.passthrough);
   EXPECT_TRUE(c.direct_io);
@@ -54,7 +54,7 @@ containerd_address = "/run/k3s/containerd/containerd.sock"
 max_size_gib = 200
 prefetch = "all"
 read_deadline_s = 12.5
-drop_served_pages = false
+drop_served_pages = true
 audit = false
 persist_delay = "5s"
 [fuse]
@@ -80,7 +80,7 @@ direct_io = false
   EXPECT_DOUBLE_EQ(c.read_deadline_s, 12.5);
   EXPECT_FALSE(c.allow_other);
   EXPECT_TRUE(c.insecure_stream);
-  EXPECT_FALSE(c.drop_served_pages);
+  EXPECT_TRUE(c.drop_served_pages);
   EXPECT_FALSE(c.audit);
   EXPECT_EQ(c.persist_delay, "5s");
   EXPECT_FALSE(c.passthrough);
