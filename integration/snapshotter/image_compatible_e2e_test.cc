@@ -1020,5 +1020,32 @@ TEST_F(ImageCompatibleE2eTest, ALazyModelcarMountedWithSubPathModelsShowsWhatOve
   StopContainerd();
 }
 
+// With a signature policy, lazy_images fails closed: a modelcar the policy refuses fails its
+// pull, naming the reason, where it used to be unpacked by containerd while the refusal alert
+// fired. lazy_images_unpack_refused = true restores that eager unpack.
+TEST_F(ImageCompatibleE2eTest, ALazyImageThePolicyRefusesFailsItsPullInsteadOfBeingUnpacked) {
+  const std::string ref = PushConvertedModelcar("refused", /*whiteout_top=*/false);
+  ASSERT_FALSE(HasFailure());
+  const std::string policy =
+      tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  const std::string toml = absl::StrCat(LazyModelcarsToml(), "policy = \"", policy, "\"\n");
+  StartContainerd("lazyrefused", /*with_modelfs=*/true, toml);
+  ASSERT_FALSE(HasFatalFailure());
+  absl::StatusOr<std::string> pulled = images_->PullImage(ref);
+  ASSERT_FALSE(pulled.ok());
+  EXPECT_THAT(std::string(pulled.status().message()), ::testing::HasSubstr("rejected_by_policy"));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
+              ::testing::HasSubstr("image refused by policy"));
+  StopContainerd();
+
+  StartContainerd("lazyunpack", /*with_modelfs=*/true,
+                  absl::StrCat(toml, "lazy_images_unpack_refused = true\n"));
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_OK(images_->PullImage(ref).status());
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
+              ::testing::HasSubstr("unpacking it (lazy_images_unpack_refused)"));
+  StopContainerd();
+}
+
 }  // namespace
 }  // namespace modelfs::testing
