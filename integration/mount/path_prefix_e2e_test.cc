@@ -36,7 +36,10 @@ class PathPrefixTest : public ::testing::Test {
   }
 
   // Mounts `ref` and returns its files (without .modelinfo.json), checking it has one.
-  std::map<std::string, std::string> MountedFiles(const std::string& ref, const std::string& name) {
+  // The files a mount of `ref` shows, but for .modelinfo.json, which must be at the root and,
+  // for a V with a path prefix, inside the prefix too (a pod mounting subPath `prefix` sees it).
+  std::map<std::string, std::string> MountedFiles(const std::string& ref, const std::string& name,
+                                                  const std::string& prefix = "") {
     if (geteuid() != 0 || !fs::exists("/dev/fuse")) return {};
     BecomeSubreaper();
     const std::string dir = tmp_.Join("mnt-" + name).string();
@@ -49,6 +52,9 @@ class PathPrefixTest : public ::testing::Test {
     std::map<std::string, std::string> got = DescribeFiles(dir);
     EXPECT_EQ(got.count(".modelinfo.json"), 1u);
     got.erase(".modelinfo.json");
+    if (!prefix.empty()) {
+      EXPECT_EQ(got.erase(prefix + "/.modelinfo.json"), 1u) << ref;
+    }
     EXPECT_OK((*m)->Unmount());
     return got;
   }
@@ -67,7 +73,7 @@ TEST_F(PathPrefixTest, PushWithAPrefixShowsTheModelUnderItInTheVolumeImageOnly) 
                        RunModelfs({"push", "--plain-http", "--path-prefix", "models", ref_, src_}));
   ASSERT_EQ(push.exit_code, 0) << push.err;
   if (!CanMount()) SKIP_OR_FAIL_IF_UNAVAILABLE("needs root and /dev/fuse");
-  EXPECT_EQ(MountedFiles(ref_ + "-volume", "volume"), under_models_);
+  EXPECT_EQ(MountedFiles(ref_ + "-volume", "volume", "models"), under_models_);
   EXPECT_EQ(MountedFiles(ref_, "model"), DescribeFiles(src_));  // M keeps its own paths
 }
 
@@ -85,7 +91,7 @@ TEST_F(PathPrefixTest, ConvertWithAPrefixWritesAVolumeImageForKServe) {
   ASSERT_EQ(pull.exit_code, 0) << pull.err;
   EXPECT_EQ(DescribeFiles(dest), under_models_);
   if (!CanMount()) SKIP_OR_FAIL_IF_UNAVAILABLE("needs root and /dev/fuse");
-  EXPECT_EQ(MountedFiles(kserve, "kserve"), under_models_);
+  EXPECT_EQ(MountedFiles(kserve, "kserve", "models"), under_models_);
   EXPECT_EQ(MountedFiles(ref_ + "-volume", "plain"), DescribeFiles(src_));
 }
 
