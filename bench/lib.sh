@@ -250,6 +250,14 @@ print(' '.join(f'{k}={n[k]}' for k in sorted(n)) or 'none')
 PY
 }
 
+# --- processes and memory ------------------------------------------------------------------------
+# CPU seconds (user + system) a process has used so far.
+cpu_seconds() {
+  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
+}
+# The node's whole page cache (Cached in /proc/meminfo), in bytes.
+page_cache_bytes() { echo $(( $(awk '/^Cached:/ {print $2}' /proc/meminfo) * 1024 )); }
+
 # --- modelfs mounts (as root the live counters are in /run/modelfs/mounts) -------------------
 stats_file() { echo "/run/modelfs/mounts/$(realpath -m "$1" | tr / _).json"; }
 stat_field() {  # stat_field DIR FIELD

@@ -236,10 +236,8 @@ settled_fetched() {
   done
   echo "$a"
 }
-# CPU seconds (user + system) a process has used so far; user_seconds: user only.
-cpu_seconds() {
-  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
-}
+# user_seconds: the user CPU seconds a process has used so far (lib.sh's cpu_seconds: user +
+# system).
 user_seconds() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", $12 / hz}'
 }
@@ -265,10 +263,9 @@ mount_shape() {
   echo "read_ahead_kb $(cat "/sys/class/bdi/$dev/read_ahead_kb" 2>/dev/null || echo '?'), $(grep -o 'max_read=[0-9]*' <<< "$opts" || echo 'max_read unset')"
 }
 resident() { fincore -b -n -r -o RES "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
-# The node's whole page cache (Cached in /proc/meminfo), in bytes. Its growth over a warm load
-# counts every copy of the weights, whoever holds it; fincore cannot tell a FUSE passthrough
-# file from its backing file (it maps the file, and the mapping is the backing file's).
-page_cache_bytes() { echo $(( $(awk '/^Cached:/ {print $2}' /proc/meminfo) * 1024 )); }
+# page_cache_bytes (lib.sh), the node's whole page cache: its growth over a warm load counts
+# every copy of the weights, whoever holds it; fincore cannot tell a FUSE passthrough file from
+# its backing file (it maps the file, and the mapping is the backing file's).
 
 # --- topologies ------------------------------------------------------------------------------
 # topo_up NAME: starts the topology's servers (and its namespace) on the current size's store;

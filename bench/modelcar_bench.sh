@@ -140,9 +140,6 @@ sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2";
 cpu_with_reaped() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13 + $14 + $15) / hz}'
 }
-cpu_seconds() {
-  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
-}
 # CPU seconds of the commands this shell has run and reaped so far (skopeo, tar, zstd, ...).
 shell_children_cpu() {
   sed 's/.*) //' "/proc/$$/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($14 + $15) / hz}'

@@ -117,9 +117,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- helpers -----------------------------------------------------------------------------------
-cpu_seconds() {
-  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
-}
 peak_rss() { awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$1/status"; }
 # load LOADER DIR: LOADER is "read" or "tpN"; every regular file under DIR, sorted; warns when
 # the bytes read are not the model's.

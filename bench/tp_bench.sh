@@ -73,10 +73,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- helpers ---------------------------------------------------------------------------------
-cpu_seconds() {
-  sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
-}
-page_cache_bytes() { echo $(( $(awk '/^Cached:/ {print $2}' /proc/meminfo) * 1024 )); }
 blob_url() { echo "http://$REG/v2/$REPO/blobs/$1"; }
 mount_files() { find "$1" -type f ! -name .modelinfo.json | sort; }
 # load LOADER FILE...: LOADER is "read" or "tpN"; the bytes read land in $WORK/load.json.
