@@ -250,6 +250,7 @@ class ImageCompatibleE2eTest : public ::testing::Test {
       so.insecure_hosts = {registry_->host_port()};
       so.containerd_address = socket;
       so.top_level_config = daemon_toml;
+      so.policy = daemon_policy_;
       ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
       co.proxy_snapshotter_name = "modelfs";
       co.proxy_snapshotter_address = daemon_->socket_path();
@@ -508,7 +509,8 @@ class ImageCompatibleE2eTest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  int config_version_ = 3;  // the release's own config version
+  int config_version_ = 3;     // the release's own config version
+  std::string daemon_policy_;  // the snapshotter's signature policy file ("": none)
   std::string release_;
   std::unique_ptr<RegistryFixture> registry_;
   PushedImage busybox_;
@@ -1026,16 +1028,14 @@ TEST_F(ImageCompatibleE2eTest, ALazyModelcarMountedWithSubPathModelsShowsWhatOve
 TEST_F(ImageCompatibleE2eTest, ALazyImageThePolicyRefusesFailsItsPullInsteadOfBeingUnpacked) {
   const std::string ref = PushConvertedModelcar("refused", /*whiteout_top=*/false);
   ASSERT_FALSE(HasFailure());
-  const std::string policy =
-      tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
-  const std::string toml = absl::StrCat(LazyModelcarsToml(), "policy = \"", policy, "\"\n");
+  daemon_policy_ = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
+  const std::string toml = LazyModelcarsToml();
   StartContainerd("lazyrefused", /*with_modelfs=*/true, toml);
   ASSERT_FALSE(HasFatalFailure());
   absl::StatusOr<std::string> pulled = images_->PullImage(ref);
   ASSERT_FALSE(pulled.ok());
   EXPECT_THAT(std::string(pulled.status().message()), ::testing::HasSubstr("rejected_by_policy"));
-  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()),
-              ::testing::HasSubstr("image refused by policy"));
+  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), ::testing::HasSubstr("image refused by policy"));
   StopContainerd();
 
   StartContainerd("lazyunpack", /*with_modelfs=*/true,
