@@ -508,7 +508,8 @@ void RegisterMountCommands(CLI::App& app, Context& ctx, const std::vector<std::s
     CLI::App* cmd =
         app.add_subcommand("mount",
                            "Mount a model lazily and verified (REF: a volume image for per-chunk "
-                           "verification, or a ModelPack artifact for whole-layer verification)");
+                           "verification; a ModelPack artifact or an ordinary image such as a "
+                           "KServe modelcar for whole-layer verification)");
     cmd->add_option("REF", c->ref, "registry/repo:tag or registry/repo@sha256:...")->required();
     cmd->add_option("DIR", c->dir, "Mount point (an existing directory)")->required();
     cmd->add_flag("--plain-http", c->plain_http,

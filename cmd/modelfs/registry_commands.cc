@@ -396,9 +396,10 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
     auto c = std::make_shared<ConvertCli>();
     CLI::App* cmd = app.add_subcommand(
         "convert",
-        "Write a modelfs volume image for an existing ModelPack artifact (weights are "
-        "streamed once to verify and index them, not uploaded again)");
-    cmd->add_option("REF", c->ref, "The ModelPack artifact")->required();
+        "Write a modelfs volume image for an existing ModelPack artifact or an ordinary image "
+        "such as a KServe modelcar (weights are streamed once to verify and index them, not "
+        "uploaded again)");
+    cmd->add_option("REF", c->ref, "The ModelPack artifact or image")->required();
     cmd->add_option("--to", c->to,
                     "Write the volume image into this repository (registry/repo[:tag]) instead "
                     "of REF's, e.g. one you can push to; the weights stay in REF's repository");
