@@ -20,8 +20,8 @@
 namespace modelfs {
 
 struct RegistryAccessOptions {
-  HostsOptions hosts;            // --plain-http, certs.d directory
-  std::string docker_config;     // explicit config.json; empty: see default_docker_config
+  HostsOptions hosts;         // --plain-http, certs.d directory
+  std::string docker_config;  // explicit config.json; empty: see default_docker_config
   // With docker_config empty: true (the CLI), $DOCKER_CONFIG / ~/.docker/config.json when there
   // is one; false (the daemon), no credentials at all.
   bool default_docker_config = true;

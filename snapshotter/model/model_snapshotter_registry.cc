@@ -383,7 +383,8 @@ absl::Status ModelSnapshotter::CheckLazyImagePolicy(const Labels& labels) {
   absl::StatusOr<Digest> pinned_digest = Digest::Parse(pinned);
   if (!pinned_digest.ok()) {
     return absl::PermissionDeniedError(absl::StrCat("image ", named->String(), " pinned to \"",
-                                                    pinned, "\", not a digest the policy can judge"));
+                                                    pinned,
+                                                    "\", not a digest the policy can judge"));
   }
   // Kept acceptances make every layer after the first cost no registry request.
   return CheckPolicy(*named, *pinned_digest, "image");

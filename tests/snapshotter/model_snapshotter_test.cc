@@ -684,12 +684,11 @@ TEST_F(ModelSnapshotterTest, AListedImageThePolicyRefusesFailsItsPrepareInsteadO
   o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
   o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"reject"}]})").string();
   ASSERT_OK(Open(std::move(o)));
-  EXPECT_THAT(
-      snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
-          .status(),
-      StatusIs(absl::StatusCode::kPermissionDenied,
-               AllOf(HasSubstr(absl::StrCat("image ", kRegistry, "/modelcars/llama")),
-                     HasSubstr("rejected_by_policy"))));
+  EXPECT_THAT(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
+                  .status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr(absl::StrCat("image ", kRegistry, "/modelcars/llama")),
+                             HasSubstr("rejected_by_policy"))));
   EXPECT_THAT(snapshotter_->Stat("extract-p").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
   EXPECT_EQ(snapshotter_->policy_refusals().at("rejected_by_policy"), 1u);
@@ -715,8 +714,8 @@ TEST_F(ModelSnapshotterTest, WithUnpackRefusedAListedImageThePolicyRefusesIsUnpa
 TEST_F(ModelSnapshotterTest, AListedImageThePolicyAcceptsIsLookedUpAsWithoutAPolicy) {
   ModelSnapshotterOptions o = Options();
   o.lazy_images = {absl::StrCat(kRegistry, "/modelcars/*")};
-  o.policy = tmp_.WriteFile("policy.json", R"({"default":[{"type":"insecureAcceptAnything"}]})")
-                 .string();
+  o.policy =
+      tmp_.WriteFile("policy.json", R"({"default":[{"type":"insecureAcceptAnything"}]})").string();
   ASSERT_OK(Open(std::move(o)));
   // The registry is down: looked up, then unpacked as ever.
   ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
