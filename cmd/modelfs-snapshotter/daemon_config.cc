@@ -289,12 +289,12 @@ absl::Status WithKeyLine(const absl::Status& error, const std::string& text,
                       absl::StrCat(source, ":", n->source().begin.line, ": ", message));
 }
 
-absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config) {
+absl::StatusOr<std::string> ReadDaemonConfigFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such config file"));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseDaemonConfig(ss.str(), path, config);
+  return ss.str();
 }
 
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address) {

@@ -71,9 +71,9 @@ struct DaemonConfig {
 absl::Status ParseDaemonConfig(const std::string& text, const std::string& source,
                                DaemonConfig& config);
 
-// Reads `path` into `config`. A missing file is kNotFound (the daemon ignores that for the
-// default path only).
-absl::Status LoadDaemonConfig(const std::string& path, DaemonConfig& config);
+// The text of the config file at `path` (ParseDaemonConfig reads it). A missing file is
+// kNotFound (the daemon ignores that for the default path only).
+absl::StatusOr<std::string> ReadDaemonConfigFile(const std::string& path);
 
 // Checks values that parsing alone cannot: prefetch and log_level names, a positive read
 // deadline, absolute paths (root, address, policy), a "host:port" metrics address, model_hosts

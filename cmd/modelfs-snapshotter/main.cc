@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -60,18 +59,6 @@ void LogLine(const std::string& line) {
   WriteLogLine(EscapeUntrusted(line));
 }
 
-// The config file's text, "" when it is absent (only the default path may be).
-absl::StatusOr<std::string> ReadConfigText(const Flags& f, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    if (!f.config.empty()) return absl::NotFoundError(absl::StrCat(path, ": no such config file"));
-    return std::string();
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The config `text` (read from `source`) with the flags over it, validated. Errors name the
 // file, the line and the key (kInvalidArgument).
 absl::StatusOr<DaemonConfig> ConfigFrom(const Flags& f, const std::string& text,
@@ -85,6 +72,27 @@ absl::StatusOr<DaemonConfig> ConfigFrom(const Flags& f, const std::string& text,
   if (!f.log_level.empty()) c.log_level = f.log_level;
   if (absl::Status st = ValidateDaemonConfig(c); !st.ok()) return WithKeyLine(st, text, source);
   return c;
+}
+
+// The config file named by the flags: its path, its text ("" when the default path is absent,
+// which means the built-in defaults) and the config it makes with the flags over it.
+struct LoadedConfig {
+  std::string path;
+  std::string text;
+  absl::StatusOr<DaemonConfig> config;
+};
+LoadedConfig LoadConfig(const Flags& f) {
+  LoadedConfig out{f.config.empty() ? kDefaultConfigPath : f.config, "",
+                   absl::UnknownError("not loaded")};
+  absl::StatusOr<std::string> text = ReadDaemonConfigFile(out.path);
+  if (text.ok()) {
+    out.text = *std::move(text);
+  } else if (!absl::IsNotFound(text.status()) || !f.config.empty()) {
+    out.config = text.status();
+    return out;
+  }
+  out.config = ConfigFrom(f, out.text, out.path);
+  return out;
 }
 
 // Keeps `text`, a config the daemon started with, where the next start finds it if the file
@@ -111,25 +119,21 @@ void SaveLastGood(const std::string& path, const std::string& text) {
 // followed by a restart neither loops nor drops the pods whose FUSE connection is in
 // systemd's store; with no such copy (a first start) the error is returned (exit 2).
 absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
-  const std::string path = f.config.empty() ? kDefaultConfigPath : f.config;
-  absl::StatusOr<std::string> text = ReadConfigText(f, path);
-  absl::StatusOr<DaemonConfig> c =
-      text.ok() ? ConfigFrom(f, *text, path) : absl::StatusOr<DaemonConfig>(text.status());
-  if (c.ok()) {
-    SaveLastGood(f.last_good, *text);
-    return c;
+  LoadedConfig loaded = LoadConfig(f);
+  if (loaded.config.ok()) {
+    SaveLastGood(f.last_good, loaded.text);
+    return loaded.config;
   }
-  std::ifstream kept(f.last_good);
-  if (f.last_good.empty() || !kept) return c.status();
-  std::stringstream ss;
-  ss << kept.rdbuf();
-  absl::StatusOr<DaemonConfig> last = ConfigFrom(f, ss.str(), f.last_good);
-  if (!last.ok()) return c.status();
-  LogLine(absl::StrCat("ERROR: config refused: ", c.status().message(),
+  if (f.last_good.empty()) return loaded.config.status();
+  absl::StatusOr<std::string> kept = ReadDaemonConfigFile(f.last_good);
+  if (!kept.ok()) return loaded.config.status();
+  absl::StatusOr<DaemonConfig> last = ConfigFrom(f, *kept, f.last_good);
+  if (!last.ok()) return loaded.config.status();
+  LogLine(absl::StrCat("ERROR: config refused: ", loaded.config.status().message(),
                        "; serving with the last config this daemon started with (", f.last_good,
                        ") until the file is fixed and the daemon restarted; "
                        "`modelfs-snapshotter --check-config --config ",
-                       path, "` checks it"));
+                       loaded.path, "` checks it"));
   return last;
 }
 
@@ -350,16 +354,14 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (f.check_config) {
-    const std::string path = f.config.empty() ? kDefaultConfigPath : f.config;
-    absl::StatusOr<std::string> text = ReadConfigText(f, path);
-    absl::StatusOr<DaemonConfig> checked =
-        text.ok() ? ConfigFrom(f, *text, path) : absl::StatusOr<DaemonConfig>(text.status());
-    if (!checked.ok()) {
-      fprintf(stderr, "modelfs-snapshotter: %s\n", std::string(checked.status().message()).c_str());
+    LoadedConfig checked = LoadConfig(f);
+    if (!checked.config.ok()) {
+      fprintf(stderr, "modelfs-snapshotter: %s\n",
+              std::string(checked.config.status().message()).c_str());
       return 2;
     }
-    printf("# %s: valid; the effective config (defaults and flags included):\n%s", path.c_str(),
-           RenderDaemonConfig(*checked).c_str());
+    printf("# %s: valid; the effective config (defaults and flags included):\n%s",
+           checked.path.c_str(), RenderDaemonConfig(*checked.config).c_str());
     return 0;
   }
   absl::StatusOr<DaemonConfig> config = BuildConfig(f);

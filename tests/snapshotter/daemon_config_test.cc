@@ -273,9 +273,8 @@ TEST(DaemonConfigTest, SplitHostPortAcceptsBracketedIpv6) {
 }
 
 TEST(DaemonConfigTest, LoadingAMissingFileIsNotFound) {
-  DaemonConfig c;
-  EXPECT_THAT(LoadDaemonConfig("/nonexistent/modelfs.toml", c),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ReadDaemonConfigFile("/nonexistent/modelfs.toml").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/modelfs.toml")));
 }
 
 // "" turns the content store off; a relative path is refused.
