@@ -117,8 +117,6 @@ settled_fetched() {
   echo "$a"
 }
 
-# sratio A B: ratio that says n/a for a missing number.
-sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2"; fi; }
 declare -A BLOBS MTYPE WIRE
 
 # --- the model, published five ways ------------------------------------------------------------

@@ -250,6 +250,21 @@ print(' '.join(f'{k}={n[k]}' for k in sorted(n)) or 'none')
 PY
 }
 
+# sratio BASELINE_S MODELFS_S: ratio, or n/a when either is n/a.
+sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2"; fi; }
+
+# umount_under DIR: lazily unmounts every mount at or below DIR, deepest first.
+umount_under() {
+  [[ -n "$1" ]] || return 0
+  awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print length($5) " " $5}' /proc/self/mountinfo |
+    sort -rn | cut -d' ' -f2- | while read -r m; do umount -l "$m" 2> /dev/null || true; done
+}
+# buildah_ ARGS...: Debian's buildah with its storage under $WORK/buildah (vfs), never the
+# system's.
+buildah_() {
+  buildah --root "$WORK/buildah/root" --runroot "$WORK/buildah/run" --storage-driver vfs "$@"
+}
+
 # --- processes and memory ------------------------------------------------------------------------
 # CPU seconds (user + system) a process has used so far.
 cpu_seconds() {

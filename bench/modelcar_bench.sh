@@ -115,12 +115,6 @@ CTD_PID=""
 CTD_RUN=""
 SNAP_PID=""
 MOUNTS=()
-# umount_under DIR: every mount at or below DIR, deepest first (lazily).
-umount_under() {
-  [[ -n "$1" ]] || return 0
-  awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print length($5) " " $5}' /proc/self/mountinfo |
-    sort -rn | cut -d' ' -f2- | while read -r m; do umount -l "$m" 2> /dev/null || true; done
-}
 cleanup() {
   local m
   for m in "${MOUNTS[@]}"; do
@@ -135,7 +129,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2"; fi; }
 # CPU seconds (user + system) of a process, its threads and the children it has reaped.
 cpu_with_reaped() {
   sed 's/.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13 + $14 + $15) / hz}'
@@ -315,9 +308,6 @@ mkdir -p "$BASE/bin" "$BASE/etc"
 cp "$BUSYBOX" "$BASE/bin/busybox"
 ln -s busybox "$BASE/bin/sh"
 echo modelcar > "$BASE/etc/hostname"
-buildah_() {
-  buildah --root "$WORK/buildah/root" --runroot "$WORK/buildah/run" --storage-driver vfs "$@"
-}
 c1=$(buildah_ from scratch)
 buildah_ copy "$c1" "$BASE" / > /dev/null
 buildah_ commit -q "$c1" modelcar-base > /dev/null

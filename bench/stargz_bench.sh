@@ -100,12 +100,6 @@ REG_PID=""
 CTD_PID=""
 SGZ_PID=""
 RUN=""
-# umount_under DIR: every mount at or below DIR, deepest first (lazily).
-umount_under() {
-  [[ -n "$1" ]] || return 0
-  awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print length($5) " " $5}' /proc/self/mountinfo |
-    sort -rn | cut -d' ' -f2- | while read -r m; do umount -l "$m" 2> /dev/null || true; done
-}
 cleanup() {
   sgz_stop || true
   stop_registry
@@ -326,9 +320,6 @@ mkdir -p "$BASE/bin" "$BASE/etc"
 cp "$BUSYBOX" "$BASE/bin/busybox"
 ln -s busybox "$BASE/bin/sh"
 echo modelcar > "$BASE/etc/hostname"
-buildah_() {
-  buildah --root "$WORK/buildah/root" --runroot "$WORK/buildah/run" --storage-driver vfs "$@"
-}
 c1=$(buildah_ from scratch)
 buildah_ copy "$c1" "$BASE" / > /dev/null
 buildah_ commit -q "$c1" modelcar-base > /dev/null
@@ -368,7 +359,6 @@ done
 
 # --- the table ---------------------------------------------------------------------------------
 f2() { calc "f'{a:.2f}'" "$1" | tr -d "'"; }
-sratio() { if [[ $1 == n/a || $2 == n/a ]]; then echo n/a; else ratio "$1" "$2"; fi; }
 row() { printf '| %-30s | %-27s | %8s | %8s | %8s | %7s | %6s | %9s | %10s | %5s | %10s | %10s | %9s | %4s |\n' "$@"; }
 cfg_name() { [[ $1 == default ]] && echo "stargz, default" || echo "stargz, no_background_fetch"; }
 echo
