@@ -212,6 +212,14 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
   ASSIGN_OR_RETURN(f->work_dir_, MakeWorkDir("modelfs-registry"));
   f->storage_dir_ = f->work_dir_ + "/storage";
   fs::create_directories(f->storage_dir_);
+  if (!options.seed_storage_dir.empty()) {
+    std::error_code ec;
+    fs::copy(options.seed_storage_dir, f->storage_dir_, fs::copy_options::recursive, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("registry fixture: cannot copy ",
+                                              options.seed_storage_dir, ": ", ec.message()));
+    }
+  }
   ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
   f->host_port_ = absl::StrCat("127.0.0.1:", port);
 

@@ -60,6 +60,9 @@ struct RegistryFixtureOptions {
   // Distribution's `proxy.remoteurl`. The upstream must answer when the cache starts
   // (docker-registry 2.8 exits otherwise), not afterwards.
   std::string proxy_remote_url;
+  // Non-empty: the registry starts on a copy of this storage directory (a fixture of blobs and
+  // manifests written earlier, for example by an older release).
+  std::string seed_storage_dir;
 };
 
 class RegistryFixture {
