@@ -35,6 +35,7 @@ void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging F
 void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR (lock file) or REF (signatures)
 void RegisterSign(CLI::App& app, Context& ctx);    // sign REF
 void RegisterStateCommands(CLI::App& app, Context& ctx);  // state push, state list
+void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (tensor_commands.cc)
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).
@@ -103,6 +104,10 @@ bool LooksLikeRegistryReference(const std::string& arg);
 absl::StatusOr<RefInspection> InspectReference(const std::string& ref,
                                                const RegistryAccessOptions& access);
 nlohmann::json RefInspectionToJson(const RefInspection& r);
+// inspect --tensors REF (tensor_commands.cc): every tensor of the model, from V's tensor index
+// (no weight bytes) or its files' headers and hashed layers.
+absl::Status InspectReferenceTensors(const std::string& ref, const RegistryAccessOptions& access,
+                                     bool json);
 std::string RenderRefInspection(const RefInspection& r);
 
 // For resolving `volume`: says on stderr when the volume image sends the CLI outside its own

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterVerify(app, ctx);
   modelfs::cli::RegisterSign(app, ctx);
   modelfs::cli::RegisterStateCommands(app, ctx);
+  modelfs::cli::RegisterDiff(app, ctx);
   modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);
