@@ -894,3 +894,85 @@ TEST(ParseVolumeModelJsonTest, RefusesTarHeadersOnALayerThatIsNoTar) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// A tensor index for the fixture's weight layer (its bytes as two "tensors").
+TensorIndex FixtureTensors(const Fixture& f) {
+  TensorIndex t;
+  t.format = TensorFileFormat::kGguf;
+  t.layer_digest = Digest::Of(f.weights);
+  t.layer_size = t.file_size = f.weights.size();
+  t.tensors.push_back({"blk.0.attn_q.weight", "Q8_0", {32, 4}, 64, 136, {}});
+  t.tensors.push_back({"output_norm.weight", "F32", {32}, 256, 128, {}});
+  return *BuildTensorIndex(t, f.weights);
+}
+
+TEST(VolumeTensorIndexTest, IsReferencedFromModelJsonAsRevisionTwoAndReadBack) {
+  Fixture f = MakeFixture();
+  f.input.tensor_indexes = {FixtureTensors(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, HasSubstr("\"revision\":2"));
+  EXPECT_THAT(json, HasSubstr("\"schemaVersion\":1"));
+  EXPECT_THAT(json, HasSubstr("\"tensorIndex\":{\"digest\":\"sha256:"));
+  EXPECT_THAT(json, HasSubstr("\"mediaType\":\"application/vnd.modelfs.tensor-index.v1\","
+                              "\"path\":\".modelfs/tensors/" +
+                              std::string(Digest::Of(f.weights).hex()) + ".tidx\",\"tensors\":2}"));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model.revision, 2);
+  ASSERT_EQ(c.tensor_indexes.size(), 1u);
+  EXPECT_EQ(c.tensor_indexes.at(Digest::Of(f.weights)), FixtureTensors(f));
+}
+
+TEST(VolumeTensorIndexTest, AVolumeWithoutOneKeepsItsBytesAndRevisionOne) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("revision")));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("tensorIndex")));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model.revision, 1);
+  EXPECT_TRUE(c.tensor_indexes.empty());
+}
+
+TEST(VolumeTensorIndexTest, ATamperedIndexIsDataLossNamingIt) {
+  Fixture f = MakeFixture();
+  f.input.tensor_indexes = {FixtureTensors(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  TensorIndex evil = FixtureTensors(f);
+  evil.tensors[1].hash[0] ^= 1;
+  TarWriter w;
+  ASSERT_OK(w.AddFile(".modelfs/model.json", SerializeVolumeModelJson(v.model_info)));
+  ASSERT_OK(w.AddFile(v.model_info.layers[0].chunk_index->path,
+                      SerializeChunkIndex(f.input.chunk_indexes[0])));
+  ASSERT_OK(w.AddFile(v.model_info.layers[0].tensor_index->path, SerializeTensorIndex(evil)));
+  EXPECT_THAT(ParseVolumeLayer(w.Finish()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("tensor index " + v.model_info.layers[0].tensor_index->path)));
+}
+
+TEST(VolumeTensorIndexTest, AnIndexForNoLayerOfTheModelIsRefused) {
+  Fixture f = MakeFixture();
+  TensorIndex t = FixtureTensors(f);
+  t.layer_digest = Digest::Of("other");
+  f.input.tensor_indexes = {t};
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no layer")));
+}
+
+TEST(VolumeTensorIndexTest, AReaderTakesAnyRevisionButRefusesAnotherSchemaVersion) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.revision = 3;  // a later additive revision: unknown fields are ignored
+  ASSERT_OK_AND_ASSIGN(VolumeModelInfo back, ParseVolumeModelJson(SerializeVolumeModelJson(info)));
+  EXPECT_EQ(back.revision, 3);
+  info.schema_version = 2;
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schemaVersion")));
+}
+
+}  // namespace
+}  // namespace modelfs
