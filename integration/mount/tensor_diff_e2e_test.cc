@@ -18,6 +18,7 @@
 #include "core/formats/safetensors.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/tensor_index.h"
+#include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/mount/mount_test_env.h"
@@ -191,6 +192,7 @@ TEST_F(TensorDiffE2eTest, InspectTensorsDigestsAreBlake3OfTheBytesAMountServes) 
   TempDir tmp;
   MountOptions mo;
   mo.cache_dir = tmp.Join("cache").string();
+  std::filesystem::create_directories(tmp.Join("mnt"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelMount> m,
                        ModelMount::Start(env->a, tmp.Join("mnt").string(), mo));
   int checked = 0;
@@ -217,6 +219,7 @@ TEST_F(TensorDiffE2eTest, AVolumeWithoutTheIndexStillMounts) {
   TempDir tmp;
   MountOptions mo;
   mo.cache_dir = tmp.Join("cache").string();
+  std::filesystem::create_directories(tmp.Join("mnt"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelMount> m,
                        ModelMount::Start(env->a_old, tmp.Join("mnt").string(), mo));
   ASSERT_OK_AND_ASSIGN(std::string served, ReadWholeFile(m->dir() + "/model.safetensors"));
