@@ -73,15 +73,15 @@ absl::Status RunDiff(const DiffCliOptions& o) {
       for (const ModelTensorFile& f : m.files) {
         sources[f.path] = std::string(TensorSourceName(f.source));
       }
-      return nlohmann::json{{"reference", m.reference},
-                            {"model", m.model.str()},
-                            {"volume", m.volume ? nlohmann::json(m.volume->str())
-                                                : nlohmann::json(nullptr)},
-                            {"source", SourceText(m)},
-                            {"sources", sources},
-                            {"skipped", m.skipped},
-                            {"hashed_bytes", m.hashed_bytes},
-                            {"bytes_read", read}};
+      return nlohmann::json{
+          {"reference", m.reference},
+          {"model", m.model.str()},
+          {"volume", m.volume ? nlohmann::json(m.volume->str()) : nlohmann::json(nullptr)},
+          {"source", SourceText(m)},
+          {"sources", sources},
+          {"skipped", m.skipped},
+          {"hashed_bytes", m.hashed_bytes},
+          {"bytes_read", read}};
     };
     j["a"] = side(ta, read_a);
     j["b"] = side(tb, read_b);
@@ -111,13 +111,15 @@ absl::Status RunDiff(const DiffCliOptions& o) {
              EscapeUntrusted(absl::StrJoin(what, ", ")).c_str());
     }
   }
-  for (const std::string& s : ta.skipped) printf("a: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
-  for (const std::string& s : tb.skipped) printf("b: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
-  printf("summary: %s added, %s removed, %s changed, %s identical; read %s bytes from the "
-         "registry\n",
-         WithCommas(d.added).c_str(), WithCommas(d.removed).c_str(),
-         WithCommas(d.changed).c_str(), WithCommas(d.identical).c_str(),
-         WithCommas(read_a + read_b).c_str());
+  for (const std::string& s : ta.skipped)
+    printf("a: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
+  for (const std::string& s : tb.skipped)
+    printf("b: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
+  printf(
+      "summary: %s added, %s removed, %s changed, %s identical; read %s bytes from the "
+      "registry\n",
+      WithCommas(d.added).c_str(), WithCommas(d.removed).c_str(), WithCommas(d.changed).c_str(),
+      WithCommas(d.identical).c_str(), WithCommas(read_a + read_b).c_str());
   return absl::OkStatus();
 }
 

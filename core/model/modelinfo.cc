@@ -196,8 +196,7 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
     const InspectedFile* inspected = it == by_path.end() ? nullptr : it->second;
     auto err = inspection.errors.find(f->path);
     file_list.push_back(
-        FileJson(*f, inspected, err == inspection.errors.end() ? nullptr : &err->second,
-                 context));
+        FileJson(*f, inspected, err == inspection.errors.end() ? nullptr : &err->second, context));
     total_bytes += f->size;
     if (inspected != nullptr) tensors += inspected->tensor_count;
   }

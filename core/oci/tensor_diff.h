@@ -29,8 +29,8 @@ struct TensorChange {
 struct TensorFileDiff {
   std::string path;
   bool in_a = true, in_b = true;
-  std::vector<std::string> added;    // in B only, B's order
-  std::vector<std::string> removed;  // in A only, A's order
+  std::vector<std::string> added;     // in B only, B's order
+  std::vector<std::string> removed;   // in A only, A's order
   std::vector<TensorChange> changed;  // A's order
   std::vector<std::string> identical;
 };

@@ -111,8 +111,9 @@ absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
         absl::StrCat(where, ": count ", count, " is over ", TensorIndex::kMaxTensors));
   }
   if (count > body / kMinEntrySize) {
-    return absl::OutOfRangeError(absl::StrCat(where, ": truncated: ", count, " tensors need at least ",
-                                              count * kMinEntrySize, " bytes, have ", body));
+    return absl::OutOfRangeError(absl::StrCat(where, ": truncated: ", count,
+                                              " tensors need at least ", count * kMinEntrySize,
+                                              " bytes, have ", body));
   }
   index.tensors.reserve(count);
   std::set<std::string_view> names;
@@ -132,12 +133,13 @@ absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
     RETURN_IF_ERROR(need(name_len + 1, i));
     const std::string_view name = b.substr(at, name_len);
     if (name.empty() || FindInvalidUtf8(name) != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", i, " at offset ", at,
-                                                     ": name is empty or not UTF-8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor ", i, " at offset ", at, ": name is empty or not UTF-8"));
     }
     if (!names.insert(name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": tensor ", i, ": name \"", absl::CEscape(absl::string_view(name.data(), name.size())), "\" seen twice"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tensor ", i, ": name \"",
+          absl::CEscape(absl::string_view(name.data(), name.size())), "\" seen twice"));
     }
     t.name = std::string(name);
     at += name_len;
@@ -146,8 +148,8 @@ absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
     RETURN_IF_ERROR(need(dtype_len + 1, i));
     t.dtype = std::string(b.substr(at, dtype_len));
     if (t.dtype.empty() || !PrintableAscii(t.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", t.name,
-                                                     ": dtype is empty or not printable ASCII"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor ", t.name, ": dtype is empty or not printable ASCII"));
     }
     at += dtype_len;
     const uint64_t rank = GetLE(b, at, 1);
@@ -163,10 +165,9 @@ absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
     t.length = GetLE(b, at + 8, 8);
     at += 16;
     if (t.offset > index.file_size || t.length > index.file_size - t.offset) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", t.name, ": range [",
-                                                     t.offset, ", +", t.length,
-                                                     ") is outside the file of ", index.file_size,
-                                                     " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor ", t.name, ": range [", t.offset, ", +", t.length,
+                       ") is outside the file of ", index.file_size, " bytes"));
     }
     std::copy(b.data() + at, b.data() + at + 32, reinterpret_cast<char*>(t.hash.data()));
     at += 32;
@@ -212,8 +213,8 @@ void TensorIndexBuilder::Update(std::string_view bytes) {
   // The header: the bytes streamed at [fo, fo + header size) must be the ones parsed.
   if (header_ok_ && start < fo + header_.size() && pos_ > fo) {
     const uint64_t lo = std::max(start, fo), hi = std::min(pos_, fo + header_.size());
-    header_ok_ = bytes.substr(lo - start, hi - lo) == std::string_view(header_).substr(lo - fo,
-                                                                                      hi - lo);
+    header_ok_ =
+        bytes.substr(lo - start, hi - lo) == std::string_view(header_).substr(lo - fo, hi - lo);
   }
   // Tensors in offset order, each hashed while its range passes.
   while (next_ < order_.size()) {
@@ -235,9 +236,9 @@ absl::StatusOr<TensorIndex> TensorIndexBuilder::Finish() {
                                             "tensor list was read from"));
   }
   if (next_ < order_.size()) {
-    return absl::DataLossError(absl::StrCat(
-        "layer ", index_.layer_digest.str(), " ended at byte ", pos_, " before tensor ",
-        index_.tensors[order_[next_]].name, " did"));
+    return absl::DataLossError(absl::StrCat("layer ", index_.layer_digest.str(), " ended at byte ",
+                                            pos_, " before tensor ",
+                                            index_.tensors[order_[next_]].name, " did"));
   }
   return std::move(index_);
 }

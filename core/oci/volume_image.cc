@@ -552,9 +552,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     if (auto xit = tensors_by_layer.find(rec.digest); xit != tensors_by_layer.end()) {
       const TensorIndex& t = *xit->second;
       if (t.layer_size != rec.size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor index for ", rec.digest.str(), " describes a layer of ",
-                         t.layer_size, " bytes, the layer has ", rec.size));
+        return absl::InvalidArgumentError(absl::StrCat("tensor index for ", rec.digest.str(),
+                                                       " describes a layer of ", t.layer_size,
+                                                       " bytes, the layer has ", rec.size));
       }
       std::string bytes = SerializeTensorIndex(t);
       VolumeTensorIndexRef ref;

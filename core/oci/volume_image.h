@@ -234,9 +234,9 @@ std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repo
 
 struct VolumeLayerContents {
   VolumeModelInfo model;
-  std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
-  std::map<Digest, SeekIndex> seek_indexes;    // by (compressed) layer digest
-  std::map<Digest, TarHeaders> tar_headers;    // by layer digest
+  std::map<Digest, ChunkIndex> chunk_indexes;    // by layer digest
+  std::map<Digest, SeekIndex> seek_indexes;      // by (compressed) layer digest
+  std::map<Digest, TarHeaders> tar_headers;      // by layer digest
   std::map<Digest, TensorIndex> tensor_indexes;  // by layer digest (revision 2)
 };
 // Reads A (already verified against its digest by the caller). Each chunk index file is

@@ -432,14 +432,16 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                                 ", the tar written was ", diff_id->str()));
       }
     } else {
-      // The tensors of a weight file, hashed in the same read (in a tar, after its header).
+      // The tensors of a weight file, hashed in the same read. Only .raw layers, as convert
+      // (which cannot see a tar's members before it streams it) does, so that pushing M gives
+      // the V converting it would.
       std::optional<TensorIndexBuilder> tensors;
-      if (o.tensor_index) {
-        ASSIGN_OR_RETURN(tensors, StartTensorIndex(f.path, f.rel, blob_path,
-                                                   enc == LayerEncoding::kTar ? kTarBlockSize : 0));
+      if (o.tensor_index && enc == LayerEncoding::kRaw) {
+        ASSIGN_OR_RETURN(tensors, StartTensorIndex(f.path, f.rel, blob_path, 0));
       }
-      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
-                                      headers ? &*headers : nullptr, tensors ? &*tensors : nullptr));
+      ASSIGN_OR_RETURN(idx,
+                       IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
+                                 headers ? &*headers : nullptr, tensors ? &*tensors : nullptr));
       if (tensors) {
         ASSIGN_OR_RETURN(TensorIndex t, tensors->Finish());
         t.layer_digest = idx.blob_digest;

@@ -71,8 +71,8 @@ struct PushOptions {
   // (docs/volume-image.md, "The image-compatible profile"), so a node without modelfs unpacks
   // the model itself. The tars' members are then written under `path_prefix`.
   bool image_compatible = false;
-  // V carries a tensor index per safetensors/GGUF file in a .raw or uncompressed .tar layer
-  // (docs/tensor-index.md), hashed in the same read. false (--no-tensor-index): V as a build
+  // V carries a tensor index per safetensors/GGUF file in a .raw layer (docs/tensor-index.md),
+  // hashed in the same read. false (--no-tensor-index): V as a build
   // before the index wrote it.
   bool tensor_index = true;
   ProgressFn progress;

@@ -19,8 +19,8 @@ class SliceReader final : public RangeReader {
   absl::StatusOr<uint64_t> Size() override { return size_; }
   absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
     if (offset > size_ || length > size_ - offset) {
-      return absl::OutOfRangeError(absl::StrCat(name_, ": read of ", length, " bytes at ",
-                                                offset, " past the end (", size_, ")"));
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read of ", length, " bytes at ", offset,
+                                                " past the end (", size_, ")"));
     }
     return base_.ReadAt(offset_ + offset, length);
   }
@@ -101,9 +101,9 @@ absl::StatusOr<std::optional<TensorSkeleton>> ReadTensorSkeleton(RangeReader& fi
   }
   for (const TensorEntry& t : s.index.tensors) {
     if (t.name.size() > 0xffff || t.dtype.size() > 0xff || t.shape.size() > TensorIndex::kMaxRank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor ", t.name.substr(0, 200),
-          " has a name, dtype or rank a tensor index cannot hold (65535, 255, 8)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor ", t.name.substr(0, 200),
+                       " has a name, dtype or rank a tensor index cannot hold (65535, 255, 8)"));
     }
   }
   ASSIGN_OR_RETURN(s.header, file.ReadAt(0, std::min(header_size, file_size)));
@@ -169,7 +169,8 @@ absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const Reso
     }
     // Fallback: the header by range, then the layer streamed once, checked against its
     // digest, every tensor hashed as it passes.
-    RegistryRangeReader blob(client, rm.repository, d, absl::StrCat(name, " (", d.digest.str(), ")"));
+    RegistryRangeReader blob(client, rm.repository, d,
+                             absl::StrCat(name, " (", d.digest.str(), ")"));
     ASSIGN_OR_RETURN(std::optional<TensorSkeleton> skeleton,
                      ReadTensorSkeleton(blob, layer.path, d.digest, d.size, 0));
     if (!skeleton) continue;
@@ -213,8 +214,9 @@ TensorDiff DiffModelTensors(const ModelTensors& a, const ModelTensors& b) {
 namespace {
 
 nlohmann::json TensorToJson(const TensorEntry& t) {
-  return {{"name", t.name},     {"dtype", t.dtype},   {"shape", t.shape},
-          {"offset", t.offset}, {"length", t.length}, {"digest", "blake3:" + TensorHashHex(t.hash)}};
+  return {{"name", t.name},     {"dtype", t.dtype},
+          {"shape", t.shape},   {"offset", t.offset},
+          {"length", t.length}, {"digest", "blake3:" + TensorHashHex(t.hash)}};
 }
 
 }  // namespace
@@ -252,8 +254,8 @@ nlohmann::json TensorDiffToJson(const TensorDiff& d) {
       if (c.dtype) what.push_back("dtype");
       if (c.shape) what.push_back("shape");
       if (c.digest) what.push_back("digest");
-      changed.push_back({{"name", c.name}, {"what", what}, {"a", TensorToJson(c.a)},
-                         {"b", TensorToJson(c.b)}});
+      changed.push_back(
+          {{"name", c.name}, {"what", what}, {"a", TensorToJson(c.a)}, {"b", TensorToJson(c.b)}});
     }
     files.push_back({{"path", f.path},
                      {"in_a", f.in_a},

@@ -201,10 +201,10 @@ TEST_F(TensorDiffE2eTest, InspectTensorsDigestsAreBlake3OfTheBytesAMountServes) 
     const int fd = open(path.c_str(), O_RDONLY);
     ASSERT_GE(fd, 0) << path;
     for (const auto& t : f["tensors"]) {
-      ASSERT_OK_AND_ASSIGN(std::string bytes,
-                           PreadExact(fd, t["offset"].get<uint64_t>(), t["length"].get<uint64_t>()));
-      EXPECT_EQ(t["digest"], "blake3:" + TensorHashHex(HashChunkBytes(
-                                             ChunkDigestAlgorithm::kBlake3, bytes)))
+      ASSERT_OK_AND_ASSIGN(std::string bytes, PreadExact(fd, t["offset"].get<uint64_t>(),
+                                                         t["length"].get<uint64_t>()));
+      EXPECT_EQ(t["digest"],
+                "blake3:" + TensorHashHex(HashChunkBytes(ChunkDigestAlgorithm::kBlake3, bytes)))
           << t["name"];
       ++checked;
     }
