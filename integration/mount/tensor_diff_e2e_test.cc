@@ -17,7 +17,11 @@
 #include "core/formats/gguf_writer.h"
 #include "core/formats/safetensors.h"
 #include "core/oci/chunk_hash.h"
+#include "core/oci/manifest.h"
+#include "core/oci/media_types.h"
+#include "core/oci/tar.h"
 #include "core/oci/tensor_index.h"
+#include "core/oci/volume_image.h"
 #include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -161,6 +165,8 @@ TEST_F(TensorDiffE2eTest, DiffNamesExactlyTheChangedLayersTensorsFromTheIndexes)
   EXPECT_EQ(d["b"]["source"], "index");
   EXPECT_EQ(d["a"]["hashed_bytes"], 0);
   EXPECT_THAT(d["bytes_read"].get<uint64_t>(), Lt(1u << 20));
+  printf("diff from the indexes read %llu bytes\n",
+         static_cast<unsigned long long>(d["bytes_read"].get<uint64_t>()));
   for (const auto& f : d["files"]) {
     for (const auto& c : f["changed"]) EXPECT_EQ(c["what"], nlohmann::json({"digest"}));
   }
@@ -179,6 +185,70 @@ TEST_F(TensorDiffE2eTest, AVolumeWithoutTheIndexDiffsThroughHeadersAndHashing) {
   EXPECT_THAT(d["a"]["source"].get<std::string>(), ::testing::StartsWith("headers+hashed "));
   EXPECT_GT(d["a"]["hashed_bytes"].get<uint64_t>(), 9u * 65536);
   EXPECT_EQ(d["b"]["source"], "index");
+  printf("diff through the fallback read %llu bytes (%s)\n",
+         static_cast<unsigned long long>(d["bytes_read"].get<uint64_t>()),
+         d["a"]["source"].get<std::string>().c_str());
+}
+
+// V of model a with one byte of its safetensors file's tensor index changed (and A, V's config
+// and manifest rewritten to match): the index no longer has the digest model.json pins.
+absl::StatusOr<std::string> PushTamperedVolume() {
+  const std::string repo = "models/a";
+  ASSIGN_OR_RETURN(std::unique_ptr<RegistryClient> client,
+                   ConnectPlainHttp(env->registry->host_port()));
+  ASSIGN_OR_RETURN(ManifestResult mr, client->GetManifest(repo, "v1-volume"));
+  ASSIGN_OR_RETURN(Manifest v, ParseManifest(mr.bytes));
+  ASSIGN_OR_RETURN(size_t ai, VolumeLayerIndex(v));
+  const Descriptor a = v.layers[ai];
+  ASSIGN_OR_RETURN(std::string a_bytes, FetchBlob(*client, repo, a.digest.str()));
+  ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTarBytes(a_bytes));
+  TarWriter w;
+  bool tampered = false;
+  for (const TarEntry& e : entries) {
+    if (e.type == TarEntryType::kDirectory) {
+      RETURN_IF_ERROR(w.AddDirectory(e.path));
+      continue;
+    }
+    std::string bytes = a_bytes.substr(e.data_offset, e.size);
+    if (!tampered && e.path.find(".modelfs/tensors/") == 0) {
+      bytes.back() ^= 1;  // the last tensor's hash
+      tampered = true;
+    }
+    RETURN_IF_ERROR(w.AddFile(e.path, bytes));
+  }
+  if (!tampered) return absl::NotFoundError("no tensor index in A");
+  const std::string new_a = w.Finish();
+  ASSIGN_OR_RETURN(Digest new_a_digest, UploadBlob(*client, repo, new_a));
+  ASSIGN_OR_RETURN(std::string config, FetchBlob(*client, repo, v.config.digest.str()));
+  auto swap = [&](std::string s) {
+    for (size_t at; (at = s.find(a.digest.str())) != std::string::npos;) {
+      s.replace(at, a.digest.str().size(), new_a_digest.str());
+    }
+    return s;
+  };
+  config = swap(config);
+  ASSIGN_OR_RETURN(Digest config_digest, UploadBlob(*client, repo, config));
+  std::string manifest = mr.bytes;
+  for (size_t at; (at = manifest.find(v.config.digest.str())) != std::string::npos;) {
+    manifest.replace(at, v.config.digest.str().size(), config_digest.str());
+  }
+  manifest = swap(manifest);
+  if (new_a.size() != a.size || config.size() != v.config.size) {
+    return absl::InternalError("sizes changed; the test rewrites digests only");
+  }
+  RETURN_IF_ERROR(
+      client->PutManifest(repo, "tampered", manifest, std::string(kOciManifestMediaType)).status());
+  return absl::StrCat(env->registry->host_port(), "/", repo, ":tampered");
+}
+
+TEST_F(TensorDiffE2eTest, ATamperedIndexIsAVerificationFailureNamingIt) {
+  ASSERT_OK_AND_ASSIGN(std::string tampered, PushTamperedVolume());
+  ASSERT_OK_AND_ASSIGN(ProcessResult d, RunModelfs({"diff", "--plain-http", tampered, env->b}));
+  EXPECT_EQ(d.exit_code, 1) << d.err;
+  EXPECT_THAT(d.err, ::testing::HasSubstr("tensor index .modelfs/tensors/"));
+  ASSERT_OK_AND_ASSIGN(ProcessResult i,
+                       RunModelfs({"inspect", "--plain-http", "--tensors", tampered}));
+  EXPECT_EQ(i.exit_code, 1) << i.err;
 }
 
 TEST_F(TensorDiffE2eTest, InspectTensorsDigestsAreBlake3OfTheBytesAMountServes) {
@@ -211,6 +281,17 @@ TEST_F(TensorDiffE2eTest, InspectTensorsDigestsAreBlake3OfTheBytesAMountServes) 
     close(fd);
   }
   EXPECT_EQ(checked, 1 + 2 * kLayers + 3);
+  // .modelinfo.json names each file's index by digest and count, not the index itself.
+  ASSERT_OK_AND_ASSIGN(std::string info, ReadWholeFile(m->dir() + "/.modelinfo.json"));
+  std::map<std::string, nlohmann::json> by_path;
+  const nlohmann::json info_json = nlohmann::json::parse(info);
+  for (const auto& f : info_json["files"]) by_path[f["path"].get<std::string>()] = f;
+  for (const auto& f : j["files"]) {
+    auto it = by_path.find(f["path"].get<std::string>());
+    ASSERT_TRUE(it != by_path.end() && it->second.contains("tensorIndex")) << info;
+    EXPECT_EQ(it->second["tensorIndex"]["digest"], f["index_digest"]) << f["path"];
+    EXPECT_EQ(it->second["tensorIndex"]["tensors"], f["tensors"].size()) << f["path"];
+  }
   ASSERT_OK(m->Unmount());
 }
 
