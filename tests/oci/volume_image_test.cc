@@ -976,3 +976,57 @@ TEST(VolumeTensorIndexTest, AReaderTakesAnyRevisionButRefusesAnotherSchemaVersio
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// What `modelfs diff` reads of a V is its manifest, config and A (with M's manifest and config):
+// for an 8 GiB model in four safetensors shards of a Llama 3 8B's 291 tensors, A with its chunk
+// and tensor indexes is 312,320 bytes (305 KiB), so a diff of two such models reads under 1 MiB.
+TEST(VolumeTensorIndexTest, AnEightGiBModelsVolumeLayerKeepsADiffUnderOneMiB) {
+  constexpr uint64_t kShard = 2ull << 30;
+  std::vector<ModelLayerInput> layers;
+  std::vector<ChunkIndex> chunks;
+  std::vector<TensorIndex> tensors;
+  for (int s = 0; s < 4; ++s) {
+    const Digest d = Digest::Of("shard" + std::to_string(s));
+    layers.push_back({"model-0000" + std::to_string(s + 1) + "-of-00004.safetensors", d, kShard,
+                      LayerKind::kWeight, LayerEncoding::kRaw, ""});
+    ChunkIndex c;
+    c.blob_digest = d;
+    c.blob_size = kShard;
+    c.algorithm = ChunkDigestAlgorithm::kBlake3;
+    c.chunks.resize(kShard / ChunkIndex::kDefaultChunkSize);
+    chunks.push_back(std::move(c));
+    TensorIndex t;
+    t.layer_digest = d;
+    t.layer_size = t.file_size = kShard;
+    for (int i = 0; i < 73; ++i) {
+      t.tensors.push_back({"model.layers." + std::to_string(s * 8 + i / 9) + ".self_attn.q_proj" +
+                               std::to_string(i) + ".weight",
+                           "BF16",
+                           {4096, 4096},
+                           static_cast<uint64_t>(i) << 25,
+                           1ull << 25,
+                           {}});
+    }
+    tensors.push_back(std::move(t));
+  }
+  ModelPackConfig config;
+  const std::string config_blob = SerializeModelPackConfig(config);
+  VolumeImageInput in;
+  in.model = *BuildModelManifest(config_blob, layers);
+  in.model_manifest = DescribeBlob(kOciManifestMediaType, SerializeManifest(in.model));
+  in.repository = "registry.local:5000/models/llama3-8b";
+  in.chunk_indexes = std::move(chunks);
+  in.tensor_indexes = std::move(tensors);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  EXPECT_TRUE(v.index_layers.empty());
+  EXPECT_LT(v.layer.size(), 320u << 10);
+  EXPECT_LT(2 * (v.layer.size() + v.manifest_json.size() + v.config.size() +
+                 in.model_manifest.size + config_blob.size()),
+            1u << 20);
+}
+
+}  // namespace
+}  // namespace modelfs
