@@ -172,6 +172,23 @@ TEST_F(TensorDiffE2eTest, DiffNamesExactlyTheChangedLayersTensorsFromTheIndexes)
   }
 }
 
+TEST_F(TensorDiffE2eTest, TextOutputNamesTheSourceTheChangesAndTheBytesRead) {
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"diff", "--plain-http", env->a, env->b}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("(source: index, read "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "model.safetensors: 0 added, 0 removed, 2 changed, 7 identical\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("  ~ model.layers.2.mlp.up_proj.weight (digest)\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("summary: 0 added, 0 removed, 2 changed, 10 identical; "
+                                          "read "));
+  ASSERT_OK_AND_ASSIGN(ProcessResult i,
+                       RunModelfs({"inspect", "--plain-http", "--tensors", env->a_old}));
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_THAT(i.out, ::testing::HasSubstr("(source: headers+hashed "));
+  EXPECT_THAT(i.out, ::testing::HasSubstr("model.gguf: 3 tensors (gguf, headers+hashed)\n"));
+  EXPECT_THAT(i.out, ::testing::HasSubstr("  output_norm.weight F32 [64,16] offset "));
+}
+
 TEST_F(TensorDiffE2eTest, AModelDiffedWithItselfIsAllIdentical) {
   const nlohmann::json d = Diff(env->a, env->a);
   EXPECT_EQ(d["summary"]["same"], true);
