@@ -210,7 +210,7 @@ struct RemotePrepareCounts {
   uint64_t lazy_lowers = 0;
 };
 
-class ModelSnapshotter final : public Snapshotter {
+class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
  public:
   // Opens the metadata and cache under options.root, mounts <root>/mnt (cleaning up a stale
   // mount a crashed daemon left) and starts re-registering stored models in the background.
@@ -272,7 +272,7 @@ class ModelSnapshotter final : public Snapshotter {
   //
   // Status: the models, the snapshots that hold each, the cache against its bound, layers
   // quarantined or being scrubbed, the last error per registry (node_status.h).
-  NodeStatus Status();
+  NodeStatus Status() override;
   // Warms a model before pods arrive: resolves `reference` as a pod's Prepare does (the same
   // registry access, model_hosts and signature policy; a tag is resolved to a digest first and
   // the policy judges that digest), registers its model, held without a snapshot until Evict,
@@ -287,7 +287,7 @@ class ModelSnapshotter final : public Snapshotter {
                         const std::function<void(const PrefetchProgress&)>& progress,
                         const std::function<bool()>& cancelled,
                         absl::Duration interval = absl::Milliseconds(250),
-                        absl::Duration stall = absl::Minutes(2));
+                        absl::Duration stall = absl::Minutes(2)) override;
   // Drops the cached bytes of the model `reference` names (V's reference or digest, or M's
   // digest): a model held only by a prefetch is unregistered first. Layers another model
   // references stay. Safe against a Prepare of the same model: Evict excludes every Prepare
@@ -296,7 +296,7 @@ class ModelSnapshotter final : public Snapshotter {
   // kFailedPrecondition naming the snapshots that hold it (or a prefetch still running),
   // kNotFound (a digest of no registered model), kInvalidArgument, resolution errors (a tag
   // of a model that is not registered is resolved through its registry).
-  absl::StatusOr<EvictOutcome> Evict(const std::string& reference);
+  absl::StatusOr<EvictOutcome> Evict(const std::string& reference) override;
 
  private:
   enum class ModelState { kLoading, kReady, kFailed };

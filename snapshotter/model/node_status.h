@@ -3,13 +3,19 @@
 // snapshotter's models and snapshots under its lock, then the cache's layer table under the
 // cache's lock, so the two halves may differ by what changed in between.
 //
-// Thread-safety: plain values.
+// NodeAdmin is the interface the admin service (snapshotter/admin) serves, which
+// ModelSnapshotter implements; its tests serve a fake.
+//
+// Thread-safety: plain values; NodeAdmin's methods may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace modelfs::snapshotter {
@@ -89,6 +95,18 @@ struct EvictOutcome {
   uint64_t layers_evicted = 0;
   uint64_t bytes_evicted = 0;
   uint64_t layers_kept = 0;  // shared with another model, or busy
+};
+
+// The node's admin verbs (ModelSnapshotter's Status, Prefetch and Evict document them).
+class NodeAdmin {
+ public:
+  virtual ~NodeAdmin() = default;
+  virtual NodeStatus Status() = 0;
+  virtual absl::Status Prefetch(const std::string& reference,
+                                const std::function<void(const PrefetchProgress&)>& progress,
+                                const std::function<bool()>& cancelled, absl::Duration interval,
+                                absl::Duration stall) = 0;
+  virtual absl::StatusOr<EvictOutcome> Evict(const std::string& reference) = 0;
 };
 
 }  // namespace modelfs::snapshotter
