@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterVerify(app, ctx);
   modelfs::cli::RegisterSign(app, ctx);
   modelfs::cli::RegisterStateCommands(app, ctx);
+#ifdef MODELFS_NODE_COMMANDS
+  modelfs::cli::RegisterNodeCommands(app, ctx);
+#endif
   modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);
