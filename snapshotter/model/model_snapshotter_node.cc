@@ -380,9 +380,33 @@ absl::StatusOr<EvictOutcome> ModelSnapshotter::Evict(const std::string& referenc
   if (reference.empty()) return absl::InvalidArgumentError("evict: empty reference");
   EvictOutcome out;
   std::vector<Digest> layers;
+  // A model that is not registered: its layers as its registry names them, asked before the
+  // evict lock is taken, so that no Prepare waits on a registry round trip of ours.
+  std::optional<ResolvedModel> unregistered;
+  const bool by_digest = absl::StartsWith(reference, "sha256:");
+  if (!by_digest && !FindModel(reference)) {
+    ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(reference));
+    ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(ref.registry()));
+    // Held to model_hosts as a pod's V would be: the node goes nowhere else for it.
+    absl::Status host_refusal;
+    absl::StatusOr<ResolvedModel> resolved = ResolveModel(
+        *client, ref,
+        [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+          return host_->registry().For(registry);
+        },
+        [&](const std::string& registry, const std::string& repository) {
+          host_refusal = CheckModelHost(ref, Digest(), registry, repository);
+          return host_refusal;
+        });
+    if (!host_refusal.ok()) return host_refusal;
+    if (!resolved.ok()) return resolved.status();
+    unregistered = *std::move(resolved);
+  }
   // Excludes every Prepare (and a Prefetch's registration) until the model is gone.
   absl::WriterMutexLock evict_lock(&evict_mu_);
   std::optional<std::string> name = FindModel(reference);
+  // A Prepare may have registered it meanwhile.
+  if (!name && unregistered) name = FindModel(unregistered->model_descriptor.digest.str());
   if (name) {
     std::string model_ref;
     std::set<int64_t> ids;
@@ -432,24 +456,13 @@ absl::StatusOr<EvictOutcome> ModelSnapshotter::Evict(const std::string& referenc
     }
     if (content_reader_) content_reader_->RemoveModel(model_ref);
     (void)host_->DeleteRecord(*name);
+  } else if (unregistered) {
+    out.model_digest = unregistered->model_descriptor.digest.str();
+    for (const ModelLayer& l : unregistered->layers) layers.push_back(l.descriptor.digest);
   } else {
-    // Not registered: its layers as its registry names them.
-    if (absl::StartsWith(reference, "sha256:")) {
-      return absl::NotFoundError(
-          absl::StrCat("evict: no registered model has digest ", reference,
-                       "; name it by reference so that its layers can be resolved"));
-    }
-    ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(reference));
-    ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(ref.registry()));
-    ASSIGN_OR_RETURN(
-        ResolvedModel rm,
-        ResolveModel(
-            *client, ref,
-            [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-              return host_->registry().For(registry);
-            }));
-    out.model_digest = rm.model_descriptor.digest.str();
-    for (const ModelLayer& l : rm.layers) layers.push_back(l.descriptor.digest);
+    return absl::NotFoundError(
+        absl::StrCat("evict: no registered model has digest ", reference,
+                     "; name it by reference so that its layers can be resolved"));
   }
   BlobCache::EvictResult evicted = host_->cache().EvictLayers(layers);
   out.layers_evicted = evicted.layers;
