@@ -6,12 +6,13 @@
 # Prepare of each volume layer), so no weight byte is fetched. Prints median, min and max of
 # RUNS calls of each, beside the same call of `modelfs node ls` on an empty daemon measured in
 # the same run (the baseline: the CLI's and the socket's fixed cost). Goal (issue 45): under
-# 100 ms. Needs root (FUSE), docker-registry, python3.
+# 100 ms. Needs root (FUSE), docker-registry, python3, and a quiet machine (FORCE=1 otherwise).
 #
 # Usage: bench/node_ls_bench.sh [BUILD_DIR]   env: MODELS=50 SNAPS=9 RUNS=21 WORK=/tmp/...
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
+require_quiet node_ls_bench
 
 BUILD=${1:-build}
 MODELFS=$(realpath "$BUILD/cmd/modelfs")
@@ -106,8 +107,10 @@ DAEMON_PID=""
 
 echo
 echo "modelfs node ls: $got (models, snapshots listed), $RUNS runs each; times in ms"
+load_line
 printf '%-34s %8s %8s %8s\n' "" median min max
 printf '%-34s %8s %8s %8s\n' "empty daemon, text (baseline)" "${base_text[@]}"
 printf '%-34s %8s %8s %8s\n' "empty daemon, --json (baseline)" "${base_json[@]}"
 printf '%-34s %8s %8s %8s\n' "$MODELS models, text" "${full_text[@]}"
 printf '%-34s %8s %8s %8s\n' "$MODELS models, --json" "${full_json[@]}"
+[[ -z $FORCED ]] || { echo; echo "** $FORCED **"; }
