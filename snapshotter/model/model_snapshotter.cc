@@ -536,6 +536,18 @@ absl::Status ModelSnapshotter::Commit(const std::string& name, const std::string
 
 absl::Status ModelSnapshotter::Remove(const std::string& key) {
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
+  // Removing a model's last snapshot takes the model away: as an evict, it excludes the
+  // Prepares under way, so that none of them falls between finding the model registered and
+  // committing a snapshot of it (it finishes first and keeps the model, or registers it
+  // again). Taken for every snapshot that holds a model (image GC removes those rarely), so
+  // that two removes of a model's last two snapshots cannot both miss it.
+  bool holds_model = false;
+  {
+    absl::MutexLock lock(&mu_);
+    holds_model = model_of_snapshot_.contains(rec.id);
+  }
+  std::optional<absl::WriterMutexLock> evict_lock;
+  if (holds_model) evict_lock.emplace(&evict_mu_);
   RETURN_IF_ERROR(base_->Remove(key));
   std::string name;
   std::string model_ref;

@@ -498,8 +498,9 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   std::thread restorer_;
   std::atomic<bool> stopping_{false};
 
-  // Prepare holds it shared from start to end; Evict exclusively. So an evict never falls
-  // between a Prepare finding its model registered and committing the snapshot that holds it.
+  // Prepare holds it shared from start to end; Evict, and Remove of a snapshot that holds a
+  // model, exclusively. So neither falls between a Prepare finding its model registered and
+  // committing the snapshot that holds it.
   // Lock order: evict_mu_ first (before the overlay snapshotter's locks and mu_).
   absl::Mutex evict_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;

@@ -856,4 +856,34 @@ TEST_F(ModelSnapshotterTest, APrepareAfterAnEvictRegistersTheModelAfresh) {
   EXPECT_EQ(CountLog(" registered at "), 2);
 }
 
+// The same exclusion for the Remove of a model's last snapshot (image GC while a pod starts
+// on the same model): it waits for the Prepare under way, which then holds the model, so the
+// model stays in the mount.
+TEST_F(ModelSnapshotterTest, RemovingAModelsLastSnapshotWaitsForAPrepareOfItUnderWay) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  calls_.Clear();
+  gated_.Close();
+  absl::StatusOr<std::vector<Mount>> prepared;
+  std::thread prepare([&] { prepared = snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}); });
+  gated_.AwaitAReadWaiting();
+  std::atomic<bool> remove_done{false};
+  absl::Status removed;
+  std::thread remove([&] {
+    removed = snapshotter_->Remove(VolumeKey(m));
+    remove_done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(remove_done.load());
+  gated_.Open();
+  prepare.join();
+  remove.join();
+  ASSERT_OK(prepared.status());
+  ASSERT_OK(removed);
+  EXPECT_THAT(calls_.Get(), IsEmpty());  // the model never left the mount
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+  EXPECT_OK(snapshotter_->Mounts(VolumeKey(m, 'c')).status());
+}
+
 }  // namespace modelfs::snapshotter
