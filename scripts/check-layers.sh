@@ -64,7 +64,13 @@ RULES = [
     ("snapshotter/policy", 8, ["core/*"]),
     ("snapshotter/model", 8, ["snapshotter/store", "snapshotter/content", "snapshotter/policy",
                               "host", "fuse", "proto", "core/*"]),
-    ("cmd/modelfs", 9, ["host", "fuse", "core/*"]),
+    # The admin service over NodeAdmin (snapshotter/model/node_status.h, an interface with
+    # plain values) and containerd's ToGrpcStatus.
+    ("snapshotter/admin", 8, ["snapshotter/model/node_status.h", "snapshotter/service",
+                              "snapshotter/store", "proto", "core/*"]),
+    ("cmd/modelfs", 9, ["host", "fuse", "core/*",
+                        # `modelfs node` reads the daemon's config to find its admin socket.
+                        "cmd/modelfs-snapshotter/daemon_config.h"]),
     ("cmd/modelfs-snapshotter", 9, ["snapshotter", "snapshotter/*", "host", "fuse", "proto",
                                     "core/*"]),
     # Test and bench code: one support leaf, imported by the three folders above it, which

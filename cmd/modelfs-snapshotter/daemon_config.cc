@@ -94,6 +94,7 @@ const std::set<std::string>& TopKeys() {
                                                       "metrics_address",
                                                       "log_level",
                                                       "containerd_address",
+                                                      "admin_socket",
                                                       "cache",
                                                       "fuse"};
   return *keys;
@@ -141,7 +142,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"policy", &c.policy},
                           {"metrics_address", &c.metrics_address},
                           {"log_level", &c.log_level},
-                          {"containerd_address", &c.containerd_address}}) {
+                          {"containerd_address", &c.containerd_address},
+                          {"admin_socket", &c.admin_socket}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
   }
   for (auto [key, out] :
@@ -254,6 +256,7 @@ std::string RenderDaemonConfig(const DaemonConfig& c) {
   line("metrics_address", TomlString(c.metrics_address));
   line("containerd_address", TomlString(c.containerd_address));
   line("log_level", TomlString(c.log_level));
+  line("admin_socket", TomlString(c.admin_socket));
   out += "\n[cache]\n";
   line("max_size_gib", TomlNumber(static_cast<double>(c.cache_max_size_gib)));
   line("prefetch", TomlString(c.prefetch));
@@ -295,6 +298,11 @@ absl::StatusOr<std::string> ReadDaemonConfigFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string AdminSocketPath(const DaemonConfig& c) {
+  if (!c.admin_socket.empty()) return c.admin_socket;
+  return c.root.empty() || c.root.back() != '/' ? c.root + "/admin.sock" : c.root + "admin.sock";
 }
 
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address) {
@@ -340,6 +348,10 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
     return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
                                                    "\" must be an absolute path or \"\""));
+  }
+  if (!c.admin_socket.empty() && c.admin_socket.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("admin_socket \"", c.admin_socket, "\" must be an absolute path or \"\""));
   }
   if (absl::Duration d; !absl::ParseDuration(c.scrub_interval, &d) || d < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -45,6 +45,9 @@ struct DaemonConfig {
   // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
   // artifact); empty: not used.
   std::string containerd_address = "/run/containerd/containerd.sock";
+  // The admin socket `modelfs node` talks to (snapshotter/admin): "" means <root>/admin.sock.
+  // Mode 0600 in a 0700 directory; the daemon refuses to start when the path is another file.
+  std::string admin_socket;
 
   uint64_t cache_max_size_gib = 0;   // 0: unbounded
   std::string prefetch = "headers";  // all | headers | none
@@ -93,6 +96,9 @@ std::string RenderDaemonConfig(const DaemonConfig& config);
 // the key is not in the text (a default or a flag is at fault) or the text does not parse.
 absl::Status WithKeyLine(const absl::Status& error, const std::string& text,
                          const std::string& source);
+
+// The admin socket's path: admin_socket, or <root>/admin.sock when that is "".
+std::string AdminSocketPath(const DaemonConfig& config);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);

@@ -28,6 +28,7 @@
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
+#include "snapshotter/admin/admin_service.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "snapshotter/service/snapshots_service.h"
 
@@ -228,6 +229,8 @@ absl::Status Run(const DaemonConfig& c) {
                          ": image volumes are mounted only when it accepts them"));
   }
   if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
+  // Before anything is mounted: a bad admin_socket must not cost running pods their mount.
+  RETURN_IF_ERROR(CheckAdminSocketPath(AdminSocketPath(c)));
   const InheritedFds inherited = TakeInheritedFds();
   o.inherited_fuse_fd = inherited.fuse;
 
@@ -267,6 +270,12 @@ absl::Status Run(const DaemonConfig& c) {
                                           }));
     LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
   }
+
+  // The admin socket `modelfs node` talks to (root only): a path that is another file stops
+  // the start (exit 2), so that a typo in admin_socket never removes someone's file.
+  ASSIGN_OR_RETURN(std::unique_ptr<AdminServer> admin,
+                   AdminServer::Start(AdminSocketPath(c), snapshotter.get()));
+  LogLine(absl::StrCat("admin service on ", admin->path()));
 
   std::error_code ec;
   SnapshotsService service(snapshotter.get());
@@ -309,6 +318,7 @@ absl::Status Run(const DaemonConfig& c) {
   listener.reset();
   server->Shutdown(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(1)));
   server.reset();
+  admin.reset();
   metrics.reset();
   // With the fd in the store, leave the mount for the next process (if the unit is stopped
   // for good, systemd closes the stored fd and the next start clears the stale mount).

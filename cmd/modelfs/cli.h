@@ -36,6 +36,9 @@ void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR (lock file) or 
 void RegisterSign(CLI::App& app, Context& ctx);    // sign REF
 void RegisterStateCommands(CLI::App& app, Context& ctx);  // state push, state list
 void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (tensor_commands.cc)
+// node ls, node prefetch, node evict (node_command.cc; built with the snapshotter's gRPC parts,
+// MODELFS_NODE_COMMANDS).
+void RegisterNodeCommands(CLI::App& app, Context& ctx);
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).

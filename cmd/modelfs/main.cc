@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterSign(app, ctx);
   modelfs::cli::RegisterStateCommands(app, ctx);
   modelfs::cli::RegisterDiff(app, ctx);
+#ifdef MODELFS_NODE_COMMANDS
+  modelfs::cli::RegisterNodeCommands(app, ctx);
+#endif
   modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);

@@ -83,6 +83,7 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
       counters_.verification_failures++;
       if (!f->refetched) {
         // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
+        health_.RecordError(f->endpoint, time_->Now(), std::string(cst.message()));
         owner_.Log(absl::StrCat(cst.message(), "; fetching it once more"));
         return MarkBadAnswer(cst);
       }
@@ -248,6 +249,7 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
     time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
   if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
+    health_.RecordError(f->endpoint, time_->Now(), std::string(st.message()));
     owner_.Log(absl::StrCat("fetch failed: ", st.message()));
   }
 

@@ -103,6 +103,7 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
 
 absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm) {
   ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  DescribeModel(name, rm);
   if (!mine) return absl::OkStatus();
   absl::Status st = host_->SaveRecord(name, rm);
   // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
@@ -231,7 +232,10 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         return host_refusal;
       });
   if (!host_refusal.ok()) return host_refusal;
-  if (!resolved.ok()) return AsUnreachable(resolved.status(), ref, model, asking);
+  if (!resolved.ok()) {
+    NoteRegistryError(asking, resolved.status());
+    return AsUnreachable(resolved.status(), ref, model, asking);
+  }
   ResolvedModel& rm = *resolved;
   if (absl::Status st = CheckBinding(**client, rm, parent, target); !st.ok()) {
     return AsUnreachable(st, ref, model, ref.registry());
@@ -247,6 +251,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = host_->registry().For(rm.registry);
   if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
   if (absl::Status st = EnsureModel(name, rm); !st.ok()) {
+    NoteRegistryError(rm.registry, st);
     return AsUnreachable(st, ref, model, rm.registry);
   }
 
