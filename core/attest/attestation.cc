@@ -354,10 +354,11 @@ absl::StatusOr<AttestationVerdict> VerifyAttestations(RegistryClient& client,
     }
     auto statement = ParseStrictJson(payload, "in-toto statement");
     if (!statement.ok() || !statement->is_object() ||
-        statement->value("_type", "") != kInTotoStatementType || !statement->contains("subject") ||
-        !(*statement)["subject"].is_array()) {
+        (statement->value("_type", "") != kInTotoStatementType &&
+         statement->value("_type", "") != kInTotoStatementTypeV01) ||
+        !statement->contains("subject") || !(*statement)["subject"].is_array()) {
       refuse(3, "bad_payload",
-             absl::StrCat("envelope ", d->str(), ": not an in-toto Statement v1"));
+             absl::StrCat("envelope ", d->str(), ": not an in-toto Statement (v1 or v0.1)"));
       continue;
     }
     v.statement = *statement;

@@ -34,6 +34,8 @@ namespace modelfs {
 inline constexpr char kEquivalencePredicateType[] =
     "https://modelfs.dev/attestations/equivalence/v1";
 inline constexpr char kInTotoStatementType[] = "https://in-toto.io/Statement/v1";
+// What `cosign attest` 2.5 writes; read as v1 (same subject, predicateType, predicate fields).
+inline constexpr char kInTotoStatementTypeV01[] = "https://in-toto.io/Statement/v0.1";
 inline constexpr char kInTotoPayloadType[] = "application/vnd.in-toto+json";
 inline constexpr char kMediaTypeDsseEnvelope[] = "application/vnd.dsse.envelope.v1+json";
 inline constexpr char kPredicateTypeAnnotation[] = "predicateType";
@@ -93,10 +95,10 @@ struct AttestationVerdict {
   std::string key;           // the key that verified it
 };
 // Reads the subject's .att tag and accepts when one envelope verifies with one of `keys`, has
-// payloadType in-toto, a Statement v1 whose subject lists `subject`'s sha256, predicateType
-// `predicate_type`, and (for the equivalence predicate) `predicate.equivalent` true. Errors: the
-// registry failing (kUnavailable, ...), a malformed .att manifest (kInvalidArgument); a refusal
-// is a verdict, not an error.
+// payloadType in-toto, a Statement v1 (or cosign's v0.1) whose subject lists `subject`'s sha256,
+// predicateType `predicate_type`, and (for the equivalence predicate) `predicate.equivalent` true.
+// Errors: the registry failing (kUnavailable, ...), a malformed .att manifest (kInvalidArgument); a
+// refusal is a verdict, not an error.
 absl::StatusOr<AttestationVerdict> VerifyAttestations(RegistryClient& client,
                                                       const std::string& repository,
                                                       const Digest& subject,

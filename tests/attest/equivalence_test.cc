@@ -32,12 +32,12 @@ class EquivalenceTest : public ::testing::Test {
   }
   std::string Safetensors(const std::string& name, TinyLlamaOptions o) {
     const std::string path = dir_.Join(name + ".safetensors").string();
-    EXPECT_OK(testing::WriteTinyLlamaSafetensors(path, o));
+    EXPECT_OK(testing::WriteEquivalenceSafetensors(path, o));
     return path;
   }
   std::string Gguf(const std::string& name, TinyLlamaOptions o) {
     const std::string path = dir_.Join(name + ".gguf").string();
-    EXPECT_OK(testing::WriteTinyLlamaGguf(path, o));
+    EXPECT_OK(testing::WriteEquivalenceGguf(path, o));
     return path;
   }
   EquivalenceReport Compare(const std::string& source, const std::string& derived) {

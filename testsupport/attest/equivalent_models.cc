@@ -75,7 +75,7 @@ std::string Encode(const std::vector<float>& v, const std::string& dtype) {
 
 }  // namespace
 
-absl::Status WriteTinyLlamaSafetensors(const std::string& path, const TinyLlamaOptions& o) {
+absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlamaOptions& o) {
   SafetensorsWriter w;
   for (const Spec& t : Tensors()) {
     if (t.name == o.drop_tensor) continue;
@@ -85,7 +85,7 @@ absl::Status WriteTinyLlamaSafetensors(const std::string& path, const TinyLlamaO
   return w.WriteFile(path);
 }
 
-absl::Status WriteTinyLlamaGguf(const std::string& path, const TinyLlamaOptions& o) {
+absl::Status WriteEquivalenceGguf(const std::string& path, const TinyLlamaOptions& o) {
   auto map = TensorNameMap::ForArchitecture("llama", {kTinyLlamaHeads, kTinyLlamaKvHeads, 0});
   if (!map.ok()) return map.status();
   GgufWriter w;

@@ -31,9 +31,9 @@ inline constexpr uint32_t kTinyLlamaKvHeads = 2;
 inline constexpr int kTinyLlamaTensors = 2 + 2 * 9 + 1;  // embed, norm, lm_head + 9 per block
 
 // model.safetensors (Hugging Face names). Errors: the writer's.
-absl::Status WriteTinyLlamaSafetensors(const std::string& path, const TinyLlamaOptions& options);
+absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlamaOptions& options);
 // model.gguf (llama.cpp's names, general.architecture "llama", head counts). Errors: the
 // writer's or the quantizer's.
-absl::Status WriteTinyLlamaGguf(const std::string& path, const TinyLlamaOptions& options);
+absl::Status WriteEquivalenceGguf(const std::string& path, const TinyLlamaOptions& options);
 
 }  // namespace modelfs::testing
