@@ -163,35 +163,81 @@ absl::StatusOr<std::string> SignDsseEnvelope(std::string_view payload_type,
   return env.dump();
 }
 
-absl::StatusOr<std::string> VerifyDsseEnvelope(std::string_view envelope,
-                                               std::string_view payload_type,
-                                               const PublicKey& key) {
+absl::StatusOr<DsseEnvelope> ParseDsseEnvelope(std::string_view envelope) {
   ASSIGN_OR_RETURN(Json env, ParseStrictJson(envelope, "DSSE envelope"));
   if (!env.is_object() || !env.contains("payloadType") || !env["payloadType"].is_string() ||
       !env.contains("payload") || !env["payload"].is_string() || !env.contains("signatures") ||
       !env["signatures"].is_array()) {
     return absl::InvalidArgumentError("DSSE envelope: want payloadType, payload and signatures");
   }
-  const std::string type = env["payloadType"].get<std::string>();
-  if (type != payload_type) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DSSE envelope: payloadType \"", type, "\", want \"", Av(payload_type), "\""));
-  }
-  std::string payload;
+  DsseEnvelope out;
+  out.payload_type = env["payloadType"].get<std::string>();
   // DSSE allows either base64 alphabet.
-  if (!absl::Base64Unescape(env["payload"].get<std::string>(), &payload) &&
-      !absl::WebSafeBase64Unescape(env["payload"].get<std::string>(), &payload)) {
+  const std::string b64 = env["payload"].get<std::string>();
+  if (!absl::Base64Unescape(b64, &out.payload) && !absl::WebSafeBase64Unescape(b64, &out.payload)) {
     return absl::InvalidArgumentError("DSSE envelope: payload is not base64");
   }
-  const std::string pae = DssePae(type, payload);
   for (const Json& s : env["signatures"]) {
     if (!s.is_object() || !s.contains("sig") || !s["sig"].is_string()) continue;
     std::string sig;
-    if (!absl::Base64Unescape(s["sig"].get<std::string>(), &sig)) continue;
-    if (key.Verify(pae, sig).ok()) return payload;
+    if (absl::Base64Unescape(s["sig"].get<std::string>(), &sig)) out.signatures.push_back(sig);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> VerifyDsseEnvelope(std::string_view envelope,
+                                               std::string_view payload_type,
+                                               const PublicKey& key) {
+  ASSIGN_OR_RETURN(DsseEnvelope env, ParseDsseEnvelope(envelope));
+  if (env.payload_type != payload_type) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DSSE envelope: payloadType \"", env.payload_type, "\", want \"", Av(payload_type), "\""));
+  }
+  const std::string pae = DssePae(env.payload_type, env.payload);
+  for (const std::string& sig : env.signatures) {
+    if (key.Verify(pae, sig).ok()) return env.payload;
   }
   return absl::PermissionDeniedError(
       absl::StrCat("no signature of the DSSE envelope verifies with key ", key.name()));
+}
+
+std::string JudgeStatement(std::string_view payload, const Digest& subject,
+                           std::string_view predicate_type, Json* statement, std::string* detail) {
+  auto parsed = ParseStrictJson(payload, "in-toto statement");
+  if (!parsed.ok() || !parsed->is_object() ||
+      (parsed->value("_type", "") != kInTotoStatementType &&
+       parsed->value("_type", "") != kInTotoStatementTypeV01) ||
+      !parsed->contains("subject") || !(*parsed)["subject"].is_array()) {
+    *detail = "not an in-toto Statement (v1 or v0.1)";
+    return "bad_payload";
+  }
+  *statement = *parsed;
+  bool names_subject = false;
+  for (const Json& s : (*parsed)["subject"]) {
+    if (s.is_object() && s.contains("digest") && s["digest"].is_object() &&
+        s["digest"].contains("sha256") && s["digest"]["sha256"].is_string() &&
+        s["digest"]["sha256"].get<std::string>() == std::string(subject.hex())) {
+      names_subject = true;
+    }
+  }
+  if (!names_subject) {
+    *detail = absl::StrCat("the statement's subject is not ", subject.str());
+    return "subject_mismatch";
+  }
+  const Json& type = (*parsed)["predicateType"];
+  if (!type.is_string() || type.get<std::string>() != predicate_type) {
+    *detail = absl::StrCat("predicateType ", type.is_string() ? type.get<std::string>() : "?",
+                           ", want ", Av(predicate_type));
+    return "wrong_predicate_type";
+  }
+  if (predicate_type == kEquivalencePredicateType) {
+    const Json& p = (*parsed)["predicate"];
+    if (!p.is_object() || !p.contains("equivalent") || p["equivalent"] != true) {
+      *detail = "the attestation says the model is not equivalent to its source";
+      return "not_equivalent";
+    }
+  }
+  return "";
 }
 
 std::string AttestationTag(const Digest& subject) {
@@ -352,46 +398,18 @@ absl::StatusOr<AttestationVerdict> VerifyAttestations(RegistryClient& client,
              absl::StrCat("envelope ", d->str(), ": ", last.message()));
       continue;
     }
-    auto statement = ParseStrictJson(payload, "in-toto statement");
-    if (!statement.ok() || !statement->is_object() ||
-        (statement->value("_type", "") != kInTotoStatementType &&
-         statement->value("_type", "") != kInTotoStatementTypeV01) ||
-        !statement->contains("subject") || !(*statement)["subject"].is_array()) {
-      refuse(3, "bad_payload",
-             absl::StrCat("envelope ", d->str(), ": not an in-toto Statement (v1 or v0.1)"));
+    Json statement;
+    std::string detail;
+    const std::string reason =
+        JudgeStatement(payload, subject, predicate_type, &statement, &detail);
+    if (statement.is_object()) {
+      v.statement = statement;
+      v.key = key_name;
+    }
+    if (!reason.empty()) {
+      const int r = reason == "bad_payload" ? 3 : reason == "not_equivalent" ? 5 : 4;
+      refuse(r, reason, absl::StrCat("envelope ", d->str(), ": ", detail));
       continue;
-    }
-    v.statement = *statement;
-    v.key = key_name;
-    bool names_subject = false;
-    for (const Json& s : (*statement)["subject"]) {
-      if (s.is_object() && s.contains("digest") && s["digest"].is_object() &&
-          s["digest"].value("sha256", "") == std::string(subject.hex())) {
-        names_subject = true;
-      }
-    }
-    if (!names_subject) {
-      refuse(
-          4, "subject_mismatch",
-          absl::StrCat("envelope ", d->str(), ": the statement's subject is not ", subject.str()));
-      continue;
-    }
-    const std::string type = statement->value("predicateType", "");
-    if (type != predicate_type) {
-      refuse(4, "wrong_predicate_type",
-             absl::StrCat("envelope ", d->str(), ": predicateType ", type, ", want ",
-                          Av(predicate_type)));
-      continue;
-    }
-    if (predicate_type == kEquivalencePredicateType) {
-      const Json& p = (*statement)["predicate"];
-      if (!p.is_object() || !p.contains("equivalent") || p["equivalent"] != true) {
-        refuse(5, "not_equivalent",
-               absl::StrCat("envelope ", d->str(),
-                            ": the attestation says the model is not "
-                            "equivalent to its source"));
-        continue;
-      }
     }
     v.accepted = true;
     v.reason.clear();

@@ -58,6 +58,21 @@ std::string DssePae(std::string_view payload_type, std::string_view payload);
 // A DSSE envelope (JSON) of `payload` signed by `key` over the PAE.
 absl::StatusOr<std::string> SignDsseEnvelope(std::string_view payload_type,
                                              std::string_view payload, const PrivateKey& key);
+// A DSSE envelope as parsed, before any signature is checked.
+struct DsseEnvelope {
+  std::string payload_type;
+  std::string payload;                  // decoded
+  std::vector<std::string> signatures;  // decoded DER; undecodable ones are left out
+};
+// Parses an envelope (untrusted bytes: strict JSON, duplicate keys refused). Errors:
+// kInvalidArgument naming what is wrong.
+absl::StatusOr<DsseEnvelope> ParseDsseEnvelope(std::string_view envelope);
+// Judges a verified statement (in-toto JSON bytes) for `subject` and `predicate_type`: "" when it
+// is acceptable, else a reason of AttestationVerdict (bad_payload, subject_mismatch,
+// wrong_predicate_type, not_equivalent) with `detail` set. `statement` receives the parsed JSON.
+std::string JudgeStatement(std::string_view payload, const Digest& subject,
+                           std::string_view predicate_type, nlohmann::json* statement,
+                           std::string* detail);
 // The payload of `envelope` when one of its signatures verifies with `key` over the PAE and its
 // payloadType is `payload_type`. Errors: kInvalidArgument (not a DSSE envelope, wrong
 // payloadType, bad base64), kPermissionDenied (no signature verifies with the key).
