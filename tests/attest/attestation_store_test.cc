@@ -1,7 +1,8 @@
 // StoreAttestation and VerifyAttestations against a fake registry that has the OCI 1.1 referrers
 // API (testsupport/fakes/referrers_registry.py; docker-registry 2.8 has none, so the e2e test
 // cannot reach this path): the .att tag and the referrer are both written, the referrer lists
-// under its subject with the envelope's artifactType; and every refusal reason of the verdict.
+// under its subject with the envelope's artifactType; every refusal reason of the verdict; and
+// the node's AttestationGate (snapshotter.toml require_equivalence) over the same registry.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "core/attest/attestation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "snapshotter/policy/attestation_gate.h"
 #include "testsupport/harness/registry_fixture.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
@@ -137,6 +139,43 @@ TEST_F(AttestationStoreTest, EachRefusalHasItsReason) {
   v = Verify(key_->public_key());
   EXPECT_TRUE(v.accepted);
   EXPECT_THAT(v.detail, HasSubstr("verified with key k.pem"));
+}
+
+TEST_F(AttestationStoreTest, TheNodeRefusesAnUnattestedModelOfARequiredRepositoryNamingIt) {
+  dir_.WriteFile("team.pub", key_->public_key().Pem());
+  auto client_for = [this](const std::string&) -> absl::StatusOr<RegistryClient*> {
+    return client_.get();
+  };
+  ASSERT_OK_AND_ASSIGN(auto gate, snapshotter::AttestationGate::Create(
+                                      {absl::StrCat(client_->registry(), "/team/*")},
+                                      {dir_.Join("team.pub").string()}, client_for));
+  ASSERT_OK_AND_ASSIGN(ImageReference ref,
+                       ImageReference::Parse(absl::StrCat(client_->registry(), "/team/m:q8")));
+  ASSERT_OK_AND_ASSIGN(ImageReference other,
+                       ImageReference::Parse(absl::StrCat(client_->registry(), "/free/m:q8")));
+  EXPECT_TRUE(gate->Applies(ref));
+  EXPECT_FALSE(gate->Applies(other));
+  EXPECT_OK(gate->Check(other, subject_).status);  // not required there
+  snapshotter::AttestationGate::Outcome refused = gate->Check(ref, subject_);
+  EXPECT_THAT(refused.status, ::modelfs::testing::StatusIs(absl::StatusCode::kPermissionDenied,
+                                                           HasSubstr("team/m:q8")));
+  EXPECT_EQ(refused.reason, "no_attestation");
+  ASSERT_OK(Store(Envelope(subject_, true)).status());
+  snapshotter::AttestationGate::Outcome accepted = gate->Check(ref, subject_);
+  EXPECT_OK(accepted.status);
+  EXPECT_FALSE(accepted.kept);
+  EXPECT_TRUE(gate->Check(ref, subject_).kept);  // the second pod costs no request
+  EXPECT_EQ(gate->refusals()["no_attestation"], 1u);
+}
+
+TEST_F(AttestationStoreTest, ARequirementWithoutKeysOrWithABadRepositoryIsRefusedAtLoad) {
+  auto none = [](const std::string&) -> absl::StatusOr<RegistryClient*> { return nullptr; };
+  EXPECT_THAT(snapshotter::AttestationGate::Create({"reg.example/team/*"}, {}, none).status(),
+              ::modelfs::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("equivalence_keys is empty")));
+  EXPECT_THAT(snapshotter::AttestationGate::Create({"reg.example/te*m"}, {"/k.pub"}, none).status(),
+              ::modelfs::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("require_equivalence")));
 }
 
 }  // namespace
