@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testsupport/attest/equivalent_models.h"
+#include "testsupport/synth/equivalent_models.h"
 #include "testsupport/harness/cosign_tool.h"
 #include "testsupport/harness/process_runner.h"
 #include "testsupport/harness/publish_test_env.h"

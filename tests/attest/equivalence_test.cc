@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "testsupport/attest/equivalent_models.h"
+#include "testsupport/synth/equivalent_models.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

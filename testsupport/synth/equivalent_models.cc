@@ -1,6 +1,7 @@
 // The tiny llama of equivalent_models.h: one value generator, two writers.
-#include "testsupport/attest/equivalent_models.h"
+#include "testsupport/synth/equivalent_models.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -21,22 +22,23 @@ struct Spec {
   std::vector<uint64_t> shape;
 };
 
-std::vector<Spec> Tensors() {
-  std::vector<Spec> out = {{"model.embed_tokens.weight", {32, 64}}};
-  for (int b = 0; b < 2; ++b) {
+std::vector<Spec> Tensors(const TinyLlamaOptions& o) {
+  const uint64_t h = o.hidden, kv = uint64_t{o.hidden} / o.heads * o.kv_heads;
+  std::vector<Spec> out = {{"model.embed_tokens.weight", {o.vocab, h}}};
+  for (uint32_t b = 0; b < o.layers; ++b) {
     const std::string p = absl::StrCat("model.layers.", b, ".");
-    out.push_back({p + "input_layernorm.weight", {64}});
-    out.push_back({p + "self_attn.q_proj.weight", {64, 64}});
-    out.push_back({p + "self_attn.k_proj.weight", {32, 64}});
-    out.push_back({p + "self_attn.v_proj.weight", {32, 64}});
-    out.push_back({p + "self_attn.o_proj.weight", {64, 64}});
-    out.push_back({p + "post_attention_layernorm.weight", {64}});
-    out.push_back({p + "mlp.gate_proj.weight", {128, 64}});
-    out.push_back({p + "mlp.up_proj.weight", {128, 64}});
-    out.push_back({p + "mlp.down_proj.weight", {64, 128}});
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {h, h}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.o_proj.weight", {h, h}});
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {o.ffn, h}});
+    out.push_back({p + "mlp.up_proj.weight", {o.ffn, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, o.ffn}});
   }
-  out.push_back({"model.norm.weight", {64}});
-  out.push_back({"lm_head.weight", {32, 64}});
+  out.push_back({"model.norm.weight", {h}});
+  out.push_back({"lm_head.weight", {o.vocab, h}});
   return out;
 }
 
@@ -75,9 +77,18 @@ std::string Encode(const std::vector<float>& v, const std::string& dtype) {
 
 }  // namespace
 
+uint32_t LayersForMib(const TinyLlamaOptions& o, uint64_t mib) {
+  const uint64_t h = o.hidden, kv = uint64_t{o.hidden} / o.heads * o.kv_heads;
+  const uint64_t per_layer = 2 * (2 * h * h + 2 * kv * h + 3 * h * o.ffn + 2 * h);
+  const uint64_t fixed = 2 * (2 * uint64_t{o.vocab} * h + h);
+  const uint64_t want = mib << 20;
+  return want <= fixed ? 1
+                       : static_cast<uint32_t>(std::max<uint64_t>(1, (want - fixed) / per_layer));
+}
+
 absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlamaOptions& o) {
   SafetensorsWriter w;
-  for (const Spec& t : Tensors()) {
+  for (const Spec& t : Tensors(o)) {
     if (t.name == o.drop_tensor) continue;
     absl::Status s = w.AddTensor(t.name, o.dtype, t.shape, Encode(Values(t, o), o.dtype));
     if (!s.ok()) return s;
@@ -86,20 +97,20 @@ absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlam
 }
 
 absl::Status WriteEquivalenceGguf(const std::string& path, const TinyLlamaOptions& o) {
-  auto map = TensorNameMap::ForArchitecture("llama", {kTinyLlamaHeads, kTinyLlamaKvHeads, 0});
+  auto map = TensorNameMap::ForArchitecture("llama", {o.heads, o.kv_heads, 0});
   if (!map.ok()) return map.status();
   GgufWriter w;
   w.SetString("general.architecture", "llama");
   w.SetString("general.name", "tiny-llama");
-  w.SetUint32("llama.block_count", 2);
-  w.SetUint32("llama.embedding_length", 64);
-  w.SetUint32("llama.feed_forward_length", 128);
-  w.SetUint32("llama.attention.head_count", kTinyLlamaHeads);
-  w.SetUint32("llama.attention.head_count_kv", kTinyLlamaKvHeads);
+  w.SetUint32("llama.block_count", o.layers);
+  w.SetUint32("llama.embedding_length", o.hidden);
+  w.SetUint32("llama.feed_forward_length", o.ffn);
+  w.SetUint32("llama.attention.head_count", o.heads);
+  w.SetUint32("llama.attention.head_count_kv", o.kv_heads);
   const GgmlType* f32 = FindGgmlTypeByName("F32");
   const GgmlType* wtype = FindGgmlTypeByName(o.gguf_type);
   if (wtype == nullptr) return absl::InvalidArgumentError(o.gguf_type);
-  for (const Spec& t : Tensors()) {
+  for (const Spec& t : Tensors(o)) {
     if (t.name == o.drop_tensor) continue;
     auto m = map->FromHf(t.name);
     if (!m) return absl::InternalError(absl::StrCat("no GGUF name for ", t.name));

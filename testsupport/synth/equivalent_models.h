@@ -13,8 +13,10 @@
 
 namespace modelfs::testing {
 
-// 2 blocks, hidden 64, 4 heads of 16 (2 KV heads), ffn 128, vocab 32.
+// By default 2 blocks, hidden 64, 4 heads of 16 (2 KV heads), ffn 128, vocab 32 (about 220 KB in
+// bf16); larger shapes for measurements (modelfs-synth equivalent).
 struct TinyLlamaOptions {
+  uint32_t layers = 2, hidden = 64, heads = 4, kv_heads = 2, ffn = 128, vocab = 32;
   uint32_t seed = 1;
   std::string dtype = "BF16";  // "BF16", "F16" or "F32" (values rounded through BF16 first)
   // Replaces this tensor's values by another seed's (the model "with one tensor replaced").
@@ -29,6 +31,8 @@ struct TinyLlamaOptions {
 inline constexpr uint32_t kTinyLlamaHeads = 4;
 inline constexpr uint32_t kTinyLlamaKvHeads = 2;
 inline constexpr int kTinyLlamaTensors = 2 + 2 * 9 + 1;  // embed, norm, lm_head + 9 per block
+// The layers whose count `mib` of bf16 weights about holds, for the other shapes of `o`.
+uint32_t LayersForMib(const TinyLlamaOptions& o, uint64_t mib);
 
 // model.safetensors (Hugging Face names). Errors: the writer's.
 absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlamaOptions& options);
