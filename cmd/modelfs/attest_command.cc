@@ -120,7 +120,7 @@ absl::Status OpenFiles(ModelHost& host, OpenedModel& m) {
   return absl::OkStatus();
 }
 
-std::string Fmt(double v) { return absl::StrFormat("%.4g", v); }
+std::string Fmt(double v) { return absl::StrFormat("%.7g", v); }
 
 void PrintReport(const OpenedModel& src, const OpenedModel& dst, const EquivalenceReport& r,
                  uint64_t fetched, double seconds) {
