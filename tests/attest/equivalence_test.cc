@@ -158,6 +158,42 @@ TEST_F(EquivalenceTest, TiedEmbeddingsWithNoLmHeadOnEitherSideAreEquivalent) {
   EXPECT_EQ(r.tensors.size(), static_cast<size_t>(testing::kTinyLlamaTensors - 1));
 }
 
+TEST_F(EquivalenceTest, AGemmaGgufPassesWithItsNormsStoredPlusOneAndFailsWithout) {
+  TinyLlamaOptions gemma;
+  gemma.arch = "gemma";
+  const std::string src = Safetensors("gemma", gemma);
+  EquivalenceReport r = Compare(src, Gguf("gemma", gemma));
+  EXPECT_TRUE(r.equivalent) << r.Refusal();
+  EXPECT_EQ(r.name_map, "gemma");
+  EXPECT_EQ(Find(r, "output_norm.weight")->transform, "add_one");
+  EXPECT_EQ(Find(r, "blk.0.attn_q.weight")->transform, "none");
+  TinyLlamaOptions raw = gemma;
+  raw.gemma_add_one = false;
+  EquivalenceReport bad = Compare(src, Gguf("gemma-raw", raw));
+  EXPECT_FALSE(bad.equivalent);
+  EXPECT_EQ(bad.failed(), 5u);  // output_norm and two norms per block
+  EXPECT_FALSE(Find(bad, "blk.1.ffn_norm.weight")->pass);
+}
+
+TEST_F(EquivalenceTest, AMixtralGgufStacksTheExpertsInOrder) {
+  TinyLlamaOptions moe;
+  moe.arch = "mixtral";
+  EquivalenceReport r = Compare(Safetensors("moe", moe), Gguf("moe", moe));
+  EXPECT_TRUE(r.equivalent) << r.Refusal();
+  EXPECT_EQ(r.name_map, "mixtral");
+  EXPECT_EQ(r.arch_params.n_expert, 3u);
+  const TensorComparison* gate = Find(r, "blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->transform, "stack_experts");
+  EXPECT_THAT(gate->shape, ::testing::ElementsAre(3, 128, 64));
+  EXPECT_THAT(gate->source,
+              ::testing::ElementsAre("model.layers.0.block_sparse_moe.experts.0.w1.weight",
+                                     "model.layers.0.block_sparse_moe.experts.1.w1.weight",
+                                     "model.layers.0.block_sparse_moe.experts.2.w1.weight"));
+  EXPECT_TRUE(Find(r, "blk.1.ffn_gate_inp.weight")->pass);
+  EXPECT_TRUE(Find(r, "blk.1.attn_k.weight")->pass);  // permuted, as llama
+}
+
 TEST_F(EquivalenceTest, DefaultTolerancesFollowTheDerivedTypesPrecision) {
   EXPECT_EQ(DefaultTolerance("BF16", "F32").max_rel_l2, 1e-6);
   EXPECT_EQ(DefaultTolerance("BF16", "F16").max_rel_l2, 1e-3);

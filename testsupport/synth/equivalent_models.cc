@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -33,6 +35,16 @@ std::vector<Spec> Tensors(const TinyLlamaOptions& o) {
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
     out.push_back({p + "self_attn.o_proj.weight", {h, h}});
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (o.arch == "mixtral") {
+      out.push_back({p + "block_sparse_moe.gate.weight", {o.n_expert, h}});
+      for (uint32_t e = 0; e < o.n_expert; ++e) {
+        const std::string x = absl::StrCat(p, "block_sparse_moe.experts.", e, ".");
+        out.push_back({x + "w1.weight", {o.ffn, h}});
+        out.push_back({x + "w2.weight", {h, o.ffn}});
+        out.push_back({x + "w3.weight", {o.ffn, h}});
+      }
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", {o.ffn, h}});
     out.push_back({p + "mlp.up_proj.weight", {o.ffn, h}});
     out.push_back({p + "mlp.down_proj.weight", {h, o.ffn}});
@@ -97,29 +109,47 @@ absl::Status WriteEquivalenceSafetensors(const std::string& path, const TinyLlam
 }
 
 absl::Status WriteEquivalenceGguf(const std::string& path, const TinyLlamaOptions& o) {
-  auto map = TensorNameMap::ForArchitecture("llama", {o.heads, o.kv_heads, 0});
+  const bool mixtral = o.arch == "mixtral";
+  // llama.cpp writes Mixtral as a "llama" with experts.
+  const std::string arch = mixtral ? "llama" : o.arch;
+  auto map = TensorNameMap::ForArchitecture(arch, {o.heads, o.kv_heads, mixtral ? o.n_expert : 0});
   if (!map.ok()) return map.status();
   GgufWriter w;
-  w.SetString("general.architecture", "llama");
-  w.SetString("general.name", "tiny-llama");
-  w.SetUint32("llama.block_count", o.layers);
-  w.SetUint32("llama.embedding_length", o.hidden);
-  w.SetUint32("llama.feed_forward_length", o.ffn);
-  w.SetUint32("llama.attention.head_count", o.heads);
-  w.SetUint32("llama.attention.head_count_kv", o.kv_heads);
+  w.SetString("general.architecture", arch);
+  w.SetString("general.name", "tiny-" + o.arch);
+  w.SetUint32(arch + ".block_count", o.layers);
+  w.SetUint32(arch + ".embedding_length", o.hidden);
+  w.SetUint32(arch + ".feed_forward_length", o.ffn);
+  w.SetUint32(arch + ".attention.head_count", o.heads);
+  w.SetUint32(arch + ".attention.head_count_kv", o.kv_heads);
+  if (mixtral) w.SetUint32(arch + ".expert_count", o.n_expert);
   const GgmlType* f32 = FindGgmlTypeByName("F32");
   const GgmlType* wtype = FindGgmlTypeByName(o.gguf_type);
   if (wtype == nullptr) return absl::InvalidArgumentError(o.gguf_type);
-  for (const Spec& t : Tensors(o)) {
-    if (t.name == o.drop_tensor) continue;
-    auto m = map->FromHf(t.name);
-    if (!m) return absl::InternalError(absl::StrCat("no GGUF name for ", t.name));
-    std::vector<float> v = Values(t, o);
-    if (m->transform != TensorTransform::kPermuteRows || o.permute_qk) {
-      absl::Status s = HfToGgufValues(*m, t.shape, v);
-      if (!s.ok()) return s;
+  const std::vector<Spec> specs = Tensors(o);
+  std::map<std::string, const Spec*> by_name;
+  for (const Spec& t : specs) by_name[t.name] = &t;
+  std::set<std::string> written;
+  for (const Spec& first : specs) {
+    if (first.name == o.drop_tensor) continue;
+    auto m = map->FromHf(first.name);
+    if (!m) return absl::InternalError(absl::StrCat("no GGUF name for ", first.name));
+    if (!written.insert(m->gguf_name).second) continue;  // a stack, written at its first expert
+    std::vector<float> v;
+    for (const std::string& part : m->hf_names) {
+      const Spec& t = *by_name.at(part);
+      std::vector<float> pv = Values(t, o);
+      const bool skip = (m->transform == TensorTransform::kPermuteRows && !o.permute_qk) ||
+                        (m->transform == TensorTransform::kAddOne && !o.gemma_add_one);
+      if (!skip) {
+        absl::Status s = HfToGgufValues(*m, t.shape, pv);
+        if (!s.ok()) return s;
+      }
+      v.insert(v.end(), pv.begin(), pv.end());
     }
-    const GgmlType* type = t.shape.size() == 1 ? f32 : wtype;
+    std::vector<uint64_t> dims = GgufDimsFromHfShape(first.shape);
+    if (m->transform == TensorTransform::kStackExperts) dims.push_back(m->hf_names.size());
+    const GgmlType* type = first.shape.size() == 1 ? f32 : wtype;
     std::string bytes;
     if (type->name == std::string("Q8_0")) {
       auto q = QuantizeQ8_0(v);
@@ -132,7 +162,7 @@ absl::Status WriteEquivalenceGguf(const std::string& path, const TinyLlamaOption
     } else {
       bytes = Encode(v, type->name);
     }
-    absl::Status s = w.AddTensor(m->gguf_name, GgufDimsFromHfShape(t.shape), type->id, bytes);
+    absl::Status s = w.AddTensor(m->gguf_name, dims, type->id, bytes);
     if (!s.ok()) return s;
   }
   return w.WriteFile(path);

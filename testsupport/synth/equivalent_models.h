@@ -17,6 +17,10 @@ namespace modelfs::testing {
 // bf16); larger shapes for measurements (modelfs-synth equivalent).
 struct TinyLlamaOptions {
   uint32_t layers = 2, hidden = 64, heads = 4, kv_heads = 2, ffn = 128, vocab = 32;
+  // "llama", "gemma" (norms stored +1, no permutation) or "mixtral" (n_expert experts per block
+  // instead of the MLP, stacked in the GGUF).
+  std::string arch = "llama";
+  uint32_t n_expert = 3;
   uint32_t seed = 1;
   std::string dtype = "BF16";  // "BF16", "F16" or "F32" (values rounded through BF16 first)
   // Replaces this tensor's values by another seed's (the model "with one tensor replaced").
@@ -25,8 +29,10 @@ struct TinyLlamaOptions {
   std::string drop_tensor;
   // GGUF only: the type of the 2-D weights ("Q8_0", "F16", ...); 1-D norms stay F32.
   std::string gguf_type = "Q8_0";
-  // GGUF only: apply llama.cpp's Q/K permutation (false: the wrongly converted model).
+  // GGUF only: apply llama.cpp's transforms (Q/K permutation, gemma's +1); false: the wrongly
+  // converted model.
   bool permute_qk = true;
+  bool gemma_add_one = true;
 };
 inline constexpr uint32_t kTinyLlamaHeads = 4;
 inline constexpr uint32_t kTinyLlamaKvHeads = 2;
