@@ -194,6 +194,22 @@ TEST_F(EquivalenceTest, AMixtralGgufStacksTheExpertsInOrder) {
   EXPECT_TRUE(Find(r, "blk.1.attn_k.weight")->pass);  // permuted, as llama
 }
 
+TEST_F(EquivalenceTest, AQ4_KGgufPassesWithinTheLooserQ4_KBound) {
+  TinyLlamaOptions q4;
+  q4.gguf_type = "Q4_K";
+  q4.hidden = 256;  // Q4_K blocks hold 256 values: rows of 256
+  q4.ffn = 512;
+  EquivalenceReport r = Compare(Safetensors("src256", q4), Gguf("q4", q4));
+  EXPECT_TRUE(r.equivalent) << r.Refusal();
+  double worst = 0;
+  for (const auto& t : r.tensors) {
+    if (t.derived_type == "Q4_K") worst = std::max(worst, t.rel_l2);
+  }
+  EXPECT_GT(worst, 0.02);  // far looser than Q8_0 ...
+  EXPECT_LT(worst, 0.15);  // ... and within its bound
+  EXPECT_EQ(r.tolerances.count("BF16->Q4_K"), 1u);
+}
+
 TEST_F(EquivalenceTest, DefaultTolerancesFollowTheDerivedTypesPrecision) {
   EXPECT_EQ(DefaultTolerance("BF16", "F32").max_rel_l2, 1e-6);
   EXPECT_EQ(DefaultTolerance("BF16", "F16").max_rel_l2, 1e-3);
