@@ -350,7 +350,14 @@ absl::StatusOr<AttestationVerdict> VerifyAttestations(RegistryClient& client,
   if (!m.ok()) {
     return absl::Status(m.status().code(), absl::StrCat(where, ": ", m.status().message()));
   }
-  ASSIGN_OR_RETURN(Json j, ParseAttManifest(*m, where));
+  // A malformed .att manifest (an index, no layers, over the cap) is a refusal, not bad input.
+  absl::StatusOr<Json> parsed = ParseAttManifest(*m, where);
+  if (!parsed.ok()) {
+    v.reason = "bad_payload";
+    v.detail = std::string(parsed.status().message());
+    return v;
+  }
+  Json j = *std::move(parsed);
   // The most telling refusal seen: a later check failing beats an earlier one.
   int rank = 0;
   auto refuse = [&](int r, std::string reason, std::string detail) {

@@ -112,8 +112,8 @@ struct AttestationVerdict {
 // Reads the subject's .att tag and accepts when one envelope verifies with one of `keys`, has
 // payloadType in-toto, a Statement v1 (or cosign's v0.1) whose subject lists `subject`'s sha256,
 // predicateType `predicate_type`, and (for the equivalence predicate) `predicate.equivalent` true.
-// Errors: the registry failing (kUnavailable, ...), a malformed .att manifest (kInvalidArgument); a
-// refusal is a verdict, not an error.
+// Errors: the registry failing (kUnavailable, ...). A refusal is a verdict, not an error; a
+// malformed .att manifest (an index, no layers, over the cap) is the refusal bad_payload.
 absl::StatusOr<AttestationVerdict> VerifyAttestations(RegistryClient& client,
                                                       const std::string& repository,
                                                       const Digest& subject,

@@ -141,6 +141,19 @@ TEST_F(AttestationStoreTest, EachRefusalHasItsReason) {
   EXPECT_THAT(v.detail, HasSubstr("verified with key k.pem"));
 }
 
+TEST_F(AttestationStoreTest, AnIndexInPlaceOfTheAttManifestIsARefusalNotAnError) {
+  ASSERT_OK(
+      client_
+          ->PutManifest(
+              "team/m", AttestationTag(subject_),
+              R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]})",
+              "application/vnd.oci.image.index.v1+json")
+          .status());
+  AttestationVerdict v = Verify(key_->public_key());
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.reason, "bad_payload");
+}
+
 TEST_F(AttestationStoreTest, TheNodeRefusesAnUnattestedModelOfARequiredRepositoryNamingIt) {
   dir_.WriteFile("team.pub", key_->public_key().Pem());
   auto client_for = [this](const std::string&) -> absl::StatusOr<RegistryClient*> {
