@@ -46,6 +46,10 @@ RULES = [
     # above the registry, the OCI code and the cache.
     ("core/resolve", 4, ["core/registry", "core/oci", "core/cache", "core/formats", "core/io",
                          "core/http", "core/base", "core/text", "core/status"]),
+    # Equivalence attestations: the comparison (formats), the statement, its DSSE envelope and
+    # cosign's .att tag (trust, registry); beside core/model and core/publish.
+    ("core/attest", 5, ["core/trust", "core/registry", "core/formats", "core/oci", "core/io",
+                        "core/base", "core/text", "core/status"]),
     ("core/model", 5, ["core/resolve", "core/cache", "core/registry", "core/formats",
                        "core/oci", "core/io", "core/base", "core/text", "core/status"]),
     ("fuse", 6, ["core/oci", "core/base", "core/text", "core/status",

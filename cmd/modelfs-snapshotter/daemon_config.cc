@@ -91,6 +91,8 @@ const std::set<std::string>& TopKeys() {
                                                       "lazy_images_unpack_refused",
                                                       "docker_config",
                                                       "policy",
+                                                      "require_equivalence",
+                                                      "equivalence_keys",
                                                       "metrics_address",
                                                       "log_level",
                                                       "containerd_address",
@@ -149,7 +151,9 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
   for (auto [key, out] :
        {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
         {"model_hosts", &c.model_hosts},
-        {"lazy_images", &c.lazy_images}}) {
+        {"lazy_images", &c.lazy_images},
+        {"require_equivalence", &c.require_equivalence},
+        {"equivalence_keys", &c.equivalence_keys}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
   if (absl::Status st =
@@ -252,6 +256,8 @@ std::string RenderDaemonConfig(const DaemonConfig& c) {
   line("lazy_images", TomlStrings(c.lazy_images));
   line("lazy_images_unpack_refused", TomlBool(c.lazy_images_unpack_refused));
   line("policy", TomlString(c.policy));
+  line("require_equivalence", TomlStrings(c.require_equivalence));
+  line("equivalence_keys", TomlStrings(c.equivalence_keys));
   line("docker_config", TomlString(c.docker_config));
   line("metrics_address", TomlString(c.metrics_address));
   line("containerd_address", TomlString(c.containerd_address));
@@ -344,6 +350,21 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (!c.policy.empty() && c.policy.front() != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("policy \"", c.policy, "\" must be an absolute path or \"\""));
+  }
+  for (const std::string& k : c.equivalence_keys) {
+    if (k.empty() || k.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("equivalence_keys entry \"", k, "\" must be an absolute path"));
+    }
+  }
+  for (const std::string& r : c.require_equivalence) {
+    if (absl::Status st = CheckModelHostEntry(r); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("require_equivalence: ", st.message()));
+    }
+  }
+  if (!c.require_equivalence.empty() && c.equivalence_keys.empty()) {
+    return absl::InvalidArgumentError(
+        "require_equivalence names repositories but equivalence_keys is empty");
   }
   if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
     return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,

@@ -38,6 +38,11 @@ struct DaemonConfig {
   // A docker config.json with credentials; empty: none (anonymous), never $DOCKER_CONFIG or
   // ~/.docker, which would make what the daemon sends depend on its environment.
   std::string docker_config;
+  // Repositories (model_hosts forms) whose volume images must carry a signed equivalence
+  // attestation, and the PEM public keys one must verify with (absolute paths).
+  // ModelSnapshotterOptions::require_equivalence. Empty: none required.
+  std::vector<std::string> require_equivalence;
+  std::vector<std::string> equivalence_keys;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
   std::string metrics_address;     // "host:port"; empty: no metrics endpoint

@@ -199,6 +199,8 @@ absl::Status Run(const DaemonConfig& c) {
   o.lazy_images = c.lazy_images;
   o.lazy_images_unpack_refused = c.lazy_images_unpack_refused;
   o.policy = c.policy;
+  o.require_equivalence = c.require_equivalence;
+  o.equivalence_keys = c.equivalence_keys;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
   o.registry.client.stall_timeout =

@@ -39,19 +39,23 @@ void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (t
 // node ls, node prefetch, node evict (node_command.cc; built with the snapshotter's gRPC parts,
 // MODELFS_NODE_COMMANDS).
 void RegisterNodeCommands(CLI::App& app, Context& ctx);
+void RegisterAttest(CLI::App& app, Context& ctx);         // attest equivalence
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).
 struct VerifyRefCli {
   std::string ref;
-  std::string policy;  // --policy FILE
-  std::string key;     // --key PUB
+  std::string policy;       // --policy FILE
+  std::string key;          // --key PUB
+  std::string attestation;  // --attestation equivalence: check attestations, not signatures
   bool plain_http = false;
   std::string hosts_dir = "/etc/containerd/certs.d";
   std::string docker_config;
   bool json = false;
 };
 absl::Status RunVerifyReference(const VerifyRefCli& c);
+// verify REF --attestation equivalence --key PUB (attest_command.cc).
+absl::Status RunVerifyAttestation(const VerifyRefCli& c);
 // Loads a signing key (--key, --sign-key); COSIGN_PASSWORD opens an encrypted one. Every failure
 // is bad input (exit 2), a wrong passphrase included.
 absl::StatusOr<PrivateKey> LoadSigningKey(const std::string& path);

@@ -142,6 +142,19 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
           return store.get();
         });
   }
+  if (!o.require_equivalence.empty()) {
+    ModelSnapshotter* raw = s.get();
+    ASSIGN_OR_RETURN(s->attestation_gate_,
+                     AttestationGate::Create(
+                         o.require_equivalence, o.equivalence_keys,
+                         [raw](const std::string& registry) -> absl::StatusOr<RegistryClient*> {
+                           ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client,
+                                            raw->host_->registry().For(registry));
+                           // The client lives in the host's RegistryClients as long as the
+                           // snapshotter.
+                           return client.get();
+                         }));
+  }
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;

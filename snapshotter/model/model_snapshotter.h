@@ -103,6 +103,7 @@
 #include "snapshotter/content/content_store_client.h"
 #include "snapshotter/content/image_volume_key.h"
 #include "snapshotter/model/node_status.h"
+#include "snapshotter/policy/attestation_gate.h"
 #include "snapshotter/policy/policy_gate.h"
 #include "snapshotter/store/overlay_snapshotter.h"
 #include "snapshotter/store/snapshotter.h"
@@ -163,6 +164,11 @@ struct ModelSnapshotterOptions {
   // is registered, and again each time a container is to use one; empty: no policy, nothing
   // checked.
   std::string policy;
+  // Repositories (model_hosts forms) whose volume images must carry an equivalence attestation
+  // (attestation_gate.h) signed by one of equivalence_keys (PEM public key paths). Empty: none
+  // required. snapshotter.toml `require_equivalence`, `equivalence_keys`.
+  std::vector<std::string> require_equivalence;
+  std::vector<std::string> equivalence_keys;
   // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
   // empty: such volumes stay empty, as with stock containerd.
   std::string containerd_address;
@@ -409,8 +415,14 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   absl::StatusOr<int> CountChildren(const std::string& key);
   // With a policy: OK when it accepts `image` at `digest`, else kPermissionDenied (logged).
   // Without one: OK.
+  // With require_equivalence naming the image's repository, an accepted equivalence
+  // attestation is required too (AttestationGate).
   absl::Status CheckPolicy(const ImageReference& image, const Digest& digest,
                            const std::string& what);
+  // The signature policy alone (CheckModelLocation: M's location needs no attestation of its
+  // own, V's is what the pod named).
+  absl::Status CheckSignaturePolicy(const ImageReference& image, const Digest& digest,
+                                    const std::string& what);
   // With a policy, M's location when V names M in another repository: the policy must accept
   // M there, under M's own scope.
   absl::Status CheckModelLocation(const ResolvedModel& rm);
@@ -510,7 +522,8 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<PolicyGate> policy_gate_;  // null without a policy
+  std::unique_ptr<PolicyGate> policy_gate_;            // null without a policy
+  std::unique_ptr<AttestationGate> attestation_gate_;  // null without require_equivalence
   std::map<std::string, std::unique_ptr<RegistrySignatureStore>> signature_stores_
       ABSL_GUARDED_BY(mu_);
   // The volume image (reference and manifest digest, from the Prepare's labels) of each model

@@ -113,6 +113,18 @@ absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const Resolv
 
 absl::Status ModelSnapshotter::CheckPolicy(const ImageReference& image, const Digest& digest,
                                            const std::string& what) {
+  RETURN_IF_ERROR(CheckSignaturePolicy(image, digest, what));
+  if (!attestation_gate_) return absl::OkStatus();
+  AttestationGate::Outcome outcome = attestation_gate_->Check(image, digest);
+  if (!outcome.status.ok()) {
+    Log(absl::StrCat(what, " refused: ", outcome.status.message()));
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotter::CheckSignaturePolicy(const ImageReference& image,
+                                                    const Digest& digest, const std::string& what) {
   if (!policy_gate_) return absl::OkStatus();
   PolicyGate::Outcome outcome = policy_gate_->Check(image, digest);
   if (!outcome.status.ok()) {
@@ -132,7 +144,7 @@ absl::Status ModelSnapshotter::CheckModelLocation(const ResolvedModel& rm) {
   ASSIGN_OR_RETURN(ImageReference m,
                    ImageReference::Parse(absl::StrCat(rm.registry, "/", rm.repository, "@",
                                                       rm.model_descriptor.digest.str())));
-  return CheckPolicy(m, rm.model_descriptor.digest, "model");
+  return CheckSignaturePolicy(m, rm.model_descriptor.digest, "model");
 }
 
 std::map<std::string, uint64_t> ModelSnapshotter::policy_refusals() const {

@@ -337,6 +337,29 @@ TEST(DaemonConfigTest, PolicyIsAnAbsolutePathOrEmpty) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("policy \"policy.json\"")));
 }
 
+// require_equivalence: repositories in the model_hosts forms, with at least one key, each an
+// absolute path.
+TEST(DaemonConfigTest, RequireEquivalenceNeedsKeysAndTheModelHostsForms) {
+  DaemonConfig c;
+  ASSERT_OK(
+      ParseDaemonConfig("require_equivalence = [\"reg:5000/quantized/*\"]\n"
+                        "equivalence_keys = [\"/etc/modelfs/keys/q.pub\"]\n",
+                        "e.toml", c));
+  EXPECT_THAT(c.require_equivalence, ElementsAre("reg:5000/quantized/*"));
+  EXPECT_THAT(c.equivalence_keys, ElementsAre("/etc/modelfs/keys/q.pub"));
+  EXPECT_OK(ValidateDaemonConfig(c));
+  c.equivalence_keys.clear();
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("equivalence_keys is empty")));
+  c.equivalence_keys = {"q.pub"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"q.pub\"")));
+  c.equivalence_keys = {"/q.pub"};
+  c.require_equivalence = {"reg:5000/te*m"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("require_equivalence")));
+}
+
 }  // namespace
 TEST(DaemonConfigTest, LazyImagesAreRepositoriesInTheModelHostsForms) {
   DaemonConfig c;

@@ -39,6 +39,7 @@
 #include "testsupport/testing/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs::snapshotter {
 namespace {
@@ -578,6 +579,31 @@ TEST_F(ModelSnapshotterTest, AVolumeLayerRefusedByThePolicyLeavesNothingBehind) 
   EXPECT_THAT(snapshotter_->Stat("chain-a").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
   EXPECT_THAT(ListModelRecords(root() / "models"), IsEmpty());
+}
+
+// require_equivalence: a volume image of a listed repository is refused at its remote Prepare
+// unless an equivalence attestation is accepted; fail closed when the attestations cannot be
+// fetched (this registry is unreachable), naming the image and the requirement.
+TEST_F(ModelSnapshotterTest, AVolumeLayerOfARepositoryRequiringEquivalenceIsRefusedWithoutOne) {
+  ModelSnapshotterOptions o = Options();
+  o.require_equivalence = {absl::StrCat(kRegistry, "/models/*")};
+  o.equivalence_keys = {tmp_.WriteFile("q.pub", testing::GenerateKey().public_pem).string()};
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr("models/m-volume:v1"), HasSubstr("require_equivalence"),
+                             HasSubstr("fetch_failed"))));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, ARepositoryTheRequirementDoesNotNameIsNotAskedForOne) {
+  ModelSnapshotterOptions o = Options();
+  o.require_equivalence = {absl::StrCat(kRegistry, "/quantized/*")};
+  o.equivalence_keys = {tmp_.WriteFile("q.pub", testing::GenerateKey().public_pem).string()};
+  ASSERT_OK(Open(std::move(o)));
+  // As without the requirement: the unreachable registry is what fails the Prepare.
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(kRegistry)));
 }
 
 // --- Restart recovery ---
