@@ -38,6 +38,10 @@ struct DaemonConfig {
   // A docker config.json with credentials; empty: none (anonymous), never $DOCKER_CONFIG or
   // ~/.docker, which would make what the daemon sends depend on its environment.
   std::string docker_config;
+  // Credentials (docs/snapshotter.md, "Credentials"): a kubelet CredentialProviderConfig (JSON)
+  // and the directory of its plugins, both or neither; empty (default): no plugins.
+  std::string credential_provider_config;
+  std::string credential_provider_bin_dir;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
   std::string metrics_address;     // "host:port"; empty: no metrics endpoint
