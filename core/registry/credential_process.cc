@@ -32,18 +32,19 @@ struct Fds {
   }
 };
 
-// Writes `data` to `fd` without a SIGPIPE reaching the process when the program has closed
-// its stdin: SIGPIPE is blocked on this thread for the write and a pending one is consumed.
-bool WriteAllNoSigpipe(int fd, const std::string& data) {
+// Writes what it can of `data` from `done` to the non-blocking `fd` without a SIGPIPE reaching
+// the process when the program has closed its stdin (SIGPIPE is blocked on this thread for the
+// write and a pending one consumed). Returns false when the program will read no more.
+bool WriteSomeNoSigpipe(int fd, const std::string& data, size_t& done) {
   sigset_t pipe_set, old;
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
   bool ok = true;
-  size_t done = 0;
   while (done < data.size()) {
     ssize_t n = write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) {
       ok = false;
       break;
@@ -109,10 +110,15 @@ absl::StatusOr<CredentialProcessResult> RunCredentialProcess(const CredentialPro
                                             search_path ? " (looked up on $PATH)" : ""));
   }
 
-  // The request is small (well under a pipe's 64 KiB), so it is written whole before reading.
-  WriteAllNoSigpipe(fds.in_w, p.stdin_data);
-  close(fds.in_w);
-  fds.in_w = -1;
+  fcntl(fds.in_w, F_SETFL, fcntl(fds.in_w, F_GETFL) | O_NONBLOCK);
+  size_t written = 0;
+  auto close_stdin = [&fds] {
+    if (fds.in_w >= 0) close(fds.in_w);
+    fds.in_w = -1;
+  };
+  if (!WriteSomeNoSigpipe(fds.in_w, p.stdin_data, written) || written == p.stdin_data.size()) {
+    close_stdin();
+  }
 
   CredentialProcessResult result;
   absl::Time deadline = absl::Now() + p.timeout;
@@ -123,10 +129,17 @@ absl::StatusOr<CredentialProcessResult> RunCredentialProcess(const CredentialPro
       timed_out = true;
       break;
     }
-    struct pollfd pfd = {fds.out_r, POLLIN, 0};
-    int n = poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    struct pollfd pfds[2] = {{fds.out_r, POLLIN, 0}, {fds.in_w, POLLOUT, 0}};
+    int n =
+        poll(pfds, fds.in_w >= 0 ? 2 : 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) continue;  // the deadline check above ends the loop
+    if (fds.in_w >= 0 && pfds[1].revents != 0) {
+      if (!WriteSomeNoSigpipe(fds.in_w, p.stdin_data, written) || written == p.stdin_data.size()) {
+        close_stdin();
+      }
+    }
+    if (pfds[0].revents == 0) continue;
     char buf[4096];
     ssize_t got = read(fds.out_r, buf, sizeof(buf));
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -137,6 +150,7 @@ absl::StatusOr<CredentialProcessResult> RunCredentialProcess(const CredentialPro
     }
     result.stdout.append(buf, static_cast<size_t>(got));
   }
+  close_stdin();
   // Wait for the exit, still within the deadline (a program may close stdout and linger).
   int status = 0;
   while (!timed_out && !too_long) {

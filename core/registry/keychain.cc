@@ -90,15 +90,15 @@ absl::StatusOr<Credential> ParseCredentialHelperOutput(const std::string& out,
   if (!user.ok()) return user.status();
   absl::StatusOr<std::string> secret = str("Secret");
   if (!secret.ok()) return secret.status();
+  if (secret->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": the answer has no Secret"));
+  }
   Credential c;
   if (*user == "<token>") {
     c.identity_token = *std::move(secret);
   } else {
     c.username = *std::move(user);
     c.password = *std::move(secret);
-  }
-  if (c.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": the answer has no Secret"));
   }
   return c;
 }

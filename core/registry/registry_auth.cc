@@ -179,6 +179,8 @@ absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthoriz
       host.challenge = bearer;
     }
     if (cred.has_value() && !cred->registry_token.empty()) {
+      // Another request replaced the token refused meanwhile: retry with the new one.
+      if (sent != "Bearer " + cred->registry_token) return absl::OkStatus();
       // A registry token from the keychain was refused: ask for another one.
       ASSIGN_OR_RETURN(bool other, RefreshCredential(host, cred));
       if (other) return absl::OkStatus();
@@ -195,6 +197,9 @@ absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthoriz
       host.basic_auth = true;
     }
     if (!already) return absl::OkStatus();
+    if (sent != "Basic " + absl::Base64Escape(cred->username + ":" + cred->password)) {
+      return absl::OkStatus();  // replaced meanwhile: retry with the new one
+    }
     if (!sent.empty()) {
       // The registry refused the username and password sent: ask the keychain again.
       ASSIGN_OR_RETURN(bool other, RefreshCredential(host, cred));
