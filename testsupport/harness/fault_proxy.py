@@ -34,6 +34,9 @@
   --blob-fault-offset K  body offset of the corrupt byte (default -1: the middle of the body).
   --blob-fault-from B  only requests whose Range starts at blob offset B or later (default 0;
                       a request without Range starts at 0), e.g. the readahead past a read.
+  --rate BYTES_PER_S  send the bodies of GET .../blobs/... answers at most this fast, all
+                      connections together (one shaped link; 0: unshaped), for loads that must
+                      last a while (credentials that expire during a cold load).
 GET /__stats returns counters as JSON. GET /__clear-faults turns --blob-fault off (answers
 already stalled stay stalled); GET /__set-faults?mode=M&first=N&path=P&bytes=B&offset=K&from=F sets
 them (omitted fields keep their values).
@@ -94,6 +97,7 @@ def main():
     ap.add_argument("--blob-fault-offset", type=int, default=-1)
     ap.add_argument("--blob-fault-range-shift", type=int, default=0)
     ap.add_argument("--blob-fault-from", type=int, default=0)
+    ap.add_argument("--rate", type=int, default=0)
     args = ap.parse_args()
     # --blob-fault-first counts down; this says whether it was given at all (0: every answer).
     args.blob_fault_limited = args.blob_fault_first > 0
@@ -104,6 +108,19 @@ def main():
              "blob_gets": 0, "blob_faults": 0, "stalls_ended": 0}
     generation_uses = {}
     next_generation = [1]
+    link_free_at = [0.0]  # --rate: when the shaped link has sent what it was given
+
+    def shaped_write(wfile, payload):
+        """Writes payload through the one shaped link: 16 KiB pieces, each when the link is free."""
+        for i in range(0, len(payload), 16384):
+            piece = payload[i:i + 16384]
+            with lock:
+                start = max(time.monotonic(), link_free_at[0])
+                link_free_at[0] = start + len(piece) / args.rate
+            delay = start - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            wfile.write(piece)
     port = [0]
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -153,7 +170,11 @@ def main():
                 if k < len(payload):
                     payload = payload[:k] + bytes([payload[k] ^ 0xff]) + payload[k + 1:]
             if fault not in ("reset", "truncate", "stall"):
-                self.wfile.write(payload)
+                if (args.rate > 0 and self.command == "GET" and "/blobs/" in path and
+                        resp.status in (200, 206)):
+                    shaped_write(self.wfile, payload)
+                else:
+                    self.wfile.write(payload)
                 return
             n = args.blob_fault_bytes if args.blob_fault_bytes >= 0 else len(payload) // 2
             n = min(n, max(len(payload) - 1, 0))  # always short of the whole body
