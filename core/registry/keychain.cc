@@ -110,8 +110,9 @@ DockerConfigKeychain::DockerConfigKeychain(Options options)
 absl::StatusOr<std::unique_ptr<DockerConfigKeychain>> DockerConfigKeychain::Create(
     Options options) {
   std::unique_ptr<DockerConfigKeychain> k(new DockerConfigKeychain(std::move(options)));
+  DockerConfigKeychain::FileId now = k->Stat();
   absl::MutexLock l(&k->mu_);
-  if (absl::Status st = k->Refresh(); !st.ok()) return st;
+  if (absl::Status st = k->Refresh(now); !st.ok()) return st;
   return k;
 }
 
@@ -127,8 +128,7 @@ DockerConfigKeychain::FileId DockerConfigKeychain::Stat() const {
   return id;
 }
 
-absl::Status DockerConfigKeychain::Refresh() {
-  FileId now = Stat();
+absl::Status DockerConfigKeychain::Refresh(const FileId& now) {
   if (now == file_) return absl::OkStatus();
   absl::StatusOr<CredentialStore> store = CredentialStore::LoadDockerConfig(options_.path);
   // A file that does not parse (a refresher caught mid-write) is read again on the next use;
@@ -143,9 +143,10 @@ absl::Status DockerConfigKeychain::Refresh() {
 absl::StatusOr<std::optional<Credential>> DockerConfigKeychain::Get(const std::string& registry) {
   std::string key = CredentialStore::NormalizeKey(registry);
   std::string helper;
+  const FileId now = Stat();  // outside the lock: every request of every registry passes here
   {
     absl::MutexLock l(&mu_);
-    if (absl::Status st = Refresh(); !st.ok()) return st;
+    if (absl::Status st = Refresh(now); !st.ok()) return st;
     helper = store_.HelperFor(registry);
     if (helper.empty()) return store_.Lookup(registry);
     auto it = helper_answers_.find(key);

@@ -90,8 +90,8 @@ class DockerConfigKeychain : public Keychain {
   };
   explicit DockerConfigKeychain(Options options);
   FileId Stat() const;
-  // Reads the file again when it changed since it was last read.
-  absl::Status Refresh() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the file again when `now` (its Stat) differs from when it was last read.
+  absl::Status Refresh(const FileId& now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<Credential>> RunHelper(const std::string& helper,
                                                       const std::string& registry);
 
