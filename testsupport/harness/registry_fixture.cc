@@ -368,6 +368,9 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
   if (options.rate_bytes_per_s > 0) {
     argv.insert(argv.end(), {"--rate", absl::StrCat(options.rate_bytes_per_s)});
   }
+  if (options.bearer_max_age_s > 0) {
+    argv.insert(argv.end(), {"--bearer-max-age", absl::StrCat(options.bearer_max_age_s)});
+  }
   ASSIGN_OR_RETURN(p->process_, ChildProcess::Spawn(argv, p->work_dir_ + "/proxy.log"));
   ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, p->process_.get(), absl::Seconds(20)));
   p->host_port_ = absl::StrCat("127.0.0.1:", port);

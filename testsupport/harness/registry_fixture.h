@@ -146,6 +146,9 @@ struct FaultProxyOptions {
   // Blob bodies sent at most this fast, all connections together (fault_proxy.py --rate);
   // 0: unshaped.
   int64_t rate_bytes_per_s = 0;
+  // Requests whose bearer token was issued more than this many seconds ago get the registry's
+  // 401 (fault_proxy.py --bearer-max-age; counted as bearer_refused); 0: tokens pass.
+  double bearer_max_age_s = 0;
 };
 
 // fault_proxy.py's name of a BlobFault ("" for kNone).
@@ -159,7 +162,8 @@ class FaultProxy {
   const std::string& host_port() const { return host_port_; }
   // A counter from /__stats: requests, injected, redirects, storage_requests,
   // storage_expired, storage_with_auth, refused_writes, blob_gets (GETs of blobs answered 200
-  // or 206), blob_faults (bodies broken), stalls_ended (stalled answers the client gave up).
+  // or 206), blob_faults (bodies broken), stalls_ended (stalled answers the client gave up),
+  // bearer_refused (tokens refused for their age).
   absl::StatusOr<int> Stat(const std::string& name) const;
   // Turns the blob fault off for the answers that follow (a stalled one stays stalled).
   absl::Status ClearBlobFault() const;
