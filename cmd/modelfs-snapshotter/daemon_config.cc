@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/resolve/registry_clients.h"
 #include "snapshotter/policy/model_hosts.h"
 
 namespace modelfs::snapshotter {
@@ -90,6 +91,8 @@ const std::set<std::string>& TopKeys() {
                                                       "lazy_images",
                                                       "lazy_images_unpack_refused",
                                                       "docker_config",
+                                                      "credential_provider_config",
+                                                      "credential_provider_bin_dir",
                                                       "policy",
                                                       "require_equivalence",
                                                       "equivalence_keys",
@@ -141,6 +144,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"address", &c.address},
                           {"hosts_dir", &c.hosts_dir},
                           {"docker_config", &c.docker_config},
+                          {"credential_provider_config", &c.credential_provider_config},
+                          {"credential_provider_bin_dir", &c.credential_provider_bin_dir},
                           {"policy", &c.policy},
                           {"metrics_address", &c.metrics_address},
                           {"log_level", &c.log_level},
@@ -259,6 +264,8 @@ std::string RenderDaemonConfig(const DaemonConfig& c) {
   line("require_equivalence", TomlStrings(c.require_equivalence));
   line("equivalence_keys", TomlStrings(c.equivalence_keys));
   line("docker_config", TomlString(c.docker_config));
+  line("credential_provider_config", TomlString(c.credential_provider_config));
+  line("credential_provider_bin_dir", TomlString(c.credential_provider_bin_dir));
   line("metrics_address", TomlString(c.metrics_address));
   line("containerd_address", TomlString(c.containerd_address));
   line("log_level", TomlString(c.log_level));
@@ -345,6 +352,35 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     if (value->empty() || value->front() != '/') {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " \"", *value, "\" must be an absolute path"));
+    }
+  }
+  // Credentials: absolute paths, the two provider keys together, and files that parse (a
+  // provider's plugin must be in the bin dir), so --check-config reports them.
+  for (auto [name, value] :
+       {std::pair<const char*, const std::string*>{"docker_config", &c.docker_config},
+        {"credential_provider_config", &c.credential_provider_config},
+        {"credential_provider_bin_dir", &c.credential_provider_bin_dir}}) {
+    if (!value->empty() && value->front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " \"", *value, "\" must be an absolute path or \"\""));
+    }
+  }
+  if (c.credential_provider_config.empty() != c.credential_provider_bin_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.credential_provider_config.empty() ? "credential_provider_bin_dir"
+                                                          : "credential_provider_config",
+                     ": credential_provider_config and credential_provider_bin_dir go together"));
+  }
+  {
+    RegistryAccessOptions access;
+    access.docker_config = c.docker_config;
+    access.default_docker_config = false;
+    access.credential_provider_config = c.credential_provider_config;
+    access.credential_provider_bin_dir = c.credential_provider_bin_dir;
+    if (absl::StatusOr<std::shared_ptr<Keychain>> k = MakeKeychain(access); !k.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          c.credential_provider_config.empty() ? "docker_config" : "credential_provider_config",
+          ": ", k.status().message()));
     }
   }
   if (!c.policy.empty() && c.policy.front() != '/') {

@@ -43,6 +43,10 @@ struct DaemonConfig {
   // ModelSnapshotterOptions::require_equivalence. Empty: none required.
   std::vector<std::string> require_equivalence;
   std::vector<std::string> equivalence_keys;
+  // Credentials (docs/snapshotter.md, "Credentials"): a kubelet CredentialProviderConfig (JSON)
+  // and the directory of its plugins, both or neither; empty (default): no plugins.
+  std::string credential_provider_config;
+  std::string credential_provider_bin_dir;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
   std::string metrics_address;     // "host:port"; empty: no metrics endpoint

@@ -195,6 +195,8 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.docker_config = c.docker_config;
   // An empty docker_config is anonymous: the daemon's environment never picks its credentials.
   o.registry.default_docker_config = false;
+  o.registry.credential_provider_config = c.credential_provider_config;
+  o.registry.credential_provider_bin_dir = c.credential_provider_bin_dir;
   o.model_hosts = c.model_hosts;
   o.lazy_images = c.lazy_images;
   o.lazy_images_unpack_refused = c.lazy_images_unpack_refused;
