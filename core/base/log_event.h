@@ -4,7 +4,7 @@
 // `log::Sink` in its options); nothing here is process-global. docs/snapshotter.md ("Logs")
 // documents the fields.
 //
-//   sink(log::Event(log::Level::kWarn, "cache", "chunk failed verification")
+//   sink(log::Warn("cache", "chunk failed verification")
 //            .Field("digest", d.str()).Range(first, last).Field("registry", host));
 //
 // Every message and value is escaped here (EscapeUntrusted: no control character, no invalid
@@ -70,6 +70,20 @@ class Event {
   std::string msg_;
   std::vector<std::pair<std::string, std::string>> fields_;
 };
+
+// Shorthands: log::Warn("cache", "quarantined layer").Field("digest", d).
+inline Event Debug(absl::string_view component, absl::string_view msg) {
+  return Event(Level::kDebug, component, msg);
+}
+inline Event Info(absl::string_view component, absl::string_view msg) {
+  return Event(Level::kInfo, component, msg);
+}
+inline Event Warn(absl::string_view component, absl::string_view msg) {
+  return Event(Level::kWarn, component, msg);
+}
+inline Event Error(absl::string_view component, absl::string_view msg) {
+  return Event(Level::kError, component, msg);
+}
 
 // Where events go; the daemon's writes a line to stderr and, under systemd, to the journal.
 using Sink = std::function<void(const Event&)>;
