@@ -446,8 +446,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // on, its flights are stale (gen), its bytes no longer counted.
   void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
   // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says, in
-  // bytes `bad` ([first, last], logged). A layer registered in this process and fetchable is renewed; any other is dropped from
-  // the table (a later registration or decode starts it over).
+  // bytes `bad` ([first, last], logged). A layer registered in this process and fetchable is
+  // renewed; any other is dropped from the table (a later registration or decode starts it over).
   void OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::string_view what,
                       std::pair<uint64_t, uint64_t> bad);
   // Replaces `old` in the table with a new layer of the same spec, references and registry,
@@ -458,7 +458,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // file cannot be created, `old` is dropped from the table. Its file operations (unlink,
   // create) run under mu_, as RegisterLayer's do.
   void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
-                        std::pair<uint64_t, uint64_t> bad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
+                        std::pair<uint64_t, uint64_t> bad)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
   // ReadSpans of the layer registered as `digest`, once; `used` is the layer read.
   absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,
                                                       uint64_t length,
