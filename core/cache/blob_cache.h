@@ -366,6 +366,7 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   void SubmitLocalLocked(int priority, std::function<void()> run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Log(const log::Event& event) const override;
+  void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The layer if it is registered in this process and referenced; null otherwise (a read or a

@@ -90,6 +90,8 @@ class FlightEngine {
     // ended. With the table mutex held.
     virtual absl::Time IdleAtLocked() const = 0;
     virtual void Log(const log::Event& event) const = 0;
+    // A warn event with only a message, for lines that name nothing more.
+    void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
   };
 
   // Every reference must outlive the engine. `table_mu` is the cache's mutex (each layer's `mu`).
