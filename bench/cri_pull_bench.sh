@@ -16,6 +16,9 @@
 #        MODELFS_SNAPSHOTTER_BIN=<path> (default BUILD_DIR/cmd/modelfs-snapshotter)
 # The build needs targets: modelfs modelfs-synth modelfs-snapshotter modelfs-cri-client.
 set -euo pipefail
+# shellcheck source=bench/quiet.sh
+source "$(dirname "$0")/quiet.sh"
+require_quiet cri_pull_bench
 
 BUILD=${1:-build}
 SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
@@ -185,6 +188,7 @@ one_run() {
   stop_run
 }
 
+load_line
 printf '%-8s %-9s %12s %12s %14s %10s\n' "model" "path" "pull (s)" "1st byte (s)" "fetched" "ratio"
 for MIB in $SIZES; do
   SRC="$WORK/src-$MIB"

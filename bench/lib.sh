@@ -317,17 +317,6 @@ except (ValueError, ZeroDivisionError):
     print('n/a')
 PY
 }
-# require_quiet NAME: refuses (exit 2) to start above a load average of 0.5 unless FORCE=1;
-# sets LOAD_AT_START, and FORCED to the line every table then prints (empty when quiet).
-require_quiet() {
-  LOAD_AT_START=$(cut -d' ' -f1 /proc/loadavg)
-  FORCED=""
-  if "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 else 1)' "$LOAD_AT_START"; then
-    if [[ ${FORCE:-0} != 1 ]]; then
-      echo "$1: load average $LOAD_AT_START is above 0.5: the machine is not quiet, so the" \
-        "numbers would measure the other work too. Wait, or FORCE=1 to run anyway." >&2
-      exit 2
-    fi
-    FORCED="FORCED at load average $LOAD_AT_START (above 0.5): these numbers include other work"
-  fi
-}
+# require_quiet and load_line: bench/quiet.sh.
+# shellcheck source=bench/quiet.sh
+source "$(dirname "${BASH_SOURCE[0]}")/quiet.sh"

@@ -23,6 +23,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
+require_quiet llama_load_bench
 
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
   sed -n '2,23p' "$0" >&2
@@ -127,6 +128,8 @@ measure_warm() {
 start_registry "$WORK/registry"
 REPO=bench/llama
 printf '## llama.cpp load to first token (%s, %s runs, %s cores)\n\n' "$TYPE" "$RUNS" "$(nproc)"
+load_line
+echo
 printf '| %-9s | %-16s | %-10s | %-12s | %-20s | %-12s | %-13s | %-13s |\n' size "init container" \
   "local disk" "modelfs cold" "modelfs cold no mmap" "modelfs warm" "cold vs init" "cold vs disk"
 printf '|%s|\n' "-----------|------------------|------------|--------------|----------------------|--------------|---------------|---------------"

@@ -4,11 +4,15 @@
 //   modelfs-synth tiny-gguf FILE
 //   modelfs-synth llama-gguf FILE [--type f16|q8_0|q4_k] [--layers N | --mib N] [--embedding N]
 //                 [--ffn N] [--heads N] [--kv-heads N] [--vocab N]
+//   modelfs-synth equivalent FILE [--mib N] [--dtype BF16|F16] [--gguf-type Q8_0|F16|Q4_K]
+//                 [--seed N]   (.safetensors or .gguf by FILE's name: a model and its
+//                 conversions that attest equivalent, equivalent_models.h)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
 
+#include "testsupport/synth/equivalent_models.h"
 #include "testsupport/synth/synth_model.h"
 #include "testsupport/synth/synthetic_models.h"
 
@@ -44,10 +48,35 @@ int main(int argc, char** argv) {
   llama->add_option("--heads", lspec.heads, "Attention heads")->default_val(8);
   llama->add_option("--kv-heads", lspec.kv_heads, "Key/value heads")->default_val(4);
   llama->add_option("--vocab", lspec.vocab, "Vocabulary size (at least 259)")->default_val(512);
+  auto* eq = app.add_subcommand(
+      "equivalent",
+      "A llama checkpoint (FILE.safetensors) or its llama.cpp-style GGUF (FILE.gguf) from a "
+      "seed: the same seed gives conversions of one model (modelfs attest equivalence)");
+  modelfs::testing::TinyLlamaOptions eo;
+  uint64_t eq_mib = 0;
+  eq->add_option("FILE", out)->required();
+  eq->add_option("--mib", eq_mib, "About this many MiB of bf16 weights (0: the tiny model)");
+  eq->add_option("--dtype", eo.dtype, "safetensors dtype: BF16, F16 or F32")->default_val("BF16");
+  eq->add_option("--gguf-type", eo.gguf_type, "GGUF matrix type: Q8_0, F16, Q4_K")
+      ->default_val("Q8_0");
+  eq->add_option("--seed", eo.seed, "Seed (another seed: another model)")->default_val(1);
   CLI11_PARSE(app, argc, argv);
 
   absl::Status status;
-  if (st->parsed()) {
+  if (eq->parsed()) {
+    if (eq_mib > 0) {
+      eo.hidden = 2048;
+      eo.heads = 16;
+      eo.kv_heads = 8;
+      eo.ffn = 5632;
+      eo.vocab = 32000;
+      eo.layers = modelfs::testing::LayersForMib(eo, eq_mib);
+    }
+    const bool gguf = out.size() > 5 && out.substr(out.size() - 5) == ".gguf";
+    status = gguf ? modelfs::testing::WriteEquivalenceGguf(out, eo)
+                  : modelfs::testing::WriteEquivalenceSafetensors(out, eo);
+    if (status.ok()) printf("%s: %u layers\n", out.c_str(), eo.layers);
+  } else if (st->parsed()) {
     auto r = modelfs::WriteSynthSafetensorsModel(out, spec);
     if (r.ok()) {
       printf("%s: %llu layers, %llu parameters, %llu weight bytes in %zu files\n", out.c_str(),

@@ -16,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
+require_quiet mount_bench
+load_line
 
 BUILD=${1:-build-mounttest}
 MODELFS=$(realpath "$BUILD/cmd/modelfs")

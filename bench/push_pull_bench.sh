@@ -85,6 +85,9 @@ now() { date +%s.%N; }
 elapsed() { python3 -c "print(f'{$2 - $1:.3f}')"; }
 json_field() { python3 -c "import json,sys; print(json.load(open('$1'))$2)"; }
 
+# shellcheck source=bench/quiet.sh
+source "$(dirname "$0")/quiet.sh"
+require_quiet push_pull_bench
 echo "generating a ${MIB} MiB synthetic safetensors model..." >&2
 "$SYNTH" safetensors "$WORK/model" --mib "$MIB" >/dev/null
 mapfile -t FILES < <(cd "$WORK/model" && find . -type f | sed 's|^\./||' | sort)
@@ -155,6 +158,7 @@ for run in $(seq 1 "$RUNS"); do
   stop_registry
 done
 
+load_line
 python3 - "$MODEL_BYTES" "$RUNS" "${#FILES[@]}" \
   "${MF_PUSH[*]}" "$MF_PUSH_BYTES" "${CU_PUSH[*]}" "$CU_PUSH_BYTES" \
   "${MF_PULL[*]}" "$MF_PULL_BYTES" "${CU_PULL[*]}" "$CU_PULL_BYTES" <<'EOF'

@@ -31,6 +31,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
+require_quiet rollout_bench
 # shellcheck source=bench/netns.sh
 source "$(dirname "$0")/netns.sh"
 
@@ -326,6 +327,7 @@ if [[ $NETNS == 1 ]]; then
 else
   echo "loopback, unshaped; $(nproc) cores shared by all."
 fi
+load_line
 echo "Mirror: docker-registry (Distribution $(docker-registry --version 2>/dev/null | awk '{print $3}')) with proxy.remoteurl = the origin; cold: empty, warm: filled by the cold run."
 echo
 echo "| build | N | mirror | origin served (per model byte) | mirror served | mirror blob answers 200 / 206 / other | wall | bytes read |"

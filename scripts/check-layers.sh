@@ -46,6 +46,10 @@ RULES = [
     # above the registry, the OCI code and the cache.
     ("core/resolve", 4, ["core/registry", "core/oci", "core/cache", "core/formats", "core/io",
                          "core/http", "core/base", "core/text", "core/status"]),
+    # Equivalence attestations: the comparison (formats), the statement, its DSSE envelope and
+    # cosign's .att tag (trust, registry); beside core/model and core/publish.
+    ("core/attest", 5, ["core/trust", "core/registry", "core/formats", "core/oci", "core/io",
+                        "core/base", "core/text", "core/status"]),
     ("core/model", 5, ["core/resolve", "core/cache", "core/registry", "core/formats",
                        "core/oci", "core/io", "core/base", "core/text", "core/status"]),
     ("fuse", 6, ["core/oci", "core/base", "core/text", "core/status",
@@ -64,7 +68,13 @@ RULES = [
     ("snapshotter/policy", 8, ["core/*"]),
     ("snapshotter/model", 8, ["snapshotter/store", "snapshotter/content", "snapshotter/policy",
                               "host", "fuse", "proto", "core/*"]),
-    ("cmd/modelfs", 9, ["host", "fuse", "core/*"]),
+    # The admin service over NodeAdmin (snapshotter/model/node_status.h, an interface with
+    # plain values) and containerd's ToGrpcStatus.
+    ("snapshotter/admin", 8, ["snapshotter/model/node_status.h", "snapshotter/service",
+                              "snapshotter/store", "proto", "core/*"]),
+    ("cmd/modelfs", 9, ["host", "fuse", "core/*",
+                        # `modelfs node` reads the daemon's config to find its admin socket.
+                        "cmd/modelfs-snapshotter/daemon_config.h"]),
     ("cmd/modelfs-snapshotter", 9, ["snapshotter", "snapshotter/*", "host", "fuse", "proto",
                                     "core/*"]),
     # Test and bench code: one support leaf, imported by the three folders above it, which

@@ -5,7 +5,8 @@
 #   snapshotter and the CRI plugin using it; a CRI PullImage of V (what kubelet does for an
 #   image volume); then the image-volume step, Prepare(key, parent = V's chain ID) mounted
 #   and read back: .modelinfo.json printed, a weight file verified against the source.
-# Installs what it needs and builds modelfs first. Everything runs in a temporary directory
+# Installs what it needs (install-deps.sh --demo) and builds the four binaries it runs first.
+# Everything runs in a temporary directory
 # and is stopped (by PID) and unmounted at the end.
 # Usage: scripts/demo.sh [--mib N]   (size of the generated model, default 64)
 # As root, or as a user with sudo: it needs root (containerd, FUSE and overlay mounts), and
@@ -21,11 +22,12 @@ fi
 MIB=64
 [ "${1:-}" = "--mib" ] && MIB=${2:?}
 
-echo "== installing what is missing (scripts/install-deps.sh)"
-./scripts/install-deps.sh
+echo "== installing what is missing (scripts/install-deps.sh --demo)"
+./scripts/install-deps.sh --demo
 BUILD_LOG=/tmp/modelfs-demo-build.log
-echo "== building modelfs into ${BUILD_DIR:-build} (log: $BUILD_LOG)"
-if ! ./scripts/build.sh >"$BUILD_LOG" 2>&1; then
+# Only the four binaries the demo runs; scripts/test.sh builds the rest (tests, fuzzers, benches).
+echo "== building modelfs, modelfs-snapshotter, modelfs-synth, modelfs-cri-client into ${BUILD_DIR:-build} (log: $BUILD_LOG)"
+if ! TARGETS="modelfs modelfs-snapshotter modelfs-synth modelfs-cri-client" ./scripts/build.sh >"$BUILD_LOG" 2>&1; then
   echo "demo: the build failed; the end of $BUILD_LOG:" >&2
   tail -n 30 "$BUILD_LOG" >&2
   exit 1

@@ -8,7 +8,12 @@
 # /tmp/modelfs-install-deps.log); this script prints a line per step, and the log's tail on
 # failure. Under CI=true a failed llama.cpp install fails the script; elsewhere it is a warning
 # (the llama.cpp tests then skip, naming what is missing).
+# `--demo`: only what scripts/demo.sh needs to build its four binaries and run (the toolchain,
+# the libraries, docker-registry, containerd, curl): no test services, no llama.cpp, no
+# Debian sources.
 set -euo pipefail
+DEMO=false
+[ "${1:-}" = "--demo" ] && DEMO=true
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LOG=${MODELFS_INSTALL_LOG:-/tmp/modelfs-install-deps.log}
 : > "$LOG"
@@ -39,6 +44,17 @@ PACKAGES=(
   # cosign-format keys for the signing interop tests (../shared/tools/signing/cosign_keygen.py)
   python3-nacl python3-cryptography
 )
+
+# scripts/demo.sh: the toolchain, the libraries and the services the demo starts.
+DEMO_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config clang
+  libabsl-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev
+  libtomlplusplus-dev libfuse3-dev fuse3 libsqlite3-dev zlib1g-dev libzstd-dev libisal-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsystemd-dev
+  libmicrohttpd-dev librust-blake3-dev libsodium-dev libgtest-dev libgmock-dev
+  docker-registry containerd curl python3 util-linux procps
+)
+if $DEMO; then PACKAGES=("${DEMO_PACKAGES[@]}"); fi
 
 # The ThreadSanitizer tree (scripts/tsan.sh) builds abseil from Debian's source of the installed
 # libabsl-dev, so apt needs the deb-src entries of the same archive as the binary packages.
@@ -93,8 +109,9 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ] && have_abseil_source; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present, abseil's source available"
+if [ ${#missing[@]} -eq 0 ] && { $DEMO || have_abseil_source; }; then
+  if $DEMO; then echo "install-deps: all ${#PACKAGES[@]} packages of the demo present"
+  else echo "install-deps: all ${#PACKAGES[@]} packages present, abseil's source available"; fi
   return 0
 fi
 
@@ -108,7 +125,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-add_deb_src
+$DEMO || add_deb_src
 echo "install-deps: apt-get update (log: $LOG)"
 logged apt-get update
 if [ ${#missing[@]} -eq 0 ]; then
@@ -171,6 +188,7 @@ install_llama() {
 }
 
 install_debian_packages
+$DEMO && exit 0
 if ! install_llama; then
   if [ "${CI:-}" = true ]; then
     echo "install-deps: llama.cpp did not install, and CI=true needs it (testsupport/llama)" >&2

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/base/log_event.h"
+#include "core/resolve/registry_clients.h"
 #include "snapshotter/policy/model_hosts.h"
 
 namespace modelfs::snapshotter {
@@ -91,12 +92,17 @@ const std::set<std::string>& TopKeys() {
                                                       "lazy_images",
                                                       "lazy_images_unpack_refused",
                                                       "docker_config",
+                                                      "credential_provider_config",
+                                                      "credential_provider_bin_dir",
                                                       "policy",
+                                                      "require_equivalence",
+                                                      "equivalence_keys",
                                                       "metrics_address",
                                                       "log_level",
                                                       "log_format",
                                                       "log_journal",
                                                       "containerd_address",
+                                                      "admin_socket",
                                                       "cache",
                                                       "fuse"};
   return *keys;
@@ -141,18 +147,23 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"address", &c.address},
                           {"hosts_dir", &c.hosts_dir},
                           {"docker_config", &c.docker_config},
+                          {"credential_provider_config", &c.credential_provider_config},
+                          {"credential_provider_bin_dir", &c.credential_provider_bin_dir},
                           {"policy", &c.policy},
                           {"metrics_address", &c.metrics_address},
                           {"log_level", &c.log_level},
                           {"log_format", &c.log_format},
                           {"log_journal", &c.log_journal},
-                          {"containerd_address", &c.containerd_address}}) {
+                          {"containerd_address", &c.containerd_address},
+                          {"admin_socket", &c.admin_socket}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
   }
   for (auto [key, out] :
        {std::pair<const char*, std::vector<std::string>*>{"insecure_hosts", &c.insecure_hosts},
         {"model_hosts", &c.model_hosts},
-        {"lazy_images", &c.lazy_images}}) {
+        {"lazy_images", &c.lazy_images},
+        {"require_equivalence", &c.require_equivalence},
+        {"equivalence_keys", &c.equivalence_keys}}) {
     if (absl::Status st = GetStrings(root, key, source, *out); !st.ok()) return st;
   }
   if (absl::Status st =
@@ -255,12 +266,17 @@ std::string RenderDaemonConfig(const DaemonConfig& c) {
   line("lazy_images", TomlStrings(c.lazy_images));
   line("lazy_images_unpack_refused", TomlBool(c.lazy_images_unpack_refused));
   line("policy", TomlString(c.policy));
+  line("require_equivalence", TomlStrings(c.require_equivalence));
+  line("equivalence_keys", TomlStrings(c.equivalence_keys));
   line("docker_config", TomlString(c.docker_config));
+  line("credential_provider_config", TomlString(c.credential_provider_config));
+  line("credential_provider_bin_dir", TomlString(c.credential_provider_bin_dir));
   line("metrics_address", TomlString(c.metrics_address));
   line("containerd_address", TomlString(c.containerd_address));
   line("log_level", TomlString(c.log_level));
   line("log_format", TomlString(c.log_format));
   line("log_journal", TomlString(c.log_journal));
+  line("admin_socket", TomlString(c.admin_socket));
   out += "\n[cache]\n";
   line("max_size_gib", TomlNumber(static_cast<double>(c.cache_max_size_gib)));
   line("prefetch", TomlString(c.prefetch));
@@ -302,6 +318,11 @@ absl::StatusOr<std::string> ReadDaemonConfigFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string AdminSocketPath(const DaemonConfig& c) {
+  if (!c.admin_socket.empty()) return c.admin_socket;
+  return c.root.empty() || c.root.back() != '/' ? c.root + "/admin.sock" : c.root + "admin.sock";
 }
 
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address) {
@@ -349,13 +370,61 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
           absl::StrCat(name, " \"", *value, "\" must be an absolute path"));
     }
   }
+  // Credentials: absolute paths, the two provider keys together, and files that parse (a
+  // provider's plugin must be in the bin dir), so --check-config reports them.
+  for (auto [name, value] :
+       {std::pair<const char*, const std::string*>{"docker_config", &c.docker_config},
+        {"credential_provider_config", &c.credential_provider_config},
+        {"credential_provider_bin_dir", &c.credential_provider_bin_dir}}) {
+    if (!value->empty() && value->front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " \"", *value, "\" must be an absolute path or \"\""));
+    }
+  }
+  if (c.credential_provider_config.empty() != c.credential_provider_bin_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.credential_provider_config.empty() ? "credential_provider_bin_dir"
+                                                          : "credential_provider_config",
+                     ": credential_provider_config and credential_provider_bin_dir go together"));
+  }
+  {
+    RegistryAccessOptions access;
+    access.docker_config = c.docker_config;
+    access.default_docker_config = false;
+    access.credential_provider_config = c.credential_provider_config;
+    access.credential_provider_bin_dir = c.credential_provider_bin_dir;
+    if (absl::StatusOr<std::shared_ptr<Keychain>> k = MakeKeychain(access); !k.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          c.credential_provider_config.empty() ? "docker_config" : "credential_provider_config",
+          ": ", k.status().message()));
+    }
+  }
   if (!c.policy.empty() && c.policy.front() != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("policy \"", c.policy, "\" must be an absolute path or \"\""));
   }
+  for (const std::string& k : c.equivalence_keys) {
+    if (k.empty() || k.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("equivalence_keys entry \"", k, "\" must be an absolute path"));
+    }
+  }
+  for (const std::string& r : c.require_equivalence) {
+    if (absl::Status st = CheckModelHostEntry(r); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("require_equivalence: ", st.message()));
+    }
+  }
+  if (!c.require_equivalence.empty() && c.equivalence_keys.empty()) {
+    return absl::InvalidArgumentError(
+        "require_equivalence names repositories but equivalence_keys is empty");
+  }
   if (!c.containerd_address.empty() && c.containerd_address.front() != '/') {
     return absl::InvalidArgumentError(absl::StrCat("containerd_address \"", c.containerd_address,
                                                    "\" must be an absolute path or \"\""));
+  }
+  if (!c.admin_socket.empty() && c.admin_socket.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("admin_socket \"", c.admin_socket, "\" must be an absolute path or \"\""));
   }
   if (absl::Duration d; !absl::ParseDuration(c.scrub_interval, &d) || d < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

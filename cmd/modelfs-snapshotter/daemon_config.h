@@ -38,6 +38,15 @@ struct DaemonConfig {
   // A docker config.json with credentials; empty: none (anonymous), never $DOCKER_CONFIG or
   // ~/.docker, which would make what the daemon sends depend on its environment.
   std::string docker_config;
+  // Repositories (model_hosts forms) whose volume images must carry a signed equivalence
+  // attestation, and the PEM public keys one must verify with (absolute paths).
+  // ModelSnapshotterOptions::require_equivalence. Empty: none required.
+  std::vector<std::string> require_equivalence;
+  std::vector<std::string> equivalence_keys;
+  // Credentials (docs/snapshotter.md, "Credentials"): a kubelet CredentialProviderConfig (JSON)
+  // and the directory of its plugins, both or neither; empty (default): no plugins.
+  std::string credential_provider_config;
+  std::string credential_provider_bin_dir;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
   std::string metrics_address;        // "host:port"; empty: no metrics endpoint
@@ -49,6 +58,9 @@ struct DaemonConfig {
   // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
   // artifact); empty: not used.
   std::string containerd_address = "/run/containerd/containerd.sock";
+  // The admin socket `modelfs node` talks to (snapshotter/admin): "" means <root>/admin.sock.
+  // Mode 0600 in a 0700 directory; the daemon refuses to start when the path is another file.
+  std::string admin_socket;
 
   uint64_t cache_max_size_gib = 0;   // 0: unbounded
   std::string prefetch = "headers";  // all | headers | none
@@ -97,6 +109,9 @@ std::string RenderDaemonConfig(const DaemonConfig& config);
 // the key is not in the text (a default or a flag is at fault) or the text does not parse.
 absl::Status WithKeyLine(const absl::Status& error, const std::string& text,
                          const std::string& source);
+
+// The admin socket's path: admin_socket, or <root>/admin.sock when that is "".
+std::string AdminSocketPath(const DaemonConfig& config);
 
 // "host:port" -> (host, port). Errors: kInvalidArgument.
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);

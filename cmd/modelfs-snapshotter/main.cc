@@ -28,6 +28,7 @@
 #include "core/base/heap.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
+#include "snapshotter/admin/admin_service.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "snapshotter/service/snapshots_service.h"
 
@@ -212,10 +213,14 @@ absl::Status Run(const DaemonConfig& c) {
   o.registry.docker_config = c.docker_config;
   // An empty docker_config is anonymous: the daemon's environment never picks its credentials.
   o.registry.default_docker_config = false;
+  o.registry.credential_provider_config = c.credential_provider_config;
+  o.registry.credential_provider_bin_dir = c.credential_provider_bin_dir;
   o.model_hosts = c.model_hosts;
   o.lazy_images = c.lazy_images;
   o.lazy_images_unpack_refused = c.lazy_images_unpack_refused;
   o.policy = c.policy;
+  o.require_equivalence = c.require_equivalence;
+  o.equivalence_keys = c.equivalence_keys;
   o.cache.max_bytes = c.cache_max_size_gib << 30;
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
   o.registry.client.stall_timeout =
@@ -251,6 +256,8 @@ absl::Status Run(const DaemonConfig& c) {
   if (c.insecure_stream) {
     log.Write(log::Warn("daemon", "fuse.insecure_stream serves bytes before verification"));
   }
+  // Before anything is mounted: a bad admin_socket must not cost running pods their mount.
+  RETURN_IF_ERROR(CheckAdminSocketPath(AdminSocketPath(c)));
   const InheritedFds inherited = TakeInheritedFds(log);
   o.inherited_fuse_fd = inherited.fuse;
 
@@ -293,6 +300,12 @@ absl::Status Run(const DaemonConfig& c) {
     log.Write(log::Info("daemon", "metrics served")
                   .Field("url", absl::StrCat("http://", c.metrics_address, "/metrics")));
   }
+
+  // The admin socket `modelfs node` talks to (root only): a path that is another file stops
+  // the start (exit 2), so that a typo in admin_socket never removes someone's file.
+  ASSIGN_OR_RETURN(std::unique_ptr<AdminServer> admin,
+                   AdminServer::Start(AdminSocketPath(c), snapshotter.get()));
+  log.Write(log::Info("daemon", "admin service").Field("socket", admin->path()));
 
   std::error_code ec;
   SnapshotsService service(snapshotter.get());
@@ -338,6 +351,7 @@ absl::Status Run(const DaemonConfig& c) {
   listener.reset();
   server->Shutdown(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(1)));
   server.reset();
+  admin.reset();
   metrics.reset();
   // With the fd in the store, leave the mount for the next process (if the unit is stopped
   // for good, systemd closes the stored fd and the next start clears the stale mount).

@@ -35,19 +35,27 @@ void RegisterFetch(CLI::App& app, Context& ctx);             // fetch (Hugging F
 void RegisterVerify(CLI::App& app, Context& ctx);  // verify DIR (lock file) or REF (signatures)
 void RegisterSign(CLI::App& app, Context& ctx);    // sign REF
 void RegisterStateCommands(CLI::App& app, Context& ctx);  // state push, state list
+void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (tensor_commands.cc)
+// node ls, node prefetch, node evict (node_command.cc; built with the snapshotter's gRPC parts,
+// MODELFS_NODE_COMMANDS).
+void RegisterNodeCommands(CLI::App& app, Context& ctx);
+void RegisterAttest(CLI::App& app, Context& ctx);         // attest equivalence
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).
 struct VerifyRefCli {
   std::string ref;
-  std::string policy;  // --policy FILE
-  std::string key;     // --key PUB
+  std::string policy;       // --policy FILE
+  std::string key;          // --key PUB
+  std::string attestation;  // --attestation equivalence: check attestations, not signatures
   bool plain_http = false;
   std::string hosts_dir = "/etc/containerd/certs.d";
   std::string docker_config;
   bool json = false;
 };
 absl::Status RunVerifyReference(const VerifyRefCli& c);
+// verify REF --attestation equivalence --key PUB (attest_command.cc).
+absl::Status RunVerifyAttestation(const VerifyRefCli& c);
 // Loads a signing key (--key, --sign-key); COSIGN_PASSWORD opens an encrypted one. Every failure
 // is bad input (exit 2), a wrong passphrase included.
 absl::StatusOr<PrivateKey> LoadSigningKey(const std::string& path);
@@ -103,6 +111,10 @@ bool LooksLikeRegistryReference(const std::string& arg);
 absl::StatusOr<RefInspection> InspectReference(const std::string& ref,
                                                const RegistryAccessOptions& access);
 nlohmann::json RefInspectionToJson(const RefInspection& r);
+// inspect --tensors REF (tensor_commands.cc): every tensor of the model, from V's tensor index
+// (no weight bytes) or its files' headers and hashed layers.
+absl::Status InspectReferenceTensors(const std::string& ref, const RegistryAccessOptions& access,
+                                     bool json);
 std::string RenderRefInspection(const RefInspection& r);
 
 // For resolving `volume`: says on stderr when the volume image sends the CLI outside its own

@@ -37,6 +37,7 @@ absl::Status RunInspect(const InspectCliOptions& o) {
     access.hosts.plain_http = o.plain_http;
     access.hosts.certs_dir = o.hosts_dir;
     access.docker_config = o.docker_config;
+    if (o.tensors) return InspectReferenceTensors(o.paths[0], access, o.json);
     ASSIGN_OR_RETURN(RefInspection r, InspectReference(o.paths[0], access));
     if (o.json) {
       printf("%s\n", RefInspectionToJson(r)
@@ -154,7 +155,9 @@ void RegisterInspect(CLI::App& app, Context& ctx) {
                   "config and identity record)")
       ->required();
   cmd->add_flag("--json", o->json, "Print JSON (byte counts as plain integers)");
-  cmd->add_flag("--tensors", o->tensors, "List every tensor");
+  cmd->add_flag("--tensors", o->tensors,
+                "List every tensor; for REF from its volume image's tensor index (name, dtype, "
+                "shape, offset, length, BLAKE3 digest), else its files' headers and hashed bytes");
   cmd->add_option("--peek", o->peek, "Decode the first values of this tensor");
   cmd->add_option("--peek-count", o->peek_count, "How many values --peek prints")->default_val(8);
   cmd->add_flag("--insecure", o->insecure, "Do not verify TLS certificates for https URLs");

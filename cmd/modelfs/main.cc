@@ -27,7 +27,12 @@ int main(int argc, char** argv) {
   modelfs::cli::RegisterFetch(app, ctx);
   modelfs::cli::RegisterVerify(app, ctx);
   modelfs::cli::RegisterSign(app, ctx);
+  modelfs::cli::RegisterAttest(app, ctx);
   modelfs::cli::RegisterStateCommands(app, ctx);
+  modelfs::cli::RegisterDiff(app, ctx);
+#ifdef MODELFS_NODE_COMMANDS
+  modelfs::cli::RegisterNodeCommands(app, ctx);
+#endif
   modelfs::cli::RegisterMountCommands(app, ctx, std::vector<std::string>(argv, argv + argc));
   try {
     app.parse(argc, argv);

@@ -85,6 +85,7 @@ struct PushCli {
   std::string base_model;
   std::string path_prefix;
   bool image_compatible = false;
+  bool no_tensor_index = false;
   std::string sign_key;
   std::string chunk_size;  // "" = by the model's size
   std::string chunk_digest = "blake3";
@@ -126,6 +127,7 @@ absl::Status RunPush(const PushCli& c) {
   if (!c.base_model.empty()) o.identity.base_models = absl::StrSplit(c.base_model, ',');
   o.path_prefix = c.path_prefix;
   o.image_compatible = c.image_compatible;
+  o.tensor_index = !c.no_tensor_index;
   for (const auto& a : c.annotations) {
     std::vector<std::string> kv = absl::StrSplit(a, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -202,6 +204,7 @@ struct ConvertCli {
   std::string volume_tag;
   std::string path_prefix;
   bool image_compatible = false;
+  bool no_tensor_index = false;
   std::string sign_key;
   std::string chunk_size;
   std::string chunk_digest = "blake3";
@@ -225,6 +228,7 @@ absl::Status RunConvert(const ConvertCli& c) {
   o.volume_tag = c.volume_tag;
   o.path_prefix = c.path_prefix;
   o.image_compatible = c.image_compatible;
+  o.tensor_index = !c.no_tensor_index;
   o.progress = MakeProgress(c.reg.json);
   const RegistryAccessOptions access = AccessOptions(c.reg);
   PushResult r;
@@ -385,6 +389,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                   "With --tar: the volume image's layers are the model's own tars (then its "
                   ".modelfs/ layer), so a node without modelfs pulls the model as an ordinary "
                   "image; the tars' members go under --path-prefix");
+    cmd->add_flag("--no-tensor-index", c->no_tensor_index,
+                  "Leave the tensor index out of the volume image (as builds before it wrote "
+                  "it); diff and inspect --tensors then read the files' headers and hash them");
     AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the ModelPack artifact and the volume image with this ECDSA P-256 key "
@@ -412,6 +419,9 @@ void RegisterRegistryCommands(CLI::App& app, Context& ctx) {
                   "The volume image's layers are the model's own tars (every layer must be an "
                   "uncompressed .tar; with --path-prefix every member under it), then its "
                   ".modelfs/ layer: a node without modelfs pulls the model as an ordinary image");
+    cmd->add_flag("--no-tensor-index", c->no_tensor_index,
+                  "Leave the tensor index out of the volume image (as builds before it wrote "
+                  "it); diff and inspect --tensors then read the files' headers and hash them");
     AddChunkFlags(cmd, &c->chunk_size, &c->chunk_digest);
     cmd->add_option("--sign-key", c->sign_key,
                     "Sign the volume image with this ECDSA P-256 key (PEM, or cosign's encrypted "

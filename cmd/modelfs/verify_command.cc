@@ -85,6 +85,9 @@ void RegisterVerify(CLI::App& app, Context& ctx) {
   cmd->add_option("--policy", r->policy, "REF: containers-policy.json to evaluate");
   cmd->add_option("--key", r->key,
                   "REF: ECDSA P-256 public key (PEM) a signature must verify with");
+  cmd->add_option("--attestation", r->attestation,
+                  "REF: check the image's signed attestations of this kind (equivalence) with "
+                  "--key, instead of its signatures");
   cmd->add_flag("--plain-http", r->plain_http,
                 "REF: talk plain HTTP to this registry (only for hosts you trust, e.g. loopback)");
   cmd->add_option("--hosts-dir", r->hosts_dir, "REF: containerd-style certs.d directory");
@@ -93,12 +96,13 @@ void RegisterVerify(CLI::App& app, Context& ctx) {
   cmd->footer(
       "Exit codes: DIR: 0 every locked file matches; 1 a file is missing, not a regular file, or "
       "has other bytes; 2 no or malformed lock file. REF: 0 accepted; 1 refused (no signature, no "
-      "key matched, identity mismatch, bad payload, signatures not fetched, rejected); 2 bad "
+      "key matched, identity mismatch, bad payload, signatures not fetched, rejected; with "
+      "--attestation: no attestation, no key matched, subject mismatch, not equivalent); 2 bad "
       "reference, policy or key");
   cmd->callback([c, r, &ctx] {
     std::error_code ec;
     if (std::filesystem::is_directory(c->dir, ec)) {
-      if (!r->policy.empty() || !r->key.empty()) {
+      if (!r->policy.empty() || !r->key.empty() || !r->attestation.empty()) {
         ctx.status = absl::InvalidArgumentError(
             absl::StrCat("verify ", c->dir,
                          ": a directory is checked against its lock file; --policy and "
@@ -110,7 +114,7 @@ void RegisterVerify(CLI::App& app, Context& ctx) {
     }
     r->ref = c->dir;
     r->json = c->json;
-    ctx.status = RunVerifyReference(*r);
+    ctx.status = r->attestation.empty() ? RunVerifyReference(*r) : RunVerifyAttestation(*r);
   });
 }
 

@@ -584,26 +584,63 @@ std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
               });
     for (auto& layer : candidates) {
       if (cached_bytes_ <= target) break;
-      LayerGuard held(*layer, Held(mu_));
-      layer->gen++;
-      cached_bytes_ -= layer->cached_bytes;
-      flights_.DropMemoryLocked(*layer);
-      layers_.erase(layer->digest);
-      const uint64_t layer_bytes = layer->cached_bytes;
+      const uint64_t layer_bytes = UnlinkLocked(layer);
       victims.emplace_back(std::move(layer), layer_bytes);
     }
   }
   uint64_t bytes = 0;
   for (const auto& [layer, layer_bytes] : victims) {
-    counters_.evicted_layers++;
     bytes += layer_bytes;
-    Log(log::Info("cache", "evicted layer (unreferenced)")
-            .Field("digest", layer->digest.str())
-            .Field("bytes", layer_bytes));
-    journal_.Forget(layer->digest.str());
-    store_.Remove(layer->digest);
+    FinishEvict(layer, layer_bytes, "unreferenced");
   }
   return {victims.size(), bytes};
+}
+
+uint64_t BlobCache::UnlinkLocked(const std::shared_ptr<Layer>& layer) {
+  LayerGuard held(*layer, Held(mu_));
+  layer->gen++;
+  cached_bytes_ -= layer->cached_bytes;
+  flights_.DropMemoryLocked(*layer);
+  layers_.erase(layer->digest);
+  return layer->cached_bytes;
+}
+
+void BlobCache::FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes,
+                            absl::string_view why) {
+  counters_.evicted_layers++;
+  Log(log::Info("cache", absl::StrCat("evicted layer (", why, ")"))
+          .Field("digest", layer->digest.str())
+          .Field("bytes", bytes));
+  journal_.Forget(layer->digest.str());
+  store_.Remove(layer->digest);
+}
+
+BlobCache::EvictResult BlobCache::EvictLayers(const std::vector<Digest>& digests) {
+  EvictResult out;
+  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Digest& digest : digests) {
+      auto it = layers_.find(digest);
+      if (it == layers_.end()) continue;
+      std::shared_ptr<Layer> layer = it->second;
+      {
+        LayerGuard held(*layer, Held(mu_));
+        if (!layer->refs.empty() || layer->pins != 0 || layer->jobs != 0) {
+          out.busy.push_back(digest);
+          continue;
+        }
+      }
+      const uint64_t layer_bytes = UnlinkLocked(layer);
+      victims.emplace_back(std::move(layer), layer_bytes);
+    }
+  }
+  for (const auto& [layer, layer_bytes] : victims) {
+    out.layers++;
+    out.bytes += layer_bytes;
+    FinishEvict(layer, layer_bytes, "evicted on request");
+  }
+  return out;
 }
 
 CacheStats BlobCache::stats() const {
@@ -635,21 +672,41 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
   if (!layer) {
     return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
   }
-  LayerGuard held(*layer, Held(mu_));
+  return InfoLocked(*layer);
+}
+
+BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
+  LayerGuard held(layer, Held(mu_));
   LayerInfo info;
-  info.size = layer->size;
-  info.chunk_count = layer->count();
-  for (ChunkState s : layer->state) {
+  info.size = layer.size;
+  info.chunk_count = layer.count();
+  for (uint64_t c = 0; c < layer.state.size(); ++c) {
+    const ChunkState s = layer.state[c];
     if (s == ChunkState::kVerified || s == ChunkState::kRecorded || s == ChunkState::kPresent) {
       info.cached_chunks++;
+      info.cached_bytes += layer.ChunkLen(c);
+    }
+    if (s == ChunkState::kVerified || s == ChunkState::kInMemory) {
+      info.verified_bytes += layer.ChunkLen(c);
     }
   }
-  info.whole_verified = layer->whole_verified;
-  info.audited = layer->audited;
-  info.quarantined = layer->quarantined;
-  info.readahead_window = layer->window;
-  info.references = static_cast<int>(layer->refs.size());
+  info.whole_verified = layer.whole_verified;
+  info.audited = layer.audited;
+  info.quarantined = layer.quarantined;
+  info.readahead_window = layer.window;
+  info.references = static_cast<int>(layer.refs.size());
+  info.scrubbing = scrubbing_ == &layer;
+  info.passthrough_opens = layer.passthrough_opens;
+  info.models.assign(layer.refs.begin(), layer.refs.end());
+  std::sort(info.models.begin(), info.models.end());
   return info;
+}
+
+std::map<Digest, BlobCache::LayerInfo> BlobCache::ListLayers() const {
+  absl::MutexLock lock(&mu_);
+  std::map<Digest, LayerInfo> out;
+  for (const auto& [digest, layer] : layers_) out.emplace(digest, InfoLocked(*layer));
+  return out;
 }
 
 bool BlobCache::WaitIdle(absl::Time deadline) { return scheduler_.WaitIdle(deadline); }

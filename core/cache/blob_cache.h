@@ -330,9 +330,38 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
     bool quarantined = false;
     uint64_t readahead_window = 0;
     int references = 0;
+    // For `modelfs node ls`: bytes of the chunks on disk (verified, or recorded by an earlier
+    // process and not yet re-checked) and of the chunks verified in this process (all of them
+    // once sealed); whether ScrubOnce is reading it now; read-only fds handed out for
+    // passthrough opens (OpenVerifiedBlob, OpenVerifiedFile) since the cache opened.
+    uint64_t cached_bytes = 0;
+    uint64_t verified_bytes = 0;
+    bool scrubbing = false;
+    uint64_t passthrough_opens = 0;
+    std::vector<std::string> models;  // the model_refs holding it, sorted
   };
   // Errors: kNotFound (the cache knows nothing about `digest`).
   absl::StatusOr<LayerInfo> GetLayerInfo(const Digest& digest) const;
+  // Every layer in the cache's table (registered, or known from the journal), by digest: one
+  // consistent snapshot taken under the cache's lock.
+  std::map<Digest, LayerInfo> ListLayers() const;
+
+  // Evicts each of `digests` that no model references and nothing reads, fetches or verifies
+  // now (its data file unlinked, its journal rows forgotten, as EnforceSizeLimit does), so
+  // that a later registration fetches and verifies it afresh. Layers the cache does not know
+  // are skipped. Returns what was evicted and the digests left in place because they are in
+  // use (referenced, pinned by a reader, or with a job queued).
+  struct EvictResult {
+    uint64_t layers = 0;
+    uint64_t bytes = 0;
+    std::vector<Digest> busy;
+  };
+  EvictResult EvictLayers(const std::vector<Digest>& digests);
+
+  // The last fetch error of each registry endpoint (EndpointHealth::Errors).
+  std::map<std::string, EndpointHealth::LastError> endpoint_errors() const {
+    return health_.Errors();
+  }
 
   // Blocks until no fetch or background verification is queued or running (for tests and
   // orderly shutdown), or until `deadline`. Returns false on timeout.
@@ -524,6 +553,14 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
 
   // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
   std::thread scrub_thread_;
+  // The layer ScrubOnce is reading now (LayerInfo::scrubbing); nullptr between layers.
+  const Layer* scrubbing_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // LayerInfo of `layer`, with mu_ held.
+  LayerInfo InfoLocked(const Layer& layer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `layer` out of the table and its bytes out of cached_bytes_ (mu_ held); the caller
+  // then calls FinishEvict with what it returns, without the lock.
+  uint64_t UnlinkLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes, absl::string_view why);
   bool fs_verity_ = false;  // set by Init, before any other thread runs
   VerityOps* const verity_;
   // Whether the fs-verity digest of the open data file `fd` of `digest` is `recorded` (true when

@@ -290,6 +290,7 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
       if (s != ChunkState::kVerified) return -1;
     }
     layer->last_used = ++clock_;
+    layer->passthrough_opens++;
   }
   // A new open file description, read-only: whoever holds it can never write the cache.
   return store_.OpenReadOnly(digest);

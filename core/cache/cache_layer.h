@@ -119,6 +119,8 @@ struct CacheLayer {
   std::atomic<uint64_t> gen{0};
   int64_t last_used ABSL_GUARDED_BY(mu) = 0;
   uint64_t cached_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Read-only fds handed out for passthrough opens (BlobCache::LayerInfo::passthrough_opens).
+  uint64_t passthrough_opens ABSL_GUARDED_BY(mu) = 0;
   // The sequential run readers are extending.
   uint64_t run_start ABSL_GUARDED_BY(mu) = 0;
   uint64_t run_end ABSL_GUARDED_BY(mu) = 0;

@@ -32,4 +32,18 @@ bool EndpointHealth::RecordSuccess(const std::string& endpoint) {
   return was_failing;
 }
 
+void EndpointHealth::RecordError(const std::string& endpoint, absl::Time now,
+                                 const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  LastError& e = errors_[endpoint];
+  e.at = now;
+  e.message = message;
+  e.count++;
+}
+
+std::map<std::string, EndpointHealth::LastError> EndpointHealth::Errors() const {
+  absl::MutexLock lock(&mu_);
+  return errors_;
+}
+
 }  // namespace modelfs

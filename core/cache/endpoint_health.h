@@ -14,6 +14,8 @@
 // passed in by the caller (from its Clock), so the rule is tested without a clock at all.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -47,6 +49,19 @@ class EndpointHealth {
   // was failing before (log the recovery once).
   bool RecordSuccess(const std::string& endpoint);
 
+  // The last error of a fetch from an endpoint (`modelfs node ls` shows it): when, what, and
+  // how many errors the endpoint has had in all.
+  struct LastError {
+    absl::Time at = absl::InfinitePast();
+    std::string message;
+    uint64_t count = 0;
+  };
+  // A fetch from `endpoint` failed at `now` with `message` (a chunk that failed verification,
+  // or a request that failed after its retries).
+  void RecordError(const std::string& endpoint, absl::Time now, const std::string& message);
+  // Every endpoint that has had an error, by endpoint.
+  std::map<std::string, LastError> Errors() const;
+
  private:
   struct State {
     bool failing = false;  // a timeout and no success since
@@ -54,8 +69,9 @@ class EndpointHealth {
   };
 
   const EndpointHealthOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, State> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LastError> errors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace modelfs

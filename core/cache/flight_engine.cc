@@ -83,6 +83,7 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
       counters_.verification_failures++;
       if (!f->refetched) {
         // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
+        health_.RecordError(f->endpoint, time_->Now(), std::string(cst.message()));
         owner_.Log(log::Warn("cache", "chunk failed verification; fetching it once more")
                        .Field("digest", layer->digest.str())
                        .Range(c * cs, c * cs + len - 1)
@@ -258,6 +259,7 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
     time_->SleepFor(std::min(*wait, std::max(absl::ZeroDuration(), deadline - time_->Now())));
   }
   if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
+    health_.RecordError(f->endpoint, time_->Now(), std::string(st.message()));
     owner_.Log(log::Warn("cache", "fetch failed")
                    .Field("digest", f->layer->digest.str())
                    .Range(f->first * f->layer->chunk_size,

@@ -302,6 +302,7 @@ int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t 
       if (layer->state[c] != ChunkState::kVerified || !layer->durable[c]) return -1;
     }
     layer->last_used = ++clock_;
+    layer->passthrough_opens++;
   }
   // A new read-only open file description of the very inode that was sealed (not of the path,
   // which a renewal may have replaced meanwhile): whoever holds it can never write the cache.

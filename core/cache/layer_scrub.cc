@@ -52,12 +52,14 @@ int BlobCache::ScrubOnce() {
       // Evicted or quarantined since: not this pass's business.
       if (layer->gen.load() != gen || layer->quarantined) continue;
       layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
+      scrubbing_ = layer.get();
     }
     if (ScrubLayer(layer) && fs_verity_) passed.push_back(layer);
     ++scrubbed;
     absl::MutexLock lock(&mu_);
     LayerGuard held(*layer, Held(mu_));
     layer->jobs--;
+    scrubbing_ = nullptr;
   }
   todo.clear();  // ProtectScrubbed needs the last references to read-write fds gone
   ProtectScrubbed(std::move(passed));

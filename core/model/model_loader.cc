@@ -347,6 +347,9 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   if (rm.volume_descriptor) ctx.digests["volumeManifest"] = rm.volume_descriptor->digest.str();
   ctx.verification = out.verification;
   ctx.layer_serving = serving;
+  for (const auto& [layer, ref] : rm.tensor_index_refs) {
+    ctx.tensor_indexes[layer.str()] = {ref.digest.str(), ref.tensors};
+  }
   {
     std::set<std::string> algorithms;
     for (const auto& [digest, idx] : rm.chunk_indexes) {

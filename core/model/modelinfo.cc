@@ -12,6 +12,7 @@
 #include "core/formats/memory.h"
 #include "core/formats/safetensors.h"
 #include "core/model/blob_range_reader.h"
+#include "core/oci/tensor_index.h"
 #include "core/text/base_name.h"
 
 namespace modelfs {
@@ -63,12 +64,18 @@ absl::StatusOr<json> ReadConfig(BlobReader& reader, const TreeFile& f) {
   return j;
 }
 
-json FileJson(const TreeFile& f, const InspectedFile* inspected, const std::string* error) {
+json FileJson(const TreeFile& f, const InspectedFile* inspected, const std::string* error,
+              const ModelInfoContext& context) {
   json j = {{"path", f.path},
             {"size", f.size},
             {"digest", OrNull(f.digest_of_file)},
             {"layer", f.layer.str()},
             {"layerOffset", f.offset_in_layer}};
+  if (auto t = context.tensor_indexes.find(f.layer.str()); t != context.tensor_indexes.end()) {
+    j["tensorIndex"] = {{"digest", t->second.digest},
+                        {"tensors", t->second.tensors},
+                        {"mediaType", std::string(kTensorIndexMediaType)}};
+  }
   if (inspected != nullptr) {
     j["format"] = inspected->format;
     j["tensors"] = inspected->tensor_count;
@@ -189,7 +196,7 @@ json BuildModelInfo(const std::vector<TreeFile>& files, const TreeInspection& in
     const InspectedFile* inspected = it == by_path.end() ? nullptr : it->second;
     auto err = inspection.errors.find(f->path);
     file_list.push_back(
-        FileJson(*f, inspected, err == inspection.errors.end() ? nullptr : &err->second));
+        FileJson(*f, inspected, err == inspection.errors.end() ? nullptr : &err->second, context));
     total_bytes += f->size;
     if (inspected != nullptr) tensors += inspected->tensor_count;
   }

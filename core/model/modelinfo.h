@@ -46,6 +46,14 @@ struct ModelInfoContext {
   // How each layer of M (by digest) is served (LoadedModel::layer_serving): "layerServing",
   // written only when not empty.
   std::map<std::string, std::string> layer_serving;
+  // V's tensor indexes (docs/tensor-index.md) by layer digest ("sha256:..."): each file of
+  // that layer gets "tensorIndex": {"digest", "tensors", "mediaType"}; the index itself is not
+  // copied (a 405B model's would be megabytes): `modelfs inspect --tensors REF` prints it.
+  struct TensorIndexInfo {
+    std::string digest;
+    uint64_t tensors = 0;
+  };
+  std::map<std::string, TensorIndexInfo> tensor_indexes;
   // The identity record (core/oci/model_identity.h IdentityToJson); written as given, null if
   // unset.
   nlohmann::json identity;

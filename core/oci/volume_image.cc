@@ -29,6 +29,9 @@ std::string SeekIndexPath(const Digest& layer) {
 std::string TarHeadersPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeTarDir), "/", AV(layer.hex()), ".hdr");
 }
+std::string TensorIndexPath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeTensorsDir), "/", AV(layer.hex()), ".tidx");
+}
 
 Descriptor ManifestRef(const Descriptor& d) {
   // Only the identity of M; annotations, urls and platform do not belong in a pointer.
@@ -112,6 +115,7 @@ absl::StatusOr<std::vector<VolumeBlob>> BuildIndexLayers(
 std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
   Json j = Json::object();
   j["schemaVersion"] = info.schema_version;
+  if (info.revision != 1) j["revision"] = info.revision;
   j["manifest"] = oci_json::DescriptorToJson(info.manifest);
   j["repository"] = info.repository;
   if (!info.path_prefix.empty()) j["pathPrefix"] = info.path_prefix;
@@ -152,6 +156,14 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       tj["entries"] = l.tar_headers->entries;
       lj["tarHeaders"] = std::move(tj);
     }
+    if (l.tensor_index.has_value()) {
+      Json tj = Json::object();
+      tj["path"] = l.tensor_index->path;
+      tj["digest"] = l.tensor_index->digest.str();
+      tj["mediaType"] = std::string(kTensorIndexMediaType);
+      tj["tensors"] = l.tensor_index->tensors;
+      lj["tensorIndex"] = std::move(tj);
+    }
     layers.push_back(std::move(lj));
   }
   j["layers"] = std::move(layers);
@@ -167,6 +179,15 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
   if (*version != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.json.schemaVersion: is ", *version, ", this build reads 1"));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> revision, oci_json::GetInt(j, "revision", kWhere, false));
+  // Any revision is read: each adds only what a reader that ignores it still serves correctly.
+  if (revision.has_value()) {
+    if (*revision < 1 || *revision > 1000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.json.revision: ", *revision, " is not a revision (1..1000)"));
+    }
+    info.revision = static_cast<int>(*revision);
   }
   const Json* m = oci_json::Find(j, "manifest");
   if (m == nullptr)
@@ -293,6 +314,23 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       }
       l.tar_headers = std::move(ref);
     }
+    if (const Json* xj = oci_json::Find(lj, "tensorIndex")) {
+      const std::string xw = absl::StrCat(w, ".tensorIndex");
+      if (!xj->is_object()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an object"));
+      VolumeTensorIndexRef ref;
+      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(*xj, "path", xw, true));
+      absl::Status s = CheckRelativePath(ref.path);
+      if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(xw, ".path: ", s.message()));
+      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*xj, "digest", xw));
+      ASSIGN_OR_RETURN(std::string media_type, oci_json::GetString(*xj, "mediaType", xw, true));
+      if (media_type != kTensorIndexMediaType) {
+        return absl::InvalidArgumentError(absl::StrCat(xw, ".mediaType: \"", media_type,
+                                                       "\" is not ", AV(kTensorIndexMediaType)));
+      }
+      ASSIGN_OR_RETURN(std::optional<uint64_t> n, oci_json::GetSize(*xj, "tensors", xw, true));
+      ref.tensors = *n;
+      l.tensor_index = std::move(ref);
+    }
     info.layers.push_back(std::move(l));
   }
   return info;
@@ -411,6 +449,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   std::map<Digest, const TarHeaders*> headers_by_tar;
   for (const TarHeaders& h : input.tar_headers) headers_by_tar[h.tar_digest] = &h;
   std::set<Digest> headers_used;
+  std::map<Digest, const TensorIndex*> tensors_by_layer;
+  for (const TensorIndex& t : input.tensor_indexes) tensors_by_layer[t.layer_digest] = &t;
+  std::set<Digest> tensors_used;
   std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
 
   ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
@@ -508,6 +549,23 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       rec.tar_headers = std::move(ref);
       headers_used.insert(indexed);
     }
+    if (auto xit = tensors_by_layer.find(rec.digest); xit != tensors_by_layer.end()) {
+      const TensorIndex& t = *xit->second;
+      if (t.layer_size != rec.size) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor index for ", rec.digest.str(),
+                                                       " describes a layer of ", t.layer_size,
+                                                       " bytes, the layer has ", rec.size));
+      }
+      std::string bytes = SerializeTensorIndex(t);
+      VolumeTensorIndexRef ref;
+      ref.path = TensorIndexPath(rec.digest);
+      ref.digest = Digest::Of(bytes);
+      ref.tensors = t.tensors.size();
+      index_files[ref.path] = std::move(bytes);
+      rec.tensor_index = std::move(ref);
+      tensors_used.insert(rec.digest);
+      info.revision = kVolumeRevisionTensorIndex;
+    }
     info.layers.push_back(std::move(rec));
   }
   for (const auto& [digest, idx] : seek_by_layer) {
@@ -521,6 +579,13 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     if (!headers_used.count(digest)) {
       return absl::InvalidArgumentError(absl::StrCat("tar headers for ", digest.str(),
                                                      " name no tar layer of ",
+                                                     input.model_manifest.digest.str()));
+    }
+  }
+  for (const auto& [digest, t] : tensors_by_layer) {
+    if (!tensors_used.count(digest)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor index for ", digest.str(),
+                                                     " names no layer of ",
                                                      input.model_manifest.digest.str()));
     }
   }
@@ -544,6 +609,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       RETURN_IF_ERROR(tar.AddDirectory(kVolumeChunksDir));
       if (!seek_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
       if (!headers_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeTarDir));
+      if (!tensors_used.empty()) RETURN_IF_ERROR(tar.AddDirectory(kVolumeTensorsDir));
       for (const auto& [path, bytes] : index_files) RETURN_IF_ERROR(tar.AddFile(path, bytes));
     }
     return tar.Finish();
@@ -661,6 +727,20 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
           want_size, " bytes, ", ref.entries, " entries)"));
     }
     out.tar_headers.emplace(l.digest, std::move(h));
+  }
+  for (const VolumeLayerRecord& l : out.model.layers) {
+    if (!l.tensor_index.has_value() || out.tensor_indexes.count(l.digest)) continue;
+    const VolumeTensorIndexRef& ref = *l.tensor_index;
+    ASSIGN_OR_RETURN(std::string_view bytes,
+                     file_of("tensor index", ref.path, ref.digest, l.digest));
+    ASSIGN_OR_RETURN(TensorIndex t, ParseTensorIndex(bytes));
+    if (t.layer_digest != l.digest || t.layer_size != l.size || t.tensors.size() != ref.tensors) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volume layer: tensor index ", ref.path, " describes ", t.layer_digest.str(), " (",
+          t.layer_size, " bytes, ", t.tensors.size(), " tensors) but model.json says ",
+          l.digest.str(), " (", l.size, " bytes, ", ref.tensors, " tensors)"));
+    }
+    out.tensor_indexes.emplace(l.digest, std::move(t));
   }
   for (const VolumeLayerRecord& l : out.model.layers) {
     if (!l.chunk_index.has_value() || out.chunk_indexes.count(l.digest)) continue;

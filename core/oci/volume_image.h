@@ -28,6 +28,7 @@
 #include "core/oci/manifest.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/tar_headers.h"
+#include "core/oci/tensor_index.h"
 
 namespace modelfs {
 
@@ -38,6 +39,7 @@ inline constexpr std::string_view kVolumeReadmePath = ".modelfs/README.txt";
 inline constexpr std::string_view kVolumeChunksDir = ".modelfs/chunks";
 inline constexpr std::string_view kVolumeSeekDir = ".modelfs/seek";
 inline constexpr std::string_view kVolumeTarDir = ".modelfs/tar";
+inline constexpr std::string_view kVolumeTensorsDir = ".modelfs/tensors";
 // Layer A must stay small: containerd unpacks it on nodes without modelfs.
 inline constexpr uint64_t kMaxVolumeLayerBytes = 4ull << 20;
 // Index files that would make A larger go into index layers below A (docs/volume-image.md,
@@ -77,7 +79,10 @@ inline constexpr std::string_view kVolumeProfileImageCompatible = "image-compati
 // Annotation on V's manifest naming M (for humans and referrer listings).
 inline constexpr std::string_view kAnnotationVolumeModel = "dev.modelfs.volume.model";
 
-// model.json, schemaVersion 1.
+// model.json, schemaVersion 1. `schemaVersion` changes only for what a reader of the older tree
+// could not serve correctly (it refuses any other value); additive content raises `revision`
+// instead, which readers take whatever its value (docs/volume-image.md, "Revisions").
+inline constexpr int kVolumeRevisionTensorIndex = 2;
 struct VolumeChunkIndexRef {
   std::string path;  // ".modelfs/chunks/<layer hex>.idx"
   Digest digest;     // SHA-256 of the index file
@@ -109,6 +114,14 @@ struct VolumeTarHeadersRef {
   uint64_t entries = 0;
   friend bool operator==(const VolumeTarHeadersRef&, const VolumeTarHeadersRef&) = default;
 };
+// "tensorIndex" in model.json (revision 2): the weight file's tensor index
+// (core/oci/tensor_index.h), so diff and inspect --tensors read no weight.
+struct VolumeTensorIndexRef {
+  std::string path;  // ".modelfs/tensors/<layer hex>.tidx"
+  Digest digest;     // SHA-256 of the file
+  uint64_t tensors = 0;
+  friend bool operator==(const VolumeTensorIndexRef&, const VolumeTensorIndexRef&) = default;
+};
 struct VolumeLayerRecord {
   Digest digest;  // the layer of M
   uint64_t size = 0;
@@ -121,10 +134,14 @@ struct VolumeLayerRecord {
   // A tar layer's header records: of the layer itself when uncompressed, else of the tar its
   // seek index names (a compressed layer has them only beside a seek index).
   std::optional<VolumeTarHeadersRef> tar_headers;
+  std::optional<VolumeTensorIndexRef> tensor_index;  // revision 2; absent: no index
   friend bool operator==(const VolumeLayerRecord&, const VolumeLayerRecord&) = default;
 };
 struct VolumeModelInfo {
   int schema_version = 1;
+  // 1 (written as no field) for V without revision-2 content; kVolumeRevisionTensorIndex when
+  // a layer has a tensor index.
+  int revision = 1;
   Descriptor manifest;                    // M: mediaType, digest, size (artifactType when known)
   std::string repository;                 // where M lives, "host[:port]/path" without tag or digest
   std::vector<VolumeLayerRecord> layers;  // M's layers, in M's order
@@ -151,6 +168,8 @@ struct VolumeImageInput {
   // digest, a compressed one's diffId from its seek index). A layer without them is indexed
   // from its own bytes at mount.
   std::vector<TarHeaders> tar_headers;
+  // Any order, matched to M's layers by layer digest (TensorIndex::layer_digest).
+  std::vector<TensorIndex> tensor_indexes;
   std::string architecture = "amd64";
   std::string os = "linux";
   // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
@@ -215,16 +234,18 @@ std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repo
 
 struct VolumeLayerContents {
   VolumeModelInfo model;
-  std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
-  std::map<Digest, SeekIndex> seek_indexes;    // by (compressed) layer digest
-  std::map<Digest, TarHeaders> tar_headers;    // by layer digest
+  std::map<Digest, ChunkIndex> chunk_indexes;    // by layer digest
+  std::map<Digest, SeekIndex> seek_indexes;      // by (compressed) layer digest
+  std::map<Digest, TarHeaders> tar_headers;      // by layer digest
+  std::map<Digest, TensorIndex> tensor_indexes;  // by layer digest (revision 2)
 };
 // Reads A (already verified against its digest by the caller). Each chunk index file is
 // checked against model.json: digest (kDataLoss on mismatch), and blob digest, size and chunk
 // size (kInvalidArgument). A seek index likewise (digest; layer digest and size, encoding,
 // diffId, uncompressed size), and it must agree with its layer's chunk index of the
-// uncompressed bytes. Tar headers likewise (digest; the tar they describe and its size). A
-// missing model.json or index file is kInvalidArgument.
+// uncompressed bytes. Tar headers likewise (digest; the tar they describe and its size), and
+// tensor indexes (digest, kDataLoss; layer digest and size and tensor count, kInvalidArgument).
+// A missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
 // The same over A and V's index layers (each verified by the caller), as containerd would
 // unpack them: a file is looked up by path in A, then in the layers below it.

@@ -35,6 +35,7 @@
 #include "core/oci/zstd_frames.h"
 #include "core/publish/blob_upload.h"
 #include "core/publish/push_inputs.h"
+#include "core/publish/tensor_listing.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 
@@ -102,11 +103,13 @@ absl::Status ReadFileInPieces(const std::string& path, const std::string& activi
 
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
-                                     const ProgressFn& progress, TarHeaderRecorder* headers) {
+                                     const ProgressFn& progress, TarHeaderRecorder* headers,
+                                     TensorIndexBuilder* tensors) {
   ChunkIndexBuilder b(chunk_size, algorithm);
   RETURN_IF_ERROR(ReadFileInPieces(path, "hashing " + role, progress, [&](std::string_view piece) {
     b.Update(piece);
     if (headers != nullptr) headers->Feed(piece);
+    if (tensors != nullptr) tensors->Update(piece);
     return absl::OkStatus();
   }));
   return b.Finish();
@@ -119,6 +122,7 @@ struct LayerIndexes {
   std::vector<ChunkIndex> chunks;
   std::vector<SeekIndex> seeks;         // compressed layers; their chunk index covers the diffId
   std::vector<TarHeaders> tar_headers;  // tar layers' header records
+  std::vector<TensorIndex> tensors;     // weight files' tensor indexes
 };
 
 // One pass over a compressed layer: its seek index, and the chunk index of its uncompressed
@@ -169,6 +173,24 @@ absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> IndexCompressedFile(
   return ix.Finish();
 }
 
+// The tensor index builder for the file at `path` (named `rel`) streamed as the blob at
+// `blob_path`, where it starts at `file_offset`; nullopt for a file that is not safetensors or
+// GGUF. Reads the file's header only; the layer digest is set once the layer is hashed.
+absl::StatusOr<std::optional<TensorIndexBuilder>> StartTensorIndex(const std::string& path,
+                                                                   const std::string& rel,
+                                                                   const std::string& blob_path,
+                                                                   uint64_t file_offset) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RangeReader> file, OpenFileRangeReader(path));
+  std::error_code ec;
+  const uint64_t blob_size = fs::file_size(blob_path, ec);
+  ASSIGN_OR_RETURN(std::optional<TensorSkeleton> s,
+                   ReadTensorSkeleton(*file, rel, Digest(), blob_size, file_offset));
+  if (!s) return std::optional<TensorIndexBuilder>();
+  ASSIGN_OR_RETURN(TensorIndexBuilder b,
+                   TensorIndexBuilder::Create(std::move(s->index), std::move(s->header)));
+  return std::optional<TensorIndexBuilder>(std::move(b));
+}
+
 std::string DefaultVolumeTag(const ImageReference& ref, const std::string& given) {
   if (!given.empty()) return given;
   if (!ref.tag().empty()) return ref.tag() + "-volume";
@@ -195,6 +217,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   ThinSeekIndexes(indexes.seeks, kSeekIndexBudgetBytes);
   vin.seek_indexes = std::move(indexes.seeks);
   vin.tar_headers = std::move(indexes.tar_headers);
+  vin.tensor_indexes = std::move(indexes.tensors);
   vin.image_compatible = image_compatible;
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   if (image_compatible) {
@@ -409,8 +432,21 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                                 ", the tar written was ", diff_id->str()));
       }
     } else {
-      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
-                                      headers ? &*headers : nullptr));
+      // The tensors of a weight file, hashed in the same read. Only .raw layers, as convert
+      // (which cannot see a tar's members before it streams it) does, so that pushing M gives
+      // the V converting it would.
+      std::optional<TensorIndexBuilder> tensors;
+      if (o.tensor_index && enc == LayerEncoding::kRaw) {
+        ASSIGN_OR_RETURN(tensors, StartTensorIndex(f.path, f.rel, blob_path, 0));
+      }
+      ASSIGN_OR_RETURN(idx,
+                       IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
+                                 headers ? &*headers : nullptr, tensors ? &*tensors : nullptr));
+      if (tensors) {
+        ASSIGN_OR_RETURN(TensorIndex t, tensors->Finish());
+        t.layer_digest = idx.blob_digest;
+        indexes.tensors.push_back(std::move(t));
+      }
     }
     if (headers) {
       if (std::optional<TarHeaders> h = headers->Finish(idx.blob_digest, f.rel)) {
@@ -477,6 +513,32 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 
 namespace {
 
+// A RangeReader over a blob of a registry (bytes unverified: only for refusing, or
+// for a header that the stream of the layer is checked against).
+class RegistryBlobReader final : public RangeReader {
+ public:
+  RegistryBlobReader(RegistryClient& client, std::string repo, const Descriptor& d)
+      : client_(client), repo_(std::move(repo)), d_(d), name_(d.digest.str()) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() override { return d_.size; }
+  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
+    if (offset + length > d_.size) {
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
+    }
+    ++stats_.requests;
+    stats_.bytes += length;
+    return client_.GetBlobRange(repo_, d_.digest, offset, length);
+  }
+  RangeReadStats stats() const override { return stats_; }
+
+ private:
+  RegistryClient& client_;
+  const std::string repo_;
+  const Descriptor d_;
+  const std::string name_;
+  RangeReadStats stats_;
+};
+
 // Streams every layer of M once from `source`, checking its digest and size, and returns
 // their chunk indexes in layer order (for a compressed layer: its seek index and the chunk
 // index of its uncompressed tar, from the same pass); each layer is listed in `result` as
@@ -505,6 +567,18 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     }
     uint64_t done = 0;
     std::string role = layer.path.empty() ? d.digest.str() : layer.path;
+    // A .raw weight file's tensors: the header by range, the tensors hashed in this pass (which
+    // checks the header read against the bytes streamed).
+    std::optional<TensorIndexBuilder> tensors;
+    if (o.tensor_index && layer.encoding == LayerEncoding::kRaw && !layer.path.empty()) {
+      RegistryBlobReader reader(source, rm.repository, d);
+      ASSIGN_OR_RETURN(std::optional<TensorSkeleton> s,
+                       ReadTensorSkeleton(reader, layer.path, d.digest, d.size, 0));
+      if (s) {
+        ASSIGN_OR_RETURN(tensors,
+                         TensorIndexBuilder::Create(std::move(s->index), std::move(s->header)));
+      }
+    }
     RETURN_IF_ERROR(source.GetBlob(rm.repository, d.digest, [&](std::string_view chunk) {
       done += chunk.size();
       if (done > d.size) {
@@ -513,6 +587,7 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
                                                 " bytes"));
       }
       b.Update(chunk);
+      if (tensors) tensors->Update(chunk);
       if (compressed) {
         RETURN_IF_ERROR(compressed->Feed(chunk, headers ? &*headers : nullptr));
       } else if (headers) {
@@ -553,35 +628,14 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
         indexes.tar_headers.push_back(*std::move(h));
       }
     }
+    if (tensors) {
+      ASSIGN_OR_RETURN(TensorIndex t, tensors->Finish());
+      indexes.tensors.push_back(std::move(t));
+    }
     indexes.chunks.push_back(std::move(idx));
   }
   return indexes;
 }
-
-// A RangeReader over a blob of a registry (bytes unverified: only for refusing).
-class RegistryBlobReader final : public RangeReader {
- public:
-  RegistryBlobReader(RegistryClient& client, std::string repo, const Descriptor& d)
-      : client_(client), repo_(std::move(repo)), d_(d), name_(d.digest.str()) {}
-  const std::string& name() const override { return name_; }
-  absl::StatusOr<uint64_t> Size() override { return d_.size; }
-  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
-    if (offset + length > d_.size) {
-      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
-    }
-    ++stats_.requests;
-    stats_.bytes += length;
-    return client_.GetBlobRange(repo_, d_.digest, offset, length);
-  }
-  RangeReadStats stats() const override { return stats_; }
-
- private:
-  RegistryClient& client_;
-  const std::string repo_;
-  const Descriptor d_;
-  const std::string name_;
-  RangeReadStats stats_;
-};
 
 // Image compatible with a path prefix: containerd unpacks M's tars as they are, so every member
 // must be under the prefix already. Reads only the tars' headers. Errors: kInvalidArgument

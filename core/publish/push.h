@@ -16,6 +16,7 @@
 #include "core/oci/descriptor.h"
 #include "core/oci/model_identity.h"
 #include "core/oci/tar_headers.h"
+#include "core/oci/tensor_index.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "nlohmann/json.hpp"
@@ -32,11 +33,13 @@ using ProgressFn = std::function<void(const TransferProgress&)>;
 
 // Streams the file at `path` through a chunk index builder: one read gives its digest and its
 // chunk index (`progress`, when set, is told as "hashing <role>"); `headers`, when set, follows
-// the file as a tar in the same read. Errors: kNotFound (cannot open), kInternal (read error).
+// the file as a tar in the same read, and `tensors`, when set, hashes the tensors of the weight
+// file in it. Errors: kNotFound (cannot open), kInternal (read error).
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
                                      const ProgressFn& progress,
-                                     TarHeaderRecorder* headers = nullptr);
+                                     TarHeaderRecorder* headers = nullptr,
+                                     TensorIndexBuilder* tensors = nullptr);
 
 struct PushOptions {
   std::vector<std::string> inputs;  // files and directories
@@ -68,6 +71,10 @@ struct PushOptions {
   // (docs/volume-image.md, "The image-compatible profile"), so a node without modelfs unpacks
   // the model itself. The tars' members are then written under `path_prefix`.
   bool image_compatible = false;
+  // V carries a tensor index per safetensors/GGUF file in a .raw layer (docs/tensor-index.md),
+  // hashed in the same read. false (--no-tensor-index): V as a build
+  // before the index wrote it.
+  bool tensor_index = true;
   ProgressFn progress;
 };
 
@@ -124,6 +131,7 @@ struct ConvertOptions {
   // path prefix, every member of each tar must be under it. V in another repository of the same
   // registry mounts M's blobs there; on another registry it is refused (it would copy them).
   bool image_compatible = false;
+  bool tensor_index = true;  // as PushOptions::tensor_index (.raw weight layers)
   ProgressFn progress;
 };
 

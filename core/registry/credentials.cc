@@ -31,6 +31,42 @@ absl::StatusOr<CredentialStore> CredentialStore::FromDockerConfigJson(std::strin
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   }
+  // A helper name becomes part of a program name looked up on $PATH: no '/', no spaces.
+  auto helper_name = [&](const nlohmann::json& v, const std::string& where,
+                         std::string& out) -> absl::Status {
+    if (!v.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", where, " must be a string"));
+    }
+    out = v.get<std::string>();
+    for (char ch : out) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
+          ch != '.') {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": ", where, " \"", out, "\" is not a credential helper name"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (auto it = doc.find("credsStore"); it != doc.end()) {
+    if (absl::Status st = helper_name(*it, "\"credsStore\"", store.default_helper_); !st.ok()) {
+      return st;
+    }
+  }
+  if (auto it = doc.find("credHelpers"); it != doc.end()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": \"credHelpers\" must be an object"));
+    }
+    for (const auto& item : it->items()) {
+      std::string name;
+      if (absl::Status st = helper_name(
+              item.value(), absl::StrCat("credHelpers entry \"", item.key(), "\""), name);
+          !st.ok()) {
+        return st;
+      }
+      if (!name.empty()) store.helpers_[NormalizeKey(item.key())] = name;
+    }
+  }
   auto auths = doc.find("auths");
   if (auths == doc.end()) return store;
   if (!auths->is_object()) {
@@ -103,6 +139,13 @@ void CredentialStore::Add(std::string_view registry, Credential credential) {
 
 void CredentialStore::Merge(const CredentialStore& other) {
   for (const auto& [k, v] : other.entries_) entries_[k] = v;
+  for (const auto& [k, v] : other.helpers_) helpers_[k] = v;
+  if (!other.default_helper_.empty()) default_helper_ = other.default_helper_;
+}
+
+std::string CredentialStore::HelperFor(std::string_view registry) const {
+  auto it = helpers_.find(NormalizeKey(registry));
+  return it != helpers_.end() ? it->second : default_helper_;
 }
 
 std::optional<Credential> CredentialStore::Lookup(std::string_view registry) const {

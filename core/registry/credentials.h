@@ -1,6 +1,7 @@
-// Registry credentials: docker's config.json `auths` section and explicit entries from modelfs's
-// own configuration. Secrets never appear in logs or Status messages: Credential has no
-// printer, and errors name the file and registry, never a value.
+// Registry credentials: docker's config.json (`auths`, and which credential helper serves a
+// registry: `credHelpers`, `credsStore`) and explicit entries from modelfs's own configuration.
+// Running the helpers is keychain.h's business. Secrets never appear in logs or Status messages:
+// Credential has no printer, and errors name the file and registry, never a value.
 //
 // Thread safety: CredentialStore is a value; const methods are safe to call concurrently,
 // Add() needs external synchronisation.
@@ -31,8 +32,8 @@ struct Credential {
 class CredentialStore {
  public:
   // Parses config.json text. `source` names the file in errors.
-  // Errors: kInvalidArgument (bad JSON, bad base64 or an `auth` without a ':'), naming the
-  // file and the registry key, never the secret.
+  // Errors: kInvalidArgument (bad JSON, bad base64 or an `auth` without a ':', a helper name
+  // that is not a plain name), naming the file and the registry key, never the secret.
   static absl::StatusOr<CredentialStore> FromDockerConfigJson(std::string_view json,
                                                               const std::string& source);
   // Reads a config.json; a missing file is an empty store. Errors: as above, kInternal on I/O.
@@ -53,11 +54,17 @@ class CredentialStore {
   std::optional<Credential> Lookup(std::string_view registry) const;
   size_t size() const { return entries_.size(); }
 
+  // The credential helper docker would ask for `registry`: its `credHelpers` entry, else
+  // `credsStore`, else "" (the `auths` entries). The name without "docker-credential-".
+  std::string HelperFor(std::string_view registry) const;
+
   // The key Lookup uses for a registry or a config.json auths key.
   static std::string NormalizeKey(std::string_view registry_or_url);
 
  private:
   std::map<std::string, Credential> entries_;
+  std::map<std::string, std::string> helpers_;  // credHelpers, by normalised key
+  std::string default_helper_;                  // credsStore
 };
 
 }  // namespace modelfs

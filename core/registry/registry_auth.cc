@@ -3,10 +3,12 @@
 // Authorization never follows a redirect to another host. Credentials and tokens never appear
 // in a Status message.
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/http/url.h"
@@ -71,8 +73,59 @@ std::vector<ChallengeParams> ParseWwwAuthenticate(const std::string& h) {
 
 }  // namespace
 
-std::string RegistryClient::AuthorizationFor(Host& host, const std::vector<std::string>& scopes) {
-  const std::optional<Credential>& cred = host.credential;
+namespace {
+
+bool SameCredential(const std::optional<Credential>& a, const std::optional<Credential>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  return a->username == b->username && a->password == b->password &&
+         a->identity_token == b->identity_token && a->registry_token == b->registry_token;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<Credential>> RegistryClient::CurrentCredential(Host& host) {
+  if (host.keychain == nullptr) return host.fixed_credential;
+  std::optional<Credential> cred;
+  for (const std::string& key : host.keychain_keys) {
+    absl::StatusOr<std::optional<Credential>> c = host.keychain->Get(key);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(),
+                          absl::StrCat("credentials for ", host.label, ": ", c.status().message()));
+    }
+    if (c->has_value()) {
+      cred = *std::move(c);
+      break;
+    }
+  }
+  absl::MutexLock l(&host.mu);
+  if (!SameCredential(cred, host.credential)) {
+    // Tokens were granted to the credential replaced: the next request fetches new ones.
+    host.credential = cred;
+    host.tokens.clear();
+  }
+  return cred;
+}
+
+absl::StatusOr<bool> RegistryClient::RefreshCredential(Host& host,
+                                                       const std::optional<Credential>& refused) {
+  if (host.keychain == nullptr) return false;
+  absl::MutexLock auth(&host.auth_mu);
+  bool replaced;
+  {
+    absl::MutexLock l(&host.mu);
+    replaced = !SameCredential(host.credential, refused);
+  }
+  if (!replaced) {
+    for (const std::string& key : host.keychain_keys) host.keychain->Invalidate(key);
+  }
+  ASSIGN_OR_RETURN(std::optional<Credential> now, CurrentCredential(host));
+  return !SameCredential(now, refused);
+}
+
+absl::StatusOr<std::string> RegistryClient::AuthorizationFor(
+    Host& host, const std::vector<std::string>& scopes) {
+  ASSIGN_OR_RETURN(std::optional<Credential> cred, CurrentCredential(host));
   if (cred.has_value() && !cred->registry_token.empty()) return "Bearer " + cred->registry_token;
   std::string key = absl::StrJoin(scopes, " ");
   std::optional<Challenge> challenge;
@@ -87,20 +140,21 @@ std::string RegistryClient::AuthorizationFor(Host& host, const std::vector<std::
     } else if (host.basic_auth && cred.has_value()) {
       return "Basic " + absl::Base64Escape(cred->username + ":" + cred->password);
     } else {
-      return "";
+      return std::string();
     }
   }
   // The host already told us where tokens come from: fetch one for this scope now rather
   // than paying a 401 round trip. On failure the request goes out bare and the 401 path
   // reports the error.
-  if (!FetchToken(host, *challenge, scopes).ok()) return "";
+  if (!EnsureToken(host, *challenge, scopes, "").ok()) return std::string();
   absl::MutexLock l(&host.mu);
   auto it = host.tokens.find(key);
-  return it == host.tokens.end() ? "" : "Bearer " + it->second.token;
+  return it == host.tokens.end() ? std::string() : "Bearer " + it->second.token;
 }
 
 absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthorized,
-                                          const std::vector<std::string>& scopes) {
+                                          const std::vector<std::string>& scopes,
+                                          const std::string& sent) {
   std::optional<Challenge> bearer;
   bool basic = false;
   for (const std::string& h : unauthorized.Headers("www-authenticate")) {
@@ -116,23 +170,43 @@ absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthoriz
       }
     }
   }
-  const std::optional<Credential>& cred = host.credential;
+  ASSIGN_OR_RETURN(std::optional<Credential> cred, CurrentCredential(host));
   if (bearer.has_value()) {
+    std::string refused_token =
+        absl::StartsWith(sent, "Bearer ") ? sent.substr(strlen("Bearer ")) : std::string();
     {
       absl::MutexLock l(&host.mu);
       host.challenge = bearer;
-      host.tokens.erase(absl::StrJoin(scopes, " "));  // a token the host refused
     }
-    return FetchToken(host, *bearer, scopes);
+    if (cred.has_value() && !cred->registry_token.empty()) {
+      // Another request replaced the token refused meanwhile: retry with the new one.
+      if (sent != "Bearer " + cred->registry_token) return absl::OkStatus();
+      // A registry token from the keychain was refused: ask for another one.
+      ASSIGN_OR_RETURN(bool other, RefreshCredential(host, cred));
+      if (other) return absl::OkStatus();
+      return absl::UnauthenticatedError(
+          absl::StrCat(host.label, " refused the configured registry token"));
+    }
+    return EnsureToken(host, *bearer, scopes, refused_token);
   }
   if (basic && cred.has_value() && !cred->username.empty()) {
-    absl::MutexLock l(&host.mu);
-    if (host.basic_auth) {
-      return absl::UnauthenticatedError(
-          absl::StrCat(host.label, " refused the configured username and password"));
+    bool already;
+    {
+      absl::MutexLock l(&host.mu);
+      already = host.basic_auth;
+      host.basic_auth = true;
     }
-    host.basic_auth = true;
-    return absl::OkStatus();
+    if (!already) return absl::OkStatus();
+    if (sent != "Basic " + absl::Base64Escape(cred->username + ":" + cred->password)) {
+      return absl::OkStatus();  // replaced meanwhile: retry with the new one
+    }
+    if (!sent.empty()) {
+      // The registry refused the username and password sent: ask the keychain again.
+      ASSIGN_OR_RETURN(bool other, RefreshCredential(host, cred));
+      if (other) return absl::OkStatus();
+    }
+    return absl::UnauthenticatedError(
+        absl::StrCat(host.label, " refused the configured username and password"));
   }
   return absl::UnauthenticatedError(
       absl::StrCat(host.label, " requires authentication",
@@ -140,9 +214,47 @@ absl::Status RegistryClient::Authenticate(Host& host, const Response& unauthoriz
                                     : " and no credentials are configured for it"));
 }
 
+absl::Status RegistryClient::EnsureToken(Host& host, const Challenge& challenge,
+                                         const std::vector<std::string>& scopes,
+                                         const std::string& refused_token) {
+  std::string key = absl::StrJoin(scopes, " ");
+  absl::MutexLock auth(&host.auth_mu);
+  std::optional<Credential> cred;
+  {
+    absl::MutexLock l(&host.mu);
+    auto it = host.tokens.find(key);
+    if (it != host.tokens.end()) {
+      if (it->second.token != refused_token && it->second.expires > clock_->Now()) {
+        return absl::OkStatus();  // fetched by another request while this one waited
+      }
+      host.tokens.erase(it);  // the token the host refused, or an expired one
+    }
+  }
+  // auth_mu is held: CurrentCredential takes only mu and the keychain's own locks.
+  ASSIGN_OR_RETURN(cred, CurrentCredential(host));
+  absl::Status st = FetchToken(host, challenge, scopes, cred);
+  if (st.code() != absl::StatusCode::kUnauthenticated || host.keychain == nullptr ||
+      !cred.has_value()) {
+    return st;
+  }
+  // The token server refused the keychain's credential (a rotated password, an expired
+  // identity token): make the keychain ask its source again, and try once more.
+  {
+    absl::MutexLock l(&host.mu);
+    if (!SameCredential(host.credential, cred)) {
+      // replaced while the token was fetched: fall through with the new one
+    } else {
+      for (const std::string& k : host.keychain_keys) host.keychain->Invalidate(k);
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<Credential> fresh, CurrentCredential(host));
+  if (SameCredential(fresh, cred)) return st;
+  return FetchToken(host, challenge, scopes, fresh);
+}
+
 absl::Status RegistryClient::FetchToken(Host& host, const Challenge& challenge,
-                                        const std::vector<std::string>& scopes) {
-  const std::optional<Credential>& cred = host.credential;
+                                        const std::vector<std::string>& scopes,
+                                        const std::optional<Credential>& cred) {
   Request req;
   req.scopes = scopes;
   std::string authorization;
@@ -236,12 +348,15 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Send(const Request& ori
   for (int hops = 0; hops <= kMaxRedirects;) {
     bool on_host = UrlOrigin(req.url) == host.origin;
     // Authorization never follows a redirect to another host (a storage backend).
-    std::string authorization = on_host ? AuthorizationFor(host, req.scopes) : "";
+    std::string authorization;
+    if (on_host) {
+      ASSIGN_OR_RETURN(authorization, AuthorizationFor(host, req.scopes));
+    }
     ASSIGN_OR_RETURN(Response r, Transport(req, req.url, authorization));
     r.host = &host;
     if (r.status == 401 && on_host && !auth_retried) {
       auth_retried = true;
-      absl::Status s = Authenticate(host, r, req.scopes);
+      absl::Status s = Authenticate(host, r, req.scopes, authorization);
       if (!s.ok()) {
         if (s.code() == absl::StatusCode::kUnauthenticated) {
           r.redirected = redirected;

@@ -114,6 +114,36 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
   return Create(std::move(base));
 }
 
+absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
+    const std::string& registry, HostCapability capability, const HostsOptions& hosts,
+    std::shared_ptr<Keychain> keychain, RegistryClientOptions base) {
+  ASSIGN_OR_RETURN(std::vector<HostEndpoint> all, ResolveHosts(registry, hosts));
+  base.registry = registry;
+  base.hosts.clear();
+  for (HostEndpoint& ep : all) {
+    if (capability == HostCapability::kPush) {
+      if (!ep.push) continue;
+      ep.pull = ep.resolve = true;
+    } else if (!ep.pull) {
+      continue;
+    }
+    RegistryHost rh;
+    rh.keychain = keychain;
+    // As above: a mirror is asked for under its own name only.
+    rh.keychain_keys = {ep.mirror ? ep.host : registry};
+    if (!ep.mirror && ep.host != registry) rh.keychain_keys.push_back(ep.host);
+    rh.endpoint = std::move(ep);
+    base.hosts.push_back(std::move(rh));
+    if (capability == HostCapability::kPush) break;
+  }
+  if (base.hosts.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no configured host for registry ", registry, " allows ",
+                     capability == HostCapability::kPush ? "push" : "pull"));
+  }
+  return Create(std::move(base));
+}
+
 RegistryClient::RegistryClient(RegistryClientOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),

@@ -37,6 +37,14 @@
 // a realm, service and scope; a token is fetched with the host's credential and cached per
 // scope until it expires). A mirror gets only the credential stored for its own host name,
 // never the registry's. Credentials and tokens never appear in Status messages.
+// A host's credential may come from a Keychain (keychain.h), asked on every request (a cache
+// lookup there): when its answer changes (a rewritten docker config), the host's tokens are
+// dropped. When the registry answers 401 to a request that carried a token or credentials, the
+// refused token is dropped and one is fetched again; when the token server (or, with Basic, the
+// registry) refuses the credential, the keychain is told to forget it (Invalidate), asked again
+// (a helper or plugin runs once more) and the request retried once. Concurrent requests share
+// one refresh: token fetches and credential refreshes of a host are serialised, and a request
+// that waited uses the token or credential the first one got.
 //
 // Manifests are raw bytes plus a media type here: parsing them is core/oci's business.
 // Blob bytes are NOT verified by GetBlob/GetBlobRange; the caller hashes them (the trust
@@ -86,6 +94,7 @@
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
 #include "core/registry/registry_observer.h"
+#include "core/registry/keychain.h"
 
 namespace modelfs {
 
@@ -98,10 +107,13 @@ inline constexpr char kMediaTypeDockerManifest[] =
 inline constexpr char kMediaTypeDockerManifestList[] =
     "application/vnd.docker.distribution.manifest.list.v2+json";
 
-// One host the client may talk to, with the credential it presents there.
+// One host the client may talk to, with the credential it presents there: `credential` fixed,
+// or asked of `keychain` (under each of `keychain_keys` in turn) whenever one is needed.
 struct RegistryHost {
   HostEndpoint endpoint;
   std::optional<Credential> credential;
+  std::shared_ptr<Keychain> keychain;
+  std::vector<std::string> keychain_keys;
 };
 
 struct RegistryClientOptions {
@@ -215,6 +227,10 @@ class RegistryClient {
   static absl::StatusOr<std::unique_ptr<RegistryClient>> ForRegistry(
       const std::string& registry, HostCapability capability, const HostsOptions& hosts,
       const CredentialStore& credentials, RegistryClientOptions base = {});
+  // The same with credentials asked of `keychain` when needed (see the file comment).
+  static absl::StatusOr<std::unique_ptr<RegistryClient>> ForRegistry(
+      const std::string& registry, HostCapability capability, const HostsOptions& hosts,
+      std::shared_ptr<Keychain> keychain, RegistryClientOptions base = {});
 
   ~RegistryClient();
   RegistryClient(const RegistryClient&) = delete;
@@ -355,11 +371,26 @@ class RegistryClient {
   // failure that is not a 404 (or the first 404), annotated with the other hosts' failures.
   absl::StatusOr<Response> SendToHosts(const Request& req, Op op);
 
-  std::string AuthorizationFor(Host& host, const std::vector<std::string>& scopes);
+  // The credential the host presents now: the fixed one, or the keychain's answer (when it
+  // changed, the host's tokens are dropped). Errors: the keychain's.
+  absl::StatusOr<std::optional<Credential>> CurrentCredential(Host& host);
+  // The keychain's credential `refused` was refused: unless another request has already
+  // replaced it, tell the keychain to forget it. Returns whether the host now has another
+  // credential to try.
+  absl::StatusOr<bool> RefreshCredential(Host& host, const std::optional<Credential>& refused);
+  // The Authorization header for a request with `scopes` ("" anonymous). Errors: the keychain's.
+  absl::StatusOr<std::string> AuthorizationFor(Host& host, const std::vector<std::string>& scopes);
+  // After a 401 to a request sent with `sent` as its Authorization.
   absl::Status Authenticate(Host& host, const Response& unauthorized,
-                            const std::vector<std::string>& scopes);
+                            const std::vector<std::string>& scopes, const std::string& sent);
+  // A token for `scopes` in the host's cache, fetched unless one is there other than
+  // `refused_token` (another request fetched it meanwhile). Serialised per host.
+  absl::Status EnsureToken(Host& host, const Challenge& challenge,
+                           const std::vector<std::string>& scopes,
+                           const std::string& refused_token);
   absl::Status FetchToken(Host& host, const Challenge& challenge,
-                          const std::vector<std::string>& scopes);
+                          const std::vector<std::string>& scopes,
+                          const std::optional<Credential>& cred);
 
   absl::StatusOr<Response> GetBlobOnce(const std::string& repo, const Digest& digest, Request& req);
   absl::Status PushBlobOnce(const std::string& repo, const Digest& digest, uint64_t size,

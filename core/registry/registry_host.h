@@ -22,7 +22,9 @@ class RegistryClient::Host {
  public:
   Host(const RegistryHost& h, const std::string& registry)
       : endpoint(h.endpoint),
-        credential(h.credential),
+        fixed_credential(h.credential),
+        keychain(h.keychain),
+        keychain_keys(h.keychain_keys),
         origin(absl::AsciiStrToLower(h.endpoint.BaseUrl())),
         ns_query(IsProxyFor(h.endpoint, registry)
                      ? "ns=" + registry_internal::PercentEncode(registry)
@@ -37,13 +39,20 @@ class RegistryClient::Host {
   }
 
   const HostEndpoint endpoint;
-  const std::optional<Credential> credential;
+  const std::optional<Credential> fixed_credential;  // when keychain is null
+  const std::shared_ptr<Keychain> keychain;
+  const std::vector<std::string> keychain_keys;
   const std::string origin;    // lowercase scheme://authority
   const std::string ns_query;  // "ns=<registry>" for a host of another name, else ""
   std::string label;           // how messages name it: "registry r", "mirror m of registry r"
   std::string ca_blob;         // concatenated PEM of endpoint.ca_files
 
+  // Lock order: auth_mu (held across a token fetch or a credential refresh, so concurrent
+  // requests make one) before mu.
+  absl::Mutex auth_mu;
   absl::Mutex mu;
+  // The keychain's last answer (tokens were fetched with it).
+  std::optional<Credential> credential ABSL_GUARDED_BY(mu);
   std::optional<Challenge> challenge ABSL_GUARDED_BY(mu);
   bool basic_auth ABSL_GUARDED_BY(mu) = false;
   std::map<std::string, CachedToken> tokens ABSL_GUARDED_BY(mu);

@@ -226,6 +226,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.model_descriptor = contents.model.manifest;
     RETURN_IF_ERROR(CheckVolumeMatchesModel(contents.model, r.model_descriptor, r.model));
     r.chunk_indexes = std::move(contents.chunk_indexes);
+    for (const VolumeLayerRecord& l : contents.model.layers) {
+      if (l.tensor_index) r.tensor_index_refs.emplace(l.digest, *l.tensor_index);
+    }
     for (auto& [layer, seek] : contents.seek_indexes) {
       r.seek_indexes.emplace(layer, std::make_shared<const SeekIndex>(std::move(seek)));
     }

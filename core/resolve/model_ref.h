@@ -53,6 +53,10 @@ struct ResolvedModel {
   // indexes those tars from them instead of reading their headers from the layers. Trusted as V
   // is; the lazy-image path, whose V nobody pinned, clears them.
   std::map<Digest, std::shared_ptr<const TarHeaders>> tar_headers;
+  // V's tensor index references (revision 2, docs/tensor-index.md), by layer digest: the
+  // index file's digest and tensor count, for .modelinfo.json. The indexes themselves are read
+  // only by those that need them (ListModelTensors), from the verified volume layers above.
+  std::map<Digest, VolumeTensorIndexRef> tensor_index_refs;
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
   // M is an ordinary container image (OCI or Docker v2; a KServe modelcar), not a model

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/registry/kubelet_credential_provider.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -12,26 +13,55 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const ImageRefer
   return ConnectRegistry(ref.registry(), capability, o);
 }
 
+absl::StatusOr<std::shared_ptr<Keychain>> MakeKeychain(const RegistryAccessOptions& o) {
+  if (o.keychain != nullptr) return o.keychain;
+  if (o.credential_provider_config.empty() != o.credential_provider_bin_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "credential_provider_config and credential_provider_bin_dir go together: set both or "
+        "neither");
+  }
+  std::vector<std::shared_ptr<Keychain>> chain;
+  if (!o.credential_provider_config.empty()) {
+    KubeletCredentialProviders::Options ko;
+    ko.config_path = o.credential_provider_config;
+    ko.bin_dir = o.credential_provider_bin_dir;
+    ko.clock = o.client.clock;
+    ASSIGN_OR_RETURN(std::shared_ptr<Keychain> k, KubeletCredentialProviders::Create(ko));
+    chain.push_back(std::move(k));
+  }
+  std::string docker_config = o.docker_config;
+  if (docker_config.empty() && o.default_docker_config) {
+    docker_config = CredentialStore::DefaultDockerConfigPath();
+  }
+  if (!docker_config.empty()) {
+    DockerConfigKeychain::Options d;
+    d.path = docker_config;
+    d.clock = o.client.clock;
+    ASSIGN_OR_RETURN(std::shared_ptr<Keychain> k, DockerConfigKeychain::Create(d));
+    chain.push_back(std::move(k));
+  }
+  if (chain.empty()) return StaticKeychain(CredentialStore());
+  return ChainKeychains(std::move(chain));
+}
+
 absl::StatusOr<std::unique_ptr<RegistryClient>> ConnectRegistry(const std::string& registry,
                                                                 HostCapability capability,
                                                                 const RegistryAccessOptions& o) {
-  CredentialStore creds;
-  if (!o.docker_config.empty()) {
-    ASSIGN_OR_RETURN(creds, CredentialStore::LoadDockerConfig(o.docker_config));
-  } else if (o.default_docker_config) {
-    if (auto loaded = CredentialStore::LoadDefault(); loaded.ok()) {
-      creds = *std::move(loaded);
-    } else if (!absl::IsNotFound(loaded.status())) {
-      return loaded.status();
-    }
-  }
-  return RegistryClient::ForRegistry(registry, capability, o.hosts, creds, o.client);
+  ASSIGN_OR_RETURN(std::shared_ptr<Keychain> keychain, MakeKeychain(o));
+  return RegistryClient::ForRegistry(registry, capability, o.hosts, std::move(keychain), o.client);
 }
 
 RegistryClients::RegistryClients(RegistryAccessOptions options)
-    : open_([options = std::move(options)](
+    // The keychain is made before `options` is moved into the lambda (captures initialise in
+    // order, from the constructor's parameter).
+    : open_([keychain =
+                 std::make_shared<absl::StatusOr<std::shared_ptr<Keychain>>>(MakeKeychain(options)),
+             options = std::move(options)](
                 const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-        return ConnectRegistry(registry, HostCapability::kPull, options);
+        if (!keychain->ok()) return keychain->status();
+        RegistryAccessOptions o = options;
+        o.keychain = **keychain;
+        return ConnectRegistry(registry, HostCapability::kPull, o);
       }) {}
 
 absl::StatusOr<std::shared_ptr<RegistryClient>> RegistryClients::For(const std::string& registry) {

@@ -1,5 +1,7 @@
 // Reaching registries for pulls: ConnectRegistry opens a client with the node's hosts.toml and
-// docker config credentials; RegistryClients keeps one client per registry, opened on first use.
+// its credentials (kubelet credential provider plugins, then the docker config with its
+// helpers: MakeKeychain); RegistryClients keeps one client per registry, opened on first use,
+// all sharing one keychain (so helper answers and plugin caches are shared).
 //
 // Thread safety: RegistryClients and its clients are thread-safe.
 #pragma once
@@ -14,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
+#include "core/registry/keychain.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 
@@ -25,8 +28,21 @@ struct RegistryAccessOptions {
   // With docker_config empty: true (the CLI), $DOCKER_CONFIG / ~/.docker/config.json when there
   // is one; false (the daemon), no credentials at all.
   bool default_docker_config = true;
+  // A kubelet CredentialProviderConfig (JSON) and the plugins' directory; both or neither.
+  std::string credential_provider_config;
+  std::string credential_provider_bin_dir;
+  // Set: the credentials, as is (the fields above are not read for credentials).
+  std::shared_ptr<Keychain> keychain;
   RegistryClientOptions client;  // timeouts and retry policy
 };
+
+// The keychain the options describe: the kubelet plugins when configured, then the docker
+// config (docker_config, else the default one when default_docker_config). Asked per registry in
+// that order: the first source with a credential for it wins (docs/snapshotter.md).
+// Errors: kInvalidArgument (a config.json or CredentialProviderConfig that does not parse, one
+// of the two provider settings without the other), kNotFound (a provider config or plugin that
+// is missing), naming the file.
+absl::StatusOr<std::shared_ptr<Keychain>> MakeKeychain(const RegistryAccessOptions& o);
 
 // Opens a client for ref's registry with the capability needed, credentials from the docker
 // config. Errors: kInvalidArgument (bad hosts.toml / config.json).

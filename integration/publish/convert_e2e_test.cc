@@ -168,6 +168,33 @@ TEST_F(ConvertTest, VolumeChunkIndexesAreTheIndexesOfTheModelLayers) {
   }
 }
 
+TEST_F(ConvertTest, VolumeCarriesATensorIndexOfEachRawWeightFileThatDiffAgreesWith) {
+  ASSERT_FALSE(Converted().is_null());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> client,
+                       ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult vm, client->GetManifest(kRepo, "v1-volume"));
+  ASSERT_OK_AND_ASSIGN(Manifest v, ParseManifest(vm.bytes));
+  ASSERT_OK_AND_ASSIGN(std::string a, FetchBlob(*client, kRepo, v.layers[0].digest.str()));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents contents, ParseVolumeLayer(a));
+  size_t weights = 0;
+  for (const VolumeLayerRecord& rec : contents.model.layers) {
+    const bool weight = rec.path.ends_with(".safetensors") || rec.path.ends_with(".gguf");
+    weights += weight;
+    EXPECT_EQ(rec.tensor_index.has_value(), weight) << rec.path;
+  }
+  EXPECT_GT(weights, 0u);
+  EXPECT_EQ(contents.tensor_indexes.size(), weights);
+  EXPECT_EQ(contents.model.revision, 2);
+  // V (from its indexes) against M itself (headers read, layers hashed): every tensor identical.
+  ASSERT_OK_AND_ASSIGN(ProcessResult d,
+                       RunModelfs({"diff", "--plain-http", Ref("v1-volume"), Ref("v1"), "--json"}));
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const nlohmann::json j = ParseJsonOutput(d.out);
+  EXPECT_EQ(j["summary"]["same"], true) << d.out;
+  EXPECT_GT(j["summary"]["identical"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["a"]["source"], "index");
+}
+
 TEST_F(ConvertTest, ConvertWithAVolumeTagWritesTheSameVolumeImageUnderThatTag) {
   ASSERT_FALSE(Converted().is_null());
   ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"convert", "--plain-http", Ref("v1"),

@@ -88,11 +88,37 @@ class ModelHostsTest : public ::testing::Test {
   }
 
   // The daemon (credentials for registry 2, both registries over plain HTTP) with
-  // `model_hosts`, and containerd 1.6 pulling into it through CRI.
-  void StartNode(const std::vector<std::string>& model_hosts) {
+  // `model_hosts`, and containerd 1.6 pulling into it through CRI. The credentials come from
+  // the docker config, or with `plugin` from a kubelet credential provider plugin (a script
+  // that logs each request to plugin.log) and no docker config at all.
+  void StartNode(const std::vector<std::string>& model_hosts, bool plugin = false) {
     SnapshotterDaemonOptions so;
     so.insecure_hosts = {volumes_->host_port(), models_->host_port()};
-    so.docker_config = docker_config_;
+    so.docker_config = plugin ? "" : docker_config_;
+    if (plugin) {
+      const fs::path script = tmp_.Join("plugins/node-plugin");
+      fs::create_directories(script.parent_path());
+      const std::string log = tmp_.Join("plugin.log").string();
+      std::ofstream(script) << "#!/bin/sh\ncat >> '" << log << "'\necho >> '" << log << "'\n"
+                            << R"(echo '{"kind":"CredentialProviderResponse",)"
+                            << R"("apiVersion":"credentialprovider.kubelet.k8s.io/v1",)"
+                            << R"("cacheKeyType":"Registry","auth":{")" << models_->host_port()
+                            << R"(":{"username":")" << kUser << R"(","password":")" << kPassword
+                            << R"("}}}')"
+                            << "\n";
+      fs::permissions(script, fs::perms::owner_all);
+      const std::string config =
+          tmp_.WriteFile("credential-provider.json",
+                         absl::StrCat(R"({"apiVersion":"kubelet.config.k8s.io/v1",)",
+                                      R"("kind":"CredentialProviderConfig","providers":[)",
+                                      R"({"name":"node-plugin","matchImages":[")",
+                                      models_->host_port(), R"("],"defaultCacheDuration":"1h",)",
+                                      R"("apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]})"))
+              .string();
+      so.top_level_config = absl::StrCat("credential_provider_config = \"", config,
+                                         "\"\ncredential_provider_bin_dir = \"",
+                                         script.parent_path().string(), "\"\n");
+    }
     so.model_hosts = model_hosts;
     ASSERT_OK_AND_ASSIGN(daemon_, SnapshotterDaemon::Start(so));
     ContainerdOptions co;
@@ -201,6 +227,21 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAListedRegistryIsMounted) {
   EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
   EXPECT_EQ(got, DescribeFiles(source_));
   EXPECT_EQ(ReadFileOrDie(ModelDir() + "/config.json"), ReadFileOrDie(source_ + "/config.json"));
+}
+
+// The node's credentials for registry 2 from a kubelet credential provider plugin instead of a
+// docker config: the daemon runs the plugin (a CredentialProviderRequest naming the registry)
+// and mounts the model.
+TEST_F(ModelHostsTest, AModelIsMountedWithCredentialsFromAKubeletCredentialProviderPlugin) {
+  StartNode({models_->host_port()}, /*plugin=*/true);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_OK(cri_->PullImage(v_ref_).status());
+  std::map<std::string, std::string> got = DescribeFiles(ModelDir());
+  EXPECT_EQ(got.erase(".modelinfo.json"), 1u) << "no .modelinfo.json in " << ModelDir();
+  EXPECT_EQ(got, DescribeFiles(source_));
+  EXPECT_EQ(ReadFileOrDie(tmp_.Join("plugin.log").string()),
+            absl::StrCat(R"({"apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":")",
+                         models_->host_port(), R"(","kind":"CredentialProviderRequest"})", "\n"));
 }
 
 // No pointer where a model was meant: the model's registry is down at the first pull. The

@@ -143,6 +143,19 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
           return store.get();
         });
   }
+  if (!o.require_equivalence.empty()) {
+    ModelSnapshotter* raw = s.get();
+    ASSIGN_OR_RETURN(s->attestation_gate_,
+                     AttestationGate::Create(
+                         o.require_equivalence, o.equivalence_keys,
+                         [raw](const std::string& registry) -> absl::StatusOr<RegistryClient*> {
+                           ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client,
+                                            raw->host_->registry().For(registry));
+                           // The client lives in the host's RegistryClients as long as the
+                           // snapshotter.
+                           return client.get();
+                         }));
+  }
 
   // Models that committed snapshots still use; records nobody uses are dropped.
   std::map<std::string, std::set<int64_t>> used;
@@ -306,6 +319,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
     absl::Status st;
     absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
     if (rm.ok()) {
+      DescribeModel(name, *rm);
       // The model was in use before the restart: its prefetch goes on at once.
       st = RegisterModel(name, *rm, PrefetchStart::kAtOnce);
     } else {
@@ -425,6 +439,8 @@ absl::Status ModelSnapshotter::WaitForModelsBelow(const std::string& parent) {
 absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& key,
                                                              const std::string& parent,
                                                              const Labels& labels) {
+  // No Evict between finding a model registered and committing the snapshot that holds it.
+  absl::ReaderMutexLock evict_lock(&evict_mu_);
   auto target = labels.find(kLabelTargetRef);
   if (target != labels.end()) {
     absl::StatusOr<std::optional<VolumeLabels>> volume = ParseVolumeLabels(labels);
@@ -538,6 +554,18 @@ absl::Status ModelSnapshotter::Commit(const std::string& name, const std::string
 
 absl::Status ModelSnapshotter::Remove(const std::string& key) {
   ASSIGN_OR_RETURN(SnapshotRecord rec, base_->Record(key));
+  // Removing a model's last snapshot takes the model away: as an evict, it excludes the
+  // Prepares under way, so that none of them falls between finding the model registered and
+  // committing a snapshot of it (it finishes first and keeps the model, or registers it
+  // again). Taken for every snapshot that holds a model (image GC removes those rarely), so
+  // that two removes of a model's last two snapshots cannot both miss it.
+  bool holds_model = false;
+  {
+    absl::MutexLock lock(&mu_);
+    holds_model = model_of_snapshot_.contains(rec.id);
+  }
+  std::optional<absl::WriterMutexLock> evict_lock;
+  if (holds_model) evict_lock.emplace(&evict_mu_);
   RETURN_IF_ERROR(base_->Remove(key));
   std::string name;
   std::string model_ref;
@@ -552,9 +580,11 @@ absl::Status ModelSnapshotter::Remove(const std::string& key) {
     auto it = models_.find(name);
     if (it == models_.end()) return absl::OkStatus();
     it->second.snapshot_ids.erase(rec.id);
-    if (!it->second.snapshot_ids.empty()) return absl::OkStatus();
+    // A prefetched model stays registered until `modelfs node evict`.
+    if (!it->second.snapshot_ids.empty() || it->second.prefetched) return absl::OkStatus();
     model_ref = it->second.model_ref;
     models_.erase(it);
+    origins_.erase(name);
   }
   // The last snapshot of the model is gone: take it out of the tree and the cache's references.
   if (absl::Status st = host_->Remove(name, model_ref); !st.ok() && !absl::IsNotFound(st)) {

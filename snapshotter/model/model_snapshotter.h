@@ -57,14 +57,16 @@
 // model_snapshotter_registry.cc the remote Prepare of a volume layer from a registry (binding,
 // model hosts, policy); model_snapshotter_lazy_lower.cc the lower layers of a lazy plain image;
 // model_snapshotter_content.cc the image volumes served from containerd's
-// content store. Its collaborators (ModelSnapshotterParts) are passed in: Open builds the real
-// ones, tests their own. What serves the models (registry clients, cache, pipeline, tree, FUSE
-// mount, records) is made of their ModelHostParts: a ModelHost (host/model_host.h), over which
-// this class is containerd's snapshot decorator.
+// content store; model_snapshotter_node.cc the admin verbs (Status, Prefetch, Evict). Its
+// collaborators (ModelSnapshotterParts) are passed in: Open builds the real ones, tests their own.
+// What serves the models (registry clients, cache, pipeline, tree, FUSE mount, records) is made of
+// their ModelHostParts: a ModelHost (host/model_host.h), over which this class is containerd's
+// snapshot decorator.
 //
-// Thread-safety: every method may be called concurrently. Lock order: OverlaySnapshotter's
-// locks before mu_ (the lower-directory resolver takes mu_); mu_ is never held across a call
-// into the overlay snapshotter, the cache, the mounter or the registry.
+// Thread-safety: every method may be called concurrently. Lock order: evict_mu_ (Prepare
+// shared, Evict exclusive) before OverlaySnapshotter's locks before mu_ (the lower-directory
+// resolver takes mu_); mu_ is never held across a call into the overlay snapshotter, the
+// cache, the mounter or the registry.
 #pragma once
 
 #include <atomic>
@@ -101,6 +103,8 @@
 #include "snapshotter/content/content_store_blob_reader.h"
 #include "snapshotter/content/content_store_client.h"
 #include "snapshotter/content/image_volume_key.h"
+#include "snapshotter/model/node_status.h"
+#include "snapshotter/policy/attestation_gate.h"
 #include "snapshotter/policy/policy_gate.h"
 #include "snapshotter/store/overlay_snapshotter.h"
 #include "snapshotter/store/snapshotter.h"
@@ -161,6 +165,11 @@ struct ModelSnapshotterOptions {
   // is registered, and again each time a container is to use one; empty: no policy, nothing
   // checked.
   std::string policy;
+  // Repositories (model_hosts forms) whose volume images must carry an equivalence attestation
+  // (attestation_gate.h) signed by one of equivalence_keys (PEM public key paths). Empty: none
+  // required. snapshotter.toml `require_equivalence`, `equivalence_keys`.
+  std::vector<std::string> require_equivalence;
+  std::vector<std::string> equivalence_keys;
   // containerd's socket, for its content API (image volumes naming a plain ModelPack artifact);
   // empty: such volumes stay empty, as with stock containerd.
   std::string containerd_address;
@@ -210,7 +219,7 @@ struct RemotePrepareCounts {
   uint64_t lazy_lowers = 0;
 };
 
-class ModelSnapshotter final : public Snapshotter {
+class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
  public:
   // Opens the metadata and cache under options.root, mounts <root>/mnt (cleaning up a stale
   // mount a crashed daemon left) and starts re-registering stored models in the background.
@@ -268,6 +277,36 @@ class ModelSnapshotter final : public Snapshotter {
   uint64_t policy_evaluations() const;
   std::filesystem::path mount_dir() const { return mnt_dir_; }
 
+  // The node's admin verbs (model_snapshotter_node.cc; `modelfs node`, over the admin socket).
+  //
+  // Status: the models, the snapshots that hold each, the cache against its bound, layers
+  // quarantined or being scrubbed, the last error per registry (node_status.h).
+  NodeStatus Status() override;
+  // Warms a model before pods arrive: resolves `reference` as a pod's Prepare does (the same
+  // registry access, model_hosts and signature policy; a tag is resolved to a digest first and
+  // the policy judges that digest), registers its model, held without a snapshot until Evict,
+  // and fetches every byte through the cache, which verifies each before keeping it. Calls
+  // `progress` as it goes (about every `interval`); `cancelled` is asked as often (the caller
+  // went away: the model stays registered and its fetch goes on). OK once every layer is
+  // sealed. Errors: kInvalidArgument (not a reference), kPermissionDenied (the policy,
+  // model_hosts), kDataLoss (a layer failed verification: quarantined, named), kUnavailable (a
+  // registry, named with its last error), kDeadlineExceeded (nothing landed for `stall`),
+  // kCancelled.
+  absl::Status Prefetch(const std::string& reference,
+                        const std::function<void(const PrefetchProgress&)>& progress,
+                        const std::function<bool()>& cancelled,
+                        absl::Duration interval = absl::Milliseconds(250),
+                        absl::Duration stall = absl::Minutes(2)) override;
+  // Drops the cached bytes of the model `reference` names (V's reference or digest, or M's
+  // digest): a model held only by a prefetch is unregistered first. Layers another model
+  // references stay. Safe against a Prepare of the same model: Evict excludes every Prepare
+  // (evict_mu_), so a Prepare either finished before (its snapshot holds the model: refused)
+  // or starts after, finds the model gone and registers and fetches it afresh. Errors:
+  // kFailedPrecondition naming the snapshots that hold it (or a prefetch still running),
+  // kNotFound (a digest of no registered model), kInvalidArgument, resolution errors (a tag
+  // of a model that is not registered is resolved through its registry).
+  absl::StatusOr<EvictOutcome> Evict(const std::string& reference) override;
+
  private:
   enum class ModelState { kLoading, kReady, kFailed };
   struct ModelEntry {
@@ -275,7 +314,25 @@ class ModelSnapshotter final : public Snapshotter {
     absl::Status error;
     std::string model_ref;  // M's digest: the cache's reference
     std::set<int64_t> snapshot_ids;
+    // Registered by Prefetch: kept without a snapshot until Evict. `prefetching`: Prefetch
+    // calls fetching it now (Evict refuses meanwhile).
+    bool prefetched = false;
+    int prefetching = 0;
   };
+  // Where a registered model came from, for Status.
+  struct ModelOrigin {
+    std::string reference;
+    std::string volume_digest;
+    std::string registry;
+    std::string repository;
+  };
+  // Records rm as the origin of model `name` (Status shows it).
+  void DescribeModel(const std::string& name, const ResolvedModel& rm);
+  // A resolution of the daemon's own (Prepare, Prefetch) failed on `registry` (Status shows
+  // the last one).
+  void NoteRegistryError(const std::string& registry, const absl::Status& st);
+  // The registered model `reference` names (see Evict): its name; nullopt when none is.
+  std::optional<std::string> FindModel(const std::string& reference);
 
   // The volume image of a model snapshot: the reference the pod named and the manifest digest
   // containerd pinned.
@@ -363,8 +420,14 @@ class ModelSnapshotter final : public Snapshotter {
   absl::StatusOr<int> CountChildren(const std::string& key);
   // With a policy: OK when it accepts `image` at `digest`, else kPermissionDenied (logged).
   // Without one: OK.
+  // With require_equivalence naming the image's repository, an accepted equivalence
+  // attestation is required too (AttestationGate).
   absl::Status CheckPolicy(const ImageReference& image, const Digest& digest,
                            const std::string& what);
+  // The signature policy alone (CheckModelLocation: M's location needs no attestation of its
+  // own, V's is what the pod named).
+  absl::Status CheckSignaturePolicy(const ImageReference& image, const Digest& digest,
+                                    const std::string& what);
   // With a policy, M's location when V names M in another repository: the policy must accept
   // M there, under M's own scope.
   absl::Status CheckModelLocation(const ResolvedModel& rm);
@@ -452,12 +515,20 @@ class ModelSnapshotter final : public Snapshotter {
   std::thread restorer_;
   std::atomic<bool> stopping_{false};
 
+  // Prepare holds it shared from start to end; Evict, and Remove of a snapshot that holds a
+  // model, exclusively. So neither falls between a Prepare finding its model registered and
+  // committing the snapshot that holds it.
+  // Lock order: evict_mu_ first (before the overlay snapshotter's locks and mu_).
+  absl::Mutex evict_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
+  std::map<std::string, ModelOrigin> origins_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeRegistryError> resolve_errors_ ABSL_GUARDED_BY(mu_);
   // Counts changes of a model's state (and the shutdown), for waiters.
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::string> model_of_snapshot_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<PolicyGate> policy_gate_;  // null without a policy
+  std::unique_ptr<PolicyGate> policy_gate_;            // null without a policy
+  std::unique_ptr<AttestationGate> attestation_gate_;  // null without require_equivalence
   std::map<std::string, std::unique_ptr<RegistrySignatureStore>> signature_stores_
       ABSL_GUARDED_BY(mu_);
   // The volume image (reference and manifest digest, from the Prepare's labels) of each model

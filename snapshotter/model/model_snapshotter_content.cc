@@ -32,6 +32,7 @@ std::vector<Mount> ModelBindMount(const std::filesystem::path& dir) {
 absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const ResolvedModel& rm,
                                                   const std::string& ns) {
   ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  DescribeModel(name, rm);
   if (!mine) return absl::OkStatus();
   const std::string model_ref = rm.model_descriptor.digest.str();
   if (HasCompressedLayer(rm))

@@ -103,6 +103,7 @@ absl::Status ModelSnapshotter::RegisterModel(const std::string& name, const Reso
 
 absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const ResolvedModel& rm) {
   ASSIGN_OR_RETURN(bool mine, BeginRegistration(name, rm.model_descriptor.digest.str()));
+  DescribeModel(name, rm);
   if (!mine) return absl::OkStatus();
   absl::Status st = host_->SaveRecord(name, rm);
   // containerd is pulling: prefetch waits until a container uses the model (WaitForModelIds).
@@ -112,6 +113,18 @@ absl::Status ModelSnapshotter::EnsureModel(const std::string& name, const Resolv
 
 absl::Status ModelSnapshotter::CheckPolicy(const ImageReference& image, const Digest& digest,
                                            const std::string& what) {
+  RETURN_IF_ERROR(CheckSignaturePolicy(image, digest, what));
+  if (!attestation_gate_) return absl::OkStatus();
+  AttestationGate::Outcome outcome = attestation_gate_->Check(image, digest);
+  if (!outcome.status.ok()) {
+    Log(absl::StrCat(what, " refused: ", outcome.status.message()));
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelSnapshotter::CheckSignaturePolicy(const ImageReference& image,
+                                                    const Digest& digest, const std::string& what) {
   if (!policy_gate_) return absl::OkStatus();
   PolicyGate::Outcome outcome = policy_gate_->Check(image, digest);
   if (!outcome.status.ok()) {
@@ -136,7 +149,7 @@ absl::Status ModelSnapshotter::CheckModelLocation(const ResolvedModel& rm) {
   ASSIGN_OR_RETURN(ImageReference m,
                    ImageReference::Parse(absl::StrCat(rm.registry, "/", rm.repository, "@",
                                                       rm.model_descriptor.digest.str())));
-  return CheckPolicy(m, rm.model_descriptor.digest, "model");
+  return CheckSignaturePolicy(m, rm.model_descriptor.digest, "model");
 }
 
 std::map<std::string, uint64_t> ModelSnapshotter::policy_refusals() const {
@@ -236,7 +249,10 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
         return host_refusal;
       });
   if (!host_refusal.ok()) return host_refusal;
-  if (!resolved.ok()) return AsUnreachable(resolved.status(), ref, model, asking);
+  if (!resolved.ok()) {
+    NoteRegistryError(asking, resolved.status());
+    return AsUnreachable(resolved.status(), ref, model, asking);
+  }
   ResolvedModel& rm = *resolved;
   if (absl::Status st = CheckBinding(**client, rm, parent, target); !st.ok()) {
     return AsUnreachable(st, ref, model, ref.registry());
@@ -252,6 +268,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = host_->registry().For(rm.registry);
   if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
   if (absl::Status st = EnsureModel(name, rm); !st.ok()) {
+    NoteRegistryError(rm.registry, st);
     return AsUnreachable(st, ref, model, rm.registry);
   }
 

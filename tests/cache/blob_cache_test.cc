@@ -1339,6 +1339,65 @@ TEST_F(BlobCacheTest, TheAuditAfterTheLoadLeavesNoSecondCopyBehind) {
   EXPECT_EQ(CountResident(ResidentPages(dir_.Join("cache"), d, 0, blob.size())), 0u);
 }
 
+// --- What `modelfs node` asks of the cache: ListLayers, EvictLayers, endpoint errors ---
+
+TEST_F(BlobCacheTest, ListLayersGivesEachLayersCachedAndVerifiedBytesAndItsModels) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(10 * kChunk + 100, 41);
+  Digest d = AddChunked(*cache, blob, "m1");
+  ASSERT_OK(cache->Read(d, 0, blob.size()));
+  ASSERT_TRUE(Idle(*cache));
+  std::map<Digest, BlobCache::LayerInfo> layers = cache->ListLayers();
+  ASSERT_EQ(layers.size(), 1u);
+  const BlobCache::LayerInfo& info = layers.at(d);
+  EXPECT_EQ(info.size, blob.size());
+  EXPECT_EQ(info.cached_bytes, blob.size());
+  EXPECT_EQ(info.verified_bytes, blob.size());
+  EXPECT_TRUE(info.whole_verified);
+  EXPECT_FALSE(info.quarantined);
+  EXPECT_FALSE(info.scrubbing);
+  EXPECT_EQ(info.models, std::vector<std::string>{"m1"});
+}
+
+TEST_F(BlobCacheTest, EvictLayersDropsAnUnreferencedLayerAndKeepsAReferencedOne) {
+  auto cache = Open();
+  const std::string one = RandomBytes(3 * kChunk, 42);
+  const std::string two = RandomBytes(2 * kChunk, 43);
+  Digest d1 = AddChunked(*cache, one, "m1");
+  Digest d2 = AddChunked(*cache, two, "m2");
+  ASSERT_OK(cache->Read(d1, 0, one.size()));
+  ASSERT_OK(cache->Read(d2, 0, two.size()));
+  ASSERT_TRUE(Idle(*cache));
+  cache->UnregisterModel("m1");
+  BlobCache::EvictResult r = cache->EvictLayers({d1, d2, remote_.AddBlob("unknown")});
+  EXPECT_EQ(r.layers, 1u);
+  EXPECT_EQ(r.bytes, one.size());
+  EXPECT_EQ(r.busy, std::vector<Digest>{d2});
+  EXPECT_THAT(cache->GetLayerInfo(d1).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache->stats().cached_bytes, two.size());
+  EXPECT_FALSE(std::filesystem::exists(DataPath(d1)));
+  // Registered again, it is fetched and verified afresh.
+  const uint64_t fetched = cache->stats().bytes_fetched;
+  ASSERT_OK(RegisterChunked(*cache, d1, one));
+  ASSERT_OK_AND_ASSIGN(std::string got, cache->Read(d1, 0, one.size()));
+  EXPECT_EQ(got, one);
+  EXPECT_EQ(cache->stats().bytes_fetched - fetched, one.size());
+}
+
+TEST_F(BlobCacheTest, AFailedFetchIsKeptAsItsEndpointsLastError) {
+  auto cache = Open();
+  const std::string blob = RandomBytes(2 * kChunk, 44);
+  Digest d = AddChunked(*cache, blob, "m1");
+  remote_.Fail(absl::NotFoundError("registry says no such blob"));
+  EXPECT_FALSE(cache->Read(d, 0, kChunk).ok());
+  ASSERT_TRUE(Idle(*cache));
+  auto errors = cache->endpoint_errors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors.begin()->second.message, HasSubstr("registry says no such blob"));
+  EXPECT_GE(errors.begin()->second.count, 1u);
+  EXPECT_NE(errors.begin()->second.at, absl::InfinitePast());
+}
+
 }  // namespace
 }  // namespace modelfs
 

@@ -415,6 +415,12 @@ TEST(ExitCodeTest, HelpOnEverySubcommandExitsZero) {
   }
 }
 
+TEST(ExitCodeTest, DiffOfAMalformedReferenceIsBadInput) {
+  CliRun r = RunModelfs({"diff", "not a reference", "localhost:5000/models/a:v1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("not a reference"));
+}
+
 TEST(ExitCodeTest, VersionExitsZero) {
   CliRun r = RunModelfs({"--version"});
   EXPECT_EQ(r.exit_code, 0);

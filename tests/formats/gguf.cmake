@@ -13,3 +13,6 @@ modelfs_test(dequant_test
 modelfs_test(synthetic_models_test
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/synthetic_models_test.cc
   DEPS modelfs_gguf modelfs_synth)
+modelfs_test(tensor_names_test
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tensor_names_test.cc
+  DEPS modelfs_gguf)

@@ -13,6 +13,8 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar_headers.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
+  ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
@@ -99,4 +101,18 @@ modelfs_fuzzer(oci_state_config_fuzz
   INSTRUMENT ${MODELFS_OCI_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/core/oci/state_artifact.cc
   DEPS ${MODELFS_OCI_FUZZ_DEPS}
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_state_config
+  RUNS 20000)
+
+# ParseTensorIndex on arbitrary bytes (the index V pins, read by diff and inspect --tensors):
+# never aborts, an accepted index serializes to the same bytes, and every tensor lies in the
+# file and the file in the layer.
+modelfs_fuzzer(oci_tensor_index_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_tensor_index_fuzz.cc
+  INSTRUMENT
+    ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/chunk_hash.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
+    ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
+  DEPS modelfs_status modelfs_blake3 OpenSSL::Crypto absl::strings
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_tensor_index
   RUNS 20000)

@@ -19,3 +19,12 @@ modelfs_fuzzer(trust_policy_fuzz
        nlohmann_json::nlohmann_json absl::strings
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/trust_policy
   RUNS 20000)
+
+# core/attest: the DSSE envelope and the in-toto statement an attestation reader takes from a
+# registry.
+modelfs_fuzzer(attest_envelope_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/attest_envelope_fuzz.cc
+  INSTRUMENT ${PROJECT_SOURCE_DIR}/core/attest/attestation.cc
+  DEPS modelfs_attest
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/attest_envelope
+  RUNS 20000)

@@ -3,6 +3,7 @@
 #include "core/resolve/registry_clients.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -64,6 +65,42 @@ TEST_F(RegistryClientsTest, AnExplicitDockerConfigIsReadEitherWay) {
   o.docker_config = (tmp_.path() / "config.json").string();
   EXPECT_THAT(ConnectRegistry("registry.test:5000", HostCapability::kPull, o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("config.json")));
+}
+
+TEST_F(RegistryClientsTest, OneCredentialProviderKeyWithoutTheOtherIsRefused) {
+  RegistryAccessOptions o;
+  o.default_docker_config = false;
+  o.credential_provider_config = (tmp_.path() / "cp.json").string();
+  EXPECT_THAT(ConnectRegistry("registry.test:5000", HostCapability::kPull, o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("go together")));
+}
+
+TEST_F(RegistryClientsTest, PluginCredentialsComeBeforeTheDockerConfigs) {
+  // A plugin that answers for every registry, and a docker config with another entry.
+  auto plugin = tmp_.WriteFile("bin/p", R"(#!/bin/sh
+cat > /dev/null
+echo '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1",
+"cacheKeyType":"Global","auth":{"registry.test:5000":{"username":"from-plugin","password":"x"}}}'
+)");
+  std::filesystem::permissions(plugin, std::filesystem::perms::owner_all);
+  auto cp = tmp_.WriteFile("cp.json", R"({"apiVersion":"kubelet.config.k8s.io/v1",
+      "kind":"CredentialProviderConfig","providers":[{"name":"p",
+      "matchImages":["registry.test:5000"],"defaultCacheDuration":"1h",
+      "apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]})");
+  auto dc = tmp_.WriteFile("docker.json",
+                           R"({"auths":{"registry.test:5000":{"username":"from-docker",
+                                "password":"y"},"other.test":{"username":"o","password":"z"}}})");
+  RegistryAccessOptions o;
+  o.default_docker_config = false;
+  o.docker_config = dc.string();
+  o.credential_provider_config = cp.string();
+  o.credential_provider_bin_dir = (tmp_.path() / "bin").string();
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Keychain> k, MakeKeychain(o));
+  ASSERT_OK_AND_ASSIGN(std::optional<Credential> reg, k->Get("registry.test:5000"));
+  ASSERT_OK_AND_ASSIGN(std::optional<Credential> other, k->Get("other.test"));
+  ASSERT_TRUE(reg.has_value() && other.has_value());
+  EXPECT_EQ(reg->username, "from-plugin");
+  EXPECT_EQ(other->username, "o");
 }
 
 }  // namespace

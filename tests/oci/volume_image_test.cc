@@ -894,3 +894,139 @@ TEST(ParseVolumeModelJsonTest, RefusesTarHeadersOnALayerThatIsNoTar) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// A tensor index for the fixture's weight layer (its bytes as two "tensors").
+TensorIndex FixtureTensors(const Fixture& f) {
+  TensorIndex t;
+  t.format = TensorFileFormat::kGguf;
+  t.layer_digest = Digest::Of(f.weights);
+  t.layer_size = t.file_size = f.weights.size();
+  t.tensors.push_back({"blk.0.attn_q.weight", "Q8_0", {32, 4}, 64, 136, {}});
+  t.tensors.push_back({"output_norm.weight", "F32", {32}, 256, 128, {}});
+  return *BuildTensorIndex(t, f.weights);
+}
+
+TEST(VolumeTensorIndexTest, IsReferencedFromModelJsonAsRevisionTwoAndReadBack) {
+  Fixture f = MakeFixture();
+  f.input.tensor_indexes = {FixtureTensors(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, HasSubstr("\"revision\":2"));
+  EXPECT_THAT(json, HasSubstr("\"schemaVersion\":1"));
+  EXPECT_THAT(json, HasSubstr("\"tensorIndex\":{\"digest\":\"sha256:"));
+  EXPECT_THAT(json, HasSubstr("\"mediaType\":\"application/vnd.modelfs.tensor-index.v1\","
+                              "\"path\":\".modelfs/tensors/" +
+                              std::string(Digest::Of(f.weights).hex()) + ".tidx\",\"tensors\":2}"));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model.revision, 2);
+  ASSERT_EQ(c.tensor_indexes.size(), 1u);
+  EXPECT_EQ(c.tensor_indexes.at(Digest::Of(f.weights)), FixtureTensors(f));
+}
+
+TEST(VolumeTensorIndexTest, AVolumeWithoutOneKeepsItsBytesAndRevisionOne) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("revision")));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("tensorIndex")));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  EXPECT_EQ(c.model.revision, 1);
+  EXPECT_TRUE(c.tensor_indexes.empty());
+}
+
+TEST(VolumeTensorIndexTest, ATamperedIndexIsDataLossNamingIt) {
+  Fixture f = MakeFixture();
+  f.input.tensor_indexes = {FixtureTensors(f)};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  TensorIndex evil = FixtureTensors(f);
+  evil.tensors[1].hash[0] ^= 1;
+  TarWriter w;
+  ASSERT_OK(w.AddFile(".modelfs/model.json", SerializeVolumeModelJson(v.model_info)));
+  ASSERT_OK(w.AddFile(v.model_info.layers[0].chunk_index->path,
+                      SerializeChunkIndex(f.input.chunk_indexes[0])));
+  ASSERT_OK(w.AddFile(v.model_info.layers[0].tensor_index->path, SerializeTensorIndex(evil)));
+  EXPECT_THAT(ParseVolumeLayer(w.Finish()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("tensor index " + v.model_info.layers[0].tensor_index->path)));
+}
+
+TEST(VolumeTensorIndexTest, AnIndexForNoLayerOfTheModelIsRefused) {
+  Fixture f = MakeFixture();
+  TensorIndex t = FixtureTensors(f);
+  t.layer_digest = Digest::Of("other");
+  f.input.tensor_indexes = {t};
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no layer")));
+}
+
+TEST(VolumeTensorIndexTest, AReaderTakesAnyRevisionButRefusesAnotherSchemaVersion) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.revision = 3;  // a later additive revision: unknown fields are ignored
+  ASSERT_OK_AND_ASSIGN(VolumeModelInfo back, ParseVolumeModelJson(SerializeVolumeModelJson(info)));
+  EXPECT_EQ(back.revision, 3);
+  info.schema_version = 2;
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schemaVersion")));
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// What `modelfs diff` reads of a V is its manifest, config and A (with M's manifest and config):
+// for an 8 GiB model in four safetensors shards of a Llama 3 8B's 291 tensors, A with its chunk
+// and tensor indexes is 312,320 bytes (305 KiB), so a diff of two such models reads under 1 MiB.
+TEST(VolumeTensorIndexTest, AnEightGiBModelsVolumeLayerKeepsADiffUnderOneMiB) {
+  constexpr uint64_t kShard = 2ull << 30;
+  std::vector<ModelLayerInput> layers;
+  std::vector<ChunkIndex> chunks;
+  std::vector<TensorIndex> tensors;
+  for (int s = 0; s < 4; ++s) {
+    const Digest d = Digest::Of("shard" + std::to_string(s));
+    layers.push_back({"model-0000" + std::to_string(s + 1) + "-of-00004.safetensors", d, kShard,
+                      LayerKind::kWeight, LayerEncoding::kRaw, ""});
+    ChunkIndex c;
+    c.blob_digest = d;
+    c.blob_size = kShard;
+    c.algorithm = ChunkDigestAlgorithm::kBlake3;
+    c.chunks.resize(kShard / ChunkIndex::kDefaultChunkSize);
+    chunks.push_back(std::move(c));
+    TensorIndex t;
+    t.layer_digest = d;
+    t.layer_size = t.file_size = kShard;
+    for (int i = 0; i < 73; ++i) {
+      t.tensors.push_back({"model.layers." + std::to_string(s * 8 + i / 9) + ".self_attn.q_proj" +
+                               std::to_string(i) + ".weight",
+                           "BF16",
+                           {4096, 4096},
+                           static_cast<uint64_t>(i) << 25,
+                           1ull << 25,
+                           {}});
+    }
+    tensors.push_back(std::move(t));
+  }
+  ModelPackConfig config;
+  const std::string config_blob = SerializeModelPackConfig(config);
+  VolumeImageInput in;
+  in.model = *BuildModelManifest(config_blob, layers);
+  in.model_manifest = DescribeBlob(kOciManifestMediaType, SerializeManifest(in.model));
+  in.repository = "registry.local:5000/models/llama3-8b";
+  in.chunk_indexes = std::move(chunks);
+  in.tensor_indexes = std::move(tensors);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(in));
+  EXPECT_TRUE(v.index_layers.empty());
+  EXPECT_LT(v.layer.size(), 320u << 10);
+  EXPECT_LT(2 * (v.layer.size() + v.manifest_json.size() + v.config.size() +
+                 in.model_manifest.size + config_blob.size()),
+            1u << 20);
+}
+
+}  // namespace
+}  // namespace modelfs

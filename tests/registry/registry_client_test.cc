@@ -6,6 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/base/backoff.h"
@@ -147,6 +151,90 @@ TEST_F(RegistryClientTest, ABearerTokenIsReusedUntilItExpiresAndThenRenewed) {
   ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange("models/m", *digest_, 20, 10));
   EXPECT_EQ(got, blob_->substr(20, 10));
   EXPECT_EQ(client->stats().token_requests, 2u);
+}
+
+// Many range reads in flight when the registry starts refusing the token they carry: the token
+// is fetched once, and every read succeeds.
+TEST_F(RegistryClientTest, ConcurrentReadsRefusedForTheirTokenShareOneTokenFetch) {
+  dir_->WriteFile("token.json", R"({"token": "T1", "expires_in": 300})");
+  ASSERT_OK(server_->SetFaults({.require_token = "T1", .token_realm = "/token.json"}));
+  std::unique_ptr<RegistryClient> client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 0, 10));
+  ASSERT_EQ(client->stats().token_requests, 1u);
+  // The registry revokes T1 (a token that expired early, a rotated signing key).
+  dir_->WriteFile("token.json", R"({"token": "T2", "expires_in": 300})");
+  ASSERT_OK(server_->SetFaults({.require_token = "T2", .token_realm = "/token.json"}));
+  std::vector<std::thread> readers;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 16; ++i) {
+    readers.emplace_back([&, i] {
+      absl::StatusOr<std::string> got = client->GetBlobRange("models/m", *digest_, i * 100, 100);
+      if (!got.ok() || *got != blob_->substr(i * 100, 100)) ++failed;
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(client->stats().token_requests, 2u);
+}
+
+// A keychain that hands out registry token R1 until told to forget it, then R2.
+class RotatingKeychain : public Keychain {
+ public:
+  absl::StatusOr<std::optional<Credential>> Get(const std::string&) override {
+    absl::MutexLock l(&mu_);
+    ++gets_;
+    return Credential{"", "", "", invalidations_ == 0 ? "R1" : "R2"};
+  }
+  void Invalidate(const std::string&) override {
+    absl::MutexLock l(&mu_);
+    ++invalidations_;
+  }
+  int invalidations() {
+    absl::MutexLock l(&mu_);
+    return invalidations_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int gets_ ABSL_GUARDED_BY(mu_) = 0;
+  int invalidations_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST_F(RegistryClientTest, RefusedKeychainCredentialIsRefreshedOnceForConcurrentReads) {
+  ASSERT_OK(server_->SetFaults({.require_token = "R2"}));
+  auto keychain = std::make_shared<RotatingKeychain>();
+  RegistryClientOptions o = Options();
+  o.hosts.push_back(RegistryHost{o.endpoint, std::nullopt, keychain, {o.registry}});
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  std::vector<std::thread> readers;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 16; ++i) {
+    readers.emplace_back([&, i] {
+      absl::StatusOr<std::string> got = client->GetBlobRange("models/m", *digest_, i * 100, 100);
+      if (!got.ok() || *got != blob_->substr(i * 100, 100)) ++failed;
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(keychain->invalidations(), 1);
+}
+
+TEST_F(RegistryClientTest, KeychainErrorFailsTheRequestNamingTheHost) {
+  class Failing : public Keychain {
+   public:
+    absl::StatusOr<std::optional<Credential>> Get(const std::string&) override {
+      return absl::NotFoundError("credential helper docker-credential-x: cannot run");
+    }
+    void Invalidate(const std::string&) override {}
+  };
+  RegistryClientOptions o = Options();
+  o.hosts.push_back(
+      RegistryHost{o.endpoint, std::nullopt, std::make_shared<Failing>(), {o.registry}});
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  EXPECT_THAT(client->GetBlobRange("models/m", *digest_, 0, 10),
+              StatusIs(absl::StatusCode::kNotFound,
+                       ::testing::AllOf(HasSubstr("docker-credential-x"), HasSubstr(o.registry))));
 }
 
 // Records what the client reports, as the daemon's metrics do.

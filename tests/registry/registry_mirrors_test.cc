@@ -484,8 +484,9 @@ TEST_F(RegistryMirrorsTest, APushClientTalksOnlyToTheFirstHostWithPush) {
                                "  capabilities = [\"pull\", \"resolve\"]\n"));
   HostsOptions hosts;
   hosts.certs_dir = certs.path().string();
-  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::ForRegistry(kRegistry, HostCapability::kPush,
-                                                                hosts, {}, Options({})));
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       RegistryClient::ForRegistry(kRegistry, HostCapability::kPush, hosts,
+                                                   CredentialStore(), Options({})));
   ASSERT_EQ(client->endpoints().size(), 1u);
   EXPECT_EQ(client->endpoints()[0].host, absl::StrCat("127.0.0.1:", server_->port()));
   // Its reads (a push checks what the registry has) go to that host too.

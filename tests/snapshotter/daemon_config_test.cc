@@ -123,6 +123,8 @@ TEST(DaemonConfigTest, ThePackagedConfigHoldsTheBuiltInDefaults) {
   EXPECT_EQ(parsed.lazy_images, d.lazy_images);
   EXPECT_EQ(parsed.lazy_images_unpack_refused, d.lazy_images_unpack_refused);
   EXPECT_EQ(parsed.docker_config, d.docker_config);
+  EXPECT_EQ(parsed.credential_provider_config, d.credential_provider_config);
+  EXPECT_EQ(parsed.credential_provider_bin_dir, d.credential_provider_bin_dir);
   EXPECT_EQ(parsed.policy, d.policy);
   EXPECT_EQ(parsed.metrics_address, d.metrics_address);
   EXPECT_EQ(parsed.log_level, d.log_level);
@@ -364,6 +366,29 @@ TEST(DaemonConfigTest, PolicyIsAnAbsolutePathOrEmpty) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("policy \"policy.json\"")));
 }
 
+// require_equivalence: repositories in the model_hosts forms, with at least one key, each an
+// absolute path.
+TEST(DaemonConfigTest, RequireEquivalenceNeedsKeysAndTheModelHostsForms) {
+  DaemonConfig c;
+  ASSERT_OK(
+      ParseDaemonConfig("require_equivalence = [\"reg:5000/quantized/*\"]\n"
+                        "equivalence_keys = [\"/etc/modelfs/keys/q.pub\"]\n",
+                        "e.toml", c));
+  EXPECT_THAT(c.require_equivalence, ElementsAre("reg:5000/quantized/*"));
+  EXPECT_THAT(c.equivalence_keys, ElementsAre("/etc/modelfs/keys/q.pub"));
+  EXPECT_OK(ValidateDaemonConfig(c));
+  c.equivalence_keys.clear();
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("equivalence_keys is empty")));
+  c.equivalence_keys = {"q.pub"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"q.pub\"")));
+  c.equivalence_keys = {"/q.pub"};
+  c.require_equivalence = {"reg:5000/te*m"};
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("require_equivalence")));
+}
+
 }  // namespace
 TEST(DaemonConfigTest, LazyImagesAreRepositoriesInTheModelHostsForms) {
   DaemonConfig c;
@@ -374,6 +399,47 @@ TEST(DaemonConfigTest, LazyImagesAreRepositoriesInTheModelHostsForms) {
   c.lazy_images = {"https://quay.example/kserve/llama"};
   EXPECT_THAT(ValidateDaemonConfig(c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lazy_images")));
+}
+
+TEST(DaemonConfigTest, CredentialProviderKeysAreReadAndGoTogether) {
+  const std::string text =
+      "credential_provider_config = \"/etc/kubernetes/cp.json\"\n"
+      "credential_provider_bin_dir = \"/usr/libexec/cp\"\n";
+  DaemonConfig c;
+  ASSERT_OK(ParseDaemonConfig(text, "s.toml", c));
+  EXPECT_EQ(c.credential_provider_config, "/etc/kubernetes/cp.json");
+  EXPECT_EQ(c.credential_provider_bin_dir, "/usr/libexec/cp");
+  DaemonConfig half;
+  ASSERT_OK(ParseDaemonConfig("credential_provider_config = \"/etc/cp.json\"\n", "s.toml", half));
+  EXPECT_THAT(WithKeyLine(ValidateDaemonConfig(half),
+                          "credential_provider_config = \"/etc/cp.json\"\n", "s.toml"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("s.toml:1: credential_provider_config: "
+                                 "credential_provider_config and credential_provider_bin_dir go "
+                                 "together")));
+}
+
+TEST(DaemonConfigTest, MissingCredentialProviderConfigFailsTheCheckNamingTheFile) {
+  DaemonConfig c;
+  c.credential_provider_config = "/nonexistent/modelfs/cp.json";
+  c.credential_provider_bin_dir = "/nonexistent/modelfs/bin";
+  EXPECT_THAT(ValidateDaemonConfig(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                AllOf(HasSubstr("credential_provider_config"),
+                                                      HasSubstr("/nonexistent/modelfs/cp.json"))));
+}
+
+TEST(DaemonConfigTest, DockerConfigThatDoesNotParseFailsTheCheck) {
+  const std::string path = ::testing::TempDir() + "/daemon_config_test_docker.json";
+  std::ofstream(path) << "{\"auths\": ";
+  DaemonConfig c;
+  c.docker_config = path;
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("docker_config"), HasSubstr(path))));
+  DaemonConfig relative;
+  relative.docker_config = "docker.json";
+  EXPECT_THAT(ValidateDaemonConfig(relative),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("absolute path")));
 }
 
 }  // namespace modelfs::snapshotter

@@ -39,6 +39,7 @@
 #include "testsupport/testing/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs::snapshotter {
 namespace {
@@ -132,6 +133,50 @@ class FakeMounter final : public ModelMounter {
   const absl::Status adopt_result_;
 };
 
+// The test's content store, whose reads wait while the gate is closed (counting the reads
+// waiting), so a Prepare can be held in the middle.
+class GatedContentStore final : public ContentStore {
+ public:
+  explicit GatedContentStore(ContentStore* inner) : inner_(inner) {}
+  absl::StatusOr<uint64_t> Size(const std::string& ns, const Digest& digest) override {
+    return inner_->Size(ns, digest);
+  }
+  absl::StatusOr<std::vector<std::string>> ImageNames(const std::string& ns,
+                                                      const Digest& digest) override {
+    return inner_->ImageNames(ns, digest);
+  }
+  absl::Status Read(const std::string& ns, const Digest& digest, uint64_t offset, uint64_t length,
+                    absl::Time deadline,
+                    const std::function<absl::Status(std::string_view)>& sink) override {
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_++;
+      mu_.Await(absl::Condition(&open_));
+      waiting_--;
+    }
+    return inner_->Read(ns, digest, offset, length, deadline, sink);
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  void AwaitAReadWaiting() {
+    absl::MutexLock lock(&mu_);
+    auto waiting = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ > 0; };
+    mu_.Await(absl::Condition(&waiting));
+  }
+
+ private:
+  ContentStore* const inner_;
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // The key containerd 2.1 prepares an image volume of `image` under, for pod sandbox `sandbox`.
 std::string VolumeKey(const Digest& image, char sandbox = 'b') {
   return absl::StrCat(kNamespace, "/7//run/containerd/io.containerd.grpc.v1.cri/image-volumes/",
@@ -173,7 +218,7 @@ class ModelSnapshotterTest : public ::testing::Test {
     co.dir = (o.root / "cache").string();
     fs::create_directories(co.dir);
     ASSIGN_OR_RETURN(parts.host.cache, BlobCache::Open(co, parts.host.source.get()));
-    parts.content_store = &store_;
+    parts.content_store = &gated_;
     parts.host.connect_registry =
         [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
       {
@@ -277,6 +322,7 @@ class ModelSnapshotterTest : public ::testing::Test {
   TempDir tmp_;
   FakeClock clock_;
   FakeContentStore store_;
+  GatedContentStore gated_{&store_};
   MountCalls calls_;
   absl::Status mount_result_;
   absl::Status adopt_result_;
@@ -535,6 +581,31 @@ TEST_F(ModelSnapshotterTest, AVolumeLayerRefusedByThePolicyLeavesNothingBehind) 
   EXPECT_THAT(ListModelRecords(root() / "models"), IsEmpty());
 }
 
+// require_equivalence: a volume image of a listed repository is refused at its remote Prepare
+// unless an equivalence attestation is accepted; fail closed when the attestations cannot be
+// fetched (this registry is unreachable), naming the image and the requirement.
+TEST_F(ModelSnapshotterTest, AVolumeLayerOfARepositoryRequiringEquivalenceIsRefusedWithoutOne) {
+  ModelSnapshotterOptions o = Options();
+  o.require_equivalence = {absl::StrCat(kRegistry, "/models/*")};
+  o.equivalence_keys = {tmp_.WriteFile("q.pub", testing::GenerateKey().public_pem).string()};
+  ASSERT_OK(Open(std::move(o)));
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr("models/m-volume:v1"), HasSubstr("require_equivalence"),
+                             HasSubstr("fetch_failed"))));
+  EXPECT_THAT(snapshotter_->ActiveModels(), IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, ARepositoryTheRequirementDoesNotNameIsNotAskedForOne) {
+  ModelSnapshotterOptions o = Options();
+  o.require_equivalence = {absl::StrCat(kRegistry, "/quantized/*")};
+  o.equivalence_keys = {tmp_.WriteFile("q.pub", testing::GenerateKey().public_pem).string()};
+  ASSERT_OK(Open(std::move(o)));
+  // As without the requirement: the unreachable registry is what fails the Prepare.
+  EXPECT_THAT(snapshotter_->Prepare("extract-a", "", VolumeLayerLabels("chain-a")).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(kRegistry)));
+}
+
 // --- Restart recovery ---
 
 TEST_F(ModelSnapshotterTest, AfterARestartAModelSnapshotIsServedAgain) {
@@ -729,6 +800,116 @@ TEST_F(ModelSnapshotterTest, WithoutLazyImagesAnOrdinaryLayerNeverReachesARegist
   ASSERT_OK(snapshotter_->Prepare("extract-p", "", PlainLayerLabels("modelcars/llama", "chain-p"))
                 .status());
   EXPECT_THAT(Connected(), IsEmpty());
+}
+
+// --- The admin verbs: Status and Evict (model_snapshotter_node.cc) ---
+
+TEST_F(ModelSnapshotterTest, StatusListsAPreparedModelWithTheSnapshotAndSandboxHoldingIt) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  NodeStatus status = snapshotter_->Status();
+  ASSERT_EQ(status.models.size(), 1u);
+  const NodeModel& model = status.models[0];
+  EXPECT_EQ(model.name, ModelName(m));
+  EXPECT_EQ(model.model_digest, m.str());
+  EXPECT_EQ(model.state, "ready");
+  EXPECT_FALSE(model.prefetched);
+  ASSERT_EQ(model.snapshots.size(), 1u);
+  EXPECT_EQ(model.snapshots[0].key, VolumeKey(m));
+  EXPECT_EQ(model.snapshots[0].kind, "active");
+  EXPECT_EQ(model.snapshots[0].container, std::string(64, 'b'));
+  EXPECT_FALSE(status.disk_full);
+  EXPECT_THAT(status.layers, IsEmpty());
+}
+
+TEST_F(ModelSnapshotterTest, EvictRefusesAModelASnapshotHoldsNamingTheSnapshot) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  EXPECT_THAT(snapshotter_->Evict(m.str()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr(m.str()), HasSubstr(VolumeKey(m)))));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+  EXPECT_EQ(CountLog(" evicted"), 0);
+}
+
+TEST_F(ModelSnapshotterTest, EvictOfADigestNoModelHasIsNotFound) {
+  ASSERT_OK(Open());
+  EXPECT_THAT(snapshotter_->Evict(Digest::Of("nothing").str()).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+// The race of `modelfs node evict` with a pod starting on the same model: an evict that comes
+// while a Prepare is under way waits for it, then finds the snapshot holding the model and is
+// refused; the model stays registered and the snapshot usable.
+TEST_F(ModelSnapshotterTest, AnEvictDuringAPrepareOfTheModelWaitsForItThenIsRefused) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  gated_.Close();
+  absl::StatusOr<std::vector<Mount>> prepared;
+  std::thread prepare([&] { prepared = snapshotter_->Prepare(VolumeKey(m), "", {}); });
+  gated_.AwaitAReadWaiting();  // the Prepare is reading M from the content store
+  std::atomic<bool> evict_done{false};
+  absl::Status evicted;
+  std::thread evict([&] {
+    evicted = snapshotter_->Evict(m.str()).status();
+    evict_done = true;
+  });
+  // The evict cannot pass the Prepare (a false pass here would only hide a bug, never fail a
+  // correct tree).
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(evict_done.load());
+  gated_.Open();
+  prepare.join();
+  evict.join();
+  ASSERT_OK(prepared.status());
+  EXPECT_THAT(evicted, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(VolumeKey(m))));
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+  EXPECT_OK(snapshotter_->Mounts(VolumeKey(m)).status());
+}
+
+// The other order: an evict that finished first leaves nothing a later Prepare could trip on;
+// the Prepare registers the model afresh.
+TEST_F(ModelSnapshotterTest, APrepareAfterAnEvictRegistersTheModelAfresh) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  ASSERT_OK(snapshotter_->Remove(VolumeKey(m)));
+  EXPECT_THAT(snapshotter_->Evict(m.str()).status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}).status());
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+  EXPECT_EQ(CountLog(" registered at "), 2);
+}
+
+// The same exclusion for the Remove of a model's last snapshot (image GC while a pod starts
+// on the same model): it waits for the Prepare under way, which then holds the model, so the
+// model stays in the mount.
+TEST_F(ModelSnapshotterTest, RemovingAModelsLastSnapshotWaitsForAPrepareOfItUnderWay) {
+  const Digest m = StoreModel();
+  ASSERT_OK(Open());
+  ASSERT_OK(snapshotter_->Prepare(VolumeKey(m), "", {}).status());
+  calls_.Clear();
+  gated_.Close();
+  absl::StatusOr<std::vector<Mount>> prepared;
+  std::thread prepare([&] { prepared = snapshotter_->Prepare(VolumeKey(m, 'c'), "", {}); });
+  gated_.AwaitAReadWaiting();
+  std::atomic<bool> remove_done{false};
+  absl::Status removed;
+  std::thread remove([&] {
+    removed = snapshotter_->Remove(VolumeKey(m));
+    remove_done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(remove_done.load());
+  gated_.Open();
+  prepare.join();
+  remove.join();
+  ASSERT_OK(prepared.status());
+  ASSERT_OK(removed);
+  EXPECT_THAT(calls_.Get(), IsEmpty());  // the model never left the mount
+  EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
+  EXPECT_OK(snapshotter_->Mounts(VolumeKey(m, 'c')).status());
 }
 
 }  // namespace modelfs::snapshotter

@@ -34,11 +34,19 @@
   --blob-fault-offset K  body offset of the corrupt byte (default -1: the middle of the body).
   --blob-fault-from B  only requests whose Range starts at blob offset B or later (default 0;
                       a request without Range starts at 0), e.g. the readahead past a read.
+  --rate BYTES_PER_S  send the bodies of GET .../blobs/... answers at most this fast, all
+                      connections together (one shaped link; 0: unshaped), for loads that must
+                      last a while (credentials that expire during a cold load).
+  --bearer-max-age S  answer a request whose bearer token (a JWT) was issued (iat) more than S
+                      seconds ago with the registry's own 401 and challenge (the request sent on
+                      without it): a token revoked before its expires_in, as a registry without
+                      Distribution's leeway on exp would refuse it.
 GET /__stats returns counters as JSON. GET /__clear-faults turns --blob-fault off (answers
 already stalled stay stalled); GET /__set-faults?mode=M&first=N&path=P&bytes=B&offset=K&from=F sets
 them (omitted fields keep their values).
 """
 import argparse
+import base64
 import http.client
 import http.server
 import json
@@ -94,6 +102,8 @@ def main():
     ap.add_argument("--blob-fault-offset", type=int, default=-1)
     ap.add_argument("--blob-fault-range-shift", type=int, default=0)
     ap.add_argument("--blob-fault-from", type=int, default=0)
+    ap.add_argument("--rate", type=int, default=0)
+    ap.add_argument("--bearer-max-age", type=float, default=0)
     args = ap.parse_args()
     # --blob-fault-first counts down; this says whether it was given at all (0: every answer).
     args.blob_fault_limited = args.blob_fault_first > 0
@@ -101,9 +111,22 @@ def main():
     lock = threading.Lock()
     stats = {"requests": 0, "injected": 0, "redirects": 0, "storage_requests": 0,
              "storage_expired": 0, "storage_with_auth": 0, "refused_writes": 0,
-             "blob_gets": 0, "blob_faults": 0, "stalls_ended": 0}
+             "blob_gets": 0, "blob_faults": 0, "stalls_ended": 0, "bearer_refused": 0}
     generation_uses = {}
     next_generation = [1]
+    link_free_at = [0.0]  # --rate: when the shaped link has sent what it was given
+
+    def shaped_write(wfile, payload):
+        """Writes payload through the one shaped link: 16 KiB pieces, each when the link is free."""
+        for i in range(0, len(payload), 16384):
+            piece = payload[i:i + 16384]
+            with lock:
+                start = max(time.monotonic(), link_free_at[0])
+                link_free_at[0] = start + len(piece) / args.rate
+            delay = start - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            wfile.write(piece)
     port = [0]
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -153,7 +176,11 @@ def main():
                 if k < len(payload):
                     payload = payload[:k] + bytes([payload[k] ^ 0xff]) + payload[k + 1:]
             if fault not in ("reset", "truncate", "stall"):
-                self.wfile.write(payload)
+                if (args.rate > 0 and self.command == "GET" and "/blobs/" in path and
+                        resp.status in (200, 206)):
+                    shaped_write(self.wfile, payload)
+                else:
+                    self.wfile.write(payload)
                 return
             n = args.blob_fault_bytes if args.blob_fault_bytes >= 0 else len(payload) // 2
             n = min(n, max(len(payload) - 1, 0))  # always short of the whole body
@@ -219,6 +246,18 @@ def main():
             except OSError:
                 pass
 
+        def bearer_too_old(self):
+            """Whether the request carries a JWT bearer token issued over --bearer-max-age ago."""
+            auth = self.headers.get("Authorization", "")
+            if not auth.startswith("Bearer "):
+                return False
+            try:
+                payload = auth[7:].split(".")[1]
+                claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+                return time.time() - float(claims["iat"]) > args.bearer_max_age
+            except (IndexError, KeyError, ValueError, TypeError):
+                return False
+
         def handle_any(self):
             path = self.path
             if path == "/__stats":
@@ -268,6 +307,12 @@ def main():
                         self.simple(403, b"<Error><Code>AccessDenied</Code></Error>")
                         return
                 self.forward("/" + rest, drop_auth=True)
+                return
+            if args.bearer_max_age > 0 and self.bearer_too_old():
+                with lock:
+                    stats["bearer_refused"] += 1
+                # The registry's own 401 and challenge: the request without its token.
+                self.forward(path, drop_auth=True)
                 return
             if args.read_only and self.command in ("POST", "PUT", "PATCH", "DELETE"):
                 with lock:

@@ -212,6 +212,14 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
   ASSIGN_OR_RETURN(f->work_dir_, MakeWorkDir("modelfs-registry"));
   f->storage_dir_ = f->work_dir_ + "/storage";
   fs::create_directories(f->storage_dir_);
+  if (!options.seed_storage_dir.empty()) {
+    std::error_code ec;
+    fs::copy(options.seed_storage_dir, f->storage_dir_, fs::copy_options::recursive, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("registry fixture: cannot copy ",
+                                              options.seed_storage_dir, ": ", ec.message()));
+    }
+  }
   ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
   f->host_port_ = absl::StrCat("127.0.0.1:", port);
 
@@ -241,6 +249,12 @@ absl::StatusOr<std::unique_ptr<RegistryFixture>> RegistryFixture::Start(
         "--expires-in", absl::StrCat(options.token_expires_in),
         "--port-file",  port_file};
     if (options.anonymous_pull) argv.push_back("--anonymous-pull");
+    if (!options.password_file.empty()) {
+      argv.insert(argv.end(), {"--password-file", options.password_file});
+    }
+    if (!options.refresh_token.empty()) {
+      argv.insert(argv.end(), {"--refresh-token", options.refresh_token});
+    }
     ASSIGN_OR_RETURN(f->token_server_, ChildProcess::Spawn(argv, f->work_dir_ + "/token.log"));
     ASSIGN_OR_RETURN(int token_port,
                      WaitForPortFile(port_file, f->token_server_.get(), absl::Seconds(20)));
@@ -358,6 +372,12 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(const std::string&
     if (!options.blob_fault_path.empty()) {
       argv.insert(argv.end(), {"--blob-fault-path", options.blob_fault_path});
     }
+  }
+  if (options.rate_bytes_per_s > 0) {
+    argv.insert(argv.end(), {"--rate", absl::StrCat(options.rate_bytes_per_s)});
+  }
+  if (options.bearer_max_age_s > 0) {
+    argv.insert(argv.end(), {"--bearer-max-age", absl::StrCat(options.bearer_max_age_s)});
   }
   ASSIGN_OR_RETURN(p->process_, ChildProcess::Spawn(argv, p->work_dir_ + "/proxy.log"));
   ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, p->process_.get(), absl::Seconds(20)));

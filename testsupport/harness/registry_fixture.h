@@ -52,6 +52,12 @@ struct RegistryFixtureOptions {
   std::string password = "modelfs-test-password";
   // kToken only.
   int token_expires_in = 300;
+  // Non-empty: the token server reads the password from this file at every request (a
+  // password rotated while clients hold tokens), instead of `password`.
+  std::string password_file;
+  // Non-empty: the token server also grants tokens for POST grant_type=refresh_token with this
+  // refresh token (docker's identity token), to `username`.
+  std::string refresh_token;
   bool anonymous_pull = false;
   // Write the registry's access log (one line per request: method, path, status, bytes,
   // user agent) to log_path(), so tests can count which blobs were fetched.
@@ -60,6 +66,9 @@ struct RegistryFixtureOptions {
   // Distribution's `proxy.remoteurl`. The upstream must answer when the cache starts
   // (docker-registry 2.8 exits otherwise), not afterwards.
   std::string proxy_remote_url;
+  // Non-empty: the registry starts on a copy of this storage directory (a fixture of blobs and
+  // manifests written earlier, for example by an older release).
+  std::string seed_storage_dir;
 };
 
 class RegistryFixture {
@@ -137,6 +146,12 @@ struct FaultProxyOptions {
   int64_t blob_fault_bytes = -1;   // reset/truncate/stall: body bytes first; -1: half
   int64_t blob_fault_offset = -1;  // corrupt: body offset; -1: the middle
   int64_t blob_fault_from = 0;     // only requests whose Range starts at this blob offset+
+  // Blob bodies sent at most this fast, all connections together (fault_proxy.py --rate);
+  // 0: unshaped.
+  int64_t rate_bytes_per_s = 0;
+  // Requests whose bearer token was issued more than this many seconds ago get the registry's
+  // 401 (fault_proxy.py --bearer-max-age; counted as bearer_refused); 0: tokens pass.
+  double bearer_max_age_s = 0;
 };
 
 // fault_proxy.py's name of a BlobFault ("" for kNone).
@@ -150,7 +165,8 @@ class FaultProxy {
   const std::string& host_port() const { return host_port_; }
   // A counter from /__stats: requests, injected, redirects, storage_requests,
   // storage_expired, storage_with_auth, refused_writes, blob_gets (GETs of blobs answered 200
-  // or 206), blob_faults (bodies broken), stalls_ended (stalled answers the client gave up).
+  // or 206), blob_faults (bodies broken), stalls_ended (stalled answers the client gave up),
+  // bearer_refused (tokens refused for their age).
   absl::StatusOr<int> Stat(const std::string& name) const;
   // Turns the blob fault off for the answers that follow (a stalled one stays stalled).
   absl::Status ClearBlobFault() const;

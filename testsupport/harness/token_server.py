@@ -10,6 +10,11 @@ Signing uses the openssl CLI so the test needs nothing beyond the Python standar
 Known users get every action they ask for; anonymous callers get pull only with
 --anonymous-pull and nothing otherwise; a wrong password is a 401. GET /stats returns
 {"token_requests": N, "last_scopes": [...]}.
+
+--password-file: the password is read from this file at every request (rotated by the test).
+--refresh-token: POST /token with grant_type=refresh_token&refresh_token=T&service=S&scope=...
+(the OAuth2 form of distribution's token spec, what docker does with an identity token) grants
+--user's access; another refresh token is a 401.
 """
 import argparse
 import base64
@@ -36,6 +41,12 @@ class State:
         der = subprocess.run(["openssl", "x509", "-in", args.cert, "-outform", "DER"],
                              check=True, capture_output=True).stdout
         self.x5c = base64.b64encode(der).decode()
+
+    def password(self) -> str:
+        if self.args.password_file:
+            with open(self.args.password_file) as f:
+                return f.read().strip()
+        return self.args.password
 
     def sign(self, signing_input: bytes) -> bytes:
         return subprocess.run(["openssl", "dgst", "-sha256", "-sign", self.args.key],
@@ -93,12 +104,32 @@ def make_handler(state: State):
                     u, _, p = base64.b64decode(auth[6:]).decode().partition(":")
                 except Exception:
                     u, p = "", ""
-                if u != state.args.user or p != state.args.password:
+                if u != state.args.user or p != state.password():
                     self.reply(401, {"errors": [{"code": "UNAUTHORIZED",
                                                  "message": "bad username or password"}]},
                                {"WWW-Authenticate": 'Basic realm="token"'})
                     return
                 user = u
+            self.grant(user, query, scopes)
+
+        def do_POST(self):
+            url = urllib.parse.urlsplit(self.path)
+            n = int(self.headers.get("Content-Length", "0") or 0)
+            form = urllib.parse.parse_qs(self.rfile.read(n).decode()) if n else {}
+            if url.path != "/token" or form.get("grant_type", [""])[0] != "refresh_token":
+                self.reply(400, {"error": "unsupported_grant_type"})
+                return
+            scopes = form.get("scope", [])
+            with state.lock:
+                state.token_requests += 1
+                state.last_scopes = scopes
+            refresh = form.get("refresh_token", [""])[0]
+            if not state.args.refresh_token or refresh != state.args.refresh_token:
+                self.reply(401, {"error": "invalid_grant"})
+                return
+            self.grant(state.args.user, form, scopes)
+
+        def grant(self, user, query, scopes):
             if query.get("service", [""])[0] != state.args.service:
                 self.reply(400, {"errors": [{"code": "UNSUPPORTED", "message": "wrong service"}]})
                 return
@@ -131,6 +162,8 @@ def main():
     ap.add_argument("--password", required=True)
     ap.add_argument("--expires-in", type=int, default=300)
     ap.add_argument("--anonymous-pull", action="store_true")
+    ap.add_argument("--password-file", default="")
+    ap.add_argument("--refresh-token", default="")
     ap.add_argument("--port-file", required=True)
     args = ap.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(State(args)))

@@ -1,0 +1,277 @@
+#include "core/publish/tensor_listing.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/formats/gguf.h"
+#include "core/formats/model_inspect.h"
+#include "core/formats/safetensors.h"
+#include "core/oci/volume_image.h"
+#include "core/status/status_macros.h"
+
+namespace modelfs {
+namespace {
+
+// The bytes [offset, offset + size) of another reader.
+class SliceReader final : public RangeReader {
+ public:
+  SliceReader(RangeReader& base, uint64_t offset, uint64_t size, std::string name)
+      : base_(base), offset_(offset), size_(size), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() override { return size_; }
+  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
+    if (offset > size_ || length > size_ - offset) {
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read of ", length, " bytes at ", offset,
+                                                " past the end (", size_, ")"));
+    }
+    return base_.ReadAt(offset_ + offset, length);
+  }
+  RangeReadStats stats() const override { return base_.stats(); }
+
+ private:
+  RangeReader& base_;
+  const uint64_t offset_, size_;
+  const std::string name_;
+};
+
+// A blob of a registry by range. The bytes are not verified: a header read so is checked
+// against the layer as it streams (TensorIndexBuilder), which is checked against its digest.
+class RegistryRangeReader final : public RangeReader {
+ public:
+  RegistryRangeReader(RegistryClient& client, std::string repo, const Descriptor& d,
+                      std::string name)
+      : client_(client), repo_(std::move(repo)), d_(d), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<uint64_t> Size() override { return d_.size; }
+  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
+    if (offset > d_.size || length > d_.size - offset) {
+      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
+    }
+    if (length == 0) return std::string();
+    ++stats_.requests;
+    stats_.bytes += length;
+    return client_.GetBlobRange(repo_, d_.digest, offset, length);
+  }
+  RangeReadStats stats() const override { return stats_; }
+
+ private:
+  RegistryClient& client_;
+  const std::string repo_;
+  const Descriptor d_;
+  const std::string name_;
+  RangeReadStats stats_;
+};
+
+bool IsWeightPath(const std::string& path) {
+  const SniffedFormat f = SniffFormat(path, "");
+  return f == SniffedFormat::kSafetensors || f == SniffedFormat::kGguf;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<TensorSkeleton>> ReadTensorSkeleton(RangeReader& file,
+                                                                 const std::string& path,
+                                                                 const Digest& layer,
+                                                                 uint64_t layer_size,
+                                                                 uint64_t file_offset) {
+  const SniffedFormat f = SniffFormat(path, "");
+  if (f != SniffedFormat::kSafetensors && f != SniffedFormat::kGguf) {
+    return std::optional<TensorSkeleton>();
+  }
+  ASSIGN_OR_RETURN(const uint64_t file_size, file.Size());
+  TensorSkeleton s;
+  s.index.layer_digest = layer;
+  s.index.layer_size = layer_size;
+  s.index.file_offset = file_offset;
+  s.index.file_size = file_size;
+  uint64_t header_size = 0;
+  if (f == SniffedFormat::kSafetensors) {
+    ASSIGN_OR_RETURN(SafetensorsFile st, ParseSafetensors(file));
+    s.index.format = TensorFileFormat::kSafetensors;
+    header_size = st.data_start;
+    for (const SafetensorsTensor& t : st.tensors) {
+      s.index.tensors.push_back(
+          TensorEntry{t.name, t.dtype, t.shape, st.data_start + t.begin, t.size(), {}});
+    }
+  } else {
+    ASSIGN_OR_RETURN(GgufFile g, ParseGguf(file));
+    s.index.format = TensorFileFormat::kGguf;
+    header_size = g.data_offset;
+    for (const GgufTensor& t : g.tensors) {
+      s.index.tensors.push_back(TensorEntry{t.name, t.type->name, t.dims, t.offset, t.nbytes, {}});
+    }
+  }
+  for (const TensorEntry& t : s.index.tensors) {
+    if (t.name.size() > 0xffff || t.dtype.size() > 0xff || t.shape.size() > TensorIndex::kMaxRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor ", t.name.substr(0, 200),
+                       " has a name, dtype or rank a tensor index cannot hold (65535, 255, 8)"));
+    }
+  }
+  ASSIGN_OR_RETURN(s.header, file.ReadAt(0, std::min(header_size, file_size)));
+  return std::optional<TensorSkeleton>(std::move(s));
+}
+
+std::string_view TensorSourceName(TensorSource source) {
+  switch (source) {
+    case TensorSource::kIndex:
+      return "index";
+    case TensorSource::kSharedLayer:
+      return "shared-layer";
+    case TensorSource::kHeaderHashed:
+      return "headers+hashed";
+  }
+  return "?";
+}
+
+absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const ResolvedModel& rm,
+                                              const ModelTensors* shared) {
+  ModelTensors out;
+  out.reference = rm.ref.String();
+  out.model = rm.model_descriptor.digest;
+  if (rm.volume_descriptor) out.volume = rm.volume_descriptor->digest;
+  std::map<Digest, TensorIndex> indexes;
+  std::map<Digest, Digest> index_digests;
+  if (rm.volume_descriptor) {
+    // Each index file is checked against model.json's digest here (kDataLoss otherwise).
+    ASSIGN_OR_RETURN(VolumeLayerContents contents,
+                     ParseVolumeLayers(rm.volume_layer_tar, rm.volume_index_layer_tars));
+    indexes = std::move(contents.tensor_indexes);
+    for (const VolumeLayerRecord& l : contents.model.layers) {
+      if (l.tensor_index) index_digests[l.digest] = l.tensor_index->digest;
+    }
+  }
+  std::map<Digest, const ModelTensorFile*> other;
+  if (shared != nullptr) {
+    for (const ModelTensorFile& f : shared->files) other[f.layer] = &f;
+  }
+  for (const ModelLayer& layer : rm.layers) {
+    const Descriptor& d = layer.descriptor;
+    const std::string name = layer.path.empty() ? d.digest.str() : layer.path;
+    ModelTensorFile f;
+    f.path = name;
+    f.layer = d.digest;
+    if (auto it = indexes.find(d.digest); it != indexes.end()) {
+      f.source = TensorSource::kIndex;
+      f.index = it->second;
+      f.index_digest = index_digests[d.digest];
+      out.files.push_back(std::move(f));
+      continue;
+    }
+    if (layer.path.empty() || !IsWeightPath(layer.path)) continue;
+    if (auto it = other.find(d.digest); it != other.end()) {
+      f.source = TensorSource::kSharedLayer;
+      f.index = it->second->index;
+      out.files.push_back(std::move(f));
+      continue;
+    }
+    if (layer.encoding != LayerEncoding::kRaw) {
+      out.skipped.push_back(name);
+      continue;
+    }
+    // Fallback: the header by range, then the layer streamed once, checked against its
+    // digest, every tensor hashed as it passes.
+    RegistryRangeReader blob(client, rm.repository, d,
+                             absl::StrCat(name, " (", d.digest.str(), ")"));
+    ASSIGN_OR_RETURN(std::optional<TensorSkeleton> skeleton,
+                     ReadTensorSkeleton(blob, layer.path, d.digest, d.size, 0));
+    if (!skeleton) continue;
+    ASSIGN_OR_RETURN(TensorIndexBuilder b, TensorIndexBuilder::Create(std::move(skeleton->index),
+                                                                      std::move(skeleton->header)));
+    Sha256 whole;
+    uint64_t got = 0;
+    RETURN_IF_ERROR(client.GetBlob(rm.repository, d.digest, [&](std::string_view piece) {
+      got += piece.size();
+      if (got > d.size) {
+        return absl::DataLossError(absl::StrCat("layer ", d.digest.str(), " (", name,
+                                                ") is longer than its ", d.size, " bytes"));
+      }
+      whole.Update(piece);
+      b.Update(piece);
+      return absl::OkStatus();
+    }));
+    const Digest digest = whole.Finish();
+    if (digest != d.digest || got != d.size) {
+      return absl::DataLossError(absl::StrCat("layer ", d.digest.str(), " (", name,
+                                              ") failed verification: got ", digest.str(), ", ",
+                                              got, " bytes"));
+    }
+    out.hashed_bytes += got;
+    ASSIGN_OR_RETURN(f.index, b.Finish());
+    f.source = TensorSource::kHeaderHashed;
+    out.files.push_back(std::move(f));
+  }
+  return out;
+}
+
+TensorDiff DiffModelTensors(const ModelTensors& a, const ModelTensors& b) {
+  auto views = [](const ModelTensors& m) {
+    std::vector<TensorFileView> v;
+    for (const ModelTensorFile& f : m.files) v.push_back({f.path, f.index.tensors});
+    return v;
+  };
+  return DiffTensors(views(a), views(b));
+}
+
+namespace {
+
+nlohmann::json TensorToJson(const TensorEntry& t) {
+  return {{"name", t.name},     {"dtype", t.dtype},
+          {"shape", t.shape},   {"offset", t.offset},
+          {"length", t.length}, {"digest", "blake3:" + TensorHashHex(t.hash)}};
+}
+
+}  // namespace
+
+nlohmann::json ModelTensorsToJson(const ModelTensors& m) {
+  nlohmann::json files = nlohmann::json::array();
+  uint64_t count = 0;
+  for (const ModelTensorFile& f : m.files) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const TensorEntry& t : f.index.tensors) tensors.push_back(TensorToJson(t));
+    count += f.index.tensors.size();
+    files.push_back({{"path", f.path},
+                     {"layer", f.layer.str()},
+                     {"format", std::string(TensorFileFormatName(f.index.format))},
+                     {"source", std::string(TensorSourceName(f.source))},
+                     {"index_digest", f.index_digest ? nlohmann::json(f.index_digest->str())
+                                                     : nlohmann::json(nullptr)},
+                     {"tensors", std::move(tensors)}});
+  }
+  return {{"reference", m.reference},
+          {"model", m.model.str()},
+          {"volume", m.volume ? nlohmann::json(m.volume->str()) : nlohmann::json(nullptr)},
+          {"files", std::move(files)},
+          {"tensors", count},
+          {"skipped", m.skipped},
+          {"hashed_bytes", m.hashed_bytes}};
+}
+
+nlohmann::json TensorDiffToJson(const TensorDiff& d) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const TensorFileDiff& f : d.files) {
+    nlohmann::json changed = nlohmann::json::array();
+    for (const TensorChange& c : f.changed) {
+      nlohmann::json what = nlohmann::json::array();
+      if (c.dtype) what.push_back("dtype");
+      if (c.shape) what.push_back("shape");
+      if (c.digest) what.push_back("digest");
+      changed.push_back(
+          {{"name", c.name}, {"what", what}, {"a", TensorToJson(c.a)}, {"b", TensorToJson(c.b)}});
+    }
+    files.push_back({{"path", f.path},
+                     {"in_a", f.in_a},
+                     {"in_b", f.in_b},
+                     {"added", f.added},
+                     {"removed", f.removed},
+                     {"changed", std::move(changed)},
+                     {"identical", f.identical.size()}});
+  }
+  return {{"files", std::move(files)},
+          {"summary",
+           {{"added", d.added},
+            {"removed", d.removed},
+            {"changed", d.changed},
+            {"identical", d.identical},
+            {"same", d.same()}}}};
+}
+
+}  // namespace modelfs
