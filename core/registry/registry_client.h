@@ -93,8 +93,8 @@
 #include "core/oci/digest.h"
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
-#include "core/registry/registry_observer.h"
 #include "core/registry/keychain.h"
+#include "core/registry/registry_observer.h"
 
 namespace modelfs {
 
