@@ -143,7 +143,7 @@ int Run(int rounds) {
       o.root = tmp.Join(absl::StrCat(with_policy ? "p" : "n", r));
       o.registry.hosts.plain_http_hosts = {host};
       o.prefetch = PrefetchPolicy::kNone;
-      o.log = [](const std::string&) {};
+      o.log = [](const log::Event&) {};
       if (with_policy) o.policy = policy_path;
       absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
       if (!s.ok()) return Fail("open", s.status());

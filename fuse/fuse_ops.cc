@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/buffer_pool.h"
+#include "core/base/log_event.h"
 #include "fuse/kernel_protocol.h"
 
 namespace modelfs {
@@ -433,7 +434,7 @@ fuse_lowlevel_ops MakeOps() {
 }  // namespace
 
 void LogError(const char* op, const char* message) {
-  fprintf(stderr, "modelfs fuse: %s: %s\n", op, message);
+  log::WriteToStderr(log::Error("fuse", message).Field("op", op));
 }
 
 std::string MountOptionString(const FuseMountOptions& o) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/log_event.h"
 #include "fuse/kernel_protocol.h"
 
 namespace modelfs {
@@ -74,8 +75,8 @@ OpenFiles::Decision OpenFiles::Open(uint64_t ino, int file_fd, const std::string
         // The same reason holds for every file of this cache: stop trying.
         passthrough_ = false;
         if (!warned_) {
-          fprintf(stderr, "modelfs fuse: passthrough off, files are served by the daemon: %s\n",
-                  std::string(id.status().message()).c_str());
+          log::WriteToStderr(log::Warn("fuse", "passthrough off, files are served by the daemon")
+                                 .Field("reason", id.status().message()));
           warned_ = true;
         }
       }
@@ -185,8 +186,9 @@ void OpenFiles::Inherit() {
     }
   }
   if (!ok) {
-    fprintf(stderr, "modelfs fuse: %s is damaged; serving every new open from the daemon\n",
-            state_path_.c_str());
+    log::WriteToStderr(
+        log::Warn("fuse", "passthrough state is damaged; serving every new open from the daemon")
+            .Field("file", state_path_));
     SaveLocked();
     return;
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/base/log_event.h"
 #include "core/resolve/registry_clients.h"
 #include "snapshotter/policy/model_hosts.h"
 
@@ -98,6 +99,8 @@ const std::set<std::string>& TopKeys() {
                                                       "equivalence_keys",
                                                       "metrics_address",
                                                       "log_level",
+                                                      "log_format",
+                                                      "log_journal",
                                                       "containerd_address",
                                                       "admin_socket",
                                                       "cache",
@@ -149,6 +152,8 @@ absl::Status ParseDaemonConfig(const std::string& text, const std::string& sourc
                           {"policy", &c.policy},
                           {"metrics_address", &c.metrics_address},
                           {"log_level", &c.log_level},
+                          {"log_format", &c.log_format},
+                          {"log_journal", &c.log_journal},
                           {"containerd_address", &c.containerd_address},
                           {"admin_socket", &c.admin_socket}}) {
     if (absl::Status st = GetString(root, key, source, "", *out); !st.ok()) return st;
@@ -269,6 +274,8 @@ std::string RenderDaemonConfig(const DaemonConfig& c) {
   line("metrics_address", TomlString(c.metrics_address));
   line("containerd_address", TomlString(c.containerd_address));
   line("log_level", TomlString(c.log_level));
+  line("log_format", TomlString(c.log_format));
+  line("log_journal", TomlString(c.log_journal));
   line("admin_socket", TomlString(c.admin_socket));
   out += "\n[cache]\n";
   line("max_size_gib", TomlNumber(static_cast<double>(c.cache_max_size_gib)));
@@ -340,9 +347,18 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache.prefetch \"", c.prefetch, "\": want all, headers or none"));
   }
-  if (c.log_level != "info" && c.log_level != "debug") {
+  // The logging keys (docs/snapshotter.md, "Logs").
+  if (!log::ParseLevel(c.log_level)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("log_level \"", c.log_level, "\": want info or debug"));
+        absl::StrCat("log_level \"", c.log_level, "\": want debug, info, warn or error"));
+  }
+  if (!log::ParseFormat(c.log_format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_format \"", c.log_format, "\": want logfmt or json"));
+  }
+  if (c.log_journal != "auto" && c.log_journal != "on" && c.log_journal != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log_journal \"", c.log_journal, "\": want auto, on or off"));
   }
   if (!(c.read_deadline_s > 0)) {
     return absl::InvalidArgumentError("cache.read_deadline_s must be > 0");

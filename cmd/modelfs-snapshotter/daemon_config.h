@@ -49,8 +49,12 @@ struct DaemonConfig {
   std::string credential_provider_bin_dir;
   // containers-policy.json that image volumes must satisfy (signatures); empty: no policy.
   std::string policy;
-  std::string metrics_address;     // "host:port"; empty: no metrics endpoint
-  std::string log_level = "info";  // info | debug
+  std::string metrics_address;        // "host:port"; empty: no metrics endpoint
+  std::string log_level = "info";     // debug | info | warn | error: the least level logged
+  std::string log_format = "logfmt";  // logfmt | json (log_event.h)
+  // Structured journald fields (sd_journal_send) in place of stderr lines: auto (when
+  // JOURNAL_STREAM is set, i.e. systemd connected stderr to the journal) | on | off.
+  std::string log_journal = "auto";
   // containerd's gRPC socket, for its content API (image volumes naming a plain ModelPack
   // artifact); empty: not used.
   std::string containerd_address = "/run/containerd/containerd.sock";

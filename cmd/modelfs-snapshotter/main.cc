@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cmd/modelfs-snapshotter/daemon_config.h"
+#include "cmd/modelfs-snapshotter/daemon_log.h"
 #include "cmd/modelfs-snapshotter/inherited_listener.h"
 #include "cmd/modelfs-snapshotter/metrics.h"
 #include "core/base/clock.h"
 #include "core/base/heap.h"
 #include "core/registry/registry_client.h"
 #include "core/status/status_macros.h"
-#include "core/text/escape.h"
 #include "snapshotter/admin/admin_service.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "snapshotter/service/snapshots_service.h"
@@ -48,16 +48,19 @@ struct Flags {
   std::string last_good;  // "": none kept (the unit passes kLastGoodConfigPath)
 };
 
-// One write per line, so concurrent lines do not interleave in the journal.
-void WriteLogLine(const std::string& escaped) {
-  std::string out = absl::StrCat("modelfs-snapshotter: ", escaped, "\n");
-  (void)!write(2, out.data(), out.size());
+// The log before the config is read (logfmt, info, the journal when systemd connected
+// stderr to it), and the one the config asks for.
+DaemonLog StartupLog() {
+  DaemonLogOptions o;
+  o.journal = JournalWanted("auto");
+  return DaemonLog(o);
 }
-
-void LogLine(const std::string& line) {
-  // Lines quote snapshot keys, labels and registry errors that others chose: escaped, so none
-  // can forge a line or hold a terminal escape.
-  WriteLogLine(EscapeUntrusted(line));
+DaemonLogOptions LogOptionsOf(const DaemonConfig& c) {
+  DaemonLogOptions o;
+  o.min_level = log::ParseLevel(c.log_level).value_or(log::Level::kInfo);  // validated
+  o.format = log::ParseFormat(c.log_format).value_or(log::Format::kLogfmt);
+  o.journal = JournalWanted(c.log_journal);
+  return o;
 }
 
 // The config `text` (read from `source`) with the flags over it, validated. Errors name the
@@ -98,31 +101,38 @@ LoadedConfig LoadConfig(const Flags& f) {
 
 // Keeps `text`, a config the daemon started with, where the next start finds it if the file
 // is broken by then: written beside and renamed into place, so a crash leaves the old copy.
-void SaveLastGood(const std::string& path, const std::string& text) {
+void SaveLastGood(const std::string& path, const std::string& text, const DaemonLog& log) {
   if (path.empty()) return;
   const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
     if (!out.flush()) {
-      LogLine(absl::StrCat("cannot write ", tmp, "; a broken config will stop the next start"));
+      log.Write(log::Warn("daemon",
+                          "cannot keep the config; a broken config will stop the next "
+                          "start")
+                    .Field("file", tmp));
       return;
     }
   }
   ::chmod(tmp.c_str(), 0600);
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) LogLine(absl::StrCat("cannot keep the config as ", path, ": ", ec.message()));
+  if (ec) {
+    log.Write(log::Warn("daemon", "cannot keep the config")
+                  .Field("file", path)
+                  .Field("reason", ec.message()));
+  }
 }
 
 // The config to start with. A file that does not load is refused, loudly, and the daemon
 // starts with the last config it started with instead (kept at f.last_good), so that a typo
 // followed by a restart neither loops nor drops the pods whose FUSE connection is in
 // systemd's store; with no such copy (a first start) the error is returned (exit 2).
-absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
+absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f, const DaemonLog& log) {
   LoadedConfig loaded = LoadConfig(f);
   if (loaded.config.ok()) {
-    SaveLastGood(f.last_good, loaded.text);
+    SaveLastGood(f.last_good, loaded.text, log);
     return loaded.config;
   }
   if (f.last_good.empty()) return loaded.config.status();
@@ -130,11 +140,14 @@ absl::StatusOr<DaemonConfig> BuildConfig(const Flags& f) {
   if (!kept.ok()) return loaded.config.status();
   absl::StatusOr<DaemonConfig> last = ConfigFrom(f, *kept, f.last_good);
   if (!last.ok()) return loaded.config.status();
-  LogLine(absl::StrCat("ERROR: config refused: ", loaded.config.status().message(),
-                       "; serving with the last config this daemon started with (", f.last_good,
-                       ") until the file is fixed and the daemon restarted; "
-                       "`modelfs-snapshotter --check-config --config ",
-                       loaded.path, "` checks it"));
+  log.Write(log::Error("daemon", absl::StrCat("config refused; serving with the last config "
+                                              "this daemon started with until the file is fixed "
+                                              "and the daemon restarted; `modelfs-snapshotter "
+                                              "--check-config --config ",
+                                              loaded.path, "` checks it"))
+                .Field("file", loaded.path)
+                .Field("last_good", f.last_good)
+                .Field("reason", loaded.config.status().message()));
   return last;
 }
 
@@ -146,7 +159,7 @@ struct InheritedFds {
   int listener = -1;
 };
 
-InheritedFds TakeInheritedFds() {
+InheritedFds TakeInheritedFds(const DaemonLog& log) {
   char** names = nullptr;
   int n = sd_listen_fds_with_names(/*unset_environment=*/1, &names);
   InheritedFds out;
@@ -166,7 +179,9 @@ InheritedFds TakeInheritedFds() {
     for (int i = 0; i < n; ++i) free(names[i]);
     free(names);
   }
-  if (out.fuse >= 0) LogLine(absl::StrCat("inherited the FUSE connection as fd ", out.fuse));
+  if (out.fuse >= 0) {
+    log.Write(log::Info("daemon", "inherited the FUSE connection").Field("fd", out.fuse));
+  }
   return out;
 }
 
@@ -177,6 +192,7 @@ PrefetchPolicy PolicyOf(const std::string& name) {
 }
 
 absl::Status Run(const DaemonConfig& c) {
+  const DaemonLog log(LogOptionsOf(c));
   // Signals are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -187,6 +203,8 @@ absl::Status Run(const DaemonConfig& c) {
   auto reads = std::make_shared<LatencyHistogram>();
   auto read_errors = std::make_shared<std::atomic<uint64_t>>(0);
   auto passthrough_opens = std::make_shared<std::atomic<uint64_t>>(0);
+  // Declared before the snapshotter, whose registry clients report to it: outlives them.
+  auto registry_metrics = std::make_shared<RegistryMetrics>();
 
   ModelSnapshotterOptions o;
   o.root = c.root;
@@ -207,7 +225,8 @@ absl::Status Run(const DaemonConfig& c) {
   o.cache.read_deadline = absl::Seconds(c.read_deadline_s);
   o.registry.client.stall_timeout =
       StallTimeoutForReads(o.registry.client.stall_timeout, o.cache.read_deadline);
-  o.cache.log = [](absl::string_view line) { LogLine(std::string(line)); };
+  o.registry.client.observer = registry_metrics.get();
+  o.cache.log = log.sink();
   o.prefetch = PolicyOf(c.prefetch);
   o.insecure_stream = c.insecure_stream;
   o.fuse.allow_other = c.allow_other;
@@ -227,15 +246,19 @@ absl::Status Run(const DaemonConfig& c) {
     if (passthrough) passthrough_opens->fetch_add(1, std::memory_order_relaxed);
   };
   o.containerd_address = c.containerd_address;
-  o.log = LogLine;
+  o.log = log.sink();
   if (!c.policy.empty()) {
-    LogLine(absl::StrCat("signature policy ", c.policy,
-                         ": image volumes are mounted only when it accepts them"));
+    log.Write(log::Info("policy",
+                        "image volumes are mounted only when the signature policy "
+                        "accepts them")
+                  .Field("file", c.policy));
   }
-  if (c.insecure_stream) LogLine("WARNING: fuse.insecure_stream serves bytes before verification");
+  if (c.insecure_stream) {
+    log.Write(log::Warn("daemon", "fuse.insecure_stream serves bytes before verification"));
+  }
   // Before anything is mounted: a bad admin_socket must not cost running pods their mount.
   RETURN_IF_ERROR(CheckAdminSocketPath(AdminSocketPath(c)));
-  const InheritedFds inherited = TakeInheritedFds();
+  const InheritedFds inherited = TakeInheritedFds(log);
   o.inherited_fuse_fd = inherited.fuse;
 
   ASSIGN_OR_RETURN(std::unique_ptr<ModelSnapshotter> snapshotter, ModelSnapshotter::Open(o));
@@ -252,40 +275,44 @@ absl::Status Run(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     ASSIGN_OR_RETURN(auto hp, SplitHostPort(c.metrics_address));
     ModelSnapshotter* s = snapshotter.get();
-    ASSIGN_OR_RETURN(metrics,
-                     MetricsServer::Start(hp.first, hp.second,
-                                          [s, reads, read_errors, passthrough_opens,
-                                           max_bytes = c.cache_max_size_gib << 30] {
-                                            DaemonCounters counters;
-                                            counters.cache = s->cache_stats();
-                                            RemotePrepareCounts r = s->remote_counts();
-                                            counters.remote_mounted = r.mounted;
-                                            counters.remote_fallback = r.fallback;
-                                            counters.remote_error = r.error;
-                                            counters.policy_refusals = s->policy_refusals();
-                                            counters.policy_evaluations = s->policy_evaluations();
-                                            counters.active_models = s->ActiveModels().size();
-                                            counters.read_errors = read_errors->load();
-                                            counters.passthrough_opens = passthrough_opens->load();
-                                            counters.cache_max_bytes = max_bytes;
-                                            counters.disk_full = s->cache_disk_full();
-                                            counters.version = MODELFS_VERSION;
-                                            return RenderPrometheus(counters, *reads);
-                                          }));
-    LogLine(absl::StrCat("metrics on http://", c.metrics_address, "/metrics"));
+    ASSIGN_OR_RETURN(
+        metrics, MetricsServer::Start(hp.first, hp.second,
+                                      [s, reads, read_errors, passthrough_opens, registry_metrics,
+                                       max_bytes = c.cache_max_size_gib << 30] {
+                                        DaemonCounters counters;
+                                        counters.cache = s->cache_stats();
+                                        RemotePrepareCounts r = s->remote_counts();
+                                        counters.remote_mounted = r.mounted;
+                                        counters.remote_fallback = r.fallback;
+                                        counters.remote_error = r.error;
+                                        counters.policy_refusals = s->policy_refusals();
+                                        counters.policy_evaluations = s->policy_evaluations();
+                                        counters.active_models = s->ActiveModels().size();
+                                        counters.read_errors = read_errors->load();
+                                        counters.passthrough_opens = passthrough_opens->load();
+                                        counters.cache_max_bytes = max_bytes;
+                                        counters.disk_full = s->cache_disk_full();
+                                        counters.version = MODELFS_VERSION;
+                                        counters.commit = MODELFS_COMMIT;
+                                        counters.registry = registry_metrics->Snapshot();
+                                        return RenderPrometheus(counters, *reads);
+                                      }));
+    log.Write(log::Info("daemon", "metrics served")
+                  .Field("url", absl::StrCat("http://", c.metrics_address, "/metrics")));
   }
 
   // The admin socket `modelfs node` talks to (root only): a path that is another file stops
   // the start (exit 2), so that a typo in admin_socket never removes someone's file.
   ASSIGN_OR_RETURN(std::unique_ptr<AdminServer> admin,
                    AdminServer::Start(AdminSocketPath(c), snapshotter.get()));
-  LogLine(absl::StrCat("admin service on ", admin->path()));
+  log.Write(log::Info("daemon", "admin service").Field("socket", admin->path()));
 
   std::error_code ec;
   SnapshotsService service(snapshotter.get());
   // The service escapes every caller string in its call lines itself (and quotes them).
-  if (c.log_level == "debug") {
-    service.set_call_log([](const std::string& line) { WriteLogLine(line); });
+  if (log.Enabled(log::Level::kDebug)) {
+    service.set_call_log(
+        [&log](const std::string& line) { log.Write(log::Debug("service", line)); });
   }
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
@@ -296,8 +323,9 @@ absl::Status Run(const DaemonConfig& c) {
     server = builder.BuildAndStart();
     if (!server) return absl::UnavailableError("cannot start the gRPC server");
     ASSIGN_OR_RETURN(listener, InheritedListener::Start(inherited.listener, server.get()));
-    LogLine(absl::StrCat("serving snapshots on the socket systemd passed (fd ", inherited.listener,
-                         "), models under ", snapshotter->mount_dir().string()));
+    log.Write(log::Info("daemon", "serving snapshots on the socket systemd passed")
+                  .Field("fd", inherited.listener)
+                  .Field("models", snapshotter->mount_dir().string()));
   } else {
     fs::create_directories(fs::path(c.address).parent_path(), ec);
     // A socket file left by a previous run would make bind fail.
@@ -309,14 +337,15 @@ absl::Status Run(const DaemonConfig& c) {
     }
     // Only root (containerd) may talk to the snapshotter.
     ::chmod(c.address.c_str(), 0600);
-    LogLine(absl::StrCat("serving snapshots on ", c.address, ", models under ",
-                         snapshotter->mount_dir().string()));
+    log.Write(log::Info("daemon", "serving snapshots")
+                  .Field("address", c.address)
+                  .Field("models", snapshotter->mount_dir().string()));
   }
   sd_notify(0, "READY=1\nSTATUS=serving snapshots");
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  LogLine(absl::StrCat("signal ", sig, ": stopping"));
+  log.Write(log::Info("daemon", "stopping").Field("signal", sig));
   sd_notify(0, "STOPPING=1");
   // Connections not yet accepted stay in the socket's queue for the next process.
   listener.reset();
@@ -327,7 +356,7 @@ absl::Status Run(const DaemonConfig& c) {
   // With the fd in the store, leave the mount for the next process (if the unit is stopped
   // for good, systemd closes the stored fd and the next start clears the stale mount).
   absl::Status st = snapshotter->Shutdown(/*keep_mount=*/fd_stored);
-  if (!st.ok()) LogLine(absl::StrCat("shutdown: ", st.ToString()));
+  if (!st.ok()) log.Write(log::Warn("daemon", "shutdown").Field("reason", st.ToString()));
   if (inherited.listener < 0) fs::remove(c.address, ec);
   return absl::OkStatus();
 }
@@ -352,7 +381,7 @@ int main(int argc, char** argv) {
                  "containerd-style certs.d directory (default /etc/containerd/certs.d)");
   app.add_option("--metrics-address", f.metrics_address,
                  "host:port for Prometheus /metrics (default: off)");
-  app.add_option("--log-level", f.log_level, "info or debug");
+  app.add_option("--log-level", f.log_level, "debug, info, warn or error (overrides log_level)");
   app.add_flag("--check-config", f.check_config,
                "Parse and validate the config (with the flags over it), print the effective "
                "config and exit: 0 valid, 2 not (the file, line and key named)");
@@ -378,7 +407,7 @@ int main(int argc, char** argv) {
            checked.path.c_str(), RenderDaemonConfig(*checked.config).c_str());
     return 0;
   }
-  absl::StatusOr<DaemonConfig> config = BuildConfig(f);
+  absl::StatusOr<DaemonConfig> config = BuildConfig(f, StartupLog());
   if (!config.ok()) {
     fprintf(stderr, "modelfs-snapshotter: %s\n", std::string(config.status().message()).c_str());
     return 2;

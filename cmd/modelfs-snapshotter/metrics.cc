@@ -38,7 +38,92 @@ std::string LatencyHistogram::Render(const std::string& name, const std::string&
   return out;
 }
 
+void RegistryMetrics::OnRequest(const RegistryRequestRecord& r) {
+  const long cls = r.status / 100;
+  const size_t code = cls >= 2 && cls <= 5 ? static_cast<size_t>(cls - 2) : kCodes.size() - 1;
+  const double s = absl::ToDoubleSeconds(r.elapsed);
+  size_t bucket = 0;
+  while (bucket < kBounds.size() && s > kBounds[bucket]) ++bucket;
+  std::string registry(r.registry);
+  absl::MutexLock lock(&mu_);
+  if (!registries_.contains(registry)) {
+    if (registries_.size() >= kMaxRegistries) {
+      registry = "other";
+    } else {
+      registries_.insert(registry);
+    }
+  }
+  const std::string kind(RegistryRequestKindName(r.kind));
+  Series& series = series_[{registry, kind}];
+  if (series.registry.empty()) {
+    series.registry = registry;
+    series.kind = kind;
+  }
+  series.codes[code]++;
+  series.buckets[bucket]++;
+  series.count++;
+  series.sum_seconds += s;
+}
+
+std::vector<RegistryMetrics::Series> RegistryMetrics::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Series> out;
+  out.reserve(series_.size());
+  for (const auto& [key, series] : series_) out.push_back(series);
+  return out;
+}
+
 namespace {
+
+// A label value as the text format wants it: '\\', '"' and newline escaped.
+std::string LabelValue(absl::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void RenderRegistry(std::string& out, const std::vector<RegistryMetrics::Series>& all) {
+  absl::StrAppend(&out,
+                  "# HELP modelfs_registry_requests_total HTTP requests to registries (each "
+                  "retry, redirect and token request counts), by registry, kind and outcome.\n"
+                  "# TYPE modelfs_registry_requests_total counter\n");
+  for (const RegistryMetrics::Series& s : all) {
+    for (size_t i = 0; i < RegistryMetrics::kCodes.size(); ++i) {
+      absl::StrAppend(&out, "modelfs_registry_requests_total{registry=\"", LabelValue(s.registry),
+                      "\",kind=\"", s.kind, "\",code=\"", RegistryMetrics::kCodes[i], "\"} ",
+                      s.codes[i], "\n");
+    }
+  }
+  const char* name = "modelfs_registry_request_duration_seconds";
+  absl::StrAppend(&out, "# HELP ", name,
+                  " Time of one HTTP exchange with a registry, from sending the request to the "
+                  "last byte of the answer, by registry and kind.\n# TYPE ",
+                  name, " histogram\n");
+  for (const RegistryMetrics::Series& s : all) {
+    const std::string labels =
+        absl::StrCat("registry=\"", LabelValue(s.registry), "\",kind=\"", s.kind, "\"");
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < RegistryMetrics::kBounds.size(); ++i) {
+      cumulative += s.buckets[i];
+      absl::StrAppend(&out, name, "_bucket{", labels, ",le=\"",
+                      absl::StrFormat("%g", RegistryMetrics::kBounds[i]), "\"} ", cumulative, "\n");
+    }
+    cumulative += s.buckets[RegistryMetrics::kBounds.size()];
+    absl::StrAppend(&out, name, "_bucket{", labels, ",le=\"+Inf\"} ", cumulative, "\n");
+    absl::StrAppend(&out, name, "_sum{", labels, "} ", absl::StrFormat("%.6f", s.sum_seconds),
+                    "\n");
+    absl::StrAppend(&out, name, "_count{", labels, "} ", cumulative, "\n");
+  }
+}
 
 void Counter(std::string& out, const char* name, const char* help, uint64_t v) {
   absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v,
@@ -81,8 +166,8 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   std::string out;
   Counter(out, "modelfs_bytes_fetched_total", "Bytes received from registries.",
           c.cache.bytes_fetched);
-  Counter(out, "modelfs_registry_requests_total", "Range requests sent to registries.",
-          c.cache.requests);
+  Counter(out, "modelfs_cache_range_requests_total",
+          "Range requests the cache sent to registries (each retry counts).", c.cache.requests);
   Counter(out, "modelfs_cache_hits_total", "Chunks a read found verified in the cache.",
           c.cache.chunk_hits);
   Counter(out, "modelfs_cache_misses_total", "Chunks a read had to wait for.",
@@ -150,12 +235,14 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
           c.policy_evaluations);
   out += reads.Render("modelfs_read_latency_seconds",
                       "Time to answer one FUSE read request, cache hits included.");
+  RenderRegistry(out, c.registry);
   if (!c.version.empty()) {
-    // The version is ours (a CMake project version), so it needs no label escaping.
     absl::StrAppend(&out,
-                    "# HELP modelfs_build_info The running daemon's version.\n"
+                    "# HELP modelfs_build_info The running daemon's version and the commit it "
+                    "was built from.\n"
                     "# TYPE modelfs_build_info gauge\nmodelfs_build_info{version=\"",
-                    c.version, "\"} 1\n");
+                    LabelValue(c.version), "\",commit=\"",
+                    LabelValue(c.commit.empty() ? "unknown" : c.commit), "\"} 1\n");
   }
   return out;
 }

@@ -32,7 +32,6 @@
 #include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
-#include "core/text/escape.h"
 #include "fuse/fuse_adapter.h"
 #include "fuse/stale_mount.h"
 #include "host/model_host.h"
@@ -283,10 +282,8 @@ absl::Status RunForeground(const MountCli& c) {
                                                    "\": want a duration such as 30s, or 0"));
   }
   co.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
-  // Cache lines quote registry errors and digests from the artifact: one escaped line each.
-  co.log = [](absl::string_view line) {
-    fprintf(stderr, "modelfs cache: %s\n", EscapeUntrusted(std::string(line)).c_str());
-  };
+  // One logfmt line per event; the encoder escapes what registries and artifacts chose.
+  co.log = log::WriteToStderr;
   fs::create_directories(co.dir, ec);
   absl::StatusOr<std::unique_ptr<BlobCache>> opened = BlobCache::Open(co, parts.decoding.get());
   // A cache directory another process holds (as root, by default the daemon's) is a usage

@@ -72,7 +72,8 @@ absl::Status BlobCache::LockDir() {
   // Who holds it, for the message above: "modelfs-snapshotter (pid 123)".
   const std::string me = absl::StrCat(program_invocation_short_name, " (pid ", ::getpid(), ")\n");
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
-    Log(absl::StrCat("cannot record the holder in ", lock_path, ": ", strerror(errno)));
+    Log(log::Warn("cache",
+                  absl::StrCat("cannot record the holder in ", lock_path, ": ", strerror(errno))));
   }
   return absl::OkStatus();
 }
@@ -85,16 +86,18 @@ absl::Status BlobCache::Init() {
     // A full disk ("database or disk is full") must not stop the filesystem from mounting:
     // serve without a persistent record. Data files it vouched for cannot be trusted without
     // it and are removed (LoadFromDb), which also gives the disk back.
-    Log(absl::StrCat(s.message(),
-                     "; running without a persistent record: data cached earlier "
-                     "is dropped and nothing cached now survives a restart"));
+    Log(log::Error("cache", absl::StrCat(s.message(),
+                                         "; running without a persistent record: data cached "
+                                         "earlier is dropped and nothing cached now survives a "
+                                         "restart")));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
   // Said once, at open: whether the kernel could check the cache's pages itself.
   const absl::Status verity = verity_->Probe(options_.dir);
   fs_verity_ = verity.ok();
-  Log(verity.ok() ? absl::StrCat("fs-verity: supported by the filesystem of ", options_.dir)
-                  : absl::StrCat("fs-verity: ", verity.message()));
+  Log(log::Info("cache", verity.ok() ? "fs-verity: supported by the cache's filesystem"
+                                     : absl::StrCat("fs-verity: ", verity.message()))
+          .Field("dir", options_.dir));
   RETURN_IF_ERROR(LoadFromJournal());
   if (options_.scrub_interval > absl::ZeroDuration()) {
     scrub_thread_ = std::thread([this] { ScrubLoop(); });
@@ -118,11 +121,11 @@ BlobCache::~BlobCache() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // last: the directory is free once nothing writes
 }
 
-void BlobCache::Log(absl::string_view line) const {
+void BlobCache::Log(const log::Event& event) const {
   if (options_.log) {
-    options_.log(line);
+    options_.log(event);
   } else {
-    fprintf(stderr, "modelfs cache: %.*s\n", static_cast<int>(line.size()), line.data());
+    log::WriteToStderr(event);
   }
 }
 
@@ -169,7 +172,7 @@ absl::Status BlobCache::LoadFromJournal() {
         absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMembers(
             *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
         if (!s.ok()) {
-          Log(s.status().message());
+          Log(log::Warn("cache", s.status().message()));
           return false;
         }
         segments = *std::move(s);
@@ -357,7 +360,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
           journal_.UpsertLayer(RecordOf(*layer, layer->whole_verified, local, layer->seal));
       !s.ok()) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
-    Log(s.message());
+    Log(log::Warn("cache", s.message()));
   }
   layers_[spec.digest] = layer;
   return absl::OkStatus();
@@ -605,8 +608,9 @@ uint64_t BlobCache::UnlinkLocked(const std::shared_ptr<Layer>& layer) {
 void BlobCache::FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes,
                             absl::string_view why) {
   counters_.evicted_layers++;
-  Log(absl::StrCat("evicted layer ", layer->digest.str(), " (", bytes, " bytes cached, ", why,
-                   ")"));
+  Log(log::Info("cache", absl::StrCat("evicted layer (", why, ")"))
+          .Field("digest", layer->digest.str())
+          .Field("bytes", bytes));
   journal_.Forget(layer->digest.str());
   store_.Remove(layer->digest);
 }

@@ -66,6 +66,7 @@
 #include "absl/time/time.h"
 #include "core/base/backoff.h"
 #include "core/base/clock.h"
+#include "core/base/log_event.h"
 #include "core/cache/blob_reader.h"
 #include "core/cache/cache_layer.h"
 #include "core/cache/chunk_journal.h"
@@ -157,9 +158,10 @@ struct CacheOptions {
   // sealed file whose digest differs, or that lost it, is not trusted (re-hashed, or fetched
   // again).
   VerityOps* verity = nullptr;
-  // Receives one line per notable event (verification failure, quarantine, eviction).
-  // Default: stderr.
-  std::function<void(absl::string_view)> log;
+  // Receives one event per notable happening (verification failure, quarantine, eviction),
+  // component "cache"; refusals carry digest, range, registry and reason fields.
+  // Default: log::WriteToStderr.
+  log::Sink log;
 };
 
 struct LayerSpec {
@@ -392,7 +394,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // Queues local work (checks, journal writes) on the scheduler's "" pool.
   void SubmitLocalLocked(int priority, std::function<void()> run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Log(absl::string_view line) const override;
+  void Log(const log::Event& event) const override;
+  void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
 
   std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The layer if it is registered in this process and referenced; null otherwise (a read or a
@@ -472,10 +475,11 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // Quarantine's state change: nothing of the layer is servable or passed through from here
   // on, its flights are stale (gen), its bytes no longer counted.
   void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
-  // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says.
-  // A layer registered in this process and fetchable is renewed; any other is dropped from
-  // the table (a later registration or decode starts it over).
-  void OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::string_view what);
+  // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says, in
+  // bytes `bad` ([first, last], logged). A layer registered in this process and fetchable is
+  // renewed; any other is dropped from the table (a later registration or decode starts it over).
+  void OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::string_view what,
+                      std::pair<uint64_t, uint64_t> bad);
   // Replaces `old` in the table with a new layer of the same spec, references and registry,
   // over a new empty data file at the same path (the changed one is unlinked: only fds already
   // open, a passthrough open among them, still read it). Its chunks are fetched and verified
@@ -483,7 +487,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // complete. Readers of `old` read again from the new layer (ReadSpansRenewing). When the new
   // file cannot be created, `old` is dropped from the table. Its file operations (unlink,
   // create) run under mu_, as RegisterLayer's do.
-  void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what)
+  void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
+                        std::pair<uint64_t, uint64_t> bad)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
   // ReadSpans of the layer registered as `digest`, once; `used` is the layer read.
   absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,

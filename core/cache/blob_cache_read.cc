@@ -56,9 +56,11 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
     layer->state[c] = ChunkState::kMissing;
     layer->cached_bytes -= len;
     cached_bytes_ -= len;
-    Log(absl::StrCat("cached chunk ", c, " of layer ", layer->digest.str(), " (bytes [", off, ", ",
-                     off + len, ")) failed re-verification",
-                     io.ok() ? "" : absl::StrCat(" (", io.message(), ")"), "; refetching"));
+    Log(log::Warn("cache", "cached chunk failed re-verification; refetching")
+            .Field("digest", layer->digest.str())
+            .Range(off, off + len - 1)
+            .Field("registry", layer->endpoint)
+            .Field("reason", io.ok() ? "hash mismatch" : io.message()));
   }
   return ok;
 }
@@ -393,12 +395,16 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   // A whole-layer fill that outlasts the deadline is a big layer, not a silent registry.
   if (absl::IsDeadlineExceeded(s) && deadline == fetch_deadline &&
       mode != VerifyMode::kWholeLayer && health_.RecordTimeout(endpoint, time_->Now())) {
-    Log(absl::StrCat("registry ", endpoint.empty() ? "(default)" : endpoint,
-                     " did not serve layer ", digest.str(), " within the read deadline of ",
-                     absl::FormatDuration(options_.read_deadline), "; for the next ",
-                     absl::FormatDuration(EndpointHealthOptions().retry_window),
-                     " (or until it answers) reads that need it wait at most ",
-                     absl::FormatDuration(EndpointHealthOptions().fail_fast_wait)));
+    Log(log::Warn("cache",
+                  absl::StrCat("registry did not serve the layer within the read deadline of ",
+                               absl::FormatDuration(options_.read_deadline), "; for the next ",
+                               absl::FormatDuration(EndpointHealthOptions().retry_window),
+                               " (or until it answers) reads that need it wait at most ",
+                               absl::FormatDuration(EndpointHealthOptions().fail_fast_wait)))
+            .Field("digest", digest.str())
+            .Range(offset, end - 1)
+            .Field("registry", endpoint.empty() ? "(default)" : endpoint)
+            .Field("reason", s.message()));
   }
   if (!s.ok()) return s;
 

@@ -87,10 +87,12 @@ void BlobCache::AfterFlight(bool became_full, bool over_budget) {
   if (became_full) {
     // Make room for the models in use: what no model references goes first, all of it.
     auto [layers, bytes] = EvictUnreferenced(0);
-    Log(absl::StrCat("cache directory ", options_.dir,
-                     " is full (no space left on device): serving verified bytes from the "
-                     "network without caching them, readahead and prefetch paused; evicted ",
-                     layers, " unreferenced layer(s), ", bytes, " bytes"));
+    Log(log::Error("cache",
+                   "cache directory is full (no space left on device): serving verified bytes "
+                   "from the network without caching them, readahead and prefetch paused")
+            .Field("dir", options_.dir)
+            .Field("evicted_layers", layers)
+            .Field("evicted_bytes", bytes));
   } else if (over_budget) {
     EnforceSizeLimit();
   }
@@ -140,7 +142,7 @@ std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t 
   record.seal = seal;
   absl::Status s = journal_.UpsertLayer(record);
   if (!s.ok()) {
-    Log(s.message());
+    Log(log::Warn("cache", s.message()));
     return std::string();
   }
   return seal;
@@ -151,7 +153,7 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
   // layer is whole.
   const absl::Status synced = layer->Segments()->Sync(store_, layer->digest);
-  if (!synced.ok()) Log(synced.message());
+  if (!synced.ok()) Log(log::Warn("cache", synced.message()));
   const std::string seal = RecordSeal(layer, gen, synced, "");
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below

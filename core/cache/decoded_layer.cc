@@ -562,7 +562,9 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   if (!decoded.ok()) {
     if (absl::IsDataLoss(decoded.status())) {
       counters_.verification_failures++;
-      Log(decoded.status().message());
+      Log(log::Error("cache", "decoded layer failed verification")
+              .Field("digest", spec.source.str())
+              .Field("reason", decoded.status().message()));
     }
     return decoded.status();
   }
@@ -606,7 +608,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
                                            LayerStore::MemberDirNameOf(decoded->digest));
       if (rename(tmp_members.c_str(), dir.c_str()) != 0) {
         // Served from the open files all the same; a restart decodes it again.
-        Log(absl::StrCat(tmp_members, ": rename: ", strerror(errno)));
+        Log(log::Warn("cache", absl::StrCat(tmp_members, ": rename: ", strerror(errno))));
       }
       std::vector<std::pair<uint64_t, uint64_t>> rows;
       for (const LayerSegments::File& m : members) rows.emplace_back(m.offset, m.length);
@@ -614,7 +616,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
           std::make_shared<const LayerSegments>(fcntl(fd, F_DUPFD_CLOEXEC, 0), std::move(members)));
       members.clear();
       if (absl::Status s = journal_.RecordMembers(decoded->digest.str(), rows); !s.ok()) {
-        Log(s.message());
+        Log(log::Warn("cache", s.message()));
       }
     }
     LayerGuard held(*layer, Held(mu_));
@@ -630,7 +632,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     layer->whole_verify_scheduled = true;
     layer->jobs++;
     if (absl::Status s = journal_.UpsertLayer(RecordOf(*layer, false, "", "")); !s.ok()) {
-      Log(s.message());
+      Log(log::Warn("cache", s.message()));
     }
     layers_[layer->digest] = layer;
   }
@@ -648,7 +650,8 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     }
   }
   if (absl::Status s = journal_.RecordDecoded(spec.source.str(), decoded->digest.str()); !s.ok()) {
-    Log(s.message());  // only costs a decode after a restart when M has no diffIds
+    Log(log::Warn("cache",
+                  s.message()));  // only costs a decode after a restart when M has no diffIds
   }
   return DecodedLayer{decoded->digest, decoded->size};
 }

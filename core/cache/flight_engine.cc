@@ -84,10 +84,18 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
       if (!f->refetched) {
         // One wrong answer (a flaky middlebox, a bad mirror) is not an EIO: fetch it again.
         health_.RecordError(f->endpoint, time_->Now(), std::string(cst.message()));
-        owner_.Log(absl::StrCat(cst.message(), "; fetching it once more"));
+        owner_.Log(log::Warn("cache", "chunk failed verification; fetching it once more")
+                       .Field("digest", layer->digest.str())
+                       .Range(c * cs, c * cs + len - 1)
+                       .Field("registry", f->endpoint)
+                       .Field("reason", cst.message()));
         return MarkBadAnswer(cst);
       }
-      owner_.Log(cst.message());
+      owner_.Log(log::Error("cache", "chunk failed verification again; not served")
+                     .Field("digest", layer->digest.str())
+                     .Range(c * cs, c * cs + len - 1)
+                     .Field("registry", f->endpoint)
+                     .Field("reason", cst.message()));
     }
   }
   if (cst.ok() && f->refetched && i == f->refetch_from) {
@@ -227,8 +235,10 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
     if (next == n) {
       st = absl::OkStatus();
       if (health_.RecordSuccess(f->endpoint)) {
-        owner_.Log(absl::StrCat("registry ", f->endpoint.empty() ? "(default)" : f->endpoint,
-                                " answers again; reads that need it get the full deadline"));
+        owner_.Log(log::Info("cache",
+                             "registry answers again; reads that need it get the full "
+                             "deadline")
+                       .Field("registry", f->endpoint.empty() ? "(default)" : f->endpoint));
       }
       break;
     }
@@ -250,7 +260,12 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
   }
   if (!st.ok() && st.code() != absl::StatusCode::kAborted) {
     health_.RecordError(f->endpoint, time_->Now(), std::string(st.message()));
-    owner_.Log(absl::StrCat("fetch failed: ", st.message()));
+    owner_.Log(log::Warn("cache", "fetch failed")
+                   .Field("digest", f->layer->digest.str())
+                   .Range(f->first * f->layer->chunk_size,
+                          std::min(f->layer->size, (f->last + 1) * f->layer->chunk_size) - 1)
+                   .Field("registry", f->endpoint)
+                   .Field("reason", st.message()));
   }
 
   bool over_budget = false;
@@ -340,11 +355,11 @@ void FlightEngine::PersistPending() {
     auto [it, inserted] = synced.try_emplace(p.layer.get());
     if (inserted) {
       it->second = p.layer->Segments()->SyncRanges(store_, p.layer->digest, written[p.layer.get()]);
-      if (!it->second.ok()) owner_.Log(it->second.message());
+      if (!it->second.ok()) owner_.Log(log::Warn("cache", it->second.message()));
     }
     if (!it->second.ok()) continue;  // the bytes are verified; only crash persistence is lost
     absl::Status s = RecordChunks(p.layer, p.gen, p.chunks);
-    if (!s.ok()) owner_.Log(s.message());
+    if (!s.ok()) owner_.Log(log::Warn("cache", s.message()));
   }
   std::vector<std::pair<const PendingPersist*, std::vector<std::pair<uint64_t, uint64_t>>>> drops;
   {

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/clock.h"
+#include "core/base/log_event.h"
 #include "core/cache/cache_layer.h"
 #include "core/cache/chunk_journal.h"
 #include "core/cache/chunk_landing.h"
@@ -88,7 +89,9 @@ class FlightEngine {
     // InfiniteFuture while a read is being served, else verify_when_idle after the last one
     // ended. With the table mutex held.
     virtual absl::Time IdleAtLocked() const = 0;
-    virtual void Log(absl::string_view line) const = 0;
+    virtual void Log(const log::Event& event) const = 0;
+    // A warn event with only a message, for lines that name nothing more.
+    void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
   };
 
   // Every reference must outlive the engine. `table_mu` is the cache's mutex (each layer's `mu`).

@@ -54,7 +54,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
     for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
     s = flights_.RecordChunks(layer, gen, all);
   }
-  if (!s.ok()) Log(s.message());
+  if (!s.ok()) Log(log::Warn("cache", s.message()));
   const std::string seal = RecordSeal(layer, gen, s, local);
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
@@ -139,19 +139,23 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
     WipeLocked(*layer);
     // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
     counters_.quarantined_layers++;
-    Log(absl::StrCat("quarantined layer ", layer->digest.str(), ": ", reason));
+    Log(log::Error("cache", "quarantined layer")
+            .Field("digest", layer->digest.str())
+            .Range(0, layer->size == 0 ? 0 : layer->size - 1)
+            .Field("registry", layer->endpoint)
+            .Field("reason", reason));
     journal_.Forget(layer->digest.str());
     store_.Remove(layer->digest);
   }
 }
 
 void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                               absl::string_view what) {
+                               absl::string_view what, std::pair<uint64_t, uint64_t> bad) {
   absl::MutexLock lock(&mu_);
   LayerGuard held(*layer, Held(mu_));
   if (layer->gen.load() != gen || layer->quarantined || FindLocked(layer->digest) != layer) return;
   if (layer->has_spec && !layer->decoded) {
-    RenewLayerLocked(layer, what);
+    RenewLayerLocked(layer, what, bad);
     return;
   }
   // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
@@ -160,13 +164,19 @@ void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen
   layers_.erase(layer->digest);
   journal_.Forget(layer->digest.str());
   store_.Remove(layer->digest);
-  Log(absl::StrCat("the scrub found layer ", layer->digest.str(), " changed on disk: ", what,
-                   "; dropped from the cache (",
-                   layer->decoded ? "a decoded layer, decoded again" : "registered again",
-                   " when a model needs it)"));
+  Log(log::Error("cache", absl::StrCat("the scrub found the layer changed on disk; dropped from "
+                                       "the cache (",
+                                       layer->decoded ? "a decoded layer, decoded again"
+                                                      : "registered again",
+                                       " when a model needs it)"))
+          .Field("digest", layer->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", layer->endpoint)
+          .Field("reason", what));
 }
 
-void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what) {
+void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
+                                 std::pair<uint64_t, uint64_t> bad) {
   // At once, before any file operation: no open gets passthrough, no read a byte of it.
   WipeLocked(*old);
   old->renewed = true;
@@ -177,9 +187,14 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
   absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
   if (!fd.ok()) {
     layers_.erase(old->digest);
-    Log(absl::StrCat("the scrub found layer ", old->digest.str(), " changed on disk: ", what,
-                     "; no new data file for it (", fd.status().message(),
-                     "): dropped until registered again"));
+    Log(log::Error("cache",
+                   absl::StrCat("the scrub found the layer changed on disk; no new data "
+                                "file for it (",
+                                fd.status().message(), "): dropped until registered again"))
+            .Field("digest", old->digest.str())
+            .Range(bad.first, bad.second)
+            .Field("registry", old->endpoint)
+            .Field("reason", what));
     return;
   }
   auto fresh = std::make_shared<Layer>(mu_, old->digest, old->size, old->chunk_size, *fd);
@@ -193,8 +208,9 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
     if (members.ok()) {
       fresh->SetSegments(*std::move(members));
     } else {
-      Log(absl::StrCat("layer ", old->digest.str(),
-                       ": its files stay in its new data file: ", members.status().message()));
+      Log(log::Warn("cache", absl::StrCat("its files stay in its new data file: ",
+                                          members.status().message()))
+              .Field("digest", old->digest.str()));
     }
   }
   fresh->mode = old->mode;
@@ -212,20 +228,25 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
   fresh->refs = old->refs;
   fresh->last_used = old->last_used;
   if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
-    Log(s.message());  // serves; only not remembered across a restart
+    Log(log::Warn("cache", s.message()));  // serves; only not remembered across a restart
   }
   if (fresh->Segments()->has_members()) {
     std::vector<std::pair<uint64_t, uint64_t>> rows;
     for (const LayerMember& m : layout) rows.emplace_back(m.offset, m.length);
     if (absl::Status s = journal_.RecordMembers(fresh->digest.str(), rows); !s.ok()) {
-      Log(s.message());
+      Log(log::Warn("cache", s.message()));
     }
   }
   layers_[fresh->digest] = fresh;
   counters_.scrub_repairs++;
-  Log(absl::StrCat("the scrub found layer ", old->digest.str(), " changed on disk: ", what,
-                   "; it is out of service and fetched again into a new data file, each chunk "
-                   "verified (passthrough opens made before this keep the changed file)"));
+  Log(log::Error("cache",
+                 "the scrub found the layer changed on disk; it is out of service and "
+                 "fetched again into a new data file, each chunk verified (passthrough "
+                 "opens made before this keep the changed file)")
+          .Field("digest", old->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", fresh->endpoint)
+          .Field("reason", what));
   if (fresh->count() > 0) {
     // Refetched now, not only when read, so that passthrough comes back (the seal) without
     // waiting for a reader of every chunk.

@@ -111,7 +111,7 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
 
   // Said in the log too: the loader goes on without member files.
   auto refuse = [&](absl::Status s) {
-    Log(absl::StrCat("its files stay in the layer's data file: ", s.message()));
+    Log(log::Warn("cache", absl::StrCat("its files stay in the layer's data file: ", s.message())));
     return s;
   };
   absl::MutexLock members_lock(&members_mu_);
@@ -262,7 +262,7 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
   old.reset();
   if (!synced.ok()) {
     // Serves; after a restart its chunks are re-hashed (and fetched) through the old layout.
-    Log(synced.message());
+    Log(log::Warn("cache", synced.message()));
     return absl::OkStatus();
   }
   bool sealed;

@@ -152,7 +152,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
     // Enabling changed the files' ctimes: the seal is taken again.
     const std::string seal = layer->Segments()->Seal();
     if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, digest); !r.ok()) {
-      Log(r.message());
+      Log(log::Warn("cache", r.message()));
       continue;
     }
     absl::MutexLock lock(&mu_);
@@ -183,6 +183,8 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   std::optional<Sha256> whole;
   if (!audited || expected.empty()) whole.emplace();
   absl::Status found;  // the first mismatch or read error
+  // Its bytes [first, last]: the chunk, or the whole layer for a whole-file mismatch.
+  std::pair<uint64_t, uint64_t> bad(0, layer->size == 0 ? 0 : layer->size - 1);
   bool aborted = false;
   const std::shared_ptr<const LayerSegments> segments = layer->Segments();
   RunAtBackgroundPriority([&] {
@@ -197,6 +199,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
         aborted = true;  // quarantined or evicted meanwhile
         return;
       }
+      bad = {off, off + len - 1};
       found = segments->ReadFull(store_, layer->digest, buf.data(), len, off);
       if (!found.ok()) return;
       const absl::string_view bytes(buf.data(), len);
@@ -229,6 +232,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   if (found.ok() && whole) {
     const Digest got = whole->Finish();
     if (got != layer->digest) {
+      bad = {0, layer->size == 0 ? 0 : layer->size - 1};
       found = absl::DataLossError(absl::StrCat("layer ", layer->digest.str(), " (bytes [0, ",
                                                layer->size, ")) hashes to ", got.str()));
       if (!expected.empty()) {
@@ -250,7 +254,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
     // No new open gets passthrough or a byte of it from here on, and its chunks are fetched
     // and verified again (docs/cache-format.md says what becomes of a passthrough fd already
     // open).
-    OnScrubFinding(layer, gen, found.message());
+    OnScrubFinding(layer, gen, found.message(), bad);
     return false;
   }
   if (!audited) {
@@ -269,7 +273,8 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
-  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok()) Log(s.message());
+  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok())
+    Log(log::Warn("cache", s.message()));
 }
 
 std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
@@ -289,8 +294,8 @@ bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
     if (s.ok()) {
       changed = true;
     } else if (!absl::IsFailedPrecondition(s)) {
-      Log(absl::StrCat("layer ", layer.digest.str(), ": fs-verity not enabled on its ", what, ": ",
-                       s.message()));
+      Log(log::Warn("cache", absl::StrCat("fs-verity not enabled on its ", what, ": ", s.message()))
+              .Field("digest", layer.digest.str()));
     }
   };
   for (const LayerSegments::File& m : layer.Segments()->members()) {
@@ -306,20 +311,23 @@ bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
   if (!files.has_members()) {
     absl::StatusOr<std::string> now = verity_->Measure(files.layer_fd());
     if (now.ok() && *now == recorded) return true;
-    Log(absl::StrCat("layer ", digest.str(), ": its sealed data file ",
-                     now.ok() ? absl::StrCat("has fs-verity digest ", *now)
-                              : absl::StrCat("lost its fs-verity (", now.status().message(), ")"),
-                     ", where ", recorded,
-                     " was recorded with its seal: not trusted, its chunks are verified again "
-                     "before they are served"));
+    Log(log::Error("cache",
+                   "sealed data file's fs-verity digest differs from its seal: not "
+                   "trusted, its chunks are verified again before they are served")
+            .Field("digest", digest.str())
+            .Field("reason",
+                   now.ok() ? absl::StrCat("fs-verity digest ", *now, ", recorded ", recorded)
+                            : absl::StrCat("lost its fs-verity (", now.status().message(), ")")));
     return false;
   }
   const std::string now = MeasureFiles(files);
   if (now == recorded) return true;
-  Log(absl::StrCat("layer ", digest.str(), ": its sealed files have fs-verity digests '", now,
-                   "', where '", recorded,
-                   "' was recorded with its seal: not trusted, its chunks are verified again "
-                   "before they are served"));
+  Log(log::Error("cache",
+                 "sealed files' fs-verity digests differ from their seal: not trusted, "
+                 "its chunks are verified again before they are served")
+          .Field("digest", digest.str())
+          .Field("reason",
+                 absl::StrCat("fs-verity digests '", now, "', recorded '", recorded, "'")));
   return false;
 }
 
@@ -331,7 +339,7 @@ void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers)
     // Enabling changed the files' ctimes: the seal is taken again.
     const std::string seal = layer->Segments()->Seal();
     if (absl::Status r = journal_.RecordVerity(layer->digest.str(), seal, digest); !r.ok()) {
-      Log(r.message());
+      Log(log::Warn("cache", r.message()));
       continue;
     }
     absl::MutexLock lock(&mu_);

@@ -94,6 +94,7 @@
 #include "core/registry/credentials.h"
 #include "core/registry/hosts.h"
 #include "core/registry/keychain.h"
+#include "core/registry/registry_observer.h"
 
 namespace modelfs {
 
@@ -167,6 +168,8 @@ struct RegistryClientOptions {
   // Time for backoff, token expiry and the redirect cache; null: Clock::Real(). Must outlive
   // the client.
   Clock* clock = nullptr;
+  // Told about every HTTP exchange (metrics); null: nobody. Must outlive the client.
+  RegistryObserver* observer = nullptr;
 };
 
 // Counters since the client was created. Push reports "uploaded N bytes" from bytes_sent.

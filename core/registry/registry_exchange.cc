@@ -112,6 +112,20 @@ bool IsDigestReference(const std::string& reference) {
 using registry_internal::kMaxErrorBodyBytes;
 using registry_internal::TransportError;
 
+std::string_view RegistryRequestKindName(RegistryRequestKind kind) {
+  switch (kind) {
+    case RegistryRequestKind::kBlob:
+      return "blob";
+    case RegistryRequestKind::kManifest:
+      return "manifest";
+    case RegistryRequestKind::kToken:
+      return "token";
+    case RegistryRequestKind::kOther:
+      return "other";
+  }
+  return "other";
+}
+
 // One exchange through core/http: no auth logic, no redirects (Send does those).
 absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
     const Request& req, const std::string& url, const std::string& authorization) {
@@ -238,9 +252,30 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   http.upload_length = body_length;
 
   ++requests_;
+  const absl::Time sent = clock_->Now();
   HttpResult done = handle->Perform(http);
   resp.status = done.status;
   bytes_sent_ += done.bytes_uploaded;
+  if (options_.observer != nullptr) {
+    const bool answered =
+        !done.stalled &&
+        (done.ok() || !callback_error.ok() || done.error == HttpError::kWriteAborted ||
+         (done.error == HttpError::kPartialBody && resp.status >= 400));
+    // What the exchange was for, from its API path: /blobs/ and /manifests/ are the
+    // Distribution API's; a request with neither a path nor a registry host is a token
+    // request (FetchToken builds it from the challenge's realm).
+    const std::string_view path = req.path.has_value() ? std::string_view(*req.path) : url;
+    RegistryRequestKind kind = RegistryRequestKind::kOther;
+    if (path.find("/blobs/") != std::string_view::npos) {
+      kind = RegistryRequestKind::kBlob;
+    } else if (path.find("/manifests/") != std::string_view::npos) {
+      kind = RegistryRequestKind::kManifest;
+    } else if (!req.path.has_value() && req.host == nullptr) {
+      kind = RegistryRequestKind::kToken;
+    }
+    options_.observer->OnRequest(RegistryRequestRecord{
+        options_.registry, kind, answered ? done.status : 0, clock_->Now() - sent});
+  }
 
   if (!callback_error.ok()) return callback_error;
   if (done.stalled) {

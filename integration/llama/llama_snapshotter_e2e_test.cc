@@ -70,7 +70,9 @@ class LlamaSnapshotterE2eTest : public ::testing::Test {
     o.root = tmp_.Join("root");
     o.registry.hosts.plain_http_hosts = {env->registry->host_port()};
     o.prefetch = PrefetchPolicy::kNone;
-    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    o.log = [this](const log::Event& e) {
+      log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+    };
     ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
   }
 

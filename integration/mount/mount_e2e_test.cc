@@ -487,8 +487,12 @@ TEST_F(MountE2eTest, TheScrubFindsACacheFileChangedWhileMountedAndLaterReadsGetT
   ASSERT_OK(now.status());
   EXPECT_TRUE(*now == *want) << "the chunk read after the finding";
   ASSERT_OK_AND_ASSIGN(std::string log, ReadWholeFile(tmp_->Join("mount.log").string()));
-  EXPECT_THAT(log,
-              HasSubstr(absl::StrCat("the scrub found layer ", layer.str(), " changed on disk")));
+  EXPECT_THAT(log, HasSubstr("component=cache msg=\"the scrub found the layer changed on disk"));
+  // One structured event naming the layer, the changed chunk's bytes and the registry that
+  // serves it again.
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("digest=", layer.str(), " range=", 5 * kChunk, "-",
+                                          6 * kChunk - 1, " registry=", env->registry->host_port(),
+                                          " reason=")));
   EXPECT_THAT(log, HasSubstr(absl::StrCat("(bytes [", 5 * kChunk, ", ", 6 * kChunk, "))")));
 }
 

@@ -73,7 +73,9 @@ class ContentSnapshotTest : public ::testing::Test {
       o.containerd_address = containerd_address;
     }
     o.prefetch = PrefetchPolicy::kNone;
-    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    o.log = [this](const log::Event& e) {
+      log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+    };
     absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
     if (!s.ok()) return s.status();
     snapshotter_ = *std::move(s);

@@ -217,7 +217,7 @@ TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossADaem
 
 TEST_F(DaemonRestartTest, AContainersModelMountKeepsReadingExactBytesAcrossARestart) {
   ExpectMountSurvives(SIGUSR2);  // the supervisor SIGTERMs the daemon, which leaves the mount
-  EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("signal 15: stopping"),
+  EXPECT_NE(ReadFileOrDie(tmp_.Join("daemon.log").string()).find("msg=stopping signal=15"),
             std::string::npos);
 }
 
@@ -228,9 +228,13 @@ TEST_F(DaemonRestartTest, ARestartWithATypoInTheConfigKeepsServingWithTheLastGoo
   ExpectMountSurvives(SIGUSR2, absl::StrCat("insecure_hosts = [\"", registry_->host_port(),
                                             "\"]\nlazy_imagez = []\n"));
   const std::string log = ReadFileOrDie(tmp_.Join("daemon.log").string());
-  EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat("ERROR: config refused: ", config_,
-                                                     ":2: lazy_imagez: unknown key")));
-  EXPECT_THAT(log, ::testing::HasSubstr("serving with the last config this daemon started with"));
+  // One structured event: level, component, the file, the copy it starts with, and the reason
+  // naming the line and the key.
+  EXPECT_THAT(log, ::testing::HasSubstr("level=error component=daemon msg=\"config refused; "
+                                        "serving with the last config this daemon started with"));
+  EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat(
+                       " file=", config_, " last_good=", tmp_.Join("last-good.toml").string(),
+                       " reason=\"", config_, ":2: lazy_imagez: unknown key")));
   // The check an admin runs before restarting says the same, and exits 2.
   ASSERT_OK_AND_ASSIGN(ProcessResult check, RunProcess({MODELFS_SNAPSHOTTER_BIN, "--check-config",
                                                         "--config", config_}));
@@ -277,7 +281,8 @@ TEST_F(DaemonRestartTest, ASnapshotKeyWithANewlineCannotForgeADaemonLogLine) {
   labels[std::string(kLabelModel)] = "not-a-digest";  // logged as malformed, with the key
   Prepare("extract\n" + forged, "", labels);
   const std::string log = ReadFileOrDie(tmp_.Join("daemon.log").string());
-  EXPECT_NE(log.find("extract\\n" + forged), std::string::npos) << log;
+  // Escaped, then quoted: the newline reads "\\n", its backslash doubled by the quoting.
+  EXPECT_NE(log.find("extract\\\\n" + forged), std::string::npos) << log;
   for (const std::string& line : std::vector<std::string>(absl::StrSplit(log, '\n'))) {
     EXPECT_NE(line.rfind(forged, 0), 0u) << log;
   }

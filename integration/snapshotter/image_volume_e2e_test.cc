@@ -1520,6 +1520,23 @@ TEST_F(ImageVolumeTest, APodStartedAfterTheSnapshotterRestartsReadsEveryModelFil
 // labels), summarised as "<call> [label keys] <result>" with a count, printed for the record of
 // each release (docs/install.md, "What the snapshotter sees"). The remote Prepare of V's layer
 // carries the labels modelfs reads to find the model, and is answered ALREADY_EXISTS once.
+// The msg of one logfmt line of the daemon's log, unquoted ("" when it has none).
+std::string LogfmtMsg(const std::string& line) {
+  size_t at = line.find(" msg=");
+  if (at == std::string::npos) return "";
+  at += 5;
+  std::string out;
+  if (at < line.size() && line[at] == '"') {
+    for (size_t i = at + 1; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) ++i;
+      out.push_back(line[i]);
+    }
+  } else {
+    while (at < line.size() && line[at] != ' ') out.push_back(line[at++]);
+  }
+  return out;
+}
+
 TEST_F(ImageVolumeTest, TheRemotePrepareOfAPodsVolumeCarriesTheLabelsModelfsReads) {
   PushModel();
   ASSERT_FALSE(HasFatalFailure());
@@ -1528,8 +1545,9 @@ TEST_F(ImageVolumeTest, TheRemotePrepareOfAPodsVolumeCarriesTheLabelsModelfsRead
   ASSERT_FALSE(HasFailure());
   DeletePods();
   const std::string log = ReadFileOrDie(daemon_->log_path()).substr(log_before);
+  // Each call is one debug event of component "service"; its msg is the call line.
   static const std::regex call_re(
-      "^modelfs-snapshotter: (Prepare|View|Mounts|Commit|Remove|Stat|Update|List|Usage|Cleanup|"
+      "^(Prepare|View|Mounts|Commit|Remove|Stat|Update|List|Usage|Cleanup|"
       "Walk)( .*)?( ok| -> code ([0-9]+): .*)$");
   static const std::regex key_re("(?:\\{|, )\"((?:[^\"\\\\]|\\\\.)*)\"=");
   std::map<std::string, int> calls;
@@ -1537,7 +1555,8 @@ TEST_F(ImageVolumeTest, TheRemotePrepareOfAPodsVolumeCarriesTheLabelsModelfsRead
   std::vector<std::string> remote_results;
   for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
     std::smatch m;
-    const std::string l(line);
+    if (!absl::StrContains(line, " level=debug component=service msg=")) continue;
+    const std::string l = LogfmtMsg(std::string(line));
     if (!std::regex_match(l, m, call_re)) continue;
     const std::string args = m[2].str();
     std::set<std::string> keys;

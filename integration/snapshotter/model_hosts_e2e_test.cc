@@ -179,7 +179,9 @@ TEST_F(ModelHostsTest, AVolumeImageNamingAModelOnAnotherRegistryIsRefusedByDefau
   EXPECT_THAT(ReadFileOrDie(models_->log_path()).substr(models_log_before),
               ::testing::Not(HasSubstr("/v2/")));
   EXPECT_FALSE(fs::exists(ModelDir()));
-  EXPECT_THAT(ReadFileOrDie(daemon_->log_path()), HasSubstr("not mounted: PERMISSION_DENIED"));
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_THAT(daemon_log, HasSubstr("level=error component=snapshotter msg=\"model not mounted\""));
+  EXPECT_THAT(daemon_log, HasSubstr("reason=\"PERMISSION_DENIED:"));
 }
 
 // The confused deputy on one registry: tenant-a's V names tenant-b's M.

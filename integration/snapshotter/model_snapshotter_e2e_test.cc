@@ -95,7 +95,9 @@ class ModelSnapshotterTest : public ::testing::Test {
       o.registry.hosts.plain_http_hosts = {registry_->host_port()};
     }
     o.prefetch = prefetch_;
-    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    o.log = [this](const log::Event& e) {
+      log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+    };
     absl::StatusOr<std::unique_ptr<ModelSnapshotter>> s = ModelSnapshotter::Open(o);
     if (!s.ok()) return s.status();
     snapshotter_ = *std::move(s);
@@ -559,7 +561,9 @@ TEST_F(ModelSnapshotterTest, AVolumeConvertedIntoAnotherRegistryReadsTheWeightsF
     o.registry.hosts.plain_http_hosts = {registry_->host_port(), other->host_port()};
     o.model_hosts = {registry_->host_port()};
     o.prefetch = PrefetchPolicy::kNone;
-    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    o.log = [this](const log::Event& e) {
+      log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+    };
     ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
   };
   reopen();
@@ -583,7 +587,9 @@ TEST_F(ModelSnapshotterTest, WithoutAnyHostConfigurationTlsIsRequiredAndThePrepa
   snapshotter_.reset();
   ModelSnapshotterOptions o;
   o.root = tmp_.Join("root");
-  o.log = [this](const std::string& line) { log_ += line + "\n"; };
+  o.log = [this](const log::Event& e) {
+    log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+  };
   ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
   EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
               StatusIs(absl::StatusCode::kUnavailable));
@@ -676,7 +682,9 @@ class ModelSnapshotterAuthTest : public ::testing::Test {
     o.registry.hosts.plain_http_hosts = {registry_->host_port()};
     o.registry.docker_config = docker_config;
     o.prefetch = PrefetchPolicy::kNone;
-    o.log = [this](const std::string& line) { log_ += line + "\n"; };
+    o.log = [this](const log::Event& e) {
+      log_ += log::FormatLine(e, absl::Now(), log::Format::kLogfmt) + "\n";
+    };
     ASSERT_OK_AND_ASSIGN(snapshotter_, ModelSnapshotter::Open(o));
   }
 
@@ -708,7 +716,8 @@ TEST_F(ModelSnapshotterAuthTest, WithoutCredentialsThePrepareIsUnavailableAndNev
   EXPECT_THAT(snapshotter_->Prepare("extract-1", "", labels_).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("UNAUTHENTICATED")));
   EXPECT_EQ(snapshotter_->remote_counts().error, 1u);
-  EXPECT_THAT(log_, HasSubstr("not mounted: UNAVAILABLE"));
+  EXPECT_THAT(log_, HasSubstr("level=error component=snapshotter msg=\"model not mounted\""));
+  EXPECT_THAT(log_, HasSubstr("reason=\"UNAVAILABLE:"));
   EXPECT_EQ(log_.find(password_), std::string::npos);
 }
 

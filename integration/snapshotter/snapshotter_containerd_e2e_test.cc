@@ -460,7 +460,9 @@ TEST_F(SnapshotterContainerdTest, MetricsEndpointServesTheContractMetricNames) {
                            "modelfs_cache_hits_total", "modelfs_cache_misses_total",
                            "modelfs_verification_failures_total", "modelfs_quarantined_layers",
                            "modelfs_active_models", "modelfs_read_latency_seconds_bucket",
-                           "modelfs_read_latency_seconds_count", "modelfs_remote_prepares_total"}) {
+                           "modelfs_read_latency_seconds_count", "modelfs_remote_prepares_total",
+                           "modelfs_cache_range_requests_total",
+                           "modelfs_registry_request_duration_seconds", "modelfs_build_info"}) {
     EXPECT_TRUE(absl::StrContains(text, name)) << name << " missing from\n" << text;
   }
   EXPECT_TRUE(std::regex_search(

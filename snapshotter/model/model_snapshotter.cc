@@ -17,7 +17,6 @@
 #include "absl/strings/str_split.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
-#include "core/text/escape.h"
 #include "fuse/stale_mount.h"
 #include "host/model_records.h"
 
@@ -48,13 +47,15 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
   }
 }
 
-void ModelSnapshotter::Log(const std::string& line) const {
+void ModelSnapshotter::Log(const log::Event& event) const {
   if (options_.log) {
-    options_.log(line);
+    options_.log(event);
   } else {
-    fprintf(stderr, "modelfs-snapshotter: %s\n", EscapeUntrusted(line).c_str());
+    log::WriteToStderr(event);
   }
 }
+
+void ModelSnapshotter::Log(const std::string& line) const { Log(log::Info("snapshotter", line)); }
 
 namespace {
 
@@ -458,8 +459,10 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
           counts_.error++;
           return refused;
         }
-        Log(absl::StrCat("snapshot ", key, ": ", refused.message(),
-                         "; unpacking it (lazy_images_unpack_refused)"));
+        Log(log::Warn("snapshotter",
+                      "image refused by policy; unpacking it (lazy_images_unpack_refused)")
+                .Field("snapshot", key)
+                .Field("reason", refused.message()));
       } else {
         // Counts its own answers (a model, or a lower layer unpacked here).
         absl::Status st = PrepareLazyImage(key, parent, target->second, labels);
@@ -503,8 +506,10 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::Prepare(const std::string& 
         // its pointer files where it asked for a model. An unreachable model is kUnavailable,
         // which the kubelet's pull retries.
         counts_.error++;
-        Log(absl::StrCat("snapshot ", key, ": model ", (*volume)->model.digest.str(),
-                         " not mounted: ", st.ToString()));
+        Log(log::Error("snapshotter", "model not mounted")
+                .Field("snapshot", key)
+                .Field("digest", (*volume)->model.digest.str())
+                .Field("reason", st.ToString()));
         return st;
       }
     }

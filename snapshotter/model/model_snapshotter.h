@@ -87,6 +87,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/clock.h"
+#include "core/base/log_event.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
 #include "core/model/layer_routing_reader.h"
@@ -175,8 +176,10 @@ struct ModelSnapshotterOptions {
   // Tests: the content store to read instead of containerd's at containerd_address (not owned;
   // must outlive the snapshotter).
   ContentStore* content_store = nullptr;
-  // One line per notable event (fallbacks, registrations, failures). Default: stderr.
-  std::function<void(const std::string&)> log;
+  // One event per notable happening (fallbacks, registrations, failures), component
+  // "snapshotter"; refusals carry digest, registry and reason fields. Default:
+  // log::WriteToStderr.
+  log::Sink log;
   // The /dev/fuse fd of <root>/mnt kept by a previous process of the daemon (systemd's file
   // descriptor store): Open registers the stored models first, then serves that same
   // connection, so containers' mounts of models survive a daemon crash or restart. -1: mount
@@ -339,6 +342,8 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   };
 
   ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapshotterParts parts);
+  void Log(const log::Event& event) const;
+  // An info event whose message is `line`.
   void Log(const std::string& line) const;
   // The end of a remote Prepare that serves model `name` (registered already): prepares `key`
   // on `parent` and commits it as `target` with `labels` and kLabelRemoteModel = name,

@@ -128,7 +128,12 @@ absl::Status ModelSnapshotter::CheckSignaturePolicy(const ImageReference& image,
   if (!policy_gate_) return absl::OkStatus();
   PolicyGate::Outcome outcome = policy_gate_->Check(image, digest);
   if (!outcome.status.ok()) {
-    Log(absl::StrCat(what, " refused by policy: ", outcome.status.message()));
+    Log(log::Error("policy", absl::StrCat(what, " refused by policy"))
+            .Field("digest", digest.str())
+            .Field("registry", image.registry())
+            .Field("image", image.String())
+            .Field("reason", outcome.reason)
+            .Field("detail", outcome.status.message()));
     return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
   }
   return absl::OkStatus();

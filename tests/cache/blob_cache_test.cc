@@ -74,9 +74,9 @@ class BlobCacheTest : public ::testing::Test {
     o.retry.initial_backoff = absl::Milliseconds(5);
     o.retry.max_backoff = absl::Milliseconds(20);
     o.verity = verity_;
-    o.log = [this](absl::string_view line) {
+    o.log = [this](const log::Event& e) {
       absl::MutexLock lock(&log_mu_);
-      log_.push_back(std::string(line));
+      log_.push_back(log::FormatLine(e, absl::UnixEpoch(), log::Format::kLogfmt));
     };
     return o;
   }
@@ -959,7 +959,8 @@ TEST_F(BlobCacheTest, TamperedCacheFileIsRefetchedNotServedAfterRestart) {
   EXPECT_EQ(got, blob);
   EXPECT_EQ(remote_.bytes_served(), kChunk);  // only the tampered chunk
   EXPECT_EQ(cache->stats().verification_failures, 1u);
-  EXPECT_THAT(Logged(), AllOf(HasSubstr("chunk 4 "), HasSubstr("re-verification")));
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("level=warn component=cache"), HasSubstr("re-verification"),
+                              HasSubstr("digest=" + d.str()), HasSubstr("range=16384-20479")));
 }
 
 TEST_F(BlobCacheTest, WholeLayerVerifiedBeforeRestartIsServedWithZeroRemoteBytes) {
@@ -1648,10 +1649,10 @@ TEST_F(DiskFullTest, UnreferencedLayersAreEvictedAndTheLogSaysWhy) {
   ASSERT_TRUE(Idle(*cache));  // the fetch logs and evicts after handing the bytes over
   EXPECT_THAT(cache->GetLayerInfo(old_layer), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(cache->stats().cached_bytes, 0u);
-  EXPECT_THAT(Logged(), HasSubstr(absl::StrCat("cache directory ", Options().dir,
-                                               " is full (no space left on device): serving "
-                                               "verified bytes from the network without caching")));
-  EXPECT_THAT(Logged(), HasSubstr("evicted 1 unreferenced layer(s), 32768 bytes"));
+  EXPECT_THAT(Logged(), HasSubstr("cache directory is full (no space left on device): serving "
+                                  "verified bytes from the network without caching"));
+  EXPECT_THAT(Logged(), HasSubstr(absl::StrCat("dir=", Options().dir,
+                                               " evicted_layers=1 evicted_bytes=32768")));
 }
 
 TEST_F(DiskFullTest, CachingResumesOnceAWriteSucceeds) {
@@ -1764,7 +1765,9 @@ TEST_F(ScrubTest, TheScrubLogsTheDigestAndByteRangeOfAChange) {
   const std::string blob = RandomBytes(16 * kChunk, 41);
   Digest d = SealedAndChanged(*cache, blob);
   cache->ScrubOnce();
-  EXPECT_THAT(Logged(), AllOf(HasSubstr("the scrub found layer " + d.str() + " changed on disk"),
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("level=error component=cache msg=\"the scrub found the "
+                                        "layer changed on disk"),
+                              HasSubstr("digest=" + d.str() + " range=20480-24575"),
                               HasSubstr("chunk 5 "), HasSubstr("(bytes [20480, 24576))"),
                               HasSubstr("fetched again into a new data file")));
 }
@@ -2165,8 +2168,8 @@ TEST_F(FsVerityTest, ASealedLayerWhoseFsVerityDigestDiffersIsNotTrusted) {
   ASSERT_OK(RegisterChunked(*cache, d, blob));
   EXPECT_FALSE(cache->GetLayerInfo(d)->whole_verified);
   EXPECT_EQ(cache->OpenVerifiedBlob(d, 0, blob.size()), -1);
-  EXPECT_THAT(Logged(), AllOf(HasSubstr("layer " + d.str()),
-                              HasSubstr("has fs-verity digest sha256:someone-else")));
+  EXPECT_THAT(Logged(), AllOf(HasSubstr("digest=" + d.str()),
+                              HasSubstr("fs-verity digest sha256:someone-else, recorded")));
 }
 
 TEST_F(FsVerityTest, ASealedLayerThatLostItsFsVerityIsNotTrusted) {

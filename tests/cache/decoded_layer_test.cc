@@ -44,7 +44,7 @@ class DecodedLayerTest : public ::testing::Test {
     o.whole_chunk_size = 64 << 10;
     o.verify_when_idle = absl::ZeroDuration();
     o.read_deadline = absl::Seconds(20);
-    o.log = [](absl::string_view) {};
+    o.log = [](const log::Event&) {};
     auto cache = BlobCache::Open(std::move(o), &remote_);
     EXPECT_THAT(cache, IsOk());
     return cache.ok() ? std::move(*cache) : nullptr;

@@ -61,7 +61,7 @@ class DecodingBlobSourceTest : public ::testing::Test {
     o.fetch_threads = 4;
     o.verify_when_idle = absl::ZeroDuration();
     o.read_deadline = absl::Seconds(20);
-    o.log = [](absl::string_view) {};
+    o.log = [](const log::Event&) {};
     if (no_readahead_) o.readahead_min = o.readahead_max = 1ull << 40;
     auto cache = BlobCache::Open(std::move(o), &decoding_);
     ASSERT_THAT(cache, IsOk());

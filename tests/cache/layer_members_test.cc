@@ -69,9 +69,9 @@ class LayerMembersTest : public ::testing::Test {
     o.verify_when_idle = absl::ZeroDuration();
     o.member_min_bytes = 4096;
     o.verity = verity_;
-    o.log = [this](absl::string_view line) {
+    o.log = [this](const log::Event& e) {
       absl::MutexLock lock(&log_mu_);
-      log_ += absl::StrCat(line, "\n");
+      log_ += absl::StrCat(log::FormatLine(e, absl::UnixEpoch(), log::Format::kLogfmt), "\n");
     };
     return o;
   }

@@ -108,7 +108,7 @@ class ModelHostTest : public ::testing::Test {
     parts.source = std::make_unique<RegistryRoutingSource>();
     CacheOptions co;
     co.dir = tmp_.Join("cache").string();
-    co.log = [](absl::string_view) {};
+    co.log = [](const log::Event&) {};
     ASSERT_OK_AND_ASSIGN(parts.cache, BlobCache::Open(co, parts.source.get()));
     auto mounter = std::make_unique<FakeMounter>(&calls_);
     mounter_ = mounter.get();

@@ -21,7 +21,7 @@ class CachedModelTest : public ::testing::Test {
   void SetUp() override {
     CacheOptions o;
     o.dir = tmp_.Join("cache").string();
-    o.log = [](absl::string_view) {};
+    o.log = [](const log::Event&) {};
     ASSERT_OK_AND_ASSIGN(cache_, BlobCache::Open(o, &remote_));
     ASSERT_OK_AND_ASSIGN(model_.ref, ImageReference::Parse("registry.test/models/m:v1"));
     model_.repository = "models/m";

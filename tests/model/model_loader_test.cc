@@ -137,7 +137,7 @@ class LazyCompressedLoaderTest : public ModelLoaderTest {
     model_.chunk_indexes[gz_] = idx;
     CacheOptions o;
     o.dir = tmp_.Join("lazy-cache").string();
-    o.log = [](absl::string_view) {};
+    o.log = [](const log::Event&) {};
     ASSERT_OK_AND_ASSIGN(lazy_cache_, BlobCache::Open(o, &decoding_));
   }
   DecodingBlobSource decoding_{&remote_};

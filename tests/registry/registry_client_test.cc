@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/backoff.h"
 #include "testsupport/testing/fake_clock.h"
 #include "testsupport/testing/http_fixture.h"
@@ -234,6 +235,49 @@ TEST_F(RegistryClientTest, KeychainErrorFailsTheRequestNamingTheHost) {
   EXPECT_THAT(client->GetBlobRange("models/m", *digest_, 0, 10),
               StatusIs(absl::StatusCode::kNotFound,
                        ::testing::AllOf(HasSubstr("docker-credential-x"), HasSubstr(o.registry))));
+}
+
+// Records what the client reports, as the daemon's metrics do.
+class RecordingObserver : public RegistryObserver {
+ public:
+  void OnRequest(const RegistryRequestRecord& r) override {
+    absl::MutexLock lock(&mu_);
+    seen_.push_back(absl::StrCat(std::string(r.registry), " ",
+                                 std::string(RegistryRequestKindName(r.kind)), " ", r.status));
+  }
+  std::vector<std::string> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(RegistryClientTest, TheObserverSeesEachExchangeWithItsKindStatusAndRegistry) {
+  dir_->WriteFile("token.json", R"({"token": "T1", "expires_in": 60})");
+  ASSERT_OK(server_->SetFaults({.require_token = "T1", .token_realm = "/token.json"}));
+  RecordingObserver observer;
+  RegistryClientOptions o = Options();
+  o.observer = &observer;
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  ASSERT_OK(client->GetBlobRange("models/m", *digest_, 0, 10));
+  const std::string r = o.registry;
+  // The refused attempt, the token, the attempt with it: the label is the registry's name.
+  EXPECT_THAT(observer.seen(),
+              ::testing::ElementsAre(r + " blob 401", r + " token 200", r + " blob 206"));
+}
+
+TEST_F(RegistryClientTest, TheObserverCountsARefusedConnectionAsStatusZero) {
+  RecordingObserver observer;
+  RegistryClientOptions o = Options();
+  o.endpoint.host = "127.0.0.1:1";  // nothing listens
+  o.observer = &observer;
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(o));
+  EXPECT_FALSE(client->GetBlobRange("models/m", *digest_, 0, 10).ok());
+  ASSERT_FALSE(observer.seen().empty());
+  EXPECT_EQ(observer.seen()[0], o.registry + " blob 0");
 }
 
 TEST(RetryableCodeTest, InternalIsNotRetryable) {

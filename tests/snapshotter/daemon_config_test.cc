@@ -49,6 +49,8 @@ lazy_images_unpack_refused = true
 docker_config = "/etc/modelfs/config.json"
 metrics_address = "127.0.0.1:9464"
 log_level = "debug"
+log_format = "json"
+log_journal = "off"
 containerd_address = "/run/k3s/containerd/containerd.sock"
 [cache]
 max_size_gib = 200
@@ -74,6 +76,8 @@ direct_io = false
   EXPECT_EQ(c.docker_config, "/etc/modelfs/config.json");
   EXPECT_EQ(c.metrics_address, "127.0.0.1:9464");
   EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.log_format, "json");
+  EXPECT_EQ(c.log_journal, "off");
   EXPECT_EQ(c.containerd_address, "/run/k3s/containerd/containerd.sock");
   EXPECT_EQ(c.cache_max_size_gib, 200u);
   EXPECT_EQ(c.prefetch, "all");
@@ -253,6 +257,29 @@ TEST(DaemonConfigTest, APersistDelayThatIsNotADurationFailsValidation) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cache.persist_delay")))
         << bad;
   }
+}
+
+TEST(DaemonConfigTest, LogKeysTakeTheirNamedValuesOnly) {
+  for (const char* level : {"debug", "info", "warn", "error"}) {
+    DaemonConfig c;
+    c.log_level = level;
+    EXPECT_OK(ValidateDaemonConfig(c)) << level;
+  }
+  DaemonConfig c;
+  c.log_level = "verbose";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("log_level \"verbose\": want debug, info, warn or error")));
+  c = DaemonConfig();
+  c.log_format = "text";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("log_format \"text\": want logfmt or json")));
+  c = DaemonConfig();
+  c.log_journal = "yes";
+  EXPECT_THAT(ValidateDaemonConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("log_journal \"yes\": want auto, on or off")));
 }
 
 TEST(DaemonConfigTest, ARelativeRootFailsValidation) {

@@ -72,7 +72,8 @@ std::set<std::string> AlertedFamilies(const std::string& rules) {
       while (n < line.size() && IsNameChar(line[n])) ++n;
       std::string name(line.substr(i, n - i));
       for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-        if (absl::EndsWith(name, suffix) && name.find("latency") != std::string::npos) {
+        if (absl::EndsWith(name, suffix) && (name.find("latency") != std::string::npos ||
+                                             name.find("duration") != std::string::npos)) {
           name.resize(name.size() - std::string(suffix).size());
         }
       }
@@ -122,8 +123,9 @@ TEST(MetricsDocsTest, BuildInfoCarriesTheVersion) {
   DaemonCounters c;
   c.version = "1.2.3";
   LatencyHistogram h;
-  EXPECT_THAT(RenderPrometheus(c, h),
-              ::testing::HasSubstr("\nmodelfs_build_info{version=\"1.2.3\"} 1\n"));
+  EXPECT_THAT(
+      RenderPrometheus(c, h),
+      ::testing::HasSubstr("\nmodelfs_build_info{version=\"1.2.3\",commit=\"unknown\"} 1\n"));
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ TEST(RenderPrometheusTest, EveryDocumentedMetricIsPresentWithItsValue) {
   LatencyHistogram h;
   std::string text = RenderPrometheus(c, h);
   EXPECT_THAT(text, HasSubstr("\nmodelfs_bytes_fetched_total 1234\n"));
-  EXPECT_THAT(text, HasSubstr("\nmodelfs_registry_requests_total 5\n"));
+  EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_range_requests_total 5\n"));
   EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_hits_total 7\n"));
   EXPECT_THAT(text, HasSubstr("\nmodelfs_cache_misses_total 3\n"));
   EXPECT_THAT(text, HasSubstr("\nmodelfs_verification_failures_total 1\n"));
@@ -96,6 +96,89 @@ TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresen
 size_t Append(char* p, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(p, size * n);
   return size * n;
+}
+
+RegistryRequestRecord Record(std::string_view registry, RegistryRequestKind kind, long status,
+                             absl::Duration elapsed) {
+  return RegistryRequestRecord{registry, kind, status, elapsed};
+}
+
+TEST(RegistryMetricsTest, RequestsAreCountedByRegistryKindAndStatusClassWithEveryCodePresent) {
+  RegistryMetrics m;
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 206, absl::Milliseconds(3)));
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 503, absl::Milliseconds(3)));
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 0, absl::Seconds(61)));
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kToken, 200, absl::Milliseconds(1)));
+  m.OnRequest(Record("ghcr.io", RegistryRequestKind::kManifest, 404, absl::Milliseconds(40)));
+  DaemonCounters c;
+  c.registry = m.Snapshot();
+  const std::string text = RenderPrometheus(c, LatencyHistogram());
+  EXPECT_THAT(text, HasSubstr("# TYPE modelfs_registry_requests_total counter\n"
+                              "modelfs_registry_requests_total{registry=\"ghcr.io\",kind="
+                              "\"manifest\",code=\"2xx\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_registry_requests_total{registry=\"ghcr.io\",kind="
+                              "\"manifest\",code=\"4xx\"} 1\n"));
+  for (const char* line : {"{registry=\"reg:5000\",kind=\"blob\",code=\"2xx\"} 1\n",
+                           "{registry=\"reg:5000\",kind=\"blob\",code=\"3xx\"} 0\n",
+                           "{registry=\"reg:5000\",kind=\"blob\",code=\"5xx\"} 1\n",
+                           "{registry=\"reg:5000\",kind=\"blob\",code=\"error\"} 1\n",
+                           "{registry=\"reg:5000\",kind=\"token\",code=\"2xx\"} 1\n"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("\nmodelfs_registry_requests_total", line)));
+  }
+}
+
+TEST(RegistryMetricsTest, LatencyIsAHistogramPerRegistryAndKind) {
+  RegistryMetrics m;
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 206, absl::Milliseconds(3)));
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 206, absl::Milliseconds(700)));
+  m.OnRequest(Record("reg:5000", RegistryRequestKind::kBlob, 0, absl::Seconds(61)));
+  DaemonCounters c;
+  c.registry = m.Snapshot();
+  const std::string text = RenderPrometheus(c, LatencyHistogram());
+  const std::string n = "modelfs_registry_request_duration_seconds";
+  EXPECT_THAT(text, HasSubstr("# TYPE " + n + " histogram\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_bucket{registry=\"reg:5000\",kind=\"blob\",le=\"0.005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_bucket{registry=\"reg:5000\",kind=\"blob\",le=\"0.5\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_bucket{registry=\"reg:5000\",kind=\"blob\",le=\"1\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_bucket{registry=\"reg:5000\",kind=\"blob\",le=\"60\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_bucket{registry=\"reg:5000\",kind=\"blob\",le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_sum{registry=\"reg:5000\",kind=\"blob\"} 61.703000\n"));
+  EXPECT_THAT(text, HasSubstr(n + "_count{registry=\"reg:5000\",kind=\"blob\"} 3\n"));
+}
+
+TEST(RegistryMetricsTest, RegistriesBeyondTheBoundAreCountedAsOther) {
+  RegistryMetrics m;
+  for (size_t i = 0; i < RegistryMetrics::kMaxRegistries + 5; ++i) {
+    m.OnRequest(Record(absl::StrCat("r", i, ".example"), RegistryRequestKind::kBlob, 200,
+                       absl::Milliseconds(1)));
+  }
+  std::vector<RegistryMetrics::Series> s = m.Snapshot();
+  ASSERT_EQ(s.size(), RegistryMetrics::kMaxRegistries + 1);
+  uint64_t other = 0;
+  for (const auto& series : s) {
+    if (series.registry == "other") other = series.count;
+  }
+  EXPECT_EQ(other, 5u);
+}
+
+TEST(RegistryMetricsTest, LabelValuesAreEscaped) {
+  RegistryMetrics m;
+  m.OnRequest(Record("a\"b\\c\nd", RegistryRequestKind::kOther, 200, absl::Milliseconds(1)));
+  DaemonCounters c;
+  c.registry = m.Snapshot();
+  EXPECT_THAT(RenderPrometheus(c, LatencyHistogram()),
+              HasSubstr("{registry=\"a\\\"b\\\\c\\nd\",kind=\"other\",code=\"2xx\"} 1\n"));
+}
+
+TEST(RenderPrometheusTest, BuildInfoCarriesVersionAndCommit) {
+  DaemonCounters c;
+  c.version = "1.2.3";
+  c.commit = "3d77339abcde";
+  EXPECT_THAT(RenderPrometheus(c, LatencyHistogram()),
+              HasSubstr("\nmodelfs_build_info{version=\"1.2.3\",commit=\"3d77339abcde\"} 1\n"));
+  c.commit = "";
+  EXPECT_THAT(RenderPrometheus(c, LatencyHistogram()),
+              HasSubstr("\nmodelfs_build_info{version=\"1.2.3\",commit=\"unknown\"} 1\n"));
 }
 
 TEST(MetricsServerTest, ServesTheRenderedTextAtSlashMetricsOnLoopback) {

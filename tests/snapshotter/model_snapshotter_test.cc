@@ -201,9 +201,9 @@ class ModelSnapshotterTest : public ::testing::Test {
     ModelSnapshotterOptions o;
     o.root = root();
     o.prefetch = PrefetchPolicy::kNone;
-    o.log = [this](const std::string& line) {
+    o.log = [this](const log::Event& e) {
       absl::MutexLock lock(&log_mu_);
-      log_.push_back(line);
+      log_.push_back(log::FormatLine(e, absl::UnixEpoch(), log::Format::kLogfmt));
     };
     return o;
   }
