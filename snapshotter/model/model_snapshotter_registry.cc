@@ -117,7 +117,12 @@ absl::Status ModelSnapshotter::CheckPolicy(const ImageReference& image, const Di
   if (!attestation_gate_) return absl::OkStatus();
   AttestationGate::Outcome outcome = attestation_gate_->Check(image, digest);
   if (!outcome.status.ok()) {
-    Log(absl::StrCat(what, " refused: ", outcome.status.message()));
+    Log(log::Error("policy", absl::StrCat(what, " refused: no accepted equivalence attestation"))
+            .Field("digest", digest.str())
+            .Field("registry", image.registry())
+            .Field("image", image.String())
+            .Field("reason", "equivalence")
+            .Field("detail", outcome.status.message()));
     return absl::PermissionDeniedError(absl::StrCat(what, " ", outcome.status.message()));
   }
   return absl::OkStatus();
