@@ -167,7 +167,9 @@ class CredentialRotationE2eTest : public ::testing::Test {
     fs::create_directories(mnt_);
   }
   void TearDown() override {
-    if (mount_) EXPECT_OK(mount_->Unmount());
+    if (mount_) {
+      EXPECT_OK(mount_->Unmount());
+    }
     if (HasFailure() && tmp_) {
       std::cerr << "mount log:\n" << ReadAll(tmp_->Join("mount.log").string()) << "\n";
     }
