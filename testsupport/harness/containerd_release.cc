@@ -66,7 +66,7 @@ absl::StatusOr<std::string> ContainerdReleaseDir(const ContainerdRelease& releas
                                             release.tarball_env, ")"));
   }
   return ExtractPinnedTarball(
-      tarball, release.sha256,
+      tarball, std::string(release.sha256),
       absl::StrCat(MODELFS_CONTAINERD_EXTRACT_DIR, "/containerd-", release.version),
       {"containerd", "ctr", "containerd-shim-runc-v2"});
 }

@@ -19,12 +19,12 @@ namespace modelfs::testing {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> ExtractPinnedTarball(const std::string& tarball,
-                                                 std::string_view sha256, const std::string& dir,
+                                                 const std::string& sha256, const std::string& dir,
                                                  const std::vector<std::string>& required) {
   if (!fs::exists(tarball)) {
     return absl::NotFoundError(absl::StrCat(tarball, " not found"));
   }
-  const std::string want(sha256);
+  const std::string& want = sha256;
   const std::string digest = Digest::Of(ReadAll(tarball)).str();
   if (digest != absl::StrCat("sha256:", want)) {
     return absl::DataLossError(absl::StrCat(tarball, " has ", digest, ", want sha256:", want));

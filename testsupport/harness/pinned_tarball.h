@@ -10,7 +10,6 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,7 +22,7 @@ namespace modelfs::testing {
 // Errors: kNotFound (no tarball at that path), kDataLoss (its SHA-256 is not `sha256`, hex),
 // kInternal (lock, tar, rename; a required file missing, named).
 absl::StatusOr<std::string> ExtractPinnedTarball(const std::string& tarball,
-                                                 std::string_view sha256, const std::string& dir,
+                                                 const std::string& sha256, const std::string& dir,
                                                  const std::vector<std::string>& required);
 
 }  // namespace modelfs::testing
