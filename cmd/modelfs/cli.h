@@ -39,7 +39,7 @@ void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (t
 // node ls, node prefetch, node evict (node_command.cc; built with the snapshotter's gRPC parts,
 // MODELFS_NODE_COMMANDS).
 void RegisterNodeCommands(CLI::App& app, Context& ctx);
-void RegisterAttest(CLI::App& app, Context& ctx);         // attest equivalence
+void RegisterAttest(CLI::App& app, Context& ctx);  // attest equivalence
 
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).
@@ -123,8 +123,6 @@ std::string RenderRefInspection(const RefInspection& r);
 // model_hosts allows.
 ModelLocationCheck NotingLocation(const ImageReference& volume);
 
-// 1536 -> "1.50 KiB"
-std::string HumanBytes(uint64_t n);
 bool StdoutIsTty();
 bool StderrIsTty();
 

@@ -10,6 +10,7 @@
 #include "core/hub/http_hub_client.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
+#include "core/text/number_format.h"
 
 namespace modelfs::cli {
 namespace {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/text/escape.h"
+#include "core/text/number_format.h"
 
 namespace modelfs::cli {
 namespace {
@@ -29,18 +30,6 @@ bool Bool(const json& j, const char* key) {
   return it != j.end() && it->is_boolean() && it->get<bool>();
 }
 
-std::string Bytes(uint64_t n) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(n);
-  int unit = 0;
-  while (v >= 1024.0 && unit < 5) {
-    v /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrFormat("%d B", n);
-  return absl::StrFormat("%.2f %s", v, kUnits[unit]);
-}
-
 // "sha256:0123456789ab" (the first 12 hex digits), as `docker images` shortens IDs.
 std::string Short(const std::string& digest) { return digest.substr(0, 19); }
 
@@ -60,12 +49,13 @@ std::string RenderNodeList(const json& node) {
                             "CACHED", "VERIFIED", "SEALED", "OPENS", "SNAP", "STATE", "REFERENCE"));
   for (const json& m : models) {
     const json& snapshots = Array(m, "snapshots");
-    absl::StrAppend(&out,
-                    absl::StrFormat("%-19s  %10s  %10s  %10s  %-6s  %5d  %4d  %-7s  %s\n",
-                                    Short(Str(m, "model_digest")), Bytes(Num(m, "size")),
-                                    Bytes(Num(m, "cached_bytes")), Bytes(Num(m, "verified_bytes")),
-                                    Bool(m, "sealed") ? "yes" : "no", Num(m, "passthrough_opens"),
-                                    snapshots.size(), Str(m, "state"), Str(m, "reference")));
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%-19s  %10s  %10s  %10s  %-6s  %5d  %4d  %-7s  %s\n",
+                        Short(Str(m, "model_digest")), HumanBytes(Num(m, "size")),
+                        HumanBytes(Num(m, "cached_bytes")), HumanBytes(Num(m, "verified_bytes")),
+                        Bool(m, "sealed") ? "yes" : "no", Num(m, "passthrough_opens"),
+                        snapshots.size(), Str(m, "state"), Str(m, "reference")));
     std::string from = Str(m, "registry").empty()
                            ? std::string("containerd's content store")
                            : absl::StrCat(Str(m, "registry"), "/", Str(m, "repository"));
@@ -85,15 +75,15 @@ std::string RenderNodeList(const json& node) {
   if (models.empty()) out += "(no models registered)\n";
   const json cache = node.contains("cache") ? node["cache"] : json::object();
   const uint64_t bound = Num(cache, "max_bytes");
-  absl::StrAppend(&out, "\ncache: ", Bytes(Num(cache, "bytes")), " of ",
-                  bound == 0 ? std::string("unbounded") : Bytes(bound), ", ", Num(cache, "layers"),
-                  " layers", Bool(cache, "disk_full") ? ", DISK FULL (serving uncached)" : "",
-                  "\n");
+  absl::StrAppend(&out, "\ncache: ", HumanBytes(Num(cache, "bytes")), " of ",
+                  bound == 0 ? std::string("unbounded") : HumanBytes(bound), ", ",
+                  Num(cache, "layers"), " layers",
+                  Bool(cache, "disk_full") ? ", DISK FULL (serving uncached)" : "", "\n");
   const json& layers = Array(node, "layers");
   for (const json& l : layers) {
     std::string what = Bool(l, "quarantined") ? "quarantined" : "";
     if (Bool(l, "scrubbing")) absl::StrAppend(&what, what.empty() ? "" : ", ", "scrubbing");
-    absl::StrAppend(&out, "layer ", Str(l, "digest"), " (", Bytes(Num(l, "size")), "): ", what,
+    absl::StrAppend(&out, "layer ", Str(l, "digest"), " (", HumanBytes(Num(l, "size")), "): ", what,
                     "\n");
   }
   const json& errors = Array(node, "errors");
@@ -109,8 +99,8 @@ std::string RenderPrefetchProgress(const json& p) {
   const std::string phase = Str(p, "phase");
   if (phase != "fetching" && phase != "done") return absl::StrCat(phase, " ...");
   return absl::StrCat(phase, " ", Num(p, "layers_sealed"), "/", Num(p, "layers"),
-                      " layers sealed, ", Bytes(Num(p, "verified_bytes")), " of ",
-                      Bytes(Num(p, "total_bytes")), " verified");
+                      " layers sealed, ", HumanBytes(Num(p, "verified_bytes")), " of ",
+                      HumanBytes(Num(p, "total_bytes")), " verified");
 }
 
 }  // namespace modelfs::cli

@@ -33,18 +33,10 @@ Json ModelJson(const AttestedModel& m) {
   return j;
 }
 
+// A small blob (an envelope, a config), capped and checked against its digest.
 absl::StatusOr<std::string> GetCappedBlob(RegistryClient& client, const std::string& repo,
                                           const Digest& digest, size_t cap) {
-  std::string out;
-  absl::Status st = client.GetBlob(repo, digest, [&](std::string_view chunk) -> absl::Status {
-    if (out.size() + chunk.size() > cap) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("blob ", digest.str(), " is larger than ", cap, " bytes"));
-    }
-    out.append(chunk);
-    return absl::OkStatus();
-  });
-  if (!st.ok()) return st;
+  ASSIGN_OR_RETURN(std::string out, client.GetSmallBlob(repo, digest, cap));
   if (Digest::Of(out) != digest) {
     return absl::DataLossError(
         absl::StrCat("blob ", digest.str(), " in ", repo, " does not hash to its digest"));

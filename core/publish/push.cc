@@ -35,6 +35,7 @@
 #include "core/oci/zstd_frames.h"
 #include "core/publish/blob_upload.h"
 #include "core/publish/push_inputs.h"
+#include "core/publish/registry_range_reader.h"
 #include "core/publish/tensor_listing.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
@@ -513,32 +514,6 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
 
 namespace {
 
-// A RangeReader over a blob of a registry (bytes unverified: only for refusing, or
-// for a header that the stream of the layer is checked against).
-class RegistryBlobReader final : public RangeReader {
- public:
-  RegistryBlobReader(RegistryClient& client, std::string repo, const Descriptor& d)
-      : client_(client), repo_(std::move(repo)), d_(d), name_(d.digest.str()) {}
-  const std::string& name() const override { return name_; }
-  absl::StatusOr<uint64_t> Size() override { return d_.size; }
-  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
-    if (offset + length > d_.size) {
-      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
-    }
-    ++stats_.requests;
-    stats_.bytes += length;
-    return client_.GetBlobRange(repo_, d_.digest, offset, length);
-  }
-  RangeReadStats stats() const override { return stats_; }
-
- private:
-  RegistryClient& client_;
-  const std::string repo_;
-  const Descriptor d_;
-  const std::string name_;
-  RangeReadStats stats_;
-};
-
 // Streams every layer of M once from `source`, checking its digest and size, and returns
 // their chunk indexes in layer order (for a compressed layer: its seek index and the chunk
 // index of its uncompressed tar, from the same pass); each layer is listed in `result` as
@@ -571,7 +546,7 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     // checks the header read against the bytes streamed).
     std::optional<TensorIndexBuilder> tensors;
     if (o.tensor_index && layer.encoding == LayerEncoding::kRaw && !layer.path.empty()) {
-      RegistryBlobReader reader(source, rm.repository, d);
+      RegistryRangeReader reader(source, rm.repository, d, d.digest.str());
       ASSIGN_OR_RETURN(std::optional<TensorSkeleton> s,
                        ReadTensorSkeleton(reader, layer.path, d.digest, d.size, 0));
       if (s) {
@@ -645,7 +620,8 @@ absl::Status CheckTarMembersUnder(RegistryClient& source, const ResolvedModel& r
   if (prefix.empty()) return absl::OkStatus();
   for (const ModelLayer& layer : rm.layers) {
     if (layer.encoding != LayerEncoding::kTar) continue;  // BuildVolumeImage refuses it
-    RegistryBlobReader reader(source, rm.repository, layer.descriptor);
+    RegistryRangeReader reader(source, rm.repository, layer.descriptor,
+                               layer.descriptor.digest.str());
     RETURN_IF_ERROR(ScanTarHeaders(reader, [&](const TarEntry& e) -> absl::Status {
       if (e.path == prefix || absl::StartsWith(e.path, prefix + "/")) return absl::OkStatus();
       return absl::InvalidArgumentError(absl::StrCat(

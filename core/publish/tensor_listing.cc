@@ -5,6 +5,7 @@
 #include "core/formats/model_inspect.h"
 #include "core/formats/safetensors.h"
 #include "core/oci/volume_image.h"
+#include "core/publish/registry_range_reader.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -30,34 +31,6 @@ class SliceReader final : public RangeReader {
   RangeReader& base_;
   const uint64_t offset_, size_;
   const std::string name_;
-};
-
-// A blob of a registry by range. The bytes are not verified: a header read so is checked
-// against the layer as it streams (TensorIndexBuilder), which is checked against its digest.
-class RegistryRangeReader final : public RangeReader {
- public:
-  RegistryRangeReader(RegistryClient& client, std::string repo, const Descriptor& d,
-                      std::string name)
-      : client_(client), repo_(std::move(repo)), d_(d), name_(std::move(name)) {}
-  const std::string& name() const override { return name_; }
-  absl::StatusOr<uint64_t> Size() override { return d_.size; }
-  absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t length) override {
-    if (offset > d_.size || length > d_.size - offset) {
-      return absl::OutOfRangeError(absl::StrCat(name_, ": read past the end"));
-    }
-    if (length == 0) return std::string();
-    ++stats_.requests;
-    stats_.bytes += length;
-    return client_.GetBlobRange(repo_, d_.digest, offset, length);
-  }
-  RangeReadStats stats() const override { return stats_; }
-
- private:
-  RegistryClient& client_;
-  const std::string repo_;
-  const Descriptor d_;
-  const std::string name_;
-  RangeReadStats stats_;
 };
 
 bool IsWeightPath(const std::string& path) {

@@ -127,6 +127,20 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
   return r.status();
 }
 
+absl::StatusOr<std::string> RegistryClient::GetSmallBlob(const std::string& repo,
+                                                         const Digest& digest, size_t max_bytes) {
+  std::string out;
+  RETURN_IF_ERROR(GetBlob(repo, digest, [&](std::string_view chunk) -> absl::Status {
+    if (out.size() + chunk.size() > max_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blob ", digest.str(), " is larger than ", max_bytes, " bytes"));
+    }
+    out.append(chunk);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<std::string> RegistryClient::GetBlobRange(const std::string& repo,
                                                          const Digest& digest, uint64_t offset,
                                                          uint64_t length, absl::Time deadline) {

@@ -88,6 +88,12 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::Create(
 absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
     const std::string& registry, HostCapability capability, const HostsOptions& hosts,
     const CredentialStore& credentials, RegistryClientOptions base) {
+  return ForRegistry(registry, capability, hosts, StaticKeychain(credentials), std::move(base));
+}
+
+absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
+    const std::string& registry, HostCapability capability, const HostsOptions& hosts,
+    std::shared_ptr<Keychain> keychain, RegistryClientOptions base) {
   ASSIGN_OR_RETURN(std::vector<HostEndpoint> all, ResolveHosts(registry, hosts));
   base.registry = registry;
   base.hosts.clear();
@@ -100,36 +106,9 @@ absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
       continue;
     }
     RegistryHost rh;
-    rh.credential = ep.mirror ? credentials.Lookup(ep.host) : credentials.Lookup(registry);
-    if (!rh.credential && !ep.mirror) rh.credential = credentials.Lookup(ep.host);
-    rh.endpoint = std::move(ep);
-    base.hosts.push_back(std::move(rh));
-    if (capability == HostCapability::kPush) break;
-  }
-  if (base.hosts.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no configured host for registry ", registry, " allows ",
-                     capability == HostCapability::kPush ? "push" : "pull"));
-  }
-  return Create(std::move(base));
-}
-
-absl::StatusOr<std::unique_ptr<RegistryClient>> RegistryClient::ForRegistry(
-    const std::string& registry, HostCapability capability, const HostsOptions& hosts,
-    std::shared_ptr<Keychain> keychain, RegistryClientOptions base) {
-  ASSIGN_OR_RETURN(std::vector<HostEndpoint> all, ResolveHosts(registry, hosts));
-  base.registry = registry;
-  base.hosts.clear();
-  for (HostEndpoint& ep : all) {
-    if (capability == HostCapability::kPush) {
-      if (!ep.push) continue;
-      ep.pull = ep.resolve = true;
-    } else if (!ep.pull) {
-      continue;
-    }
-    RegistryHost rh;
     rh.keychain = keychain;
-    // As above: a mirror is asked for under its own name only.
+    // A mirror is asked for under its own name only; the server under the registry's, then its
+    // host's.
     rh.keychain_keys = {ep.mirror ? ep.host : registry};
     if (!ep.mirror && ep.host != registry) rh.keychain_keys.push_back(ep.host);
     rh.endpoint = std::move(ep);

@@ -246,6 +246,11 @@ class RegistryClient {
   // Streams the whole blob into `sink`. After a dropped connection the transfer resumes with
   // a Range request, so the sink sees every byte exactly once. Not verified: hash in the sink.
   absl::Status GetBlob(const std::string& repo, const Digest& digest, const BlobSink& sink);
+  // The whole blob in memory, for small documents (signature payloads, attestations, their
+  // configs): more than `max_bytes` is kInvalidArgument naming the blob and the cap, so a
+  // hostile registry cannot make the caller hold more. Not verified: the caller hashes it.
+  absl::StatusOr<std::string> GetSmallBlob(const std::string& repo, const Digest& digest,
+                                           size_t max_bytes);
 
   // Returns exactly `length` bytes at `offset`. Requires 206: a 200 is kFailedPrecondition
   // ("registry ignored Range"); 416 or a short body is kOutOfRange; a 206 whose Content-Range

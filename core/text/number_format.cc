@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace modelfs {
 
@@ -16,6 +17,18 @@ std::string WithCommas(uint64_t n) {
     out.push_back(digits[i]);
   }
   return out;
+}
+
+std::string HumanBytes(uint64_t n) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int unit = 0;
+  while (v >= 1024.0 && unit < 5) {
+    v /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrFormat("%d B", n);
+  return absl::StrFormat("%.2f %s", v, kUnits[unit]);
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(std::string_view view) {

@@ -25,23 +25,6 @@ const std::vector<std::string>& SigAccept() {
   return accept;
 }
 
-// Reads at most `cap` bytes of a blob; more is an error (kInvalidArgument), so a hostile
-// registry cannot make us hold more than the cap.
-absl::StatusOr<std::string> GetCappedBlob(RegistryClient& client, const std::string& repo,
-                                          const Digest& digest, size_t cap) {
-  std::string out;
-  absl::Status st = client.GetBlob(repo, digest, [&](std::string_view chunk) -> absl::Status {
-    if (out.size() + chunk.size() > cap) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("blob ", digest.str(), " is larger than ", cap, " bytes"));
-    }
-    out.append(chunk);
-    return absl::OkStatus();
-  });
-  if (!st.ok()) return st;
-  return out;
-}
-
 // The parsed .sig manifest: the raw layer objects, checked for shape and count.
 absl::StatusOr<Json> ParseSigManifest(const ManifestResult& m, const std::string& where) {
   if (m.media_type == kMediaTypeOciIndex || m.media_type == kMediaTypeDockerManifestList) {
@@ -120,7 +103,7 @@ absl::StatusOr<SignatureSet> RegistrySignatureStore::Fetch(const std::string& re
       } else {
         sig.signature_b64 = (*annotations)[kCosignSignatureAnnotation].get<std::string>();
         uint64_t size = layer["size"].get<uint64_t>();
-        auto payload = GetCappedBlob(*client_, repository, *d, kMaxSimpleSigningPayloadSize);
+        auto payload = client_->GetSmallBlob(repository, *d, kMaxSimpleSigningPayloadSize);
         if (!payload.ok()) {
           if (payload.status().code() != absl::StatusCode::kInvalidArgument) {
             // The registry failed us: the set cannot be judged.
@@ -180,7 +163,7 @@ absl::StatusOr<AppendResult> RegistrySignatureStore::Append(const std::string& r
     if (auto c = j.find("config");
         c != j.end() && c->is_object() && c->contains("digest") && (*c)["digest"].is_string()) {
       if (auto cd = Digest::Parse((*c)["digest"].get<std::string>()); cd.ok()) {
-        auto bytes = GetCappedBlob(*client_, repository, *cd, kMaxSigConfigSize);
+        auto bytes = client_->GetSmallBlob(repository, *cd, kMaxSigConfigSize);
         if (bytes.ok() && Digest::Of(*bytes) == *cd) {
           auto parsed = trust_internal::ParseStrictObject(*bytes, "signature config");
           if (parsed.ok() && parsed->contains("rootfs") && (*parsed)["rootfs"].is_object() &&

@@ -43,7 +43,7 @@ if [ "$HAS_DAEMON" = ON ]; then has -rwxr-xr-x "$P/bin/modelfs-snapshotter"; fi
 has -rw-r--r-- "$P/lib/systemd/system/modelfs-snapshotter.service"
 has -rw-r--r-- ".$CONFDIR/snapshotter.toml"
 for doc in install.md troubleshooting.md publishing.md snapshotter.md signing.md cli.md volume-image.md \
-    cache-format.md design.md modelfs-alerts.rules.yml containerd/containerd-1.x.toml containerd/containerd-2.x.toml; do
+    cache-format.md design.md tensor-index.md tensor-names.md modelfs-alerts.rules.yml containerd/containerd-1.x.toml containerd/containerd-2.x.toml; do
   has -rw-r--r-- "$P/share/doc/modelfs/$doc"
 done
 if [ $missing -ne 0 ]; then echo "package holds:"; cat "$WORK/contents"; fi

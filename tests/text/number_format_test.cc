@@ -53,5 +53,13 @@ TEST(ParseByteSizeTest, OverflowIsRefused) {
   EXPECT_FALSE(ParseByteSize("16777216TiB").ok());
 }
 
+TEST(HumanBytesTest, BytesBelowOneKiBAreWholeAndLargerSizesHaveTwoDecimals) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1536), "1.50 KiB");
+  EXPECT_EQ(HumanBytes(3ull << 30), "3.00 GiB");
+  EXPECT_EQ(HumanBytes(5ull << 50), "5.00 PiB");
+}
+
 }  // namespace
 }  // namespace modelfs

@@ -1,20 +1,11 @@
 #include "testsupport/harness/containerd_release.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/oci/digest.h"
 #include "core/status/status_macros.h"
-#include "testsupport/harness/process_runner.h"
+#include "testsupport/harness/pinned_tarball.h"
 
 #ifndef MODELFS_CONTAINERD_TOOLS_DIR
 #error "MODELFS_CONTAINERD_TOOLS_DIR must name the directory holding the release tarballs"
@@ -69,66 +60,15 @@ absl::StatusOr<std::string> ContainerdReleaseDirUnderTest() {
 
 absl::StatusOr<std::string> ContainerdReleaseDir(const ContainerdRelease& release) {
   const std::string tarball = ContainerdTarball(release);
-  const std::string sha256(release.sha256);
   if (!fs::exists(tarball)) {
     return absl::NotFoundError(absl::StrCat("containerd ", release.version,
                                             " release tarball not found at ", tarball, " (set ",
                                             release.tarball_env, ")"));
   }
-  // Checked on every call (a fraction of a second), so a replaced tarball is never trusted
-  // because of an earlier extraction.
-  const std::string digest = Digest::Of(ReadAll(tarball)).str();
-  if (digest != absl::StrCat("sha256:", sha256)) {
-    return absl::DataLossError(absl::StrCat(tarball, " has ", digest, ", want sha256:", sha256));
-  }
-  const std::string dir =
-      absl::StrCat(MODELFS_CONTAINERD_EXTRACT_DIR, "/containerd-", release.version);
-  // The stamp is written last: a directory without it is a torn extraction.
-  if (ReadAll(dir + "/.sha256") == sha256) return dir;
-  // Test binaries run in parallel and another one may be extracting, or already using the
-  // directory: one extraction at a time, under an exclusive lock beside the directory, and a
-  // stamped directory is never removed (removing it under a running containerd took its
-  // binary away mid-test).
-  fs::create_directories(fs::path(dir).parent_path());
-  const std::string lock_path = dir + ".lock";
-  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0) {
-    return absl::InternalError(absl::StrCat("open ", lock_path, ": ", std::strerror(errno)));
-  }
-  struct LockGuard {
-    int fd;
-    ~LockGuard() { close(fd); }  // closing releases the flock
-  } guard{lock_fd};
-  while (flock(lock_fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      return absl::InternalError(absl::StrCat("flock ", lock_path, ": ", std::strerror(errno)));
-    }
-  }
-  if (ReadAll(dir + "/.sha256") == sha256) return dir;
-  const std::string staging = absl::StrCat(dir, ".tmp-", getpid());
-  std::error_code ec;
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging);
-  absl::StatusOr<ProcessResult> tar =
-      RunProcess({"tar", "-xJf", tarball, "-C", staging}, {}, absl::Minutes(2));
-  if (!tar.ok()) return tar.status();
-  if (tar->exit_code != 0) {
-    fs::remove_all(staging, ec);
-    return absl::InternalError(absl::StrCat("tar -xJf ", tarball, ": ", tar->err));
-  }
-  for (const char* bin : {"containerd", "ctr", "containerd-shim-runc-v2"}) {
-    if (!fs::exists(staging + "/" + bin)) {
-      fs::remove_all(staging, ec);
-      return absl::InternalError(absl::StrCat(tarball, " has no top-level ", bin));
-    }
-  }
-  std::ofstream(staging + "/.sha256") << sha256;
-  // Only a torn extraction (no stamp; the lock says nobody is writing it) is removed here.
-  fs::remove_all(dir, ec);
-  fs::rename(staging, dir, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("rename ", staging, " to ", dir, ": ", ec.message()));
-  return dir;
+  return ExtractPinnedTarball(
+      tarball, std::string(release.sha256),
+      absl::StrCat(MODELFS_CONTAINERD_EXTRACT_DIR, "/containerd-", release.version),
+      {"containerd", "ctr", "containerd-shim-runc-v2"});
 }
 
 }  // namespace modelfs::testing
