@@ -232,9 +232,13 @@ TEST_F(MirrorTest, TheOriginServesEachBlobOnlyWhileTheMirrorFillsAndNeverAgain) 
               << (warm.by_modelfs.count(d) ? warm.by_modelfs.at(d) : 0)
               << " range GET(s) to modelfs\n";
     EXPECT_GE(n, 1) << d;
-    // Twice at most: the mirror stored the blob before modelfs asked it again (on loopback,
-    // within the first wait of 250 ms).
-    EXPECT_LE(n, 2) << d;
+    // Twice on a quiet machine: the mirror stored the blob before modelfs asked it again (on
+    // loopback, within the first wait of 250 ms). Each request modelfs makes while the mirror
+    // is still storing costs one more, and on a loaded machine (CI compiles beside the tests)
+    // the store can outlast that first wait: a third was seen there. More than four would mean
+    // modelfs asks while the mirror fills instead of waiting for it. What never happens, loaded
+    // or not, is the origin serving a blob once the mirror has it (below).
+    EXPECT_LE(n, 4) << d;
   }
   EXPECT_EQ(warm.modelfs_total, 0) << "modelfs read blobs from the origin around the mirror";
 
