@@ -36,19 +36,8 @@ struct AttestCli {
   std::string sign_key;
   std::string cache_dir;
   double max_rel_l2 = -1, min_cosine = -1, max_abs_rel = -1;
-  bool plain_http = false;
-  std::string hosts_dir = "/etc/containerd/certs.d";
-  std::string docker_config;
-  bool json = false;
+  RegistryFlags reg;
 };
-
-RegistryAccessOptions AccessOf(const AttestCli& c) {
-  RegistryAccessOptions o;
-  o.hosts.plain_http = c.plain_http;
-  o.hosts.certs_dir = c.hosts_dir;
-  o.docker_config = c.docker_config;
-  return o;
-}
 
 // A private cache directory, removed when the command ends (unless --cache-dir named one).
 class ScratchDir {
@@ -174,7 +163,7 @@ absl::Status RunAttest(const AttestCli& c) {
     ASSIGN_OR_RETURN(key, LoadSigningKey(c.sign_key));
   }
   const absl::Time start = absl::Now();
-  auto clients = std::make_unique<RegistryClients>(AccessOf(c));
+  auto clients = std::make_unique<RegistryClients>(AccessOptions(c.reg));
   ASSIGN_OR_RETURN(OpenedModel src, Resolve(*clients, c.source));
   ASSIGN_OR_RETURN(OpenedModel dst, Resolve(*clients, c.derived));
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> derived_client,
@@ -198,18 +187,18 @@ absl::Status RunAttest(const AttestCli& c) {
   const uint64_t fetched = host->cache().stats().bytes_fetched;
   const nlohmann::json statement =
       EquivalenceStatement(src.attested, dst.attested, report, MODELFS_VERSION);
-  if (c.json) {
+  if (c.reg.json) {
     printf("%s\n", statement.dump(2).c_str());
   } else {
     PrintReport(src, dst, report, fetched, seconds);
   }
   if (!report.equivalent) {
-    if (!c.json) printf("verdict    not equivalent\n");
+    if (!c.reg.json) printf("verdict    not equivalent\n");
     return absl::FailedPreconditionError(
         absl::StrCat(dst.attested.reference, " is not equivalent to ", src.attested.reference,
                      key ? " (nothing signed)" : "", ":\n", report.Refusal()));
   }
-  if (!c.json) printf("verdict    equivalent\n");
+  if (!c.reg.json) printf("verdict    equivalent\n");
   if (!key) return absl::OkStatus();
 
   ASSIGN_OR_RETURN(std::string envelope,
@@ -222,7 +211,7 @@ absl::Status RunAttest(const AttestCli& c) {
       "stored     ", dst.ref.Name(), ":", stored.tag, " (", stored.att_manifest.str(), "), ",
       stored.envelopes, " envelope(s); referrer ",
       stored.referrer ? stored.referrer->str() : "none (the registry has no referrers API)");
-  fprintf(c.json ? stderr : stdout, "%s\n", EscapeUntrusted(line).c_str());
+  fprintf(c.reg.json ? stderr : stdout, "%s\n", EscapeUntrusted(line).c_str());
   return absl::OkStatus();
 }
 
@@ -316,11 +305,8 @@ void RegisterAttest(CLI::App& app, Context& ctx) {
   cmd->add_option("--cache-dir", c->cache_dir,
                   "where the verified chunks are kept while comparing (default: a private "
                   "directory under $TMPDIR, removed at the end)");
-  cmd->add_flag("--plain-http", c->plain_http,
-                "talk plain HTTP to the registries (only for hosts you trust, e.g. loopback)");
-  cmd->add_option("--hosts-dir", c->hosts_dir, "containerd-style certs.d directory");
-  cmd->add_option("--docker-config", c->docker_config, "docker config.json with credentials");
-  cmd->add_flag("--json", c->json, "Print the in-toto statement as JSON");
+  AddRegistryFlags(cmd, c->reg);
+  cmd->get_option("--json")->description("Print the in-toto statement as JSON");
   cmd->footer(
       "Exit codes: 0 equivalent (and, with --sign-key, stored); 1 not equivalent (the first "
       "tensors that differ are named; nothing is signed), or a registry failure; 2 bad reference, "

@@ -41,6 +41,18 @@ void RegisterDiff(CLI::App& app, Context& ctx);           // diff REF_A REF_B (t
 void RegisterNodeCommands(CLI::App& app, Context& ctx);
 void RegisterAttest(CLI::App& app, Context& ctx);  // attest equivalence
 
+// The registry flags of every command that talks to a registry (push, convert, pull, diff,
+// attest, ...): --plain-http, --hosts-dir (default /etc/containerd/certs.d), --docker-config and
+// --json (registry_commands.cc).
+struct RegistryFlags {
+  bool plain_http = false;
+  std::string hosts_dir;
+  std::string docker_config;
+  bool json = false;
+};
+void AddRegistryFlags(CLI::App* cmd, RegistryFlags& f);
+RegistryAccessOptions AccessOptions(const RegistryFlags& f);
+
 // Signing and policy plumbing shared by sign, verify, push, convert, mount and pull
 // (trust_commands.cc).
 struct VerifyRefCli {

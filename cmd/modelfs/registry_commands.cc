@@ -16,14 +16,6 @@
 #include "core/text/number_format.h"
 
 namespace modelfs::cli {
-namespace {
-
-struct RegistryFlags {
-  bool plain_http = false;
-  std::string hosts_dir;
-  std::string docker_config;
-  bool json = false;
-};
 
 void AddRegistryFlags(CLI::App* cmd, RegistryFlags& f) {
   cmd->add_flag("--plain-http", f.plain_http,
@@ -44,6 +36,8 @@ RegistryAccessOptions AccessOptions(const RegistryFlags& f) {
   o.docker_config = f.docker_config;
   return o;
 }
+
+namespace {
 
 // A one-line progress display on stderr, only when stdout is a terminal, redrawn at most every
 // 100 ms of `clock`.

@@ -47,17 +47,11 @@ absl::StatusOr<Side> Resolve(const std::string& arg, const RegistryAccessOptions
 
 struct DiffCliOptions {
   std::string a, b;
-  bool json = false;
-  bool plain_http = false;
-  std::string hosts_dir = "/etc/containerd/certs.d";
-  std::string docker_config;
+  RegistryFlags reg;
 };
 
 absl::Status RunDiff(const DiffCliOptions& o) {
-  RegistryAccessOptions access;
-  access.hosts.plain_http = o.plain_http;
-  access.hosts.certs_dir = o.hosts_dir;
-  access.docker_config = o.docker_config;
+  const RegistryAccessOptions access = AccessOptions(o.reg);
   ASSIGN_OR_RETURN(Side a, Resolve(o.a, access));
   ASSIGN_OR_RETURN(Side b, Resolve(o.b, access));
   ASSIGN_OR_RETURN(ModelTensors ta, ListModelTensors(*a.client, a.rm));
@@ -66,7 +60,7 @@ absl::Status RunDiff(const DiffCliOptions& o) {
   const uint64_t read_a = a.client->stats().bytes_received;
   const uint64_t read_b = b.client->stats().bytes_received;
   const TensorDiff d = DiffModelTensors(ta, tb);
-  if (o.json) {
+  if (o.reg.json) {
     nlohmann::json j = TensorDiffToJson(d);
     auto side = [](const ModelTensors& m, uint64_t read) {
       nlohmann::json sources = nlohmann::json::object();
@@ -166,14 +160,7 @@ void RegisterDiff(CLI::App& app, Context& ctx) {
       "Exit 0 when compared, even if they differ");
   cmd->add_option("REF_A", o->a, "First model: volume image or ModelPack artifact")->required();
   cmd->add_option("REF_B", o->b, "Second model")->required();
-  cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->add_flag("--plain-http", o->plain_http,
-                "Talk plain HTTP to the registry (only for hosts you trust, e.g. loopback)");
-  cmd->add_option("--hosts-dir", o->hosts_dir,
-                  "containerd-style certs.d directory with <host>/hosts.toml")
-      ->default_str("/etc/containerd/certs.d");
-  cmd->add_option("--docker-config", o->docker_config,
-                  "docker config.json with registry credentials");
+  AddRegistryFlags(cmd, o->reg);
   cmd->callback([o, &ctx] { ctx.status = RunDiff(*o); });
 }
 
