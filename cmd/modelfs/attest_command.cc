@@ -228,10 +228,8 @@ absl::Status RunVerifyAttestation(const VerifyRefCli& c) {
   }
   ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(c.ref));
   ASSIGN_OR_RETURN(PublicKey pub, PublicKey::FromFile(c.key));
-  RegistryAccessOptions access;
-  access.hosts.plain_http = c.plain_http;
-  access.hosts.certs_dir = c.hosts_dir.empty() ? "/etc/containerd/certs.d" : c.hosts_dir;
-  access.docker_config = c.docker_config;
+  const RegistryAccessOptions access = AccessOptions(
+      {.plain_http = c.plain_http, .hosts_dir = c.hosts_dir, .docker_config = c.docker_config});
   ASSIGN_OR_RETURN(auto client, ConnectRegistry(ref, HostCapability::kPull, access));
   ASSIGN_OR_RETURN(Digest digest, ResolveManifestDigest(*client, ref));
   std::vector<PublicKey> keys;
