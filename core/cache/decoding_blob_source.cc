@@ -41,7 +41,30 @@ BufferPool::Buffer SpanBuffer(uint64_t len) {
 
 void DecodingBlobSource::Add(std::shared_ptr<const SeekIndex> shared) {
   absl::MutexLock l(&mu_);
+  windows_.erase(shared->diff_id);
   layers_[shared->diff_id] = std::move(shared);
+}
+
+void DecodingBlobSource::AddWithWindows(std::shared_ptr<SeekWindowSource> windows) {
+  // The index lives in the source's table: an aliasing pointer keeps the source alive.
+  std::shared_ptr<const SeekIndex> index(windows, &windows->index());
+  absl::MutexLock l(&mu_);
+  windows_[index->diff_id] = std::move(windows);
+  layers_[index->diff_id] = std::move(index);
+}
+
+absl::StatusOr<std::shared_ptr<const std::string>> DecodingBlobSource::WindowFor(
+    const SeekIndex& index, size_t point, absl::Time deadline) {
+  const SeekPoint& p = index.points[point];
+  if (p.kind != SeekPoint::Kind::kBlockBoundary || !p.window.empty()) return nullptr;
+  std::shared_ptr<SeekWindowSource> windows;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = windows_.find(index.diff_id);
+    if (it == windows_.end() || &it->second->index() != &index) return nullptr;
+    windows = it->second;
+  }
+  return windows->Window(point, deadline);
 }
 
 bool DecodingBlobSource::Serves(const Digest& diff_id) const { return Find(diff_id) != nullptr; }
@@ -133,7 +156,10 @@ absl::Status DecodingBlobSource::Extend(const SeekIndex& index, size_t point, Sp
   const uint64_t start = index.points[point].uncompressed_offset;
   const uint64_t span_len = SpanEnd(index, point) - start;
   if (span.decoder == nullptr) {
-    ASSIGN_OR_RETURN(span.decoder, SpanDecoder::Create(index, point, LayerName(index), inflater_));
+    ASSIGN_OR_RETURN(std::shared_ptr<const std::string> window, WindowFor(index, point, deadline));
+    ASSIGN_OR_RETURN(span.decoder,
+                     SpanDecoder::Create(index, point, LayerName(index), inflater_,
+                                         window ? std::string_view(*window) : std::string_view()));
     span.next_compressed = span.decoder->compressed_start();
   }
   // The layer's own ratio says about how many compressed bytes give the bytes still wanted;
@@ -228,6 +254,8 @@ absl::Status DecodingBlobSource::ServeFromSpan(
 absl::Status DecodingBlobSource::StreamDirect(
     const SeekIndex& index, uint64_t offset, uint64_t length, absl::Time deadline,
     const std::function<absl::Status(absl::string_view)>& sink) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const std::string> window,
+                   WindowFor(index, index.PointFor(offset), deadline));
   SeekRangeStats stats;
   absl::Status s = DecodeSeekRange(
       index, offset, length, LayerName(index),
@@ -238,7 +266,7 @@ absl::Status DecodingBlobSource::StreamDirect(
             });
       },
       [&](std::string_view piece) { return sink(absl::string_view(piece.data(), piece.size())); },
-      inflater_, &stats);
+      inflater_, &stats, window ? std::string_view(*window) : std::string_view());
   ranges_.fetch_add(1, std::memory_order_relaxed);
   compressed_bytes_.fetch_add(stats.compressed_bytes, std::memory_order_relaxed);
   decoded_bytes_.fetch_add(stats.lead_in + (s.ok() ? length : 0), std::memory_order_relaxed);

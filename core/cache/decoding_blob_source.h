@@ -41,6 +41,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/base/buffer_pool.h"
 #include "core/cache/remote_blob_source.h"
+#include "core/cache/seek_window_source.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/span_decoder.h"
 
@@ -61,6 +62,11 @@ class DecodingBlobSource final : public RemoteBlobSource {
   // From now on, serves `seek.diff_id` (seek.uncompressed_size bytes) by decoding spans of
   // `seek.layer_digest`. Adding a diffId again replaces its index.
   void Add(std::shared_ptr<const SeekIndex> seek);
+  // The same from a windows table (seek_windows.h): serves the table's diffId through its
+  // index (every point), and a decode that starts at a block boundary first takes the point's
+  // window from `windows`, fetched and checked there (kDataLoss when it does not match: the
+  // range fails and nothing of it is served).
+  void AddWithWindows(std::shared_ptr<SeekWindowSource> windows);
   // True when `diff_id` is served here.
   bool Serves(const Digest& diff_id) const;
 
@@ -106,6 +112,10 @@ class DecodingBlobSource final : public RemoteBlobSource {
   using SpanKey = std::pair<Digest, size_t>;  // diffId, seek point
 
   std::shared_ptr<const SeekIndex> Find(const Digest& diff_id) const;
+  // The stored window a decoder starting at `point` needs from the layer's windows source;
+  // null when the index holds its windows inline (or the point is a stream start).
+  absl::StatusOr<std::shared_ptr<const std::string>> WindowFor(const SeekIndex& index, size_t point,
+                                                               absl::Time deadline);
   // The span at `point` for the range [from, to) within it: the cached one, or a new one when
   // there is none or the range was served from it before.
   std::shared_ptr<Span> SpanFor(const Digest& diff_id, size_t point, uint64_t from, uint64_t to);
@@ -140,6 +150,7 @@ class DecodingBlobSource final : public RemoteBlobSource {
   const GzipInflater inflater_;
   mutable absl::Mutex mu_;
   std::map<Digest, std::shared_ptr<const SeekIndex>> layers_ ABSL_GUARDED_BY(mu_);  // by diffId
+  std::map<Digest, std::shared_ptr<SeekWindowSource>> windows_ ABSL_GUARDED_BY(mu_);
   std::map<SpanKey, std::shared_ptr<Span>> spans_ ABSL_GUARDED_BY(mu_);
   std::vector<SpanKey> span_order_ ABSL_GUARDED_BY(mu_);  // oldest first
   uint64_t span_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -159,6 +159,54 @@ std::string SerializeSeekIndex(const SeekIndex& index) {
   return out;
 }
 
+absl::Status CheckSeekPoint(const SeekIndex& index, uint64_t kind, uint64_t reserved,
+                            uint64_t window_len, const std::string& where, SeekPoint& p) {
+  if (reserved != 0) return absl::InvalidArgumentError(absl::StrCat(where, ": reserved not 0"));
+  if (kind > 1 || (kind == 1 && index.encoding != SeekEncoding::kGzip)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": kind ", kind, " is not allowed in a ",
+                                                   std::string(SeekEncodingName(index.encoding)),
+                                                   " index"));
+  }
+  p.kind = static_cast<SeekPoint::Kind>(kind);
+  if (index.points.empty()) {
+    if (p.uncompressed_offset != 0 || p.compressed_offset != 0 ||
+        p.kind != SeekPoint::Kind::kStreamStart) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the first point must be the start of the stream"));
+    }
+  } else {
+    const SeekPoint& prev = index.points.back();
+    if (p.uncompressed_offset <= prev.uncompressed_offset ||
+        p.compressed_offset <= prev.compressed_offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": offsets do not increase from the point before"));
+    }
+    if (p.uncompressed_offset >= index.uncompressed_size ||
+        p.compressed_offset >= index.compressed_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": past the end of the layer (", index.compressed_size,
+                       " compressed, ", index.uncompressed_size, " uncompressed bytes)"));
+    }
+  }
+  if (p.kind == SeekPoint::Kind::kStreamStart) {
+    if (p.bits != 0 || p.window_size != 0 || window_len != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": a stream start has no bit offset and no window"));
+    }
+    return absl::OkStatus();
+  }
+  if (p.bits > 7) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bits ", int{p.bits}, " > 7"));
+  }
+  if (p.window_size == 0 || p.window_size > SeekIndex::kWindowSize ||
+      p.window_size > p.uncompressed_offset) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": window_size ", p.window_size,
+                                                   " is not in 1..", SeekIndex::kWindowSize,
+                                                   " and within the bytes before the point"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
   ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "seek index"));
   if (version != SeekIndex::kVersion) {
@@ -213,48 +261,8 @@ absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
     const std::string where =
         absl::StrCat(name, ": point ", i, " (uncompressed offset ", p.uncompressed_offset,
                      ", compressed offset ", p.compressed_offset, ")");
-    if (reserved != 0) return absl::InvalidArgumentError(absl::StrCat(where, ": reserved not 0"));
-    if (kind > 1 || (kind == 1 && index.encoding != SeekEncoding::kGzip)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": kind ", kind, " is not allowed in a ",
-                       std::string(SeekEncodingName(index.encoding)), " index"));
-    }
-    p.kind = static_cast<SeekPoint::Kind>(kind);
-    if (i == 0) {
-      if (p.uncompressed_offset != 0 || p.compressed_offset != 0 ||
-          p.kind != SeekPoint::Kind::kStreamStart) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": the first point must be the start of the stream"));
-      }
-    } else {
-      const SeekPoint& prev = index.points.back();
-      if (p.uncompressed_offset <= prev.uncompressed_offset ||
-          p.compressed_offset <= prev.compressed_offset) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": offsets do not increase from the point before"));
-      }
-      if (p.uncompressed_offset >= index.uncompressed_size ||
-          p.compressed_offset >= index.compressed_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": past the end of the layer (", index.compressed_size,
-                         " compressed, ", index.uncompressed_size, " uncompressed bytes)"));
-      }
-    }
-    if (p.kind == SeekPoint::Kind::kStreamStart) {
-      if (p.bits != 0 || p.window_size != 0 || window_len != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": a stream start has no bit offset and no window"));
-      }
-    } else {
-      if (p.bits > 7) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": bits ", int{p.bits}, " > 7"));
-      }
-      if (p.window_size == 0 || p.window_size > SeekIndex::kWindowSize ||
-          p.window_size > p.uncompressed_offset) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": window_size ", p.window_size,
-                                                       " is not in 1..", SeekIndex::kWindowSize,
-                                                       " and within the bytes before the point"));
-      }
+    RETURN_IF_ERROR(CheckSeekPoint(index, kind, reserved, window_len, where, p));
+    if (p.kind == SeekPoint::Kind::kBlockBoundary) {
       if (window_len == 0 || window_len > bytes.size() - at) {
         return absl::OutOfRangeError(
             absl::StrCat(where, ": truncated: window of ", window_len, " bytes"));

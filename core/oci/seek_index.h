@@ -94,6 +94,13 @@ std::string SerializeSeekIndex(const SeekIndex& index);
 // starts at its point (SpanDecoder::Create, InflateSeekWindow).
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes);
 
+// The checks ParseSeekIndex makes of one point read from a file (seek-index.md, "Reading
+// rules"), shared with the windows table (seek_windows.h): `index.points` holds the points
+// before it, `kind` and `reserved` are the raw fields, `window_len` the stored window's length;
+// sets p.kind. Errors: kInvalidArgument prefixed with `where`.
+absl::Status CheckSeekPoint(const SeekIndex& index, uint64_t kind, uint64_t reserved,
+                            uint64_t window_len, const std::string& where, SeekPoint& p);
+
 // The index with only every k-th point kept (points[0] always), k the smallest for which the
 // serialized index is at most `max_bytes`: a decode starts from an earlier point and runs on
 // through the points dropped, so any subset that keeps the first point serves every range, only

@@ -299,7 +299,8 @@ class ZstdSpan final : public SpanDecoder {
 
 absl::StatusOr<std::unique_ptr<SpanDecoder>> SpanDecoder::Create(const SeekIndex& index,
                                                                  size_t point, std::string layer,
-                                                                 GzipInflater inflater) {
+                                                                 GzipInflater inflater,
+                                                                 std::string_view stored_window) {
   if (point >= index.points.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(layer, ": seek point ", point, " out of range (", index.points.size(), ")"));
@@ -314,7 +315,14 @@ absl::StatusOr<std::unique_ptr<SpanDecoder>> SpanDecoder::Create(const SeekIndex
   }
   std::string window;
   if (p.kind == SeekPoint::Kind::kBlockBoundary) {
-    ASSIGN_OR_RETURN(window, InflateSeekWindow(p));
+    if (p.window.empty() && !stored_window.empty()) {
+      // The index came from a windows table (seek_windows.h): the window was fetched apart.
+      SeekPoint with = p;
+      with.window.assign(stored_window.data(), stored_window.size());
+      ASSIGN_OR_RETURN(window, InflateSeekWindow(with));
+    } else {
+      ASSIGN_OR_RETURN(window, InflateSeekWindow(p));
+    }
   }
   if (inflater == GzipInflater::kIsal) {
     return std::unique_ptr<SpanDecoder>(new IsalSpan(std::move(layer), p, std::move(window)));
@@ -327,7 +335,7 @@ absl::StatusOr<std::unique_ptr<SpanDecoder>> SpanDecoder::Create(const SeekIndex
 absl::Status DecodeSeekRange(const SeekIndex& index, uint64_t offset, uint64_t length,
                              const std::string& layer, const CompressedFetch& fetch,
                              const SpanDecoder::Sink& sink, GzipInflater inflater,
-                             SeekRangeStats* stats) {
+                             SeekRangeStats* stats, std::string_view stored_window) {
   if (offset > index.uncompressed_size || length > index.uncompressed_size - offset) {
     return absl::OutOfRangeError(absl::StrCat(layer, ": range ", offset, "+", length,
                                               " is past the end of the uncompressed layer (",
@@ -336,7 +344,7 @@ absl::Status DecodeSeekRange(const SeekIndex& index, uint64_t offset, uint64_t l
   if (length == 0) return absl::OkStatus();
   const size_t point = index.PointFor(offset);
   ASSIGN_OR_RETURN(std::unique_ptr<SpanDecoder> decoder,
-                   SpanDecoder::Create(index, point, layer, inflater));
+                   SpanDecoder::Create(index, point, layer, inflater, stored_window));
   const uint64_t start = index.points[point].uncompressed_offset;
   const uint64_t end = offset + length;
   uint64_t at = start;  // uncompressed offset of the next decoded byte

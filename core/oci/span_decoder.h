@@ -30,11 +30,13 @@ class SpanDecoder {
   using Sink = std::function<absl::Status(std::string_view)>;
 
   // A decoder starting at `index.points[point]`. `layer` names the layer in errors.
-  // Errors: kInvalidArgument for a point out of range or a window that does not inflate;
-  // kResourceExhausted when the library cannot allocate its state.
+  // `stored_window`: the point's window as stored (raw deflate), when the index holds none
+  // because it came from a windows table (seek_windows.h) and the caller fetched and checked
+  // the window apart. Errors: kInvalidArgument for a point out of range or a window that does
+  // not inflate; kResourceExhausted when the library cannot allocate its state.
   static absl::StatusOr<std::unique_ptr<SpanDecoder>> Create(
       const SeekIndex& index, size_t point, std::string layer,
-      GzipInflater inflater = GzipInflater::kIsal);
+      GzipInflater inflater = GzipInflater::kIsal, std::string_view stored_window = {});
   virtual ~SpanDecoder() = default;
 
   // The compressed offset the first byte fed must be at: the point's, or one byte earlier for
@@ -71,12 +73,14 @@ struct SeekRangeStats {
 // Delivers bytes [offset, offset + length) of the uncompressed layer to `sink`, in order,
 // decoding from the last point at or before `offset`; only the compressed bytes up to the
 // first point at or after the range's end are fetched (more only if the stream says so).
+// `stored_window`: the window of the point the range starts from (index.PointFor(offset)), for
+// an index without inline windows (SpanDecoder::Create).
 // Errors: kOutOfRange for a range past index.uncompressed_size; kDataLoss when the stream
 // ends before the range does; the decoder's, fetch's and sink's errors.
 absl::Status DecodeSeekRange(const SeekIndex& index, uint64_t offset, uint64_t length,
                              const std::string& layer, const CompressedFetch& fetch,
                              const SpanDecoder::Sink& sink,
                              GzipInflater inflater = GzipInflater::kIsal,
-                             SeekRangeStats* stats = nullptr);
+                             SeekRangeStats* stats = nullptr, std::string_view stored_window = {});
 
 }  // namespace modelfs

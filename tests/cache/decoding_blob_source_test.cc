@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "core/cache/blob_cache.h"
 #include "core/oci/chunk_index.h"
+#include "core/oci/seek_windows.h"
 #include "tests/cache/fake_remote.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
@@ -227,6 +229,110 @@ TEST_F(DecodingBlobSourceTest, ATruncatedLayerIsDataLoss) {
   Serve(SeekEncoding::kZstd, cut, seek);
   EXPECT_THAT(cache_->Read(diff_id_, plain_.size() - kChunk, kChunk),
               StatusIs(absl::StatusCode::kDataLoss));
+}
+
+// Windows fetched per point (core/cache/seek_window_source.h): the layer is served through its
+// windows table, and a decode fetches only the window of the point it starts from.
+class WindowedDecodingTest : public DecodingBlobSourceTest {
+ protected:
+  void ServeWindowed() {
+    no_readahead_ = true;
+    Serve(SeekEncoding::kGzip, testing::Gzip(plain_));
+    ASSERT_GE(seek_.points.size(), 5u);
+    const std::string file = SerializeSeekWindows(seek_);
+    win_ = remote_.AddBlob(file);
+    ASSERT_OK_AND_ASSIGN(SeekWindowsTable t, ParseSeekWindowsTable(file));
+    table_ = std::make_shared<const SeekWindowsTable>(std::move(t));
+    windows_ = std::make_shared<SeekWindowSource>(
+        table_,
+        [this](uint64_t off, uint64_t len, absl::Time deadline) {
+          return remote_.FetchRange(win_, off, len, deadline);
+        },
+        "layer");
+    decoding_.AddWithWindows(windows_);
+    remote_.ResetCounters();
+  }
+  // Window requests so far, by file offset.
+  std::vector<uint64_t> WindowFetches() const {
+    std::vector<uint64_t> out;
+    for (const auto& r : remote_.log()) {
+      if (r.blob == win_) out.push_back(r.offset);
+    }
+    return out;
+  }
+
+  Digest win_;
+  std::shared_ptr<const SeekWindowsTable> table_;
+  std::shared_ptr<SeekWindowSource> windows_;
+};
+
+TEST_F(WindowedDecodingTest, AReadFetchesOnlyTheWindowOfThePointItDecodesFrom) {
+  ServeWindowed();
+  EXPECT_TRUE(WindowFetches().empty());
+  const size_t k = 3;
+  // The cache fetches whole chunks: the first chunk that lies in the span of point k.
+  const uint64_t at = (table_->index.points[k].uncompressed_offset + kChunk - 1) / kChunk * kChunk;
+  ASSERT_LE(at + kChunk, table_->index.points[k + 1].uncompressed_offset);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, at, 100000));
+  EXPECT_TRUE(got == plain_.substr(at, 100000));
+  EXPECT_EQ(WindowFetches(), std::vector<uint64_t>{table_->windows[k].offset});
+  // Every byte: no window twice (the one of point 3 is held), none for the first point (a
+  // stream start), and none for points a decoder running from an earlier point passes (the
+  // middle spans of a long range are decoded from one point: StreamDirect).
+  ASSERT_OK_AND_ASSIGN(std::string all, cache_->Read(diff_id_, 0, plain_.size()));
+  EXPECT_TRUE(all == plain_);
+  std::vector<uint64_t> fetched = WindowFetches();
+  std::sort(fetched.begin(), fetched.end());
+  EXPECT_TRUE(std::adjacent_find(fetched.begin(), fetched.end()) == fetched.end());
+  for (uint64_t off : fetched) {
+    EXPECT_TRUE(std::any_of(table_->windows.begin() + 1, table_->windows.end(),
+                            [&](const SeekWindowRef& w) { return w.offset == off; }))
+        << off;
+  }
+}
+
+TEST_F(WindowedDecodingTest, AWindowThatFailsItsHashFailsTheReadAndServesNothing) {
+  ServeWindowed();
+  const size_t k = 2;
+  remote_.CorruptByte(win_, table_->windows[k].offset + 7);
+  const uint64_t at = table_->index.points[k].uncompressed_offset;
+  std::string got;
+  absl::Status s = decoding_.StreamRange(diff_id_, at, 4096, absl::InfiniteFuture(),
+                                         [&](absl::string_view piece) {
+                                           got.append(piece.data(), piece.size());
+                                           return absl::OkStatus();
+                                         });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDataLoss,
+                          ::testing::HasSubstr(absl::StrCat("window of seek point 2 (",
+                                                            "uncompressed offset ", at))));
+  EXPECT_TRUE(got.empty());
+  EXPECT_THAT(cache_->Read(diff_id_, at, 4096), StatusIs(absl::StatusCode::kDataLoss));
+  // Healed, the window is fetched again (a failure is not remembered) and the read served.
+  remote_.Heal();
+  ASSERT_OK_AND_ASSIGN(std::string ok, cache_->Read(diff_id_, at, 4096));
+  EXPECT_TRUE(ok == plain_.substr(at, 4096));
+}
+
+TEST_F(WindowedDecodingTest, ConcurrentFirstDecodesOfAPointShareOneWindowFetch) {
+  ServeWindowed();
+  const size_t k = 4;
+  remote_.HoldOnly(win_);
+  remote_.Hold();
+  std::vector<std::thread> readers;
+  std::vector<absl::StatusOr<std::shared_ptr<const std::string>>> got(4, absl::UnknownError(""));
+  for (int i = 0; i < 4; ++i) {
+    readers.emplace_back([&, i] { got[i] = windows_->Window(k, absl::InfiniteFuture()); });
+  }
+  ASSERT_TRUE(remote_.WaitForHeld(1));
+  while (windows_->stats().hits < 3) absl::SleepFor(absl::Milliseconds(1));
+  remote_.Release();
+  for (std::thread& t : readers) t.join();
+  for (const auto& g : got) {
+    ASSERT_THAT(g, IsOk());
+    EXPECT_EQ(**g, seek_.points[k].window);
+  }
+  EXPECT_EQ(WindowFetches().size(), 1u);
+  EXPECT_EQ(windows_->stats().fetches, 1u);
 }
 
 }  // namespace
