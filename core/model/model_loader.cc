@@ -194,7 +194,21 @@ absl::StatusOr<LoadedModel> LoadModel(const ResolvedModel& rm, BlobCache& cache,
               si.diff_id.str(), ", the model config's diffId is ",
               diff_id ? diff_id->str() : std::string("(none)")));
         }
-        o.decoding->Add(seek->second);
+        if (auto w = rm.seek_windows.find(d.digest); w != rm.seek_windows.end()) {
+          // Windows fetched per point, by range from V's windows layer (beside M, so through
+          // the same source), checked against the table before a decoder sees them.
+          DecodingBlobSource* const decoding = o.decoding;
+          const Digest holder = w->second.layer;
+          const uint64_t base = w->second.offset;
+          o.decoding->AddWithWindows(std::make_shared<SeekWindowSource>(
+              w->second.table,
+              [decoding, holder, base](uint64_t off, uint64_t len, absl::Time deadline) {
+                return decoding->FetchRange(holder, base + off, len, deadline);
+              },
+              absl::StrCat("layer ", d.digest.str(), " (diffId ", si.diff_id.str(), ")")));
+        } else {
+          o.decoding->Add(seek->second);
+        }
         LayerSpec spec;
         spec.digest = si.diff_id;
         spec.size = si.uncompressed_size;

@@ -1,5 +1,6 @@
 #include "core/oci/volume_image.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/status/status.h"
@@ -25,6 +26,12 @@ std::string ChunkIndexPath(const Digest& layer) {
 }
 std::string SeekIndexPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeSeekDir), "/", AV(layer.hex()), ".idx");
+}
+std::string SeekWindowsPath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeSeekDir), "/", AV(layer.hex()), ".win");
+}
+std::string SeekWindowsTablePath(const Digest& layer) {
+  return absl::StrCat(AV(kVolumeSeekDir), "/", AV(layer.hex()), ".wt");
 }
 std::string TarHeadersPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeTarDir), "/", AV(layer.hex()), ".hdr");
@@ -59,7 +66,8 @@ std::string ImageCompatibleReadme(const Descriptor& model_manifest, std::string_
 // The index files (path -> bytes, in path order) as uncompressed tars of at most
 // kMaxIndexLayerBytes of files each, every one with the directories above its files.
 absl::StatusOr<std::vector<VolumeBlob>> BuildIndexLayers(
-    const Digest& model, const std::map<std::string, std::string>& files) {
+    const Digest& model, const std::map<std::string, std::string>& files,
+    bool seek_fallback = false) {
   uint64_t total = 0;
   for (const auto& [path, bytes] : files) {
     if (bytes.size() > kMaxIndexLayerBytes) {
@@ -96,6 +104,9 @@ absl::StatusOr<std::vector<VolumeBlob>> BuildIndexLayers(
     layer.bytes = tar.Finish();
     layer.descriptor = DescribeBlob(kOciLayerTarMediaType, layer.bytes);
     layer.descriptor.annotations[std::string(kLabelRole)] = std::string(kVolumeRoleIndex);
+    if (seek_fallback) {
+      layer.descriptor.annotations[std::string(kAnnotationSeekFallback)] = "true";
+    }
     out.push_back(std::move(layer));
     group.clear();
     group_bytes = 0;
@@ -147,6 +158,18 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       sj["diffId"] = l.seek_index->diff_id.str();
       sj["uncompressedSize"] = l.seek_index->uncompressed_size;
       sj["points"] = l.seek_index->points;
+      if (l.seek_index->windows.has_value()) {
+        const VolumeSeekWindowsRef& w = *l.seek_index->windows;
+        Json wj = Json::object();
+        wj["path"] = w.path;
+        wj["digest"] = w.digest.str();
+        wj["points"] = w.points;
+        wj["tablePath"] = w.table_path;
+        wj["tableSize"] = w.table_size;
+        wj["layer"] = w.layer.str();
+        wj["offset"] = w.offset;
+        sj["windows"] = std::move(wj);
+      }
       lj["seekIndex"] = std::move(sj);
     }
     if (l.tar_headers.has_value()) {
@@ -288,6 +311,38 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       if (!l.chunk_index || l.chunk_index->content != ChunkIndex::Content::kUncompressed) {
         return absl::InvalidArgumentError(absl::StrCat(
             sw, ": a seek index needs the chunk index of the uncompressed bytes beside it"));
+      }
+      if (const Json* wj = oci_json::Find(*sj, "windows")) {
+        const std::string ww = absl::StrCat(sw, ".windows");
+        if (!wj->is_object()) {
+          return absl::InvalidArgumentError(absl::StrCat(ww, ": not an object"));
+        }
+        if (ref.encoding != SeekEncoding::kGzip) {
+          return absl::InvalidArgumentError(absl::StrCat(ww, ": only a gzip layer has windows"));
+        }
+        VolumeSeekWindowsRef w;
+        ASSIGN_OR_RETURN(w.path, oci_json::GetString(*wj, "path", ww, true));
+        ASSIGN_OR_RETURN(w.table_path, oci_json::GetString(*wj, "tablePath", ww, true));
+        for (const std::string* path : {&w.path, &w.table_path}) {
+          absl::Status ps = CheckRelativePath(*path);
+          if (!ps.ok()) {
+            return absl::PermissionDeniedError(absl::StrCat(ww, ": path: ", ps.message()));
+          }
+        }
+        ASSIGN_OR_RETURN(w.digest, oci_json::GetDigest(*wj, "digest", ww));
+        ASSIGN_OR_RETURN(w.layer, oci_json::GetDigest(*wj, "layer", ww));
+        ASSIGN_OR_RETURN(std::optional<uint64_t> wp, oci_json::GetSize(*wj, "points", ww, true));
+        ASSIGN_OR_RETURN(std::optional<uint64_t> ts, oci_json::GetSize(*wj, "tableSize", ww, true));
+        ASSIGN_OR_RETURN(std::optional<uint64_t> wo, oci_json::GetSize(*wj, "offset", ww, true));
+        w.points = *wp;
+        w.table_size = *ts;
+        w.offset = *wo;
+        if (w.points == 0 || w.table_size != SeekWindowsTable::kHeaderSize +
+                                                 SeekWindowsTable::kEntrySize * w.points) {
+          return absl::InvalidArgumentError(absl::StrCat(ww, ": tableSize ", w.table_size,
+                                                         " does not hold ", w.points, " points"));
+        }
+        ref.windows = std::move(w);
       }
       l.seek_index = std::move(ref);
     } else if (l.chunk_index && l.chunk_index->content == ChunkIndex::Content::kUncompressed) {
@@ -597,6 +652,19 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     }
   }
 
+  std::map<Digest, const SeekIndex*> windows_by_layer;
+  for (const SeekIndex& w : input.seek_windows) {
+    auto sit = seek_by_layer.find(w.layer_digest);
+    if (sit == seek_by_layer.end() || w.encoding != SeekEncoding::kGzip ||
+        w.diff_id != sit->second->diff_id || w.compressed_size != sit->second->compressed_size ||
+        w.uncompressed_size != sit->second->uncompressed_size || w.points.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "seek windows for ", w.layer_digest.str(), " (", w.points.size(),
+          " points) do not fit a gzip seek index of ", input.model_manifest.digest.str()));
+    }
+    windows_by_layer[w.layer_digest] = &w;
+  }
+
   auto build_a = [&](bool with_indexes) -> absl::StatusOr<std::string> {
     TarWriter tar;
     RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
@@ -616,13 +684,66 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   };
   ASSIGN_OR_RETURN(v.layer, build_a(true));
   if (v.layer.size() > kMaxVolumeLayerBytes) {
+    // Index layers, so the mount fetches them whole: a gzip layer's windows go to a windows
+    // layer of their own, read by range a window at a time, with only their table among the
+    // index files; the (thinned) inline seek index stays for readers without windows support,
+    // in seek-fallback index layers that readers using the windows skip. A V whose indexes
+    // fit in A gets no windows: A is fetched whole anyway.
+    std::vector<VolumeBlob> windows_layers;
+    std::map<std::string, std::string> fallback_files;
+    std::map<Digest, VolumeSeekWindowsRef> windows_built;
+    for (VolumeLayerRecord& rec : info.layers) {
+      if (!rec.seek_index) continue;
+      auto wit = windows_by_layer.find(rec.digest);
+      if (wit == windows_by_layer.end()) continue;
+      if (auto done = windows_built.find(rec.digest); done != windows_built.end()) {
+        rec.seek_index->windows = done->second;  // M lists the same layer twice
+        continue;
+      }
+      const std::string file = SerializeSeekWindows(*wit->second);
+      VolumeSeekWindowsRef w;
+      w.path = SeekWindowsPath(rec.digest);
+      w.table_path = SeekWindowsTablePath(rec.digest);
+      w.points = wit->second->points.size();
+      w.table_size = SeekWindowsTable::kHeaderSize + SeekWindowsTable::kEntrySize * w.points;
+      std::string table = file.substr(0, w.table_size);
+      w.digest = Digest::Of(table);
+      index_files[w.table_path] = std::move(table);
+      if (auto fit = index_files.find(rec.seek_index->path); fit != index_files.end()) {
+        fallback_files[fit->first] = std::move(fit->second);
+        index_files.erase(fit);
+      }
+      TarWriter tar;
+      RETURN_IF_ERROR(tar.AddDirectory(kVolumeDir));
+      RETURN_IF_ERROR(tar.AddDirectory(kVolumeSeekDir));
+      RETURN_IF_ERROR(tar.AddFile(w.path, file));
+      VolumeBlob layer;
+      layer.bytes = tar.Finish();
+      ASSIGN_OR_RETURN(std::vector<TarEntry> entries, IndexTarBytes(layer.bytes));
+      for (const TarEntry& e : entries) {
+        if (e.path == w.path) w.offset = e.data_offset;
+      }
+      layer.descriptor = DescribeBlob(kOciLayerTarMediaType, layer.bytes);
+      layer.descriptor.annotations[std::string(kLabelRole)] = std::string(kVolumeRoleWindows);
+      w.layer = layer.descriptor.digest;
+      windows_layers.push_back(std::move(layer));
+      rec.seek_index->windows = w;
+      windows_built[rec.digest] = std::move(w);
+      info.revision = std::max(info.revision, kVolumeRevisionSeekWindows);
+    }
     ASSIGN_OR_RETURN(v.layer, build_a(false));
     if (v.layer.size() > kMaxVolumeLayerBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ",
                        v.layer.size(), " bytes without its chunk indexes, over the 4 MiB limit"));
     }
-    ASSIGN_OR_RETURN(v.index_layers, BuildIndexLayers(info.manifest.digest, index_files));
+    ASSIGN_OR_RETURN(std::vector<VolumeBlob> fallback,
+                     BuildIndexLayers(info.manifest.digest, fallback_files, true));
+    ASSIGN_OR_RETURN(std::vector<VolumeBlob> rest,
+                     BuildIndexLayers(info.manifest.digest, index_files));
+    v.index_layers = std::move(windows_layers);
+    for (VolumeBlob& b : fallback) v.index_layers.push_back(std::move(b));
+    for (VolumeBlob& b : rest) v.index_layers.push_back(std::move(b));
   }
   v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);
   v.layer_descriptor.annotations = MakeVolumeLabels(info.manifest, info.repository);
@@ -766,7 +887,33 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
                        want.str(), " (", want_size, " bytes, chunk ", ref.chunk_size, ", ",
                        std::string(ChunkDigestName(ref.algorithm)), ")"));
     }
-    if (l.seek_index) {
+    if (l.seek_index && l.seek_index->windows) {
+      const VolumeSeekIndexRef& sref = *l.seek_index;
+      const VolumeSeekWindowsRef& wref = *sref.windows;
+      ASSIGN_OR_RETURN(std::string_view tbytes,
+                       file_of("seek windows table", wref.table_path, wref.digest, l.digest));
+      ASSIGN_OR_RETURN(SeekWindowsTable t, ParseSeekWindowsTable(tbytes));
+      const SeekIndex& ti = t.index;
+      if (tbytes.size() != t.table_size() || t.table_size() != wref.table_size ||
+          ti.layer_digest != l.digest || ti.compressed_size != l.size ||
+          ti.diff_id != sref.diff_id || ti.uncompressed_size != sref.uncompressed_size ||
+          ti.points.size() != wref.points) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "volume layer: seek windows table ", wref.table_path, " describes ",
+            ti.layer_digest.str(), " (", ti.compressed_size, " bytes, diffId ", ti.diff_id.str(),
+            ", ", ti.uncompressed_size, " bytes uncompressed, ", ti.points.size(), " points, ",
+            tbytes.size(), " bytes of table) but model.json says ", l.digest.str(), " (", l.size,
+            " bytes, diffId ", sref.diff_id.str(), ", ", sref.uncompressed_size,
+            " bytes uncompressed, ", wref.points, " points, ", wref.table_size,
+            " bytes of table)"));
+      }
+      out.seek_windows.emplace(l.digest, std::move(t));
+    }
+    // A layer with windows may come without its inline seek index: a reader using the windows
+    // does not fetch the seek-fallback layers that hold it.
+    const bool inline_seek =
+        l.seek_index && (!l.seek_index->windows || files.find(l.seek_index->path) != files.end());
+    if (inline_seek) {
       const VolumeSeekIndexRef& sref = *l.seek_index;
       ASSIGN_OR_RETURN(std::string_view sbytes,
                        file_of("seek index", sref.path, sref.digest, l.digest));

@@ -27,6 +27,7 @@
 #include "core/oci/descriptor.h"
 #include "core/oci/manifest.h"
 #include "core/oci/seek_index.h"
+#include "core/oci/seek_windows.h"
 #include "core/oci/tar_headers.h"
 #include "core/oci/tensor_index.h"
 
@@ -71,6 +72,14 @@ inline constexpr std::string_view kVolumeProfileV1 = "v1";
 // layer. A itself carries none.
 inline constexpr std::string_view kLabelRole = "containerd.io/snapshot/modelfs.role";
 inline constexpr std::string_view kVolumeRoleIndex = "index";
+// A layer holding one gzip layer's seek windows file (`.modelfs/seek/<hex>.win`, revision 2):
+// read by range, a window at a time, never whole. Readers without windows support ignore it
+// (they only fetch "index" layers), and a snapshotter answers for it as for any role.
+inline constexpr std::string_view kVolumeRoleWindows = "windows";
+// On an index layer that holds only the inline seek indexes of layers that also have windows
+// (value "true"): the fallback for readers without windows support, which a reader using the
+// windows does not fetch (docs/volume-image.md, "Seek windows").
+inline constexpr std::string_view kAnnotationSeekFallback = "dev.modelfs.volume.seek-fallback";
 // The image-compatible profile: a layer of V that is one of M's own tar blobs.
 inline constexpr std::string_view kVolumeRoleModel = "model";
 // On V's manifest: "image-compatible" for that profile (docs/volume-image.md).
@@ -83,6 +92,22 @@ inline constexpr std::string_view kAnnotationVolumeModel = "dev.modelfs.volume.m
 // could not serve correctly (it refuses any other value); additive content raises `revision`
 // instead, which readers take whatever its value (docs/volume-image.md, "Revisions").
 inline constexpr int kVolumeRevisionTensorIndex = 2;
+inline constexpr int kVolumeRevisionSeekWindows = 2;
+// "seekIndex.windows" in model.json (revision 2): the gzip layer's seek windows file
+// (core/oci/seek_windows.h). The table (every point, each window's place and SHA-256) is also
+// an index file of its own, `table_path`, fetched at mount like the other indexes; the windows
+// file sits alone in the windows layer `layer` of V at byte `offset`, and a decode fetches a
+// window from there by range when it first starts at its point.
+struct VolumeSeekWindowsRef {
+  std::string path;        // ".modelfs/seek/<layer hex>.win", in the windows layer
+  Digest digest;           // SHA-256 of the table (the file's first table_size bytes)
+  uint64_t points = 0;     // every 4 MiB point of the layer (the seek index may keep fewer)
+  std::string table_path;  // ".modelfs/seek/<layer hex>.wt": the table alone, an index file
+  uint64_t table_size = 0;
+  Digest layer;         // the windows layer of V (kVolumeRoleWindows) holding `path`
+  uint64_t offset = 0;  // where the file's bytes start in that layer (a tar)
+  friend bool operator==(const VolumeSeekWindowsRef&, const VolumeSeekWindowsRef&) = default;
+};
 struct VolumeChunkIndexRef {
   std::string path;  // ".modelfs/chunks/<layer hex>.idx"
   Digest digest;     // SHA-256 of the index file
@@ -104,6 +129,7 @@ struct VolumeSeekIndexRef {
   Digest diff_id;                               // SHA-256 of the uncompressed tar
   uint64_t uncompressed_size = 0;
   uint64_t points = 0;  // 1: a single zstd frame, which can only be decoded whole
+  std::optional<VolumeSeekWindowsRef> windows;  // revision 2, gzip layers only
   friend bool operator==(const VolumeSeekIndexRef&, const VolumeSeekIndexRef&) = default;
 };
 // "tarHeaders" in model.json: the header bytes of a tar layer's tar (core/oci/tar_headers.h),
@@ -164,6 +190,11 @@ struct VolumeImageInput {
   // Any order, matched to M's compressed layers by layer digest; each needs the chunk index of
   // its uncompressed bytes in chunk_indexes (content kUncompressed, blob digest = diff_id).
   std::vector<SeekIndex> seek_indexes;
+  // Revision 2: gzip seek indexes with every point (before ThinSeekIndexes), matched to
+  // seek_indexes by layer digest. Used only when V needs index layers (its indexes do not fit
+  // in A): then each becomes a windows file in a windows layer, with its table among the
+  // index files, and the layer's (thinned) seek index moves to a seek-fallback index layer.
+  std::vector<SeekIndex> seek_windows;
   // Any order, matched to M's tar layers by the digest of the tar (an uncompressed layer's
   // digest, a compressed one's diffId from its seek index). A layer without them is indexed
   // from its own bytes at mount.
@@ -193,7 +224,8 @@ struct VolumeImage {
   std::string layer;            // A, an uncompressed tar
   Descriptor layer_descriptor;  // with the containerd.io/snapshot/modelfs.* annotations
   // Uncompressed tars below A, in V's layer order, each annotated kLabelRole = "index": the
-  // index files when A would exceed kMaxVolumeLayerBytes with them (then A holds none).
+  // index files when A would exceed kMaxVolumeLayerBytes with them (then A holds none). The
+  // windows layers (kLabelRole = "windows") come first, then the seek-fallback index layers.
   std::vector<VolumeBlob> index_layers;
   std::string config;  // OCI image config JSON
   Descriptor config_descriptor;
@@ -234,8 +266,10 @@ std::string VolumeReadme(const Descriptor& model_manifest, std::string_view repo
 
 struct VolumeLayerContents {
   VolumeModelInfo model;
-  std::map<Digest, ChunkIndex> chunk_indexes;    // by layer digest
-  std::map<Digest, SeekIndex> seek_indexes;      // by (compressed) layer digest
+  std::map<Digest, ChunkIndex> chunk_indexes;  // by layer digest
+  std::map<Digest, SeekIndex> seek_indexes;    // by (compressed) layer digest
+  // Revision 2: windows tables, by layer digest, checked against model.json and the layer.
+  std::map<Digest, SeekWindowsTable> seek_windows;
   std::map<Digest, TarHeaders> tar_headers;      // by layer digest
   std::map<Digest, TensorIndex> tensor_indexes;  // by layer digest (revision 2)
 };
@@ -245,7 +279,9 @@ struct VolumeLayerContents {
 // diffId, uncompressed size), and it must agree with its layer's chunk index of the
 // uncompressed bytes. Tar headers likewise (digest; the tar they describe and its size), and
 // tensor indexes (digest, kDataLoss; layer digest and size and tensor count, kInvalidArgument).
-// A missing model.json or index file is kInvalidArgument.
+// A windows table likewise (digest, kDataLoss; layer, diffId, sizes and point count,
+// kInvalidArgument); a layer with one may lack its inline seek index file (its seek-fallback
+// layer was not read). A missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
 // The same over A and V's index layers (each verified by the caller), as containerd would
 // unpack them: a file is looked up by path in A, then in the layers below it.

@@ -215,6 +215,11 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.repository = model_repository;
   vin.path_prefix = path_prefix;
   vin.chunk_indexes = std::move(indexes.chunks);
+  // Every gzip point goes to the windows file (fetched a window at a time, so never thinned);
+  // the inline seek indexes, which readers without windows support fetch whole, are thinned.
+  for (const SeekIndex& s : indexes.seeks) {
+    if (s.encoding == SeekEncoding::kGzip && s.points.size() > 1) vin.seek_windows.push_back(s);
+  }
   ThinSeekIndexes(indexes.seeks, kSeekIndexBudgetBytes);
   vin.seek_indexes = std::move(indexes.seeks);
   vin.tar_headers = std::move(indexes.tar_headers);

@@ -169,6 +169,23 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     ASSIGN_OR_RETURN(size_t a_index, VolumeLayerIndex(m));
     const Descriptor& a = m.layers[a_index];
     ASSIGN_OR_RETURN(std::string tar, client.GetBlob(ref.repository(), a, kMaxVolumeLayerBytes));
+    // Seek windows (revision 2) are used when V lies beside M, where the cache's fetches go:
+    // then the seek-fallback index layers (the inline seek indexes, windows and all, for
+    // readers without windows support) are not fetched.
+    bool use_windows = false;
+    {
+      VolumeFiles a_files;
+      RETURN_IF_ERROR(AddVolumeLayerFiles(tar, a_files));
+      auto mj = a_files.find(std::string(kVolumeModelJsonPath));
+      if (mj != a_files.end()) {
+        ASSIGN_OR_RETURN(VolumeModelInfo info, ParseVolumeModelJson(mj->second));
+        const bool beside = info.repository.empty() ||
+                            info.repository == absl::StrCat(ref.registry(), "/", ref.repository());
+        for (const VolumeLayerRecord& l : info.layers) {
+          use_windows = use_windows || (beside && l.seek_index && l.seek_index->windows);
+        }
+      }
+    }
     // Index layers (docs/volume-image.md): uncompressed, so each diff ID V's config names is
     // the digest its bytes were checked against.
     ASSIGN_OR_RETURN(std::vector<size_t> index_layers, VolumeIndexLayerIndexes(m));
@@ -182,6 +199,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
       }
       for (size_t i : index_layers) {
         const Descriptor& l = m.layers[i];
+        const std::string* fallback = l.Annotation(kAnnotationSeekFallback);
+        if (use_windows && fallback != nullptr && *fallback == "true") continue;
         if (diff_ids[i] != l.digest) {
           return absl::DataLossError(absl::StrCat("volume image ", ref.String(), ": index layer ",
                                                   l.digest.str(), " has diff ID ",
@@ -229,7 +248,38 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     for (const VolumeLayerRecord& l : contents.model.layers) {
       if (l.tensor_index) r.tensor_index_refs.emplace(l.digest, *l.tensor_index);
     }
+    if (use_windows) {
+      for (const VolumeLayerRecord& l : contents.model.layers) {
+        auto t = contents.seek_windows.find(l.digest);
+        if (!l.seek_index || !l.seek_index->windows || t == contents.seek_windows.end() ||
+            r.seek_windows.count(l.digest)) {
+          continue;
+        }
+        const VolumeSeekWindowsRef& w = *l.seek_index->windows;
+        const Descriptor* holder = nullptr;
+        for (const Descriptor& d : m.layers) {
+          const std::string* role = d.Annotation(kLabelRole);
+          if (d.digest == w.layer && role != nullptr && *role == kVolumeRoleWindows) holder = &d;
+        }
+        if (holder == nullptr || w.offset > holder->size ||
+            t->second.file_size() > holder->size - w.offset) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("volume image ", ref.String(), ": the seek windows of ", l.digest.str(),
+                           " are in ", w.layer.str(), " at ", w.offset,
+                           ", which is no windows layer of V "
+                           "holding ",
+                           t->second.file_size(), " bytes there"));
+        }
+        ResolvedModel::SeekWindowsLocation loc;
+        loc.table = std::make_shared<const SeekWindowsTable>(std::move(t->second));
+        loc.layer = w.layer;
+        loc.offset = w.offset;
+        r.seek_indexes[l.digest] = std::shared_ptr<const SeekIndex>(loc.table, &loc.table->index);
+        r.seek_windows.emplace(l.digest, std::move(loc));
+      }
+    }
     for (auto& [layer, seek] : contents.seek_indexes) {
+      if (r.seek_windows.count(layer)) continue;
       r.seek_indexes.emplace(layer, std::make_shared<const SeekIndex>(std::move(seek)));
     }
     for (auto& [layer, headers] : contents.tar_headers) {

@@ -49,6 +49,16 @@ struct ResolvedModel {
   // Shared with the decoding source that serves the layer (a 2 GiB layer's index holds about
   // 13 MB of windows: never copied).
   std::map<Digest, std::shared_ptr<const SeekIndex>> seek_indexes;
+  // Gzip layers whose windows are fetched per point (V revision 2, docs/seek-index.md
+  // "Windows file"), by layer digest: the table (its index is the one in seek_indexes, every
+  // point, no window inline) and where the windows file lies, in V's repository, which is M's
+  // (V elsewhere: no entry, and the inline seek index serves as before).
+  struct SeekWindowsLocation {
+    std::shared_ptr<const SeekWindowsTable> table;
+    Digest layer;         // V's windows layer
+    uint64_t offset = 0;  // of the windows file in it
+  };
+  std::map<Digest, SeekWindowsLocation> seek_windows;
   // Tar layers' header records from V, by layer digest (core/oci/tar_headers.h): the mount
   // indexes those tars from them instead of reading their headers from the layers. Trusted as V
   // is; the lazy-image path, whose V nobody pinned, clears them.

@@ -768,6 +768,100 @@ TEST(BuildVolumeImageTest, ACompressedLayerGetsASeekIndexAndTheChunkIndexOfItsTa
   EXPECT_EQ(back.chunk_indexes.at(Digest::Of(f.gz)), f.chunks);
 }
 
+TEST(BuildVolumeImageTest, AVolumeWhoseIndexesFitInAGetsNoWindows) {
+  CompressedFixture f = MakeCompressedFixture();
+  f.input.seek_windows = {f.seek};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  EXPECT_TRUE(v.index_layers.empty());
+  EXPECT_FALSE(v.model_info.layers[0].seek_index->windows.has_value());
+  EXPECT_EQ(v.model_info.revision, 1);
+}
+
+// 20 MiB of gzip with a point every 32 KiB or so (at block ends): about 7 MB of windows, and
+// the inline index thinned to 4.5 MiB still more than A holds.
+TEST(BuildVolumeImageTest, WindowsGoToAWindowsLayerAndTheInlineIndexToASeekFallbackLayer) {
+  CompressedFixture f;
+  f.tar.resize(20 << 20);
+  uint32_t x = 44;
+  for (size_t i = 0; i < f.tar.size(); ++i) {
+    x = x * 1664525 + 1013904223;
+    f.tar[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
+  }
+  f.gz = testing::Gzip(f.tar);
+  f.seek = *BuildSeekIndex(SeekEncoding::kGzip, f.gz, nullptr, 32 << 10);
+  f.chunks = BuildChunkIndex(f.tar, k64K, ChunkDigestAlgorithm::kBlake3);
+  f.chunks.content = ChunkIndex::Content::kUncompressed;
+  ModelPackConfig config;
+  config.modelfs.diff_ids = {Digest::Of(f.tar)};
+  std::vector<ModelLayerInput> layers = {
+      {"model", Digest::Of(f.gz), f.gz.size(), LayerKind::kWeight, LayerEncoding::kTarGzip, ""}};
+  Manifest m = *BuildModelManifest(SerializeModelPackConfig(config), layers);
+  f.input.model_manifest = DescribeBlob(kOciManifestMediaType, SerializeManifest(m));
+  f.input.model = m;
+  f.input.repository = "registry.local:5000/models/gz";
+  f.input.chunk_indexes = {f.chunks};
+  const SeekIndex thinned = ThinSeekIndex(f.seek, 9 << 19);
+  ASSERT_LT(thinned.points.size(), f.seek.points.size());
+  f.input.seek_indexes = {thinned};
+  f.input.seek_windows = {f.seek};
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+
+  ASSERT_EQ(v.index_layers.size(), 3u)
+      << f.seek.points.size() << " points, " << SerializeSeekIndex(thinned).size() << " inline";
+  const VolumeBlob& win = v.index_layers[0];
+  const VolumeBlob& fallback = v.index_layers[1];
+  const VolumeBlob& rest = v.index_layers[2];
+  EXPECT_EQ(*win.descriptor.Annotation(kLabelRole), "windows");
+  EXPECT_EQ(*fallback.descriptor.Annotation(kLabelRole), "index");
+  EXPECT_EQ(*fallback.descriptor.Annotation(kAnnotationSeekFallback), "true");
+  EXPECT_EQ(*rest.descriptor.Annotation(kLabelRole), "index");
+  EXPECT_EQ(rest.descriptor.Annotation(kAnnotationSeekFallback), nullptr);
+  // Readers without windows support fetch the two index layers, never the windows layer.
+  EXPECT_EQ(*VolumeIndexLayerIndexes(v.manifest), (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(v.model_info.revision, kVolumeRevisionSeekWindows);
+
+  const VolumeLayerRecord& rec = v.model_info.layers.at(0);
+  ASSERT_TRUE(rec.seek_index.has_value());
+  EXPECT_EQ(rec.seek_index->points, thinned.points.size());
+  ASSERT_TRUE(rec.seek_index->windows.has_value());
+  const VolumeSeekWindowsRef& w = *rec.seek_index->windows;
+  const std::string hex(Digest::Of(f.gz).hex());
+  EXPECT_EQ(w.path, ".modelfs/seek/" + hex + ".win");
+  EXPECT_EQ(w.table_path, ".modelfs/seek/" + hex + ".wt");
+  EXPECT_EQ(w.points, f.seek.points.size());
+  EXPECT_EQ(w.layer, win.descriptor.digest);
+  const std::string file = SerializeSeekWindows(f.seek);
+  EXPECT_EQ(win.bytes.substr(w.offset, file.size()), file);
+  EXPECT_EQ(w.table_size, SeekWindowsTable::kHeaderSize + SeekWindowsTable::kEntrySize * w.points);
+  EXPECT_EQ(w.digest, Digest::Of(file.substr(0, w.table_size)));
+
+  // A reader using the windows reads A and the other index layer: the table, no inline index.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents lean, ParseVolumeLayers(v.layer, {rest.bytes}));
+  EXPECT_TRUE(lean.seek_indexes.empty());
+  ASSERT_EQ(lean.seek_windows.count(Digest::Of(f.gz)), 1u);
+  const SeekWindowsTable& t = lean.seek_windows.at(Digest::Of(f.gz));
+  EXPECT_EQ(t.index.points.size(), f.seek.points.size());
+  for (size_t i = 1; i < t.windows.size(); ++i) {
+    EXPECT_OK(CheckSeekWindow(
+        t, i, win.bytes.substr(w.offset + t.windows[i].offset, t.windows[i].length), "layer"));
+  }
+  // An old reader's view: both index layers, the thinned inline index.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents old,
+                       ParseVolumeLayers(v.layer, {fallback.bytes, rest.bytes}));
+  EXPECT_EQ(old.seek_indexes.at(Digest::Of(f.gz)), thinned);
+  EXPECT_EQ(ParseVolumeModelJson(SerializeVolumeModelJson(v.model_info))->layers[0].seek_index,
+            rec.seek_index);
+}
+
+TEST(BuildVolumeImageTest, RefusesWindowsThatDoNotFitTheSeekIndex) {
+  CompressedFixture f = MakeCompressedFixture();
+  SeekIndex other = f.seek;
+  other.uncompressed_size += 1;
+  f.input.seek_windows = {other};
+  EXPECT_THAT(BuildVolumeImage(f.input).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("seek windows for")));
+}
+
 TEST(BuildVolumeImageTest, RefusesASeekIndexWithoutTheChunkIndexOfItsTar) {
   CompressedFixture f = MakeCompressedFixture();
   f.input.chunk_indexes.clear();
