@@ -95,6 +95,9 @@ absl::Status ModelHost::Route(const ResolvedModel& rm, std::shared_ptr<RemoteBlo
   // M's layers are read from M's registry, which V's record may name apart from V's.
   ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, registry_->For(rm.registry));
   for (const ModelLayer& l : rm.layers) source_->Add(l.descriptor.digest, client, rm.repository);
+  // V's windows layers (read a window at a time): resolve uses them only when V lies in M's
+  // repository.
+  for (const auto& [layer, w] : rm.seek_windows) source_->Add(w.layer, client, rm.repository);
   return absl::OkStatus();
 }
 

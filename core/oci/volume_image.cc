@@ -682,15 +682,19 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     }
     return tar.Finish();
   };
-  ASSIGN_OR_RETURN(v.layer, build_a(true));
-  if (v.layer.size() > kMaxVolumeLayerBytes) {
-    // Index layers, so the mount fetches them whole: a gzip layer's windows go to a windows
-    // layer of their own, read by range a window at a time, with only their table among the
-    // index files; the (thinned) inline seek index stays for readers without windows support,
-    // in seek-fallback index layers that readers using the windows skip. A V whose indexes
-    // fit in A gets no windows: A is fetched whole anyway.
-    std::vector<VolumeBlob> windows_layers;
-    std::map<std::string, std::string> fallback_files;
+  // Seek windows, when the inline seek indexes are over kSeekWindowsMinInlineBytes: each gzip
+  // layer's windows go to a windows layer of their own, read by range a window at a time, with
+  // only their table among the index files; the (thinned) inline seek index stays for readers
+  // without windows support, in seek-fallback index layers that readers using the windows skip.
+  std::vector<VolumeBlob> windows_layers;
+  std::map<std::string, std::string> fallback_files;
+  uint64_t inline_seek_bytes = 0;
+  for (const VolumeLayerRecord& rec : info.layers) {
+    if (rec.seek_index && windows_by_layer.count(rec.digest)) {
+      inline_seek_bytes += index_files[rec.seek_index->path].size();
+    }
+  }
+  if (inline_seek_bytes > kSeekWindowsMinInlineBytes) {
     std::map<Digest, VolumeSeekWindowsRef> windows_built;
     for (VolumeLayerRecord& rec : info.layers) {
       if (!rec.seek_index) continue;
@@ -731,18 +735,21 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       windows_built[rec.digest] = std::move(w);
       info.revision = std::max(info.revision, kVolumeRevisionSeekWindows);
     }
+  }
+  ASSIGN_OR_RETURN(std::vector<VolumeBlob> fallback,
+                   BuildIndexLayers(info.manifest.digest, fallback_files, true));
+  v.index_layers = std::move(windows_layers);
+  for (VolumeBlob& b : fallback) v.index_layers.push_back(std::move(b));
+  ASSIGN_OR_RETURN(v.layer, build_a(true));
+  if (v.layer.size() > kMaxVolumeLayerBytes) {
     ASSIGN_OR_RETURN(v.layer, build_a(false));
     if (v.layer.size() > kMaxVolumeLayerBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("volume layer for ", info.manifest.digest.str(), " would be ",
                        v.layer.size(), " bytes without its chunk indexes, over the 4 MiB limit"));
     }
-    ASSIGN_OR_RETURN(std::vector<VolumeBlob> fallback,
-                     BuildIndexLayers(info.manifest.digest, fallback_files, true));
     ASSIGN_OR_RETURN(std::vector<VolumeBlob> rest,
                      BuildIndexLayers(info.manifest.digest, index_files));
-    v.index_layers = std::move(windows_layers);
-    for (VolumeBlob& b : fallback) v.index_layers.push_back(std::move(b));
     for (VolumeBlob& b : rest) v.index_layers.push_back(std::move(b));
   }
   v.layer_descriptor = DescribeBlob(kOciLayerTarMediaType, v.layer);

@@ -58,6 +58,10 @@ inline constexpr uint64_t kAutoVolumeIndexBytes = 48ull << 20;
 // not pass kMaxIndexLayerBytes anyway); a 140 GB gzip layer keeps about one in 13 (a point every
 // ~52 MiB). With kAutoVolumeIndexBytes this stays within kMaxVolumeIndexBytes.
 inline constexpr uint64_t kSeekIndexBudgetBytes = 64ull << 20;
+// Past this many bytes of inline seek indexes (gzip layers given seek windows; about ten 4 MiB
+// points, a 40 MiB layer), V carries windows files (revision 2) and a mount fetches their
+// tables only: below it, the inline indexes cost a mount less than a range request per window.
+inline constexpr uint64_t kSeekWindowsMinInlineBytes = 256ull << 10;
 
 // Annotations on A (and so snapshotter Prepare labels). containerd forwards annotations with
 // the prefix "containerd.io/snapshot/" when snapshot annotations are enabled.
@@ -191,9 +195,10 @@ struct VolumeImageInput {
   // its uncompressed bytes in chunk_indexes (content kUncompressed, blob digest = diff_id).
   std::vector<SeekIndex> seek_indexes;
   // Revision 2: gzip seek indexes with every point (before ThinSeekIndexes), matched to
-  // seek_indexes by layer digest. Used only when V needs index layers (its indexes do not fit
-  // in A): then each becomes a windows file in a windows layer, with its table among the
-  // index files, and the layer's (thinned) seek index moves to a seek-fallback index layer.
+  // seek_indexes by layer digest. Used when their layers' inline seek indexes are over
+  // kSeekWindowsMinInlineBytes in all: then each becomes a windows file in a windows layer,
+  // with its table among the index files, and the layer's (thinned) seek index moves to a
+  // seek-fallback index layer.
   std::vector<SeekIndex> seek_windows;
   // Any order, matched to M's tar layers by the digest of the tar (an uncompressed layer's
   // digest, a compressed one's diffId from its seek index). A layer without them is indexed

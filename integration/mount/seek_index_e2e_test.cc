@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,7 @@
 #include "core/oci/manifest.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
+#include "core/oci/volume_image.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/mount/mount_test_env.h"
@@ -43,7 +46,9 @@ class SeekIndexE2eTest : public ::testing::Test {
       GTEST_SKIP() << "needs root and /dev/fuse";
     }
     BecomeSubreaper();
-    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start());
+    RegistryFixtureOptions ro;
+    ro.access_log = true;  // which blobs a mount fetched, and how many bytes of each
+    ASSERT_OK_AND_ASSIGN(registry_, RegistryFixture::Start(ro));
     const std::string src = tmp_.Join("src").string();
     ASSERT_OK_AND_ASSIGN(std::vector<std::string> files, WriteTestModel(src, /*seed=*/29));
     TarWriter tar;
@@ -157,6 +162,38 @@ class SeekIndexE2eTest : public ::testing::Test {
     EXPECT_LT(after["bytes_fetched"].get<uint64_t>(), tar_.size()) << after.dump();
   }
 
+  // Adds a file of bf16-like weights to the model's tar.
+  void AddWeights(const std::string& path, size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::string weights(n, '\0');
+    for (size_t i = 0; i < n; ++i) weights[i] = static_cast<char>(i % 2 ? 0x3c + rng() % 3 : rng());
+    want_[path] = std::move(weights);
+    TarWriter tar;
+    for (const auto& [p, bytes] : want_) ASSERT_OK(tar.AddFile(p, bytes));
+    tar_ = tar.Finish();
+  }
+
+  // The byte counts of the registry's answers to GETs of `blob` so far (its access log).
+  std::vector<uint64_t> BlobGets(const Digest& blob) {
+    std::vector<uint64_t> out;
+    std::ifstream in(registry_->log_path());
+    const std::string needle = absl::StrCat("\"GET /v2/", kRepo, "/blobs/", blob.str(), " ");
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t at = line.find(needle);
+      if (at == std::string::npos) continue;
+      // ... HTTP/1.1" 206 24783 "referer" "agent"
+      const size_t q = line.find('"', at + needle.size());
+      unsigned status = 0;
+      unsigned long long bytes = 0;
+      if (q != std::string::npos &&
+          sscanf(line.c_str() + q + 1, " %u %llu", &status, &bytes) == 2) {
+        out.push_back(bytes);
+      }
+    }
+    return out;
+  }
+
   void ExpectEveryFile(const std::string& dir) {
     std::map<std::string, std::string> got = DescribeFiles(dir);
     got.erase(".modelinfo.json");
@@ -208,6 +245,64 @@ TEST_F(SeekIndexE2eTest, AZstdToolLayerIsOneFrameAndIsDecodedWhole) {
   ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
   EXPECT_EQ(stats["layers"][layer_.str()], "decoded-whole") << stats.dump();
   ExpectEveryFile(m->dir());
+  EXPECT_OK(m->Unmount());
+}
+
+// Revision 2 (docs/seek-index.md, "Windows file"): a gzip layer whose inline seek index is over
+// 256 KiB gets a windows file in a windows layer of V, and a mount fetches the windows table
+// with V's indexes, no window before it is ready, and then only the windows of the points its
+// decodes start from, each by range; the inline index (in a seek-fallback index layer, for
+// older readers) is not fetched at all.
+TEST_F(SeekIndexE2eTest, AGzipLayerFetchesNoWindowBeforeReadyAndOnlyTheWindowsItDecodesFrom) {
+  AddWeights("big/more.bin", 48 << 20, 44);
+  PushAndConvert("gzipwin", LayerEncoding::kTarGzip, Tool({"gzip", "-6"}));
+  ASSERT_OK_AND_ASSIGN(ManifestResult vm, client_->GetManifest(kRepo, "gzipwin-volume"));
+  ASSERT_OK_AND_ASSIGN(Manifest v, ParseManifest(vm.bytes));
+  Digest windows_layer, fallback_layer;
+  for (const Descriptor& d : v.layers) {
+    const std::string* role = d.Annotation(kLabelRole);
+    const std::string* fallback = d.Annotation(kAnnotationSeekFallback);
+    if (role != nullptr && *role == kVolumeRoleWindows) windows_layer = d.digest;
+    if (fallback != nullptr && *fallback == "true") fallback_layer = d.digest;
+  }
+  ASSERT_FALSE(windows_layer.empty()) << vm.bytes;
+  ASSERT_FALSE(fallback_layer.empty()) << vm.bytes;
+  ASSERT_OK_AND_ASSIGN(size_t a_index, VolumeLayerIndex(v));
+  std::string a;
+  ASSERT_OK(client_->GetBlob(kRepo, v.layers[a_index].digest, [&](std::string_view piece) {
+    a.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  }));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents contents, ParseVolumeLayer(a));
+  ASSERT_EQ(contents.seek_windows.count(layer_), 1u);
+  const SeekWindowsTable& table = contents.seek_windows.at(layer_);
+  EXPECT_EQ(contents.model.revision, 2);
+  std::set<uint64_t> window_lengths;
+  for (const SeekWindowRef& w : table.windows) {
+    if (w.length > 0) window_lengths.insert(w.length);
+  }
+  printf("%zu points, %llu bytes of windows table, %llu bytes of windows file\n",
+         table.index.points.size(), static_cast<unsigned long long>(table.table_size()),
+         static_cast<unsigned long long>(table.file_size()));
+
+  std::unique_ptr<ModelMount> m = Mount("gzipwin");
+  ASSERT_NE(m, nullptr);
+  ASSERT_OK_AND_ASSIGN(nlohmann::json stats, m->FreshStats());
+  EXPECT_EQ(stats["layers"][layer_.str()], "lazy-seek-index") << stats.dump();
+  EXPECT_TRUE(BlobGets(windows_layer).empty());
+  EXPECT_TRUE(BlobGets(fallback_layer).empty());
+
+  ExpectALazyFourMiBRead(*m);
+  std::vector<uint64_t> gets = BlobGets(windows_layer);
+  EXPECT_GE(gets.size(), 1u);
+  EXPECT_LE(gets.size(), 2u);  // the point before the read, and one inside it at most
+  for (uint64_t n : gets) EXPECT_TRUE(window_lengths.count(n)) << n;
+
+  ExpectEveryFile(m->dir());
+  gets = BlobGets(windows_layer);
+  EXPECT_LE(gets.size(), table.index.points.size() - 1);
+  for (uint64_t n : gets) EXPECT_TRUE(window_lengths.count(n)) << n;
+  EXPECT_TRUE(BlobGets(fallback_layer).empty());
   EXPECT_OK(m->Unmount());
 }
 

@@ -768,7 +768,7 @@ TEST(BuildVolumeImageTest, ACompressedLayerGetsASeekIndexAndTheChunkIndexOfItsTa
   EXPECT_EQ(back.chunk_indexes.at(Digest::Of(f.gz)), f.chunks);
 }
 
-TEST(BuildVolumeImageTest, AVolumeWhoseIndexesFitInAGetsNoWindows) {
+TEST(BuildVolumeImageTest, SmallInlineSeekIndexesGetNoWindows) {
   CompressedFixture f = MakeCompressedFixture();
   f.input.seek_windows = {f.seek};
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
@@ -806,18 +806,16 @@ TEST(BuildVolumeImageTest, WindowsGoToAWindowsLayerAndTheInlineIndexToASeekFallb
   f.input.seek_windows = {f.seek};
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
 
-  ASSERT_EQ(v.index_layers.size(), 3u)
+  // The table and the chunk index fit in A; the windows and the inline index do not.
+  ASSERT_EQ(v.index_layers.size(), 2u)
       << f.seek.points.size() << " points, " << SerializeSeekIndex(thinned).size() << " inline";
   const VolumeBlob& win = v.index_layers[0];
   const VolumeBlob& fallback = v.index_layers[1];
-  const VolumeBlob& rest = v.index_layers[2];
   EXPECT_EQ(*win.descriptor.Annotation(kLabelRole), "windows");
   EXPECT_EQ(*fallback.descriptor.Annotation(kLabelRole), "index");
   EXPECT_EQ(*fallback.descriptor.Annotation(kAnnotationSeekFallback), "true");
-  EXPECT_EQ(*rest.descriptor.Annotation(kLabelRole), "index");
-  EXPECT_EQ(rest.descriptor.Annotation(kAnnotationSeekFallback), nullptr);
-  // Readers without windows support fetch the two index layers, never the windows layer.
-  EXPECT_EQ(*VolumeIndexLayerIndexes(v.manifest), (std::vector<size_t>{1, 2}));
+  // Readers without windows support fetch the index layer, never the windows layer.
+  EXPECT_EQ(*VolumeIndexLayerIndexes(v.manifest), (std::vector<size_t>{1}));
   EXPECT_EQ(v.model_info.revision, kVolumeRevisionSeekWindows);
 
   const VolumeLayerRecord& rec = v.model_info.layers.at(0);
@@ -835,8 +833,8 @@ TEST(BuildVolumeImageTest, WindowsGoToAWindowsLayerAndTheInlineIndexToASeekFallb
   EXPECT_EQ(w.table_size, SeekWindowsTable::kHeaderSize + SeekWindowsTable::kEntrySize * w.points);
   EXPECT_EQ(w.digest, Digest::Of(file.substr(0, w.table_size)));
 
-  // A reader using the windows reads A and the other index layer: the table, no inline index.
-  ASSERT_OK_AND_ASSIGN(VolumeLayerContents lean, ParseVolumeLayers(v.layer, {rest.bytes}));
+  // A reader using the windows reads A alone: the table, no inline index.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents lean, ParseVolumeLayer(v.layer));
   EXPECT_TRUE(lean.seek_indexes.empty());
   ASSERT_EQ(lean.seek_windows.count(Digest::Of(f.gz)), 1u);
   const SeekWindowsTable& t = lean.seek_windows.at(Digest::Of(f.gz));
@@ -845,9 +843,8 @@ TEST(BuildVolumeImageTest, WindowsGoToAWindowsLayerAndTheInlineIndexToASeekFallb
     EXPECT_OK(CheckSeekWindow(
         t, i, win.bytes.substr(w.offset + t.windows[i].offset, t.windows[i].length), "layer"));
   }
-  // An old reader's view: both index layers, the thinned inline index.
-  ASSERT_OK_AND_ASSIGN(VolumeLayerContents old,
-                       ParseVolumeLayers(v.layer, {fallback.bytes, rest.bytes}));
+  // An old reader's view: the index layer too, the thinned inline index.
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents old, ParseVolumeLayers(v.layer, {fallback.bytes}));
   EXPECT_EQ(old.seek_indexes.at(Digest::Of(f.gz)), thinned);
   EXPECT_EQ(ParseVolumeModelJson(SerializeVolumeModelJson(v.model_info))->layers[0].seek_index,
             rec.seek_index);
