@@ -16,6 +16,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
   ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/seek_windows.cc
   ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
@@ -71,12 +72,14 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
 
 # ParseSeekIndex (accepted indexes serialize back to the same bytes), the one-pass index
 # builder on arbitrary gzip/zstd streams (ranges decoded through the index equal the plain
-# decoding), and span decoding entered at forged points.
+# decoding), span decoding entered at forged points, and ParseSeekWindowsTable (the windows
+# table a mount fetches; accepted tables serialize back to the same bytes).
 modelfs_fuzzer(oci_seek_index_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_seek_index_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
     ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+    ${PROJECT_SOURCE_DIR}/core/oci/seek_windows.cc
     ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
     ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
     ${PROJECT_SOURCE_DIR}/core/base/buffer_pool.cc

@@ -5,12 +5,15 @@
 //      ranges decoded through the index with both inflaters equal the stream's plain decoding.
 //   2: a gzip stream entered at a forged point (offset, bit count and window from the input):
 //      decoding never aborts, whatever comes out.
+//   3: a seek windows table (seek_windows.h); an accepted one serializes back to its first
+//      table_size() bytes, and every window it places is checked without aborting.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "core/oci/seek_index.h"
+#include "core/oci/seek_windows.h"
 #include "core/oci/span_decoder.h"
 
 using namespace modelfs;
@@ -81,7 +84,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  // mode 2/3: a forged block-boundary point into the fuzzer's bytes.
+  if (mode == 3) {
+    absl::StatusOr<SeekWindowsTable> t = ParseSeekWindowsTable(in);
+    if (!t.ok()) return 0;
+    if (t->index.points.size() != t->windows.size() || t->table_size() > in.size() ||
+        SerializeSeekWindowsTable(*t) != in.substr(0, t->table_size())) {
+      abort();
+    }
+    for (size_t i = 0; i < t->windows.size(); ++i) {
+      const SeekWindowRef& w = t->windows[i];
+      if (w.length == 0 || w.offset >= in.size()) continue;
+      (void)CheckSeekWindow(*t, i, in.substr(w.offset, w.length), "fuzz");
+    }
+    return 0;
+  }
+  // mode 2: a forged block-boundary point into the fuzzer's bytes.
   if (in.size() < 8) return 0;
   SeekIndex index;
   index.encoding = SeekEncoding::kGzip;
