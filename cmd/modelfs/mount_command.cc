@@ -170,7 +170,9 @@ nlohmann::json StatsJson(const BlobCache& cache, const DecodingBlobSource& decod
                       {"decoded_spans", d.ranges},
                       {"compressed_bytes_fetched", d.compressed_bytes},
                       {"decoded_bytes", d.decoded_bytes},
-                      {"lead_in_bytes", d.lead_in_bytes}};
+                      {"lead_in_bytes", d.lead_in_bytes},
+                      {"seek_windows_fetched", d.windows_fetched},
+                      {"seek_window_bytes", d.window_bytes}};
   if (m.image) {
     const ImageTreeCounts& c = m.image_counts;
     j["image_tree"] = {{"whiteouts", c.whiteouts},

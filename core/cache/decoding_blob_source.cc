@@ -335,6 +335,12 @@ DecodingBlobSource::Stats DecodingBlobSource::stats() const {
   s.compressed_bytes = compressed_bytes_.load(std::memory_order_relaxed);
   s.decoded_bytes = decoded_bytes_.load(std::memory_order_relaxed);
   s.lead_in_bytes = lead_in_bytes_.load(std::memory_order_relaxed);
+  absl::MutexLock l(&mu_);
+  for (const auto& [diff_id, windows] : windows_) {
+    const SeekWindowSource::Stats w = windows->stats();
+    s.windows_fetched += w.fetches;
+    s.window_bytes += w.fetched_bytes;
+  }
   return s;
 }
 

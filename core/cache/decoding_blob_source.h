@@ -87,6 +87,8 @@ class DecodingBlobSource final : public RemoteBlobSource {
     uint64_t compressed_bytes = 0;  // compressed bytes fetched for them
     uint64_t decoded_bytes = 0;     // bytes decoded, lead-in included
     uint64_t lead_in_bytes = 0;     // decoded from a point before the first range asked of it
+    uint64_t windows_fetched = 0;   // gzip windows fetched per point (SeekWindowSource)
+    uint64_t window_bytes = 0;      // their bytes
   };
   Stats stats() const;
 

@@ -104,9 +104,10 @@ absl::Status CheckSeekPoint(const SeekIndex& index, uint64_t kind, uint64_t rese
 // The index with only every k-th point kept (points[0] always), k the smallest for which the
 // serialized index is at most `max_bytes`: a decode starts from an earlier point and runs on
 // through the points dropped, so any subset that keeps the first point serves every range, only
-// with longer spans. gzip windows are about 0.6% of a layer and every one is fetched when a
-// model mounts; this bounds them. When even the first point alone does not fit, the result is
-// that one point (the layer is then read whole).
+// with longer spans. gzip windows are about 0.6% of a layer, and a reader without windows
+// support (seek_windows.h) fetches every inline one when a model mounts; this bounds them. When
+// even the first point alone does not fit, the result is that one point (the layer is then read
+// whole).
 SeekIndex ThinSeekIndex(SeekIndex index, uint64_t max_bytes);
 
 // The indexes of a model's compressed layers, thinned to `budget` bytes in all when they are

@@ -51,12 +51,13 @@ inline constexpr uint64_t kMaxVolumeIndexBytes = 256ull << 20;
 // The index bytes ChunkSizeForLayers aims for when no chunk size is asked for: 1 MiB chunks up
 // to about 1.5 TiB of weights.
 inline constexpr uint64_t kAutoVolumeIndexBytes = 48ull << 20;
-// The seek indexes of a model's compressed layers together, at most (push and convert thin each
-// layer's index to its share by compressed size, ThinSeekIndex): every window is fetched when
-// the model mounts. At gzip's 4 MiB spacing a layer's windows are about 0.6% of it, so layers up
-// to about 10 GiB in all keep every point (as before there was a budget: one layer's index may
-// not pass kMaxIndexLayerBytes anyway); a 140 GB gzip layer keeps about one in 13 (a point every
-// ~52 MiB). With kAutoVolumeIndexBytes this stays within kMaxVolumeIndexBytes.
+// The inline seek indexes of a model's compressed layers together, at most (push and convert
+// thin each layer's index to its share by compressed size, ThinSeekIndex): a reader without
+// windows support fetches every inline window when the model mounts. At gzip's 4 MiB spacing a
+// layer's windows are about 0.6% of it, so layers up to about 10 GiB in all keep every point (as
+// before there was a budget: one layer's index may not pass kMaxIndexLayerBytes anyway); a
+// 140 GB gzip layer keeps about one in 13 (a point every ~52 MiB). With kAutoVolumeIndexBytes
+// this stays within kMaxVolumeIndexBytes. The windows files (revision 2) keep every point.
 inline constexpr uint64_t kSeekIndexBudgetBytes = 64ull << 20;
 // Past this many bytes of inline seek indexes (gzip layers given seek windows; about ten 4 MiB
 // points, a 40 MiB layer), V carries windows files (revision 2) and a mount fetches their

@@ -291,6 +291,7 @@ TEST_F(SeekIndexE2eTest, AGzipLayerFetchesNoWindowBeforeReadyAndOnlyTheWindowsIt
   EXPECT_EQ(stats["layers"][layer_.str()], "lazy-seek-index") << stats.dump();
   EXPECT_TRUE(BlobGets(windows_layer).empty());
   EXPECT_TRUE(BlobGets(fallback_layer).empty());
+  EXPECT_EQ(stats["seek_windows_fetched"], 0) << stats.dump();
 
   ExpectALazyFourMiBRead(*m);
   std::vector<uint64_t> gets = BlobGets(windows_layer);
@@ -303,6 +304,8 @@ TEST_F(SeekIndexE2eTest, AGzipLayerFetchesNoWindowBeforeReadyAndOnlyTheWindowsIt
   EXPECT_LE(gets.size(), table.index.points.size() - 1);
   for (uint64_t n : gets) EXPECT_TRUE(window_lengths.count(n)) << n;
   EXPECT_TRUE(BlobGets(fallback_layer).empty());
+  ASSERT_OK_AND_ASSIGN(stats, m->FreshStats());
+  EXPECT_EQ(stats["seek_windows_fetched"], gets.size()) << stats.dump();
   EXPECT_OK(m->Unmount());
 }
 
