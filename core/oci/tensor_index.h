@@ -55,6 +55,16 @@ struct TensorIndex {
   friend bool operator==(const TensorIndex&, const TensorIndex&) = default;
 };
 
+// One weight file inside a tar layer (docs/tensor-index.md, "Tar layers"): its path as the tar
+// names it (normalized) and its index, whose layer digest and size are the tar's (an
+// uncompressed layer's own, a compressed layer's diffId and uncompressed size) and whose
+// file_offset is the member's data offset in the tar.
+struct TarTensorIndex {
+  std::string file;
+  TensorIndex index;
+  friend bool operator==(const TarTensorIndex&, const TarTensorIndex&) = default;
+};
+
 // Deterministic: equal indexes give equal bytes.
 std::string SerializeTensorIndex(const TensorIndex& index);
 // Errors: kOutOfRange when truncated; kInvalidArgument naming the field or tensor at fault (bad
