@@ -64,6 +64,14 @@ struct TarTensorIndex {
   TensorIndex index;
   friend bool operator==(const TarTensorIndex&, const TarTensorIndex&) = default;
 };
+// A tar followed to its end: every weight file in it (none is an answer too: V then says the
+// layer holds no weight file, and readers do not stream it to find out).
+struct TarTensorIndexes {
+  Digest tar_digest;  // each file's index.layer_digest
+  uint64_t tar_size = 0;
+  std::vector<TarTensorIndex> files;  // in tar order, one per path
+  friend bool operator==(const TarTensorIndexes&, const TarTensorIndexes&) = default;
+};
 
 // Deterministic: equal indexes give equal bytes.
 std::string SerializeTensorIndex(const TensorIndex& index);

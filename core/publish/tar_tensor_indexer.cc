@@ -312,17 +312,20 @@ absl::Status TarTensorIndexer::EndMember() {
   return absl::OkStatus();
 }
 
-std::vector<TarTensorIndex> TarTensorIndexer::Finish(const Digest& tar_digest) {
+std::optional<TarTensorIndexes> TarTensorIndexer::Finish(const Digest& tar_digest) {
   // A tar ends with its all-zero block, or (as ScanTarHeaders accepts) on a block boundary.
   if (!stopped_.empty() ||
       (state_ != State::kDone && (state_ != State::kHeader || !block_.empty()))) {
     // Cut short, or not followed to its end: no index rather than one of a part of the tar.
     if (stopped_.empty()) stopped_ = absl::StrCat(name_, ": the tar ends inside an entry");
-    return {};
+    return std::nullopt;
   }
-  std::vector<TarTensorIndex> out = std::move(done_);
+  TarTensorIndexes out;
+  out.tar_digest = tar_digest;
+  out.tar_size = pos_;
+  out.files = std::move(done_);
   done_.clear();
-  for (TarTensorIndex& t : out) {
+  for (TarTensorIndex& t : out.files) {
     t.index.layer_digest = tar_digest;
     t.index.layer_size = pos_;
   }

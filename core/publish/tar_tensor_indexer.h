@@ -49,8 +49,9 @@ class TarTensorIndexer {
 
   // The indexes of the weight files fed, in tar order, once the whole tar was: each index's
   // layer digest and size are `tar_digest` and the bytes fed, its file_offset the member's data
-  // offset in the tar. Empty when the tar could not be followed to its end.
-  std::vector<TarTensorIndex> Finish(const Digest& tar_digest);
+  // offset in the tar. nullopt when the tar could not be followed to its end (stopped() says
+  // why).
+  std::optional<TarTensorIndexes> Finish(const Digest& tar_digest);
 
   // Why the tar stopped being followed ("" while it is).
   const std::string& stopped() const { return stopped_; }

@@ -63,9 +63,12 @@ absl::StatusOr<std::vector<TarTensorIndex>> IndexTarInPieces(const std::string& 
   for (size_t at = 0; at < tar.size(); at += piece) {
     RETURN_IF_ERROR(ix.Feed(std::string_view(tar).substr(at, piece)));
   }
-  std::vector<TarTensorIndex> out = ix.Finish(Digest::Of(tar));
+  std::optional<TarTensorIndexes> out = ix.Finish(Digest::Of(tar));
   if (stopped) *stopped = ix.stopped();
-  return out;
+  if (!out) return std::vector<TarTensorIndex>();
+  EXPECT_EQ(out->tar_digest, Digest::Of(tar));
+  EXPECT_EQ(out->tar_size, tar.size());
+  return out->files;
 }
 
 TEST(TarTensorIndexerTest, EveryWeightMemberIsIndexedAsTheRawPathIndexesTheSameBytes) {
