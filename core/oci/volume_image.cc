@@ -331,7 +331,8 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       l.tar_headers = std::move(ref);
     }
     // One tensor index reference: path, digest, mediaType, tensors.
-    auto tensor_ref = [&](const Json& xj, const std::string& xw) -> absl::StatusOr<VolumeTensorIndexRef> {
+    auto tensor_ref = [&](const Json& xj,
+                          const std::string& xw) -> absl::StatusOr<VolumeTensorIndexRef> {
       if (!xj.is_object()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an object"));
       VolumeTensorIndexRef ref;
       ASSIGN_OR_RETURN(ref.path, oci_json::GetString(xj, "path", xw, true));
@@ -615,10 +616,10 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     if (auto tit = tar_tensors_by_tar.find(indexed); tit != tar_tensors_by_tar.end()) {
       std::set<std::string> files;
       if (layer.encoding == LayerEncoding::kRaw || tit->second->tar_size != indexed_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor indexes for the tar ", indexed.str(), " (", tit->second->tar_size,
-            " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type, ", ",
-            indexed_size, " bytes of tar)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor indexes for the tar ", indexed.str(), " (", tit->second->tar_size,
+                         " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type,
+                         ", ", indexed_size, " bytes of tar)"));
       }
       rec.tar_tensor_indexes.emplace();
       for (const TarTensorIndex& tf : tit->second->files) {
@@ -836,11 +837,11 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
                        file_of("tensor index", ref.path, ref.digest, l.digest));
       ASSIGN_OR_RETURN(TensorIndex t, ParseTensorIndex(bytes));
       if (t.layer_digest != want || t.layer_size != want_size || t.tensors.size() != ref.tensors) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "volume layer: tensor index ", ref.path, " of ", ref.file, " describes ",
-            t.layer_digest.str(), " (", t.layer_size, " bytes, ", t.tensors.size(),
-            " tensors) but model.json says ", want.str(), " (", want_size, " bytes, ", ref.tensors,
-            " tensors)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume layer: tensor index ", ref.path, " of ", ref.file, " describes ",
+                         t.layer_digest.str(), " (", t.layer_size, " bytes, ", t.tensors.size(),
+                         " tensors) but model.json says ", want.str(), " (", want_size, " bytes, ",
+                         ref.tensors, " tensors)"));
       }
       files.push_back(TarTensorIndex{ref.file, std::move(t)});
     }

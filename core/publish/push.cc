@@ -432,10 +432,9 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     if (o.tensor_index && enc != LayerEncoding::kRaw) tar_tensors.emplace(f.rel);
     if (enc == LayerEncoding::kTarZstd) {
       // The frames' seek index and the chunk index of the tar, in one pass over the layer.
-      ASSIGN_OR_RETURN(auto both,
-                       IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest, f.rel,
-                                           o.progress, &*headers,
-                                           tar_tensors ? &*tar_tensors : nullptr));
+      ASSIGN_OR_RETURN(auto both, IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest,
+                                                      f.rel, o.progress, &*headers,
+                                                      tar_tensors ? &*tar_tensors : nullptr));
       seek = std::move(both.first);
       idx = std::move(both.second);
       if (seek->diff_id != *diff_id || idx.blob_digest != *diff_id) {
@@ -448,10 +447,9 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
       if (o.tensor_index && enc == LayerEncoding::kRaw) {
         ASSIGN_OR_RETURN(tensors, StartTensorIndex(f.path, f.rel, blob_path, 0));
       }
-      ASSIGN_OR_RETURN(idx,
-                       IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
-                                 headers ? &*headers : nullptr, tensors ? &*tensors : nullptr,
-                                 tar_tensors ? &*tar_tensors : nullptr));
+      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
+                                      headers ? &*headers : nullptr, tensors ? &*tensors : nullptr,
+                                      tar_tensors ? &*tar_tensors : nullptr));
       if (tensors) {
         ASSIGN_OR_RETURN(TensorIndex t, tensors->Finish());
         t.layer_digest = idx.blob_digest;

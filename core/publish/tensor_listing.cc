@@ -43,12 +43,9 @@ bool IsWeightPath(const std::string& path) {
 // The fallback for a tar layer without tensor indexes: the layer streamed once (decoded when
 // compressed), checked against its digest, its weight members followed and their tensors
 // hashed (TarTensorIndexer). nullopt when the tar cannot be followed (`stopped` says why).
-absl::StatusOr<std::optional<TarTensorIndexes>> HashTarLayer(RegistryClient& client,
-                                                             const std::string& repository,
-                                                             const ModelLayer& layer,
-                                                             const std::string& name,
-                                                             uint64_t* streamed,
-                                                             std::string* stopped) {
+absl::StatusOr<std::optional<TarTensorIndexes>> HashTarLayer(
+    RegistryClient& client, const std::string& repository, const ModelLayer& layer,
+    const std::string& name, uint64_t* streamed, std::string* stopped) {
   const Descriptor& d = layer.descriptor;
   const std::string where = absl::StrCat("layer ", d.digest.str());
   TarTensorIndexer ix(where);
@@ -203,16 +200,16 @@ absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const Reso
         }
       } else {
         std::string stopped;
-        ASSIGN_OR_RETURN(std::optional<TarTensorIndexes> t,
-                         HashTarLayer(client, rm.repository, layer, name, &out.hashed_bytes,
-                                      &stopped));
+        ASSIGN_OR_RETURN(
+            std::optional<TarTensorIndexes> t,
+            HashTarLayer(client, rm.repository, layer, name, &out.hashed_bytes, &stopped));
         if (!t) {
           out.skipped.push_back(absl::StrCat(name, " (", stopped, ")"));
           continue;
         }
         for (TarTensorIndex& x : t->files) {
-          files.push_back({x.file, d.digest, TensorSource::kHeaderHashed, std::nullopt,
-                           std::move(x.index)});
+          files.push_back(
+              {x.file, d.digest, TensorSource::kHeaderHashed, std::nullopt, std::move(x.index)});
         }
       }
       out.listed_layers.insert(d.digest);

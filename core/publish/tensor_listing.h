@@ -71,9 +71,9 @@ struct ModelTensors {
 
 // Lists the model `rm` resolved to (by `client`, which fetched it), reading tensor indexes from
 // V and falling back per file (a tar layer without indexes: streamed once, decoded when
-// compressed, and its weight members followed). `shared`, when set, is the other side of a diff: a file whose
-// layer digest it already lists is copied from it (same bytes, same tensors) instead of read.
-// Errors: kDataLoss when an index or a streamed layer does not match its digest; the parsers'
+// compressed, and its weight members followed). `shared`, when set, is the other side of a diff: a
+// file whose layer digest it already lists is copied from it (same bytes, same tensors) instead of
+// read. Errors: kDataLoss when an index or a streamed layer does not match its digest; the parsers'
 // kInvalidArgument for a malformed header or index; the registry's.
 absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const ResolvedModel& rm,
                                               const ModelTensors* shared = nullptr);

@@ -63,8 +63,8 @@ absl::StatusOr<Model> MakeModel(uint64_t seed) {
   for (int l = 0; l < 2; ++l) {
     for (const char* t : {"self_attn.q_proj.weight", "mlp.up_proj.weight"}) {
       const std::string name = absl::StrCat("model.layers.", l, ".", t);
-      RETURN_IF_ERROR(st.AddTensor(name, "BF16", {128, 256},
-                                   TensorBytes(name == kChanged ? seed : 1, name)));
+      RETURN_IF_ERROR(
+          st.AddTensor(name, "BF16", {128, 256}, TensorBytes(name == kChanged ? seed : 1, name)));
     }
   }
   GgufWriter g;
@@ -108,9 +108,8 @@ class TarTensorDiffE2eTest : public ::testing::Test {
 
   std::string Push(const std::string& dir, const std::string& repo_tag,
                    std::vector<std::string> extra) {
-    std::vector<std::string> args = {"push", "--plain-http",
-                                     absl::StrCat(registry_->host_port(), "/", repo_tag), dir,
-                                     "--json"};
+    std::vector<std::string> args = {
+        "push", "--plain-http", absl::StrCat(registry_->host_port(), "/", repo_tag), dir, "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<ProcessResult> r = RunModelfs(args);
     EXPECT_OK(r.status());
@@ -161,9 +160,8 @@ class TarTensorDiffE2eTest : public ::testing::Test {
   }
 
   std::string Convert(const std::string& tag, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {
-        "convert", "--plain-http", "--json",
-        absl::StrCat(registry_->host_port(), "/modelcars:", tag)};
+    std::vector<std::string> args = {"convert", "--plain-http", "--json",
+                                     absl::StrCat(registry_->host_port(), "/modelcars:", tag)};
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<ProcessResult> r = RunModelfs(args);
     EXPECT_OK(r.status());
@@ -187,8 +185,8 @@ class TarTensorDiffE2eTest : public ::testing::Test {
     std::set<std::string> changed;
     for (const auto& f : d["files"]) {
       for (const auto& c : f["changed"]) {
-        changed.insert(absl::StrCat(f["path"].get<std::string>(), ":",
-                                    c["name"].get<std::string>()));
+        changed.insert(
+            absl::StrCat(f["path"].get<std::string>(), ":", c["name"].get<std::string>()));
       }
     }
     EXPECT_EQ(changed, (std::set<std::string>{absl::StrCat(file, ":", kChanged)})) << d.dump(2);
@@ -198,6 +196,8 @@ class TarTensorDiffE2eTest : public ::testing::Test {
     EXPECT_EQ(d["b"]["source"], "index") << d.dump(2);
     EXPECT_EQ(d["a"]["skipped"].size(), 0u);
     EXPECT_THAT(d["bytes_read"].get<uint64_t>(), Lt(1u << 20));
+    printf("diff of %s and %s read %llu bytes\n", va.c_str(), vb.c_str(),
+           static_cast<unsigned long long>(d["bytes_read"].get<uint64_t>()));
   }
 
   // inspect --tensors --json lists the safetensors' 5 tensors and the GGUF's 3 from the index.
