@@ -1,5 +1,6 @@
 #include "core/publish/tensor_listing.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/formats/gguf.h"
 #include "core/formats/model_inspect.h"
@@ -9,6 +10,7 @@
 #include "core/publish/registry_range_reader.h"
 #include "core/publish/tar_tensor_indexer.h"
 #include "core/status/status_macros.h"
+#include "core/text/utf8.h"
 
 namespace modelfs {
 namespace {
@@ -119,6 +121,12 @@ absl::StatusOr<std::optional<TensorSkeleton>> ReadTensorSkeleton(RangeReader& fi
     }
   }
   for (const TensorEntry& t : s.index.tensors) {
+    // What ParseTensorIndex refuses is never written (a GGUF name need not be UTF-8).
+    if (t.name.empty() || FindInvalidUtf8(t.name) != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a tensor name is empty or not UTF-8 (\"",
+                       absl::CEscape(t.name.substr(0, 200)), "\"); a tensor index cannot hold it"));
+    }
     if (t.name.size() > 0xffff || t.dtype.size() > 0xff || t.shape.size() > TensorIndex::kMaxRank) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor ", t.name.substr(0, 200),
