@@ -82,6 +82,9 @@ std::string SerializeTensorIndex(const TensorIndex& index);
 // trailing bytes).
 absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view bytes);
 
+// Whether ParseTensorIndex takes `name` as a tensor's name: 1 to 65,535 bytes of UTF-8.
+bool ValidTensorName(std::string_view name);
+
 // The hex of a tensor's hash ("blake3:<hex>" in JSON output).
 std::string TensorHashHex(const ChunkHash& hash);
 

@@ -10,7 +10,6 @@
 #include "core/publish/registry_range_reader.h"
 #include "core/publish/tar_tensor_indexer.h"
 #include "core/status/status_macros.h"
-#include "core/text/utf8.h"
 
 namespace modelfs {
 namespace {
@@ -122,7 +121,7 @@ absl::StatusOr<std::optional<TensorSkeleton>> ReadTensorSkeleton(RangeReader& fi
   }
   for (const TensorEntry& t : s.index.tensors) {
     // What ParseTensorIndex refuses is never written (a GGUF name need not be UTF-8).
-    if (t.name.empty() || FindInvalidUtf8(t.name) != std::string::npos) {
+    if (t.name.size() <= 0xffff && !ValidTensorName(t.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": a tensor name is empty or not UTF-8 (\"",
                        absl::CEscape(t.name.substr(0, 200)), "\"); a tensor index cannot hold it"));
