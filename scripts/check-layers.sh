@@ -287,6 +287,10 @@ def check(root):
             errors.append(f"{t.where}: {name}: a production target with no row in the layer "
                           f"table of docs/design.md")
             continue
+        for src in sorted(t.sources):
+            if not in_folder(src, r.folder):
+                errors.append(f"{t.where}: {name} builds {src}, outside its row's folder "
+                              f"{r.folder} (design.md:{r.line})")
         linked = {d for d in t.deps if d in defined_in_tree}
         listed = {d for d in r.deps if d in by_target}
         for d in sorted(linked - listed):
