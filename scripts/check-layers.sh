@@ -76,9 +76,7 @@ def parse_table(text, top_dirs):
     layer, top, sub, pending = None, None, None, None
     for i in range(start + 1, end):
         number = i + 1
-        raw = lines[i]
-        text_ = re.sub(r"\[[^\]]*\]", " ", raw)  # third-party libraries
-        stripped = text_.strip()
+        stripped = re.sub(r"\[[^\]]*\]", " ", lines[i]).strip()  # [third-party libraries]
         if not stripped or (i == start + 1 and stripped.startswith("layer ")):
             continue  # the heading line
         # A group "(+ ...)" may run over lines: join them until it closes.
