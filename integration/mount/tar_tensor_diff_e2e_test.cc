@@ -235,6 +235,32 @@ TEST_F(TarTensorDiffE2eTest, PushZstdTarLayersDiffFromTheIndexesAlone) {
   ExpectInspectListsEveryTensor(vb, "model.safetensors", "model.gguf");
 }
 
+TEST_F(TarTensorDiffE2eTest, ConvertingAPushedTarModelGivesTheVolumeImagePushWrote) {
+  absl::StatusOr<ProcessResult> r =
+      RunModelfs({"push", "--plain-http", absl::StrCat(registry_->host_port(), "/models/a:same"),
+                  WriteDir(a_, "a"), "--json", "--tar"});
+  ASSERT_OK(r.status());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const nlohmann::json pushed = ParseJsonOutput(r->out);
+  const nlohmann::json converted =
+      Json({"convert", "--plain-http", "--json", pushed["model"]["reference"].get<std::string>()});
+  EXPECT_EQ(converted["volume"]["digest"], pushed["volume"]["digest"]);
+}
+
+TEST_F(TarTensorDiffE2eTest, TextDiffOfTwoModelcarsNamesTheTensorAndTheBytesRead) {
+  ASSERT_NO_FATAL_FAILURE(PushModelcar(a_, "a", LayerEncoding::kTarGzip));
+  ASSERT_NO_FATAL_FAILURE(PushModelcar(b_, "b", LayerEncoding::kTarGzip));
+  const std::string va = Convert("a"), vb = Convert("b");
+  ASSERT_OK_AND_ASSIGN(ProcessResult r, RunModelfs({"diff", "--plain-http", va, vb}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("(source: index, read "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "models/model.safetensors: 0 added, 0 removed, 1 changed, 4 identical\n"
+                         "  ~ model.layers.1.mlp.up_proj.weight (digest)\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("summary: 0 added, 0 removed, 1 changed, 7 identical"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not compared")));
+}
+
 class ModelcarTensorTest : public TarTensorDiffE2eTest,
                            public ::testing::WithParamInterface<LayerEncoding> {};
 
