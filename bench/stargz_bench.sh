@@ -30,6 +30,12 @@
 #                    du -x, FUSE mounts not entered) and of its fscache (the inflated chunks);
 #                    the FUSE mounts it made
 #   stargz no_bg     the same with `no_background_fetch = true` (purely on demand)
+#   modelfs          the same gzip modelcar, `modelfs convert` (its volume image V: chunk and
+#                    seek indexes, tar header records), then timed: `modelfs mount` of V on an
+#                    empty cache until models/ lists (the FUSE mount modelfs-snapshotter serves a
+#                    pod's image volume from; no containerd round trip, which for a remote
+#                    snapshot is one manifest fetch), the load over models/. Recorded as for
+#                    stargz; the mount's CPU-s and peak RSS; cache: du of its cache directory
 # Nothing is asserted. Times are medians of RUNS.
 #
 # Usage: bench/stargz_bench.sh BUILD_DIR
@@ -39,7 +45,8 @@
 #        MODELFS_CONTAINERD21_TARBALL, MODELFS_STARGZ_TARBALL (default: ../shared/tools beside
 #        the source)
 #   Quick check: SIZE_MIB=256 SHARD_MIB=64 RUNS=1 RANKS=4 FORCE=1 bench/stargz_bench.sh build
-#   BUILD_DIR needs bench/modelfs-synth and bench/modelfs-load (with --ranks).
+#   BUILD_DIR needs cmd/modelfs, bench/modelfs-synth and bench/modelfs-load (with --ranks).
+#   WITH_MODELFS=0 leaves modelfs out (stargz and the init container only).
 # Needs root (FUSE, overlay mounts, drop_caches), docker-registry, buildah, busybox (static),
 # curl, openssl, tar, gzip, python3; about 10x the model free under WORK (buildah's vfs copies,
 # the registry holds gzip and eStargz, containerd's content store, the stargz cache). WORK's
@@ -56,6 +63,8 @@ BUILD=$(realpath "$1")
 SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
 SYNTH=$(realpath "$BUILD/bench/modelfs-synth")
 LOAD=$(realpath "$BUILD/bench/modelfs-load")
+MODELFS=$BUILD/cmd/modelfs
+WITH_MODELFS=${WITH_MODELFS:-1}
 SIZE_MIB=${SIZE_MIB:-2048}
 SHARD_MIB=${SHARD_MIB:-405}
 RUNS=${RUNS:-3}
@@ -72,6 +81,7 @@ SGZ_DIR=$BUILD/third_party/stargz-snapshotter-0.14.3
 BUSYBOX=/bin/busybox  # Debian's busybox-static
 require_exec "$SYNTH" "build target modelfs-synth"
 require_exec "$LOAD" "build target modelfs-load"
+[[ $WITH_MODELFS == 0 ]] || require_exec "$MODELFS" "build target modelfs"
 require_exec "$BUSYBOX" "package busybox-static"
 require_tools docker-registry buildah curl openssl tee tar gzip du mountpoint "$PY"
 [[ $(id -u) == 0 ]] || { echo "stargz_bench: needs root (FUSE, overlay mounts, drop_caches)" >&2; exit 2; }
@@ -100,7 +110,9 @@ REG_PID=""
 CTD_PID=""
 SGZ_PID=""
 RUN=""
+MFS_MNT=""
 cleanup() {
+  if [[ -n $MFS_MNT ]] && mountpoint -q "$MFS_MNT"; then "$MODELFS" umount "$MFS_MNT" 2> /dev/null || fusermount3 -u -z "$MFS_MNT" || true; fi
   sgz_stop || true
   stop_registry
   umount_under "$WORK"
@@ -307,6 +319,37 @@ measure_stargz() {
   sgz_stop
 }
 
+# measure_modelfs LOADER: `modelfs mount` of the modelcar's V on an empty cache, then the load.
+measure_modelfs() {
+  local l=$1 k="modelfs:$1" cache=$WORK/mfs-cache out pid t0 t1 t2 off b n
+  MFS_MNT=$WORK/mfs-mnt
+  rm -rf "$cache"
+  mkdir -p "$MFS_MNT"
+  off=$(log_size "$REG_LOG")
+  drop_caches
+  t0=$(now)
+  out=$("$MODELFS" mount --plain-http --cache "$cache" --log "$WORK/mfs-mount.log" "$VREF" "$MFS_MNT") ||
+    { echo "stargz_bench: modelfs mount of $VREF failed:" >&2; tail -20 "$WORK/mfs-mount.log" >&2; exit 1; }
+  pid=$(mount_pid <<< "$out")
+  ls "$MFS_MNT/models" > /dev/null
+  t1=$(now)
+  load "$l" "$MFS_MNT/models"
+  t2=$(now)
+  add "$k:cpu" "$(cpu_seconds "$pid")"
+  add "$k:rss" "$(peak_rss "$pid")"
+  add "$k:ready" "$(elapsed "$t0" "$t1")"
+  add "$k:load" "$(elapsed "$t1" "$t2")"
+  add "$k:last" "$(elapsed "$t0" "$t2")"
+  read -r b n <<< "$(wire "$off")"
+  add "$k:wire" "$b"
+  add "$k:reqs" "$n"
+  add "$k:cache" "$(du -sx -B1 "$cache" | cut -f1)"
+  add "$k:fscache" 0
+  add "$k:fuse" 1
+  umount_wait "$MFS_MNT" "$pid"
+  rm -rf "$cache"
+}
+
 # --- the modelcar and its eStargz --------------------------------------------------------------
 release "$CTD_TARBALL" "$CTD_SHA256" "$CTD_DIR" containerd ctr containerd-shim-runc-v2
 release "$SGZ_TARBALL" "$SGZ_SHA256" "$SGZ_DIR" containerd-stargz-grpc ctr-remote
@@ -348,19 +391,39 @@ ESGZ_TOCS=$(manifest_field v1-esgz "sum('containerd.io/snapshot/stargz/toc.diges
 NLAYERS=$(wc -w <<< "$LAYERS")
 [[ $ESGZ_TOCS == "$NLAYERS" ]] || { echo "stargz_bench: $ESGZ has $ESGZ_TOCS eStargz layers of $NLAYERS" >&2; exit 1; }
 
+# modelfs: the volume image of the same gzip modelcar (convert reads the image once).
+VREF=""
+CONVERT_MFS_S=n/a
+if [[ $WITH_MODELFS != 0 ]]; then
+  t0=$(now)
+  DOCKER_CONFIG="$DOCKER_CONFIG" "$MODELFS" convert --plain-http --json "$REG/$REPO:v1" > "$WORK/convert.json" 2> "$WORK/convert.log" ||
+    { echo "stargz_bench: modelfs convert of $REG/$REPO:v1 failed:" >&2; tail -20 "$WORK/convert.log" >&2; exit 1; }
+  CONVERT_MFS_S=$(elapsed "$t0" "$(now)")
+  VREF=$REG/$REPO@$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['volume']['digest'])" "$WORK/convert.json")
+fi
+
 set_settle "$SIZE_MIB"
 for run in $(seq "$RUNS"); do
   echo "run $run/$RUNS ($(elapsed "$RUN_START" "$(now)") s in) ..." >&2
   for l in $(loaders); do
     measure_init "$l"
     for c in $STARGZ_CONFIGS; do measure_stargz "$c" "$l"; done
+    [[ $WITH_MODELFS == 0 ]] || measure_modelfs "$l"
   done
 done
 
 # --- the table ---------------------------------------------------------------------------------
 f2() { calc "f'{a:.2f}'" "$1" | tr -d "'"; }
 row() { printf '| %-30s | %-27s | %8s | %8s | %8s | %7s | %6s | %9s | %10s | %5s | %10s | %10s | %9s | %4s |\n' "$@"; }
-cfg_name() { [[ $1 == default ]] && echo "stargz, default" || echo "stargz, no_background_fetch"; }
+cfg_name() {
+  case $1 in
+    default) echo "stargz, default" ;;
+    no_bg) echo "stargz, no_background_fetch" ;;
+    modelfs) echo "modelfs, gzip modelcar V" ;;
+  esac
+}
+CONFIGS="$STARGZ_CONFIGS"
+[[ $WITH_MODELFS == 0 ]] || CONFIGS="$CONFIGS modelfs"
 echo
 echo "### stargz 0.14.3 beside an init container: a $(human "$TOTAL") llama-shaped BF16 model in $NFILES files" \
   "(shards of $SHARD_MIB MiB) under /models of a modelcar; registry on loopback (disk); medians of $RUNS, $(nproc) cores"
@@ -371,6 +434,7 @@ echo "load average: $LOAD_AT_START at start ($([[ -z $FORCED ]] && echo "quiet, 
 echo "layers: gzip (buildah) $(human "$GZ_BYTES"), eStargz (ctr-remote convert, $CONVERT_S s) $(human "$ESGZ_BYTES");" \
   "containerd $("$CTD_DIR/containerd" --version | awk '{print $3}'), $("$SGZ_DIR/containerd-stargz-grpc" -version 2>&1 | head -1)," \
   "$(buildah --version | head -1), kernel $(uname -r)"
+[[ $WITH_MODELFS == 0 ]] || echo "modelfs: \`modelfs convert\` of the gzip modelcar into its volume image took $CONVERT_MFS_S s; modelfs $("$MODELFS" --version 2> /dev/null | head -1)"
 echo
 row load path "ready s" "load s" "last s" "vs init" CPU-s CPU-s/GiB registry reqs cache inflated "peak RSS" FUSE
 row --- --- --- --- --- --- --- --- --- --- --- --- --- ---
@@ -379,7 +443,7 @@ for l in $(loaders); do
   il=$(med "init:last:$l")
   row "$name" "init container" "$(med "init:ready:$l")" "$(med "init:load:$l")" "$il" "" "" "" \
     "$(human "$(med "init:wire:$l")")" "$(calc 'int(a)' "$(med "init:reqs:$l")")" "" "" "" ""
-  for c in $STARGZ_CONFIGS; do
+  for c in $CONFIGS; do
     k="$c:$l"
     cpu=$(med "$k:cpu")
     row "$name" "$(cfg_name "$c")" "$(med "$k:ready")" "$(med "$k:load")" "$(med "$k:last")" \
@@ -392,9 +456,9 @@ done
 [[ -z $FORCED ]] || { echo; echo "** $FORCED **"; }
 echo
 echo "ready: from the start until models/ lists (init: every layer downloaded, hashed and untarred; stargz:"
-echo "ctr-remote image rpull + ctr images mount). load: the loader over models/ after that (TP: until the last"
-echo "rank is done). last = ready + load. vs init: init container / stargz (above 1.00x stargz is faster)."
-echo "CPU-s: containerd-stargz-grpc's utime + stime over the measure (the loader's and containerd's not counted);"
+echo "ctr-remote image rpull + ctr images mount; modelfs: modelfs mount of V). load: the loader over models/ after that (TP: until the last"
+echo "rank is done). last = ready + load. vs init: init container / the path (above 1.00x the path is faster)."
+echo "CPU-s: containerd-stargz-grpc's (modelfs: the mount's) utime + stime over the measure (the loader's and containerd's not counted);"
 echo "registry: response bytes and requests in the registry's access log during the measure (background fetches"
 echo "still in flight at the end not counted); cache: du -x of the daemon's root after the load, of which inflated:"
 echo "its fscache (the chunks inflated; the rest is mostly httpcache, the compressed ranges fetched); peak RSS:"

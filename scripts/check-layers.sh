@@ -1,191 +1,416 @@
 #!/usr/bin/env python3
-# The layering check of docs/design.md §1 (written in python3, which every build machine has; no
-# other dependency). Reads every `#include "..."` in the tree's .h and .cc files and fails (exit
-# 1) on an include that goes up a layer or to a folder its row does not name, printing
-# file:line and the rule. Exit 0: every include keeps to the table; exit 2: bad usage.
-# Usage: scripts/check-layers.sh [ROOT]   (ROOT: the source tree, default: this repository)
-#
-# An include is resolved against ROOT (`core/oci/digest.h`), else against the including file's
-# folder; one that names no file in the tree (abseil, generated protos) is not ours to check.
-# A file belongs to the row with the longest folder that contains it; a .h/.cc file under no
-# row fails (add a row). Rows whose folder does not exist yet are ignored.
-import fnmatch
+"""The layering check of docs/design.md §1 (python3, which every build machine has; no other
+dependency). It reads the layer table in docs/design.md (the block under "**Dependencies.**")
+and the tree's CMake files, and fails (exit 1), naming what is at fault, when
+  - the table is inconsistent: a row names a target no row defines, or one of a higher
+    layer, or rows name each other in a cycle;
+  - a CMake link list (`modelfs_library(... DEPS ...)`, `target_link_libraries`) of a
+    production target differs from its row (either way), or a production target has no row;
+  - an `#include "..."` or `#include <...>` of a .h .hpp .hh .cc .cpp .cxx .c or .inc file
+    names a file of the tree that belongs to a target its own target's row does not name
+    (nor is it the same target, nor a header the row lists as an explicit edge);
+  - a source file belongs to no row, or a header to no target.
+Exit 0: the tree keeps to the table; exit 2: bad usage or a table it cannot read.
+Usage: scripts/check-layers.sh [ROOT]   (ROOT: the source tree, default: this repository)
+
+Which target a file belongs to: the target whose SOURCES (or add_executable/target_sources
+list) name it; a header (or .inc) without a source of its own belongs to the target of the
+source with its stem in its folder (model_tree.h -> model_tree.cc), else to the row that says
+it owns it (`(owns fuse/mount_options.h)`), else to the only target whose row has its folder.
+Files under a folder row (`*`: tests/, integration/, bench/, testsupport/) belong to it.
+An include is resolved as the compiler does with the repository root as the include root:
+"x" against the including file's folder, then ROOT; <x> against ROOT. One that names no file
+of the tree (abseil, libfuse, generated protos) is not ours to check.
+"""
 import os
 import re
 import sys
 
-# ---- The table: folder, layer, the folders it may include besides itself. -----------------
-# Layers as docs/design.md §1 numbers them. An entry may be a folder ("core/oci"), a pattern
-# ("core/*") or one header ("core/cache/blob_reader.h", an explicit allowed edge with its
-# reason). Nothing may name a folder of a higher layer; the check refuses such a table.
-PRODUCTION = ["core/*", "fuse", "proto", "host", "snapshotter", "snapshotter/*", "cmd/*"]
-RULES = [
-    ("core/status", 0, []),
-    ("core/text", 0, ["core/status"]),
-    ("core/base", 0, ["core/status", "core/text"]),
-    ("core/sqlite", 0, ["core/status"]),
-    ("core/http", 1, ["core/status", "core/base", "core/text"]),
-    ("core/io", 1, ["core/http", "core/status", "core/base", "core/text"]),
-    ("core/formats", 2, ["core/io", "core/text", "core/status"]),
-    ("core/oci", 2, ["core/io", "core/text", "core/status", "core/base"]),
-    ("core/cache", 3, ["core/oci", "core/io", "core/sqlite", "core/base", "core/text",
-                       "core/status"]),
-    ("core/registry", 3, ["core/oci", "core/io", "core/http", "core/base", "core/text",
-                          "core/status",
-                          # RegistryBlobSource implements the cache's network seam, an
-                          # interface with no code that includes only core/oci/digest.h, so the
-                          # registry implements it without linking the cache (design.md §1).
-                          "core/cache/remote_blob_source.h"]),
-    ("core/hub", 3, ["core/formats", "core/oci", "core/io", "core/http", "core/base",
-                     "core/text", "core/status"]),
-    ("core/trust", 4, ["core/registry", "core/oci", "core/base", "core/text", "core/status"]),
-    ("core/publish", 5, ["core/registry", "core/hub", "core/formats", "core/oci", "core/io",
-                         "core/base", "core/text", "core/status",
-                         "core/resolve"]),
-    # Resolution (ResolveModel, its fetchers and clients): below core/model and core/publish,
-    # above the registry, the OCI code and the cache.
-    ("core/resolve", 4, ["core/registry", "core/oci", "core/cache", "core/formats", "core/io",
-                         "core/http", "core/base", "core/text", "core/status"]),
-    # Equivalence attestations: the comparison (formats), the statement, its DSSE envelope and
-    # cosign's .att tag (trust, registry); beside core/model and core/publish.
-    ("core/attest", 5, ["core/trust", "core/registry", "core/formats", "core/oci", "core/io",
-                        "core/base", "core/text", "core/status"]),
-    ("core/model", 5, ["core/resolve", "core/cache", "core/registry", "core/formats",
-                       "core/oci", "core/io", "core/base", "core/text", "core/status"]),
-    ("fuse", 6, ["core/oci", "core/base", "core/text", "core/status",
-                 # ModelTree's header-only seams: the filesystem sees the cache through the
-                 # BlobReader interface and a model's files as TreeFile values, and links
-                 # neither library (design.md §1, "Two seams").
-                 "core/cache/blob_reader.h", "core/model/tree_file.h"]),
-    ("proto", 6, []),
-    # The model host: above fuse/ and core/model, below snapshotter/ and cmd/.
-    ("host", 7, ["fuse", "core/*", "proto"]),
-    ("snapshotter", 8, ["host", "fuse", "proto", "core/*", "snapshotter/*"]),
-    # snapshotter/, one subfolder per target.
-    ("snapshotter/store", 8, ["core/*"]),
-    ("snapshotter/service", 8, ["snapshotter/store", "proto", "core/*"]),
-    ("snapshotter/content", 8, ["proto", "core/*"]),
-    ("snapshotter/policy", 8, ["core/*"]),
-    ("snapshotter/model", 8, ["snapshotter/store", "snapshotter/content", "snapshotter/policy",
-                              "host", "fuse", "proto", "core/*"]),
-    # The admin service over NodeAdmin (snapshotter/model/node_status.h, an interface with
-    # plain values) and containerd's ToGrpcStatus.
-    ("snapshotter/admin", 8, ["snapshotter/model/node_status.h", "snapshotter/service",
-                              "snapshotter/store", "proto", "core/*"]),
-    ("cmd/modelfs", 9, ["host", "fuse", "core/*",
-                        # `modelfs node` reads the daemon's config to find its admin socket.
-                        "cmd/modelfs-snapshotter/daemon_config.h"]),
-    ("cmd/modelfs-snapshotter", 9, ["snapshotter", "snapshotter/*", "host", "fuse", "proto",
-                                    "core/*"]),
-    # Test and bench code: one support leaf, imported by the three folders above it, which
-    # never import each other.
-    ("testsupport", 10, PRODUCTION),
-    ("tests", 11, PRODUCTION + ["testsupport"]),
-    ("integration", 11, PRODUCTION + ["testsupport"]),
-    ("bench", 11, PRODUCTION + ["testsupport"]),
-]
-# Folders with no C++ of ours, never scanned.
-SKIP_DIRS = {".git", "node_modules", "third_party", "packaging", "systemd", "docs"}
-# ---------------------------------------------------------------------------------------------
+SOURCE_EXTS = (".h", ".hpp", ".hh", ".inc", ".cc", ".cpp", ".cxx", ".c")
+HEADER_EXTS = (".h", ".hpp", ".hh", ".inc")
+# Top-level folders with no C++ of ours (and build trees, "build*"), never scanned; nor, at any
+# depth, hidden folders and npm's.
+SKIP_TOP = {"third_party", "packaging", "systemd", "docs", "cmake", "scripts"}
+TABLE_START = "**Dependencies.**"
 
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+DOTS = re.compile(r"^\.+$")
 
 
-def row_of(path, rows):
-    best = None
-    for row in rows:
-        if path == row[0] or path.startswith(row[0] + "/"):
-            if best is None or len(row[0]) > len(best[0]):
-                best = row
-    return best
+class TableError(Exception):
+    pass
 
 
-def allows(entry, target_path, target_folder):
-    if entry.endswith((".h", ".cc")):
-        return target_path == entry
-    return fnmatch.fnmatchcase(target_folder, entry)
+def full_name(short):
+    """Table names are CMake targets without the modelfs_ prefix; the binaries keep theirs."""
+    return short if short.startswith("modelfs") else "modelfs_" + short
 
 
-def layer_of_entry(entry, rows):
-    for row in rows:
-        if not entry.endswith((".h", ".cc")) and fnmatch.fnmatchcase(row[0], entry):
-            yield row
+class Row:
+    def __init__(self, line, layer, folder, target):
+        self.line = line  # of docs/design.md
+        self.layer = layer
+        self.folder = folder  # "core/oci", "snapshotter/model", "tests"
+        self.target = target  # full CMake name, or "*" for a folder row
+        self.deps = []  # full target names; "testsupport/" for a folder; "production"
+        self.headers = []  # explicit header edges
+        self.owns = []  # headers of this target no source names
+
+    def name(self):
+        return self.folder + "/" if self.target == "*" else self.target
 
 
-def check_table(rows):
-    errors = []
-    for folder, layer, allowed in rows:
-        for entry in allowed:
-            if entry.endswith((".h", ".cc")):
-                continue  # an explicit edge: its reason is beside it
-            for other in layer_of_entry(entry, rows):
-                if other[1] > layer:
-                    errors.append(f"table: {folder} (layer {layer}) allows {entry}, which "
-                                  f"matches {other[0]} (layer {other[1]}): up a layer")
-    return errors
+def parse_table(text, top_dirs):
+    """The rows of the code block after TABLE_START. Grammar of a line:
+       [LAYER] [FOLDER/ [SUBFOLDER/]] TARGET [.....] DEP DEP ... [third party]
+       (+ [header|headers] DEP-OR-HEADER ...[: why])   (owns HEADER ...)
+    `-` alone: no dependency; `*` for TARGET: the whole folder."""
+    lines = text.split("\n")
+    try:
+        at = next(i for i, l in enumerate(lines) if l.startswith(TABLE_START))
+        start = next(i for i in range(at, len(lines)) if lines[i].startswith("```"))
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```"))
+    except StopIteration:
+        raise TableError(f"no code block after '{TABLE_START}' in docs/design.md §1")
+    rows = []
+    layer, top, sub, pending = None, None, None, None
+    for i in range(start + 1, end):
+        number = i + 1
+        stripped = re.sub(r"\[[^\]]*\]", " ", lines[i]).strip()  # [third-party libraries]
+        if not stripped or (i == start + 1 and stripped.startswith("layer ")):
+            continue  # the heading line
+        # A group "(+ ...)" may run over lines: join them until it closes.
+        if pending is not None:
+            pending += " " + stripped
+            if ")" not in stripped:
+                continue
+            stripped, pending = pending, None
+        elif stripped.count("(") > stripped.count(")"):
+            pending = stripped
+            continue
+        # Parenthesized groups: (+ more names or headers), (owns headers), or a comment.
+        groups = re.findall(r"\(([^)]*)\)", stripped)
+        stripped = re.sub(r"\([^)]*\)", " ", stripped).strip()
+        if stripped:
+            words = stripped.split()
+            if words[0].isdigit():
+                layer = int(words.pop(0))
+            while words and "/" in words[0]:
+                w = words.pop(0).rstrip("/")
+                if w.split("/")[0] in top_dirs:
+                    top, sub = w, None
+                else:
+                    sub = w
+            if layer is None or top is None or not words:
+                raise TableError(f"design.md:{number}: a row needs a layer, a folder and a "
+                                 f"target")
+            target = words.pop(0)
+            row = Row(number, layer, top + ("/" + sub if sub else ""),
+                      target if target == "*" else full_name(target))
+            if words and DOTS.match(words[0]):
+                words.pop(0)
+            for w in words:
+                if w == "-":
+                    continue
+                if w == "production" or w.endswith("/"):
+                    row.deps.append(w)
+                elif not re.match(r"^[A-Za-z0-9_-]+$", w):
+                    raise TableError(f"design.md:{number}: '{w}' is not a target name")
+                else:
+                    row.deps.append(full_name(w))
+            rows.append(row)
+        for group in groups:
+            words = group.split(":", 1)[0].replace(",", " ").split()
+            if not words or words[0] not in ("+", "owns"):
+                continue  # a comment
+            if not rows:
+                raise TableError(f"design.md:{number}: ({words[0]} ...) before any row")
+            row = rows[-1]
+            if words[0] == "owns":
+                row.owns += words[1:]
+                continue
+            for w in words[1:]:
+                if w in ("header", "headers"):
+                    continue
+                if w.endswith(HEADER_EXTS):
+                    row.headers.append(w)
+                else:
+                    row.deps.append(full_name(w))
+    if pending is not None:
+        raise TableError(f"design.md: an unclosed ( in the layer table")
+    if not rows:
+        raise TableError("the layer table in docs/design.md has no rows")
+    return rows
 
 
-def scan(root):
-    rows = RULES
-    errors = check_table(rows)
-    checked = 0
+# ---- CMake ---------------------------------------------------------------------------------
+COMMANDS = ("modelfs_library", "add_library", "add_executable", "target_sources",
+            "target_link_libraries")
+KEYWORDS = {"PRIVATE", "PUBLIC", "INTERFACE", "STATIC", "SHARED", "OBJECT", "SOURCES", "DEPS"}
+
+
+def cmake_calls(text):
+    text = re.sub(r"#[^\n]*", "", text)
+    for m in re.finditer(r"\b(" + "|".join(COMMANDS) + r")\s*\(", text):
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        args = text[m.end():j - 1].split()
+        if args:
+            yield m.group(1), args[0], args[1:], text.count("\n", 0, m.start()) + 1
+
+
+class Target:
+    def __init__(self, name, where):
+        self.name = name
+        self.where = where  # "core/oci/CMakeLists.txt:5"
+        self.sources = set()  # paths relative to ROOT
+        self.deps = {}  # name -> where it is linked
+
+
+def parse_cmake(root, cmake_files):
+    targets = {}
+    for path in cmake_files:
+        with open(os.path.join(root, path)) as f:
+            text = f.read()
+        base = os.path.dirname(path)
+        for command, name, args, line in cmake_calls(text):
+            where = f"{path}:{line}"
+            if command in ("modelfs_library", "add_library", "add_executable"):
+                targets.setdefault(name, Target(name, where))
+            t = targets.get(name)
+            if t is None:
+                continue
+            section = "SOURCES" if command != "target_link_libraries" else "DEPS"
+            for a in args:
+                if a in ("SOURCES", "DEPS"):
+                    section = a
+                    continue
+                if a in KEYWORDS or "$" in a or '"' in a:
+                    continue
+                if section == "SOURCES":
+                    t.sources.add(os.path.normpath(os.path.join(base, a)))
+                else:
+                    t.deps.setdefault(a, where)
+    return targets
+
+
+# ---- The check -----------------------------------------------------------------------------
+def walk(root):
+    sources, cmake_files = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        dirnames[:] = sorted(d for d in dirnames
-                             if d not in SKIP_DIRS and not d.startswith(("build", ".")))
+        top = rel_dir == "."
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if not d.startswith(".") and d != "node_modules"
+            and not (top and (d in SKIP_TOP or d.startswith("build"))))
         for name in sorted(filenames):
-            if not name.endswith((".h", ".cc")):
-                continue
             path = os.path.normpath(os.path.join(rel_dir, name))
-            own = row_of(path, rows)
-            if own is None:
-                errors.append(f"{path}: in no row of the table in scripts/check-layers.sh")
+            if name.endswith(SOURCE_EXTS):
+                sources.append(path)
+            elif name == "CMakeLists.txt" or name.endswith(".cmake"):
+                cmake_files.append(path)
+    return sources, cmake_files
+
+
+def in_folder(path, folder):
+    return path.startswith(folder + "/")
+
+
+def check(root):
+    """Returns (errors, number of includes checked); raises TableError."""
+    top_dirs = {d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))}
+    with open(os.path.join(root, "docs", "design.md")) as f:
+        rows = parse_table(f.read(), top_dirs)
+    sources, cmake_files = walk(root)
+    targets = parse_cmake(root, cmake_files)
+    errors = []
+    by_target = {}
+    for r in rows:
+        if r.target != "*":
+            if r.target in by_target:
+                errors.append(f"design.md:{r.line}: {r.target} has two rows")
+            by_target[r.target] = r
+    folder_rows = [r for r in rows if r.target == "*"]
+
+    # 1. The table itself: every name defined, nothing upward, no cycle.
+    for r in rows:
+        for d in r.deps:
+            if d == "production":
                 continue
-            with open(os.path.join(root, path), errors="replace") as f:
-                lines = f.readlines()
-            for number, line in enumerate(lines, 1):
-                m = INCLUDE.match(line)
-                if not m:
-                    continue
-                target = os.path.normpath(m.group(1))
-                if not os.path.isfile(os.path.join(root, target)):
-                    local = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
-                    if not os.path.isfile(os.path.join(root, local)):
-                        continue  # not ours: abseil, nlohmann, generated protos
-                    target = local
-                checked += 1
-                other = row_of(target, rows)
-                if other is None or other[0] == own[0]:
-                    continue
-                target_folder = other[0]
-                if any(allows(e, target, target_folder) for e in own[2]):
-                    continue
-                if other[1] > own[1]:
-                    why = (f"{own[0]} (layer {own[1]}) includes upward into {target_folder} "
-                           f"(layer {other[1]})")
-                else:
-                    why = (f"{own[0]} (layer {own[1]}) may not include {target_folder} "
-                           f"(layer {other[1]}): not in its row")
-                errors.append(f"{path}:{number}: {m.group(1)}: {why}")
+            if d.endswith("/"):
+                other = next((o for o in folder_rows if o.folder == d.rstrip("/")), None)
+            else:
+                other = by_target.get(d)
+            if other is None:
+                errors.append(f"design.md:{r.line}: {r.name()} names {d}, which has no row")
+            elif other.layer > r.layer:
+                errors.append(f"design.md:{r.line}: {r.name()} (layer {r.layer}) names "
+                              f"{other.name()} (layer {other.layer}): up a layer")
+        for h in r.headers + r.owns:
+            if not os.path.isfile(os.path.join(root, h)):
+                errors.append(f"design.md:{r.line}: {r.name()} names {h}, which does not exist")
+    state = {}
+
+    def visit(name, stack):
+        state[name] = 1
+        for d in by_target[name].deps:
+            if d not in by_target:
+                continue
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                errors.append(f"design.md:{by_target[d].line}: a cycle in the table: "
+                              + " -> ".join(cycle))
+            elif d not in state:
+                visit(d, stack + [d])
+        state[name] = 2
+
+    for name in sorted(by_target):
+        if name not in state:
+            visit(name, [name])
+
+    # 2. CMake against the table: a production target's links are its row's, both ways.
+    defined_in_tree = set(targets)
+    target_folders = {r.folder for r in rows if r.target != "*"}
+    for name in sorted(targets):
+        t = targets[name]
+        folder = os.path.dirname(t.where.split(":")[0])
+        if name not in by_target and not any(folder == f or in_folder(folder, f)
+                                             for f in target_folders):
+            continue  # tests, harness and bench targets: their folder rows hold them
+        r = by_target.get(name)
+        if r is None:
+            errors.append(f"{t.where}: {name}: a production target with no row in the layer "
+                          f"table of docs/design.md")
+            continue
+        for src in sorted(t.sources):
+            if not in_folder(src, r.folder):
+                errors.append(f"{t.where}: {name} builds {src}, outside its row's folder "
+                              f"{r.folder} (design.md:{r.line})")
+        linked = {d for d in t.deps if d in defined_in_tree}
+        listed = {d for d in r.deps if d in by_target}
+        for d in sorted(linked - listed):
+            errors.append(f"{t.deps[d]}: {name} links {d}, which its row "
+                          f"(design.md:{r.line}) does not name")
+        for d in sorted(listed - linked):
+            errors.append(f"design.md:{r.line}: {name}'s row names {d}, which {t.where} "
+                          f"does not link")
+    for name in sorted(by_target):
+        if name not in targets:
+            errors.append(f"design.md:{by_target[name].line}: {name} is no CMake target of "
+                          f"the tree")
+
+    # 3. Which row each file belongs to.
+    owner_of_source = {}
+    for t in targets.values():
+        if t.name in by_target:
+            for s in t.sources:
+                owner_of_source[s] = t.name
+    owned = {h: r.target for r in rows for h in r.owns}
+    source_set = set(sources)
+
+    def owner(path):
+        """The row (a Row) a file belongs to, or an error string."""
+        for r in folder_rows:
+            if in_folder(path, r.folder):
+                return r
+        if path in owner_of_source:
+            return by_target[owner_of_source[path]]
+        if path.endswith(HEADER_EXTS):
+            stem = os.path.splitext(path)[0]
+            for ext in (".cc", ".cpp", ".cxx", ".c"):
+                if stem + ext in owner_of_source:
+                    return by_target[owner_of_source[stem + ext]]
+            if path in owned:
+                return by_target[owned[path]]
+            candidates = [r for r in rows if r.target != "*"
+                          and os.path.dirname(path) == r.folder]
+            if len(candidates) == 1:
+                return candidates[0]
+            if candidates:
+                return (f"a header of {os.path.dirname(path)}, which holds "
+                        f"{', '.join(c.target for c in candidates)}: name it in its row's "
+                        f"(owns ...)")
+        if any(in_folder(path, r.folder) or os.path.dirname(path) == r.folder for r in rows):
+            return "in no target's source list"
+        return "in no folder of the layer table in docs/design.md"
+
+    owners = {}
+    for path in sources:
+        o = owner(path)
+        if isinstance(o, str):
+            errors.append(f"{path}: {o}")
+        else:
+            owners[path] = o
+
+    # 4. The includes.
+    def allowed(own, target_row, target_path):
+        if target_row is own:
+            return True
+        if target_path in own.headers:
+            return True
+        if target_row.target == "*":
+            return target_row.folder + "/" in own.deps
+        if "production" in own.deps:
+            return True
+        return target_row.target in own.deps
+
+    checked = 0
+    for path in sources:
+        own = owners.get(path)
+        if own is None:
+            continue
+        with open(os.path.join(root, path), errors="replace") as f:
+            lines = f.readlines()
+        for number, line in enumerate(lines, 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            name = m.group(2)
+            candidates = [os.path.normpath(os.path.join(os.path.dirname(path), name))] \
+                if m.group(1) == '"' else []
+            candidates.append(os.path.normpath(name))
+            target = next((c for c in candidates if c in source_set), None)
+            if target is None:
+                continue  # not ours: abseil, nlohmann, libfuse, generated protos
+            checked += 1
+            other = owners.get(target)
+            if other is None or allowed(own, other, target):
+                continue
+            if other.layer > own.layer:
+                why = f"upward into {other.name()} (layer {other.layer})"
+            else:
+                why = f"{other.name()} (layer {other.layer}), which its row does not name"
+            errors.append(f"{path}:{number}: {name}: {own.name()} (layer {own.layer}, "
+                          f"design.md:{own.line}) includes {why}")
     return errors, checked
 
 
 def main(argv):
-    if len(argv) > 2:
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print("usage: scripts/check-layers.sh [ROOT]\n" + __doc__)
+        return 0
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
         print("usage: scripts/check-layers.sh [ROOT]", file=sys.stderr)
         return 2
     root = argv[1] if len(argv) == 2 else os.path.join(os.path.dirname(__file__), "..")
-    if not os.path.isdir(root):
-        print(f"check-layers: {root}: not a directory", file=sys.stderr)
+    if not os.path.isfile(os.path.join(root, "docs", "design.md")):
+        print(f"check-layers: {root}: no docs/design.md", file=sys.stderr)
         return 2
-    errors, checked = scan(os.path.abspath(root))
+    try:
+        errors, checked = check(os.path.abspath(root))
+    except TableError as e:
+        print(f"check-layers: {e}", file=sys.stderr)
+        return 2
     for e in errors:
         print(f"check-layers: {e}", file=sys.stderr)
     if errors:
-        print(f"check-layers: {len(errors)} include(s) break the layers of docs/design.md §1",
+        print(f"check-layers: {len(errors)} violation(s) of the layers of docs/design.md §1",
               file=sys.stderr)
         return 1
-    print(f"check-layers: {checked} includes keep to the layers")
+    print(f"check-layers: {checked} includes and the CMake link lists keep to the layers")
     return 0
 
 

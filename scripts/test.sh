@@ -16,8 +16,8 @@ if [ "$(id -u)" -ne 0 ]; then
     TSAN_BUILD_DIR="${TSAN_BUILD_DIR:-build-tsan}" CI="${CI:-}" "$PWD/scripts/test.sh" "$@"
 fi
 ./scripts/install-deps.sh
-# The layers of docs/design.md §1: no include goes up a layer or across a line (seconds; the
-# unit test layering_check_test also runs it).
+# The layers of docs/design.md §1: no include goes up a layer or across a line, and the CMake
+# link lists are the table's (under a second; the unit test layering_check_test also runs it).
 ./scripts/check-layers.sh
 ./scripts/build.sh
 # Beside the ordinary tests, at the lowest CPU priority: the ThreadSanitizer tree's build, then

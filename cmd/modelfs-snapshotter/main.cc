@@ -286,6 +286,7 @@ absl::Status Run(const DaemonConfig& c) {
                                         counters.remote_fallback = r.fallback;
                                         counters.remote_error = r.error;
                                         counters.policy_refusals = s->policy_refusals();
+                                        counters.equivalence_refusals = s->equivalence_refusals();
                                         counters.policy_evaluations = s->policy_evaluations();
                                         counters.active_models = s->ActiveModels().size();
                                         counters.read_errors = read_errors->load();

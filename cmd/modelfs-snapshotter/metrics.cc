@@ -230,6 +230,17 @@ std::string RenderPrometheus(const DaemonCounters& c, const LatencyHistogram& re
   for (const auto& [reason, n] : refusals) {
     absl::StrAppend(&out, "modelfs_policy_refusals_total{reason=\"", reason, "\"} ", n, "\n");
   }
+  absl::StrAppend(&out,
+                  "# HELP modelfs_equivalence_refusals_total Image volumes require_equivalence "
+                  "refused, by reason.\n# TYPE modelfs_equivalence_refusals_total counter\n");
+  std::map<std::string, uint64_t> equivalence = {
+      {"no_attestation", 0},   {"no_key_matched", 0},       {"bad_payload", 0},
+      {"subject_mismatch", 0}, {"wrong_predicate_type", 0}, {"not_equivalent", 0},
+      {"fetch_failed", 0}};
+  for (const auto& [reason, n] : c.equivalence_refusals) equivalence[reason] = n;
+  for (const auto& [reason, n] : equivalence) {
+    absl::StrAppend(&out, "modelfs_equivalence_refusals_total{reason=\"", reason, "\"} ", n, "\n");
+  }
   Counter(out, "modelfs_policy_evaluations_total",
           "Signature policy evaluations that asked a registry (kept verdicts excluded).",
           c.policy_evaluations);

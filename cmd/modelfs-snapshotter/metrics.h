@@ -85,6 +85,7 @@ struct DaemonCounters {
   // Signature policy: refusals by reason (TrustReason names, "policy_unreadable"), and
   // evaluations that asked a registry (kept verdicts excluded).
   std::map<std::string, uint64_t> policy_refusals;
+  std::map<std::string, uint64_t> equivalence_refusals;  // require_equivalence, by reason
   uint64_t policy_evaluations = 0;
   uint64_t active_models = 0;
   uint64_t read_errors = 0;

@@ -106,9 +106,9 @@ absl::Status RunDiff(const DiffCliOptions& o) {
     }
   }
   for (const std::string& s : ta.skipped)
-    printf("a: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
+    printf("a: not compared (not followed as a tar): %s\n", EscapeUntrusted(s).c_str());
   for (const std::string& s : tb.skipped)
-    printf("b: not compared (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
+    printf("b: not compared (not followed as a tar): %s\n", EscapeUntrusted(s).c_str());
   printf(
       "summary: %s added, %s removed, %s changed, %s identical; read %s bytes from the "
       "registry\n",
@@ -145,7 +145,7 @@ absl::Status InspectReferenceTensors(const std::string& arg, const RegistryAcces
     }
   }
   for (const std::string& s : m.skipped) {
-    printf("not listed (tar layer without a tensor index): %s\n", EscapeUntrusted(s).c_str());
+    printf("not listed (not followed as a tar): %s\n", EscapeUntrusted(s).c_str());
   }
   return absl::OkStatus();
 }

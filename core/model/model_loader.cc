@@ -364,6 +364,9 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   for (const auto& [layer, ref] : rm.tensor_index_refs) {
     ctx.tensor_indexes[layer.str()] = {ref.digest.str(), ref.tensors};
   }
+  for (const auto& [at, ref] : rm.tar_tensor_index_refs) {
+    ctx.tar_tensor_indexes[{at.first.str(), at.second}] = {ref.digest.str(), ref.tensors};
+  }
   {
     std::set<std::string> algorithms;
     for (const auto& [digest, idx] : rm.chunk_indexes) {

@@ -71,9 +71,16 @@ json FileJson(const TreeFile& f, const InspectedFile* inspected, const std::stri
             {"digest", OrNull(f.digest_of_file)},
             {"layer", f.layer.str()},
             {"layerOffset", f.offset_in_layer}};
+  const ModelInfoContext::TensorIndexInfo* index = nullptr;
   if (auto t = context.tensor_indexes.find(f.layer.str()); t != context.tensor_indexes.end()) {
-    j["tensorIndex"] = {{"digest", t->second.digest},
-                        {"tensors", t->second.tensors},
+    index = &t->second;
+  } else if (auto tt = context.tar_tensor_indexes.find({f.layer.str(), f.offset_in_layer});
+             tt != context.tar_tensor_indexes.end()) {
+    index = &tt->second;
+  }
+  if (index != nullptr) {
+    j["tensorIndex"] = {{"digest", index->digest},
+                        {"tensors", index->tensors},
                         {"mediaType", std::string(kTensorIndexMediaType)}};
   }
   if (inspected != nullptr) {

@@ -54,6 +54,8 @@ struct ModelInfoContext {
     uint64_t tensors = 0;
   };
   std::map<std::string, TensorIndexInfo> tensor_indexes;
+  // A tar layer's weight files' indexes, by (layer digest, the file's data offset in the tar).
+  std::map<std::pair<std::string, uint64_t>, TensorIndexInfo> tar_tensor_indexes;
   // The identity record (core/oci/model_identity.h IdentityToJson); written as given, null if
   // unset.
   nlohmann::json identity;

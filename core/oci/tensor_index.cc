@@ -180,6 +180,10 @@ absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
   return index;
 }
 
+bool ValidTensorName(std::string_view name) {
+  return !name.empty() && name.size() <= 0xffff && FindInvalidUtf8(name) == std::string_view::npos;
+}
+
 absl::StatusOr<TensorIndexBuilder> TensorIndexBuilder::Create(TensorIndex skeleton,
                                                               std::string header) {
   std::vector<size_t> order(skeleton.tensors.size());

@@ -55,6 +55,24 @@ struct TensorIndex {
   friend bool operator==(const TensorIndex&, const TensorIndex&) = default;
 };
 
+// One weight file inside a tar layer (docs/tensor-index.md, "Tar layers"): its path as the tar
+// names it (normalized) and its index, whose layer digest and size are the tar's (an
+// uncompressed layer's own, a compressed layer's diffId and uncompressed size) and whose
+// file_offset is the member's data offset in the tar.
+struct TarTensorIndex {
+  std::string file;
+  TensorIndex index;
+  friend bool operator==(const TarTensorIndex&, const TarTensorIndex&) = default;
+};
+// A tar followed to its end: every weight file in it (none is an answer too: V then says the
+// layer holds no weight file, and readers do not stream it to find out).
+struct TarTensorIndexes {
+  Digest tar_digest;  // each file's index.layer_digest
+  uint64_t tar_size = 0;
+  std::vector<TarTensorIndex> files;  // in tar order, one per path
+  friend bool operator==(const TarTensorIndexes&, const TarTensorIndexes&) = default;
+};
+
 // Deterministic: equal indexes give equal bytes.
 std::string SerializeTensorIndex(const TensorIndex& index);
 // Errors: kOutOfRange when truncated; kInvalidArgument naming the field or tensor at fault (bad
@@ -63,6 +81,9 @@ std::string SerializeTensorIndex(const TensorIndex& index);
 // non-printable dtype; rank over 8; a range outside the file or the file outside the layer;
 // trailing bytes).
 absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view bytes);
+
+// Whether ParseTensorIndex takes `name` as a tensor's name: 1 to 65,535 bytes of UTF-8.
+bool ValidTensorName(std::string_view name);
 
 // The hex of a tensor's hash ("blake3:<hex>" in JSON output).
 std::string TensorHashHex(const ChunkHash& hash);

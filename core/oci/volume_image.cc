@@ -39,6 +39,9 @@ std::string TarHeadersPath(const Digest& layer) {
 std::string TensorIndexPath(const Digest& layer) {
   return absl::StrCat(AV(kVolumeTensorsDir), "/", AV(layer.hex()), ".tidx");
 }
+std::string TarTensorIndexPath(const Digest& layer, size_t i) {
+  return absl::StrCat(AV(kVolumeTensorsDir), "/", AV(layer.hex()), "-", i, ".tidx");
+}
 
 Descriptor ManifestRef(const Descriptor& d) {
   // Only the identity of M; annotations, urls and platform do not belong in a pointer.
@@ -186,6 +189,19 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       tj["mediaType"] = std::string(kTensorIndexMediaType);
       tj["tensors"] = l.tensor_index->tensors;
       lj["tensorIndex"] = std::move(tj);
+    }
+    if (l.tar_tensor_indexes.has_value()) {
+      Json arr = Json::array();
+      for (const VolumeTensorIndexRef& r : *l.tar_tensor_indexes) {
+        Json tj = Json::object();
+        tj["file"] = r.file;
+        tj["path"] = r.path;
+        tj["digest"] = r.digest.str();
+        tj["mediaType"] = std::string(kTensorIndexMediaType);
+        tj["tensors"] = r.tensors;
+        arr.push_back(std::move(tj));
+      }
+      lj["tensorIndexes"] = std::move(arr);
     }
     layers.push_back(std::move(lj));
   }
@@ -369,22 +385,50 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       }
       l.tar_headers = std::move(ref);
     }
-    if (const Json* xj = oci_json::Find(lj, "tensorIndex")) {
-      const std::string xw = absl::StrCat(w, ".tensorIndex");
-      if (!xj->is_object()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an object"));
+    // One tensor index reference: path, digest, mediaType, tensors.
+    auto tensor_ref = [&](const Json& xj,
+                          const std::string& xw) -> absl::StatusOr<VolumeTensorIndexRef> {
+      if (!xj.is_object()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an object"));
       VolumeTensorIndexRef ref;
-      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(*xj, "path", xw, true));
+      ASSIGN_OR_RETURN(ref.path, oci_json::GetString(xj, "path", xw, true));
       absl::Status s = CheckRelativePath(ref.path);
       if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(xw, ".path: ", s.message()));
-      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*xj, "digest", xw));
-      ASSIGN_OR_RETURN(std::string media_type, oci_json::GetString(*xj, "mediaType", xw, true));
+      ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(xj, "digest", xw));
+      ASSIGN_OR_RETURN(std::string media_type, oci_json::GetString(xj, "mediaType", xw, true));
       if (media_type != kTensorIndexMediaType) {
         return absl::InvalidArgumentError(absl::StrCat(xw, ".mediaType: \"", media_type,
                                                        "\" is not ", AV(kTensorIndexMediaType)));
       }
-      ASSIGN_OR_RETURN(std::optional<uint64_t> n, oci_json::GetSize(*xj, "tensors", xw, true));
+      ASSIGN_OR_RETURN(std::optional<uint64_t> n, oci_json::GetSize(xj, "tensors", xw, true));
       ref.tensors = *n;
-      l.tensor_index = std::move(ref);
+      return ref;
+    };
+    if (const Json* xj = oci_json::Find(lj, "tensorIndex")) {
+      ASSIGN_OR_RETURN(l.tensor_index, tensor_ref(*xj, absl::StrCat(w, ".tensorIndex")));
+    }
+    if (const Json* xa = oci_json::Find(lj, "tensorIndexes")) {
+      const std::string xw = absl::StrCat(w, ".tensorIndexes");
+      if (!xa->is_array()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an array"));
+      const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
+      if (!info || info->encoding == LayerEncoding::kRaw ||
+          (IsCompressedEncoding(info->encoding) && !l.seek_index)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            xw, ": tensor indexes of a tar's files for a layer of type ", l.media_type,
+            " (only a tar layer, and a compressed one with its seekIndex beside them)"));
+      }
+      std::set<std::string> files;
+      l.tar_tensor_indexes.emplace();
+      for (size_t i = 0; i < xa->size(); ++i) {
+        const std::string iw = absl::StrCat(xw, "[", i, "]");
+        ASSIGN_OR_RETURN(VolumeTensorIndexRef ref, tensor_ref((*xa)[i], iw));
+        ASSIGN_OR_RETURN(ref.file, oci_json::GetString((*xa)[i], "file", iw, true));
+        absl::Status s = CheckRelativePath(ref.file);
+        if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(iw, ".file: ", s.message()));
+        if (!files.insert(ref.file).second) {
+          return absl::InvalidArgumentError(absl::StrCat(iw, ".file: ", ref.file, " twice"));
+        }
+        l.tar_tensor_indexes->push_back(std::move(ref));
+      }
     }
     info.layers.push_back(std::move(l));
   }
@@ -507,6 +551,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   std::map<Digest, const TensorIndex*> tensors_by_layer;
   for (const TensorIndex& t : input.tensor_indexes) tensors_by_layer[t.layer_digest] = &t;
   std::set<Digest> tensors_used;
+  std::map<Digest, const TarTensorIndexes*> tar_tensors_by_tar;
+  for (const TarTensorIndexes& t : input.tar_tensor_indexes) tar_tensors_by_tar[t.tar_digest] = &t;
+  std::set<Digest> tar_tensors_used;
   std::map<std::string, std::string> index_files;  // path -> bytes, sorted for the tar
 
   ASSIGN_OR_RETURN(std::vector<ModelLayer> layers, ResolveModelLayers(input.model));
@@ -621,6 +668,36 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
       tensors_used.insert(rec.digest);
       info.revision = kVolumeRevisionTensorIndex;
     }
+    if (auto tit = tar_tensors_by_tar.find(indexed); tit != tar_tensors_by_tar.end()) {
+      std::set<std::string> files;
+      if (layer.encoding == LayerEncoding::kRaw || tit->second->tar_size != indexed_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor indexes for the tar ", indexed.str(), " (", tit->second->tar_size,
+                         " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type,
+                         ", ", indexed_size, " bytes of tar)"));
+      }
+      rec.tar_tensor_indexes.emplace();
+      for (const TarTensorIndex& tf : tit->second->files) {
+        const TarTensorIndex* t = &tf;
+        if (t->index.layer_digest != indexed || t->index.layer_size != indexed_size ||
+            !files.insert(t->file).second || !CheckRelativePath(t->file).ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor index of ", t->file, " in the tar ", indexed.str(), " (", t->index.layer_size,
+              " bytes) does not fit the layer ", rec.digest.str(), " (", rec.media_type, ", ",
+              indexed_size, " bytes of tar), or names its file twice or unsafely"));
+        }
+        std::string bytes = SerializeTensorIndex(t->index);
+        VolumeTensorIndexRef ref;
+        ref.path = TarTensorIndexPath(rec.digest, rec.tar_tensor_indexes->size());
+        ref.digest = Digest::Of(bytes);
+        ref.tensors = t->index.tensors.size();
+        ref.file = t->file;
+        index_files[ref.path] = std::move(bytes);
+        rec.tar_tensor_indexes->push_back(std::move(ref));
+      }
+      tar_tensors_used.insert(indexed);
+      info.revision = kVolumeRevisionTensorIndex;
+    }
     info.layers.push_back(std::move(rec));
   }
   for (const auto& [digest, idx] : seek_by_layer) {
@@ -641,6 +718,13 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     if (!tensors_used.count(digest)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor index for ", digest.str(),
                                                      " names no layer of ",
+                                                     input.model_manifest.digest.str()));
+    }
+  }
+  for (const auto& [digest, t] : tar_tensors_by_tar) {
+    if (!tar_tensors_used.count(digest)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor index for the tar ", digest.str(),
+                                                     " names no tar layer of ",
                                                      input.model_manifest.digest.str()));
     }
   }
@@ -869,6 +953,27 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
           l.digest.str(), " (", l.size, " bytes, ", ref.tensors, " tensors)"));
     }
     out.tensor_indexes.emplace(l.digest, std::move(t));
+  }
+  for (const VolumeLayerRecord& l : out.model.layers) {
+    if (!l.tar_tensor_indexes || out.tar_tensor_indexes.count(l.digest)) continue;
+    // The tar the indexes describe, as for the tar headers.
+    const Digest& want = l.seek_index ? l.seek_index->diff_id : l.digest;
+    const uint64_t want_size = l.seek_index ? l.seek_index->uncompressed_size : l.size;
+    std::vector<TarTensorIndex> files;
+    for (const VolumeTensorIndexRef& ref : *l.tar_tensor_indexes) {
+      ASSIGN_OR_RETURN(std::string_view bytes,
+                       file_of("tensor index", ref.path, ref.digest, l.digest));
+      ASSIGN_OR_RETURN(TensorIndex t, ParseTensorIndex(bytes));
+      if (t.layer_digest != want || t.layer_size != want_size || t.tensors.size() != ref.tensors) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("volume layer: tensor index ", ref.path, " of ", ref.file, " describes ",
+                         t.layer_digest.str(), " (", t.layer_size, " bytes, ", t.tensors.size(),
+                         " tensors) but model.json says ", want.str(), " (", want_size, " bytes, ",
+                         ref.tensors, " tensors)"));
+      }
+      files.push_back(TarTensorIndex{ref.file, std::move(t)});
+    }
+    out.tar_tensor_indexes.emplace(l.digest, std::move(files));
   }
   for (const VolumeLayerRecord& l : out.model.layers) {
     if (!l.chunk_index.has_value() || out.chunk_indexes.count(l.digest)) continue;

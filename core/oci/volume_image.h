@@ -147,10 +147,12 @@ struct VolumeTarHeadersRef {
 };
 // "tensorIndex" in model.json (revision 2): the weight file's tensor index
 // (core/oci/tensor_index.h), so diff and inspect --tensors read no weight.
+// In "tensorIndexes" (a tar layer's weight files, one index each), also `file`.
 struct VolumeTensorIndexRef {
-  std::string path;  // ".modelfs/tensors/<layer hex>.tidx"
+  std::string path;  // ".modelfs/tensors/<layer hex>.tidx" ("<layer hex>-<i>.tidx" in a tar)
   Digest digest;     // SHA-256 of the file
   uint64_t tensors = 0;
+  std::string file;  // "tensorIndexes" only: the member's path in the tar (normalized)
   friend bool operator==(const VolumeTensorIndexRef&, const VolumeTensorIndexRef&) = default;
 };
 struct VolumeLayerRecord {
@@ -166,6 +168,10 @@ struct VolumeLayerRecord {
   // seek index names (a compressed layer has them only beside a seek index).
   std::optional<VolumeTarHeadersRef> tar_headers;
   std::optional<VolumeTensorIndexRef> tensor_index;  // revision 2; absent: no index
+  // "tensorIndexes" (revision 2): a tar layer's weight files, in tar order; each index
+  // describes the tar (the layer's own digest, or its seek index's diffId) and the member.
+  // Empty: the tar was followed and holds none; absent: not known (readers stream the layer).
+  std::optional<std::vector<VolumeTensorIndexRef>> tar_tensor_indexes;
   friend bool operator==(const VolumeLayerRecord&, const VolumeLayerRecord&) = default;
 };
 struct VolumeModelInfo {
@@ -207,6 +213,9 @@ struct VolumeImageInput {
   std::vector<TarHeaders> tar_headers;
   // Any order, matched to M's layers by layer digest (TensorIndex::layer_digest).
   std::vector<TensorIndex> tensor_indexes;
+  // The weight files inside tar layers, matched to M's tar layers by the digest of the tar as
+  // tar_headers are (TarTensorIndexes::tar_digest).
+  std::vector<TarTensorIndexes> tar_tensor_indexes;
   std::string architecture = "amd64";
   std::string os = "linux";
   // RFC 3339; when set, V's org.opencontainers.image.created annotation (the model's own time,
@@ -278,16 +287,19 @@ struct VolumeLayerContents {
   std::map<Digest, SeekWindowsTable> seek_windows;
   std::map<Digest, TarHeaders> tar_headers;      // by layer digest
   std::map<Digest, TensorIndex> tensor_indexes;  // by layer digest (revision 2)
+  // A tar layer's weight files, by layer digest (revision 2); an empty list: none in the tar.
+  std::map<Digest, std::vector<TarTensorIndex>> tar_tensor_indexes;
 };
 // Reads A (already verified against its digest by the caller). Each chunk index file is
 // checked against model.json: digest (kDataLoss on mismatch), and blob digest, size and chunk
 // size (kInvalidArgument). A seek index likewise (digest; layer digest and size, encoding,
 // diffId, uncompressed size), and it must agree with its layer's chunk index of the
 // uncompressed bytes. Tar headers likewise (digest; the tar they describe and its size), and
-// tensor indexes (digest, kDataLoss; layer digest and size and tensor count, kInvalidArgument).
-// A windows table likewise (digest, kDataLoss; layer, diffId, sizes and point count,
-// kInvalidArgument); a layer with one may lack its inline seek index file (its seek-fallback
-// layer was not read). A missing model.json or index file is kInvalidArgument.
+// tensor indexes (digest, kDataLoss; layer digest and size and tensor count, kInvalidArgument;
+// a tar layer's describe its tar: the layer's digest and size, or its seek index's diffId and
+// uncompressed size). A windows table likewise (digest, kDataLoss; layer, diffId, sizes and
+// point count, kInvalidArgument); a layer with one may lack its inline seek index file (its
+// seek-fallback layer was not read). A missing model.json or index file is kInvalidArgument.
 absl::StatusOr<VolumeLayerContents> ParseVolumeLayer(std::string_view tar);
 // The same over A and V's index layers (each verified by the caller), as containerd would
 // unpack them: a file is looked up by path in A, then in the layers below it.

@@ -105,12 +105,13 @@ absl::Status ReadFileInPieces(const std::string& path, const std::string& activi
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
                                      const ProgressFn& progress, TarHeaderRecorder* headers,
-                                     TensorIndexBuilder* tensors) {
+                                     TensorIndexBuilder* tensors, TarTensorIndexer* tar_tensors) {
   ChunkIndexBuilder b(chunk_size, algorithm);
   RETURN_IF_ERROR(ReadFileInPieces(path, "hashing " + role, progress, [&](std::string_view piece) {
     b.Update(piece);
     if (headers != nullptr) headers->Feed(piece);
     if (tensors != nullptr) tensors->Update(piece);
+    if (tar_tensors != nullptr) return tar_tensors->Feed(piece);
     return absl::OkStatus();
   }));
   return b.Finish();
@@ -124,6 +125,7 @@ struct LayerIndexes {
   std::vector<SeekIndex> seeks;         // compressed layers; their chunk index covers the diffId
   std::vector<TarHeaders> tar_headers;  // tar layers' header records
   std::vector<TensorIndex> tensors;     // weight files' tensor indexes
+  std::vector<TarTensorIndexes> tar_tensors;  // the weight files inside tar layers
 };
 
 // One pass over a compressed layer: its seek index, and the chunk index of its uncompressed
@@ -138,11 +140,13 @@ class CompressedIndexer {
     ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> seek, SeekIndexBuilder::Create(e, layer));
     return CompressedIndexer(std::move(seek), chunk_size, algorithm);
   }
-  // `headers`, when set, follows the uncompressed tar too.
-  absl::Status Feed(std::string_view compressed, TarHeaderRecorder* headers = nullptr) {
+  // `headers` and `tar_tensors`, when set, follow the uncompressed tar too.
+  absl::Status Feed(std::string_view compressed, TarHeaderRecorder* headers = nullptr,
+                    TarTensorIndexer* tar_tensors = nullptr) {
     return seek_->Feed(compressed, [&](std::string_view plain) {
       chunks_.Update(plain);
       if (headers != nullptr) headers->Feed(plain);
+      if (tar_tensors != nullptr) return tar_tensors->Feed(plain);
       return absl::OkStatus();
     });
   }
@@ -165,11 +169,11 @@ class CompressedIndexer {
 absl::StatusOr<std::pair<SeekIndex, ChunkIndex>> IndexCompressedFile(
     const std::string& path, LayerEncoding encoding, uint64_t chunk_size,
     ChunkDigestAlgorithm algorithm, const std::string& role, const ProgressFn& progress,
-    TarHeaderRecorder* headers) {
+    TarHeaderRecorder* headers, TarTensorIndexer* tar_tensors) {
   ASSIGN_OR_RETURN(CompressedIndexer ix,
                    CompressedIndexer::Create(encoding, chunk_size, algorithm, path));
   RETURN_IF_ERROR(ReadFileInPieces(path, "indexing " + role, progress, [&](std::string_view piece) {
-    return ix.Feed(piece, headers);
+    return ix.Feed(piece, headers, tar_tensors);
   }));
   return ix.Finish();
 }
@@ -224,6 +228,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   vin.seek_indexes = std::move(indexes.seeks);
   vin.tar_headers = std::move(indexes.tar_headers);
   vin.tensor_indexes = std::move(indexes.tensors);
+  vin.tar_tensor_indexes = std::move(indexes.tar_tensors);
   vin.image_compatible = image_compatible;
   ASSIGN_OR_RETURN(VolumeImage v, BuildVolumeImage(vin));
   if (image_compatible) {
@@ -427,10 +432,14 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     // it would.
     std::optional<TarHeaderRecorder> headers;
     if (enc != LayerEncoding::kRaw) headers.emplace();
+    // A tar layer's weight file: its tensors, from the same pass, as convert indexes them.
+    std::optional<TarTensorIndexer> tar_tensors;
+    if (o.tensor_index && enc != LayerEncoding::kRaw) tar_tensors.emplace(f.rel);
     if (enc == LayerEncoding::kTarZstd) {
       // The frames' seek index and the chunk index of the tar, in one pass over the layer.
       ASSIGN_OR_RETURN(auto both, IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest,
-                                                      f.rel, o.progress, &*headers));
+                                                      f.rel, o.progress, &*headers,
+                                                      tar_tensors ? &*tar_tensors : nullptr));
       seek = std::move(both.first);
       idx = std::move(both.second);
       if (seek->diff_id != *diff_id || idx.blob_digest != *diff_id) {
@@ -438,16 +447,14 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
                                                 ", the tar written was ", diff_id->str()));
       }
     } else {
-      // The tensors of a weight file, hashed in the same read. Only .raw layers, as convert
-      // (which cannot see a tar's members before it streams it) does, so that pushing M gives
-      // the V converting it would.
+      // The tensors of a .raw weight file, hashed in the same read.
       std::optional<TensorIndexBuilder> tensors;
       if (o.tensor_index && enc == LayerEncoding::kRaw) {
         ASSIGN_OR_RETURN(tensors, StartTensorIndex(f.path, f.rel, blob_path, 0));
       }
-      ASSIGN_OR_RETURN(idx,
-                       IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
-                                 headers ? &*headers : nullptr, tensors ? &*tensors : nullptr));
+      ASSIGN_OR_RETURN(idx, IndexFile(blob_path, chunk_size, o.chunk_digest, f.rel, o.progress,
+                                      headers ? &*headers : nullptr, tensors ? &*tensors : nullptr,
+                                      tar_tensors ? &*tar_tensors : nullptr));
       if (tensors) {
         ASSIGN_OR_RETURN(TensorIndex t, tensors->Finish());
         t.layer_digest = idx.blob_digest;
@@ -457,6 +464,12 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     if (headers) {
       if (std::optional<TarHeaders> h = headers->Finish(idx.blob_digest, f.rel)) {
         indexes.tar_headers.push_back(*std::move(h));
+      }
+    }
+    if (tar_tensors) {
+      // The chunk index covers the tar (a compressed layer's diffId).
+      if (std::optional<TarTensorIndexes> t = tar_tensors->Finish(idx.blob_digest)) {
+        indexes.tar_tensors.push_back(*std::move(t));
       }
     }
     // The layer's own digest and size (a compressed layer's, not its tar's).
@@ -540,6 +553,11 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     // Every tar layer's headers, from the same pass, so a mount lists it without reading it.
     std::optional<TarHeaderRecorder> headers;
     if (layer.encoding != LayerEncoding::kRaw) headers.emplace();
+    // And the tensors of every weight file in the tar (a modelcar's), from the same pass.
+    std::optional<TarTensorIndexer> tar_tensors;
+    if (o.tensor_index && layer.encoding != LayerEncoding::kRaw) {
+      tar_tensors.emplace(absl::StrCat("layer ", d.digest.str()));
+    }
     if (IsCompressedEncoding(layer.encoding)) {
       ASSIGN_OR_RETURN(compressed,
                        CompressedIndexer::Create(layer.encoding, chunk_size, o.chunk_digest,
@@ -569,9 +587,11 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
       b.Update(chunk);
       if (tensors) tensors->Update(chunk);
       if (compressed) {
-        RETURN_IF_ERROR(compressed->Feed(chunk, headers ? &*headers : nullptr));
-      } else if (headers) {
-        headers->Feed(chunk);
+        RETURN_IF_ERROR(compressed->Feed(chunk, headers ? &*headers : nullptr,
+                                         tar_tensors ? &*tar_tensors : nullptr));
+      } else {
+        if (headers) headers->Feed(chunk);
+        if (tar_tensors) RETURN_IF_ERROR(tar_tensors->Feed(chunk));
       }
       if (o.progress) o.progress({"indexing " + role, done, d.size});
       return absl::OkStatus();
@@ -599,6 +619,11 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
       if (std::optional<TarHeaders> h = headers->Finish(both.first.diff_id, role)) {
         indexes.tar_headers.push_back(*std::move(h));
       }
+      if (tar_tensors) {
+        if (std::optional<TarTensorIndexes> t = tar_tensors->Finish(both.first.diff_id)) {
+          indexes.tar_tensors.push_back(*std::move(t));
+        }
+      }
       indexes.seeks.push_back(std::move(both.first));
       indexes.chunks.push_back(std::move(both.second));
       continue;
@@ -606,6 +631,11 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     if (headers) {
       if (std::optional<TarHeaders> h = headers->Finish(d.digest, role)) {
         indexes.tar_headers.push_back(*std::move(h));
+      }
+    }
+    if (tar_tensors) {
+      if (std::optional<TarTensorIndexes> t = tar_tensors->Finish(d.digest)) {
+        indexes.tar_tensors.push_back(*std::move(t));
       }
     }
     if (tensors) {

@@ -17,6 +17,7 @@
 #include "core/oci/model_identity.h"
 #include "core/oci/tar_headers.h"
 #include "core/oci/tensor_index.h"
+#include "core/publish/tar_tensor_indexer.h"
 #include "core/registry/reference.h"
 #include "core/registry/registry_client.h"
 #include "nlohmann/json.hpp"
@@ -33,13 +34,15 @@ using ProgressFn = std::function<void(const TransferProgress&)>;
 
 // Streams the file at `path` through a chunk index builder: one read gives its digest and its
 // chunk index (`progress`, when set, is told as "hashing <role>"); `headers`, when set, follows
-// the file as a tar in the same read, and `tensors`, when set, hashes the tensors of the weight
-// file in it. Errors: kNotFound (cannot open), kInternal (read error).
+// the file as a tar in the same read, `tensors`, when set, hashes the tensors of the weight
+// file in it, and `tar_tensors`, when set, those of every weight file inside the tar.
+// Errors: kNotFound (cannot open), kInternal (read error), `tar_tensors`' Feed errors.
 absl::StatusOr<ChunkIndex> IndexFile(const std::string& path, uint64_t chunk_size,
                                      ChunkDigestAlgorithm algorithm, const std::string& role,
                                      const ProgressFn& progress,
                                      TarHeaderRecorder* headers = nullptr,
-                                     TensorIndexBuilder* tensors = nullptr);
+                                     TensorIndexBuilder* tensors = nullptr,
+                                     TarTensorIndexer* tar_tensors = nullptr);
 
 struct PushOptions {
   std::vector<std::string> inputs;  // files and directories

@@ -1,11 +1,14 @@
 #include "core/publish/tensor_listing.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/formats/gguf.h"
 #include "core/formats/model_inspect.h"
 #include "core/formats/safetensors.h"
+#include "core/oci/layer_decoder.h"
 #include "core/oci/volume_image.h"
 #include "core/publish/registry_range_reader.h"
+#include "core/publish/tar_tensor_indexer.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -36,6 +39,50 @@ class SliceReader final : public RangeReader {
 bool IsWeightPath(const std::string& path) {
   const SniffedFormat f = SniffFormat(path, "");
   return f == SniffedFormat::kSafetensors || f == SniffedFormat::kGguf;
+}
+
+// The fallback for a tar layer without tensor indexes: the layer streamed once (decoded when
+// compressed), checked against its digest, its weight members followed and their tensors
+// hashed (TarTensorIndexer). nullopt when the tar cannot be followed (`stopped` says why).
+absl::StatusOr<std::optional<TarTensorIndexes>> HashTarLayer(
+    RegistryClient& client, const std::string& repository, const ModelLayer& layer,
+    const std::string& name, uint64_t* streamed, std::string* stopped) {
+  const Descriptor& d = layer.descriptor;
+  const std::string where = absl::StrCat("layer ", d.digest.str());
+  TarTensorIndexer ix(where);
+  std::unique_ptr<LayerDecoder> decoder;
+  if (IsCompressedEncoding(layer.encoding)) {
+    ASSIGN_OR_RETURN(decoder, LayerDecoder::Create(layer.encoding, where));
+  }
+  // A member's error is reported once the layer verified (the bytes are then the publisher's).
+  absl::Status members = absl::OkStatus();
+  auto follow = [&](std::string_view plain) {
+    if (members.ok()) members = ix.Feed(plain);
+    return absl::OkStatus();
+  };
+  Sha256 whole;
+  uint64_t got = 0;
+  RETURN_IF_ERROR(client.GetBlob(repository, d.digest, [&](std::string_view piece) {
+    got += piece.size();
+    if (got > d.size) {
+      return absl::DataLossError(
+          absl::StrCat(where, " (", name, ") is longer than its ", d.size, " bytes"));
+    }
+    whole.Update(piece);
+    if (decoder) return decoder->Feed(piece, follow);
+    return follow(piece);
+  }));
+  const Digest digest = whole.Finish();
+  if (digest != d.digest || got != d.size) {
+    return absl::DataLossError(absl::StrCat(where, " (", name, ") failed verification: got ",
+                                            digest.str(), ", ", got, " bytes"));
+  }
+  if (decoder) RETURN_IF_ERROR(decoder->Finish());
+  RETURN_IF_ERROR(members);
+  *streamed += got;
+  std::optional<TarTensorIndexes> out = ix.Finish(d.digest);
+  *stopped = ix.stopped();
+  return out;
 }
 
 }  // namespace
@@ -73,6 +120,12 @@ absl::StatusOr<std::optional<TensorSkeleton>> ReadTensorSkeleton(RangeReader& fi
     }
   }
   for (const TensorEntry& t : s.index.tensors) {
+    // What ParseTensorIndex refuses is never written (a GGUF name need not be UTF-8).
+    if (t.name.size() <= 0xffff && !ValidTensorName(t.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a tensor name is empty or not UTF-8 (\"",
+                       absl::CEscape(t.name.substr(0, 200)), "\"); a tensor index cannot hold it"));
+    }
     if (t.name.size() > 0xffff || t.dtype.size() > 0xff || t.shape.size() > TensorIndex::kMaxRank) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor ", t.name.substr(0, 200),
@@ -103,18 +156,26 @@ absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const Reso
   if (rm.volume_descriptor) out.volume = rm.volume_descriptor->digest;
   std::map<Digest, TensorIndex> indexes;
   std::map<Digest, Digest> index_digests;
+  std::map<Digest, std::vector<TarTensorIndex>> tar_indexes;
+  std::map<std::pair<Digest, std::string>, Digest> tar_index_digests;  // (layer, file)
   if (rm.volume_descriptor) {
     // Each index file is checked against model.json's digest here (kDataLoss otherwise).
     ASSIGN_OR_RETURN(VolumeLayerContents contents,
                      ParseVolumeLayers(rm.volume_layer_tar, rm.volume_index_layer_tars));
     indexes = std::move(contents.tensor_indexes);
+    tar_indexes = std::move(contents.tar_tensor_indexes);
     for (const VolumeLayerRecord& l : contents.model.layers) {
       if (l.tensor_index) index_digests[l.digest] = l.tensor_index->digest;
+      if (l.tar_tensor_indexes) {
+        for (const VolumeTensorIndexRef& r : *l.tar_tensor_indexes) {
+          tar_index_digests[{l.digest, r.file}] = r.digest;
+        }
+      }
     }
   }
-  std::map<Digest, const ModelTensorFile*> other;
+  std::map<Digest, std::vector<const ModelTensorFile*>> other;
   if (shared != nullptr) {
-    for (const ModelTensorFile& f : shared->files) other[f.layer] = &f;
+    for (const ModelTensorFile& f : shared->files) other[f.layer].push_back(&f);
   }
   for (const ModelLayer& layer : rm.layers) {
     const Descriptor& d = layer.descriptor;
@@ -126,18 +187,48 @@ absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const Reso
       f.source = TensorSource::kIndex;
       f.index = it->second;
       f.index_digest = index_digests[d.digest];
-      out.files.push_back(std::move(f));
-      continue;
-    }
-    if (layer.path.empty() || !IsWeightPath(layer.path)) continue;
-    if (auto it = other.find(d.digest); it != other.end()) {
-      f.source = TensorSource::kSharedLayer;
-      f.index = it->second->index;
+      out.listed_layers.insert(d.digest);
       out.files.push_back(std::move(f));
       continue;
     }
     if (layer.encoding != LayerEncoding::kRaw) {
-      out.skipped.push_back(name);
+      // A tar layer: its weight files from V's indexes, else from the other side of the diff,
+      // else from the layer streamed once.
+      std::vector<ModelTensorFile> files;
+      if (auto it = tar_indexes.find(d.digest); it != tar_indexes.end()) {
+        for (TarTensorIndex& t : it->second) {
+          ModelTensorFile tf{t.file, d.digest, TensorSource::kIndex,
+                             tar_index_digests[{d.digest, t.file}], std::move(t.index)};
+          files.push_back(std::move(tf));
+        }
+      } else if (shared != nullptr && shared->listed_layers.count(d.digest)) {
+        for (const ModelTensorFile* o : other[d.digest]) {
+          files.push_back({o->path, d.digest, TensorSource::kSharedLayer, std::nullopt, o->index});
+        }
+      } else {
+        std::string stopped;
+        ASSIGN_OR_RETURN(
+            std::optional<TarTensorIndexes> t,
+            HashTarLayer(client, rm.repository, layer, name, &out.hashed_bytes, &stopped));
+        if (!t) {
+          out.skipped.push_back(absl::StrCat(name, " (", stopped, ")"));
+          continue;
+        }
+        for (TarTensorIndex& x : t->files) {
+          files.push_back(
+              {x.file, d.digest, TensorSource::kHeaderHashed, std::nullopt, std::move(x.index)});
+        }
+      }
+      out.listed_layers.insert(d.digest);
+      for (ModelTensorFile& x : files) out.files.push_back(std::move(x));
+      continue;
+    }
+    if (layer.path.empty() || !IsWeightPath(layer.path)) continue;
+    if (auto it = other.find(d.digest); it != other.end() && !it->second.empty()) {
+      f.source = TensorSource::kSharedLayer;
+      f.index = it->second.front()->index;
+      out.listed_layers.insert(d.digest);
+      out.files.push_back(std::move(f));
       continue;
     }
     // Fallback: the header by range, then the layer streamed once, checked against its
@@ -170,6 +261,7 @@ absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const Reso
     out.hashed_bytes += got;
     ASSIGN_OR_RETURN(f.index, b.Finish());
     f.source = TensorSource::kHeaderHashed;
+    out.listed_layers.insert(d.digest);
     out.files.push_back(std::move(f));
   }
   return out;

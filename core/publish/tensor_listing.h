@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,16 +60,20 @@ struct ModelTensors {
   Digest model;                  // M
   std::optional<Digest> volume;  // V, when the reference named one
   std::vector<ModelTensorFile> files;
-  // Weight layers with no listing: tar layers with no tensor index (diff compares them by
-  // layer digest only), by path or digest.
+  // Layers with no listing: tar layers that could not be followed as a tar, by path or digest
+  // and why.
   std::vector<std::string> skipped;
+  // Layers listed (a tar layer with no weight file too), so the other side of a diff reuses
+  // them instead of reading them again.
+  std::set<Digest> listed_layers;
   uint64_t hashed_bytes = 0;  // layer bytes streamed for the fallback
 };
 
 // Lists the model `rm` resolved to (by `client`, which fetched it), reading tensor indexes from
-// V and falling back per file. `shared`, when set, is the other side of a diff: a file whose
-// layer digest it already lists is copied from it (same bytes, same tensors) instead of read.
-// Errors: kDataLoss when an index or a streamed layer does not match its digest; the parsers'
+// V and falling back per file (a tar layer without indexes: streamed once, decoded when
+// compressed, and its weight members followed). `shared`, when set, is the other side of a diff: a
+// file whose layer digest it already lists is copied from it (same bytes, same tensors) instead of
+// read. Errors: kDataLoss when an index or a streamed layer does not match its digest; the parsers'
 // kInvalidArgument for a malformed header or index; the registry's.
 absl::StatusOr<ModelTensors> ListModelTensors(RegistryClient& client, const ResolvedModel& rm,
                                               const ModelTensors* shared = nullptr);

@@ -247,6 +247,13 @@ absl::StatusOr<ResolvedModel> ResolveModel(ModelFetcher& client, const ImageRefe
     r.chunk_indexes = std::move(contents.chunk_indexes);
     for (const VolumeLayerRecord& l : contents.model.layers) {
       if (l.tensor_index) r.tensor_index_refs.emplace(l.digest, *l.tensor_index);
+      auto t = contents.tar_tensor_indexes.find(l.digest);
+      if (!l.tar_tensor_indexes || t == contents.tar_tensor_indexes.end()) continue;
+      // ParseVolumeLayers read them in model.json's order.
+      for (size_t i = 0; i < l.tar_tensor_indexes->size() && i < t->second.size(); ++i) {
+        r.tar_tensor_index_refs.emplace(std::make_pair(l.digest, t->second[i].index.file_offset),
+                                        (*l.tar_tensor_indexes)[i]);
+      }
     }
     if (use_windows) {
       for (const VolumeLayerRecord& l : contents.model.layers) {

@@ -67,6 +67,9 @@ struct ResolvedModel {
   // index file's digest and tensor count, for .modelinfo.json. The indexes themselves are read
   // only by those that need them (ListModelTensors), from the verified volume layers above.
   std::map<Digest, VolumeTensorIndexRef> tensor_index_refs;
+  // A tar layer's (layers[i].tensorIndexes), by (layer digest, the member's data offset in the
+  // tar): the file a mount shows at that offset of that layer.
+  std::map<std::pair<Digest, uint64_t>, VolumeTensorIndexRef> tar_tensor_index_refs;
   // V's record: the directory M's files appear under (mount, pull, the snapshotter); "" = root.
   std::string path_prefix;
   // M is an ordinary container image (OCI or Docker v2; a KServe modelcar), not a model

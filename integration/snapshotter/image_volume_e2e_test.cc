@@ -45,10 +45,12 @@
 #include "testsupport/harness/containerd_release.h"
 #include "testsupport/harness/publish_test_env.h"
 #include "testsupport/harness/registry_fixture.h"
+#include "testsupport/synth/equivalent_models.h"
 #include "testsupport/synth/synthetic_models.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
+#include "testsupport/trust/test_keys.h"
 
 namespace modelfs::testing {
 namespace {
@@ -1494,6 +1496,168 @@ TEST_F(SignedVolumeTest, CreateContainerIsRefusedOnceThePolicyNoLongerTrustsTheK
   std::cout << "[refusal] CreateContainer: " << why << "\n";
   EXPECT_THAT(why, ::testing::HasSubstr("no_key_matched"));
   EXPECT_THAT(why, ::testing::HasSubstr(push_["volume"]["digest"].get<std::string>()));
+}
+
+// require_equivalence on a node: the derived repository (kDerivedRepo, listed as
+// "<registry>/e2e/quantized/*") needs an equivalence attestation signed by the trusted key
+// (equivalence_keys); the source (a bf16 checkpoint in kModelRepo) is not listed. The derived
+// model is a Q8_0 GGUF of the same weights made with the project's writer and quantizer
+// (testsupport/synth/equivalent_models.h), attested with `modelfs attest equivalence`.
+class EquivalenceVolumeTest : public ImageVolumeTest {
+ protected:
+  static constexpr char kDerivedRepo[] = "e2e/quantized/llama";
+
+  void ConfigureDaemon(SnapshotterDaemonOptions& so) override {
+    trusted_key_ = WriteKeyPair("quantizer");
+    stranger_key_ = WriteKeyPair("stranger");
+    so.top_level_config =
+        absl::StrCat("require_equivalence = [\"", registry_->host_port(),
+                     "/e2e/quantized/*\"]\nequivalence_keys = [\"", trusted_key_ + ".pub", "\"]\n");
+  }
+
+  // A P-256 pair at <tmp>/<name>.pem and <name>.pub; returns the path without the extension.
+  std::string WriteKeyPair(const std::string& name) {
+    PemPair pair = GenerateKey();
+    tmp_.WriteFile(name + ".pem", pair.private_pem);
+    tmp_.WriteFile(name + ".pub", pair.public_pem);
+    return tmp_.Join(name).string();
+  }
+
+  // `modelfs push` of the tiny llama: the bf16 safetensors checkpoint at kModelRepo:bf16 (V at
+  // bf16-volume) and its Q8_0 GGUF at kDerivedRepo:q8 (V at q8-volume).
+  void PushSourceAndDerived() {
+    source_dir_ = tmp_.Join("bf16").string();
+    derived_dir_ = tmp_.Join("q8").string();
+    fs::create_directories(source_dir_);
+    fs::create_directories(derived_dir_);
+    ASSERT_OK(WriteEquivalenceSafetensors(source_dir_ + "/model.safetensors", {}));
+    ASSERT_OK(WriteEquivalenceGguf(derived_dir_ + "/model.gguf", {}));
+    ASSERT_OK_AND_ASSIGN(
+        ProcessResult src,
+        RunModelfs({"push", "--plain-http", Ref(kModelRepo, "bf16"), source_dir_, "--json"}));
+    ASSERT_EQ(src.exit_code, 0) << src.err;
+    source_push_ = ParseJsonOutput(src.out);
+    ASSERT_TRUE(source_push_.is_object()) << src.out;
+    ASSERT_OK_AND_ASSIGN(
+        ProcessResult derived,
+        RunModelfs({"push", "--plain-http", Ref(kDerivedRepo, "q8"), derived_dir_, "--json"}));
+    ASSERT_EQ(derived.exit_code, 0) << derived.err;
+    derived_push_ = ParseJsonOutput(derived.out);
+    ASSERT_TRUE(derived_push_.is_object()) << derived.out;
+  }
+
+  // `modelfs attest equivalence` of the derived V against the source V, signed with `key`.
+  void Attest(const std::string& key) {
+    ASSERT_OK_AND_ASSIGN(
+        ProcessResult r,
+        RunModelfs({"attest", "equivalence", Ref(kDerivedRepo, "q8-volume"), "--source",
+                    Ref(kModelRepo, "bf16-volume"), "--plain-http", "--sign-key", key + ".pem"}));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, ::testing::HasSubstr("verdict    equivalent"));
+    EXPECT_THAT(r.out, ::testing::HasSubstr("tolerance  BF16->Q8_0"));
+  }
+
+  std::string DerivedVolumeDigest() const { return derived_push_["volume"]["digest"]; }
+  std::string DerivedModelDir() const {
+    return daemon_->root() + "/mnt/sha256-" +
+           derived_push_["model"]["digest"].get<std::string>().substr(7);
+  }
+
+  // A pod naming the derived V is refused at PullImage (V's remote Prepare): CRI's error names
+  // the reference, the digest, the requirement's repository and `reason`; the daemon logs the
+  // refusal with the image and reason; nothing is mounted and modelfs read none of the derived
+  // model's blobs.
+  void ExpectRefused(const std::string& name, const std::string& reason) {
+    const size_t registry_offset = LogOffset();
+    const size_t log_offset = ReadFileOrDie(daemon_->log_path()).size();
+    CriPodSpec spec;
+    spec.name = name;
+    spec.uid = name + "-uid";
+    spec.log_directory = tmp_.Join("pods/" + name).string();
+    fs::create_directories(spec.log_directory);
+    ASSERT_OK_AND_ASSIGN(std::string sandbox, runtime_->RunPodSandbox(spec));
+    sandboxes_.push_back(sandbox);
+    absl::StatusOr<std::string> pulled =
+        images_->PullImageForPod(Ref(kDerivedRepo, "q8-volume"), spec);
+    ASSERT_FALSE(pulled.ok()) << "PullImage accepted it: " << *pulled;
+    const std::string why(pulled.status().message());
+    std::cout << "[refusal] " << name << ": " << why << "\n";
+    EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(Ref(kDerivedRepo, "q8-volume"), " (",
+                                                       DerivedVolumeDigest(), ")")));
+    EXPECT_THAT(why, ::testing::HasSubstr(absl::StrCat(
+                         "has no accepted equivalence attestation, which require_equivalence "
+                         "asks of ",
+                         registry_->host_port(), "/", kDerivedRepo, ": ", reason, ": ")));
+    // The daemon's log: one policy event of the refusal, naming the image, the digest and the
+    // reason (docs/snapshotter.md, the log events).
+    const std::string log = ReadFileOrDie(daemon_->log_path()).substr(log_offset);
+    int events = 0;
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (!absl::StrContains(line,
+                             "msg=\"volume image refused: no accepted equivalence attestation\"")) {
+        continue;
+      }
+      ++events;
+      EXPECT_THAT(std::string(line), ::testing::HasSubstr("level=error component=policy"));
+      EXPECT_THAT(std::string(line), ::testing::HasSubstr("reason=equivalence"));
+      EXPECT_THAT(std::string(line), ::testing::HasSubstr(Ref(kDerivedRepo, "q8-volume")));
+      EXPECT_THAT(std::string(line), ::testing::HasSubstr(DerivedVolumeDigest()));
+      EXPECT_THAT(std::string(line), ::testing::HasSubstr(reason));
+    }
+    EXPECT_EQ(events, 1) << "refusal events in the daemon's log:\n" << log;
+    EXPECT_FALSE(fs::exists(DerivedModelDir()));
+    EXPECT_EQ(MountsUnder(daemon_->root()), std::vector<std::string>{daemon_->root() + "/mnt"});
+    // (The attestation's envelopes are blobs of the same repository: those it read.)
+    const auto modelfs = BlobBytes(RequestsSince(registry_offset), kDerivedRepo, "modelfs");
+    for (const auto& b : derived_push_["blobs"]) {
+      EXPECT_EQ(modelfs.count(b["digest"].get<std::string>()), 0u)
+          << b["role"] << " was read\n"
+          << DescribeTraffic(RequestsSince(registry_offset));
+    }
+  }
+
+  std::string trusted_key_;
+  std::string stranger_key_;
+  std::string source_dir_;
+  std::string derived_dir_;
+  nlohmann::json source_push_;
+  nlohmann::json derived_push_;
+};
+
+TEST_F(EquivalenceVolumeTest, APodNamingAnUnattestedDerivedModelIsRefusedNamingItAndTheReason) {
+  PushSourceAndDerived();
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectRefused("unattested", "no_attestation");
+}
+
+// Refusals are not kept: once the attestation is stored, the kubelet's next pull of the same V
+// (a fresh pod) is accepted and the pod reads the GGUF byte for byte.
+TEST_F(EquivalenceVolumeTest, AfterTheAttestationIsStoredAFreshPullReadsEveryFileExactly) {
+  PushSourceAndDerived();
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectRefused("before-attest", "no_attestation");
+  ASSERT_FALSE(HasFatalFailure());
+  Attest(trusted_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashes("attested", Ref(kDerivedRepo, "q8-volume"),
+                   RoleDigest(derived_push_, "volume config"), DescribeFiles(derived_dir_));
+  EXPECT_TRUE(fs::exists(DerivedModelDir()));
+}
+
+TEST_F(EquivalenceVolumeTest, AnAttestationSignedByAnotherKeyIsRefused) {
+  PushSourceAndDerived();
+  ASSERT_FALSE(HasFatalFailure());
+  Attest(stranger_key_);
+  ASSERT_FALSE(HasFatalFailure());
+  ExpectRefused("stranger", "no_key_matched");
+}
+
+// The source's repository is not listed: its V needs no attestation.
+TEST_F(EquivalenceVolumeTest, APodNamingTheSourceOutsideTheListedRepositoriesNeedsNone) {
+  PushSourceAndDerived();
+  ASSERT_FALSE(HasFatalFailure());
+  RunPodThatHashes("source", Ref(kModelRepo, "bf16-volume"),
+                   RoleDigest(source_push_, "volume config"), DescribeFiles(source_dir_));
 }
 
 // The snapshotter restarted between two pods (SIGTERM, then the same binary on the same root):

@@ -273,6 +273,9 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   RemotePrepareCounts remote_counts() const;
   // Refusals by the policy, by reason (empty without a policy).
   std::map<std::string, uint64_t> policy_refusals() const;
+  // Prepares require_equivalence refused, by reason (AttestationGate's), for
+  // modelfs_equivalence_refusals_total.
+  std::map<std::string, uint64_t> equivalence_refusals() const;
   // Policy evaluations that asked a registry (kept verdicts excluded).
   uint64_t policy_evaluations() const;
   std::filesystem::path mount_dir() const { return mnt_dir_; }

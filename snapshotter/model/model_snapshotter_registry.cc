@@ -161,6 +161,10 @@ std::map<std::string, uint64_t> ModelSnapshotter::policy_refusals() const {
   return policy_gate_ ? policy_gate_->refusals() : std::map<std::string, uint64_t>{};
 }
 
+std::map<std::string, uint64_t> ModelSnapshotter::equivalence_refusals() const {
+  return attestation_gate_ ? attestation_gate_->refusals() : std::map<std::string, uint64_t>{};
+}
+
 uint64_t ModelSnapshotter::policy_evaluations() const {
   return policy_gate_ ? policy_gate_->evaluations() : 0;
 }

@@ -83,6 +83,22 @@ TEST_F(SafetensorsModelInfoTest, DocumentCarriesSchemaVersionAndContext) {
   EXPECT_EQ(j["provenance"]["config"]["torch_dtype"], "bfloat16");
 }
 
+TEST_F(SafetensorsModelInfoTest, AWeightFileInATarLayerShowsItsTensorIndexByItsOffset) {
+  context_.tar_tensor_indexes[{layer_.str(), sizeof(kConfig) - 1}] = {
+      "sha256:" + std::string(64, 'c'), 2};
+  context_.tar_tensor_indexes[{layer_.str(), 12345}] = {"sha256:" + std::string(64, 'd'), 9};
+  json j = Build();
+  ASSERT_EQ(j["files"].size(), 2u);
+  for (const json& f : j["files"]) {
+    if (f["path"] == "model.safetensors") {
+      EXPECT_EQ(f["tensorIndex"]["digest"], "sha256:" + std::string(64, 'c'));
+      EXPECT_EQ(f["tensorIndex"]["tensors"], 2);
+    } else {
+      EXPECT_FALSE(f.contains("tensorIndex")) << f.dump();
+    }
+  }
+}
+
 TEST_F(SafetensorsModelInfoTest, FilesAreListedInPathOrderWithSizeDigestAndFormat) {
   json j = Build();
   ASSERT_EQ(j["files"].size(), 2u);

@@ -1053,6 +1053,72 @@ TEST(VolumeTensorIndexTest, AnIndexForNoLayerOfTheModelIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no layer")));
 }
 
+// The tar layer of MakeTarFixture holding tiny.gguf, indexed as a tar member (what
+// TarTensorIndexer gives), and the README's tar followed with no weight file in it.
+std::vector<TarTensorIndexes> FixtureTarTensors(const Fixture& f) {
+  TarTensorIndexes weights, readme;
+  weights.tar_digest = f.model.layers[0].digest;
+  weights.tar_size = f.model.layers[0].size;
+  TensorIndex t = FixtureTensors(f);
+  t.layer_digest = weights.tar_digest;
+  t.layer_size = weights.tar_size;
+  t.file_offset = 512;
+  weights.files.push_back({"tiny.gguf", t});
+  readme.tar_digest = f.model.layers[1].digest;
+  readme.tar_size = f.model.layers[1].size;
+  return {weights, readme};
+}
+
+TEST(VolumeTensorIndexTest, ATarLayersWeightFilesAreListedByMemberAndReadBack) {
+  Fixture f = MakeTarFixture();
+  f.input.image_compatible = false;
+  f.input.tar_tensor_indexes = FixtureTarTensors(f);
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  const std::string json = SerializeVolumeModelJson(v.model_info);
+  EXPECT_THAT(json, HasSubstr("\"revision\":2"));
+  EXPECT_THAT(json, HasSubstr("\"tensorIndexes\":[{\"digest\":\"sha256:"));
+  EXPECT_THAT(json, HasSubstr("\"file\":\"tiny.gguf\""));
+  EXPECT_THAT(json, HasSubstr("\"path\":\".modelfs/tensors/" +
+                              std::string(f.model.layers[0].digest.hex()) + "-0.tidx\""));
+  EXPECT_THAT(json, HasSubstr("\"tensorIndexes\":[]"));  // the README's tar: none
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"tensorIndex\":")));
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents c, ParseVolumeLayer(v.layer));
+  ASSERT_EQ(c.tar_tensor_indexes.size(), 2u);
+  const std::vector<TarTensorIndex>& got = c.tar_tensor_indexes.at(f.model.layers[0].digest);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], FixtureTarTensors(f)[0].files[0]);
+  EXPECT_TRUE(c.tar_tensor_indexes.at(f.model.layers[1].digest).empty());
+  ASSERT_OK_AND_ASSIGN(VolumeModelInfo back, ParseVolumeModelJson(json));
+  EXPECT_EQ(back, v.model_info);
+}
+
+TEST(VolumeTensorIndexTest, ATarIndexOfAnotherSizeThanTheTarIsRefused) {
+  Fixture f = MakeTarFixture();
+  f.input.image_compatible = false;
+  std::vector<TarTensorIndexes> t = FixtureTarTensors(f);
+  t[0].tar_size += 1;
+  f.input.tar_tensor_indexes = t;
+  EXPECT_THAT(BuildVolumeImage(f.input),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("do not fit the layer")));
+}
+
+TEST(VolumeTensorIndexTest, TarIndexesOnARawLayerOrAnUnsafeFileAreRefused) {
+  Fixture f = MakeFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));
+  VolumeModelInfo info = v.model_info;
+  info.layers[0].tar_tensor_indexes = std::vector<VolumeTensorIndexRef>{
+      {".modelfs/tensors/x-0.tidx", Digest::Of("x"), 1, "tiny.gguf"}};
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tensorIndexes")));
+  Fixture t = MakeTarFixture();
+  ASSERT_OK_AND_ASSIGN(VolumeImage tv, BuildVolumeImage(t.input));
+  info = tv.model_info;
+  info.layers[0].tar_tensor_indexes = std::vector<VolumeTensorIndexRef>{
+      {".modelfs/tensors/x-0.tidx", Digest::Of("x"), 1, "../tiny.gguf"}};
+  EXPECT_THAT(ParseVolumeModelJson(SerializeVolumeModelJson(info)).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("file")));
+}
+
 TEST(VolumeTensorIndexTest, AReaderTakesAnyRevisionButRefusesAnotherSchemaVersion) {
   Fixture f = MakeFixture();
   ASSERT_OK_AND_ASSIGN(VolumeImage v, BuildVolumeImage(f.input));

@@ -102,3 +102,20 @@ TEST(TensorListingTest, DiffJsonSaysWhatChangedAndSummarises) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// An index holds only names ParseTensorIndex takes back: a GGUF's names need not be UTF-8.
+TEST(TensorListingTest, AGgufTensorNameThatIsNotUtf8IsRefusedNamingTheFile) {
+  GgufWriter g;
+  g.Set("general.architecture", GgufValue::String("llama"));
+  ASSERT_OK(g.AddTensor("bad\xff.weight", {8}, /*F32*/ 0, std::string(32, 'x')));
+  ASSERT_OK_AND_ASSIGN(std::string file, g.Serialize());
+  auto reader = MakeMemoryRangeReaderView("model.gguf", file);
+  EXPECT_THAT(ReadTensorSkeleton(*reader, "model.gguf", Digest::Of(file), file.size(), 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("model.gguf")));
+}
+
+}  // namespace
+}  // namespace modelfs

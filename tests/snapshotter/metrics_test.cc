@@ -93,6 +93,20 @@ TEST(RenderPrometheusTest, PolicyRefusalsAreCountedByReasonWithEveryReasonPresen
   EXPECT_THAT(text, HasSubstr("\nmodelfs_policy_evaluations_total 5\n"));
 }
 
+TEST(RenderPrometheusTest, EquivalenceRefusalsAreCountedByReasonWithEveryReasonPresent) {
+  DaemonCounters c;
+  c.equivalence_refusals = {{"no_attestation", 3}, {"no_key_matched", 1}};
+  LatencyHistogram h;
+  std::string text = RenderPrometheus(c, h);
+  EXPECT_THAT(text, HasSubstr("modelfs_equivalence_refusals_total{reason=\"no_attestation\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("modelfs_equivalence_refusals_total{reason=\"no_key_matched\"} 1\n"));
+  for (const char* zero : {"bad_payload", "subject_mismatch", "wrong_predicate_type",
+                           "not_equivalent", "fetch_failed"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("modelfs_equivalence_refusals_total{reason=\"", zero,
+                                             "\"} 0\n")));
+  }
+}
+
 size_t Append(char* p, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(p, size * n);
   return size * n;
