@@ -774,8 +774,9 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   std::map<std::string, std::string> fallback_files;
   uint64_t inline_seek_bytes = 0;
   for (const VolumeLayerRecord& rec : info.layers) {
-    if (rec.seek_index && windows_by_layer.count(rec.digest)) {
-      inline_seek_bytes += index_files[rec.seek_index->path].size();
+    if (!rec.seek_index || !windows_by_layer.count(rec.digest)) continue;
+    if (auto it = index_files.find(rec.seek_index->path); it != index_files.end()) {
+      inline_seek_bytes += it->second.size();
     }
   }
   if (inline_seek_bytes > kSeekWindowsMinInlineBytes) {
