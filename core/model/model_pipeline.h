@@ -44,6 +44,8 @@ struct PipelineOptions {
   bool insecure_stream = false;
   // LoadOptions::decoding: the cache's source when it decodes compressed layers lazily.
   DecodingBlobSource* decoding = nullptr;
+  // LoadOptions::on_records_refused.
+  std::function<void(const absl::Status&)> on_records_refused;
 };
 
 enum class PrefetchStart {

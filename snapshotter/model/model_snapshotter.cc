@@ -41,8 +41,17 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
   ModelHostParts& hp = parts.host;
   if (hp.mounter && hp.source && hp.cache && hp.connect_registry) {
     hp.preferred = content_reader_.get();
-    absl::StatusOr<std::unique_ptr<ModelHost>> host = ModelHost::Create(
-        ModelHostOptions{options_.prefetch, options_.insecure_stream, models_dir_}, std::move(hp));
+    ModelHostOptions ho{options_.prefetch, options_.insecure_stream, models_dir_};
+    // A lazy image's V nobody pinned: its records lied about the layers, so nothing of the
+    // model is served (every read fails); the refusal is logged here.
+    ho.on_records_refused = [this](const absl::Status& refused) {
+      Log(log::Error("snapshotter",
+                     "volume image's tar header records refused; the model "
+                     "serves no byte")
+              .Field("reason", refused.message()));
+    };
+    absl::StatusOr<std::unique_ptr<ModelHost>> host =
+        ModelHost::Create(std::move(ho), std::move(hp));
     if (host.ok()) host_ = *std::move(host);
   }
 }
