@@ -416,7 +416,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
   std::shared_ptr<BlobReader> gated;  // .modelinfo.json's reader, while the records are unchecked
   if (!unchecked.empty()) {
     out.records_check = std::make_shared<TarRecordsCheck>(
-        &reader, rm.model_descriptor.digest.str(), std::move(unchecked), o.on_records_refused);
+        &reader, rm.model_descriptor.digest.str(), std::move(unchecked), o.on_records_checked);
     for (TreeFile& f : out.files) {
       if (f.kind != TreeFile::Kind::kDirectory) f.gate = out.records_check;
     }

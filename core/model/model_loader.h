@@ -29,10 +29,10 @@ struct LoadOptions {
   // The cache's remote source, when it is a DecodingBlobSource: compressed layers with a seek
   // index (V's) are then served lazily through it. nullptr: decoded whole.
   DecodingBlobSource* decoding = nullptr;
-  // Called once when a model's tar header records nobody pinned (ResolvedModel::
-  // tar_headers_unpinned) do not match its layers (LoadedModel::records_check): the caller logs
-  // the refusal. May be empty.
-  std::function<void(const absl::Status&)> on_records_refused;
+  // Called once with M's digest and the result of checking tar header records nobody pinned
+  // (ResolvedModel::tar_headers_unpinned) against the layers (LoadedModel::records_check): the
+  // caller logs it (a failure is a refusal: the model serves no byte). May be empty.
+  std::function<void(const std::string& model, const absl::Status&)> on_records_checked;
 };
 
 struct LoadedModel {

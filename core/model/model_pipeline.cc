@@ -33,7 +33,7 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
   lo.insecure_stream = options_.insecure_stream;
   lo.reference = reference;
   lo.decoding = options_.decoding;
-  lo.on_records_refused = options_.on_records_refused;
+  lo.on_records_checked = options_.on_records_checked;
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
   const std::string model_ref = rm.model_descriptor.digest.str();
   if (absl::Status served = serve(loaded); !served.ok()) {

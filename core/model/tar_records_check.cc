@@ -25,12 +25,13 @@ std::vector<std::pair<uint64_t, uint64_t>> UsedRanges::Merged() const {
   return out;
 }
 
-TarRecordsCheck::TarRecordsCheck(BlobReader* reader, std::string model, std::vector<Tar> tars,
-                                 std::function<void(const absl::Status&)> on_refused)
+TarRecordsCheck::TarRecordsCheck(
+    BlobReader* reader, std::string model, std::vector<Tar> tars,
+    std::function<void(const std::string& model, const absl::Status&)> on_checked)
     : reader_(reader),
       model_(std::move(model)),
       tars_(std::move(tars)),
-      on_refused_(std::move(on_refused)) {}
+      on_checked_(std::move(on_checked)) {}
 
 TarRecordsCheck::~TarRecordsCheck() {
   std::thread background;
@@ -76,7 +77,7 @@ void TarRecordsCheck::RunAndPublish() {
     result_ = result;
     state_ = State::kDone;
   }
-  if (!result.ok() && on_refused_) on_refused_(result);
+  if (on_checked_) on_checked_(model_, result);
 }
 
 absl::Status TarRecordsCheck::Run() const {

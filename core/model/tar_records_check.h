@@ -17,7 +17,7 @@
 // and stat are answered at once: that is the point of the records) but serves no content: a
 // read or readlink of any file of the model waits for the check (ServeGate), and the fd of a
 // file is not handed out for passthrough. A failed check fails every later read of the model
-// (kDataLoss naming the layer, the entry and the offset) and is reported once.
+// (kDataLoss naming the layer, the entry and the offset); the result is reported once.
 //
 // Thread safety: every method of TarRecordsCheck and GatedBlobReader is safe to call
 // concurrently. UsedRanges belongs to one caller at a time.
@@ -68,10 +68,10 @@ class TarRecordsCheck final : public ServeGate {
     std::vector<TarEntry> entries;
   };
   // `reader` (not owned) serves the layers verified and must outlive the check. `model` names
-  // the model in messages. `on_refused` is called once, from the thread that ran the check,
-  // when it fails.
+  // the model in messages. `on_checked` is called once with `model` and the result, from the
+  // thread that ran the check.
   TarRecordsCheck(BlobReader* reader, std::string model, std::vector<Tar> tars,
-                  std::function<void(const absl::Status&)> on_refused);
+                  std::function<void(const std::string& model, const absl::Status&)> on_checked);
   // Waits for a check started in the background.
   ~TarRecordsCheck() override;
   TarRecordsCheck(const TarRecordsCheck&) = delete;
@@ -95,7 +95,7 @@ class TarRecordsCheck final : public ServeGate {
   BlobReader* const reader_;
   const std::string model_;
   const std::vector<Tar> tars_;
-  const std::function<void(const absl::Status&)> on_refused_;
+  const std::function<void(const std::string& model, const absl::Status&)> on_checked_;
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;

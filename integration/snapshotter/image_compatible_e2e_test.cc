@@ -992,6 +992,12 @@ TEST_F(ImageCompatibleE2eTest, ALazyImageWhoseTopLayerOnlyAddsModelsShowsTheBase
     want_rootfs[f] = stock.count(f) ? stock.at(f) : "";
   }
   EXPECT_EQ(RunRootfsPod("lazymtroot", ref), want_rootfs);
+  // The tree came from V's tar header records (nobody pinned this V), and the pods read it
+  // once the records matched the layers' own verified bytes (tar_records_check.h).
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(daemon_log, "listed from its tar header records")) << daemon_log;
+  EXPECT_TRUE(absl::StrContains(daemon_log, "tar header records match the layers")) << daemon_log;
+  EXPECT_FALSE(absl::StrContains(daemon_log, "tar header records refused")) << daemon_log;
   StopContainerd();
 }
 

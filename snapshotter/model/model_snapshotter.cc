@@ -42,13 +42,18 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
   if (hp.mounter && hp.source && hp.cache && hp.connect_registry) {
     hp.preferred = content_reader_.get();
     ModelHostOptions ho{options_.prefetch, options_.insecure_stream, models_dir_};
-    // A lazy image's V nobody pinned: its records lied about the layers, so nothing of the
-    // model is served (every read fails); the refusal is logged here.
-    ho.on_records_refused = [this](const absl::Status& refused) {
+    // A lazy image's V nobody pinned: the model is served once its tar header records match
+    // the layers; if they do not, nothing of it is served (every read fails).
+    ho.on_records_checked = [this](const std::string& model, const absl::Status& result) {
+      if (result.ok()) {
+        Log(log::Info("snapshotter", "volume image's tar header records match the layers")
+                .Field("model", model));
+        return;
+      }
       Log(log::Error("snapshotter",
-                     "volume image's tar header records refused; the model "
-                     "serves no byte")
-              .Field("reason", refused.message()));
+                     "volume image's tar header records refused; the model serves no byte")
+              .Field("model", model)
+              .Field("reason", result.message()));
     };
     absl::StatusOr<std::unique_ptr<ModelHost>> host =
         ModelHost::Create(std::move(ho), std::move(hp));

@@ -512,7 +512,10 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
                                       /*volume_files=*/nullptr, /*count_mounted=*/true,
                                       /*image_tree=*/true));
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
-                   name, " (volume image ", volume->digest.str(), ")", ", the image's whole tree"));
+                   name, " (volume image ", volume->digest.str(), ")", ", the image's whole tree",
+                   rm.tar_headers.empty() ? ""
+                                          : ", listed from its tar header records (checked "
+                                            "against the layers before a byte is served)"));
   return absl::AlreadyExistsError(
       absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
 }

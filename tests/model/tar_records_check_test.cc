@@ -108,7 +108,11 @@ class UnpinnedRecordsTest : public ::modelfs::testing::CachedModelTest {
     ASSERT_NE(records, nullptr);
     model_.tar_headers[layer_] = std::move(records);
     LoadOptions o;
-    o.on_records_refused = [this](const absl::Status& st) { refusals_.push_back(st); };
+    o.on_records_checked = [this](const std::string& model, const absl::Status& st) {
+      EXPECT_EQ(model, ModelRef());
+      if (!st.ok()) refusals_.push_back(st);
+      ++checks_;
+    };
     ASSERT_OK_AND_ASSIGN(loaded_, LoadModel(model_, *cache_, o));
     ASSERT_NE(loaded_.records_check, nullptr);
     ASSERT_OK_AND_ASSIGN(tree_, ModelTree::SingleModel(cache_.get(), loaded_.files));
@@ -161,6 +165,7 @@ class UnpinnedRecordsTest : public ::modelfs::testing::CachedModelTest {
   LoadedModel loaded_;
   std::unique_ptr<ModelTree> tree_;
   std::vector<absl::Status> refusals_;
+  int checks_ = 0;
 };
 
 TEST_F(UnpinnedRecordsTest, HonestRecordsServeEveryFileByteEqualAndTheLinkTarget) {
@@ -177,6 +182,7 @@ TEST_F(UnpinnedRecordsTest, HonestRecordsServeEveryFileByteEqualAndTheLinkTarget
   }
   EXPECT_TRUE(loaded_.records_check->Passed());
   EXPECT_TRUE(refusals_.empty());
+  EXPECT_EQ(checks_, 1);
 }
 
 TEST_F(UnpinnedRecordsTest, TheTreeIsBuiltFromTheRecordsWithoutReadingTheLayer) {
