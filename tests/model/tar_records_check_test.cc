@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cache/blob_cache.h"
@@ -39,11 +41,11 @@ struct Entry {
   std::string symlink;  // non-empty: a symbolic link to this
 };
 
-std::string TarOf(const std::vector<Entry>& entries) {
+std::string TarOf(const std::vector<Entry>& entries, uint32_t mode = 0755) {
   TarWriter w;
   for (const Entry& e : entries) {
     absl::Status st =
-        e.symlink.empty() ? w.AddFile(e.path, e.content, 0755) : w.AddSymlink(e.path, e.symlink);
+        e.symlink.empty() ? w.AddFile(e.path, e.content, mode) : w.AddSymlink(e.path, e.symlink);
     EXPECT_OK(st);
   }
   return w.Finish();
@@ -268,6 +270,72 @@ TEST_F(UnpinnedRecordsTest, AHeaderInsideAFilesDataReachedByALieBeforeItServesNo
               StatusIs(absl::StatusCode::kDataLoss,
                        AllOf(HasSubstr(layer_.str()), HasSubstr("entry 'models/a.bin'"))));
   ASSERT_EQ(refusals_.size(), 1u);
+}
+
+// The modelcar case: a gzip layer served span by span through V's seek index. The records list
+// it without decoding anything; the first read checks them (decoding the spans their headers
+// are in, every chunk verified) and then serves the file; forged records serve nothing.
+class UnpinnedRecordsOfAGzipLayerTest : public ::modelfs::testing::CachedModelTest {
+ protected:
+  void SetUp() override {
+    CachedModelTest::SetUp();
+    weights_ = Pattern(6 << 20, 9);
+    tar_ = TarOf({{"models/config.json", "{}", ""}, {"models/model.safetensors", weights_, ""}});
+    const std::string gz = ::modelfs::testing::Gzip(tar_);
+    gz_ = AddLayer(gz, LayerEncoding::kTarGzip, "", std::string(kOciLayerTarGzipMediaType));
+    ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 1 << 20));
+    ChunkIndex idx = BuildChunkIndex(tar_, 1 << 20, ChunkDigestAlgorithm::kBlake3);
+    idx.content = ChunkIndex::Content::kUncompressed;
+    model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(seek);
+    model_.chunk_indexes[gz_] = idx;
+    model_.image = true;
+    model_.image_diff_ids = {Digest::Of(tar_)};
+    model_.tar_headers_unpinned = true;
+    CacheOptions o;
+    o.dir = tmp_.Join("lazy-cache").string();
+    o.log = [](const log::Event&) {};
+    ASSERT_OK_AND_ASSIGN(lazy_cache_, BlobCache::Open(o, &decoding_));
+  }
+  // Loads the model with `records` and reads models/model.safetensors whole from its tree.
+  absl::StatusOr<std::string> LoadAndRead(std::shared_ptr<const TarHeaders> records) {
+    model_.tar_headers[gz_] = std::move(records);
+    LoadOptions o;
+    o.decoding = &decoding_;
+    absl::StatusOr<LoadedModel> loaded = LoadModel(model_, *lazy_cache_, o);
+    if (!loaded.ok()) return loaded.status();
+    decoded_at_ready_ = decoding_.stats().compressed_bytes;
+    absl::StatusOr<std::unique_ptr<ModelTree>> tree =
+        ModelTree::SingleModel(lazy_cache_.get(), loaded->files);
+    if (!tree.ok()) return tree.status();
+    absl::StatusOr<NodeAttr> dir = (*tree)->Lookup(ModelTree::kRootIno, "models");
+    if (!dir.ok()) return dir.status();
+    absl::StatusOr<NodeAttr> file = (*tree)->Lookup(dir->ino, "model.safetensors");
+    if (!file.ok()) return file.status();
+    return (*tree)->Read(file->ino, 0, weights_.size());
+  }
+  DecodingBlobSource decoding_{&remote_};
+  std::unique_ptr<BlobCache> lazy_cache_;
+  std::string weights_, tar_;
+  Digest gz_;
+  uint64_t decoded_at_ready_ = 1;
+};
+
+TEST_F(UnpinnedRecordsOfAGzipLayerTest, HonestRecordsAreListedWithoutDecodingAndServedOnceChecked) {
+  ASSERT_OK_AND_ASSIGN(std::string got, LoadAndRead(RecordsAs(tar_, tar_)));
+  EXPECT_EQ(decoded_at_ready_, 0u);
+  EXPECT_TRUE(got == weights_);
+}
+
+TEST_F(UnpinnedRecordsOfAGzipLayerTest, ForgedRecordsServeNoByte) {
+  // Another mode: the same names, sizes and offsets, other header bytes.
+  const std::string forged =
+      TarOf({{"models/config.json", "{}", ""}, {"models/model.safetensors", weights_, ""}}, 0644);
+  ASSERT_NE(forged, tar_);
+  EXPECT_THAT(LoadAndRead(RecordsAs(forged, tar_)).status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("layer " + gz_.str()), HasSubstr(Digest::Of(tar_).str()),
+                             HasSubstr("entry 'models/config.json'"))));
+  EXPECT_EQ(decoded_at_ready_, 0u);
 }
 
 TEST(UsedRangesTest, GivesTheRangesSortedAndMerged) {
