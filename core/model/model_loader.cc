@@ -131,7 +131,7 @@ absl::StatusOr<TarToIndex> TarToIndexOf(const ResolvedModel& rm, const ModelLaye
 // kParallelTars at a time (BlobReader takes concurrent calls). A tar with V's header records is
 // indexed from them, reading nothing. Results in the order given.
 // `checks`, when given, gets a TarRecordsCheck::Tar for each tar indexed from records (the
-// ranges the scan read and what it found), for a model whose records nobody pinned.
+// ranges the scan used and what it found), for a model whose records nobody pinned.
 std::vector<absl::StatusOr<std::vector<TarEntry>>> IndexTarsSideBySide(
     BlobReader& reader, const std::vector<TarToIndex>& tars,
     std::vector<TarRecordsCheck::Tar>* checks = nullptr) {
@@ -304,7 +304,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
         ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model, volume ? &*volume : nullptr);
   }
   std::set<std::string> seen;
-  // Records nobody pinned: what the scans read over them, checked against the layers before
+  // Records nobody pinned: what the scans used of them, checked against the layers before
   // anything of the model is served (tar_records_check.h).
   std::vector<TarRecordsCheck::Tar> unchecked;
   std::vector<TarRecordsCheck::Tar>* checks = rm.tar_headers_unpinned ? &unchecked : nullptr;
