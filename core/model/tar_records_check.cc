@@ -45,7 +45,7 @@ TarRecordsCheck::~TarRecordsCheck() {
 
 void TarRecordsCheck::StartInBackground() {
   absl::MutexLock lock(&mu_);
-  if (state_ != State::kIdle) return;
+  if (state_ != State::kIdle || background_.joinable()) return;
   state_ = State::kRunning;
   background_ = std::thread([this] { RunAndPublish(); });
 }
@@ -53,17 +53,19 @@ void TarRecordsCheck::StartInBackground() {
 absl::Status TarRecordsCheck::Wait() {
   {
     absl::MutexLock lock(&mu_);
-    if (state_ == State::kIdle) {
-      state_ = State::kRunning;
-    } else {
-      mu_.Await(absl::Condition(
-          +[](State* s) { return *s == State::kDone; }, &state_));
-      return result_;
+    if (state_ == State::kDone) return result_;
+    if (state_ == State::kRunning) {
+      const uint64_t run = finished_runs_;
+      auto finished = [this, run]()
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_runs_ > run; };
+      mu_.Await(absl::Condition(&finished));
+      return last_result_;
     }
+    state_ = State::kRunning;
   }
   RunAndPublish();
   absl::MutexLock lock(&mu_);
-  return result_;
+  return last_result_;
 }
 
 bool TarRecordsCheck::Passed() const {
@@ -73,12 +75,18 @@ bool TarRecordsCheck::Passed() const {
 
 void TarRecordsCheck::RunAndPublish() {
   absl::Status result = Run();
+  // A verdict sticks: the records match, or they (or the layer's verified bytes) do not. Not
+  // being able to read the layer (a registry down, a deadline) is no verdict: the next read
+  // runs the check again.
+  const bool verdict = result.ok() || absl::IsDataLoss(result);
   {
     absl::MutexLock lock(&mu_);
-    result_ = result;
-    state_ = State::kDone;
+    last_result_ = result;
+    ++finished_runs_;
+    if (verdict) result_ = result;
+    state_ = verdict ? State::kDone : State::kIdle;
   }
-  if (on_checked_) on_checked_(model_, result);
+  if (verdict && on_checked_) on_checked_(model_, result);
 }
 
 absl::Status TarRecordsCheck::Run() const {

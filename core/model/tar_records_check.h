@@ -17,7 +17,8 @@
 // and stat are answered at once: that is the point of the records) but serves no content: a
 // read or readlink of any file of the model waits for the check (ServeGate), and the fd of a
 // file is not handed out for passthrough. A failed check fails every later read of the model
-// (kDataLoss naming the layer, the entry and the offset); the result is reported once.
+// (kDataLoss naming the layer, the entry and the offset); the verdict is reported once. A check
+// that could not read the layer (a registry down) is no verdict: the next read tries again.
 //
 // Thread safety: every method of TarRecordsCheck and GatedBlobReader is safe to call
 // concurrently. UsedRanges belongs to one caller at a time.
@@ -68,8 +69,8 @@ class TarRecordsCheck final : public ServeGate {
     std::vector<TarEntry> entries;
   };
   // `reader` (not owned) serves the layers verified and must outlive the check. `model` names
-  // the model in messages. `on_checked` is called once with `model` and the result, from the
-  // thread that ran the check.
+  // the model in messages. `on_checked` is called once with `model` and the verdict (OK or
+  // kDataLoss), from the thread that ran the check.
   TarRecordsCheck(BlobReader* reader, std::string model, std::vector<Tar> tars,
                   std::function<void(const std::string& model, const absl::Status&)> on_checked);
   // Waits for a check started in the background.
@@ -81,8 +82,9 @@ class TarRecordsCheck final : public ServeGate {
   void StartInBackground();
   // Runs the check (or waits for the one running) and returns its result: OK, or kDataLoss
   // naming the model, layer, entry and offset where the layer's bytes differ from the records
-  // (a read error of the layer is passed on with the same names, and also sticks: nothing of
-  // the model is served while its records are unchecked).
+  // (or fail verification). Both are final. Any other error reading the layer (kUnavailable,
+  // kDeadlineExceeded) is returned with the same names and is not: the next Wait runs the
+  // check again, and nothing is served meanwhile.
   absl::Status Wait() override;
   bool Passed() const override;
 
@@ -99,7 +101,9 @@ class TarRecordsCheck final : public ServeGate {
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;
-  absl::Status result_ ABSL_GUARDED_BY(mu_);
+  absl::Status result_ ABSL_GUARDED_BY(mu_);       // the verdict, once kDone
+  absl::Status last_result_ ABSL_GUARDED_BY(mu_);  // of the last run, for its waiters
+  uint64_t finished_runs_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread background_ ABSL_GUARDED_BY(mu_);
 };
 

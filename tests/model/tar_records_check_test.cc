@@ -203,6 +203,30 @@ TEST_F(UnpinnedRecordsTest, ACheckStartedInTheBackgroundPassesBeforeAnyRead) {
   EXPECT_TRUE(tree_->IsReady(Ino("models/config.json"), 0, 4096));
 }
 
+// Not reaching the registry is no verdict: that read fails, nothing is reported, and the next
+// read checks again.
+TEST_F(UnpinnedRecordsTest, ACheckThatCannotReadTheLayerIsRunAgainByTheNextRead) {
+  CacheOptions o;
+  o.dir = tmp_.Join("short-cache").string();
+  o.log = [](const log::Event&) {};
+  o.read_deadline = absl::Seconds(1);  // the failing read gives up soon
+  ASSERT_OK_AND_ASSIGN(cache_, BlobCache::Open(o, &remote_));
+  Load(RecordsAs(real_, real_));
+  remote_.Fail(absl::UnavailableError("registry down"));
+  const uint64_t ino = Ino("models/config.json");
+  absl::StatusOr<std::string> got = tree_->Read(ino, 0, 4096);
+  EXPECT_FALSE(got.ok());
+  EXPECT_NE(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("cannot be checked"));
+  EXPECT_EQ(checks_, 0);
+  EXPECT_FALSE(loaded_.records_check->Passed());
+  remote_.Heal();
+  ASSERT_OK_AND_ASSIGN(std::string bytes, tree_->Read(ino, 0, 4096));
+  EXPECT_EQ(bytes, entries_[1].content);
+  EXPECT_EQ(checks_, 1);
+  EXPECT_TRUE(refusals_.empty());
+}
+
 TEST_F(UnpinnedRecordsTest, AWrongSizeServesNoByte) {
   std::vector<Entry> forged = entries_;
   forged[2].content.resize(4000);
