@@ -72,6 +72,7 @@ struct ModelTree::Node {
   std::shared_ptr<LazyBytes> lazy;           // kSynthetic made on first use
   std::string target;                        // kSymlink
   bool executable = false;                   // kLayer: 0555 instead of 0444
+  std::shared_ptr<ServeGate> gate;           // kLayer, kSymlink: TreeFile::gate
 
   bool is_dir() const { return kind == Kind::kDir; }
 };
@@ -192,6 +193,7 @@ absl::Status ModelTree::AddModelLocked(const std::string& model_name, std::vecto
       node->kind = Node::Kind::kSymlink;
       node->target = f.symlink_target;
       node->size = f.symlink_target.size();
+      node->gate = f.gate;
       RETURN_IF_ERROR(add_file(f.path, std::move(node)));
       continue;
     }
@@ -209,6 +211,7 @@ absl::Status ModelTree::AddModelLocked(const std::string& model_name, std::vecto
     node->offset = f.offset_in_layer;
     node->size = f.size;
     node->executable = f.executable;
+    node->gate = f.gate;
     RETURN_IF_ERROR(add_file(f.path, std::move(node)));
   }
   for (auto& [path, file] : synthetic) {
@@ -487,14 +490,28 @@ absl::Status ModelTree::Open(uint64_t ino, int flags) const {
 }
 
 absl::StatusOr<std::string> ModelTree::ReadLink(uint64_t ino) const {
-  absl::ReaderMutexLock lock(&mu_);
-  const Node* node = FindLocked(ino);
-  if (node == nullptr) return absl::NotFoundError(absl::StrCat("readlink: no inode ", ino));
-  if (node->kind != Node::Kind::kSymlink) {
-    return ErrnoStatus(absl::StatusCode::kInvalidArgument, EINVAL,
-                       absl::StrCat("readlink of '", node->path, "': not a symbolic link"));
+  std::shared_ptr<ServeGate> gate;
+  std::string target;
+  std::string path;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const Node* node = FindLocked(ino);
+    if (node == nullptr) return absl::NotFoundError(absl::StrCat("readlink: no inode ", ino));
+    if (node->kind != Node::Kind::kSymlink) {
+      return ErrnoStatus(absl::StatusCode::kInvalidArgument, EINVAL,
+                         absl::StrCat("readlink of '", node->path, "': not a symbolic link"));
+    }
+    gate = node->gate;
+    target = node->target;
+    path = node->path;
   }
-  return node->target;
+  // Outside mu_: the gate may read layers.
+  if (gate != nullptr) {
+    if (absl::Status st = gate->Wait(); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("readlink of '", path, "': ", st.message()));
+    }
+  }
+  return target;
 }
 
 absl::Status ModelTree::OpenDir(uint64_t ino) const {
@@ -529,6 +546,7 @@ absl::StatusOr<ModelTree::FileRef> ModelTree::FileOf(uint64_t ino, const char* o
   f.size = node->size;
   f.bytes = node->bytes;
   f.path = node->path;
+  f.gate = node->gate;
   return f;
 }
 
@@ -549,6 +567,9 @@ absl::StatusOr<std::string> ModelTree::Read(uint64_t ino, uint64_t offset, uint6
   if (offset >= f.size || size == 0) return std::string();
   const uint64_t length = std::min(size, f.size - offset);
   if (f.synthetic) return f.bytes->substr(offset, length);
+  if (f.gate != nullptr) {
+    if (absl::Status st = f.gate->Wait(); !st.ok()) return ReadError(f, offset, st);
+  }
 
   absl::StatusOr<std::string> got = reader_->Read(f.layer, f.layer_offset + offset, length);
   if (!got.ok()) return ReadError(f, offset, got.status());
@@ -574,6 +595,9 @@ absl::StatusOr<std::vector<BlobSpan>> ModelTree::ReadSpans(uint64_t ino, uint64_
     spans.push_back(std::move(span));
     return spans;
   }
+  if (f.gate != nullptr) {
+    if (absl::Status st = f.gate->Wait(); !st.ok()) return ReadError(f, offset, st);
+  }
   absl::StatusOr<std::vector<BlobSpan>> got =
       reader_->ReadSpans(f.layer, f.layer_offset + offset, length);
   if (!got.ok()) return ReadError(f, offset, got.status());
@@ -591,6 +615,7 @@ bool ModelTree::IsReady(uint64_t ino, uint64_t offset, uint64_t size) const {
   absl::StatusOr<FileRef> f = FileOf(ino, "read", /*make_lazy=*/false);
   if (f.ok() && f->synthetic && f->bytes == nullptr) return false;  // making it reads layers
   if (!f.ok() || f->synthetic || offset >= f->size || size == 0) return true;
+  if (f->gate != nullptr && !f->gate->Passed()) return false;  // the check may read layers
   return reader_->IsReady(f->layer, f->layer_offset + offset, std::min(size, f->size - offset));
 }
 
@@ -598,6 +623,7 @@ ModelTree::VerifiedFile ModelTree::OpenVerifiedFile(uint64_t ino) const {
   VerifiedFile out;
   absl::StatusOr<FileRef> f = FileOf(ino, "open", /*make_lazy=*/false);
   if (!f.ok() || f->synthetic) return out;
+  if (f->gate != nullptr && !f->gate->Passed()) return out;  // read through Read, which waits
   out.fd = reader_->OpenVerifiedBlob(f->layer, f->layer_offset, f->size);
   if (out.fd >= 0) {
     out.key = f->layer.str();

@@ -135,8 +135,9 @@ class ModelTree {
   // Checks that `ino` may be opened with open(2) `flags`. Errors: kNotFound; kFailedPrecondition
   // (EISDIR) for a directory; kPermissionDenied (EROFS) for any write access.
   absl::Status Open(uint64_t ino, int flags) const;
-  // The target of symbolic link `ino`, as the image wrote it (it is never followed here).
-  // Errors: kNotFound; kInvalidArgument (EINVAL) for anything but a link.
+  // The target of symbolic link `ino`, as the image wrote it (it is never followed here), once
+  // its gate (TreeFile::gate) has passed: this may wait for it. Errors: kNotFound;
+  // kInvalidArgument (EINVAL) for anything but a link; the gate's.
   absl::StatusOr<std::string> ReadLink(uint64_t ino) const;
   // Checks that `ino` is a directory that can be listed. Errors: kNotFound, kFailedPrecondition
   // (ENOTDIR).
@@ -145,7 +146,8 @@ class ModelTree {
   // Up to `size` bytes of file `ino` at `offset` (fewer only at the end of the file; empty at or
   // past it). Layer-backed bytes come from BlobReader; its errors pass through with the file's
   // path and offset prepended (kDataLoss, kDeadlineExceeded, kUnavailable, kNotFound). A layer
-  // shorter than the file's extent is kDataLoss. Errors: kNotFound for an unknown inode,
+  // shorter than the file's extent is kDataLoss. A file with a gate (TreeFile::gate) waits for
+  // it first and fails with its error. Errors: kNotFound for an unknown inode,
   // kFailedPrecondition (EISDIR) for a directory.
   absl::StatusOr<std::string> Read(uint64_t ino, uint64_t offset, uint64_t size) const;
   // The same bytes as Read, as spans (BlobReader::ReadSpans), for zero-copy replies. Errors as
@@ -154,7 +156,8 @@ class ModelTree {
                                                   uint64_t size) const;
 
   // Whether ReadSpans of the range would return without waiting on the network
-  // (BlobReader::IsReady; always for synthetic files and for errors, which are fast).
+  // (BlobReader::IsReady; always for synthetic files and for errors, which are fast; never
+  // while the file's gate has not passed).
   bool IsReady(uint64_t ino, uint64_t offset, uint64_t size) const;
 
   // For FUSE passthrough: a read-only fd (the caller closes it) of a local file that holds
@@ -162,7 +165,7 @@ class ModelTree {
   // (BlobReader::OpenVerifiedBlob for a whole layer, OpenVerifiedFile for a tar member kept
   // in a file of its own), and a key naming that file (two inodes with equal keys share it).
   // fd -1 when there is none: a synthetic file, a member the reader keeps inside its layer,
-  // or a layer not yet fully verified.
+  // a layer not yet fully verified, or a file whose gate has not passed.
   struct VerifiedFile {
     int fd = -1;
     std::string key;
@@ -193,6 +196,7 @@ class ModelTree {
     uint64_t size = 0;
     std::shared_ptr<const std::string> bytes;
     std::string path;
+    std::shared_ptr<ServeGate> gate;
   };
   // With make_lazy false, a lazy synthetic file not made yet has bytes == nullptr.
   absl::StatusOr<FileRef> FileOf(uint64_t ino, const char* op, bool make_lazy = true) const;

@@ -21,8 +21,8 @@ ModelHost::ModelHost(ModelHostOptions options, ModelHostParts parts)
       mounter_(std::move(parts.mounter)) {
   if (cache_ != nullptr) {
     pipeline_ = std::make_unique<ModelPipeline>(
-        cache_.get(),
-        PipelineOptions{options_.prefetch, options_.insecure_stream, decoding_.get()});
+        cache_.get(), PipelineOptions{options_.prefetch, options_.insecure_stream, decoding_.get(),
+                                      options_.on_records_checked});
     reader_ = std::make_unique<LayerRoutingReader>(parts.preferred, cache_.get());
     tree_ = std::make_shared<ModelTree>(reader_.get());
   }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,9 @@ struct ModelHostOptions {
   // Where the models' records are kept (host/model_records.h); empty: SaveRecord, Restore and
   // DeleteRecord are refused (kFailedPrecondition).
   std::filesystem::path records;
+  // PipelineOptions::on_records_checked: the result of checking a model's tar header records
+  // nobody pinned against its layers (logged by the owner). May be empty.
+  std::function<void(const std::string& model, const absl::Status&)> on_records_checked;
 };
 
 // What a host works with; Create refuses a missing required part (kInvalidArgument).

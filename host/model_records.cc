@@ -166,9 +166,10 @@ absl::Status SaveModelRecord(const fs::path& models_dir, const std::string& name
       {"reference", absl::StrCat(rm.ref.registry(), "/", rm.ref.repository(), "@", top.str())},
       {"source", rm.ref.String()},
       {"mediaTypes", media_types}};
-  // V's tar header records set aside (a V found among an image's referrers): kept aside when
-  // the model is restored.
+  // V's tar header records set aside, or used only once checked against the layers (a V found
+  // among an image's referrers): the same when the model is restored.
   if (rm.volume_descriptor && rm.tar_headers.empty()) record["tarHeaders"] = false;
+  if (rm.tar_headers_unpinned) record["tarHeaders"] = "unpinned";
   if (absl::Status st = WriteFileSynced(staging / "record.json", record.dump(2)); !st.ok())
     return fail(st);
   if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
@@ -209,6 +210,9 @@ absl::StatusOr<ResolvedModel> LoadModelRecord(const fs::path& models_dir, const 
   StoredFetcher fetcher(dir, std::move(media_types));
   ASSIGN_OR_RETURN(ResolvedModel rm, ResolveModel(fetcher, ref));
   if (record.contains("tarHeaders") && record["tarHeaders"] == false) rm.tar_headers.clear();
+  if (record.contains("tarHeaders") && record["tarHeaders"] == "unpinned") {
+    rm.tar_headers_unpinned = true;
+  }
   std::string expected = absl::StrCat("sha256-", std::string(rm.model_descriptor.digest.hex()));
   if (expected != name) {
     return absl::DataLossError(

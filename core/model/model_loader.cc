@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/blob_range_reader.h"
 #include "core/model/modelinfo.h"
+#include "core/model/tar_records_check.h"
 #include "core/oci/image_tree.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
@@ -94,7 +95,8 @@ struct ImageFiles {
   ImageTreeCounts counts;
 };
 absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
-                                          const std::map<Digest, DecodedLayer>& decoded);
+                                          const std::map<Digest, DecodedLayer>& decoded,
+                                          std::vector<TarRecordsCheck::Tar>* checks);
 
 // What .modelinfo.json describes of an image: its weight files and the files beside them (an
 // image's busybox and /etc are not the model).
@@ -128,15 +130,26 @@ absl::StatusOr<TarToIndex> TarToIndexOf(const ResolvedModel& rm, const ModelLaye
 // side, so a model of several layers is ready in the time of its slowest, not their sum. Up to
 // kParallelTars at a time (BlobReader takes concurrent calls). A tar with V's header records is
 // indexed from them, reading nothing. Results in the order given.
+// `checks`, when given, gets a TarRecordsCheck::Tar for each tar indexed from records (the
+// ranges the scan used and what it found), for a model whose records nobody pinned.
 std::vector<absl::StatusOr<std::vector<TarEntry>>> IndexTarsSideBySide(
-    BlobReader& reader, const std::vector<TarToIndex>& tars) {
+    BlobReader& reader, const std::vector<TarToIndex>& tars,
+    std::vector<TarRecordsCheck::Tar>* checks = nullptr) {
   constexpr size_t kParallelTars = 8;
   std::vector<absl::StatusOr<std::vector<TarEntry>>> out(tars.size(),
                                                          absl::UnknownError("not indexed"));
   auto index = [&](size_t i) {
     if (tars[i].headers != nullptr) {
       std::unique_ptr<RangeReader> recorded = MakeTarHeadersReader(tars[i].headers, tars[i].name);
-      out[i] = IndexTar(*recorded);
+      UsedRanges used;
+      TarReadOptions options;
+      options.on_bytes_used = [&used](uint64_t offset, uint64_t length) {
+        used.Add(offset, length);
+      };
+      out[i] = IndexTar(*recorded, options);
+      if (checks != nullptr && out[i].ok()) {
+        checks->push_back({tars[i].digest, tars[i].name, tars[i].headers, used.Merged(), *out[i]});
+      }
       return;
     }
     BlobRangeReader tar(&reader, tars[i].digest, 0, tars[i].size, tars[i].name);
@@ -305,8 +318,12 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
         ModelMtimeSeconds(rm.config ? &*rm.config : nullptr, rm.model, volume ? &*volume : nullptr);
   }
   std::set<std::string> seen;
+  // Records nobody pinned: what the scans used of them, checked against the layers before
+  // anything of the model is served (tar_records_check.h).
+  std::vector<TarRecordsCheck::Tar> unchecked;
+  std::vector<TarRecordsCheck::Tar>* checks = rm.tar_headers_unpinned ? &unchecked : nullptr;
   if (rm.image) {
-    ASSIGN_OR_RETURN(ImageFiles image, ImageTreeFiles(rm, reader, decoded));
+    ASSIGN_OR_RETURN(ImageFiles image, ImageTreeFiles(rm, reader, decoded, checks));
     out.files = std::move(image.files);
     out.image = true;
     out.image_counts = image.counts;
@@ -319,7 +336,7 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
     tar_jobs.push_back(std::move(job));
   }
   std::vector<absl::StatusOr<std::vector<TarEntry>>> tar_entries =
-      IndexTarsSideBySide(reader, tar_jobs);
+      IndexTarsSideBySide(reader, tar_jobs, checks);
   size_t next_tar = 0;
   for (const ModelLayer& l : rm.layers) {
     if (rm.image) break;  // merged above, with whiteouts
@@ -413,9 +430,19 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
       IdentityToJson(IdentityFromArtifact(rm.config ? &*rm.config : nullptr, rm.model.annotations));
   // Made on first lookup (fuse/model_tree.h SyntheticFile): it reads every weight file's
   // header, which registering the model (a CRI PullImage) should not wait for.
+  std::shared_ptr<BlobReader> gated;  // .modelinfo.json's reader, while the records are unchecked
+  if (!unchecked.empty()) {
+    out.records_check = std::make_shared<TarRecordsCheck>(
+        &reader, rm.model_descriptor.digest.str(), std::move(unchecked), o.on_records_checked);
+    for (TreeFile& f : out.files) {
+      if (f.kind != TreeFile::Kind::kDirectory) f.gate = out.records_check;
+    }
+    gated = std::make_shared<GatedBlobReader>(&reader, out.records_check);
+  }
   auto info = std::make_shared<MadeOnce>(
-      [&reader, files = rm.image ? ModelFilesOfImage(out.files) : out.files, ctx = std::move(ctx)] {
-        return MakeModelInfoFile(reader, files, ctx);
+      [&reader, gated, files = rm.image ? ModelFilesOfImage(out.files) : out.files,
+       ctx = std::move(ctx)] {
+        return MakeModelInfoFile(gated != nullptr ? *gated : reader, files, ctx);
       });
   out.synthetic[kModelInfoFileName] = SyntheticFile::Lazy([info] { return info->Get(); });
   // V may show M's files under a directory (its record's pathPrefix, "models" for KServe).
@@ -431,14 +458,16 @@ absl::StatusOr<LoadedModel> Assemble(const ResolvedModel& rm, BlobReader& reader
 }
 
 absl::StatusOr<ImageFiles> ImageTreeFiles(const ResolvedModel& rm, BlobReader& reader,
-                                          const std::map<Digest, DecodedLayer>& decoded) {
+                                          const std::map<Digest, DecodedLayer>& decoded,
+                                          std::vector<TarRecordsCheck::Tar>* checks) {
   ImageTree tree;
   std::vector<TarToIndex> tars;  // the layer whose bytes are each layer's tar
   for (const ModelLayer& l : rm.layers) {
     ASSIGN_OR_RETURN(TarToIndex job, TarToIndexOf(rm, l, decoded));
     tars.push_back(std::move(job));
   }
-  std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed = IndexTarsSideBySide(reader, tars);
+  std::vector<absl::StatusOr<std::vector<TarEntry>>> indexed =
+      IndexTarsSideBySide(reader, tars, checks);
   for (size_t i = 0; i < rm.layers.size(); ++i) {
     const Digest& tar_digest = tars[i].digest;
     ASSIGN_OR_RETURN(std::vector<TarEntry> entries, std::move(indexed[i]));

@@ -6,13 +6,16 @@
 // Thread safety: LoadModel is a free function; the cache it is given is thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
+#include "core/model/tar_records_check.h"
 #include "core/model/tree_file.h"
 #include "core/oci/image_tree.h"
 #include "core/resolve/model_ref.h"
@@ -26,6 +29,10 @@ struct LoadOptions {
   // The cache's remote source, when it is a DecodingBlobSource: compressed layers with a seek
   // index (V's) are then served lazily through it. nullptr: decoded whole.
   DecodingBlobSource* decoding = nullptr;
+  // Called once with M's digest and the result of checking tar header records nobody pinned
+  // (ResolvedModel::tar_headers_unpinned) against the layers (LoadedModel::records_check): the
+  // caller logs it (a failure is a refusal: the model serves no byte). May be empty.
+  std::function<void(const std::string& model, const absl::Status&)> on_records_checked;
 };
 
 struct LoadedModel {
@@ -44,6 +51,11 @@ struct LoadedModel {
   // An ordinary image (ResolvedModel::image), and what merging its layers skipped or removed.
   bool image = false;
   ImageTreeCounts image_counts;
+  // When tar layers were indexed from records nobody pinned: the check every file (and
+  // .modelinfo.json) waits for before serving content, shared as their TreeFile::gate. The
+  // caller starts it once the model is served (StartInBackground); a first read starts it
+  // otherwise. nullptr: nothing to check.
+  std::shared_ptr<TarRecordsCheck> records_check;
 };
 
 // Registers M's layers with the cache (chunk mode where V has an index, else whole-layer),

@@ -33,12 +33,17 @@ absl::StatusOr<LoadedModel> ModelPipeline::Register(const ResolvedModel& rm,
   lo.insecure_stream = options_.insecure_stream;
   lo.reference = reference;
   lo.decoding = options_.decoding;
+  lo.on_records_checked = options_.on_records_checked;
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(rm, *cache_, lo));
   const std::string model_ref = rm.model_descriptor.digest.str();
   if (absl::Status served = serve(loaded); !served.ok()) {
     Unregister(model_ref);
     return served;
   }
+  // Records nobody pinned are checked against the layers at once, after the model is ready:
+  // its first read would wait for that check anyway, and a lie is caught even if nothing
+  // reads the model.
+  if (loaded.records_check != nullptr) loaded.records_check->StartInBackground();
   // Loaders read a model's files in path order (vLLM and llama.cpp sort their shards): each
   // weight layer passes its stream on to the next one's, so the next file is arriving when a
   // loader gets to it.

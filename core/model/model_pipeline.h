@@ -44,6 +44,8 @@ struct PipelineOptions {
   bool insecure_stream = false;
   // LoadOptions::decoding: the cache's source when it decodes compressed layers lazily.
   DecodingBlobSource* decoding = nullptr;
+  // LoadOptions::on_records_checked.
+  std::function<void(const std::string& model, const absl::Status&)> on_records_checked;
 };
 
 enum class PrefetchStart {

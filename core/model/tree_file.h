@@ -6,12 +6,27 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
+
+// What must hold before any content of a file is served: its bytes, a link's target. A tree
+// built from records nobody pinned (TarRecordsCheck, core/model/tar_records_check.h) shows its
+// names and sizes at once but serves no byte until the records are found to be the layers' own.
+// Thread-safe.
+class ServeGate {
+ public:
+  virtual ~ServeGate() = default;
+  // OK once it holds; blocks until that is known. Every later call gives the same answer.
+  virtual absl::Status Wait() = 0;
+  // Whether Wait would return OK at once. Never blocks.
+  virtual bool Passed() const = 0;
+};
 
 // One regular file of a model: `size` bytes at `offset_in_layer` inside blob `layer`. The
 // merged tree of a container image (core/oci/image_tree.h) also has symbolic links and
@@ -28,6 +43,9 @@ struct TreeFile {
   // kFile of a container image whose tar mode has an execute bit: served 0555, not 0444, so a
   // container whose root is the image's tree (a modelcar's `sh`) can run it.
   bool executable = false;
+  // kFile and kSymlink: nothing of the file (bytes, target) is served before gate->Wait() is
+  // OK. nullptr: served at once.
+  std::shared_ptr<ServeGate> gate;
 };
 
 // A synthetic file: bytes served from memory, either given or made by `make` the first time

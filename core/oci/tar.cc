@@ -458,6 +458,7 @@ absl::Status ScanTarHeaders(RangeReader& reader,
                                                 off, " (", total - off, " bytes)"));
     }
     ASSIGN_OR_RETURN(std::string_view block, src.Read(off, kTarBlockSize));
+    if (options.on_bytes_used) options.on_bytes_used(off, kTarBlockSize);
     absl::StatusOr<TarHeaderBlock> header = ParseTarHeaderBlock(block);
     if (!header.ok()) return bad(off, std::string(header.status().message()));
     if (header->end) {
@@ -480,6 +481,7 @@ absl::Status ScanTarHeaders(RangeReader& reader,
                                                   off, " wants ", size, " bytes"));
       }
       ASSIGN_OR_RETURN(std::string_view payload, src.Read(data_start, size));
+      if (options.on_bytes_used) options.on_bytes_used(data_start, size);
       if (typeflag != 'g') pending.seen = true;
       if (typeflag == 'L') {
         pending.path = std::string(CString(payload));

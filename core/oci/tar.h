@@ -61,6 +61,11 @@ struct TarReadOptions {
   bool check_paths = true;
   uint64_t max_entries = 1'000'000;   // kResourceExhausted past this
   uint64_t max_meta_bytes = 1 << 20;  // largest pax / GNU long-name payload accepted
+  // Called with each range (offset, length) of the tar whose bytes the scan uses: header
+  // blocks and pax / GNU payloads. What the scan yields depends on those bytes and the tar's
+  // size alone (a reader may be asked for more: reads are windowed), so two tars of one size
+  // that agree on these ranges scan alike (core/model/tar_records_check.h relies on it).
+  std::function<void(uint64_t offset, uint64_t length)> on_bytes_used;
 };
 
 // One header block, for a reader that follows a tar as it streams (a decoded layer split into

@@ -8,8 +8,9 @@
 //
 // The records are metadata from V, trusted as V is (pinned by digest): they say what the tar's
 // entries are; the entries' bytes are still verified against the chunk index before they are
-// served. A V found among an image's referrers (lazy_images) is pinned by nobody, so its records
-// are not used there (docs/design.md).
+// served. A V found among an image's referrers (lazy_images) is pinned by nobody: there the tree
+// is listed from its records, but nothing is served until they match the layers
+// (core/model/tar_records_check.h).
 //
 // Thread safety: TarHeaders is an immutable value; a TarHeaderRecorder belongs to one thread;
 // the reader, like every RangeReader, to one caller at a time.

@@ -61,8 +61,12 @@ struct ResolvedModel {
   std::map<Digest, SeekWindowsLocation> seek_windows;
   // Tar layers' header records from V, by layer digest (core/oci/tar_headers.h): the mount
   // indexes those tars from them instead of reading their headers from the layers. Trusted as V
-  // is; the lazy-image path, whose V nobody pinned, clears them.
+  // is, unless tar_headers_unpinned.
   std::map<Digest, std::shared_ptr<const TarHeaders>> tar_headers;
+  // V was pinned by nobody (the lazy-image path: found among an image's referrers). The tree is
+  // still built from its records, but nothing of the model is served until they are found to
+  // be the layers' own bytes (LoadedModel::records_check, core/model/tar_records_check.h).
+  bool tar_headers_unpinned = false;
   // V's tensor index references (revision 2, docs/tensor-index.md), by layer digest: the
   // index file's digest and tensor count, for .modelinfo.json. The indexes themselves are read
   // only by those that need them (ListModelTensors), from the verified volume layers above.

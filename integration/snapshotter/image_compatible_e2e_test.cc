@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <filesystem>
@@ -36,6 +38,8 @@
 #include "core/oci/digest.h"
 #include "core/oci/manifest.h"
 #include "core/oci/media_types.h"
+#include "core/oci/tar.h"
+#include "core/oci/tar_headers.h"
 #include "core/oci/volume_image.h"
 #include "core/status/status_macros.h"
 #include "gmock/gmock.h"
@@ -992,6 +996,140 @@ TEST_F(ImageCompatibleE2eTest, ALazyImageWhoseTopLayerOnlyAddsModelsShowsTheBase
     want_rootfs[f] = stock.count(f) ? stock.at(f) : "";
   }
   EXPECT_EQ(RunRootfsPod("lazymtroot", ref), want_rootfs);
+  // The tree came from V's tar header records (nobody pinned this V), and the pods read it
+  // once the records matched the layers' own verified bytes (tar_records_check.h).
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(daemon_log, "listed from its tar header records")) << daemon_log;
+  EXPECT_TRUE(absl::StrContains(daemon_log, "tar header records match the layers")) << daemon_log;
+  EXPECT_FALSE(absl::StrContains(daemon_log, "tar header records refused")) << daemon_log;
+  StopContainerd();
+}
+
+// lazy_images and a referrer V whose tar header records lie (a file's name changed in the
+// records of the image's top layer, header checksums fixed up, everything else as convert
+// wrote it): the modelcar is pulled and listed from the records at once, but no byte of it is
+// served, and the daemon logs the refusal (core/model/tar_records_check.h).
+TEST_F(ImageCompatibleE2eTest, ALazyImageWhoseReferrersTarHeaderRecordsLieServesNoByte) {
+  const std::string ref = PushConvertedModelcar("forged", /*whiteout_top=*/false);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RegistryClient> client,
+                       ConnectPlainHttp(registry_->host_port()));
+  ASSERT_OK_AND_ASSIGN(ManifestResult image, client->GetManifest(kModelcarRepo, "forged"));
+  ASSERT_OK_AND_ASSIGN(Manifest m, ParseManifest(image.bytes));
+  // V as convert wrote it, from the fallback tag's index.
+  ASSERT_OK_AND_ASSIGN(ManifestResult fallback,
+                       client->GetManifest(kModelcarRepo, ReferrersFallbackTag(image.digest)));
+  const nlohmann::json index = nlohmann::json::parse(fallback.bytes);
+  ASSERT_EQ(index["manifests"].size(), 1u) << fallback.bytes;
+  ASSERT_OK_AND_ASSIGN(ManifestResult vm,
+                       client->GetManifest(kModelcarRepo, index["manifests"][0]["digest"]));
+  ASSERT_OK_AND_ASSIGN(Manifest v, ParseManifest(vm.bytes));
+  ASSERT_OK_AND_ASSIGN(std::string a,
+                       FetchBlob(*client, kModelcarRepo, v.layers.back().digest.str()));
+  std::vector<std::string> index_layers;
+  for (size_t i = 0; i + 1 < v.layers.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(std::string l,
+                         FetchBlob(*client, kModelcarRepo, v.layers[i].digest.str()));
+    index_layers.push_back(std::move(l));
+  }
+  ASSERT_OK_AND_ASSIGN(VolumeLayerContents contents, ParseVolumeLayers(a, index_layers));
+  // The lie: one file of the model under another name (its last letter changed).
+  std::string victim;
+  for (const auto& [path, digest] : want_) {
+    if (absl::StartsWith(path, "models/")) victim = path.substr(path.rfind('/') + 1);
+  }
+  ASSERT_FALSE(victim.empty());
+  std::string renamed = victim;
+  renamed.back() = renamed.back() == 'x' ? 'y' : 'x';
+  const Digest top = m.layers.back().digest;
+  ASSERT_EQ(contents.tar_headers.count(top), 1u) << "convert wrote no records for the top layer";
+  TarHeaders forged = contents.tar_headers.at(top);
+  int changed = 0;
+  for (TarHeaders::Extent& e : forged.extents) {
+    for (size_t at = e.bytes.find(victim); at != std::string::npos;
+         at = e.bytes.find(victim, at + 1)) {
+      // A header block holding the name (ustar name, or a pax path in its payload) keeps a
+      // valid checksum; a pax payload has none.
+      const uint64_t block = (e.offset + at) / 512 * 512;
+      const bool header =
+          block >= e.offset && block + 512 <= e.offset + e.bytes.size() &&
+          ParseTarHeaderBlock(std::string_view(e.bytes).substr(block - e.offset, 512)).ok();
+      e.bytes.replace(at, victim.size(), renamed);
+      ++changed;
+      if (!header) continue;
+      char* b = e.bytes.data() + (block - e.offset);
+      memset(b + 148, ' ', 8);
+      unsigned sum = 0;
+      for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(b[i]);
+      char chk[8];
+      snprintf(chk, sizeof(chk), "%06o", sum);
+      memcpy(b + 148, chk, 7);
+    }
+  }
+  ASSERT_GT(changed, 0) << victim << " is not in the records of " << top.str();
+  VolumeImageInput vin;
+  vin.model_manifest =
+      Descriptor{m.media_type.empty() ? std::string(kOciManifestMediaType) : m.media_type,
+                 image.digest, image.bytes.size()};
+  vin.model = m;
+  vin.repository = contents.model.repository;
+  for (auto& [d, c] : contents.chunk_indexes) vin.chunk_indexes.push_back(c);
+  for (auto& [d, si] : contents.seek_indexes) vin.seek_indexes.push_back(si);
+  for (auto& [d, t] : contents.tensor_indexes) vin.tensor_indexes.push_back(t);
+  for (auto& [d, h] : contents.tar_headers) vin.tar_headers.push_back(d == top ? forged : h);
+  ASSERT_OK_AND_ASSIGN(VolumeImage fv, BuildVolumeImage(vin));
+  for (const VolumeBlob& l : fv.index_layers) {
+    ASSERT_OK(UploadBlob(*client, kModelcarRepo, l.bytes).status());
+  }
+  ASSERT_OK(UploadBlob(*client, kModelcarRepo, fv.layer).status());
+  ASSERT_OK(UploadBlob(*client, kModelcarRepo, fv.config).status());
+  ASSERT_OK(client
+                ->PutManifest(kModelcarRepo, "forged-volume", fv.manifest_json,
+                              "application/vnd.oci.image.manifest.v1+json")
+                .status());
+  // The forged V alone among the image's referrers.
+  nlohmann::json forged_index = index;
+  forged_index["manifests"] =
+      nlohmann::json::array({nlohmann::json::parse(SerializeDescriptor(fv.manifest_descriptor))});
+  ASSERT_OK(client
+                ->PutManifest(kModelcarRepo, ReferrersFallbackTag(image.digest),
+                              forged_index.dump(), "application/vnd.oci.image.index.v1+json")
+                .status());
+
+  StartContainerd("lazyforged", /*with_modelfs=*/true, LazyModelcarsToml());
+  ASSERT_FALSE(HasFatalFailure());
+  CriPodSpec pod;
+  pod.name = "lazyforged";
+  pod.uid = "lazyforged-uid";
+  pod.log_directory = tmp_.Join("pods/lazyforged").string();
+  fs::create_directories(pod.log_directory);
+  ASSERT_OK_AND_ASSIGN(std::string sandbox, runtime_->RunPodSandbox(pod));
+  sandboxes_.push_back(sandbox);
+  // Pulled and ready: the tree comes from the records, which nobody has checked yet.
+  ASSERT_OK_AND_ASSIGN(std::string volume, images_->PullImageForPod(ref, pod));
+  CriContainerSpec c;
+  c.name = "reader";
+  c.image = busybox_.reference;
+  c.command = {"/bin/sh", "-c",
+               "cd /models && find . -type f | sort | while read -r f; do sha256sum \"$f\"; "
+               "done; ls models"};
+  c.mounts = {{"/models", "", volume, true, ""}};
+  c.log_path = "reader.log";
+  ASSERT_OK_AND_ASSIGN(std::string id, runtime_->CreateContainer(sandbox, c, pod));
+  containers_.push_back(id);
+  ASSERT_OK(runtime_->StartContainer(id));
+  ASSERT_OK(runtime_->WaitForExit(id, absl::Minutes(3)).status());
+  const std::string out = ParseCriLog(ReadFileOrDie(pod.log_directory + "/reader.log"));
+  // Not one file of the image hashed: every read failed; the lying name was listed.
+  // .modelinfo.json (made by modelfs) names the refusal for each weight file instead.
+  std::map<std::string, std::string> hashed = ParseSha256sum(out);
+  hashed.erase(".modelinfo.json");
+  EXPECT_THAT(hashed, ::testing::IsEmpty()) << out;
+  EXPECT_TRUE(absl::StrContains(out, renamed)) << out;
+  const std::string daemon_log = ReadFileOrDie(daemon_->log_path());
+  EXPECT_TRUE(absl::StrContains(daemon_log, "listed from its tar header records")) << daemon_log;
+  EXPECT_TRUE(absl::StrContains(daemon_log, "tar header records refused")) << daemon_log;
+  EXPECT_TRUE(absl::StrContains(daemon_log, "entry 'models/" + renamed + "'")) << daemon_log;
   StopContainerd();
 }
 

@@ -41,8 +41,22 @@ ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapsho
   ModelHostParts& hp = parts.host;
   if (hp.mounter && hp.source && hp.cache && hp.connect_registry) {
     hp.preferred = content_reader_.get();
-    absl::StatusOr<std::unique_ptr<ModelHost>> host = ModelHost::Create(
-        ModelHostOptions{options_.prefetch, options_.insecure_stream, models_dir_}, std::move(hp));
+    ModelHostOptions ho{options_.prefetch, options_.insecure_stream, models_dir_};
+    // A lazy image's V nobody pinned: the model is served once its tar header records match
+    // the layers; if they do not, nothing of it is served (every read fails).
+    ho.on_records_checked = [this](const std::string& model, const absl::Status& result) {
+      if (result.ok()) {
+        Log(log::Info("snapshotter", "volume image's tar header records match the layers")
+                .Field("model", model));
+        return;
+      }
+      Log(log::Error("snapshotter",
+                     "volume image's tar header records refused; the model serves no byte")
+              .Field("model", model)
+              .Field("reason", result.message()));
+    };
+    absl::StatusOr<std::unique_ptr<ModelHost>> host =
+        ModelHost::Create(std::move(ho), std::move(hp));
     if (host.ok()) host_ = *std::move(host);
   }
 }

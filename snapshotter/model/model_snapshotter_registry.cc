@@ -504,10 +504,11 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
         named.String(), "@", pinned, " itself (write one with `modelfs convert IMAGE`)"));
   }
   // Nobody pinned this V: its records of the layers' tar headers could name the image's files
-  // otherwise than the layers do, which no chunk hash would catch. The headers are read from
-  // the layers themselves (every byte verified), as without records; the model's record keeps
-  // that choice across a restart.
-  rm.tar_headers.clear();
+  // otherwise than the layers do, which no chunk hash would catch. The tree is built from them
+  // (the mount is ready without reading a header from the layers), but nothing of the model is
+  // served until every byte the records were read for matches the layer's verified bytes
+  // (core/model/tar_records_check.h); the model's record keeps that across a restart.
+  rm.tar_headers_unpinned = true;
   const std::string name = ModelName(rm.model_descriptor.digest);
   RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));
@@ -515,7 +516,10 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
                                       /*volume_files=*/nullptr, /*count_mounted=*/true,
                                       /*image_tree=*/true));
   Log(absl::StrCat("snapshot ", target, " for image ", named.String(), "@", pinned, " is model ",
-                   name, " (volume image ", volume->digest.str(), ")", ", the image's whole tree"));
+                   name, " (volume image ", volume->digest.str(), ")", ", the image's whole tree",
+                   rm.tar_headers.empty() ? ""
+                                          : ", listed from its tar header records (checked "
+                                            "against the layers before a byte is served)"));
   return absl::AlreadyExistsError(
       absl::StrCat("target snapshot \"", target, "\" exists (image served lazily)"));
 }

@@ -3,14 +3,18 @@
 #include "core/model/model_pipeline.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "core/cache/blob_cache.h"
 #include "core/formats/safetensors.h"
 #include "core/model/modelinfo.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/media_types.h"
+#include "core/oci/tar.h"
+#include "core/oci/tar_headers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/model/cached_model_fixture.h"
@@ -20,6 +24,7 @@ namespace modelfs {
 namespace {
 
 using ::modelfs::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
@@ -59,6 +64,43 @@ TEST_F(ModelPipelineTest, ServeGetsTheModelsFilesAndItsModelInfo) {
   ASSERT_TRUE(synthetic[kModelInfoFileName].lazy());  // made on first lookup
   EXPECT_THAT(synthetic[kModelInfoFileName].make()(), HasSubstr("\"shown/reference:v1\""));
   EXPECT_EQ(References(a), 1);
+}
+
+// Tar header records nobody pinned (lazy_images) are checked against the layers as soon as the
+// model is served, not at its first read: a lie is reported even if nothing reads the model.
+TEST_F(ModelPipelineTest, RecordsNobodyPinnedAreCheckedOnceServedWithoutARead) {
+  TarWriter real, forged;
+  ASSERT_OK(real.AddFile("models/config.json", "{}"));
+  ASSERT_OK(forged.AddFile("models/evil.json", "{}"));
+  const std::string real_tar = real.Finish(), forged_tar = forged.Finish();
+  ASSERT_EQ(forged_tar.size(), real_tar.size());
+  const Digest layer =
+      AddLayer(real_tar, LayerEncoding::kTar, "", std::string(kOciLayerTarMediaType));
+  TarHeaderRecorder recorder;
+  recorder.Feed(forged_tar);
+  std::optional<TarHeaders> records = recorder.Finish(layer, "forged");
+  ASSERT_TRUE(records.has_value());
+  model_.image = true;
+  model_.image_diff_ids = {layer};
+  model_.tar_headers[layer] = std::make_shared<const TarHeaders>(*records);
+  model_.tar_headers_unpinned = true;
+  absl::Notification checked;
+  absl::Status result;
+  PipelineOptions o{PrefetchPolicy::kNone, false};
+  o.on_records_checked = [&](const std::string& model, const absl::Status& st) {
+    EXPECT_EQ(model, ModelRef());
+    result = st;
+    checked.Notify();
+  };
+  ModelPipeline pipeline(cache_.get(), o);
+  ASSERT_OK_AND_ASSIGN(LoadedModel loaded, pipeline.Register(model_, "r", [](const LoadedModel&) {
+    return absl::OkStatus();
+  }));
+  ASSERT_TRUE(checked.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr(layer.str()), HasSubstr("entry 'models/evil.json'"))));
+  EXPECT_FALSE(loaded.records_check->Passed());
 }
 
 TEST_F(ModelPipelineTest, AFailedServeFailsRegisterAndLeavesNoReference) {

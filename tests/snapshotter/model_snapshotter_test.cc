@@ -620,6 +620,23 @@ TEST_F(ModelSnapshotterTest, AfterARestartAModelSnapshotIsServedAgain) {
   EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
 }
 
+// A lazy image's model lists its tree from V's tar header records, checked against the layers
+// before a byte is served (nobody pinned that V): after a restart it is the same.
+TEST_F(ModelSnapshotterTest, AModelRecordKeepsThatItsTarHeaderRecordsAreUnpinned) {
+  const Digest m = StoreModel();
+  ASSERT_OK_AND_ASSIGN(ResolvedModel rm,
+                       ResolveContentStoreModel(store_, *ParseImageVolumeKey(VolumeKey(m))));
+  rm.tar_headers_unpinned = true;
+  ASSERT_OK(SaveModelRecord(root() / "models", ModelName(m), rm));
+  ASSERT_OK_AND_ASSIGN(ResolvedModel back, LoadModelRecord(root() / "models", ModelName(m)));
+  EXPECT_TRUE(back.tar_headers_unpinned);
+  rm.tar_headers_unpinned = false;
+  fs::remove_all(root() / "models" / ModelName(m));
+  ASSERT_OK(SaveModelRecord(root() / "models", ModelName(m), rm));
+  ASSERT_OK_AND_ASSIGN(back, LoadModelRecord(root() / "models", ModelName(m)));
+  EXPECT_FALSE(back.tar_headers_unpinned);
+}
+
 TEST_F(ModelSnapshotterTest, AModelRecordNoSnapshotUsesIsDeletedAtStart) {
   const fs::path stale = root() / "models" / ("sha256-" + std::string(64, 'a'));
   fs::create_directories(stale);
