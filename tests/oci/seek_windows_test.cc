@@ -68,7 +68,9 @@ TEST_F(SeekWindowsTest, TheTableHoldsEveryPointAndTheWindowsLieWhereItSays) {
     EXPECT_TRUE(got.window.empty()) << i;
     const SeekWindowRef& w = t.windows[i];
     EXPECT_EQ(file_.substr(w.offset, w.length), want.window) << i;
-    if (w.length > 0) EXPECT_OK(CheckSeekWindow(t, i, want.window, "layer"));
+    if (w.length > 0) {
+      EXPECT_OK(CheckSeekWindow(t, i, want.window, "layer"));
+    }
   }
   // The table alone parses the same, and serializes to the file's first bytes.
   ASSERT_OK_AND_ASSIGN(SeekWindowsTable alone,
