@@ -1,6 +1,6 @@
-// The fields of modelfs's own binary indexes (chunk_index.h, seek_index.h): little-endian
-// integers and raw SHA-256 digests, and the opening both formats share (an 8-byte magic, then
-// a 4-byte version). Internal to core/oci: the writers and strict parsers of those formats use
+// The fields of modelfs's own binary indexes (chunk, seek, seek windows, tensor, tar headers):
+// little-endian integers and raw SHA-256 digests, and the opening they share (an 8-byte magic,
+// then a 4-byte version). Internal to core/oci: the writers and strict parsers of those formats use
 // it; nothing else should.
 //
 // Thread safety: free functions; they keep no state.
@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/oci/digest.h"
@@ -61,6 +62,25 @@ inline absl::StatusOr<uint64_t> ReadVersion(std::string_view bytes, std::string_
                                                    std::string(magic.substr(0, 7)), "\\0\")"));
   }
   return GetLE(bytes, 8, 4);
+}
+
+// The opening of a format with one version and a fixed header: ReadVersion, then the version
+// must be `version` and `bytes` must hold `header_size` bytes. Errors as ReadVersion, and
+// kInvalidArgument "<what>: version is N, this build reads version V", kOutOfRange
+// "<what>: truncated: N bytes, the header alone is H".
+inline absl::Status ReadHeader(std::string_view bytes, std::string_view magic,
+                               std::string_view what, uint64_t version, size_t header_size) {
+  absl::StatusOr<uint64_t> got = ReadVersion(bytes, magic, what);
+  if (!got.ok()) return got.status();
+  if (*got != version) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": version is ", *got,
+                                                   ", this build reads version ", version));
+  }
+  if (bytes.size() < header_size) {
+    return absl::OutOfRangeError(absl::StrCat(std::string(what), ": truncated: ", bytes.size(),
+                                              " bytes, the header alone is ", header_size));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace modelfs::index_fields

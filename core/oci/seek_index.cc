@@ -208,16 +208,8 @@ absl::Status CheckSeekPoint(const SeekIndex& index, uint64_t kind, uint64_t rese
 }
 
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
-  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "seek index"));
-  if (version != SeekIndex::kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seek index: version is ", version, ", this build reads version 1"));
-  }
-  if (bytes.size() < SeekIndex::kHeaderSize) {
-    return absl::OutOfRangeError(absl::StrCat("seek index: truncated: ", bytes.size(),
-                                              " bytes, the header alone is ",
-                                              SeekIndex::kHeaderSize));
-  }
+  RETURN_IF_ERROR(index_fields::ReadHeader(bytes, kMagic, "seek index", SeekIndex::kVersion,
+                                           SeekIndex::kHeaderSize));
   SeekIndex index;
   const uint64_t encoding = GetLE(bytes, 12, 4);
   if (encoding != static_cast<uint32_t>(SeekEncoding::kGzip) &&

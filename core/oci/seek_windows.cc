@@ -82,17 +82,8 @@ std::string SerializeSeekWindowsTable(const SeekWindowsTable& table) {
 }
 
 absl::StatusOr<SeekWindowsTable> ParseSeekWindowsTable(std::string_view bytes) {
-  ASSIGN_OR_RETURN(const uint64_t version,
-                   index_fields::ReadVersion(bytes, kMagic, "seek windows"));
-  if (version != SeekWindowsTable::kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seek windows: version is ", version, ", this build reads version 1"));
-  }
-  if (bytes.size() < SeekWindowsTable::kHeaderSize) {
-    return absl::OutOfRangeError(absl::StrCat("seek windows: truncated: ", bytes.size(),
-                                              " bytes, the header alone is ",
-                                              SeekWindowsTable::kHeaderSize));
-  }
+  RETURN_IF_ERROR(index_fields::ReadHeader(
+      bytes, kMagic, "seek windows", SeekWindowsTable::kVersion, SeekWindowsTable::kHeaderSize));
   SeekWindowsTable t;
   SeekIndex& index = t.index;
   const uint64_t encoding = GetLE(bytes, 12, 4);

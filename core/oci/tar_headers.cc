@@ -88,16 +88,8 @@ std::string SerializeTarHeaders(const TarHeaders& headers) {
 }
 
 absl::StatusOr<TarHeaders> ParseTarHeaders(std::string_view bytes) {
-  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(bytes, kMagic, "tar headers"));
-  if (version != TarHeaders::kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tar headers: version is ", version, ", this build reads version 1"));
-  }
-  if (bytes.size() < TarHeaders::kHeaderSize) {
-    return absl::OutOfRangeError(absl::StrCat("tar headers: truncated: ", bytes.size(),
-                                              " bytes, the header alone is ",
-                                              TarHeaders::kHeaderSize));
-  }
+  RETURN_IF_ERROR(index_fields::ReadHeader(bytes, kMagic, "tar headers", TarHeaders::kVersion,
+                                           TarHeaders::kHeaderSize));
   if (GetLE(bytes, 12, 4) != 0) {
     return absl::InvalidArgumentError("tar headers: reserved bytes are not 0");
   }

@@ -69,16 +69,8 @@ std::string SerializeTensorIndex(const TensorIndex& index) {
 }
 
 absl::StatusOr<TensorIndex> ParseTensorIndex(std::string_view b) {
-  ASSIGN_OR_RETURN(const uint64_t version, index_fields::ReadVersion(b, kMagic, "tensor index"));
-  if (version != TensorIndex::kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor index: version is ", version, ", this build reads version 1"));
-  }
-  if (b.size() < TensorIndex::kHeaderSize) {
-    return absl::OutOfRangeError(absl::StrCat("tensor index: truncated: ", b.size(),
-                                              " bytes, the header alone is ",
-                                              TensorIndex::kHeaderSize));
-  }
+  RETURN_IF_ERROR(index_fields::ReadHeader(b, kMagic, "tensor index", TensorIndex::kVersion,
+                                           TensorIndex::kHeaderSize));
   TensorIndex index;
   const uint64_t format = GetLE(b, 12, 4);
   if (format != 1 && format != 2) {
