@@ -286,9 +286,25 @@ measure_init() {  # every layer blob at once through openssl into files; tar -x;
   rm -rf "$dl" "$root" "$WORK/sums"
 }
 
+# record KEY T0 T1 T2 CPU_S PID OFF CACHE_DIR: what every path's measure adds: ready (T0..T1),
+# load (T1..T2) and last; the daemon's CPU-s and peak RSS (PID); the registry's bytes and
+# requests after log offset OFF; the size of CACHE_DIR.
+record() {
+  local k=$1 b n
+  add "$k:cpu" "$5"
+  add "$k:rss" "$(peak_rss "$6")"
+  add "$k:ready" "$(elapsed "$2" "$3")"
+  add "$k:load" "$(elapsed "$3" "$4")"
+  add "$k:last" "$(elapsed "$2" "$4")"
+  read -r b n <<< "$(wire "$7")"
+  add "$k:wire" "$b"
+  add "$k:reqs" "$n"
+  add "$k:cache" "$(du -sx -B1 "$8" | cut -f1)"
+}
+
 # measure_stargz CONFIG LOADER: rpull + mount + load on a fresh daemon with an empty cache.
 measure_stargz() {
-  local cfg=$1 l=$2 k="$1:$2" mnt t0 t1 t2 c0 off b n
+  local cfg=$1 l=$2 k="$1:$2" mnt t0 t1 t2 c0 off n
   sgz_start "$cfg"
   mnt=$RUN/mnt
   mkdir -p "$mnt"
@@ -302,15 +318,8 @@ measure_stargz() {
   t1=$(now)
   load "$l" "$mnt/models"
   t2=$(now)
-  add "$k:cpu" "$(calc 'a - b' "$(cpu_seconds "$SGZ_PID")" "$c0")"
-  add "$k:rss" "$(peak_rss "$SGZ_PID")"
-  add "$k:ready" "$(elapsed "$t0" "$t1")"
-  add "$k:load" "$(elapsed "$t1" "$t2")"
-  add "$k:last" "$(elapsed "$t0" "$t2")"
-  read -r b n <<< "$(wire "$off")"
-  add "$k:wire" "$b"
-  add "$k:reqs" "$n"
-  add "$k:cache" "$(du -sx -B1 "$RUN/stargz-root" | cut -f1)"
+  record "$k" "$t0" "$t1" "$t2" "$(calc 'a - b' "$(cpu_seconds "$SGZ_PID")" "$c0")" "$SGZ_PID" "$off" \
+    "$RUN/stargz-root"
   add "$k:fscache" "$(du -sx -B1 "$RUN/stargz-root/stargz/fscache" 2> /dev/null | cut -f1 || echo 0)"
   # The layers must be served from stargz's FUSE mounts, not pulled and unpacked.
   n=$(fuse_mounts "$RUN")
@@ -321,7 +330,7 @@ measure_stargz() {
 
 # measure_modelfs LOADER: `modelfs mount` of the modelcar's V on an empty cache, then the load.
 measure_modelfs() {
-  local l=$1 k="modelfs:$1" cache=$WORK/mfs-cache out pid t0 t1 t2 off b n
+  local l=$1 k="modelfs:$1" cache=$WORK/mfs-cache out pid t0 t1 t2 off
   MFS_MNT=$WORK/mfs-mnt
   rm -rf "$cache"
   mkdir -p "$MFS_MNT"
@@ -335,15 +344,7 @@ measure_modelfs() {
   t1=$(now)
   load "$l" "$MFS_MNT/models"
   t2=$(now)
-  add "$k:cpu" "$(cpu_seconds "$pid")"
-  add "$k:rss" "$(peak_rss "$pid")"
-  add "$k:ready" "$(elapsed "$t0" "$t1")"
-  add "$k:load" "$(elapsed "$t1" "$t2")"
-  add "$k:last" "$(elapsed "$t0" "$t2")"
-  read -r b n <<< "$(wire "$off")"
-  add "$k:wire" "$b"
-  add "$k:reqs" "$n"
-  add "$k:cache" "$(du -sx -B1 "$cache" | cut -f1)"
+  record "$k" "$t0" "$t1" "$t2" "$(cpu_seconds "$pid")" "$pid" "$off" "$cache"
   add "$k:fscache" 0
   add "$k:fuse" 1
   umount_wait "$MFS_MNT" "$pid"
