@@ -89,14 +89,17 @@ TEST_F(SafetensorsModelInfoTest, AWeightFileInATarLayerShowsItsTensorIndexByItsO
   context_.tar_tensor_indexes[{layer_.str(), 12345}] = {"sha256:" + std::string(64, 'd'), 9};
   json j = Build();
   ASSERT_EQ(j["files"].size(), 2u);
+  int weight_files = 0;
   for (const json& f : j["files"]) {
     if (f["path"] == "model.safetensors") {
+      ++weight_files;
       EXPECT_EQ(f["tensorIndex"]["digest"], "sha256:" + std::string(64, 'c'));
       EXPECT_EQ(f["tensorIndex"]["tensors"], 2);
     } else {
       EXPECT_FALSE(f.contains("tensorIndex")) << f.dump();
     }
   }
+  EXPECT_EQ(weight_files, 1);
 }
 
 TEST_F(SafetensorsModelInfoTest, FilesAreListedInPathOrderWithSizeDigestAndFormat) {

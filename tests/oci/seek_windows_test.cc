@@ -57,6 +57,7 @@ TEST_F(SeekWindowsTest, TheTableHoldsEveryPointAndTheWindowsLieWhereItSays) {
   EXPECT_EQ(t.index.diff_id, seek_.diff_id);
   EXPECT_EQ(t.index.compressed_size, seek_.compressed_size);
   EXPECT_EQ(t.index.uncompressed_size, seek_.uncompressed_size);
+  size_t checked = 0;
   for (size_t i = 0; i < seek_.points.size(); ++i) {
     const SeekPoint& want = seek_.points[i];
     const SeekPoint& got = t.index.points[i];
@@ -69,9 +70,11 @@ TEST_F(SeekWindowsTest, TheTableHoldsEveryPointAndTheWindowsLieWhereItSays) {
     const SeekWindowRef& w = t.windows[i];
     EXPECT_EQ(file_.substr(w.offset, w.length), want.window) << i;
     if (w.length > 0) {
+      ++checked;
       EXPECT_OK(CheckSeekWindow(t, i, want.window, "layer"));
     }
   }
+  EXPECT_GT(checked, 0u) << "no point with a window: the layer is too small to test this";
   // The table alone parses the same, and serializes to the file's first bytes.
   ASSERT_OK_AND_ASSIGN(SeekWindowsTable alone,
                        ParseSeekWindowsTable(std::string_view(file_).substr(0, t.table_size())));
