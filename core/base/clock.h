@@ -1,6 +1,6 @@
 // Clock: the one source of "now" and of waiting for rules that depend on time (read deadlines,
 // retry backoff, registry health, token expiry), so tests can drive them with a FakeClock
-// (testsupport/testing/fake_clock.h) instead of sleeping.
+// (testsupport/fakes/fake_clock.h) instead of sleeping.
 //
 // Thread safety: implementations must be safe for concurrent calls.
 #pragma once

@@ -1,5 +1,5 @@
 // RemoteBlobSource: where the blob cache gets bytes it does not have yet (in production, a
-// registry client doing HTTP range GETs; in tests, tests/cache/fake_remote.h). The source
+// registry client doing HTTP range GETs; in tests, testsupport/fakes/fake_remote.h). The source
 // returns raw, UNVERIFIED bytes: verification is the cache's job.
 //
 // Thread safety: implementations must be safe for concurrent calls from the cache's fetch

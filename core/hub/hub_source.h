@@ -1,7 +1,7 @@
 // HubSource: what `modelfs fetch` needs from a Hugging Face Hub (or a mirror that speaks its
 // API): a revision's file list, and a file's bytes at a commit together with the identity the
 // Hub itself states for them. The HTTP implementation is http_hub_client.h; tests use an
-// in-memory fake (tests/hub/fake_hub_source.h).
+// in-memory fake (testsupport/fakes/fake_hub_source.h).
 //
 // The Hub's answers are untrusted input: a path may try to escape the destination, a listing
 // may disagree with the headers, a CDN may serve other bytes. Implementations report what the

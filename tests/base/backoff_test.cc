@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_clock.h"
 
 namespace modelfs {
 namespace {

@@ -23,8 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "tests/cache/fake_remote.h"
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_remote.h"
+#include "testsupport/fakes/fake_clock.h"
 #include "testsupport/testing/skip.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"

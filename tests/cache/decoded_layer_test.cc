@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cache/blob_cache.h"
 #include "core/oci/tar.h"
-#include "tests/cache/fake_remote.h"
+#include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"

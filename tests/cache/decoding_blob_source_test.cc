@@ -18,7 +18,7 @@
 #include "core/cache/blob_cache.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/seek_windows.h"
-#include "tests/cache/fake_remote.h"
+#include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"

@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/fs_verity.h"
-#include "tests/cache/fake_remote.h"
+#include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

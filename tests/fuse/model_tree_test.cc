@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/oci/path_safety.h"
-#include "testsupport/testing/fake_blob_reader.h"
+#include "testsupport/fakes/fake_blob_reader.h"
 #include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {

@@ -11,7 +11,7 @@
 #include "core/oci/media_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/cache/fake_remote.h"
+#include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/hub/fake_hub_source.h"
+#include "testsupport/fakes/fake_hub_source.h"
 #include "testsupport/hub/hub_test_model.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"

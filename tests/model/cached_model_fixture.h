@@ -10,7 +10,7 @@
 #include "core/oci/media_types.h"
 #include "core/resolve/model_ref.h"
 #include "gtest/gtest.h"
-#include "tests/cache/fake_remote.h"
+#include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

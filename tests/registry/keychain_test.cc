@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/registry/credential_process.h"
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/registry/registry_client.h"
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_clock.h"
 #include "testsupport/testing/http_fixture.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"

@@ -36,7 +36,7 @@
 #include "snapshotter/content/content_store_model.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "testsupport/fakes/fake_content_store.h"
-#include "testsupport/testing/fake_clock.h"
+#include "testsupport/fakes/fake_clock.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 #include "testsupport/trust/test_keys.h"
