@@ -12,7 +12,9 @@
 #
 # Usage: sudo bench/seek_windows_bench.sh BUILD_DIR [BASELINE_BUILD_DIR]
 #   env: SIZES="2048 16384" (MiB) RUNS=3 WORK=/tmp FORCE=1 (run above load average 0.5)
-#   Disk: about 3x the largest size under WORK (layers, registry, cache); cleaned after each.
+#   Disk: about 4x the largest size under WORK at the peak (the model, buildah's copies, the
+#   pushed layer); modelcar_bench.sh wants 10x free unless FREE_X says less (FREE_X=5 for 8 GiB
+#   on a disk with 76 GB free). Cleaned after each size.
 #   Quick check: SIZES="64 256" RUNS=1 FORCE=1 bench/seek_windows_bench.sh build
 # Needs what modelcar_bench.sh needs (root, docker-registry, buildah, skopeo, ...).
 set -euo pipefail
