@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/model_loader.h"
 #include "core/status/status_macros.h"
 #include "host/model_records.h"
 
@@ -37,6 +38,33 @@ absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Create(ModelHostOptions op
         "model host: the registry connector and the cache with its source are required");
   }
   return std::unique_ptr<ModelHost>(new ModelHost(std::move(options), std::move(parts)));
+}
+
+absl::StatusOr<std::unique_ptr<ModelHost>> ModelHost::Open(ModelHostConfig config) {
+  if (config.cache.dir.empty()) {
+    return absl::InvalidArgumentError("model host: no cache directory");
+  }
+  ModelHostParts parts;
+  if (config.clients != nullptr) {
+    parts.registry = std::move(config.clients);
+  } else {
+    parts.connect_registry =
+        [access = std::move(config.registry)](
+            const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+      return ConnectRegistry(registry, HostCapability::kPull, access);
+    };
+  }
+  parts.source = std::make_unique<RegistryRoutingSource>();
+  if (config.decode) parts.decoding = std::make_unique<DecodingBlobSource>(parts.source.get());
+  std::error_code ec;
+  std::filesystem::create_directories(config.cache.dir, ec);
+  RemoteBlobSource* remote = parts.decoding != nullptr
+                                 ? static_cast<RemoteBlobSource*>(parts.decoding.get())
+                                 : parts.source.get();
+  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(config.cache, remote));
+  if (config.mount) parts.mounter = NewFuseModelMounter();
+  parts.preferred = config.preferred;
+  return Create(std::move(config.options), std::move(parts));
 }
 
 absl::Status ModelHost::DetachStaleMount(const std::string& dir) {
@@ -165,6 +193,31 @@ absl::Status ModelHost::Remove(const std::string& name, const std::string& model
   return st;
 }
 
+void ModelHost::Discard(const std::string& name, const std::string& model_ref) {
+  (void)tree_->RemoveModel(name);
+  if (!model_ref.empty()) pipeline_->Unregister(model_ref);
+}
+
+bool ModelHost::HasModel(const std::string& name) { return tree_->HasModel(name); }
+
+void ModelHost::StartPrefetch(const std::string& model_ref) { pipeline_->StartPrefetch(model_ref); }
+
+absl::StatusOr<LoadedModel> ModelHost::RegisterInPlace(const std::string& name,
+                                                       const ResolvedModel& rm) {
+  LoadOptions lo;
+  lo.reference = rm.ref.String();
+  // Tar layers are verified whole here (their headers are read); raw layers on first use.
+  ASSIGN_OR_RETURN(LoadedModel loaded, AssembleModel(rm, *reader_, "whole-layer", lo));
+  absl::Status added = tree_->AddModel(name, loaded.files, loaded.synthetic,
+                                       ModelOptions{.mtime_sec = loaded.mtime_sec});
+  if (!added.ok() && !absl::IsAlreadyExists(added)) return added;
+  return loaded;
+}
+
+absl::StatusOr<std::shared_ptr<RegistryClient>> ModelHost::Client(const std::string& registry) {
+  return registry_->For(registry);
+}
+
 absl::Status ModelHost::CheckRecords() const {
   if (options_.records.empty()) {
     return absl::FailedPreconditionError("model host: no records directory");
@@ -188,5 +241,41 @@ absl::Status ModelHost::DeleteRecord(const std::string& name) {
   RETURN_IF_ERROR(CheckRecords());
   return DeleteModelRecord(options_.records, name);
 }
+
+absl::StatusOr<ResolvedModel> ModelHost::LoadRecord(const std::string& name) {
+  RETURN_IF_ERROR(CheckRecords());
+  return LoadModelRecord(options_.records, name);
+}
+
+std::vector<std::string> ModelHost::ListRecords() {
+  if (options_.records.empty()) return {};
+  return ListModelRecords(options_.records);
+}
+
+CacheStats ModelHost::cache_stats() const { return cache_->stats(); }
+
+bool ModelHost::cache_disk_full() const { return cache_->disk_full(); }
+
+std::map<Digest, BlobCache::LayerInfo> ModelHost::CachedLayers() const {
+  return cache_->ListLayers();
+}
+
+absl::StatusOr<BlobCache::LayerInfo> ModelHost::CachedLayer(const Digest& layer) const {
+  return cache_->GetLayerInfo(layer);
+}
+
+std::map<std::string, EndpointHealth::LastError> ModelHost::endpoint_errors() const {
+  return cache_->endpoint_errors();
+}
+
+absl::Status ModelHost::FetchLayer(const Digest& layer) {
+  return cache_->Prefetch(layer, PrefetchPolicy::kAll);
+}
+
+BlobCache::EvictResult ModelHost::EvictLayers(const std::vector<Digest>& layers) {
+  return cache_->EvictLayers(layers);
+}
+
+void ModelHost::EnforceCacheLimit() { cache_->EnforceSizeLimit(); }
 
 }  // namespace modelfs

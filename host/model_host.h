@@ -3,8 +3,10 @@
 // DecodingBlobSource), the pipeline that registers models with the cache, the tree of models the
 // FUSE mount serves (read through a LayerRoutingReader when some layers are served elsewhere),
 // the mount itself, and the models' records on disk. It knows nothing of containerd:
-// ModelSnapshotter (snapshotter/model) is containerd's snapshot decorator over a host, as
-// stargz-snapshotter's snapshot/ sits over its fs/.
+// ModelSnapshotter (snapshotter/model) is containerd's snapshot decorator over a host, which it
+// sees only as a ModelService (model_service.h), as stargz-snapshotter's snapshot/ sits over
+// its fs/. Open builds a host from a configuration (ModelHostConfig: what both binaries have);
+// Create takes parts made by the caller (tests).
 //
 //   Register(name, rm)   routes rm's layers to rm's registry, registers them with the cache and
 //                        serves the model's files as <mount>/<name>
@@ -24,8 +26,10 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +43,7 @@
 #include "fuse/fuse_adapter.h"
 #include "fuse/model_tree.h"
 #include "host/model_mounter.h"
+#include "host/model_service.h"
 
 namespace modelfs {
 
@@ -72,29 +77,58 @@ struct ModelHostParts {
   SelectiveBlobReader* preferred = nullptr;
 };
 
-class ModelHost {
+// What ModelHost::Open builds a host from: the settings both binaries have.
+struct ModelHostConfig {
+  ModelHostOptions options;
+  // The cache (core/cache/blob_cache.h); `cache.dir` is required, and made when missing.
+  CacheOptions cache;
+  // How the host reaches a registry: its pull client is opened on first use by ConnectRegistry
+  // with these options (hosts.toml, credentials, client timeouts; the daemon's).
+  RegistryAccessOptions registry;
+  // Instead of `registry`: the client map the owner resolved its model with, kept by the host
+  // (the CLI: `modelfs mount`, `modelfs attest`). Optional.
+  std::unique_ptr<RegistryClients> clients;
+  // A DecodingBlobSource between the cache and its remote side, so that compressed layers with
+  // a seek index are served span by span. false: such layers are fetched whole and
+  // decompressed first (`modelfs attest`).
+  bool decode = true;
+  // Mounts through FUSE (NewFuseModelMounter). false: no mounter (Mount, Adopt and MountModel
+  // are refused: `modelfs attest` reads through the host without a mount).
+  bool mount = true;
+  // ModelHostParts::preferred. Not owned; must outlive the host.
+  SelectiveBlobReader* preferred = nullptr;
+};
+
+class ModelHost final : public ModelService {
  public:
+  // Builds the host's parts from `config` (the routing source, the decoding source, the cache
+  // under config.cache.dir, the registry clients, the FUSE mounter) and the host over them:
+  // what `modelfs-snapshotter`, `modelfs mount` and `modelfs attest` serve models through.
+  // Errors: kInvalidArgument (no cache directory), BlobCache::Open's (kFailedPrecondition:
+  // another process holds the cache directory).
+  static absl::StatusOr<std::unique_ptr<ModelHost>> Open(ModelHostConfig config);
+  // The host over parts made by the caller (tests hand in fakes).
   static absl::StatusOr<std::unique_ptr<ModelHost>> Create(ModelHostOptions options,
                                                            ModelHostParts parts);
-  ~ModelHost();
+  ~ModelHost() override;
 
   // Clears a dead FUSE mount a crashed process left at `dir` (fuse/stale_mount.h). Errors: the
   // mounter's; kFailedPrecondition without one.
-  absl::Status DetachStaleMount(const std::string& dir);
+  absl::Status DetachStaleMount(const std::string& dir) override;
   // Mounts the tree at `dir` and serves it. Errors: kFailedPrecondition (mounted already, or no
   // mounter), the mounter's.
-  absl::Status Mount(const std::string& dir, const FuseMountOptions& options);
+  absl::Status Mount(const std::string& dir, const FuseMountOptions& options) override;
   // Serves the tree on the inherited connection `fuse_fd` mounted at `dir`. Errors as Mount,
   // and the mounter's Adopt.
-  absl::Status Adopt(int fuse_fd, const std::string& dir, const FuseMountOptions& options);
+  absl::Status Adopt(int fuse_fd, const std::string& dir, const FuseMountOptions& options) override;
   // Unmounts `dir` lazily whatever is mounted there (an inherited mount that could not be
   // adopted). No-op without a mounter.
-  void LazyUnmount(const std::string& dir);
+  void LazyUnmount(const std::string& dir) override;
   // Stops serving: unmounts (lazily when busy), or with keep_mount leaves the mount and its
   // connection for a process that adopts it. OK when not mounted. Idempotent.
-  absl::Status Unmount(bool keep_mount = false);
+  absl::Status Unmount(bool keep_mount = false) override;
   // The /dev/fuse fd of the mount; -1 when not mounted.
-  int fuse_fd() const;
+  int fuse_fd() const override;
   // Blocks until the mount stops serving (Unmount, or an external umount). OK when not mounted.
   absl::Status Wait();
 
@@ -102,16 +136,22 @@ class ModelHost {
   // client of that registry), registers them with the cache and puts its files in the tree
   // (already there is fine). Errors: the registry connector's, ModelPipeline::Register's.
   absl::StatusOr<LoadedModel> Register(const std::string& name, const ResolvedModel& rm,
-                                       PrefetchStart prefetch);
+                                       PrefetchStart prefetch) override;
   // The same with every layer read from `source` instead of a registry (containerd's content
   // store).
   absl::StatusOr<LoadedModel> RegisterFrom(const std::string& name, const ResolvedModel& rm,
                                            std::shared_ptr<RemoteBlobSource> source,
-                                           PrefetchStart prefetch);
+                                           PrefetchStart prefetch) override;
+  // ModelService: AssembleModel through the tree's reader, then the tree.
+  absl::StatusOr<LoadedModel> RegisterInPlace(const std::string& name,
+                                              const ResolvedModel& rm) override;
   // Takes model `name` out of the mount (and the kernel's dentries) or, unmounted, the tree,
   // and drops the cache references of `model_ref` (M's digest; "" for none). Errors: kNotFound
   // when the tree does not hold `name` (the references are dropped all the same).
-  absl::Status Remove(const std::string& name, const std::string& model_ref);
+  absl::Status Remove(const std::string& name, const std::string& model_ref) override;
+  void Discard(const std::string& name, const std::string& model_ref) override;
+  bool HasModel(const std::string& name) override;
+  void StartPrefetch(const std::string& model_ref) override;
 
   // A model shown inside MountModel's model, under `dir` (a path relative to its root): its
   // files and .modelinfo.json. `mount --state` shows the model's state under .state/.
@@ -139,12 +179,27 @@ class ModelHost {
                                    std::shared_ptr<RemoteBlobSource> from = nullptr);
 
   // Keeps rm as <records>/<name> (OK when it is there already).
-  absl::Status SaveRecord(const std::string& name, const ResolvedModel& rm);
+  absl::Status SaveRecord(const std::string& name, const ResolvedModel& rm) override;
+  absl::StatusOr<ResolvedModel> LoadRecord(const std::string& name) override;
+  std::vector<std::string> ListRecords() override;
   // Registers the model of record <records>/<name> again; returns what it registered.
   // Errors: LoadModelRecord's (kNotFound, kDataLoss), then Register's.
   absl::StatusOr<ResolvedModel> Restore(const std::string& name, PrefetchStart prefetch);
-  absl::Status DeleteRecord(const std::string& name);
+  absl::Status DeleteRecord(const std::string& name) override;
 
+  absl::StatusOr<std::shared_ptr<RegistryClient>> Client(const std::string& registry) override;
+
+  CacheStats cache_stats() const override;
+  bool cache_disk_full() const override;
+  std::map<Digest, BlobCache::LayerInfo> CachedLayers() const override;
+  absl::StatusOr<BlobCache::LayerInfo> CachedLayer(const Digest& layer) const override;
+  std::map<std::string, EndpointHealth::LastError> endpoint_errors() const override;
+  absl::Status FetchLayer(const Digest& layer) override;
+  BlobCache::EvictResult EvictLayers(const std::vector<Digest>& layers) override;
+  void EnforceCacheLimit() override;
+
+  // The parts, for the CLI (`modelfs mount`'s stats, `modelfs attest`'s reads) and tests; the
+  // snapshotter sees none of them.
   RegistryClients& registry() { return *registry_; }
   BlobCache& cache() { return *cache_; }
   const BlobCache& cache() const { return *cache_; }

@@ -19,7 +19,6 @@
 #include "core/attest/equivalence.h"
 #include "core/cache/blob_cache.h"
 #include "core/model/blob_range_reader.h"
-#include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "core/text/escape.h"
@@ -170,15 +169,15 @@ absl::Status RunAttest(const AttestCli& c) {
                    clients->For(dst.ref.registry()));
 
   ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::Make(c.cache_dir));
-  ModelHostParts parts;
-  parts.registry = std::move(clients);
-  parts.source = std::make_unique<RegistryRoutingSource>();
-  CacheOptions co;
-  co.dir = scratch.path();
-  ASSIGN_OR_RETURN(parts.cache, BlobCache::Open(co, parts.source.get()));
-  ModelHostOptions ho;
-  ho.prefetch = PrefetchPolicy::kNone;
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, ModelHost::Create(ho, std::move(parts)));
+  // A private host over the scratch cache: no mount, no prefetch, layers fetched as they are
+  // (compressed ones whole).
+  ModelHostConfig hc;
+  hc.clients = std::move(clients);
+  hc.cache.dir = scratch.path();
+  hc.options.prefetch = PrefetchPolicy::kNone;
+  hc.decode = false;
+  hc.mount = false;
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(hc)));
   RETURN_IF_ERROR(OpenFiles(*host, src));
   RETURN_IF_ERROR(OpenFiles(*host, dst));
 

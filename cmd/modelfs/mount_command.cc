@@ -29,7 +29,6 @@
 #include "core/cache/blob_cache.h"
 #include "core/cache/decoding_blob_source.h"
 #include "core/registry/registry_client.h"
-#include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
 #include "core/status/status_macros.h"
 #include "fuse/fuse_adapter.h"
@@ -259,14 +258,11 @@ absl::Status RunForeground(const MountCli& c) {
   // M's registry is reached before the cache is opened (the host reads M's layers through it).
   RETURN_IF_ERROR(clients->For(rm.registry).status());
 
-  // The host's parts: the model's layers are routed to its registry; compressed layers with a
-  // seek index in V are decoded span by span from there.
-  ModelHostParts parts;
-  parts.registry = std::move(clients);
-  parts.source = std::make_unique<RegistryRoutingSource>();
-  parts.decoding = std::make_unique<DecodingBlobSource>(parts.source.get());
-  parts.mounter = NewFuseModelMounter();
-  CacheOptions co;
+  // The host: the model's layers are routed to its registry (through the clients it was
+  // resolved with); compressed layers with a seek index in V are decoded span by span from there.
+  ModelHostConfig hc;
+  hc.clients = std::move(clients);
+  CacheOptions& co = hc.cache;
   co.dir = c.cache_dir.empty() ? DefaultCacheDir() : c.cache_dir;
   co.read_deadline = absl::Seconds(c.read_deadline_s);
   co.max_bytes = c.cache_max_mib << 20;
@@ -286,19 +282,16 @@ absl::Status RunForeground(const MountCli& c) {
   co.scrub_rate = static_cast<uint64_t>(c.scrub_rate_mib * (1 << 20));
   // One logfmt line per event; the encoder escapes what registries and artifacts chose.
   co.log = log::WriteToStderr;
-  fs::create_directories(co.dir, ec);
-  absl::StatusOr<std::unique_ptr<BlobCache>> opened = BlobCache::Open(co, parts.decoding.get());
+  hc.options.prefetch = policy;
+  hc.options.insecure_stream = c.insecure_stream;
+  OpenCounts opens;  // outlives the host's mount, whose on_open counts into it
+  absl::StatusOr<std::unique_ptr<ModelHost>> opened = ModelHost::Open(std::move(hc));
   // A cache directory another process holds (as root, by default the daemon's) is a usage
   // error: exit 2, and the message names the directory and its holder.
   if (absl::IsFailedPrecondition(opened.status())) {
     return absl::InvalidArgumentError(opened.status().message());
   }
-  ASSIGN_OR_RETURN(parts.cache, std::move(opened));
-  OpenCounts opens;  // outlives the host's mount, whose on_open counts into it
-  ModelHostOptions ho;
-  ho.prefetch = policy;
-  ho.insecure_stream = c.insecure_stream;
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, ModelHost::Create(ho, std::move(parts)));
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, std::move(opened));
   // --state: the state's files (and its own .modelinfo.json) go under kStateDir of the model's
   // tree; both are served from the one cache, each layer verified against its own chunk index.
   std::optional<ModelHost::NestedModel> nested;

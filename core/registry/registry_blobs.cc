@@ -18,10 +18,10 @@ namespace {
 
 using registry_internal::AppendQuery;
 using registry_internal::BlobWhat;
+using registry_internal::BodyNeed;
 using registry_internal::IsIgnoredRange;
 using registry_internal::IsRetryableTransport;
 using registry_internal::kIgnoredRangePayload;
-using registry_internal::kRangeCompletePayload;
 using registry_internal::kWholeSizePayload;
 using registry_internal::PercentEncode;
 using registry_internal::PullScope;
@@ -103,9 +103,9 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
   // Bytes at absolute offsets below `delivered` were already handed over: skip them, so a
   // resumed transfer (206 from `delivered`, or a 200 from 0, from any host) continues
   // seamlessly.
-  req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+  req.sink = [&](const Response& resp, std::string_view data) -> absl::StatusOr<BodyNeed> {
     uint64_t pos = resp.RangeStart() + resp.body_bytes;
-    if (pos + data.size() <= delivered) return absl::OkStatus();
+    if (pos + data.size() <= delivered) return BodyNeed::kMore;
     if (pos < delivered) data.remove_prefix(delivered - pos);
     if (pos > delivered) {
       return absl::DataLossError(absl::StrCat(BlobWhat("GET", repo, digest), ": resumed at byte ",
@@ -113,7 +113,7 @@ absl::Status RegistryClient::GetBlob(const std::string& repo, const Digest& dige
     }
     RETURN_IF_ERROR(sink(data));
     delivered += data.size();
-    return absl::OkStatus();
+    return BodyNeed::kMore;
   };
   // GetBlobOnce retries (resuming from `delivered`) until the deadline.
   absl::StatusOr<Response> r = GetBlobOnce(repo, digest, req);
@@ -170,7 +170,7 @@ absl::Status RegistryClient::StreamBlobRange(
   std::string what =
       absl::StrCat(BlobWhat("GET", repo, digest), " range [", offset, ", ", offset + length, ")");
   bool from_whole = false;  // the bytes came from a whole small blob (a 200)
-  req.sink = [&](const Response& resp, std::string_view data) -> absl::Status {
+  req.sink = [&](const Response& resp, std::string_view data) -> absl::StatusOr<BodyNeed> {
     uint64_t whole = 0;
     if (resp.status == 200 && absl::SimpleAtoi(resp.Header("content-length"), &whole) &&
         whole <= kSmallWholeAnswer && offset + length <= whole) {
@@ -183,10 +183,8 @@ absl::Status RegistryClient::StreamBlobRange(
         RETURN_IF_ERROR(sink(absl::string_view(data.data() + (want - at), n)));
         delivered += n;
       }
-      if (delivered < length) return absl::OkStatus();
-      absl::Status done = absl::CancelledError("range complete");
-      done.SetPayload(kRangeCompletePayload, absl::Cord("1"));
-      return done;
+      // Once the range is in, the rest of the blob is not read.
+      return delivered < length ? BodyNeed::kMore : BodyNeed::kDone;
     }
     if (resp.status != 206) {
       absl::Status s = absl::FailedPreconditionError(
@@ -212,7 +210,7 @@ absl::Status RegistryClient::StreamBlobRange(
     }
     const uint64_t start = pos;
     pos += data.size();
-    if (pos <= delivered) return absl::OkStatus();
+    if (pos <= delivered) return BodyNeed::kMore;
     // Bytes already handed on are not handed on again (the blob is addressed by its digest:
     // any host's bytes at an offset are the same bytes, and the caller verifies them).
     const uint64_t skip = delivered > start ? delivered - start : 0;
@@ -224,13 +222,11 @@ absl::Status RegistryClient::StreamBlobRange(
         DemoteForBlob(*from, req.range_blob, options_.bad_answer_cooldown);
       }
     }
-    return s;
+    if (!s.ok()) return s;
+    return BodyNeed::kMore;
   };
   absl::StatusOr<Response> got = GetBlobOnce(repo, digest, req);
-  if (from_whole && delivered == length &&
-      (got.ok() || got.status().GetPayload(kRangeCompletePayload).has_value())) {
-    return absl::OkStatus();
-  }
+  if (from_whole && delivered == length && got.ok()) return absl::OkStatus();
   if (!got.ok()) {
     // Name the blob and range; keep the code and the payloads the cache classifies by.
     const absl::Status& e = got.status();

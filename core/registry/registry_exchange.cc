@@ -109,6 +109,7 @@ bool IsDigestReference(const std::string& reference) {
 
 }  // namespace registry_internal
 
+using registry_internal::BodyNeed;
 using registry_internal::kMaxErrorBodyBytes;
 using registry_internal::TransportError;
 
@@ -158,11 +159,15 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
     bytes_received_ += n;
     bool ok_status = resp.status >= 200 && resp.status < 300;
     if (ok_status && req.sink) {
-      absl::Status s = req.sink(resp, data);
+      absl::StatusOr<BodyNeed> need = req.sink(resp, data);
       resp.body_bytes += n;
-      if (!s.ok()) {
-        callback_error = s;
+      if (!need.ok()) {
+        callback_error = need.status();
         return false;
+      }
+      if (*need == BodyNeed::kDone) {
+        resp.sink_done = true;
+        return false;  // libcurl ends the transfer (kWriteAborted): the answer stands
       }
       return true;
     }
@@ -280,6 +285,7 @@ absl::StatusOr<RegistryClient::Response> RegistryClient::Transport(
   }
 
   if (!callback_error.ok()) return callback_error;
+  if (resp.sink_done) return resp;
   if (done.stalled) {
     return TransportError(absl::StrCat(req.method, " ", UrlOrigin(url), " failed: no byte for ",
                                        absl::FormatDuration(options_.stall_timeout), " (stalled)"));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/http/content_range.h"
 #include "core/oci/digest.h"
 #include "core/registry/registry_client.h"
@@ -26,8 +27,6 @@ inline constexpr char kRetryablePayload[] = "modelfs.dev/retryable-transport";
 inline constexpr char kIgnoredRangePayload[] = "modelfs.dev/ignored-range";
 // On an ignored-range status: the size of the whole blob the host offered instead (decimal).
 inline constexpr char kWholeSizePayload[] = "modelfs.dev/whole-size";
-// A range read served from a whole-blob answer stops it once it has its bytes.
-inline constexpr char kRangeCompletePayload[] = "modelfs.dev/range-complete";
 
 // Transport failures (connection refused, reset, timeouts) carry kRetryablePayload so retry
 // loops can tell them from a sink or source error that happens to share a status code.
@@ -52,6 +51,9 @@ std::vector<std::string> PushScope(const std::string& repo);
 std::string BlobWhat(const char* verb, const std::string& repo, const Digest& d);
 bool IsDigestReference(const std::string& reference);
 
+// What a body sink wants after a piece of the body (RegistryClient::Request::sink).
+enum class BodyNeed { kMore, kDone };
+
 }  // namespace registry_internal
 
 struct RegistryClient::Request {
@@ -72,8 +74,12 @@ struct RegistryClient::Request {
   const BlobReadAt* reader = nullptr;
   uint64_t reader_offset = 0;
   uint64_t reader_length = 0;
-  // Receives 2xx bodies (otherwise buffered in Response::body up to max_body).
-  std::function<absl::Status(const Response&, std::string_view)> sink;
+  // Receives 2xx bodies (otherwise buffered in Response::body up to max_body), a piece at a
+  // time: kMore to go on, kDone when it has all it wants (a range read served from a whole-blob
+  // answer), which ends the transfer there with the response answered (Response::sink_done);
+  // an error ends it with that error.
+  std::function<absl::StatusOr<registry_internal::BodyNeed>(const Response&, std::string_view)>
+      sink;
   size_t max_body = registry_internal::kMaxJsonBodyBytes;
   bool long_transfer = false;  // blob bodies: no total timeout, only the stall timeout
   // The caller's deadline: caps every attempt's timeout and the retry loop.
@@ -89,6 +95,9 @@ struct RegistryClient::Response {
   std::string url;  // after redirects
   bool redirected = false;
   uint64_t body_bytes = 0;  // bytes of this response's body seen so far
+  // The sink had all it wanted (BodyNeed::kDone) and the transfer was stopped there: the body
+  // is cut short on purpose, and the answer stands.
+  bool sink_done = false;
   int attempts = 1;
   std::string auth_note;  // why a 401 stands (no credentials, refused credentials)
   Host* host = nullptr;   // the host that answered

@@ -17,8 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
-#include "fuse/stale_mount.h"
-#include "host/model_records.h"
+#include "host/model_host.h"
 
 namespace modelfs::snapshotter {
 namespace fs = std::filesystem;
@@ -26,39 +25,14 @@ namespace fs = std::filesystem;
 ModelSnapshotter::ModelSnapshotter(ModelSnapshotterOptions options, ModelSnapshotterParts parts)
     : options_(std::move(options)),
       mnt_dir_(options_.root / "mnt"),
-      models_dir_(options_.root / "models"),
       lock_fd_(parts.root_lock_fd),
       clock_(parts.clock != nullptr ? parts.clock : Clock::Real()) {
   owned_content_store_ = std::move(parts.owned_content_store);
   content_store_ =
       parts.content_store != nullptr ? parts.content_store : owned_content_store_.get();
-  if (content_store_ != nullptr) {
-    ContentStoreReaderOptions ro;
-    ro.clock = clock_;
-    content_reader_ = std::make_unique<ContentStoreBlobReader>(content_store_, ro);
-  }
+  content_reader_ = std::move(parts.content_reader);
+  host_ = std::move(parts.host);
   base_ = std::move(parts.base);
-  ModelHostParts& hp = parts.host;
-  if (hp.mounter && hp.source && hp.cache && hp.connect_registry) {
-    hp.preferred = content_reader_.get();
-    ModelHostOptions ho{options_.prefetch, options_.insecure_stream, models_dir_};
-    // A lazy image's V nobody pinned: the model is served once its tar header records match
-    // the layers; if they do not, nothing of it is served (every read fails).
-    ho.on_records_checked = [this](const std::string& model, const absl::Status& result) {
-      if (result.ok()) {
-        Log(log::Info("snapshotter", "volume image's tar header records match the layers")
-                .Field("model", model));
-        return;
-      }
-      Log(log::Error("snapshotter",
-                     "volume image's tar header records refused; the model serves no byte")
-              .Field("model", model)
-              .Field("reason", result.message()));
-    };
-    absl::StatusOr<std::unique_ptr<ModelHost>> host =
-        ModelHost::Create(std::move(ho), std::move(hp));
-    if (host.ok()) host_ = *std::move(host);
-  }
 }
 
 void ModelSnapshotter::Log(const log::Event& event) const {
@@ -73,30 +47,56 @@ void ModelSnapshotter::Log(const std::string& line) const { Log(log::Info("snaps
 
 namespace {
 
+// What the host of a snapshotter with options `o` does for it: its prefetch, the models'
+// records under <root>/models, and the check of a lazy image's tar header records logged.
+ModelHostOptions HostOptions(const ModelSnapshotterOptions& o) {
+  ModelHostOptions ho{o.prefetch, o.insecure_stream, o.root / "models"};
+  // A lazy image's V nobody pinned: the model is served once its tar header records match
+  // the layers; if they do not, nothing of it is served (every read fails).
+  ho.on_records_checked = [sink = o.log](const std::string& model, const absl::Status& result) {
+    const log::Event event =
+        result.ok()
+            ? log::Info("snapshotter", "volume image's tar header records match the layers")
+                  .Field("model", model)
+            : log::Error("snapshotter",
+                         "volume image's tar header records refused; the model serves no byte")
+                  .Field("model", model)
+                  .Field("reason", result.message());
+    if (sink) {
+      sink(event);
+    } else {
+      log::WriteToStderr(event);
+    }
+  };
+  return ho;
+}
+
 // The real collaborators of a snapshotter on options.root, in the order Open has always made
-// them (the metadata store, the cache, containerd's content store), each failing Open as before.
+// them (the metadata store, containerd's content store, the host with its cache), each failing
+// Open as before.
 absl::Status BuildParts(const ModelSnapshotterOptions& o, ModelSnapshotterParts& parts) {
   ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root, o.overlay, parts.clock));
-  CacheOptions co = o.cache;
-  if (co.dir.empty()) co.dir = (o.root / "cache").string();
-  std::error_code ec;
-  fs::create_directories(co.dir, ec);
-  ModelHostParts& host = parts.host;
-  host.source = std::make_unique<RegistryRoutingSource>();
-  host.decoding = std::make_unique<DecodingBlobSource>(host.source.get());
-  ASSIGN_OR_RETURN(host.cache, BlobCache::Open(co, host.decoding.get()));
   if (o.content_store != nullptr) {
     parts.content_store = o.content_store;
   } else if (!o.containerd_address.empty()) {
     ASSIGN_OR_RETURN(parts.owned_content_store,
                      ConnectContentStore(o.containerd_address, parts.clock));
   }
-  host.connect_registry =
-      [access = o.registry](
-          const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-    return ConnectRegistry(registry, HostCapability::kPull, access);
-  };
-  host.mounter = NewFuseModelMounter();
+  ContentStore* store =
+      parts.content_store != nullptr ? parts.content_store : parts.owned_content_store.get();
+  if (store != nullptr) {
+    ContentStoreReaderOptions ro;
+    ro.clock = parts.clock;
+    parts.content_reader = std::make_unique<ContentStoreBlobReader>(store, ro);
+  }
+  ModelHostConfig hc;
+  hc.options = HostOptions(o);
+  hc.cache = o.cache;
+  if (hc.cache.dir.empty()) hc.cache.dir = (o.root / "cache").string();
+  hc.registry = o.registry;
+  hc.preferred = parts.content_reader.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(hc)));
+  parts.host = std::move(host);
   return absl::OkStatus();
 }
 
@@ -139,8 +139,11 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
   if (o.root.empty()) return absl::InvalidArgumentError("snapshotter: empty root");
   if (!s->host_ || !s->base_) {
     return absl::InvalidArgumentError(
-        "snapshotter: the mounter, the overlay snapshotter, the cache with its source and the "
-        "registry connector are all required");
+        "snapshotter: the model host and the overlay snapshotter are both required");
+  }
+  if ((s->content_store_ == nullptr) != (s->content_reader_ == nullptr)) {
+    return absl::InvalidArgumentError(
+        "snapshotter: a content store and its reader go together (one is missing)");
   }
   std::error_code ec;
   s->base_->set_lower_resolver([raw = s.get()](int64_t id) { return raw->ModelDirFor(id); });
@@ -148,11 +151,10 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
     ModelSnapshotter* raw = s.get();
     s->policy_gate_ = std::make_unique<PolicyGate>(
         o.policy, [raw](const std::string& registry) -> absl::StatusOr<SignatureStore*> {
-          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client,
-                           raw->host_->registry().For(registry));
+          ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, raw->host_->Client(registry));
           absl::MutexLock lock(&raw->mu_);
           std::unique_ptr<RegistrySignatureStore>& store = raw->signature_stores_[registry];
-          // The client lives in the host's RegistryClients as long as the snapshotter.
+          // The host keeps the client as long as the snapshotter.
           if (!store) store = std::make_unique<RegistrySignatureStore>(client.get());
           return store.get();
         });
@@ -164,9 +166,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
                          o.require_equivalence, o.equivalence_keys,
                          [raw](const std::string& registry) -> absl::StatusOr<RegistryClient*> {
                            ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client,
-                                            raw->host_->registry().For(registry));
-                           // The client lives in the host's RegistryClients as long as the
-                           // snapshotter.
+                                            raw->host_->Client(registry));
+                           // The host keeps the client as long as the snapshotter.
                            return client.get();
                          }));
   }
@@ -203,8 +204,8 @@ absl::StatusOr<std::unique_ptr<ModelSnapshotter>> ModelSnapshotter::Create(
                        }
                        return absl::OkStatus();
                      }));
-  for (const std::string& name : ListModelRecords(s->models_dir_)) {
-    if (!used.count(name)) (void)DeleteModelRecord(s->models_dir_, name);
+  for (const std::string& name : s->host_->ListRecords()) {
+    if (!used.count(name)) (void)s->host_->DeleteRecord(name);
   }
   ASSIGN_OR_RETURN(std::vector<ContentSnapshot> content, s->ListContentSnapshots());
   std::vector<std::string> names;
@@ -331,7 +332,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
   for (const std::string& name : names) {
     if (stopping_) return;
     absl::Status st;
-    absl::StatusOr<ResolvedModel> rm = LoadModelRecord(models_dir_, name);
+    absl::StatusOr<ResolvedModel> rm = host_->LoadRecord(name);
     if (rm.ok()) {
       DescribeModel(name, *rm);
       // The model was in use before the restart: its prefetch goes on at once.
@@ -355,10 +356,7 @@ void ModelSnapshotter::RestoreModels(std::vector<std::string> names) {
       }
       ++changes_;
     }
-    if (orphaned && st.ok()) {
-      (void)host_->tree().RemoveModel(name);
-      host_->pipeline().Unregister(rm->model_descriptor.digest.str());
-    }
+    if (orphaned && st.ok()) host_->Discard(name, rm->model_descriptor.digest.str());
   }
 }
 
@@ -421,7 +419,7 @@ absl::Status ModelSnapshotter::WaitForModelIds(const std::vector<int64_t>& ids) 
   }
   lock.Release();
   // A container is about to use these models: their deferred prefetch starts now.
-  for (const std::string& model_ref : used) host_->pipeline().StartPrefetch(model_ref);
+  for (const std::string& model_ref : used) host_->StartPrefetch(model_ref);
   return absl::OkStatus();
 }
 
@@ -630,7 +628,7 @@ absl::StatusOr<Usage> ModelSnapshotter::GetUsage(const std::string& key) {
 
 absl::Status ModelSnapshotter::Cleanup() {
   RETURN_IF_ERROR(base_->Cleanup());
-  host_->cache().EnforceSizeLimit();
+  host_->EnforceCacheLimit();
   return absl::OkStatus();
 }
 

@@ -59,9 +59,9 @@
 // model_snapshotter_content.cc the image volumes served from containerd's
 // content store; model_snapshotter_node.cc the admin verbs (Status, Prefetch, Evict). Its
 // collaborators (ModelSnapshotterParts) are passed in: Open builds the real ones, tests their own.
-// What serves the models (registry clients, cache, pipeline, tree, FUSE mount, records) is made of
-// their ModelHostParts: a ModelHost (host/model_host.h), over which this class is containerd's
-// snapshot decorator.
+// What serves the models (registry clients, cache, pipeline, tree, FUSE mount, records) it sees
+// only as a ModelService (host/model_service.h): this class is containerd's snapshot decorator
+// over it. Open makes it a ModelHost (ModelHost::Open, host/model_host.h).
 //
 // Thread-safety: every method may be called concurrently. Lock order: evict_mu_ (Prepare
 // shared, Evict exclusive) before OverlaySnapshotter's locks before mu_ (the lower-directory
@@ -89,17 +89,12 @@
 #include "core/base/clock.h"
 #include "core/base/log_event.h"
 #include "core/cache/blob_cache.h"
-#include "core/cache/decoding_blob_source.h"
-#include "core/model/layer_routing_reader.h"
 #include "core/model/model_pipeline.h"
 #include "core/oci/volume_image.h"
-#include "core/registry/registry_routing_source.h"
 #include "core/resolve/model_ref.h"
 #include "core/resolve/registry_clients.h"
-#include "fuse/fuse_adapter.h"
-#include "fuse/model_tree.h"
-#include "host/model_host.h"
-#include "host/model_mounter.h"
+#include "fuse/mount_options.h"
+#include "host/model_service.h"
 #include "snapshotter/content/content_store_blob_reader.h"
 #include "snapshotter/content/content_store_client.h"
 #include "snapshotter/content/image_volume_key.h"
@@ -193,19 +188,20 @@ struct ModelSnapshotterParts {
   // The clock of every deadline the snapshotter sets: waits for a model's registration, calls
   // to containerd's content store. Not owned; never null.
   Clock* clock = Clock::Real();
-  // What serves the models (host/model_host.h): the mounter of <root>/mnt, the cache's remote
-  // side (which the snapshotter tells where each model's layers are) and the cache over it, and
-  // the registry connector (the host keeps one client per registry) are required here; the
-  // decoding source is optional (without it, compressed layers are fetched whole and
-  // decompressed first). `preferred` is not read: the snapshotter sets its own (the reader of
-  // containerd's content store).
-  ModelHostParts host;
+  // What serves the models (host/model_service.h): Open's is a ModelHost (ModelHost::Open),
+  // tests make theirs (ModelHost::Create with a fake mounter, or a fake service). It must keep
+  // its records under <root>/models and read the layers content_reader holds from there
+  // (ModelHostConfig::preferred). Required.
+  std::unique_ptr<ModelService> host;
   // Ordinary layers, and the metadata store of every snapshot. Required.
   std::unique_ptr<OverlaySnapshotter> base;
   // containerd's content store; null: image volumes naming a model stay empty. Not owned unless
   // it is owned_content_store.
   ContentStore* content_store = nullptr;
   std::unique_ptr<ContentStore> owned_content_store;
+  // The verified reader of the content store's layers (the host's tree reads through it):
+  // required with a content store, null without one.
+  std::unique_ptr<ContentStoreBlobReader> content_reader;
   // <root>/lock, flock()ed by the caller; held (and closed) by the snapshotter. -1: none.
   int root_lock_fd = -1;
 };
@@ -226,11 +222,12 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   // Errors: kFailedPrecondition (another daemon holds the root), kUnavailable (FUSE mount
   // failed), kInternal (I/O, SQLite).
   static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Open(ModelSnapshotterOptions options);
-  // The same with the collaborators given: mounts <root>/mnt through parts.host.mounter and starts
+  // The same with the collaborators given: mounts <root>/mnt through parts.host and starts
   // re-registering the models whose snapshots parts.base holds. options.cache,
-  // options.registry, options.overlay, options.containerd_address and options.content_store
-  // are not read (the parts stand for them). Errors: kInvalidArgument (a required part is
-  // missing), the mounter's, kInternal (I/O, SQLite).
+  // options.registry, options.prefetch, options.insecure_stream, options.overlay,
+  // options.containerd_address and options.content_store are not read (the parts stand for
+  // them). Errors: kInvalidArgument (a required part is missing), the mounter's, kInternal
+  // (I/O, SQLite).
   static absl::StatusOr<std::unique_ptr<ModelSnapshotter>> Create(ModelSnapshotterOptions options,
                                                                   ModelSnapshotterParts parts);
   ~ModelSnapshotter() override;
@@ -263,12 +260,12 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
   bool WaitRestored(absl::Duration timeout);
   // Names (sha256-<hex>) of registered models.
   std::vector<std::string> ActiveModels() const;
-  CacheStats cache_stats() const { return host_->cache().stats(); }
-  bool cache_disk_full() const { return host_->cache().disk_full(); }
+  CacheStats cache_stats() const { return host_->cache_stats(); }
+  bool cache_disk_full() const { return host_->cache_disk_full(); }
   // One layer as the cache knows it (references held by registered models). kNotFound when the
   // cache knows nothing about it.
   absl::StatusOr<BlobCache::LayerInfo> cache_layer_info(const Digest& layer) const {
-    return host_->cache().GetLayerInfo(layer);
+    return host_->CachedLayer(layer);
   }
   RemotePrepareCounts remote_counts() const;
   // Refusals by the policy, by reason (empty without a policy).
@@ -501,19 +498,18 @@ class ModelSnapshotter final : public Snapshotter, public NodeAdmin {
 
   const ModelSnapshotterOptions options_;
   const std::filesystem::path mnt_dir_;
-  const std::filesystem::path models_dir_;
   int lock_fd_ = -1;
   Clock* const clock_;
 
   std::unique_ptr<ContentStore> owned_content_store_;       // the client of containerd_address
   ContentStore* content_store_ = nullptr;                   // null without containerd_address
-  std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without containerd_address
-  // The registry clients (one per registry: V's, and M's when V's record names another), the
-  // cache, the pipeline, the tree (reading content_reader_'s layers there, the rest from the
-  // cache), the FUSE mount of <root>/mnt and the records under <root>/models. Declared after
-  // content_reader_, which it reads through. Null when a required part was missing (Create
-  // refuses that).
-  std::unique_ptr<ModelHost> host_;
+  std::unique_ptr<ContentStoreBlobReader> content_reader_;  // null without a content store
+  // What serves the models: the registry clients (one per registry: V's, and M's when V's
+  // record names another), the cache, the tree (reading content_reader_'s layers there, the
+  // rest from the cache), the FUSE mount of <root>/mnt and the records under <root>/models.
+  // Declared after content_reader_, which it reads through. Null when a required part was
+  // missing (Create refuses that).
+  std::unique_ptr<ModelService> host_;
   std::unique_ptr<OverlaySnapshotter> base_;
   std::thread restorer_;
   std::atomic<bool> stopping_{false};

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/model/model_loader.h"
 #include "core/oci/media_types.h"
 #include "core/status/status_macros.h"
 #include "snapshotter/content/content_store_blob_source.h"
@@ -42,19 +41,11 @@ absl::Status ModelSnapshotter::EnsureContentModel(const std::string& name, const
     st = content_reader_->AddLayer(model_ref, ns, l.descriptor.digest, l.descriptor.size);
     if (!st.ok()) break;
   }
-  LoadOptions lo;
-  lo.reference = rm.ref.String();
-  // Tar layers are verified whole here (their headers are read); raw layers on first use.
-  absl::StatusOr<LoadedModel> loaded = st.ok()
-                                           ? AssembleModel(rm, host_->reader(), "whole-layer", lo)
-                                           : absl::StatusOr<LoadedModel>(st);
-  if (loaded.ok()) {
-    st = host_->tree().AddModel(name, loaded->files, loaded->synthetic,
-                                ModelOptions{.mtime_sec = loaded->mtime_sec});
-    if (absl::IsAlreadyExists(st)) st = absl::OkStatus();
-  } else {
-    st = loaded.status();
-  }
+  // Read in place: tar layers are verified whole here (their headers are read), raw layers on
+  // first use.
+  absl::StatusOr<LoadedModel> loaded =
+      st.ok() ? host_->RegisterInPlace(name, rm) : absl::StatusOr<LoadedModel>(st);
+  st = loaded.status();
   if (!st.ok()) content_reader_->RemoveModel(model_ref);
   if (st.ok()) {
     Log(absl::StrCat("model ", model_ref, " from containerd's content store (namespace \"", ns,
@@ -150,7 +141,7 @@ absl::StatusOr<std::vector<Mount>> ModelSnapshotter::PrepareFromContentStore(
       }
     }
     if (drop) {
-      (void)host_->tree().RemoveModel(name);
+      host_->Discard(name, "");
       content_reader_->RemoveModel(rm.model_descriptor.digest.str());
     }
     // The caller then makes the ordinary snapshot, which reports the same error (an existing
@@ -229,7 +220,7 @@ std::optional<absl::StatusOr<std::vector<Mount>>> ModelSnapshotter::ContentMount
   auto ns = info->labels.find(kLabelContentNamespace);
   if (model == info->labels.end() || ns == info->labels.end()) return std::nullopt;
   const std::string name = model->second;
-  if (!host_->tree().HasModel(name)) {
+  if (!host_->HasModel(name)) {
     // After a restart whose background registration has not got here yet (or failed).
     absl::StatusOr<SnapshotRecord> rec = base_->Record(key);
     absl::Status st =

@@ -142,12 +142,11 @@ NodeStatus ModelSnapshotter::Status() {
     }
   }
   // 3. The cache: its layer table once, each layer added to the models that reference it.
-  BlobCache& cache = host_->cache();
-  const std::map<Digest, BlobCache::LayerInfo> layers = cache.ListLayers();
-  out.cache_bytes = cache.stats().cached_bytes;
+  const std::map<Digest, BlobCache::LayerInfo> layers = host_->CachedLayers();
+  out.cache_bytes = host_->cache_stats().cached_bytes;
   out.cache_max_bytes = options_.cache.max_bytes;
   out.cache_layers = layers.size();
-  out.disk_full = cache.disk_full();
+  out.disk_full = host_->cache_disk_full();
   std::map<std::string, bool> all_sealed;
   for (const auto& [digest, info] : layers) {
     if (info.quarantined || info.scrubbing) {
@@ -178,7 +177,7 @@ NodeStatus ModelSnapshotter::Status() {
     out.models.push_back(std::move(h.model));
   }
   // 4. The last error per registry: the cache's fetches, and the daemon's own resolutions.
-  for (const auto& [endpoint, e] : cache.endpoint_errors()) {
+  for (const auto& [endpoint, e] : host_->endpoint_errors()) {
     const std::string registry = endpoint.empty() ? "(default)" : endpoint;
     auto it = std::find_if(out.errors.begin(), out.errors.end(),
                            [&](const NodeRegistryError& x) { return x.registry == registry; });
@@ -211,7 +210,7 @@ absl::Status ModelSnapshotter::Prefetch(
         "prefetch: \"", reference, "\" is not an image reference: ", parsed.status().message()));
   }
   const ImageReference& named = *parsed;
-  absl::StatusOr<std::shared_ptr<RegistryClient>> client = host_->registry().For(named.registry());
+  absl::StatusOr<std::shared_ptr<RegistryClient>> client = host_->Client(named.registry());
   if (!client.ok()) {
     NoteRegistryError(named.registry(), client.status());
     return client.status();
@@ -238,7 +237,7 @@ absl::Status ModelSnapshotter::Prefetch(
       **client, ref,
       [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
         asking = registry;
-        return host_->registry().For(registry);
+        return host_->Client(registry);
       },
       [&](const std::string& registry, const std::string& repository) {
         host_refusal = CheckModelHost(ref, Digest(), registry, repository);
@@ -281,10 +280,9 @@ absl::Status ModelSnapshotter::Prefetch(
   } release{this, name};
 
   // Every byte, through the cache: each layer the model registered is filled whole.
-  BlobCache& cache = host_->cache();
   auto own_layers = [&]() {
     std::vector<std::pair<Digest, BlobCache::LayerInfo>> out;
-    for (auto& [digest, info] : cache.ListLayers()) {
+    for (auto& [digest, info] : host_->CachedLayers()) {
       if (std::binary_search(info.models.begin(), info.models.end(), model_ref)) {
         out.emplace_back(digest, std::move(info));
       }
@@ -292,7 +290,7 @@ absl::Status ModelSnapshotter::Prefetch(
     return out;
   };
   for (const auto& [digest, info] : own_layers()) {
-    if (!info.whole_verified) RETURN_IF_ERROR(cache.Prefetch(digest, PrefetchPolicy::kAll));
+    if (!info.whole_verified) RETURN_IF_ERROR(host_->FetchLayer(digest));
   }
   p.phase = "fetching";
   uint64_t last_landed = 0;
@@ -332,7 +330,7 @@ absl::Status ModelSnapshotter::Prefetch(
       last_progress = now;
     } else if (now - last_progress > stall) {
       std::string why;
-      for (const auto& [endpoint, e] : cache.endpoint_errors()) {
+      for (const auto& [endpoint, e] : host_->endpoint_errors()) {
         if (endpoint == rm.registry || endpoint.empty()) why = absl::StrCat(": ", e.message);
       }
       return absl::DeadlineExceededError(
@@ -342,7 +340,7 @@ absl::Status ModelSnapshotter::Prefetch(
       // A fill that failed (its retries spent) is not retried by the cache on its own.
       last_kick = now;
       for (const auto& [digest, info] : layers) {
-        if (!info.whole_verified) (void)cache.Prefetch(digest, PrefetchPolicy::kAll);
+        if (!info.whole_verified) (void)host_->FetchLayer(digest);
       }
     }
     clock_->SleepFor(interval);
@@ -386,13 +384,13 @@ absl::StatusOr<EvictOutcome> ModelSnapshotter::Evict(const std::string& referenc
   const bool by_digest = absl::StartsWith(reference, "sha256:");
   if (!by_digest && !FindModel(reference)) {
     ASSIGN_OR_RETURN(ImageReference ref, ImageReference::Parse(reference));
-    ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(ref.registry()));
+    ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->Client(ref.registry()));
     // Held to model_hosts as a pod's V would be: the node goes nowhere else for it.
     absl::Status host_refusal;
     absl::StatusOr<ResolvedModel> resolved = ResolveModel(
         *client, ref,
         [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-          return host_->registry().For(registry);
+          return host_->Client(registry);
         },
         [&](const std::string& registry, const std::string& repository) {
           host_refusal = CheckModelHost(ref, Digest(), registry, repository);
@@ -444,7 +442,7 @@ absl::StatusOr<EvictOutcome> ModelSnapshotter::Evict(const std::string& referenc
           absl::StrJoin(keys, ", "), "; remove the pods (and images) that use it first"));
     }
     out.was_registered = true;
-    for (const auto& [digest, info] : host_->cache().ListLayers()) {
+    for (const auto& [digest, info] : host_->CachedLayers()) {
       if (std::binary_search(info.models.begin(), info.models.end(), model_ref)) {
         layers.push_back(digest);
       }
@@ -464,7 +462,7 @@ absl::StatusOr<EvictOutcome> ModelSnapshotter::Evict(const std::string& referenc
         absl::StrCat("evict: no registered model has digest ", reference,
                      "; name it by reference so that its layers can be resolved"));
   }
-  BlobCache::EvictResult evicted = host_->cache().EvictLayers(layers);
+  BlobCache::EvictResult evicted = host_->EvictLayers(layers);
   out.layers_evicted = evicted.layers;
   out.bytes_evicted = evicted.bytes;
   out.layers_kept = evicted.busy.size();

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/model_pipeline.h"
 #include "core/status/status_macros.h"
-#include "host/model_records.h"
 #include "snapshotter/model/model_snapshotter.h"
 #include "snapshotter/policy/model_hosts.h"
 
@@ -241,7 +240,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   ASSIGN_OR_RETURN(ImageReference ref,
                    ImageReference::Parse(absl::StrCat(named.Name(), "@", pinned->second)));
   const Digest& model = volume.model.digest;
-  absl::StatusOr<std::shared_ptr<RegistryClient>> client = host_->registry().For(ref.registry());
+  absl::StatusOr<std::shared_ptr<RegistryClient>> client = host_->Client(ref.registry());
   if (!client.ok()) return AsUnreachable(client.status(), ref, model, ref.registry());
   // ResolveModel asks for another registry only when V's record names M there, and before it
   // fetches anything of M: the one place to hold V to the hosts the admin allowed.
@@ -251,7 +250,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
       **client, ref,
       [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
         asking = registry;
-        return host_->registry().For(registry);
+        return host_->Client(registry);
       },
       [&](const std::string& registry, const std::string& repository) {
         host_refusal = CheckModelHost(ref, model, registry, repository);
@@ -274,7 +273,7 @@ absl::Status ModelSnapshotter::PrepareRemote(const std::string& key, const std::
   }
   const std::string name = ModelName(rm.model_descriptor.digest);
   // M's layers are read from M's registry, which V's record may name apart from V's.
-  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = host_->registry().For(rm.registry);
+  absl::StatusOr<std::shared_ptr<RegistryClient>> model_client = host_->Client(rm.registry);
   if (!model_client.ok()) return AsUnreachable(model_client.status(), ref, model, rm.registry);
   if (absl::Status st = EnsureModel(name, rm); !st.ok()) {
     NoteRegistryError(rm.registry, st);
@@ -345,7 +344,7 @@ absl::Status ModelSnapshotter::PrepareRemoteLower(const std::string& key, const 
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
   RETURN_IF_ERROR(CheckPolicy(named, pinned_digest, "volume image"));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->Client(named.registry()));
   ASSIGN_OR_RETURN(ManifestResult top, client->GetManifest(named.repository(), pinned));
   if (top.digest != pinned_digest) {
     return absl::DataLossError(absl::StrCat("volume image ", named.String(), " has digest ",
@@ -428,7 +427,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   if (!LazyImagesList(named)) return absl::NotFoundError("not in lazy_images");
   const std::string& pinned = labels.find(kLabelCriManifestDigest)->second;
   ASSIGN_OR_RETURN(Digest pinned_digest, Digest::Parse(pinned));
-  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->registry().For(named.registry()));
+  ASSIGN_OR_RETURN(std::shared_ptr<RegistryClient> client, host_->Client(named.registry()));
   ASSIGN_OR_RETURN(std::optional<Descriptor> volume, LazyVolumeFor(*client, named, pinned_digest));
   if (!volume) return absl::NotFoundError("no volume image among its referrers");
   // The top layer is answered as the model; the layers below it (a base image other images
@@ -478,7 +477,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
       ResolveModel(
           *client, vref,
           [&](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
-            return host_->registry().For(registry);
+            return host_->Client(registry);
           },
           [&](const std::string& registry, const std::string& repository) {
             host_refusal = CheckModelHost(vref, pinned_digest, registry, repository);
@@ -510,7 +509,7 @@ absl::Status ModelSnapshotter::PrepareLazyImage(const std::string& key, const st
   // (core/model/tar_records_check.h); the model's record keeps that across a restart.
   rm.tar_headers_unpinned = true;
   const std::string name = ModelName(rm.model_descriptor.digest);
-  RETURN_IF_ERROR(host_->registry().For(rm.registry).status());
+  RETURN_IF_ERROR(host_->Client(rm.registry).status());
   RETURN_IF_ERROR(EnsureModel(name, rm));
   RETURN_IF_ERROR(CommitModelSnapshot(key, parent, target, labels, name, {named, pinned_digest},
                                       /*volume_files=*/nullptr, /*count_mounted=*/true,

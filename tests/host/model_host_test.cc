@@ -11,6 +11,7 @@
 #include "core/oci/media_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "host/model_records.h"
 #include "testsupport/fakes/fake_remote.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
@@ -270,6 +271,127 @@ TEST_F(ModelHostTest, RecordsAreKeptUnderTheRecordsDirectory) {
   EXPECT_TRUE(std::filesystem::exists(tmp_.Join("models") / "m"));
   ASSERT_OK(host_->DeleteRecord("m"));
   EXPECT_FALSE(std::filesystem::exists(tmp_.Join("models") / "m"));
+}
+
+// --- The operations the snapshotter sees (ModelService) ---
+
+TEST_F(ModelHostTest, DiscardTakesTheModelOutOfTheTreeWithoutTellingTheMount) {
+  ASSERT_OK(host_->Mount("/mnt/models", FuseMountOptions{}));
+  ASSERT_OK(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kOnStartPrefetch).status());
+  ASSERT_TRUE(host_->HasModel("m"));
+  host_->Discard("m", ModelRef());
+  EXPECT_FALSE(host_->HasModel("m"));
+  EXPECT_EQ(References(), 0);
+  EXPECT_THAT(calls_.Get(), ElementsAre("mount /mnt/models"));
+}
+
+TEST_F(ModelHostTest, RecordsAreListedAndLoadedThroughTheRecordsDirectory) {
+  const std::string name = "sha256-" + std::string(64, 'a');
+  EXPECT_THAT(host_->ListRecords(), ::testing::IsEmpty());
+  EXPECT_THAT(host_->LoadRecord(name).status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(host_->SaveRecord(name, model_));
+  EXPECT_THAT(host_->ListRecords(), ElementsAre(name));
+  // What model_records.h makes of it (this model_ carries no manifest bytes to keep).
+  EXPECT_EQ(host_->LoadRecord(name).status(), LoadModelRecord(tmp_.Join("models"), name).status());
+}
+
+TEST_F(ModelHostTest, TheCacheIsSeenThroughTheHostsOwnCalls) {
+  ASSERT_OK(host_->RegisterFrom("m", model_, remote_, PrefetchStart::kOnStartPrefetch).status());
+  ASSERT_OK(host_->FetchLayer(Layer()));
+  ASSERT_OK_AND_ASSIGN(BlobCache::LayerInfo info, host_->CachedLayer(Layer()));
+  EXPECT_EQ(info.size, kBytes.size());
+  EXPECT_THAT(info.models, ElementsAre(ModelRef()));
+  EXPECT_EQ(host_->CachedLayers().count(Layer()), 1u);
+  EXPECT_FALSE(host_->cache_disk_full());
+  // A layer a model references stays.
+  EXPECT_EQ(host_->EvictLayers({Layer()}).busy, std::vector<Digest>{Layer()});
+  EXPECT_THAT(host_->CachedLayer(Digest::Of("no such layer")).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ModelHostTest, ClientIsTheRegistryConnectorsAndNotKeptWhenItFails) {
+  EXPECT_THAT(host_->Client("registry.test").status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("registry.test")));
+  EXPECT_FALSE(host_->Client("registry.test").ok());
+  EXPECT_THAT(calls_.Get(), ElementsAre("connect registry.test", "connect registry.test"));
+}
+
+// --- ModelHost::Open: the host both binaries build from their configuration ---
+
+TEST(ModelHostOpenTest, OpenRefusesAConfigWithoutACacheDirectory) {
+  EXPECT_THAT(ModelHost::Open(ModelHostConfig{}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no cache directory")));
+}
+
+TEST(ModelHostOpenTest, OpenMakesTheCacheDirectoryAndDecodesCompressedLayersByDefault) {
+  TempDir tmp;
+  ModelHostConfig config;
+  config.cache.dir = tmp.Join("a/b/cache").string();
+  config.cache.log = [](const log::Event&) {};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(config)));
+  EXPECT_TRUE(std::filesystem::is_directory(tmp.Join("a/b/cache")));
+  EXPECT_NE(host->decoding(), nullptr);
+}
+
+TEST(ModelHostOpenTest, OpenWithoutDecodingOrMountHasNeither) {
+  TempDir tmp;
+  ModelHostConfig config;
+  config.cache.dir = tmp.path().string();
+  config.cache.log = [](const log::Event&) {};
+  config.decode = false;
+  config.mount = false;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(config)));
+  EXPECT_EQ(host->decoding(), nullptr);
+  EXPECT_THAT(host->Mount(tmp.Join("mnt").string(), FuseMountOptions{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no mounter")));
+}
+
+TEST(ModelHostOpenTest, OpenPassesOnTheCachesRefusalOfADirectoryInUse) {
+  TempDir tmp;
+  auto config = [&] {
+    ModelHostConfig c;
+    c.cache.dir = tmp.path().string();
+    c.cache.log = [](const log::Event&) {};
+    c.mount = false;
+    return c;
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelHost> first, ModelHost::Open(config()));
+  EXPECT_THAT(ModelHost::Open(config()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(tmp.path().string())));
+}
+
+TEST(ModelHostOpenTest, OpenKeepsTheClientMapItIsGiven) {
+  TempDir tmp;
+  std::vector<std::string> asked;
+  ModelHostConfig config;
+  config.cache.dir = tmp.path().string();
+  config.cache.log = [](const log::Event&) {};
+  config.mount = false;
+  config.clients = std::make_unique<RegistryClients>(
+      [&asked](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
+        asked.push_back(registry);
+        return absl::UnavailableError("the map given");
+      });
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(config)));
+  EXPECT_THAT(host->Client("registry.test").status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("the map given")));
+  EXPECT_THAT(asked, ElementsAre("registry.test"));
+}
+
+// As the daemon's: a bad credentials file does not stop the host from opening; each registry's
+// client is refused naming it, when it is first asked for.
+TEST(ModelHostOpenTest, OpenConnectsRegistriesWithTheAccessOptionsOnFirstUse) {
+  TempDir tmp;
+  const std::filesystem::path docker_config = tmp.Join("config.json");
+  tmp.WriteFile("config.json", "{ not json");
+  ModelHostConfig config;
+  config.cache.dir = tmp.Join("cache").string();
+  config.cache.log = [](const log::Event&) {};
+  config.mount = false;
+  config.registry.docker_config = docker_config.string();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ModelHost> host, ModelHost::Open(std::move(config)));
+  EXPECT_THAT(host->Client("registry.test").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(docker_config.string())));
 }
 
 }  // namespace

@@ -445,6 +445,19 @@ TEST_F(RegistryMirrorsTest, AWholeAnswerForASmallBlobServesTheRangeFromIt) {
   EXPECT_EQ(server_->ReadLog().size(), 0u);
 }
 
+// The sink says when it has the range (BodyNeed::kDone): the rest of the whole blob is not read,
+// and the cut-off answer is the range's, not an error or a retry.
+TEST_F(RegistryMirrorsTest, AWholeAnswerForASmallBlobIsCutOffOnceTheRangeIsIn) {
+  ASSERT_OK_AND_ASSIGN(auto client, RegistryClient::Create(Options({Mirror(), Server()})));
+  ASSERT_OK(mirror_->SetFaults({.ignore_range = true}));
+  ASSERT_OK_AND_ASSIGN(std::string got, client->GetBlobRange(kRepo, *digest_, 0, 10));
+  EXPECT_EQ(got, blob_->substr(0, 10));
+  EXPECT_LT(client->stats().bytes_received, blob_->size());
+  EXPECT_EQ(client->stats().retries, 0u);
+  EXPECT_EQ(mirror_->ReadLog().size(), 1u);
+  EXPECT_EQ(server_->ReadLog().size(), 0u);
+}
+
 // A mirror gets only the credential stored under its own host name, never the registry's.
 TEST_F(RegistryMirrorsTest, TheRegistryCredentialGoesToTheServerNotToMirrors) {
   TempDir certs;

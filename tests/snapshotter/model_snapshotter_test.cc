@@ -32,11 +32,13 @@
 #include "core/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "host/model_host.h"
 #include "host/model_records.h"
 #include "snapshotter/content/content_store_model.h"
 #include "snapshotter/model/model_snapshotter.h"
-#include "testsupport/fakes/fake_content_store.h"
 #include "testsupport/fakes/fake_clock.h"
+#include "testsupport/fakes/fake_content_store.h"
+#include "testsupport/fakes/fake_model_service.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
 #include "testsupport/trust/test_keys.h"
@@ -47,6 +49,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::modelfs::testing::FakeClock;
 using ::modelfs::testing::FakeContentStore;
+using ::modelfs::testing::FakeModelService;
 using ::modelfs::testing::StatusIs;
 using ::modelfs::testing::TempDir;
 using ::testing::AllOf;
@@ -211,15 +214,21 @@ class ModelSnapshotterTest : public ::testing::Test {
   absl::Status Open(ModelSnapshotterOptions o) {
     ModelSnapshotterParts parts;
     parts.clock = &clock_;
-    parts.host.mounter = std::make_unique<FakeMounter>(&calls_, mount_result_, adopt_result_);
     ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root));
-    parts.host.source = std::make_unique<RegistryRoutingSource>();
+    parts.content_store = &gated_;
+    ContentStoreReaderOptions ro;
+    ro.clock = &clock_;
+    parts.content_reader = std::make_unique<ContentStoreBlobReader>(&gated_, ro);
+    // The real host over a fake mounter, a registry that cannot be reached and a real cache.
+    ModelHostParts host;
+    host.mounter = std::make_unique<FakeMounter>(&calls_, mount_result_, adopt_result_);
+    host.source = std::make_unique<RegistryRoutingSource>();
     CacheOptions co;
     co.dir = (o.root / "cache").string();
     fs::create_directories(co.dir);
-    ASSIGN_OR_RETURN(parts.host.cache, BlobCache::Open(co, parts.host.source.get()));
-    parts.content_store = &gated_;
-    parts.host.connect_registry =
+    ASSIGN_OR_RETURN(host.cache, BlobCache::Open(co, host.source.get()));
+    host.preferred = parts.content_reader.get();
+    host.connect_registry =
         [this](const std::string& registry) -> absl::StatusOr<std::shared_ptr<RegistryClient>> {
       {
         absl::MutexLock lock(&log_mu_);
@@ -228,6 +237,10 @@ class ModelSnapshotterTest : public ::testing::Test {
       if (release_registry_ != nullptr) release_registry_->WaitForNotification();
       return absl::UnavailableError(absl::StrCat("registry ", registry, " is unreachable"));
     };
+    ModelHostOptions ho;
+    ho.prefetch = o.prefetch;
+    ho.records = o.root / "models";
+    ASSIGN_OR_RETURN(parts.host, ModelHost::Create(std::move(ho), std::move(host)));
     ASSIGN_OR_RETURN(snapshotter_, ModelSnapshotter::Create(std::move(o), std::move(parts)));
     return absl::OkStatus();
   }
@@ -928,5 +941,66 @@ TEST_F(ModelSnapshotterTest, RemovingAModelsLastSnapshotWaitsForAPrepareOfItUnde
   EXPECT_THAT(snapshotter_->ActiveModels(), ElementsAre(ModelName(m)));
   EXPECT_OK(snapshotter_->Mounts(VolumeKey(m, 'c')).status());
 }
+
+namespace {
+
+// --- The snapshotter over a fake host: what it asks of the host, and nothing else ---
+
+class ModelSnapshotterOverAFakeHostTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (snapshotter_) EXPECT_OK(snapshotter_->Shutdown());
+  }
+
+  absl::Status Open(std::unique_ptr<FakeModelService> host) {
+    ModelSnapshotterOptions o;
+    o.root = tmp_.Join("root");
+    o.log = [](const log::Event&) {};
+    ModelSnapshotterParts parts;
+    parts.clock = &clock_;
+    ASSIGN_OR_RETURN(parts.base, OverlaySnapshotter::Open(o.root));
+    parts.host = std::move(host);
+    ASSIGN_OR_RETURN(snapshotter_, ModelSnapshotter::Create(std::move(o), std::move(parts)));
+    return absl::OkStatus();
+  }
+  std::string mnt() const { return (tmp_.Join("root") / "mnt").string(); }
+
+  TempDir tmp_;
+  FakeClock clock_;
+  FakeModelService::Log log_;
+  std::unique_ptr<ModelSnapshotter> snapshotter_;
+};
+
+TEST_F(ModelSnapshotterOverAFakeHostTest, TheMountAtStartAndShutdownGoThroughTheHost) {
+  ASSERT_OK(Open(std::make_unique<FakeModelService>(&log_)));
+  ASSERT_OK(snapshotter_->Shutdown());
+  EXPECT_THAT(log_.Get(), ElementsAre("detach-stale " + mnt(), "mount " + mnt(), "unmount"));
+}
+
+TEST_F(ModelSnapshotterOverAFakeHostTest, RecordsNoSnapshotUsesAreDeletedThroughTheHost) {
+  auto host = std::make_unique<FakeModelService>(&log_);
+  host->SetRecord("sha256-" + std::string(64, 'a'), ResolvedModel{});
+  ASSERT_OK(Open(std::move(host)));
+  EXPECT_THAT(log_.Get(), ElementsAre("delete-record sha256-" + std::string(64, 'a'),
+                                      "detach-stale " + mnt(), "mount " + mnt()));
+}
+
+TEST_F(ModelSnapshotterOverAFakeHostTest, CleanupEnforcesTheCachesBoundThroughTheHost) {
+  ASSERT_OK(Open(std::make_unique<FakeModelService>(&log_)));
+  ASSERT_OK(snapshotter_->Cleanup());
+  EXPECT_EQ(log_.Get().back(), "enforce-cache-limit");
+}
+
+TEST_F(ModelSnapshotterOverAFakeHostTest, TheCacheCountersAreTheHosts) {
+  auto host = std::make_unique<FakeModelService>(&log_);
+  CacheStats stats;
+  stats.bytes_fetched = 12345;
+  host->SetCacheStats(stats);
+  ASSERT_OK(Open(std::move(host)));
+  EXPECT_EQ(snapshotter_->cache_stats().bytes_fetched, 12345u);
+  EXPECT_FALSE(snapshotter_->cache_disk_full());
+}
+
+}  // namespace
 
 }  // namespace modelfs::snapshotter
