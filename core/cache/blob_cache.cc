@@ -709,6 +709,66 @@ std::map<Digest, BlobCache::LayerInfo> BlobCache::ListLayers() const {
   return out;
 }
 
+bool BlobCache::disk_full() const {
+  absl::MutexLock lock(&mu_);
+  return DiskFullLocked();
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a flight's end means for the cache (FlightEngine::Owner).
+
+void BlobCache::ChunkCachedLocked(Layer& layer, uint64_t bytes) {
+  TableGuard g(mu_, Held(layer.mu));
+  layer.cached_bytes += bytes;
+  cached_bytes_ += bytes;
+}
+
+void BlobCache::DiskFilledLocked(const Layer& layer) {
+  TableGuard g(mu_, Held(layer.mu));
+  for (auto& l : bulk_layers_) {
+    LayerGuard held_l(*l, Held(mu_));
+    l->bulk_active = false;
+  }
+  bulk_layers_.clear();
+}
+
+bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream,
+                                  bool failed, bool stale) {
+  TableGuard g(mu_, Held(layer->mu));
+  if (bulk) {
+    bulk_in_flight_--;
+    PumpBulkLocked();
+  }
+  if (stream) {
+    layer->stream_in_flight--;
+    if (stale || failed) layer->streaming = false;  // the reader's own fetches go on
+    PumpStreamLocked(layer);
+  }
+  if (!stale) AfterChunksLandedLocked(layer);
+  return options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
+}
+
+absl::Time BlobCache::IdleAtLocked() const {
+  mu_.AssertHeld();  // the engine calls with the table mutex, under its own name
+  if (reads_in_progress_ > 0) return absl::InfiniteFuture();
+  return last_read_ + options_.verify_when_idle;
+}
+
+void BlobCache::AfterFlight(bool became_full, bool over_budget) {
+  if (became_full) {
+    // Make room for the models in use: what no model references goes first, all of it.
+    auto [layers, bytes] = EvictUnreferenced(0);
+    Log(log::Error("cache",
+                   "cache directory is full (no space left on device): serving verified bytes "
+                   "from the network without caching them, readahead and prefetch paused")
+            .Field("dir", options_.dir)
+            .Field("evicted_layers", layers)
+            .Field("evicted_bytes", bytes));
+  } else if (over_budget) {
+    EnforceSizeLimit();
+  }
+}
+
 bool BlobCache::WaitIdle(absl::Time deadline) { return scheduler_.WaitIdle(deadline); }
 
 }  // namespace modelfs

@@ -29,18 +29,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_segments.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
-
-enum class VerifyMode {
-  kChunk,           // needs LayerSpec::index
-  kWholeLayer,      // default when no chunk index exists
-  kInsecureStream,  // serve unverified bytes: explicit opt-in only
-};
 
 // kInMemory: verified, but the data file could not take it (disk full); the bytes are held
 // in CacheLayer::in_memory until memory_fallback_bytes pushes them out.

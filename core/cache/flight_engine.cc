@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
-#include "core/cache/blob_cache.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/fetch_planner.h"
 #include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"

@@ -32,6 +32,7 @@
 #include "core/base/clock.h"
 #include "core/base/log_event.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/chunk_journal.h"
 #include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
@@ -40,26 +41,6 @@
 #include "core/cache/remote_blob_source.h"
 
 namespace modelfs {
-
-struct CacheOptions;  // blob_cache.h
-
-// The cache's counters (CacheStats), shared by the read side and the engine.
-struct CacheCounters {
-  std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
-      verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-      page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0},
-      scrubbed_bytes{0}, scrub_failures{0}, scrub_repairs{0};
-};
-
-// The FetchScheduler priorities of the cache's work, most urgent first.
-struct FetchPriority {
-  static constexpr int kForeground = 0;
-  static constexpr int kReadahead = 1;
-  static constexpr int kHeader = 2;
-  static constexpr int kFill = 3;
-  static constexpr int kBulk = 4;
-  static constexpr int kVerify = 5;  // whole-layer checks, persistence
-};
 
 class FlightEngine {
  public:

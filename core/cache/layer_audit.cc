@@ -15,6 +15,73 @@
 
 namespace modelfs {
 
+void BlobCache::AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer) {
+  if (layer->quarantined || layer->whole_verified || layer->whole_verify_scheduled) return;
+  for (uint64_t c = 0; c < layer->count(); ++c) {
+    const ChunkState s = layer->state[c];
+    if (s == ChunkState::kVerified) continue;
+    if (s == ChunkState::kPresent && layer->mode != VerifyMode::kChunk) continue;
+    return;
+  }
+  layer->whole_verify_scheduled = true;
+  layer->jobs++;
+  // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
+  const VerifyMode mode = layer->mode;
+  SubmitLocalLocked(mode == VerifyMode::kChunk ? kVerify : kForeground,
+                    [this, layer, mode] { RunWholeVerify(layer, mode); });
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> BlobCache::MarkVerifiedLocked(Layer& layer,
+                                                                         const std::string& seal,
+                                                                         bool flushed) {
+  layer.whole_verified = true;
+  layer.seal = seal;
+  if (!flushed) return {};
+  std::vector<uint64_t> all(layer.count());
+  for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+  return TakeServedDrops(layer, all, options_.drop_served_pages,
+                         counters_.page_cache_bytes_dropped);
+}
+
+std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
+                                  const absl::Status& synced, const std::string& local_index) {
+  if (!synced.ok()) return std::string();
+  LayerRecord record;
+  {
+    absl::MutexLock lock(&mu_);
+    LayerGuard held(*layer, Held(mu_));
+    record = RecordOf(*layer, true, std::string(), std::string());
+  }
+  record.local_index = local_index;
+  // Taken after the flush: nothing writes a verified layer's file again.
+  std::string seal = layer->Segments()->Seal();
+  if (layer->gen.load() != gen) return std::string();
+  record.seal = seal;
+  absl::Status s = journal_.UpsertLayer(record);
+  if (!s.ok()) {
+    Log(log::Warn("cache", s.message()));
+    return std::string();
+  }
+  return seal;
+}
+
+bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
+  const uint64_t gen = layer->gen.load();
+  // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
+  // layer is whole.
+  const absl::Status synced = layer->Segments()->Sync(store_, layer->digest);
+  if (!synced.ok()) Log(log::Warn("cache", synced.message()));
+  const std::string seal = RecordSeal(layer, gen, synced, "");
+  std::vector<std::pair<uint64_t, uint64_t>> drop;
+  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
+  absl::MutexLock lock(&mu_);
+  LayerGuard held(*layer, Held(mu_));
+  if (layer->gen.load() != gen || layer->quarantined) return false;
+  counters_.sealed_layers++;
+  drop = MarkVerifiedLocked(*layer, seal, synced.ok());
+  return true;
+}
+
 void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode,
                                const LayerFileHash* precomputed) {
   if (mode == VerifyMode::kChunk) {
