@@ -33,7 +33,7 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       scheduler_(options_.fetch_threads),
       verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
       store_(options_.dir, options_.write_data),
-      flights_(mu_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
+      flights_(table_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
                *this) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
@@ -107,17 +107,17 @@ absl::Status BlobCache::Init() {
 
 BlobCache::~BlobCache() {
   {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;  // wakes whole-layer checks waiting for idle reads, and the scrub
+    TableLock lock(table_);
+    table_.Close();  // wakes whole-layer checks waiting for idle reads, and the scrub
     flights_.StopLocked();
   }
   if (scrub_thread_.joinable()) scrub_thread_.join();
   std::vector<std::function<void()>> dropped = scheduler_.Stop();
   flights_.PersistPending();  // what the dropped queue would have recorded
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   for (auto& drop : dropped) drop();
   bulk_layers_.clear();
-  layers_.clear();
+  table_.Clear();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // last: the directory is free once nothing writes
 }
 
@@ -129,29 +129,13 @@ void BlobCache::Log(const log::Event& event) const {
   }
 }
 
-LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                                std::string seal) {
-  LayerRecord r;
-  r.digest = layer.digest.str();
-  r.size = layer.size;
-  r.chunk_size = layer.chunk_size;
-  r.mode = static_cast<int>(layer.mode);
-  r.whole_verified = whole_verified;
-  r.local_index = std::move(local_index);
-  r.last_used = layer.last_used;
-  r.seal = std::move(seal);
-  r.audited = layer.audited;
-  r.verity = layer.verity;
-  return r;
-}
-
 absl::Status BlobCache::LoadFromJournal() {
   ASSIGN_OR_RETURN(std::vector<LayerRecord> rows, journal_.LoadAll());
   std::vector<std::string> forget;
   absl::flat_hash_set<std::string> keep_files;
   std::vector<std::shared_ptr<Layer>> protect;  // sealed, trusted, without fs-verity yet
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     for (LayerRecord& r : rows) {
       auto digest = Digest::Parse(r.digest);
       if (!digest.ok() || r.chunk_size == 0 || r.mode < 0 || r.mode > 2) {
@@ -159,7 +143,7 @@ absl::Status BlobCache::LoadFromJournal() {
         continue;
       }
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
-      clock_ = std::max(clock_, r.last_used);
+      table_.SeenStamp(r.last_used);
       // A sealed file is opened read-only: nothing writes it again, and fs-verity (which a
       // file with fs-verity keeps for ever) needs a file nobody holds open for writing. It is
       // trusted when its seal and fs-verity digest are still the ones recorded.
@@ -202,9 +186,9 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      auto layer = std::make_shared<Layer>(mu_, *digest, r.size, r.chunk_size, fd);
+      auto layer = table_.NewLayer(*digest, r.size, r.chunk_size, fd);
       if (segments) layer->SetSegments(std::move(segments));
-      LayerGuard held(*layer, Held(mu_));
+      LayerGuard held(*layer, table_);
       layer->mode = static_cast<VerifyMode>(r.mode);
       layer->ResetChunks(ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
@@ -243,12 +227,12 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      cached_bytes_ += layer->cached_bytes;
+      table_.CountLayer(*layer);
       keep_files.insert(LayerStore::FileNameOf(layer->digest));
       if (layer->Segments()->has_members()) {
         keep_files.insert(LayerStore::MemberDirNameOf(layer->digest));
       }
-      layers_[layer->digest] = std::move(layer);
+      table_.Put(std::move(layer));
     }
   }
   for (const std::string& d : forget) journal_.Forget(d);
@@ -299,11 +283,11 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   }
   const std::string endpoint = remote_->EndpointOf(spec.digest);
 
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> layer = FindLocked(spec.digest);
+  TableLock lock(table_);
+  std::shared_ptr<Layer> layer = table_.Find(spec.digest);
   const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
   if (layer) {
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     if (layer->has_spec) {
       if (layer->size != spec.size) {
         return absl::InvalidArgumentError(
@@ -312,7 +296,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       }
       layer->refs.insert(spec.model_ref);
       layer->endpoint = endpoint;
-      layer->last_used = ++clock_;
+      layer->last_used = table_.Stamp();
       return absl::OkStatus();
     }
     // Known from an earlier process: keep its recorded chunks if they can be re-verified.
@@ -320,9 +304,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
         layer->size == spec.size && layer->chunk_size == chunk_size && layer->jobs == 0 &&
         (spec.mode == VerifyMode::kChunk || (layer->whole_verified && layer->expected.size() == n));
     if (!compatible) {
-      layer->gen++;
-      cached_bytes_ -= layer->cached_bytes;
-      layers_.erase(spec.digest);
+      table_.Unlink(*layer);
       journal_.Forget(spec.digest.str());
       layer = nullptr;
     } else {
@@ -336,8 +318,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (!layer) {
     store_.RemoveMembers(spec.digest);  // of a layer dropped above, if it had any
     ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
-    layer = std::make_shared<Layer>(mu_, spec.digest, spec.size, chunk_size, fd);
-    LayerGuard held(*layer, Held(mu_));
+    layer = table_.NewLayer(spec.digest, spec.size, chunk_size, fd);
+    LayerGuard held(*layer, table_);
     layer->mode = spec.mode;
     layer->ResetChunks(ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) {
@@ -345,12 +327,12 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       layer->expected_algorithm = spec.index->algorithm;
     }
   }
-  LayerGuard held(*layer, Held(mu_));
+  LayerGuard held(*layer, table_);
   layer->has_spec = true;
   layer->readahead_min = spec.readahead_min;
   layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
-  layer->last_used = ++clock_;
+  layer->last_used = table_.Stamp();
   std::string local;
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified &&
       layer->expected_algorithm == ChunkDigestAlgorithm::kSha256) {
@@ -362,20 +344,20 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(log::Warn("cache", s.message()));
   }
-  layers_[spec.digest] = layer;
+  table_.Put(layer);
   return absl::OkStatus();
 }
 
 void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_ref) {
   int64_t stamp = 0;
   {
-    absl::MutexLock lock(&mu_);
-    auto layer = FindLocked(digest);
+    TableLock lock(table_);
+    auto layer = table_.Find(digest);
     if (!layer) return;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     if (!layer->refs.erase(std::string(model_ref))) return;
     if (!layer->refs.empty()) return;
-    layer->last_used = stamp = ++clock_;
+    layer->last_used = stamp = table_.Stamp();
   }
   journal_.Touch(digest.str(), stamp);
   EnforceSizeLimit();
@@ -384,25 +366,14 @@ void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_re
 void BlobCache::UnregisterModel(absl::string_view model_ref) {
   std::vector<Digest> digests;
   {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
-      if (layer->refs.contains(std::string(model_ref))) digests.push_back(digest);
-    }
+    TableLock lock(table_);
+    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
+                         if (layer->refs.contains(std::string(model_ref)))
+                           digests.push_back(layer->digest);
+                       });
   }
   for (const Digest& d : digests) UnregisterLayer(d, model_ref);
-}
-
-std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) const {
-  auto it = layers_.find(digest);
-  return it == layers_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<BlobCache::Layer> BlobCache::FindRegisteredLocked(const Digest& digest) const {
-  std::shared_ptr<Layer> layer = FindLocked(digest);
-  if (!layer) return nullptr;
-  LayerGuard held(*layer, Held(mu_));
-  return layer->has_spec && !layer->refs.empty() ? layer : nullptr;
 }
 
 absl::Status BlobCache::NotRegistered(const Digest& digest) {
@@ -426,8 +397,7 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
 void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined || from >= to || to > layer->size) return;
     const std::vector<uint64_t> whole = CountServed(*layer, from, to);
     if (!whole.empty()) {
@@ -442,8 +412,8 @@ void BlobCache::PumpBulkLocked() {
   if (DiskFullLocked()) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
-    LayerGuard held(*layer, Held(mu_));
-    auto current = FindLocked(layer->digest);
+    LayerGuard held(*layer, table_);
+    auto current = table_.Find(layer->digest);
     while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
            layer->state[layer->bulk_next] != ChunkState::kMissing) {
       layer->bulk_next++;
@@ -459,7 +429,7 @@ void BlobCache::PumpBulkLocked() {
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
                           time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) {
-      LayerGuard held_f(*f->layer, Held(mu_));
+      LayerGuard held_f(*f->layer, table_);
       f->bulk = true;
     }
     bulk_in_flight_ += static_cast<int>(created.size());
@@ -476,7 +446,7 @@ void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t 
 
 void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (!layer->streaming || DiskFullLocked() || layer->quarantined ||
-      FindLocked(layer->digest) != layer) {
+      table_.Find(layer->digest) != layer) {
     return;
   }
   const StreamPlan plan = PlanStream(*layer, options_);
@@ -486,7 +456,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
                           time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
-      LayerGuard held_f(*f->layer, Held(mu_));
+      LayerGuard held_f(*f->layer, table_);
       f->stream = true;
       layer->stream_in_flight++;
     }
@@ -499,9 +469,9 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (layer->stream_next >= layer->count() && read_here && layer->stream_successor &&
       !layer->successor_started) {
     layer->successor_started = true;
-    std::shared_ptr<Layer> next = FindRegisteredLocked(*layer->stream_successor);
+    std::shared_ptr<Layer> next = table_.FindRegistered(*layer->stream_successor);
     if (next && next != layer) {
-      LayerGuard held_next(*next, Held(mu_));
+      LayerGuard held_next(*next, table_);
       if (next->mode == VerifyMode::kChunk && !next->whole_verified) StartStreamLocked(next, 0);
     }
   }
@@ -511,20 +481,20 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::SetStreamSuccessor(const Digest& layer, const Digest& next) {
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> l = FindRegisteredLocked(layer);
+  TableLock lock(table_);
+  std::shared_ptr<Layer> l = table_.FindRegistered(layer);
   if (!l) return;
-  LayerGuard held(*l, Held(mu_));
+  LayerGuard held(*l, table_);
   l->stream_successor = next;
   l->successor_started = false;
 }
 
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
                                  const std::vector<ByteRange>& header_ranges) {
-  absl::MutexLock lock(&mu_);
-  auto layer = FindRegisteredLocked(digest);
+  TableLock lock(table_);
+  auto layer = table_.FindRegistered(digest);
   if (!layer) return NotRegistered(digest);
-  LayerGuard held(*layer, Held(mu_));
+  LayerGuard held(*layer, table_);
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
@@ -567,23 +537,23 @@ std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
   // Each victim with its cached bytes, taken under the lock.
   std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
   {
-    absl::MutexLock lock(&mu_);
-    if (cached_bytes_ <= target) return {0, 0};
+    TableLock lock(table_);
+    if (table_.cached_bytes() <= target) return {0, 0};
     std::vector<std::shared_ptr<Layer>> candidates;
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
-      if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
-        candidates.push_back(layer);
-      }
-    }
+    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
+                         if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
+                           candidates.push_back(layer);
+                         }
+                       });
     std::sort(candidates.begin(), candidates.end(),
-              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                LayerGuard held_a(*a, Held(mu_));
-                LayerGuard held_b(*b, Held(mu_));
+              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu()) {
+                LayerGuard held_a(*a, table_);
+                LayerGuard held_b(*b, table_);
                 return a->last_used < b->last_used;
               });
     for (auto& layer : candidates) {
-      if (cached_bytes_ <= target) break;
+      if (table_.cached_bytes() <= target) break;
       const uint64_t layer_bytes = UnlinkLocked(layer);
       victims.emplace_back(std::move(layer), layer_bytes);
     }
@@ -597,12 +567,9 @@ std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
 }
 
 uint64_t BlobCache::UnlinkLocked(const std::shared_ptr<Layer>& layer) {
-  LayerGuard held(*layer, Held(mu_));
-  layer->gen++;
-  cached_bytes_ -= layer->cached_bytes;
+  LayerGuard held(*layer, table_);
   flights_.DropMemoryLocked(*layer);
-  layers_.erase(layer->digest);
-  return layer->cached_bytes;
+  return table_.Unlink(*layer);
 }
 
 void BlobCache::FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes,
@@ -619,13 +586,12 @@ BlobCache::EvictResult BlobCache::EvictLayers(const std::vector<Digest>& digests
   EvictResult out;
   std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     for (const Digest& digest : digests) {
-      auto it = layers_.find(digest);
-      if (it == layers_.end()) continue;
-      std::shared_ptr<Layer> layer = it->second;
+      std::shared_ptr<Layer> layer = table_.Find(digest);
+      if (!layer) continue;
       {
-        LayerGuard held(*layer, Held(mu_));
+        LayerGuard held(*layer, table_);
         if (!layer->refs.empty() || layer->pins != 0 || layer->jobs != 0) {
           out.busy.push_back(digest);
           continue;
@@ -661,14 +627,14 @@ CacheStats BlobCache::stats() const {
   s.scrub_repairs = counters_.scrub_repairs.load();
   s.fs_verity = fs_verity_;
   s.evicted_layers = counters_.evicted_layers.load();
-  absl::MutexLock lock(&mu_);
-  s.cached_bytes = cached_bytes_;
+  TableLock lock(table_);
+  s.cached_bytes = table_.cached_bytes();
   return s;
 }
 
 absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& digest) const {
-  absl::MutexLock lock(&mu_);
-  auto layer = FindLocked(digest);
+  TableLock lock(table_);
+  auto layer = table_.Find(digest);
   if (!layer) {
     return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
   }
@@ -676,7 +642,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
 }
 
 BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
-  LayerGuard held(layer, Held(mu_));
+  LayerGuard held(layer, table_);
   LayerInfo info;
   info.size = layer.size;
   info.chunk_count = layer.count();
@@ -703,30 +669,26 @@ BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
 }
 
 std::map<Digest, BlobCache::LayerInfo> BlobCache::ListLayers() const {
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   std::map<Digest, LayerInfo> out;
-  for (const auto& [digest, layer] : layers_) out.emplace(digest, InfoLocked(*layer));
+  for (const std::shared_ptr<Layer>& layer : table_.Layers()) {
+    out.emplace(layer->digest, InfoLocked(*layer));
+  }
   return out;
 }
 
 bool BlobCache::disk_full() const {
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   return DiskFullLocked();
 }
 
 // ---------------------------------------------------------------------------------------------
 // What a flight's end means for the cache (FlightEngine::Owner).
 
-void BlobCache::ChunkCachedLocked(Layer& layer, uint64_t bytes) {
-  TableGuard g(mu_, Held(layer.mu));
-  layer.cached_bytes += bytes;
-  cached_bytes_ += bytes;
-}
-
 void BlobCache::DiskFilledLocked(const Layer& layer) {
-  TableGuard g(mu_, Held(layer.mu));
+  TableGuard g(table_, layer);
   for (auto& l : bulk_layers_) {
-    LayerGuard held_l(*l, Held(mu_));
+    LayerGuard held_l(*l, table_);
     l->bulk_active = false;
   }
   bulk_layers_.clear();
@@ -734,7 +696,7 @@ void BlobCache::DiskFilledLocked(const Layer& layer) {
 
 bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream,
                                   bool failed, bool stale) {
-  TableGuard g(mu_, Held(layer->mu));
+  TableGuard g(table_, *layer);
   if (bulk) {
     bulk_in_flight_--;
     PumpBulkLocked();
@@ -745,13 +707,7 @@ bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk
     PumpStreamLocked(layer);
   }
   if (!stale) AfterChunksLandedLocked(layer);
-  return options_.max_bytes > 0 && cached_bytes_ > options_.max_bytes;
-}
-
-absl::Time BlobCache::IdleAtLocked() const {
-  mu_.AssertHeld();  // the engine calls with the table mutex, under its own name
-  if (reads_in_progress_ > 0) return absl::InfiniteFuture();
-  return last_read_ + options_.verify_when_idle;
+  return options_.max_bytes > 0 && table_.cached_bytes() > options_.max_bytes;
 }
 
 void BlobCache::AfterFlight(bool became_full, bool over_budget) {

@@ -29,18 +29,16 @@
 // coalescing), chunk assembly and the memory fallback (chunk_landing.h), the served-page
 // dropper (served_pages.h), and the fetch side (flight_engine.h: flights, landing their chunks,
 // persistence), which the read side asks for missing chunks and which tells the cache of each
-// flight's end (FlightEngine::Owner). BlobCache is the coordinator: it owns the layers, the
-// mutex and the pieces, and ties them together: which chunks are missing, in flight or
-// verified, who waits for what, and eviction. Its methods are in blob_cache.cc (opening,
-// registration, the bulk and stream pumps, prefetch, eviction, a flight's end),
-// blob_cache_read.cc (the read path), layer_audit.cc (whole-layer checks, sealing, audit,
+// flight's end (FlightEngine::Owner). BlobCache is the coordinator: it owns the table of layers
+// (layer_table.h, with the one mutex) and the pieces, and ties them together: which chunks are
+// missing, in flight or verified, who waits for what, and eviction. Its methods are in
+// blob_cache.cc (opening, registration, the bulk and stream pumps, prefetch, eviction, a flight's
+// end), blob_cache_read.cc (the read path), layer_audit.cc (whole-layer checks, sealing, audit,
 // quarantine), layer_scrub.cc (the scrub, fs-verity), decoded_layer.cc (decoded layers) and
 // layer_members.cc (member files). Its options, specs and counters are in cache_options.h.
 //
 // Thread safety: all public methods are safe to call concurrently.
-// Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
-// call and no data-file I/O happens under mu_ (RegisterLayer's file open and database writes
-// are the exception).
+// The one lock is the table's (layer_table.h, which states its rule and the lock order).
 #pragma once
 
 #include <array>
@@ -78,6 +76,7 @@
 #include "core/cache/flight_engine.h"
 #include "core/cache/fs_verity.h"
 #include "core/cache/layer_store.h"
+#include "core/cache/layer_table.h"
 #include "core/cache/remote_blob_source.h"
 #include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
@@ -261,15 +260,10 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   absl::Status LoadFromJournal();
   // Queues local work (checks, journal writes) on the scheduler's "" pool.
   void SubmitLocalLocked(int priority, std::function<void()> run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
   void Log(const log::Event& event) const override;
   void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
 
-  std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The layer if it is registered in this process and referenced; null otherwise (a read or a
-  // prefetch of it fails with NotRegistered).
-  std::shared_ptr<Layer> FindRegisteredLocked(const Digest& digest) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static absl::Status NotRegistered(const Digest& digest);
   // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
   // `deadline` bounds the wait; fetches started for it get `fetch_deadline` (later when the
@@ -289,20 +283,17 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created,
                              uint64_t max_request = 0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  // FlightEngine::Owner: what a flight's end asks of the cache (chunk_landing.cc).
-  void ChunkCachedLocked(Layer& layer, uint64_t bytes) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
+  // FlightEngine::Owner: what a flight's end asks of the cache (blob_cache.cc).
   void DiskFilledLocked(const Layer& layer) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
   bool FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream, bool failed,
                          bool stale) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
   void AfterFlight(bool became_full, bool over_budget) override;
-  absl::Time IdleAtLocked() const override;
-  bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu()) {
     return flights_.DiskFullLocked();
   }
   void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
   // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
   // it does not change once the layer is registered): in chunk mode, SealVerifiedLayer then
   // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
@@ -328,21 +319,21 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   std::vector<std::pair<uint64_t, uint64_t>> MarkVerifiedLocked(Layer& layer,
                                                                 const std::string& seal,
                                                                 bool flushed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer.mu);
   // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
   // keep_alive ended): chunks now wholly served and on disk leave the page cache
   // (served_pages.h).
   void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
-  void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
   // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
   void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
   void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
   void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
   // Quarantine's state change: nothing of the layer is servable or passed through from here
   // on, its flights are stale (gen), its bytes no longer counted.
-  void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
+  void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer.mu);
   // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says, in
   // bytes `bad` ([first, last], logged). A layer registered in this process and fetchable is
   // renewed; any other is dropped from the table (a later registration or decode starts it over).
@@ -354,10 +345,10 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // again as reads and the refetch started here need them, and it is sealed again once
   // complete. Readers of `old` read again from the new layer (ReadSpansRenewing). When the new
   // file cannot be created, `old` is dropped from the table. Its file operations (unlink,
-  // create) run under mu_, as RegisterLayer's do.
+  // create) run under the lock, as RegisterLayer's do.
   void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
                         std::pair<uint64_t, uint64_t> bad)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), old->mu);
   // ReadSpans of the layer registered as `digest`, once; `used` is the layer read.
   absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,
                                                       uint64_t length,
@@ -379,28 +370,20 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   void ScrubLoop();
   // Re-hashes a chunk recorded by an earlier process; true if it still matches.
   bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
-  // The journal row of a layer, as it stands.
-  static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                              std::string seal) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
   int lock_fd_ = -1;  // flock on <dir>/lock, held for the cache's life
   Clock* const time_;
 
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
-  int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
-  uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
-  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
-  int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The layers, their mutex and its rule (layer_table.h).
+  LayerTable table_;
+  int bulk_in_flight_ ABSL_GUARDED_BY(table_.mu()) = 0;
+  std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(table_.mu());  // kAll prefetches
   // Stopped (its threads joined) first thing in the destructor.
   FetchScheduler scheduler_;
   // Compressed layers being decoded by RegisterDecodedLayer: one decode per source at a time.
-  absl::flat_hash_set<Digest> decoding_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Digest> decoding_ ABSL_GUARDED_BY(table_.mu());
   // The decoded layer `digest` for `model_ref` if the cache holds it usable (verified and
   // sealed, or registered in this process); its size, else nullopt.
   std::optional<uint64_t> ReuseDecoded(const Digest& digest, const std::string& model_ref);
@@ -409,8 +392,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   class CompressedStream;
   absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
 
-  // One layout change (SetLayerMembers) at a time. Lock order: members_mu_ before mu_.
-  absl::Mutex members_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // One layout change (SetLayerMembers) at a time. Lock order: members_mu_ before the table's.
+  absl::Mutex members_mu_ ABSL_ACQUIRED_BEFORE(table_.mu());
   // Opens the member files of `layout` for a layer whose data file is `layer_fd` (owned by the
   // result): created empty (`create`), or existing ones read-only or read-write.
   absl::StatusOr<std::shared_ptr<LayerSegments>> OpenMembers(const Digest& digest, int layer_fd,
@@ -422,12 +405,13 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
   std::thread scrub_thread_;
   // The layer ScrubOnce is reading now (LayerInfo::scrubbing); nullptr between layers.
-  const Layer* scrubbing_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // LayerInfo of `layer`, with mu_ held.
-  LayerInfo InfoLocked(const Layer& layer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes `layer` out of the table and its bytes out of cached_bytes_ (mu_ held); the caller
-  // then calls FinishEvict with what it returns, without the lock.
-  uint64_t UnlinkLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Layer* scrubbing_ ABSL_GUARDED_BY(table_.mu()) = nullptr;
+  // LayerInfo of `layer`, with the lock held.
+  LayerInfo InfoLocked(const Layer& layer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
+  // Takes `layer` out of the table and its bytes out of the table's count (the lock held); the
+  // caller then calls FinishEvict with what it returns, without the lock.
+  uint64_t UnlinkLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
   void FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes, absl::string_view why);
   bool fs_verity_ = false;  // set by Init, before any other thread runs
   VerityOps* const verity_;
@@ -439,18 +423,18 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // file's, then ";<offset>=<digest>" per member file ("" for a file without fs-verity).
   std::string MeasureFiles(const LayerSegments& files) const;
   // Enables fs-verity on the layer's member files, then on its data file (reads them all: not
-  // under mu_). True when any file got it (its seal changed); failures other than a busy file
+  // under the lock). True when any file got it (its seal changed); failures other than a busy file
   // are logged.
   bool EnableVerityOnFiles(const Layer& layer);
   // Enables fs-verity on the data files of `layers` (sealed, trusted, open read-only and by no
-  // writer) and records each digest with the new seal. Runs in Init, without mu_ held.
+  // writer) and records each digest with the new seal. Runs in Init, without the lock.
   void ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers);
   // For fs-verity on a layer sealed in this process, whose fd is open for writing: puts in the
   // table, in `layer`'s place, a copy of its state over a new read-only fd (readers of
   // `layer` finish with it). Null when `layer` is not sealed, current and idle, or the file
-  // cannot be opened. The file is opened under mu_, as RegisterLayer's is.
+  // cannot be opened. The file is opened under the lock, as RegisterLayer's is.
   std::shared_ptr<Layer> ReadOnlyCopyLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
   // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
   EndpointHealth health_;
 

@@ -1,19 +1,11 @@
-// The state BlobCache keeps per layer (CacheLayer) and per range request (CacheFlight), with
-// the lock that guards each field.
-//
-// One mutex guards the mutable state of every layer: BlobCache::mu_, which each layer refers to
-// as `mu`. One lock for the whole table, not one per layer, so that a read, a landing chunk,
-// eviction and the disk-full switch all see one consistent state. The thread-safety analysis
-// cannot see that `layer->mu` and the cache's `mu_` are the same mutex, so code that holds
-// `mu_` opens a LayerGuard for each layer (or flight's layer) it touches; the analysis then
-// checks every access.
-// Fields without ABSL_GUARDED_BY say why they need no lock.
+// The state the cache keeps per layer (CacheLayer) and per range request (CacheFlight), with
+// the lock that guards each field: the table's mutex (layer_table.h states the rule), which each
+// layer refers to as `mu`. Fields without ABSL_GUARDED_BY say why they need no lock.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,7 +36,8 @@ enum class ChunkState : uint8_t { kMissing, kInFlight, kPresent, kRecorded, kVer
 struct CacheFlight;
 
 struct CacheLayer {
-  // `table_mu` is the cache's mutex; `fd` (the data file) is closed with the layer.
+  // Made by LayerTable::NewLayer: `table_mu` is the table's mutex. `fd` (the data file) is
+  // closed with the layer.
   CacheLayer(absl::Mutex& table_mu, Digest digest_in, uint64_t size_in, uint64_t chunk_size_in,
              int fd_in)
       : mu(table_mu),
@@ -60,7 +53,7 @@ struct CacheLayer {
     if (fd >= 0) close(fd);
   }
 
-  // The cache's mutex (BlobCache::mu_), which guards the fields marked with it.
+  // The table's mutex (LayerTable::mu), which guards the fields marked with it.
   absl::Mutex& mu;
 
   // Fixed at construction, before the layer is in the cache's table, and read without the lock:
@@ -188,42 +181,6 @@ struct CacheLayer {
  private:
   mutable absl::Mutex segments_mu_;
   std::shared_ptr<const LayerSegments> segments_ ABSL_GUARDED_BY(segments_mu_);
-};
-
-// The cache's mutex `mu`, when the caller holds it: the second argument of a LayerGuard.
-inline const absl::Mutex& Held(const absl::Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  return mu;
-}
-
-// Within a scope that holds the cache's mutex, lets the thread-safety analysis check the
-// accesses to `layer`'s fields: the layer's `mu` is that mutex, which the analysis cannot see
-// through the reference. Written `LayerGuard g(*layer, Held(mu_))`, so that the analysis also
-// checks that mu_ is held. Costs nothing at run time (debug builds check it is the same mutex).
-class ABSL_SCOPED_LOCKABLE LayerGuard {
- public:
-  LayerGuard(const CacheLayer& layer, const absl::Mutex& held)
-      ABSL_EXCLUSIVE_LOCK_FUNCTION(layer.mu) {
-    assert(&layer.mu == &held);
-    (void)layer;
-    (void)held;
-  }
-  LayerGuard(const LayerGuard&) = delete;
-  LayerGuard& operator=(const LayerGuard&) = delete;
-  ~LayerGuard() ABSL_UNLOCK_FUNCTION() {}
-};
-
-// The same for a reference to the cache's mutex other than a layer's (FlightEngine's `mu_`):
-// `TableGuard g(mu_, Held(layer->mu))` where the caller holds it through a layer.
-class ABSL_SCOPED_LOCKABLE TableGuard {
- public:
-  TableGuard(const absl::Mutex& mine, const absl::Mutex& held) ABSL_EXCLUSIVE_LOCK_FUNCTION(mine) {
-    assert(&mine == &held);
-    (void)mine;
-    (void)held;
-  }
-  TableGuard(const TableGuard&) = delete;
-  TableGuard& operator=(const TableGuard&) = delete;
-  ~TableGuard() ABSL_UNLOCK_FUNCTION() {}
 };
 
 // One range request: chunks [first, last] of a layer, fetched by one FlightEngine::RunFlight.

@@ -4,8 +4,9 @@
 
 namespace modelfs {
 
-void MemoryFallback::Keep(const std::shared_ptr<CacheLayer>& layer, uint64_t chunk,
-                          std::shared_ptr<const std::string> bytes, uint64_t budget) {
+void MemoryFallback::Keep(const LayerTable& table, const std::shared_ptr<CacheLayer>& layer,
+                          uint64_t chunk, std::shared_ptr<const std::string> bytes,
+                          uint64_t budget) {
   bytes_ += bytes->size();
   auto& slot = layer->in_memory[chunk];
   if (slot) bytes_ -= slot->size();
@@ -17,7 +18,7 @@ void MemoryFallback::Keep(const std::shared_ptr<CacheLayer>& layer, uint64_t chu
     order_.pop_front();
     std::shared_ptr<CacheLayer> l = weak.lock();
     if (!l) continue;
-    LayerGuard held_l(*l, Held(layer->mu));
+    LayerGuard held_l(*l, table);
     auto it = l->in_memory.find(c);
     if (it == l->in_memory.end()) continue;
     bytes_ -= it->second->size();

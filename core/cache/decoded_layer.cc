@@ -387,10 +387,10 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
                                                 const std::string& model_ref) {
   uint64_t size = 0;
   {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
+    TableLock lock(table_);
+    std::shared_ptr<Layer> layer = table_.Find(digest);
     if (!layer) return std::nullopt;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     if (layer->quarantined) return std::nullopt;
     // Registered in this process (the same bytes as another model's .tar layer, or a decode
     // done earlier): it serves verified bytes in its own mode. Known from an earlier process:
@@ -407,9 +407,9 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
   spec.mode = VerifyMode::kWholeLayer;
   spec.model_ref = model_ref;
   if (!RegisterLayer(spec).ok()) return std::nullopt;
-  absl::MutexLock lock(&mu_);
-  if (std::shared_ptr<Layer> layer = FindLocked(digest)) {
-    LayerGuard held(*layer, Held(mu_));
+  TableLock lock(table_);
+  if (std::shared_ptr<Layer> layer = table_.Find(digest)) {
+    LayerGuard held(*layer, table_);
     layer->decoded = true;  // a scrub finding drops it instead of fetching it
   }
   return size;
@@ -422,16 +422,16 @@ absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerS
   }
   // One decode per source at a time; a second caller then finds the first one's result.
   {
-    absl::MutexLock lock(&mu_);
-    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return stopping_ || !decoding_.contains(spec.source);
+    TableLock lock(table_);
+    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(table_.mu()) {
+      return table_.closing() || !decoding_.contains(spec.source);
     };
-    mu_.Await(absl::Condition(&idle));
-    if (stopping_) return absl::CancelledError("cache: closing");
+    table_.mu().Await(absl::Condition(&idle));
+    if (table_.closing()) return absl::CancelledError("cache: closing");
     decoding_.insert(spec.source);
   }
   absl::Cleanup done = [&] {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     decoding_.erase(spec.source);
   };
   std::optional<Digest> known = spec.diff_id;
@@ -455,9 +455,9 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   // compressed copy this cache holds already, whole and verified, is read instead.
   std::shared_ptr<Layer> local;
   {
-    absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<Layer> l = FindLocked(spec.source)) {
-      LayerGuard held(*l, Held(mu_));
+    TableLock lock(table_);
+    if (std::shared_ptr<Layer> l = table_.Find(spec.source)) {
+      LayerGuard held(*l, table_);
       if (l->whole_verified && !l->quarantined && l->size == spec.source_size) local = l;
     }
   }
@@ -576,17 +576,15 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   }
   std::shared_ptr<Layer> layer;
   {
-    absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<Layer> old = FindLocked(decoded->digest)) {
-      LayerGuard held(*old, Held(mu_));
+    TableLock lock(table_);
+    if (std::shared_ptr<Layer> old = table_.Find(decoded->digest)) {
+      LayerGuard held(*old, table_);
       if (old->has_spec || old->pins > 0 || old->jobs > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
             name, ": its decompressed layer ", decoded->digest.str(), " is in use and unusable"));
       }
       // A partial or unsealed copy from an earlier process: replaced.
-      old->gen++;
-      cached_bytes_ -= old->cached_bytes;
-      layers_.erase(decoded->digest);
+      table_.Unlink(*old);
       journal_.Forget(decoded->digest.str());
     }
     if (rename(tmp.c_str(), store_.PathOf(decoded->digest).c_str()) != 0) {
@@ -599,8 +597,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
       return absl::InternalError(
           absl::StrCat(store_.PathOf(decoded->digest), ": cannot reopen: ", strerror(errno)));
     }
-    layer =
-        std::make_shared<Layer>(mu_, decoded->digest, decoded->size, options_.whole_chunk_size, fd);
+    layer = table_.NewLayer(decoded->digest, decoded->size, options_.whole_chunk_size, fd);
     if (!members.empty()) {
       // The split files go under the decoded digest (those of a copy replaced above go first).
       store_.RemoveMembers(decoded->digest);
@@ -619,30 +616,28 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
         Log(log::Warn("cache", s.message()));
       }
     }
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;
     layer->decoded = true;
     layer->refs.insert(spec.model_ref);
-    layer->last_used = ++clock_;
+    layer->last_used = table_.Stamp();
     // Present, not verified: nothing is served before RunWholeVerify below marks it.
     layer->ResetChunks(ChunkState::kPresent);
-    layer->cached_bytes = layer->size;
-    cached_bytes_ += layer->size;
+    table_.AddLayerBytes(*layer, layer->size);
     layer->whole_verify_scheduled = true;
     layer->jobs++;
     if (absl::Status s = journal_.UpsertLayer(RecordOf(*layer, false, "", "")); !s.ok()) {
       Log(log::Warn("cache", s.message()));
     }
-    layers_[layer->digest] = layer;
+    table_.Put(layer);
   }
   // The whole-layer check of the file as written (it also computes the local index later
   // re-checks use), then the flush, the records and the seal. A mismatch quarantines it.
   hashed.digest = decoded->digest;
   RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (!layer->whole_verified || layer->quarantined) {
       return absl::DataLossError(absl::StrCat(name, ": its decompressed layer ",
                                               decoded->digest.str(),

@@ -48,8 +48,7 @@ std::string BlobCache::RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t 
   if (!synced.ok()) return std::string();
   LayerRecord record;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     record = RecordOf(*layer, true, std::string(), std::string());
   }
   record.local_index = local_index;
@@ -74,8 +73,7 @@ bool BlobCache::SealVerifiedLayer(const std::shared_ptr<Layer>& layer) {
   const std::string seal = RecordSeal(layer, gen, synced, "");
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
+  LayerLock lock(table_, *layer);
   if (layer->gen.load() != gen || layer->quarantined) return false;
   counters_.sealed_layers++;
   drop = MarkVerifiedLocked(*layer, seal, synced.ok());
@@ -89,8 +87,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
     // verified. It is sealed now, so that opens from here on get passthrough without waiting
     // for the audit; the audit against the layer digest is defense in depth.
     if (SealVerifiedLayer(layer) && options_.audit) AuditLayer(layer);
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     return;
   }
@@ -106,8 +103,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
                                                  " bytes) failed whole-layer verification: got ",
                                                  hashed->digest.str())
                                   : std::string(hashed.status().message()));
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     return;
   }
@@ -125,8 +121,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   const std::string seal = RecordSeal(layer, gen, s, local);
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
+  LayerLock lock(table_, *layer);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->expected.resize(layer->count());
@@ -142,21 +137,22 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   if (options_.verify_when_idle > absl::ZeroDuration()) {
     // It can wait for the loader to finish. Idle means no read is being served (one that
     // waits on the network counts as busy) and none ended in the last verify_when_idle.
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     const absl::Time give_up = time_->Now() + absl::Seconds(30);
-    while (!stopping_ && time_->Now() < give_up &&
-           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
-      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
-                                                      : last_read_ + options_.verify_when_idle;
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
+    while (!table_.closing() && time_->Now() < give_up &&
+           (table_.reads_in_progress() > 0 ||
+            time_->Now() - table_.last_read() < options_.verify_when_idle)) {
+      const absl::Time until = table_.reads_in_progress() > 0
+                                   ? time_->Now() + options_.verify_when_idle
+                                   : table_.last_read() + options_.verify_when_idle;
+      time_->AwaitWithDeadline(table_.mu(), table_.Closing(), std::min(give_up, until));
     }
   }
   // The audit reads the whole file: chunks whose pages were dropped once served leave the page
   // cache again behind it.
   std::vector<bool> drop_after;
   if (options_.drop_served_pages) {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     drop_after = layer->dropped;
   }
   absl::StatusOr<LayerFileHash> hashed;
@@ -168,8 +164,7 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   if (hashed.ok() && hashed->digest == layer->digest) {
     counters_.audited_layers++;
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       layer->audited = true;
     }
     RecordAudited(layer);  // the scrub after a restart need not audit it again
@@ -193,18 +188,16 @@ void BlobCache::WipeLocked(Layer& layer) {
     layer.state[c] = ChunkState::kMissing;
     layer.flight[c] = nullptr;
   }
-  cached_bytes_ -= layer.cached_bytes;
-  layer.cached_bytes = 0;
+  table_.RemoveLayerBytes(layer, layer.cached_bytes);
   flights_.DropMemoryLocked(layer);
 }
 
 void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined) return;
     WipeLocked(*layer);
-    // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
+    // Still under the lock (a rare event): a reader woken by the flag sees the layer fully wiped.
     counters_.quarantined_layers++;
     Log(log::Error("cache", "quarantined layer")
             .Field("digest", layer->digest.str())
@@ -218,9 +211,8 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
 
 void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen,
                                absl::string_view what, std::pair<uint64_t, uint64_t> bad) {
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
-  if (layer->gen.load() != gen || layer->quarantined || FindLocked(layer->digest) != layer) return;
+  LayerLock lock(table_, *layer);
+  if (layer->gen.load() != gen || layer->quarantined || table_.Find(layer->digest) != layer) return;
   if (layer->has_spec && !layer->decoded) {
     RenewLayerLocked(layer, what, bad);
     return;
@@ -228,7 +220,7 @@ void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen
   // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
   // dropped, so that the next registration or decode starts it over.
   WipeLocked(*layer);
-  layers_.erase(layer->digest);
+  table_.Erase(layer->digest);
   journal_.Forget(layer->digest.str());
   store_.Remove(layer->digest);
   Log(log::Error("cache", absl::StrCat("the scrub found the layer changed on disk; dropped from "
@@ -253,7 +245,7 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
   store_.Remove(old->digest);
   absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
   if (!fd.ok()) {
-    layers_.erase(old->digest);
+    table_.Erase(old->digest);
     Log(log::Error("cache",
                    absl::StrCat("the scrub found the layer changed on disk; no new data "
                                 "file for it (",
@@ -264,8 +256,8 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
             .Field("reason", what));
     return;
   }
-  auto fresh = std::make_shared<Layer>(mu_, old->digest, old->size, old->chunk_size, *fd);
-  LayerGuard held(*fresh, Held(mu_));
+  auto fresh = table_.NewLayer(old->digest, old->size, old->chunk_size, *fd);
+  LayerGuard held(*fresh, table_);
   // Its files get new, empty member files too (the changed ones went with store_.Remove).
   const std::vector<LayerMember> layout = old->Segments()->layout();
   if (!layout.empty()) {
@@ -304,7 +296,7 @@ void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string
       Log(log::Warn("cache", s.message()));
     }
   }
-  layers_[fresh->digest] = fresh;
+  table_.Put(fresh);
   counters_.scrub_repairs++;
   Log(log::Error("cache",
                  "the scrub found the layer changed on disk; it is out of service and "

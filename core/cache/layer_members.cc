@@ -121,12 +121,12 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
   uint64_t gen = 0;
   int punch_fd = -1;
   {
-    absl::MutexLock lock(&mu_);
-    layer = FindLocked(digest);
+    TableLock lock(table_);
+    layer = table_.Find(digest);
     if (!layer) {
       return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
     }
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     uint64_t end = 0;
     for (const LayerMember& m : layout) {
       if (m.offset > layer->size || m.length > layer->size - m.offset) {
@@ -173,8 +173,7 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
     }
   }
   auto stop_moving = [&] {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->moving = false;
     layer->moved_dirty.clear();
   };
@@ -219,9 +218,8 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
     }
     if (!st.ok()) break;
     todo.clear();
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    if (layer->gen.load() != gen || FindLocked(digest) != layer) {
+    LayerLock lock(table_, *layer);
+    if (layer->gen.load() != gen || table_.Find(digest) != layer) {
       st = absl::AbortedError(
           absl::StrCat("cache: layer ", digest.str(), " was dropped while its files moved"));
       break;
@@ -268,16 +266,14 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
   bool sealed;
   std::string local;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     sealed = layer->whole_verified && !layer->seal.empty();
     local = LocalIndexOf(*layer);
   }
   if (sealed) {
     // The seal now covers every file of the layer.
     const std::string seal = RecordSeal(layer, gen, synced, local);
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->gen.load() == gen && !seal.empty()) layer->seal = seal;
   }
   return absl::OkStatus();
@@ -287,10 +283,10 @@ int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t 
   std::shared_ptr<const LayerSegments> segments;
   const LayerSegments::File* member = nullptr;
   {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
+    TableLock lock(table_);
+    std::shared_ptr<Layer> layer = table_.Find(digest);
     if (!layer) return -1;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, table_);
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined) return -1;
     segments = layer->Segments();
     member = segments->FindMember(offset, length);
@@ -301,7 +297,7 @@ int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t 
     for (uint64_t c = member->offset / cs; c <= (member->offset + member->length - 1) / cs; ++c) {
       if (layer->state[c] != ChunkState::kVerified || !layer->durable[c]) return -1;
     }
-    layer->last_used = ++clock_;
+    layer->last_used = table_.Stamp();
     layer->passthrough_opens++;
   }
   // A new read-only open file description of the very inode that was sealed (not of the path,

@@ -19,10 +19,10 @@ namespace modelfs {
 void BlobCache::ScrubLoop() {
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
+      TableLock lock(table_);
+      time_->AwaitWithDeadline(table_.mu(), table_.Closing(),
                                time_->Now() + options_.scrub_interval);
-      if (stopping_) return;
+      if (table_.closing()) return;
     }
     ScrubOnce();
   }
@@ -33,22 +33,23 @@ int BlobCache::ScrubOnce() {
   // against their digest.
   std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> todo;  // with the gen seen now
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> audited;
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
-      if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) continue;
-      (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
-    }
+    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
+                         if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) {
+                           return;
+                         }
+                         (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
+                       });
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
   std::vector<std::shared_ptr<Layer>> passed;
   for (const auto& [layer, gen] : todo) {
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
-      if (stopping_) break;
+      LayerLock lock(table_, *layer);
+      if (table_.closing()) break;
       // Evicted or quarantined since: not this pass's business.
       if (layer->gen.load() != gen || layer->quarantined) continue;
       layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
@@ -56,8 +57,7 @@ int BlobCache::ScrubOnce() {
     }
     if (ScrubLayer(layer) && fs_verity_) passed.push_back(layer);
     ++scrubbed;
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     scrubbing_ = nullptr;
   }
@@ -68,7 +68,7 @@ int BlobCache::ScrubOnce() {
 
 std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
     const std::shared_ptr<Layer>& layer) {
-  if (FindLocked(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
+  if (table_.Find(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
       layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty() || layer->moving) {
     return nullptr;
   }
@@ -83,8 +83,8 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
       return nullptr;
     }
   }
-  auto copy = std::make_shared<Layer>(mu_, layer->digest, layer->size, layer->chunk_size, fd);
-  LayerGuard held(*copy, Held(mu_));
+  auto copy = table_.NewLayer(layer->digest, layer->size, layer->chunk_size, fd);
+  LayerGuard held(*copy, table_);
   if (segments) copy->SetSegments(std::move(segments));
   copy->mode = layer->mode;
   copy->endpoint = layer->endpoint;
@@ -115,18 +115,18 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
   // The old entry is out of the table: its bytes are the copy's now (eviction and quarantine
   // count them there), its readers finish on its fd.
   layer->cached_bytes = 0;
-  layers_[copy->digest] = copy;
+  table_.Put(copy);
   return copy;
 }
 
 void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
   std::vector<std::shared_ptr<Layer>> protect;
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     for (std::shared_ptr<Layer>& layer : passed) {
-      LayerGuard held(*layer, Held(mu_));
+      LayerGuard held(*layer, table_);
       if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
-          FindLocked(layer->digest) != layer) {
+          table_.Find(layer->digest) != layer) {
         continue;
       }
       if (layer->read_only) {
@@ -155,8 +155,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
       Log(log::Warn("cache", r.message()));
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->gen.load() != gen || layer->quarantined || layer->seal.empty()) continue;
     layer->seal = seal;
     layer->verity = digest;
@@ -170,8 +169,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   std::vector<bool> drop_after;
   bool audited;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined || !layer->whole_verified) return true;
     if (layer->expected.size() == layer->count()) expected = layer->expected;
     algorithm = layer->expected_algorithm;  // the chunk index's (BLAKE3 or SHA-256)
@@ -220,9 +218,9 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       const absl::Time due =
           start + absl::Seconds(static_cast<double>(read) /
                                 static_cast<double>(std::max<uint64_t>(options_.scrub_rate, 1)));
-      absl::MutexLock lock(&mu_);
-      if (time_->Now() < due) time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), due);
-      if (stopping_) {
+      TableLock lock(table_);
+      if (time_->Now() < due) time_->AwaitWithDeadline(table_.mu(), table_.Closing(), due);
+      if (table_.closing()) {
         aborted = true;
         return;
       }
@@ -259,8 +257,7 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   }
   if (!audited) {
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       if (layer->gen.load() != gen || layer->quarantined || layer->mode != VerifyMode::kChunk) {
         return true;
       }
@@ -333,7 +330,7 @@ bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
 
 void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
   for (const std::shared_ptr<Layer>& layer : layers) {
-    // Reads the whole files to build their Merkle trees: not under mu_.
+    // Reads the whole files to build their Merkle trees: not under the lock.
     if (!EnableVerityOnFiles(*layer)) continue;
     const std::string digest = MeasureFiles(*layer->Segments());
     // Enabling changed the files' ctimes: the seal is taken again.
@@ -342,8 +339,7 @@ void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers)
       Log(log::Warn("cache", r.message()));
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->seal = seal;
     layer->verity = digest;
   }
