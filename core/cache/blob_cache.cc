@@ -1,3 +1,5 @@
+// BlobCache (blob_cache.h): opening, registration, the bulk and stream pumps, prefetch, eviction,
+// stats, and what a flight's end means for the cache. The read path is blob_cache_read.cc.
 #include "core/cache/blob_cache.h"
 
 #include <errno.h>
@@ -31,10 +33,15 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       remote_(remote),
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       scheduler_(options_.fetch_threads),
-      verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
       store_(options_.dir, options_.write_data),
       flights_(table_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
-               *this) {}
+               *this),
+      audit_(table_, options_, time_, scheduler_, store_, journal_, flights_, counters_),
+      scrub_(table_, options_, time_, store_, journal_, counters_, audit_, *this),
+      members_(table_, options_, store_, journal_, audit_),
+      decoded_(table_, options_, remote_, time_, store_, journal_, counters_, audit_,
+               [this](const LayerSpec& spec) { return RegisterLayer(spec); }),
+      eviction_(table_, options_, store_, journal_, flights_, counters_) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
                                                            RemoteBlobSource* remote) {
@@ -92,16 +99,9 @@ absl::Status BlobCache::Init() {
                                          "restart")));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  // Said once, at open: whether the kernel could check the cache's pages itself.
-  const absl::Status verity = verity_->Probe(options_.dir);
-  fs_verity_ = verity.ok();
-  Log(log::Info("cache", verity.ok() ? "fs-verity: supported by the cache's filesystem"
-                                     : absl::StrCat("fs-verity: ", verity.message()))
-          .Field("dir", options_.dir));
+  scrub_.ProbeVerity();
   RETURN_IF_ERROR(LoadFromJournal());
-  if (options_.scrub_interval > absl::ZeroDuration()) {
-    scrub_thread_ = std::thread([this] { ScrubLoop(); });
-  }
+  scrub_.Start();
   return absl::OkStatus();
 }
 
@@ -111,7 +111,7 @@ BlobCache::~BlobCache() {
     table_.Close();  // wakes whole-layer checks waiting for idle reads, and the scrub
     flights_.StopLocked();
   }
-  if (scrub_thread_.joinable()) scrub_thread_.join();
+  scrub_.Join();
   std::vector<std::function<void()>> dropped = scheduler_.Stop();
   flights_.PersistPending();  // what the dropped queue would have recorded
   TableLock lock(table_);
@@ -119,14 +119,6 @@ BlobCache::~BlobCache() {
   bulk_layers_.clear();
   table_.Clear();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // last: the directory is free once nothing writes
-}
-
-void BlobCache::Log(const log::Event& event) const {
-  if (options_.log) {
-    options_.log(event);
-  } else {
-    log::WriteToStderr(event);
-  }
 }
 
 absl::Status BlobCache::LoadFromJournal() {
@@ -153,8 +145,8 @@ absl::Status BlobCache::LoadFromJournal() {
       std::shared_ptr<LayerSegments> segments;
       auto open_members = [&](int fd, bool read_only) {
         if (layout.empty()) return true;
-        absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMembers(
-            *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
+        absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMemberFiles(
+            store_, *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
         if (!s.ok()) {
           Log(log::Warn("cache", s.status().message()));
           return false;
@@ -169,7 +161,7 @@ absl::Status BlobCache::LoadFromJournal() {
         const LayerSegments whole(fd);  // the data file alone, when it has no members
         trusted = fd >= 0 && open_members(fd, /*read_only=*/true) &&
                   (segments ? segments->Seal() : LayerStore::SealOf(fd)) == r.seal &&
-                  VerityHolds(*digest, segments ? *segments : whole, r.verity);
+                  scrub_.VerityHolds(*digest, segments ? *segments : whole, r.verity);
         if (!trusted && fd >= 0) {
           close(fd);
           fd = -1;
@@ -204,7 +196,7 @@ absl::Status BlobCache::LoadFromJournal() {
         layer->seal = r.seal;
         layer->verity = r.verity;
         layer->read_only = true;
-        if (fs_verity_ && r.verity.empty()) protect.push_back(layer);
+        if (scrub_.fs_verity() && r.verity.empty()) protect.push_back(layer);
         // Whole-layer modes were checked against the digest before they were sealed.
         layer->audited = r.audited || layer->mode != VerifyMode::kChunk;
         layer->ResetChunks(ChunkState::kVerified);
@@ -238,7 +230,7 @@ absl::Status BlobCache::LoadFromJournal() {
   for (const std::string& d : forget) journal_.Forget(d);
   // Data files the journal does not vouch for are untrusted leftovers.
   store_.RemoveAllExcept(keep_files);
-  ProtectSealed(protect);
+  scrub_.ProtectSealed(protect);
   return absl::OkStatus();
 }
 
@@ -383,29 +375,11 @@ absl::Status BlobCache::NotRegistered(const Digest& digest) {
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
-void BlobCache::SubmitLocalLocked(int priority, std::function<void()> run) {
-  scheduler_.Submit("", priority, std::move(run));
-}
-
 void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first,
                                       uint64_t last, int priority, absl::Time deadline,
                                       std::vector<std::shared_ptr<Flight>>* created,
                                       uint64_t max_request) {
   flights_.ScheduleLocked(layer, first, last, priority, deadline, created, max_request);
-}
-
-void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  {
-    LayerLock lock(table_, *layer);
-    if (layer->quarantined || from >= to || to > layer->size) return;
-    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
-    if (!whole.empty()) {
-      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
-                               counters_.page_cache_bytes_dropped);
-    }
-  }
-  if (!ranges.empty()) DropPages(*layer, ranges);
 }
 
 void BlobCache::PumpBulkLocked() {
@@ -426,7 +400,7 @@ void BlobCache::PumpBulkLocked() {
     std::vector<std::shared_ptr<Flight>> created;
     const uint64_t end =
         MissingRunEnd(*layer, layer->bulk_next, layer->count() - 1, options_.max_request_bytes);
-    ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
+    ScheduleMissingLocked(layer, layer->bulk_next, end - 1, FetchPriority::kBulk,
                           time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) {
       LayerGuard held_f(*f->layer, table_);
@@ -452,7 +426,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   const StreamPlan plan = PlanStream(*layer, options_);
   while (std::optional<StreamSegment> segment = NextStreamSegment(*layer, options_, plan)) {
     std::vector<std::shared_ptr<Flight>> created;
-    ScheduleMissingLocked(layer, segment->first, segment->last, kReadahead,
+    ScheduleMissingLocked(layer, segment->first, segment->last, FetchPriority::kReadahead,
                           time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
@@ -506,7 +480,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     // Nothing of such a layer is servable before all of it is verified: headers alone do not
     // help, so only kAll starts the fill.
     if (policy == PrefetchPolicy::kAll && !layer->whole_verified) {
-      ScheduleMissingLocked(layer, 0, layer->count() - 1, kBulk, deadline, nullptr);
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kBulk, deadline, nullptr);
     }
     return absl::OkStatus();
   }
@@ -514,7 +488,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     if (r.length == 0 || r.offset >= layer->size) continue;
     const uint64_t end = layer->size - r.offset < r.length ? layer->size : r.offset + r.length;
     ScheduleMissingLocked(layer, r.offset / layer->chunk_size, (end - 1) / layer->chunk_size,
-                          kHeader, deadline, nullptr);
+                          FetchPriority::kHeader, deadline, nullptr);
   }
   if (policy == PrefetchPolicy::kAll && !layer->bulk_active) {
     layer->bulk_active = true;
@@ -526,87 +500,15 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Eviction, stats, introspection.
+// Eviction (LayerEviction), stats, introspection.
 
 void BlobCache::EnforceSizeLimit() {
   if (options_.max_bytes == 0) return;
-  EvictUnreferenced(options_.max_bytes);
-}
-
-std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
-  // Each victim with its cached bytes, taken under the lock.
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
-  {
-    TableLock lock(table_);
-    if (table_.cached_bytes() <= target) return {0, 0};
-    std::vector<std::shared_ptr<Layer>> candidates;
-    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
-                         if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
-                           candidates.push_back(layer);
-                         }
-                       });
-    std::sort(candidates.begin(), candidates.end(),
-              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu()) {
-                LayerGuard held_a(*a, table_);
-                LayerGuard held_b(*b, table_);
-                return a->last_used < b->last_used;
-              });
-    for (auto& layer : candidates) {
-      if (table_.cached_bytes() <= target) break;
-      const uint64_t layer_bytes = UnlinkLocked(layer);
-      victims.emplace_back(std::move(layer), layer_bytes);
-    }
-  }
-  uint64_t bytes = 0;
-  for (const auto& [layer, layer_bytes] : victims) {
-    bytes += layer_bytes;
-    FinishEvict(layer, layer_bytes, "unreferenced");
-  }
-  return {victims.size(), bytes};
-}
-
-uint64_t BlobCache::UnlinkLocked(const std::shared_ptr<Layer>& layer) {
-  LayerGuard held(*layer, table_);
-  flights_.DropMemoryLocked(*layer);
-  return table_.Unlink(*layer);
-}
-
-void BlobCache::FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes,
-                            absl::string_view why) {
-  counters_.evicted_layers++;
-  Log(log::Info("cache", absl::StrCat("evicted layer (", why, ")"))
-          .Field("digest", layer->digest.str())
-          .Field("bytes", bytes));
-  journal_.Forget(layer->digest.str());
-  store_.Remove(layer->digest);
+  eviction_.EvictUnreferenced(options_.max_bytes);
 }
 
 BlobCache::EvictResult BlobCache::EvictLayers(const std::vector<Digest>& digests) {
-  EvictResult out;
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
-  {
-    TableLock lock(table_);
-    for (const Digest& digest : digests) {
-      std::shared_ptr<Layer> layer = table_.Find(digest);
-      if (!layer) continue;
-      {
-        LayerGuard held(*layer, table_);
-        if (!layer->refs.empty() || layer->pins != 0 || layer->jobs != 0) {
-          out.busy.push_back(digest);
-          continue;
-        }
-      }
-      const uint64_t layer_bytes = UnlinkLocked(layer);
-      victims.emplace_back(std::move(layer), layer_bytes);
-    }
-  }
-  for (const auto& [layer, layer_bytes] : victims) {
-    out.layers++;
-    out.bytes += layer_bytes;
-    FinishEvict(layer, layer_bytes, "evicted on request");
-  }
-  return out;
+  return eviction_.EvictLayers(digests);
 }
 
 CacheStats BlobCache::stats() const {
@@ -625,7 +527,7 @@ CacheStats BlobCache::stats() const {
   s.scrubbed_bytes = counters_.scrubbed_bytes.load();
   s.scrub_failures = counters_.scrub_failures.load();
   s.scrub_repairs = counters_.scrub_repairs.load();
-  s.fs_verity = fs_verity_;
+  s.fs_verity = scrub_.fs_verity();
   s.evicted_layers = counters_.evicted_layers.load();
   TableLock lock(table_);
   s.cached_bytes = table_.cached_bytes();
@@ -661,7 +563,7 @@ BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
   info.quarantined = layer.quarantined;
   info.readahead_window = layer.window;
   info.references = static_cast<int>(layer.refs.size());
-  info.scrubbing = scrubbing_ == &layer;
+  info.scrubbing = scrub_.ScrubbingLocked(layer);
   info.passthrough_opens = layer.passthrough_opens;
   info.models.assign(layer.refs.begin(), layer.refs.end());
   std::sort(info.models.begin(), info.models.end());
@@ -706,14 +608,14 @@ bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk
     if (stale || failed) layer->streaming = false;  // the reader's own fetches go on
     PumpStreamLocked(layer);
   }
-  if (!stale) AfterChunksLandedLocked(layer);
+  if (!stale) audit_.AfterChunksLandedLocked(layer);
   return options_.max_bytes > 0 && table_.cached_bytes() > options_.max_bytes;
 }
 
 void BlobCache::AfterFlight(bool became_full, bool over_budget) {
   if (became_full) {
     // Make room for the models in use: what no model references goes first, all of it.
-    auto [layers, bytes] = EvictUnreferenced(0);
+    auto [layers, bytes] = eviction_.EvictUnreferenced(0);
     Log(log::Error("cache",
                    "cache directory is full (no space left on device): serving verified bytes "
                    "from the network without caching them, readahead and prefetch paused")
@@ -724,6 +626,34 @@ void BlobCache::AfterFlight(bool became_full, bool over_budget) {
     EnforceSizeLimit();
   }
 }
+
+void BlobCache::RefetchLocked(const std::shared_ptr<Layer>& layer) {
+  TableGuard g(table_, *layer);
+  if (layer->mode == VerifyMode::kChunk) {
+    layer->bulk_active = true;
+    layer->bulk_next = 0;
+    bulk_layers_.push_back(layer);
+    PumpBulkLocked();
+  } else {
+    ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
+                          time_->Now() + options_.background_deadline, nullptr);
+  }
+}
+
+absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerSpec& spec) {
+  return decoded_.Register(spec);
+}
+
+absl::Status BlobCache::SetLayerMembers(const Digest& digest,
+                                        const std::vector<std::pair<uint64_t, uint64_t>>& files) {
+  return members_.Set(digest, files);
+}
+
+int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
+  return members_.OpenVerifiedFile(digest, offset, length);
+}
+
+int BlobCache::ScrubOnce() { return scrub_.ScrubOnce(); }
 
 bool BlobCache::WaitIdle(absl::Time deadline) { return scheduler_.WaitIdle(deadline); }
 

@@ -11,6 +11,7 @@
 #include "core/base/backoff.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/fetch_planner.h"
+#include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/status/status_macros.h"
 
@@ -47,7 +48,7 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   if (layer->state[c] != ChunkState::kRecorded) return ok;
   if (ok) {
     layer->state[c] = ChunkState::kVerified;
-    AfterChunksLandedLocked(layer);
+    audit_.AfterChunksLandedLocked(layer);
   } else {
     counters_.verification_failures++;
     layer->state[c] = ChunkState::kMissing;
@@ -112,12 +113,13 @@ absl::Status BlobCache::EnsureChunks(
           }
           uint64_t run_end = c;
           while (run_end < last && !from_flights.contains(run_end + 1)) ++run_end;
-          ScheduleMissingLocked(layer, c, run_end, kForeground, fetch_deadline, &waits);
+          ScheduleMissingLocked(layer, c, run_end, FetchPriority::kForeground, fetch_deadline,
+                                &waits);
           c = run_end + 1;
         }
         for (const auto& w : waits) {
           LayerGuard held_w(*w->layer, table_);
-          flights_.Promote(*w, kForeground);
+          flights_.Promote(*w, FetchPriority::kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
@@ -177,10 +179,10 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
     }
     if (layer->whole_verified) return absl::OkStatus();
     if (layer->count() > 0) {
-      ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
                             time_->Now() + options_.background_deadline, nullptr);
     }
-    AfterChunksLandedLocked(layer);
+    audit_.AfterChunksLandedLocked(layer);
     const uint64_t epoch = layer->fill_epoch;
     auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(table_.mu(), layer->mu) {
       return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
@@ -363,14 +365,16 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
         }
         if (layer->window > 0 && layer->run_end < layer->size && !DiskFullLocked()) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
-          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
+          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs,
+                                FetchPriority::kReadahead,
                                 time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {
         // kInsecureStream: serve what is fetched, but still fetch and check everything. The
         // reader's own chunks go first, in their own request.
-        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, nullptr);
-        ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+        ScheduleMissingLocked(layer, first, last, FetchPriority::kForeground, fetch_deadline,
+                              nullptr);
+        ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
                               time_->Now() + options_.background_deadline, nullptr);
       }
     }
@@ -481,6 +485,20 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   }
   counters_.bytes_served += end - offset;
   return spans;
+}
+
+void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    LayerLock lock(table_, *layer);
+    if (layer->quarantined || from >= to || to > layer->size) return;
+    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
+    if (!whole.empty()) {
+      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
+                               counters_.page_cache_bytes_dropped);
+    }
+  }
+  if (!ranges.empty()) DropPages(*layer, ranges);
 }
 
 }  // namespace modelfs

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "core/base/backoff.h"
@@ -105,6 +106,15 @@ struct CacheOptions {
   log::Sink log;
 };
 
+// Sends `event` where the cache's events go: options.log, else stderr.
+inline void LogCacheEvent(const CacheOptions& options, const log::Event& event) {
+  if (options.log) {
+    options.log(event);
+  } else {
+    log::WriteToStderr(event);
+  }
+}
+
 struct LayerSpec {
   Digest digest;
   uint64_t size = 0;
@@ -159,6 +169,35 @@ struct CacheStats {
   uint64_t scrub_repairs = 0;
   // The cache directory's filesystem can enable fs-verity on a file (probed at Open).
   bool fs_verity = false;
+};
+
+// State of one layer, for status output and tests (BlobCache::LayerInfo).
+struct CacheLayerInfo {
+  uint64_t size = 0;
+  uint64_t chunk_count = 0;
+  uint64_t cached_chunks = 0;   // on disk (verified, or recorded by an earlier process)
+  bool whole_verified = false;  // sealed: every chunk verified and on disk
+  bool audited = false;         // chunk mode: the audit matched the layer digest
+  bool quarantined = false;
+  uint64_t readahead_window = 0;
+  int references = 0;
+  // For `modelfs node ls`: bytes of the chunks on disk (verified, or recorded by an earlier
+  // process and not yet re-checked) and of the chunks verified in this process (all of them
+  // once sealed); whether ScrubOnce is reading it now; read-only fds handed out for
+  // passthrough opens (OpenVerifiedBlob, OpenVerifiedFile) since the cache opened.
+  uint64_t cached_bytes = 0;
+  uint64_t verified_bytes = 0;
+  bool scrubbing = false;
+  uint64_t passthrough_opens = 0;
+  std::vector<std::string> models;  // the model_refs holding it, sorted
+};
+
+// What BlobCache::EvictLayers evicted, and the layers it left in place because they are in use
+// (referenced, pinned by a reader, or with a job queued).
+struct CacheEvictResult {
+  uint64_t layers = 0;
+  uint64_t bytes = 0;
+  std::vector<Digest> busy;
 };
 
 // The cache's counters, read out as CacheStats; shared by every part of the cache.

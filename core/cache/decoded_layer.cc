@@ -1,6 +1,8 @@
-// BlobCache's decoded layers: a compressed tar layer served as the layer of its decompressed
-// bytes, keyed by their digest, with its own data file, verified and sealed before it is
-// registered (docs/cache-format.md, "Decoded layers").
+// DecodedLayers (decoded_layer.h): a compressed tar layer served as the layer of its
+// decompressed bytes, keyed by their digest, with its own data file, verified and sealed before
+// it is registered (docs/cache-format.md, "Decoded layers").
+#include "core/cache/decoded_layer.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +21,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
-#include "core/cache/blob_cache.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
@@ -305,9 +306,9 @@ class TarSplitWriter {
 // before the end of the stream is reported: the decoder reaches the end (and DecodeLayer its
 // OK) only when every compressed byte was right. A transient error resumes at the byte
 // reached, for as long as the stream makes progress within the read deadline.
-class BlobCache::CompressedStream {
+class DecodedLayers::CompressedStream {
  public:
-  CompressedStream(BlobCache& cache, const DecodedLayerSpec& spec)
+  CompressedStream(DecodedLayers& cache, const DecodedLayerSpec& spec)
       : cache_(cache), spec_(spec), thread_([this] { queue_.Close(Fetch()); }) {}
   // Stops the fetch (at its next piece, or the request's deadline) and waits for it.
   ~CompressedStream() {
@@ -377,18 +378,18 @@ class BlobCache::CompressedStream {
     return absl::OkStatus();
   }
 
-  BlobCache& cache_;
+  DecodedLayers& cache_;
   const DecodedLayerSpec spec_;
   PieceQueue queue_;
   std::thread thread_;  // last: starts once the rest is built
 };
 
-std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
-                                                const std::string& model_ref) {
+std::optional<uint64_t> DecodedLayers::ReuseDecoded(const Digest& digest,
+                                                    const std::string& model_ref) {
   uint64_t size = 0;
   {
     TableLock lock(table_);
-    std::shared_ptr<Layer> layer = table_.Find(digest);
+    std::shared_ptr<CacheLayer> layer = table_.Find(digest);
     if (!layer) return std::nullopt;
     LayerGuard held(*layer, table_);
     if (layer->quarantined) return std::nullopt;
@@ -406,16 +407,16 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
   spec.size = size;
   spec.mode = VerifyMode::kWholeLayer;
   spec.model_ref = model_ref;
-  if (!RegisterLayer(spec).ok()) return std::nullopt;
+  if (!register_layer_(spec).ok()) return std::nullopt;
   TableLock lock(table_);
-  if (std::shared_ptr<Layer> layer = table_.Find(digest)) {
+  if (std::shared_ptr<CacheLayer> layer = table_.Find(digest)) {
     LayerGuard held(*layer, table_);
     layer->decoded = true;  // a scrub finding drops it instead of fetching it
   }
   return size;
 }
 
-absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerSpec& spec) {
+absl::StatusOr<DecodedLayer> DecodedLayers::Register(const DecodedLayerSpec& spec) {
   if (spec.model_ref.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache: layer ", spec.source.str(), " registered without a model_ref"));
@@ -447,16 +448,16 @@ absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerS
   return DecodeAndInstall(spec);
 }
 
-absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec& spec) {
+absl::StatusOr<DecodedLayer> DecodedLayers::DecodeAndInstall(const DecodedLayerSpec& spec) {
   const std::string name = absl::StrCat("layer ", spec.source.str());
   // 1. The compressed bytes: streamed from the remote into the decoder as they arrive, and
   // checked against the layer digest when the last one is in (CompressedStream). Nothing
   // decoded is installed before both that check and DecodeLayer's diffId check pass. A
   // compressed copy this cache holds already, whole and verified, is read instead.
-  std::shared_ptr<Layer> local;
+  std::shared_ptr<CacheLayer> local;
   {
     TableLock lock(table_);
-    if (std::shared_ptr<Layer> l = table_.Find(spec.source)) {
+    if (std::shared_ptr<CacheLayer> l = table_.Find(spec.source)) {
       LayerGuard held(*l, table_);
       if (l->whole_verified && !l->quarantined && l->size == spec.source_size) local = l;
     }
@@ -574,10 +575,10 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     journal_.RecordDecoded(spec.source.str(), decoded->digest.str()).IgnoreError();
     return DecodedLayer{decoded->digest, *size};
   }
-  std::shared_ptr<Layer> layer;
+  std::shared_ptr<CacheLayer> layer;
   {
     TableLock lock(table_);
-    if (std::shared_ptr<Layer> old = table_.Find(decoded->digest)) {
+    if (std::shared_ptr<CacheLayer> old = table_.Find(decoded->digest)) {
       LayerGuard held(*old, table_);
       if (old->has_spec || old->pins > 0 || old->jobs > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -635,7 +636,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
   // The whole-layer check of the file as written (it also computes the local index later
   // re-checks use), then the flush, the records and the seal. A mismatch quarantines it.
   hashed.digest = decoded->digest;
-  RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
+  audit_.RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
   {
     LayerLock lock(table_, *layer);
     if (!layer->whole_verified || layer->quarantined) {

@@ -1,8 +1,6 @@
-// Keeping sealed layers true. The scrub: sealed layers are trusted for as long as their seal
-// holds, and a passthrough read is never checked by the daemon, so their bytes are read and
-// hashed again in the background, at idle priority and a bounded rate; a changed layer is at
-// once out of service and fetched again into a new data file (RenewLayerLocked). fs-verity:
-// sealed files get it at Open where the filesystem has it, and its digest is checked there.
+// LayerScrub (layer_scrub.h): the scrub, renewal of a layer found changed, fs-verity.
+#include "core/cache/layer_scrub.h"
+
 #include <fcntl.h>
 
 #include <algorithm>
@@ -11,12 +9,35 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
-#include "core/cache/blob_cache.h"
+#include "core/cache/layer_members.h"
 #include "core/cache/verifier.h"
 
 namespace modelfs {
 
-void BlobCache::ScrubLoop() {
+void LayerScrub::ProbeVerity() {
+  // Said once, at open: whether the kernel could check the cache's pages itself.
+  const absl::Status verity = verity_->Probe(options_.dir);
+  fs_verity_ = verity.ok();
+  Log(log::Info("cache", verity.ok() ? "fs-verity: supported by the cache's filesystem"
+                                     : absl::StrCat("fs-verity: ", verity.message()))
+          .Field("dir", options_.dir));
+}
+
+void LayerScrub::Start() {
+  if (options_.scrub_interval > absl::ZeroDuration())
+    thread_ = std::thread([this] { ScrubLoop(); });
+}
+
+void LayerScrub::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool LayerScrub::ScrubbingLocked(const CacheLayer& layer) const {
+  TableGuard g(table_, layer);
+  return scrubbing_ == &layer;
+}
+
+void LayerScrub::ScrubLoop() {
   while (true) {
     {
       TableLock lock(table_);
@@ -28,14 +49,14 @@ void BlobCache::ScrubLoop() {
   }
 }
 
-int BlobCache::ScrubOnce() {
+int LayerScrub::ScrubOnce() {
   // Layers never audited first: a process that stopped before its audit left them unchecked
   // against their digest.
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> todo;  // with the gen seen now
+  std::vector<std::pair<std::shared_ptr<CacheLayer>, uint64_t>> todo;  // with the gen seen now
   {
     TableLock lock(table_);
-    std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> audited;
-    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
+    std::vector<std::pair<std::shared_ptr<CacheLayer>, uint64_t>> audited;
+    table_.ForEach([&](const std::shared_ptr<CacheLayer>& layer)
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
                          if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) {
                            return;
@@ -45,7 +66,7 @@ int BlobCache::ScrubOnce() {
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
-  std::vector<std::shared_ptr<Layer>> passed;
+  std::vector<std::shared_ptr<CacheLayer>> passed;
   for (const auto& [layer, gen] : todo) {
     {
       LayerLock lock(table_, *layer);
@@ -66,8 +87,8 @@ int BlobCache::ScrubOnce() {
   return scrubbed;
 }
 
-std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
-    const std::shared_ptr<Layer>& layer) {
+std::shared_ptr<CacheLayer> LayerScrub::ReadOnlyCopyLocked(
+    const std::shared_ptr<CacheLayer>& layer) {
   if (table_.Find(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
       layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty() || layer->moving) {
     return nullptr;
@@ -119,11 +140,11 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
   return copy;
 }
 
-void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
-  std::vector<std::shared_ptr<Layer>> protect;
+void LayerScrub::ProtectScrubbed(std::vector<std::shared_ptr<CacheLayer>> passed) {
+  std::vector<std::shared_ptr<CacheLayer>> protect;
   {
     TableLock lock(table_);
-    for (std::shared_ptr<Layer>& layer : passed) {
+    for (std::shared_ptr<CacheLayer>& layer : passed) {
       LayerGuard held(*layer, table_);
       if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
           table_.Find(layer->digest) != layer) {
@@ -131,7 +152,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
       }
       if (layer->read_only) {
         protect.push_back(layer);
-      } else if (std::shared_ptr<Layer> copy = ReadOnlyCopyLocked(layer)) {
+      } else if (std::shared_ptr<CacheLayer> copy = ReadOnlyCopyLocked(layer)) {
         protect.push_back(std::move(copy));
       }
     }
@@ -139,14 +160,14 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
   // The read-write entries are let go of here; one a reader still holds makes its file refuse
   // fs-verity (ETXTBSY) until a later pass.
   passed.clear();
-  std::vector<std::shared_ptr<Layer>> enabled;
-  for (std::shared_ptr<Layer>& layer : protect) {
+  std::vector<std::shared_ptr<CacheLayer>> enabled;
+  for (std::shared_ptr<CacheLayer>& layer : protect) {
     bool changed = false;
     // Builds each file's Merkle tree, reading all of it: at idle priority, as the scrub.
     RunAtBackgroundPriority([&] { changed = EnableVerityOnFiles(*layer); });
     if (changed) enabled.push_back(std::move(layer));
   }
-  for (const std::shared_ptr<Layer>& layer : enabled) {
+  for (const std::shared_ptr<CacheLayer>& layer : enabled) {
     const std::string digest = MeasureFiles(*layer->Segments());
     const uint64_t gen = layer->gen.load();
     // Enabling changed the files' ctimes: the seal is taken again.
@@ -162,7 +183,7 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
   }
 }
 
-bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
+bool LayerScrub::ScrubLayer(const std::shared_ptr<CacheLayer>& layer) {
   const uint64_t gen = layer->gen.load();
   std::vector<ChunkHash> expected;
   ChunkDigestAlgorithm algorithm;
@@ -238,7 +259,8 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
         // disagrees with its layer, and the same bytes fetched again would too.
         if (layer->gen.load() != gen) return true;
         counters_.verification_failures++;
-        Quarantine(layer, absl::StrCat("the scrub's audit: its chunks match the chunk index, "
+        audit_.Quarantine(layer,
+                          absl::StrCat("the scrub's audit: its chunks match the chunk index, "
                                        "the layer digest does not: ",
                                        found.message()));
         return false;
@@ -264,17 +286,12 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       layer->audited = true;
     }
     counters_.audited_layers++;
-    RecordAudited(layer);
+    audit_.RecordAudited(layer);
   }
   return true;
 }
 
-void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
-  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok())
-    Log(log::Warn("cache", s.message()));
-}
-
-std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
+std::string LayerScrub::MeasureFiles(const LayerSegments& files) const {
   absl::StatusOr<std::string> layer = verity_->Measure(files.layer_fd());
   std::string out = layer.ok() ? *layer : std::string();
   for (const LayerSegments::File& m : files.members()) {
@@ -284,7 +301,7 @@ std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
   return out;
 }
 
-bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
+bool LayerScrub::EnableVerityOnFiles(const CacheLayer& layer) {
   bool changed = false;
   auto enable = [&](const std::string& path, absl::string_view what) {
     absl::Status s = verity_->Enable(path);
@@ -302,8 +319,8 @@ bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
   return changed;
 }
 
-bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
-                            const std::string& recorded) const {
+bool LayerScrub::VerityHolds(const Digest& digest, const LayerSegments& files,
+                             const std::string& recorded) const {
   if (recorded.empty()) return true;
   if (!files.has_members()) {
     absl::StatusOr<std::string> now = verity_->Measure(files.layer_fd());
@@ -328,8 +345,8 @@ bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
   return false;
 }
 
-void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
-  for (const std::shared_ptr<Layer>& layer : layers) {
+void LayerScrub::ProtectSealed(const std::vector<std::shared_ptr<CacheLayer>>& layers) {
+  for (const std::shared_ptr<CacheLayer>& layer : layers) {
     // Reads the whole files to build their Merkle trees: not under the lock.
     if (!EnableVerityOnFiles(*layer)) continue;
     const std::string digest = MeasureFiles(*layer->Segments());
@@ -343,6 +360,108 @@ void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers)
     layer->seal = seal;
     layer->verity = digest;
   }
+}
+
+void LayerScrub::OnScrubFinding(const std::shared_ptr<CacheLayer>& layer, uint64_t gen,
+                                absl::string_view what, std::pair<uint64_t, uint64_t> bad) {
+  LayerLock lock(table_, *layer);
+  if (layer->gen.load() != gen || layer->quarantined || table_.Find(layer->digest) != layer) return;
+  if (layer->has_spec && !layer->decoded) {
+    RenewLayerLocked(layer, what, bad);
+    return;
+  }
+  // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
+  // dropped, so that the next registration or decode starts it over.
+  audit_.WipeLocked(*layer);
+  table_.Erase(layer->digest);
+  journal_.Forget(layer->digest.str());
+  store_.Remove(layer->digest);
+  Log(log::Error("cache", absl::StrCat("the scrub found the layer changed on disk; dropped from "
+                                       "the cache (",
+                                       layer->decoded ? "a decoded layer, decoded again"
+                                                      : "registered again",
+                                       " when a model needs it)"))
+          .Field("digest", layer->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", layer->endpoint)
+          .Field("reason", what));
+}
+
+void LayerScrub::RenewLayerLocked(const std::shared_ptr<CacheLayer>& old, absl::string_view what,
+                                  std::pair<uint64_t, uint64_t> bad) {
+  // At once, before any file operation: no open gets passthrough, no read a byte of it.
+  audit_.WipeLocked(*old);
+  old->renewed = true;
+  journal_.Forget(old->digest.str());
+  // The changed inode is unlinked, not rewritten: fds already open on it (passthrough opens,
+  // spans of reads under way) keep the old bytes, and nothing new ever reads them.
+  store_.Remove(old->digest);
+  absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
+  if (!fd.ok()) {
+    table_.Erase(old->digest);
+    Log(log::Error("cache",
+                   absl::StrCat("the scrub found the layer changed on disk; no new data "
+                                "file for it (",
+                                fd.status().message(), "): dropped until registered again"))
+            .Field("digest", old->digest.str())
+            .Range(bad.first, bad.second)
+            .Field("registry", old->endpoint)
+            .Field("reason", what));
+    return;
+  }
+  auto fresh = table_.NewLayer(old->digest, old->size, old->chunk_size, *fd);
+  LayerGuard held(*fresh, table_);
+  // Its files get new, empty member files too (the changed ones went with store_.Remove).
+  const std::vector<LayerMember> layout = old->Segments()->layout();
+  if (!layout.empty()) {
+    absl::StatusOr<std::shared_ptr<LayerSegments>> members = OpenMemberFiles(
+        store_, old->digest, fcntl(*fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
+        /*read_only=*/false);
+    if (members.ok()) {
+      fresh->SetSegments(*std::move(members));
+    } else {
+      Log(log::Warn("cache", absl::StrCat("its files stay in its new data file: ",
+                                          members.status().message()))
+              .Field("digest", old->digest.str()));
+    }
+  }
+  fresh->mode = old->mode;
+  fresh->ResetChunks(ChunkState::kMissing);
+  if (old->mode == VerifyMode::kChunk) {
+    // The chunk index, which chains to the pinned manifest. (A whole-layer mode layer's local
+    // index came from the changed file's first verification; it is computed again.)
+    fresh->expected = old->expected;
+    fresh->expected_algorithm = old->expected_algorithm;
+    // The audit said the chunk index agrees with the layer digest: the same chunks will.
+    fresh->audited = old->audited;
+  }
+  fresh->has_spec = true;
+  fresh->endpoint = old->endpoint;
+  fresh->refs = old->refs;
+  fresh->last_used = old->last_used;
+  if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
+    Log(log::Warn("cache", s.message()));  // serves; only not remembered across a restart
+  }
+  if (fresh->Segments()->has_members()) {
+    std::vector<std::pair<uint64_t, uint64_t>> rows;
+    for (const LayerMember& m : layout) rows.emplace_back(m.offset, m.length);
+    if (absl::Status s = journal_.RecordMembers(fresh->digest.str(), rows); !s.ok()) {
+      Log(log::Warn("cache", s.message()));
+    }
+  }
+  table_.Put(fresh);
+  counters_.scrub_repairs++;
+  Log(log::Error("cache",
+                 "the scrub found the layer changed on disk; it is out of service and "
+                 "fetched again into a new data file, each chunk verified (passthrough "
+                 "opens made before this keep the changed file)")
+          .Field("digest", old->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", fresh->endpoint)
+          .Field("reason", what));
+  // Refetched now, not only when read, so that passthrough comes back (the seal) without
+  // waiting for a reader of every chunk.
+  if (fresh->count() > 0) refetch_.RefetchLocked(fresh);
 }
 
 }  // namespace modelfs

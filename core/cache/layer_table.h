@@ -81,7 +81,7 @@ class LayerTable {
   void ForEach(F&& f) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Bytes of layer data on disk, over every layer (CacheStats::cached_bytes).
-  uint64_t cached_bytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cached_bytes_; }
+  uint64_t cached_bytes() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return cached_bytes_; }
   // `bytes` more (or fewer) of `layer` on disk: its count and the table's.
   void AddLayerBytes(CacheLayer& layer, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
   void RemoveLayerBytes(CacheLayer& layer, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
@@ -106,17 +106,17 @@ class LayerTable {
     reads_in_progress_--;
     last_read_ = now;
   }
-  int reads_in_progress() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return reads_in_progress_; }
-  absl::Time last_read() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return last_read_; }
+  int reads_in_progress() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return reads_in_progress_; }
+  absl::Time last_read() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return last_read_; }
   // When the cache counts as idle: InfiniteFuture while a read is being served, else `idle`
   // after the last one ended.
-  absl::Time IdleAt(absl::Duration idle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Time IdleAt(absl::Duration idle) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return reads_in_progress_ > 0 ? absl::InfiniteFuture() : last_read_ + idle;
   }
 
   // The cache is closing: waits on Closing() end, and no new work starts.
   void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { closing_ = true; }
-  bool closing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_; }
+  bool closing() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closing_; }
   absl::Condition Closing() const { return absl::Condition(&closing_); }
 
  private:
@@ -196,7 +196,8 @@ class ABSL_SCOPED_LOCKABLE TableGuard {
 
 template <typename F>
 void LayerTable::ForEach(F&& f) const {
-  for (const auto& [digest, layer] : layers_) {
+  for (const auto& entry : layers_) {
+    const std::shared_ptr<CacheLayer>& layer = entry.second;
     LayerGuard held(*layer, *this);
     f(layer);
   }
