@@ -84,20 +84,20 @@ struct CacheLayer {
   // the file without re-hashing it; "" otherwise.
   std::string seal ABSL_GUARDED_BY(mu);
   // The data file's fs-verity digest, recorded with the seal once fs-verity was enabled on it
-  // (BlobCache::ProtectSealed); "" when it has none.
+  // (LayerScrub::ProtectSealed); "" when it has none.
   std::string verity ABSL_GUARDED_BY(mu);
   bool whole_verify_scheduled ABSL_GUARDED_BY(mu) = false;
   // The audit (CacheOptions::audit) found the layer digest in this process.
   bool audited ABSL_GUARDED_BY(mu) = false;
   bool quarantined ABSL_GUARDED_BY(mu) = false;
   // Quarantined because a new CacheLayer, with a new empty data file, took its place in the
-  // table (a scrub finding, BlobCache::RenewLayerLocked): a reader of this one reads again
+  // table (a scrub finding, LayerScrub::RenewLayerLocked): a reader of this one reads again
   // through the table.
   bool renewed ABSL_GUARDED_BY(mu) = false;
   // The decompressed form of a compressed tar layer (RegisterDecodedLayer): no registry
   // serves its digest, so it cannot be refetched, only decoded again.
   bool decoded ABSL_GUARDED_BY(mu) = false;
-  // `fd` is read-only (a sealed file, opened so at Open or by BlobCache::ReadOnlyCopyLocked):
+  // `fd` is read-only (a sealed file, opened so at Open or by LayerScrub::ReadOnlyCopyLocked):
   // fs-verity may be enabled on the file once no other entry holds it open for writing.
   bool read_only ABSL_GUARDED_BY(mu) = false;
   uint64_t fill_epoch ABSL_GUARDED_BY(mu) = 0;  // bumped when a whole-layer fill request fails
@@ -146,7 +146,7 @@ struct CacheLayer {
   std::vector<bool> durable ABSL_GUARDED_BY(mu);
   std::vector<bool> dropped ABSL_GUARDED_BY(mu);
 
-  // BlobCache::SetLayerMembers is copying the landed chunks into member files: chunks that
+  // LayerMembers::Set (SetLayerMembers) is copying the landed chunks into member files: chunks that
   // land meanwhile (into the old layout) are listed here, to be copied too.
   bool moving ABSL_GUARDED_BY(mu) = false;
   std::vector<uint64_t> moved_dirty ABSL_GUARDED_BY(mu);
