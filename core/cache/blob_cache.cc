@@ -180,7 +180,7 @@ absl::Status BlobCache::LoadFromJournal() {
       }
       auto layer = table_.NewLayer(*digest, r.size, r.chunk_size, fd);
       if (segments) layer->SetSegments(std::move(segments));
-      LayerGuard held(*layer, table_);
+      LayerGuard held(*layer, Held(table_));
       layer->mode = static_cast<VerifyMode>(r.mode);
       layer->ResetChunks(ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
@@ -279,7 +279,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   std::shared_ptr<Layer> layer = table_.Find(spec.digest);
   const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
   if (layer) {
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (layer->has_spec) {
       if (layer->size != spec.size) {
         return absl::InvalidArgumentError(
@@ -311,7 +311,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     store_.RemoveMembers(spec.digest);  // of a layer dropped above, if it had any
     ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
     layer = table_.NewLayer(spec.digest, spec.size, chunk_size, fd);
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     layer->mode = spec.mode;
     layer->ResetChunks(ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) {
@@ -319,7 +319,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       layer->expected_algorithm = spec.index->algorithm;
     }
   }
-  LayerGuard held(*layer, table_);
+  LayerGuard held(*layer, Held(table_));
   layer->has_spec = true;
   layer->readahead_min = spec.readahead_min;
   layer->endpoint = endpoint;
@@ -346,7 +346,7 @@ void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_re
     TableLock lock(table_);
     auto layer = table_.Find(digest);
     if (!layer) return;
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (!layer->refs.erase(std::string(model_ref))) return;
     if (!layer->refs.empty()) return;
     layer->last_used = stamp = table_.Stamp();
@@ -359,11 +359,10 @@ void BlobCache::UnregisterModel(absl::string_view model_ref) {
   std::vector<Digest> digests;
   {
     TableLock lock(table_);
-    table_.ForEach([&](const std::shared_ptr<Layer>& layer)
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
-                         if (layer->refs.contains(std::string(model_ref)))
-                           digests.push_back(layer->digest);
-                       });
+    for (const std::shared_ptr<Layer>& layer : table_.Layers()) {
+      LayerGuard held(*layer, Held(table_));
+      if (layer->refs.contains(std::string(model_ref))) digests.push_back(layer->digest);
+    }
   }
   for (const Digest& d : digests) UnregisterLayer(d, model_ref);
 }
@@ -386,7 +385,7 @@ void BlobCache::PumpBulkLocked() {
   if (DiskFullLocked()) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     auto current = table_.Find(layer->digest);
     while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
            layer->state[layer->bulk_next] != ChunkState::kMissing) {
@@ -403,7 +402,7 @@ void BlobCache::PumpBulkLocked() {
     ScheduleMissingLocked(layer, layer->bulk_next, end - 1, FetchPriority::kBulk,
                           time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) {
-      LayerGuard held_f(*f->layer, table_);
+      LayerGuard held_f(*f->layer, Held(table_));
       f->bulk = true;
     }
     bulk_in_flight_ += static_cast<int>(created.size());
@@ -430,7 +429,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
                           time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
-      LayerGuard held_f(*f->layer, table_);
+      LayerGuard held_f(*f->layer, Held(table_));
       f->stream = true;
       layer->stream_in_flight++;
     }
@@ -445,7 +444,7 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
     layer->successor_started = true;
     std::shared_ptr<Layer> next = table_.FindRegistered(*layer->stream_successor);
     if (next && next != layer) {
-      LayerGuard held_next(*next, table_);
+      LayerGuard held_next(*next, Held(table_));
       if (next->mode == VerifyMode::kChunk && !next->whole_verified) StartStreamLocked(next, 0);
     }
   }
@@ -458,7 +457,7 @@ void BlobCache::SetStreamSuccessor(const Digest& layer, const Digest& next) {
   TableLock lock(table_);
   std::shared_ptr<Layer> l = table_.FindRegistered(layer);
   if (!l) return;
-  LayerGuard held(*l, table_);
+  LayerGuard held(*l, Held(table_));
   l->stream_successor = next;
   l->successor_started = false;
 }
@@ -468,7 +467,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
   TableLock lock(table_);
   auto layer = table_.FindRegistered(digest);
   if (!layer) return NotRegistered(digest);
-  LayerGuard held(*layer, table_);
+  LayerGuard held(*layer, Held(table_));
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
@@ -544,7 +543,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
 }
 
 BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
-  LayerGuard held(layer, table_);
+  LayerGuard held(layer, Held(table_));
   LayerInfo info;
   info.size = layer.size;
   info.chunk_count = layer.count();
@@ -588,9 +587,9 @@ bool BlobCache::disk_full() const {
 // What a flight's end means for the cache (FlightEngine::Owner).
 
 void BlobCache::DiskFilledLocked(const Layer& layer) {
-  TableGuard g(table_, layer);
+  TableGuard g(table_, Held(layer));
   for (auto& l : bulk_layers_) {
-    LayerGuard held_l(*l, table_);
+    LayerGuard held_l(*l, Held(table_));
     l->bulk_active = false;
   }
   bulk_layers_.clear();
@@ -598,7 +597,7 @@ void BlobCache::DiskFilledLocked(const Layer& layer) {
 
 bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream,
                                   bool failed, bool stale) {
-  TableGuard g(table_, *layer);
+  TableGuard g(table_, Held(*layer));
   if (bulk) {
     bulk_in_flight_--;
     PumpBulkLocked();
@@ -628,7 +627,7 @@ void BlobCache::AfterFlight(bool became_full, bool over_budget) {
 }
 
 void BlobCache::RefetchLocked(const std::shared_ptr<Layer>& layer) {
-  TableGuard g(table_, *layer);
+  TableGuard g(table_, Held(*layer));
   if (layer->mode == VerifyMode::kChunk) {
     layer->bulk_active = true;
     layer->bulk_next = 0;

@@ -118,7 +118,7 @@ absl::Status BlobCache::EnsureChunks(
           c = run_end + 1;
         }
         for (const auto& w : waits) {
-          LayerGuard held_w(*w->layer, table_);
+          LayerGuard held_w(*w->layer, Held(table_));
           flights_.Promote(*w, FetchPriority::kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
@@ -135,7 +135,7 @@ absl::Status BlobCache::EnsureChunks(
     auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
-        LayerGuard held_w(*w->layer, table_);
+        LayerGuard held_w(*w->layer, Held(table_));
         if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
       }
       return true;
@@ -147,7 +147,7 @@ absl::Status BlobCache::EnsureChunks(
                        absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
-      LayerGuard held_w(*w->layer, table_);
+      LayerGuard held_w(*w->layer, Held(table_));
       for (const auto& [c, bytes] : w->memory) {
         if (c >= first && c <= last) from_flights[c] = bytes;
       }
@@ -258,7 +258,7 @@ bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) 
   TableLock lock(table_);
   std::shared_ptr<Layer> layer = table_.Find(digest);
   if (!layer) return true;  // fails at once
-  LayerGuard held(*layer, table_);
+  LayerGuard held(*layer, Held(table_));
   if (!layer->has_spec || layer->quarantined) return true;
   if (offset >= layer->size || length == 0) return true;
   if (layer->mode == VerifyMode::kWholeLayer && !layer->whole_verified) return false;
@@ -274,7 +274,7 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
     TableLock lock(table_);
     std::shared_ptr<Layer> layer = table_.Find(digest);
     if (!layer) return -1;
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined || !layer->whole_verified ||
         layer->seal.empty() || offset != 0 || length != layer->size ||
         layer->Segments()->has_members()) {
@@ -304,7 +304,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
     layer = table_.FindRegistered(digest);
     if (!layer) return NotRegistered(digest);
     *used = layer;
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));

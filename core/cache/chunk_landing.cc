@@ -18,7 +18,7 @@ void MemoryFallback::Keep(const LayerTable& table, const std::shared_ptr<CacheLa
     order_.pop_front();
     std::shared_ptr<CacheLayer> l = weak.lock();
     if (!l) continue;
-    LayerGuard held_l(*l, table);
+    LayerGuard held_l(*l, Held(table));
     auto it = l->in_memory.find(c);
     if (it == l->in_memory.end()) continue;
     bytes_ -= it->second->size();

@@ -391,7 +391,7 @@ std::optional<uint64_t> DecodedLayers::ReuseDecoded(const Digest& digest,
     TableLock lock(table_);
     std::shared_ptr<CacheLayer> layer = table_.Find(digest);
     if (!layer) return std::nullopt;
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (layer->quarantined) return std::nullopt;
     // Registered in this process (the same bytes as another model's .tar layer, or a decode
     // done earlier): it serves verified bytes in its own mode. Known from an earlier process:
@@ -410,7 +410,7 @@ std::optional<uint64_t> DecodedLayers::ReuseDecoded(const Digest& digest,
   if (!register_layer_(spec).ok()) return std::nullopt;
   TableLock lock(table_);
   if (std::shared_ptr<CacheLayer> layer = table_.Find(digest)) {
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     layer->decoded = true;  // a scrub finding drops it instead of fetching it
   }
   return size;
@@ -458,7 +458,7 @@ absl::StatusOr<DecodedLayer> DecodedLayers::DecodeAndInstall(const DecodedLayerS
   {
     TableLock lock(table_);
     if (std::shared_ptr<CacheLayer> l = table_.Find(spec.source)) {
-      LayerGuard held(*l, table_);
+      LayerGuard held(*l, Held(table_));
       if (l->whole_verified && !l->quarantined && l->size == spec.source_size) local = l;
     }
   }
@@ -579,7 +579,7 @@ absl::StatusOr<DecodedLayer> DecodedLayers::DecodeAndInstall(const DecodedLayerS
   {
     TableLock lock(table_);
     if (std::shared_ptr<CacheLayer> old = table_.Find(decoded->digest)) {
-      LayerGuard held(*old, table_);
+      LayerGuard held(*old, Held(table_));
       if (old->has_spec || old->pins > 0 || old->jobs > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
             name, ": its decompressed layer ", decoded->digest.str(), " is in use and unusable"));
@@ -617,7 +617,7 @@ absl::StatusOr<DecodedLayer> DecodedLayers::DecodeAndInstall(const DecodedLayerS
         Log(log::Warn("cache", s.message()));
       }
     }
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;
     layer->decoded = true;

@@ -43,8 +43,8 @@ void FlightEngine::ScheduleLocked(const std::shared_ptr<CacheLayer>& layer, uint
     c = MissingRunEnd(*layer, start, last, max_request);
     auto f = std::make_shared<CacheFlight>();
     f->layer = layer;
-    TableGuard g(table_, *layer);
-    LayerGuard held_f(*f->layer, table_);
+    TableGuard g(table_, Held(*layer));
+    LayerGuard held_f(*f->layer, Held(table_));
     f->first = start;
     f->last = c - 1;
     f->gen = layer->gen.load();
@@ -130,7 +130,7 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
   // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
   // the layer digest matches (RunWholeVerify).
   LayerLock lock(table_, *layer);
-  LayerGuard held_f(*f->layer, table_);
+  LayerGuard held_f(*f->layer, Held(table_));
   if (w->disk_full && !disk_full_) {
     // Said at once, not when the flight ends: readers may already be served.
     disk_full_ = w->became_full = true;
@@ -202,7 +202,7 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
     absl::Time deadline;
     {
       TableLock lock(table_);
-      LayerGuard held_f(*f->layer, table_);
+      LayerGuard held_f(*f->layer, Held(table_));
       deadline = f->deadline;
     }
     if (layer->gen.load() != f->gen) {
@@ -271,7 +271,7 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
   bool became_full = false;
   {
     LayerLock lock(table_, *layer);
-    LayerGuard held_f(*f->layer, table_);
+    LayerGuard held_f(*f->layer, Held(table_));
     const bool stale = layer->gen.load() != f->gen;
     // The chunks the stream never delivered fail with its error.
     for (uint64_t i = next; i < n; ++i) {
@@ -364,7 +364,7 @@ void FlightEngine::PersistPending() {
     TableLock lock(table_);
     for (const PendingPersist& p : batch) {
       if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
-        LayerGuard held(*p.layer, table_);
+        LayerGuard held(*p.layer, Held(table_));
         auto ranges = TakeServedDrops(*p.layer, p.chunks, options_.drop_served_pages,
                                       counters_.page_cache_bytes_dropped);
         if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
@@ -374,13 +374,13 @@ void FlightEngine::PersistPending() {
   for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
   TableLock lock(table_);
   for (const PendingPersist& p : batch) {
-    LayerGuard held(*p.layer, table_);
+    LayerGuard held(*p.layer, Held(table_));
     p.layer->jobs--;
   }
 }
 
 void FlightEngine::DropMemoryLocked(CacheLayer& layer) {
-  TableGuard g(table_, layer);
+  TableGuard g(table_, Held(layer));
   memory_.Drop(layer);
 }
 

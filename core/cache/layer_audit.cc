@@ -181,6 +181,11 @@ void LayerAudit::AuditLayer(const std::shared_ptr<CacheLayer>& layer) {
                                 : std::string(hashed.status().message()));
 }
 
+void LayerAudit::RecordAudited(const std::shared_ptr<CacheLayer>& layer) {
+  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok())
+    Log(log::Warn("cache", s.message()));
+}
+
 void LayerAudit::WipeLocked(CacheLayer& layer) {
   layer.quarantined = true;
   layer.whole_verified = false;

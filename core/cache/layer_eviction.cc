@@ -14,16 +14,16 @@ std::pair<uint64_t, uint64_t> LayerEviction::EvictUnreferenced(uint64_t target) 
     TableLock lock(table_);
     if (table_.cached_bytes() <= target) return {0, 0};
     std::vector<std::shared_ptr<CacheLayer>> candidates;
-    table_.ForEach([&](const std::shared_ptr<CacheLayer>& layer)
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
-                         if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
-                           candidates.push_back(layer);
-                         }
-                       });
+    for (const std::shared_ptr<CacheLayer>& layer : table_.Layers()) {
+      LayerGuard held(*layer, Held(table_));
+      if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
+        candidates.push_back(layer);
+      }
+    }
     std::sort(candidates.begin(), candidates.end(),
               [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu()) {
-                LayerGuard held_a(*a, table_);
-                LayerGuard held_b(*b, table_);
+                LayerGuard held_a(*a, Held(table_));
+                LayerGuard held_b(*b, Held(table_));
                 return a->last_used < b->last_used;
               });
     for (auto& layer : candidates) {
@@ -41,7 +41,7 @@ std::pair<uint64_t, uint64_t> LayerEviction::EvictUnreferenced(uint64_t target) 
 }
 
 uint64_t LayerEviction::UnlinkLocked(const std::shared_ptr<CacheLayer>& layer) {
-  LayerGuard held(*layer, table_);
+  LayerGuard held(*layer, Held(table_));
   flights_.DropMemoryLocked(*layer);
   return table_.Unlink(*layer);
 }
@@ -65,7 +65,7 @@ CacheEvictResult LayerEviction::EvictLayers(const std::vector<Digest>& digests) 
       std::shared_ptr<CacheLayer> layer = table_.Find(digest);
       if (!layer) continue;
       {
-        LayerGuard held(*layer, table_);
+        LayerGuard held(*layer, Held(table_));
         if (!layer->refs.empty() || layer->pins != 0 || layer->jobs != 0) {
           out.busy.push_back(digest);
           continue;

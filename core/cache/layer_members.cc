@@ -127,7 +127,7 @@ absl::Status LayerMembers::Set(const Digest& digest,
     if (!layer) {
       return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
     }
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     uint64_t end = 0;
     for (const LayerMember& m : layout) {
       if (m.offset > layer->size || m.length > layer->size - m.offset) {
@@ -287,7 +287,7 @@ int LayerMembers::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64
     TableLock lock(table_);
     std::shared_ptr<CacheLayer> layer = table_.Find(digest);
     if (!layer) return -1;
-    LayerGuard held(*layer, table_);
+    LayerGuard held(*layer, Held(table_));
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined) return -1;
     segments = layer->Segments();
     member = segments->FindMember(offset, length);

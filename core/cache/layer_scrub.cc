@@ -33,7 +33,7 @@ void LayerScrub::Join() {
 }
 
 bool LayerScrub::ScrubbingLocked(const CacheLayer& layer) const {
-  TableGuard g(table_, layer);
+  TableGuard g(table_, Held(layer));
   return scrubbing_ == &layer;
 }
 
@@ -56,13 +56,11 @@ int LayerScrub::ScrubOnce() {
   {
     TableLock lock(table_);
     std::vector<std::pair<std::shared_ptr<CacheLayer>, uint64_t>> audited;
-    table_.ForEach([&](const std::shared_ptr<CacheLayer>& layer)
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
-                         if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) {
-                           return;
-                         }
-                         (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
-                       });
+    for (const std::shared_ptr<CacheLayer>& layer : table_.Layers()) {
+      LayerGuard held(*layer, Held(table_));
+      if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) continue;
+      (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
+    }
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
@@ -105,7 +103,7 @@ std::shared_ptr<CacheLayer> LayerScrub::ReadOnlyCopyLocked(
     }
   }
   auto copy = table_.NewLayer(layer->digest, layer->size, layer->chunk_size, fd);
-  LayerGuard held(*copy, table_);
+  LayerGuard held(*copy, Held(table_));
   if (segments) copy->SetSegments(std::move(segments));
   copy->mode = layer->mode;
   copy->endpoint = layer->endpoint;
@@ -145,7 +143,7 @@ void LayerScrub::ProtectScrubbed(std::vector<std::shared_ptr<CacheLayer>> passed
   {
     TableLock lock(table_);
     for (std::shared_ptr<CacheLayer>& layer : passed) {
-      LayerGuard held(*layer, table_);
+      LayerGuard held(*layer, Held(table_));
       if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
           table_.Find(layer->digest) != layer) {
         continue;
@@ -410,7 +408,7 @@ void LayerScrub::RenewLayerLocked(const std::shared_ptr<CacheLayer>& old, absl::
     return;
   }
   auto fresh = table_.NewLayer(old->digest, old->size, old->chunk_size, *fd);
-  LayerGuard held(*fresh, table_);
+  LayerGuard held(*fresh, Held(table_));
   // Its files get new, empty member files too (the changed ones went with store_.Remove).
   const std::vector<LayerMember> layout = old->Segments()->layout();
   if (!layout.empty()) {

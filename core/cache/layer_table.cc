@@ -16,7 +16,7 @@ std::shared_ptr<CacheLayer> LayerTable::Find(const Digest& digest) const {
 std::shared_ptr<CacheLayer> LayerTable::FindRegistered(const Digest& digest) const {
   std::shared_ptr<CacheLayer> layer = Find(digest);
   if (!layer) return nullptr;
-  LayerGuard held(*layer, *this);
+  LayerGuard held(*layer, Held(*this));
   return layer->has_spec && !layer->refs.empty() ? layer : nullptr;
 }
 
@@ -49,13 +49,13 @@ std::vector<std::shared_ptr<CacheLayer>> LayerTable::Layers() const {
 void LayerTable::Clear() { layers_.clear(); }
 
 void LayerTable::AddLayerBytes(CacheLayer& layer, uint64_t bytes) {
-  TableGuard g(*this, layer);
+  TableGuard g(*this, Held(layer));
   layer.cached_bytes += bytes;
   cached_bytes_ += bytes;
 }
 
 void LayerTable::RemoveLayerBytes(CacheLayer& layer, uint64_t bytes) {
-  TableGuard g(*this, layer);
+  TableGuard g(*this, Held(layer));
   layer.cached_bytes -= bytes;
   cached_bytes_ -= bytes;
 }

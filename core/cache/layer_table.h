@@ -14,11 +14,11 @@
 // The thread-safety analysis names a mutex by the expression that reaches it, so it cannot see
 // that `layer->mu` and the table's mutex are one. The scoped locks below say so, at no cost
 // beyond the mutex itself (debug builds check that it is the same mutex):
-//   TableLock lock(table_);          the table's mutex
-//   LayerLock lock(table_, *layer);  the table's mutex, and `layer`'s fields with it
-//   LayerGuard held(*other, table_); with the table's mutex held: `other`'s fields too
-//   TableGuard g(table_, *layer);    with the lock held under `layer`'s name (a call from
-//                                    another part): the table's own state too
+//   TableLock lock(table_);                 the table's mutex
+//   LayerLock lock(table_, *layer);         the table's mutex, and `layer`'s fields with it
+//   LayerGuard held(*other, Held(table_));  with the table's mutex held: `other`'s fields too
+//   TableGuard g(table_, Held(*layer));     with the lock held under `layer`'s name (a call
+//                                           from another part): the table's own state too
 // Every part (the flight engine, the read path, the checks, the scrub, decoded layers, member
 // files) receives the table; none is handed a mutex.
 //
@@ -75,10 +75,6 @@ class LayerTable {
   std::vector<std::shared_ptr<CacheLayer>> Layers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Empties the map (the cache's end).
   void Clear() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls `f(layer)` for every layer in the map, with the layer's fields held: `f` is
-  // annotated ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu). It must not change the map.
-  template <typename F>
-  void ForEach(F&& f) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Bytes of layer data on disk, over every layer (CacheStats::cached_bytes).
   uint64_t cached_bytes() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return cached_bytes_; }
@@ -163,15 +159,36 @@ class ABSL_SCOPED_LOCKABLE LayerLock {
   absl::Mutex& mu_;
 };
 
+// Shows a guard that the caller holds the table's mutex, under the table's name (Held(table_))
+// or a layer's (Held(*layer)): made only by these functions, which the analysis checks. (A
+// guard's constructor cannot require the lock itself: the analysis would take that for a lock
+// the guard adopts and releases.)
+class HeldLock {
+ public:
+  const absl::Mutex& mu() const { return mu_; }
+
+ private:
+  explicit HeldLock(const absl::Mutex& mu) : mu_(mu) {}
+  friend HeldLock Held(const LayerTable& table);
+  friend HeldLock Held(const CacheLayer& layer);
+  const absl::Mutex& mu_;
+};
+inline HeldLock Held(const LayerTable& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu()) {
+  return HeldLock(table.mu());
+}
+inline HeldLock Held(const CacheLayer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu) {
+  return HeldLock(layer.mu);
+}
+
 // Within a scope that holds the table's mutex, lets the analysis check the accesses to
-// `layer`'s fields too (another layer than the lock's, or a flight's). Costs nothing.
+// `layer`'s fields too (another layer than the lock's, or a flight's):
+// `LayerGuard held(*other, Held(table_))`. Costs nothing.
 class ABSL_SCOPED_LOCKABLE LayerGuard {
  public:
-  LayerGuard(const CacheLayer& layer, const LayerTable& table)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu()) ABSL_EXCLUSIVE_LOCK_FUNCTION(layer.mu) {
-    assert(&layer.mu == &table.mu());
+  LayerGuard(const CacheLayer& layer, HeldLock held) ABSL_EXCLUSIVE_LOCK_FUNCTION(layer.mu) {
+    assert(&layer.mu == &held.mu());
     (void)layer;
-    (void)table;
+    (void)held;
   }
   LayerGuard(const LayerGuard&) = delete;
   LayerGuard& operator=(const LayerGuard&) = delete;
@@ -180,28 +197,18 @@ class ABSL_SCOPED_LOCKABLE LayerGuard {
 
 // Within a scope that holds the table's mutex under a layer's name (a method another part calls
 // with ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu)), lets the analysis check the accesses to state
-// guarded by the table's own name too. Costs nothing.
+// guarded by the table's own name too: `TableGuard g(table_, Held(*layer))`. Costs nothing.
 class ABSL_SCOPED_LOCKABLE TableGuard {
  public:
-  TableGuard(const LayerTable& table, const CacheLayer& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(table.mu()) {
-    assert(&layer.mu == &table.mu());
-    (void)layer;
+  TableGuard(const LayerTable& table, HeldLock held) ABSL_EXCLUSIVE_LOCK_FUNCTION(table.mu()) {
+    assert(&table.mu() == &held.mu());
     (void)table;
+    (void)held;
   }
   TableGuard(const TableGuard&) = delete;
   TableGuard& operator=(const TableGuard&) = delete;
   ~TableGuard() ABSL_UNLOCK_FUNCTION() {}
 };
-
-template <typename F>
-void LayerTable::ForEach(F&& f) const {
-  for (const auto& entry : layers_) {
-    const std::shared_ptr<CacheLayer>& layer = entry.second;
-    LayerGuard held(*layer, *this);
-    f(layer);
-  }
-}
 
 // The journal row of a layer, as it stands.
 LayerRecord RecordOf(const CacheLayer& layer, bool whole_verified, std::string local_index,

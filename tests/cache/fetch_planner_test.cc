@@ -17,7 +17,7 @@ TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // readahead_min 4 MiB, readahead_max 64 MiB
   UpdateReadahead(*layer, options, 0, 1 * kMiB);
   UpdateReadahead(*layer, options, 1 * kMiB, 2 * kMiB);
@@ -32,7 +32,7 @@ TEST(FetchPlannerTest, ALayersOwnReadaheadMinHoldsBackALoneRandomRead) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->readahead_min = 8 * kMiB;  // a lazily decoded layer (LayerSpec::readahead_min)
   const CacheOptions options;
   for (uint64_t at = 40 * kMiB; at < 44 * kMiB;
@@ -51,7 +51,7 @@ TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
   UpdateReadahead(*layer, options, 38 * kMiB, 39 * kMiB);
@@ -64,7 +64,7 @@ TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
   UpdateReadahead(*layer, options, 50 * kMiB, 51 * kMiB);
@@ -77,7 +77,7 @@ TEST(FetchPlannerTest, ReadsThatStartNewRunsCountAsScatteredAndMoveTheFront) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // stream_after 32 MiB
   // Four ranks, each copying its quarter of a 64 MiB tensor, one 1 MiB fault at a time: each
   // quarter starts farther past the others' runs than the 8 chunks a run may skip.
@@ -97,7 +97,7 @@ TEST(FetchPlannerTest, OneSequentialReaderIsNotScattered) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   for (uint64_t at = 0; at < 64 * kMiB; at += kMiB) UpdateReadahead(*layer, options, at, at + kMiB);
   EXPECT_EQ(layer->scattered_bytes, kMiB);  // the first read started the run
@@ -108,7 +108,7 @@ TEST(FetchPlannerTest, AScatteredStreamRunsAheadOfTheFarthestReadAndSkipsNothing
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // 64 MiB requests, 4 segments
   layer->stream_scattered = true;
   layer->run_start = 24 * kMiB;  // the last rank to read
@@ -123,7 +123,7 @@ TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 10, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->state[4] = ChunkState::kInFlight;
   EXPECT_EQ(MissingRunEnd(*layer, 0, 9, 16 * kMiB), 4u);
 }
@@ -132,7 +132,7 @@ TEST(FetchPlannerTest, AMissingRunStopsAtTheRequestCapButHoldsAtLeastOneChunk) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 10, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 3 * kMiB), 8u);
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 1), 6u);
   EXPECT_EQ(MissingRunEnd(*layer, 5, 6, 16 * kMiB), 7u);
@@ -142,7 +142,7 @@ TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader)
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // 64 MiB requests, 4 segments, max_request_bytes 16 MiB
   layer->run_end = 32 * kMiB;
   layer->stream_next = 33;
@@ -163,7 +163,7 @@ TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   layer->stream_in_flight = options.stream_segments;
   const StreamPlan plan = PlanStream(*layer, options);
@@ -174,7 +174,7 @@ TEST(FetchPlannerTest, AStreamNeverAsksAgainForWhatTheReaderPassed) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   layer->run_end = 90 * kMiB;
   const StreamPlan plan = PlanStream(*layer, options);

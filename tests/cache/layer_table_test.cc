@@ -15,7 +15,7 @@ namespace {
 std::shared_ptr<CacheLayer> NewLayer(const LayerTable& table, const std::string& name,
                                      uint64_t chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu()) {
   auto layer = table.NewLayer(Digest::Of(name), chunks * kMiB, kMiB, /*fd=*/-1);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->ResetChunks(ChunkState::kMissing);
   return layer;
 }
@@ -40,7 +40,7 @@ TEST(LayerTableTest, OnlyALayerRegisteredAndReferencedIsFoundRegistered) {
   auto layer = NewLayer(table, "a", 1);
   table.Put(layer);
   EXPECT_EQ(table.FindRegistered(layer->digest), nullptr);  // known from the journal only
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->has_spec = true;
   EXPECT_EQ(table.FindRegistered(layer->digest), nullptr);  // no model references it
   layer->refs.insert("m1");
@@ -54,8 +54,8 @@ TEST(LayerTableTest, TheBytesOfEachLayerAddUpToTheTablesAndLeaveWithAnUnlinkedLa
   auto b = NewLayer(table, "b", 4);
   table.Put(a);
   table.Put(b);
-  LayerGuard held_a(*a, table);
-  LayerGuard held_b(*b, table);
+  LayerGuard held_a(*a, Held(table));
+  LayerGuard held_b(*b, Held(table));
   table.AddLayerBytes(*a, 3 * kMiB);
   table.AddLayerBytes(*b, 2 * kMiB);
   table.RemoveLayerBytes(*a, kMiB);
@@ -69,16 +69,12 @@ TEST(LayerTableTest, TheBytesOfEachLayerAddUpToTheTablesAndLeaveWithAnUnlinkedLa
   EXPECT_EQ(table.Layers().size(), 1u);
 }
 
-TEST(LayerTableTest, ForEachVisitsEveryLayerWithItsFieldsHeld) {
+TEST(LayerTableTest, LayersListsEveryLayerInTheTable) {
   LayerTable table;
   TableLock lock(table);
   for (const char* name : {"a", "b", "c"}) table.Put(NewLayer(table, name, 1));
   std::set<Digest> seen;
-  table.ForEach([&](const std::shared_ptr<CacheLayer>& layer)
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu) {
-                      layer->pins++;
-                      seen.insert(layer->digest);
-                    });
+  for (const std::shared_ptr<CacheLayer>& layer : table.Layers()) seen.insert(layer->digest);
   EXPECT_EQ(seen, (std::set<Digest>{Digest::Of("a"), Digest::Of("b"), Digest::Of("c")}));
 }
 

@@ -19,7 +19,7 @@ TEST(ServedPagesTest, AChunkCountsAsServedOnlyOnceEveryByteOfItWasSent) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   EXPECT_EQ(CountServed(*layer, 0, kMiB + kMiB / 2), std::vector<uint64_t>{0});
   EXPECT_EQ(CountServed(*layer, kMiB + kMiB / 2, 2 * kMiB), std::vector<uint64_t>{1});
 }
@@ -28,7 +28,7 @@ TEST(ServedPagesTest, AServedChunkThatIsNotFlushedIsNotTaken) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->durable[0] = false;
   EXPECT_TRUE(CountServed(*layer, 0, kMiB).empty());
 }
@@ -37,7 +37,7 @@ TEST(ServedPagesTest, AdjacentServedChunksAreDroppedAsOneRangeAndCounted) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
   EXPECT_EQ(TakeServedDrops(*layer, {0, 1}, /*drop_served_pages=*/true, dropped),
@@ -50,7 +50,7 @@ TEST(ServedPagesTest, ADropReachesBackOverTheChunksDroppedBeforeIt) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
   TakeServedDrops(*layer, {0, 1}, /*drop_served_pages=*/true, dropped);
@@ -66,7 +66,7 @@ TEST(ServedPagesTest, WithoutDropServedPagesChunksAreOnlyMarkedFlushed) {
   LayerTable table;
   TableLock lock(table);
   auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   layer->durable[3] = false;
   CountServed(*layer, 3 * kMiB, 4 * kMiB);

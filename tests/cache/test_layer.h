@@ -16,7 +16,7 @@ inline std::shared_ptr<CacheLayer> MakeTestLayer(const LayerTable& table, uint64
                                                  ChunkState state)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu()) {
   auto layer = table.NewLayer(Digest::Of("layer"), chunks * kMiB, kMiB, /*fd=*/-1);
-  LayerGuard held(*layer, table);
+  LayerGuard held(*layer, Held(table));
   layer->ResetChunks(state);
   return layer;
 }
