@@ -1,3 +1,5 @@
+// BlobCache (blob_cache.h): opening, registration, the bulk and stream pumps, prefetch, eviction,
+// stats, and what a flight's end means for the cache. The read path is blob_cache_read.cc.
 #include "core/cache/blob_cache.h"
 
 #include <errno.h>
@@ -31,10 +33,15 @@ BlobCache::BlobCache(CacheOptions options, RemoteBlobSource* remote)
       remote_(remote),
       time_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       scheduler_(options_.fetch_threads),
-      verity_(options_.verity != nullptr ? options_.verity : VerityOps::Real()),
       store_(options_.dir, options_.write_data),
-      flights_(mu_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
-               *this) {}
+      flights_(table_, options_, remote_, time_, scheduler_, health_, store_, journal_, counters_,
+               *this),
+      audit_(table_, options_, time_, scheduler_, store_, journal_, flights_, counters_),
+      scrub_(table_, options_, time_, store_, journal_, counters_, audit_, *this),
+      members_(table_, options_, store_, journal_, audit_),
+      decoded_(table_, options_, remote_, time_, store_, journal_, counters_, audit_,
+               [this](const LayerSpec& spec) { return RegisterLayer(spec); }),
+      eviction_(table_, options_, store_, journal_, flights_, counters_) {}
 
 absl::StatusOr<std::unique_ptr<BlobCache>> BlobCache::Open(CacheOptions options,
                                                            RemoteBlobSource* remote) {
@@ -92,57 +99,26 @@ absl::Status BlobCache::Init() {
                                          "restart")));
     RETURN_IF_ERROR(journal_.Open(":memory:"));
   }
-  // Said once, at open: whether the kernel could check the cache's pages itself.
-  const absl::Status verity = verity_->Probe(options_.dir);
-  fs_verity_ = verity.ok();
-  Log(log::Info("cache", verity.ok() ? "fs-verity: supported by the cache's filesystem"
-                                     : absl::StrCat("fs-verity: ", verity.message()))
-          .Field("dir", options_.dir));
+  scrub_.ProbeVerity();
   RETURN_IF_ERROR(LoadFromJournal());
-  if (options_.scrub_interval > absl::ZeroDuration()) {
-    scrub_thread_ = std::thread([this] { ScrubLoop(); });
-  }
+  scrub_.Start();
   return absl::OkStatus();
 }
 
 BlobCache::~BlobCache() {
   {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;  // wakes whole-layer checks waiting for idle reads, and the scrub
+    TableLock lock(table_);
+    table_.Close();  // wakes whole-layer checks waiting for idle reads, and the scrub
     flights_.StopLocked();
   }
-  if (scrub_thread_.joinable()) scrub_thread_.join();
+  scrub_.Join();
   std::vector<std::function<void()>> dropped = scheduler_.Stop();
   flights_.PersistPending();  // what the dropped queue would have recorded
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   for (auto& drop : dropped) drop();
   bulk_layers_.clear();
-  layers_.clear();
+  table_.Clear();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // last: the directory is free once nothing writes
-}
-
-void BlobCache::Log(const log::Event& event) const {
-  if (options_.log) {
-    options_.log(event);
-  } else {
-    log::WriteToStderr(event);
-  }
-}
-
-LayerRecord BlobCache::RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                                std::string seal) {
-  LayerRecord r;
-  r.digest = layer.digest.str();
-  r.size = layer.size;
-  r.chunk_size = layer.chunk_size;
-  r.mode = static_cast<int>(layer.mode);
-  r.whole_verified = whole_verified;
-  r.local_index = std::move(local_index);
-  r.last_used = layer.last_used;
-  r.seal = std::move(seal);
-  r.audited = layer.audited;
-  r.verity = layer.verity;
-  return r;
 }
 
 absl::Status BlobCache::LoadFromJournal() {
@@ -151,7 +127,7 @@ absl::Status BlobCache::LoadFromJournal() {
   absl::flat_hash_set<std::string> keep_files;
   std::vector<std::shared_ptr<Layer>> protect;  // sealed, trusted, without fs-verity yet
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     for (LayerRecord& r : rows) {
       auto digest = Digest::Parse(r.digest);
       if (!digest.ok() || r.chunk_size == 0 || r.mode < 0 || r.mode > 2) {
@@ -159,7 +135,7 @@ absl::Status BlobCache::LoadFromJournal() {
         continue;
       }
       const uint64_t n = (r.size + r.chunk_size - 1) / r.chunk_size;
-      clock_ = std::max(clock_, r.last_used);
+      table_.SeenStamp(r.last_used);
       // A sealed file is opened read-only: nothing writes it again, and fs-verity (which a
       // file with fs-verity keeps for ever) needs a file nobody holds open for writing. It is
       // trusted when its seal and fs-verity digest are still the ones recorded.
@@ -169,8 +145,8 @@ absl::Status BlobCache::LoadFromJournal() {
       std::shared_ptr<LayerSegments> segments;
       auto open_members = [&](int fd, bool read_only) {
         if (layout.empty()) return true;
-        absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMembers(
-            *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
+        absl::StatusOr<std::shared_ptr<LayerSegments>> s = OpenMemberFiles(
+            store_, *digest, fcntl(fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/false, read_only);
         if (!s.ok()) {
           Log(log::Warn("cache", s.status().message()));
           return false;
@@ -185,7 +161,7 @@ absl::Status BlobCache::LoadFromJournal() {
         const LayerSegments whole(fd);  // the data file alone, when it has no members
         trusted = fd >= 0 && open_members(fd, /*read_only=*/true) &&
                   (segments ? segments->Seal() : LayerStore::SealOf(fd)) == r.seal &&
-                  VerityHolds(*digest, segments ? *segments : whole, r.verity);
+                  scrub_.VerityHolds(*digest, segments ? *segments : whole, r.verity);
         if (!trusted && fd >= 0) {
           close(fd);
           fd = -1;
@@ -202,9 +178,9 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      auto layer = std::make_shared<Layer>(mu_, *digest, r.size, r.chunk_size, fd);
+      auto layer = table_.NewLayer(*digest, r.size, r.chunk_size, fd);
       if (segments) layer->SetSegments(std::move(segments));
-      LayerGuard held(*layer, Held(mu_));
+      LayerGuard held(*layer, Held(table_));
       layer->mode = static_cast<VerifyMode>(r.mode);
       layer->ResetChunks(ChunkState::kMissing);
       layer->whole_verified = r.whole_verified;
@@ -220,7 +196,7 @@ absl::Status BlobCache::LoadFromJournal() {
         layer->seal = r.seal;
         layer->verity = r.verity;
         layer->read_only = true;
-        if (fs_verity_ && r.verity.empty()) protect.push_back(layer);
+        if (scrub_.fs_verity() && r.verity.empty()) protect.push_back(layer);
         // Whole-layer modes were checked against the digest before they were sealed.
         layer->audited = r.audited || layer->mode != VerifyMode::kChunk;
         layer->ResetChunks(ChunkState::kVerified);
@@ -243,18 +219,18 @@ absl::Status BlobCache::LoadFromJournal() {
         forget.push_back(r.digest);
         continue;
       }
-      cached_bytes_ += layer->cached_bytes;
+      table_.CountLayer(*layer);
       keep_files.insert(LayerStore::FileNameOf(layer->digest));
       if (layer->Segments()->has_members()) {
         keep_files.insert(LayerStore::MemberDirNameOf(layer->digest));
       }
-      layers_[layer->digest] = std::move(layer);
+      table_.Put(std::move(layer));
     }
   }
   for (const std::string& d : forget) journal_.Forget(d);
   // Data files the journal does not vouch for are untrusted leftovers.
   store_.RemoveAllExcept(keep_files);
-  ProtectSealed(protect);
+  scrub_.ProtectSealed(protect);
   return absl::OkStatus();
 }
 
@@ -299,11 +275,11 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   }
   const std::string endpoint = remote_->EndpointOf(spec.digest);
 
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> layer = FindLocked(spec.digest);
+  TableLock lock(table_);
+  std::shared_ptr<Layer> layer = table_.Find(spec.digest);
   const uint64_t n = (spec.size + chunk_size - 1) / chunk_size;
   if (layer) {
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (layer->has_spec) {
       if (layer->size != spec.size) {
         return absl::InvalidArgumentError(
@@ -312,7 +288,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       }
       layer->refs.insert(spec.model_ref);
       layer->endpoint = endpoint;
-      layer->last_used = ++clock_;
+      layer->last_used = table_.Stamp();
       return absl::OkStatus();
     }
     // Known from an earlier process: keep its recorded chunks if they can be re-verified.
@@ -320,9 +296,7 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
         layer->size == spec.size && layer->chunk_size == chunk_size && layer->jobs == 0 &&
         (spec.mode == VerifyMode::kChunk || (layer->whole_verified && layer->expected.size() == n));
     if (!compatible) {
-      layer->gen++;
-      cached_bytes_ -= layer->cached_bytes;
-      layers_.erase(spec.digest);
+      table_.Unlink(*layer);
       journal_.Forget(spec.digest.str());
       layer = nullptr;
     } else {
@@ -336,8 +310,8 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
   if (!layer) {
     store_.RemoveMembers(spec.digest);  // of a layer dropped above, if it had any
     ASSIGN_OR_RETURN(const int fd, store_.Create(spec.digest, spec.size, /*truncate=*/true));
-    layer = std::make_shared<Layer>(mu_, spec.digest, spec.size, chunk_size, fd);
-    LayerGuard held(*layer, Held(mu_));
+    layer = table_.NewLayer(spec.digest, spec.size, chunk_size, fd);
+    LayerGuard held(*layer, Held(table_));
     layer->mode = spec.mode;
     layer->ResetChunks(ChunkState::kMissing);
     if (spec.mode == VerifyMode::kChunk) {
@@ -345,12 +319,12 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
       layer->expected_algorithm = spec.index->algorithm;
     }
   }
-  LayerGuard held(*layer, Held(mu_));
+  LayerGuard held(*layer, Held(table_));
   layer->has_spec = true;
   layer->readahead_min = spec.readahead_min;
   layer->endpoint = endpoint;
   layer->refs.insert(spec.model_ref);
-  layer->last_used = ++clock_;
+  layer->last_used = table_.Stamp();
   std::string local;
   if (spec.mode != VerifyMode::kChunk && layer->whole_verified &&
       layer->expected_algorithm == ChunkDigestAlgorithm::kSha256) {
@@ -362,20 +336,20 @@ absl::Status BlobCache::RegisterLayer(const LayerSpec& spec) {
     // The layer still serves (a full disk, say); it is only not remembered across restarts.
     Log(log::Warn("cache", s.message()));
   }
-  layers_[spec.digest] = layer;
+  table_.Put(layer);
   return absl::OkStatus();
 }
 
 void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_ref) {
   int64_t stamp = 0;
   {
-    absl::MutexLock lock(&mu_);
-    auto layer = FindLocked(digest);
+    TableLock lock(table_);
+    auto layer = table_.Find(digest);
     if (!layer) return;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (!layer->refs.erase(std::string(model_ref))) return;
     if (!layer->refs.empty()) return;
-    layer->last_used = stamp = ++clock_;
+    layer->last_used = stamp = table_.Stamp();
   }
   journal_.Touch(digest.str(), stamp);
   EnforceSizeLimit();
@@ -384,25 +358,13 @@ void BlobCache::UnregisterLayer(const Digest& digest, absl::string_view model_re
 void BlobCache::UnregisterModel(absl::string_view model_ref) {
   std::vector<Digest> digests;
   {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
-      if (layer->refs.contains(std::string(model_ref))) digests.push_back(digest);
+    TableLock lock(table_);
+    for (const std::shared_ptr<Layer>& layer : table_.Layers()) {
+      LayerGuard held(*layer, Held(table_));
+      if (layer->refs.contains(std::string(model_ref))) digests.push_back(layer->digest);
     }
   }
   for (const Digest& d : digests) UnregisterLayer(d, model_ref);
-}
-
-std::shared_ptr<BlobCache::Layer> BlobCache::FindLocked(const Digest& digest) const {
-  auto it = layers_.find(digest);
-  return it == layers_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<BlobCache::Layer> BlobCache::FindRegisteredLocked(const Digest& digest) const {
-  std::shared_ptr<Layer> layer = FindLocked(digest);
-  if (!layer) return nullptr;
-  LayerGuard held(*layer, Held(mu_));
-  return layer->has_spec && !layer->refs.empty() ? layer : nullptr;
 }
 
 absl::Status BlobCache::NotRegistered(const Digest& digest) {
@@ -412,10 +374,6 @@ absl::Status BlobCache::NotRegistered(const Digest& digest) {
 // ---------------------------------------------------------------------------------------------
 // Scheduling.
 
-void BlobCache::SubmitLocalLocked(int priority, std::function<void()> run) {
-  scheduler_.Submit("", priority, std::move(run));
-}
-
 void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first,
                                       uint64_t last, int priority, absl::Time deadline,
                                       std::vector<std::shared_ptr<Flight>>* created,
@@ -423,27 +381,12 @@ void BlobCache::ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint6
   flights_.ScheduleLocked(layer, first, last, priority, deadline, created, max_request);
 }
 
-void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    if (layer->quarantined || from >= to || to > layer->size) return;
-    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
-    if (!whole.empty()) {
-      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
-                               counters_.page_cache_bytes_dropped);
-    }
-  }
-  if (!ranges.empty()) DropPages(*layer, ranges);
-}
-
 void BlobCache::PumpBulkLocked() {
   if (DiskFullLocked()) return;  // bulk_layers_ was cleared when the disk filled
   while (bulk_in_flight_ < options_.prefetch_concurrency && !bulk_layers_.empty()) {
     std::shared_ptr<Layer> layer = bulk_layers_.front();
-    LayerGuard held(*layer, Held(mu_));
-    auto current = FindLocked(layer->digest);
+    LayerGuard held(*layer, Held(table_));
+    auto current = table_.Find(layer->digest);
     while (current == layer && !layer->quarantined && layer->bulk_next < layer->count() &&
            layer->state[layer->bulk_next] != ChunkState::kMissing) {
       layer->bulk_next++;
@@ -456,10 +399,10 @@ void BlobCache::PumpBulkLocked() {
     std::vector<std::shared_ptr<Flight>> created;
     const uint64_t end =
         MissingRunEnd(*layer, layer->bulk_next, layer->count() - 1, options_.max_request_bytes);
-    ScheduleMissingLocked(layer, layer->bulk_next, end - 1, kBulk,
+    ScheduleMissingLocked(layer, layer->bulk_next, end - 1, FetchPriority::kBulk,
                           time_->Now() + options_.background_deadline, &created);
     for (auto& f : created) {
-      LayerGuard held_f(*f->layer, Held(mu_));
+      LayerGuard held_f(*f->layer, Held(table_));
       f->bulk = true;
     }
     bulk_in_flight_ += static_cast<int>(created.size());
@@ -476,17 +419,17 @@ void BlobCache::StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t 
 
 void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (!layer->streaming || DiskFullLocked() || layer->quarantined ||
-      FindLocked(layer->digest) != layer) {
+      table_.Find(layer->digest) != layer) {
     return;
   }
   const StreamPlan plan = PlanStream(*layer, options_);
   while (std::optional<StreamSegment> segment = NextStreamSegment(*layer, options_, plan)) {
     std::vector<std::shared_ptr<Flight>> created;
-    ScheduleMissingLocked(layer, segment->first, segment->last, kReadahead,
+    ScheduleMissingLocked(layer, segment->first, segment->last, FetchPriority::kReadahead,
                           time_->Now() + options_.background_deadline * segment->pieces, &created,
                           std::numeric_limits<uint64_t>::max());
     for (const auto& f : created) {
-      LayerGuard held_f(*f->layer, Held(mu_));
+      LayerGuard held_f(*f->layer, Held(table_));
       f->stream = true;
       layer->stream_in_flight++;
     }
@@ -499,9 +442,9 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
   if (layer->stream_next >= layer->count() && read_here && layer->stream_successor &&
       !layer->successor_started) {
     layer->successor_started = true;
-    std::shared_ptr<Layer> next = FindRegisteredLocked(*layer->stream_successor);
+    std::shared_ptr<Layer> next = table_.FindRegistered(*layer->stream_successor);
     if (next && next != layer) {
-      LayerGuard held_next(*next, Held(mu_));
+      LayerGuard held_next(*next, Held(table_));
       if (next->mode == VerifyMode::kChunk && !next->whole_verified) StartStreamLocked(next, 0);
     }
   }
@@ -511,20 +454,20 @@ void BlobCache::PumpStreamLocked(const std::shared_ptr<Layer>& layer) {
 }
 
 void BlobCache::SetStreamSuccessor(const Digest& layer, const Digest& next) {
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> l = FindRegisteredLocked(layer);
+  TableLock lock(table_);
+  std::shared_ptr<Layer> l = table_.FindRegistered(layer);
   if (!l) return;
-  LayerGuard held(*l, Held(mu_));
+  LayerGuard held(*l, Held(table_));
   l->stream_successor = next;
   l->successor_started = false;
 }
 
 absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
                                  const std::vector<ByteRange>& header_ranges) {
-  absl::MutexLock lock(&mu_);
-  auto layer = FindRegisteredLocked(digest);
+  TableLock lock(table_);
+  auto layer = table_.FindRegistered(digest);
   if (!layer) return NotRegistered(digest);
-  LayerGuard held(*layer, Held(mu_));
+  LayerGuard held(*layer, Held(table_));
   if (layer->quarantined) {
     return absl::DataLossError(absl::StrCat("layer ", digest.str(), " is quarantined"));
   }
@@ -536,7 +479,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     // Nothing of such a layer is servable before all of it is verified: headers alone do not
     // help, so only kAll starts the fill.
     if (policy == PrefetchPolicy::kAll && !layer->whole_verified) {
-      ScheduleMissingLocked(layer, 0, layer->count() - 1, kBulk, deadline, nullptr);
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kBulk, deadline, nullptr);
     }
     return absl::OkStatus();
   }
@@ -544,7 +487,7 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
     if (r.length == 0 || r.offset >= layer->size) continue;
     const uint64_t end = layer->size - r.offset < r.length ? layer->size : r.offset + r.length;
     ScheduleMissingLocked(layer, r.offset / layer->chunk_size, (end - 1) / layer->chunk_size,
-                          kHeader, deadline, nullptr);
+                          FetchPriority::kHeader, deadline, nullptr);
   }
   if (policy == PrefetchPolicy::kAll && !layer->bulk_active) {
     layer->bulk_active = true;
@@ -556,91 +499,15 @@ absl::Status BlobCache::Prefetch(const Digest& digest, PrefetchPolicy policy,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Eviction, stats, introspection.
+// Eviction (LayerEviction), stats, introspection.
 
 void BlobCache::EnforceSizeLimit() {
   if (options_.max_bytes == 0) return;
-  EvictUnreferenced(options_.max_bytes);
-}
-
-std::pair<uint64_t, uint64_t> BlobCache::EvictUnreferenced(uint64_t target) {
-  // Each victim with its cached bytes, taken under the lock.
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
-  {
-    absl::MutexLock lock(&mu_);
-    if (cached_bytes_ <= target) return {0, 0};
-    std::vector<std::shared_ptr<Layer>> candidates;
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
-      if (layer->refs.empty() && layer->pins == 0 && layer->jobs == 0) {
-        candidates.push_back(layer);
-      }
-    }
-    std::sort(candidates.begin(), candidates.end(),
-              [this](const auto& a, const auto& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                LayerGuard held_a(*a, Held(mu_));
-                LayerGuard held_b(*b, Held(mu_));
-                return a->last_used < b->last_used;
-              });
-    for (auto& layer : candidates) {
-      if (cached_bytes_ <= target) break;
-      const uint64_t layer_bytes = UnlinkLocked(layer);
-      victims.emplace_back(std::move(layer), layer_bytes);
-    }
-  }
-  uint64_t bytes = 0;
-  for (const auto& [layer, layer_bytes] : victims) {
-    bytes += layer_bytes;
-    FinishEvict(layer, layer_bytes, "unreferenced");
-  }
-  return {victims.size(), bytes};
-}
-
-uint64_t BlobCache::UnlinkLocked(const std::shared_ptr<Layer>& layer) {
-  LayerGuard held(*layer, Held(mu_));
-  layer->gen++;
-  cached_bytes_ -= layer->cached_bytes;
-  flights_.DropMemoryLocked(*layer);
-  layers_.erase(layer->digest);
-  return layer->cached_bytes;
-}
-
-void BlobCache::FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes,
-                            absl::string_view why) {
-  counters_.evicted_layers++;
-  Log(log::Info("cache", absl::StrCat("evicted layer (", why, ")"))
-          .Field("digest", layer->digest.str())
-          .Field("bytes", bytes));
-  journal_.Forget(layer->digest.str());
-  store_.Remove(layer->digest);
+  eviction_.EvictUnreferenced(options_.max_bytes);
 }
 
 BlobCache::EvictResult BlobCache::EvictLayers(const std::vector<Digest>& digests) {
-  EvictResult out;
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> victims;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const Digest& digest : digests) {
-      auto it = layers_.find(digest);
-      if (it == layers_.end()) continue;
-      std::shared_ptr<Layer> layer = it->second;
-      {
-        LayerGuard held(*layer, Held(mu_));
-        if (!layer->refs.empty() || layer->pins != 0 || layer->jobs != 0) {
-          out.busy.push_back(digest);
-          continue;
-        }
-      }
-      const uint64_t layer_bytes = UnlinkLocked(layer);
-      victims.emplace_back(std::move(layer), layer_bytes);
-    }
-  }
-  for (const auto& [layer, layer_bytes] : victims) {
-    out.layers++;
-    out.bytes += layer_bytes;
-    FinishEvict(layer, layer_bytes, "evicted on request");
-  }
-  return out;
+  return eviction_.EvictLayers(digests);
 }
 
 CacheStats BlobCache::stats() const {
@@ -659,16 +526,16 @@ CacheStats BlobCache::stats() const {
   s.scrubbed_bytes = counters_.scrubbed_bytes.load();
   s.scrub_failures = counters_.scrub_failures.load();
   s.scrub_repairs = counters_.scrub_repairs.load();
-  s.fs_verity = fs_verity_;
+  s.fs_verity = scrub_.fs_verity();
   s.evicted_layers = counters_.evicted_layers.load();
-  absl::MutexLock lock(&mu_);
-  s.cached_bytes = cached_bytes_;
+  TableLock lock(table_);
+  s.cached_bytes = table_.cached_bytes();
   return s;
 }
 
 absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& digest) const {
-  absl::MutexLock lock(&mu_);
-  auto layer = FindLocked(digest);
+  TableLock lock(table_);
+  auto layer = table_.Find(digest);
   if (!layer) {
     return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
   }
@@ -676,7 +543,7 @@ absl::StatusOr<BlobCache::LayerInfo> BlobCache::GetLayerInfo(const Digest& diges
 }
 
 BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
-  LayerGuard held(layer, Held(mu_));
+  LayerGuard held(layer, Held(table_));
   LayerInfo info;
   info.size = layer.size;
   info.chunk_count = layer.count();
@@ -695,7 +562,7 @@ BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
   info.quarantined = layer.quarantined;
   info.readahead_window = layer.window;
   info.references = static_cast<int>(layer.refs.size());
-  info.scrubbing = scrubbing_ == &layer;
+  info.scrubbing = scrub_.ScrubbingLocked(layer);
   info.passthrough_opens = layer.passthrough_opens;
   info.models.assign(layer.refs.begin(), layer.refs.end());
   std::sort(info.models.begin(), info.models.end());
@@ -703,11 +570,89 @@ BlobCache::LayerInfo BlobCache::InfoLocked(const Layer& layer) const {
 }
 
 std::map<Digest, BlobCache::LayerInfo> BlobCache::ListLayers() const {
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   std::map<Digest, LayerInfo> out;
-  for (const auto& [digest, layer] : layers_) out.emplace(digest, InfoLocked(*layer));
+  for (const std::shared_ptr<Layer>& layer : table_.Layers()) {
+    out.emplace(layer->digest, InfoLocked(*layer));
+  }
   return out;
 }
+
+bool BlobCache::disk_full() const {
+  TableLock lock(table_);
+  return DiskFullLocked();
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a flight's end means for the cache (FlightEngine::Owner).
+
+void BlobCache::DiskFilledLocked(const Layer& layer) {
+  TableGuard g(table_, Held(layer));
+  for (auto& l : bulk_layers_) {
+    LayerGuard held_l(*l, Held(table_));
+    l->bulk_active = false;
+  }
+  bulk_layers_.clear();
+}
+
+bool BlobCache::FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream,
+                                  bool failed, bool stale) {
+  TableGuard g(table_, Held(*layer));
+  if (bulk) {
+    bulk_in_flight_--;
+    PumpBulkLocked();
+  }
+  if (stream) {
+    layer->stream_in_flight--;
+    if (stale || failed) layer->streaming = false;  // the reader's own fetches go on
+    PumpStreamLocked(layer);
+  }
+  if (!stale) audit_.AfterChunksLandedLocked(layer);
+  return options_.max_bytes > 0 && table_.cached_bytes() > options_.max_bytes;
+}
+
+void BlobCache::AfterFlight(bool became_full, bool over_budget) {
+  if (became_full) {
+    // Make room for the models in use: what no model references goes first, all of it.
+    auto [layers, bytes] = eviction_.EvictUnreferenced(0);
+    Log(log::Error("cache",
+                   "cache directory is full (no space left on device): serving verified bytes "
+                   "from the network without caching them, readahead and prefetch paused")
+            .Field("dir", options_.dir)
+            .Field("evicted_layers", layers)
+            .Field("evicted_bytes", bytes));
+  } else if (over_budget) {
+    EnforceSizeLimit();
+  }
+}
+
+void BlobCache::RefetchLocked(const std::shared_ptr<Layer>& layer) {
+  TableGuard g(table_, Held(*layer));
+  if (layer->mode == VerifyMode::kChunk) {
+    layer->bulk_active = true;
+    layer->bulk_next = 0;
+    bulk_layers_.push_back(layer);
+    PumpBulkLocked();
+  } else {
+    ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
+                          time_->Now() + options_.background_deadline, nullptr);
+  }
+}
+
+absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerSpec& spec) {
+  return decoded_.Register(spec);
+}
+
+absl::Status BlobCache::SetLayerMembers(const Digest& digest,
+                                        const std::vector<std::pair<uint64_t, uint64_t>>& files) {
+  return members_.Set(digest, files);
+}
+
+int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
+  return members_.OpenVerifiedFile(digest, offset, length);
+}
+
+int BlobCache::ScrubOnce() { return scrub_.ScrubOnce(); }
 
 bool BlobCache::WaitIdle(absl::Time deadline) { return scheduler_.WaitIdle(deadline); }
 

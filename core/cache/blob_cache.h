@@ -1,226 +1,57 @@
 // BlobCache: the verified, crash-safe, single-flight cache of layer blobs behind the lazy
-// filesystem (docs/design.md, "The trust chain" and "The read path"; on-disk format in
-// docs/cache-format.md).
+// filesystem (docs/design.md, "The trust chain" and "The read path"; docs/cache-format.md).
+// A layer is registered (VerifyMode, cache_options.h) before it is read. Reads fetch missing
+// chunks from a RemoteBlobSource: one fetch per chunk however many readers wait, adjacent
+// missing chunks coalesced into one range request, foreground reads ahead of readahead ahead of
+// prefetch. No byte is returned or recorded as good before it matches its hash (kInsecureStream
+// aside). A chunk is recorded (SQLite, WAL) only once fdatasync'd, batched off the read path;
+// after Open a recorded chunk is re-hashed on its first read before it is served.
 //
-// A layer is registered (with a chunk index, or for whole-layer verification) before it is
-// read. Reads fetch missing chunks from a RemoteBlobSource: one fetch per chunk however many
-// readers wait (single flight), adjacent missing chunks coalesced into one range request,
-// requests run in parallel on a pool of fetch threads, foreground reads ahead of readahead
-// ahead of prefetch. No byte is returned or recorded as good before it matches its SHA-256:
-//   kChunk:          each chunk against the chunk index, as its bytes arrive; when every chunk
-//                    is cached the layer is sealed (served by passthrough from then on), and
-//                    audited against its digest once reads are idle, at background priority
-//                    (CacheOptions::audit; mismatch quarantines it).
-//   kWholeLayer:     the first read fetches the whole layer; nothing is served until the
-//                    whole-layer digest matches (mismatch quarantines it).
-//   kInsecureStream: explicit opt-in: fetched bytes are served unverified; the whole layer is
-//                    still fetched and checked, and a mismatch quarantines it.
-// Crash safety: a chunk is recorded (SQLite, WAL) only after its bytes are pwritten and
-// fdatasync'd; after Open, a recorded chunk is re-hashed on its first read before it is served
-// (so a torn or tampered data file is refetched, never served). A verified chunk is served as
-// soon as it is pwritten: the fdatasync and the record happen later, batched (one fdatasync per
-// layer per batch) in a background job and drained by the destructor, so reads never wait on
-// the disk's flush.
+// BlobCache is the coordinator; each part owns what it touches and is a client of the table:
+// layer_table.h (the layers, the one mutex and its rule), cache_layer.h (per-layer and
+// per-request state), cache_options.h (options, specs, stats), flight_engine.h (flights,
+// landing, persistence), layer_audit.h (whole-layer checks, seal, audit, quarantine),
+// layer_scrub.h (scrub, renewal, fs-verity), decoded_layer.h (decoded layers), layer_members.h
+// (member files), layer_eviction.h (eviction); and the pieces they use (fetch_planner.h,
+// chunk_landing.h, served_pages.h, fetch_scheduler.h, layer_store.h, chunk_journal.h, verifier.h,
+// endpoint_health.h). BlobCache itself opens the cache, registers layers, pumps bulk prefetch and
+// streams and hears a flight's end (blob_cache.cc); blob_cache_read.cc is the read path.
 //
-// The pieces, each with one job: the data files (layer_store.h), the record of what they hold
-// (chunk_journal.h), the hash checks (verifier.h), the fetch scheduler (fetch_scheduler.h:
-// priority queues and a pool of threads per registry), the per-layer state and the lock of
-// each field (cache_layer.h), the fetch planner (fetch_planner.h: readahead, streaming, request
-// coalescing), chunk assembly and the memory fallback (chunk_landing.h), the served-page
-// dropper (served_pages.h), and the fetch side (flight_engine.h: flights, landing their chunks,
-// persistence), which the read side asks for missing chunks and which tells the cache of each
-// flight's end (FlightEngine::Owner). BlobCache is the coordinator: it owns the layers, the
-// mutex and the pieces, and ties them together: which chunks are missing, in flight or
-// verified, who waits for what, and eviction. Its methods are in blob_cache.cc (opening,
-// registration, the bulk and stream pumps, prefetch, eviction), blob_cache_read.cc (the read
-// path), chunk_landing.cc (a flight's end, sealing) and layer_audit.cc (whole-layer checks,
-// audit, quarantine).
-//
-// Thread safety: all public methods are safe to call concurrently.
-// Lock order: mu_, then the journal's and the scheduler's own mutexes (both leaves). No remote
-// call and no data-file I/O happens under mu_ (RegisterLayer's file open and database writes
-// are the exception).
+// Thread safety: all public methods are safe to call concurrently; the one lock is the
+// table's (layer_table.h states its rule and the lock order).
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/base/backoff.h"
-#include "core/base/clock.h"
-#include "core/base/log_event.h"
 #include "core/cache/blob_reader.h"
-#include "core/cache/cache_layer.h"
-#include "core/cache/chunk_journal.h"
-#include "core/cache/chunk_landing.h"
+#include "core/cache/cache_options.h"
+#include "core/cache/decoded_layer.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/flight_engine.h"
-#include "core/cache/fs_verity.h"
+#include "core/cache/layer_audit.h"
+#include "core/cache/layer_eviction.h"
+#include "core/cache/layer_members.h"
+#include "core/cache/layer_scrub.h"
 #include "core/cache/layer_store.h"
+#include "core/cache/layer_table.h"
 #include "core/cache/remote_blob_source.h"
-#include "core/oci/chunk_index.h"
 #include "core/oci/digest.h"
-#include "core/oci/layer_decoder.h"
-#include "core/oci/media_types.h"
 
 namespace modelfs {
 
-struct LayerFileHash;  // verifier.h
-
-enum class PrefetchPolicy { kNone, kHeadersOnly, kAll };
-
-// Retries of a failed range request, always bounded by the request's deadline. The cache owns
-// the read deadline, so it owns the only retry loop on the read path (core/base/backoff.h).
-using RetryPolicy = BackoffPolicy;
-
-struct CacheOptions {
-  std::string dir;               // created if missing; holds blobs/ and cache.db
-  uint64_t max_bytes = 0;        // 0: unbounded. Unreferenced layers are evicted LRU first.
-  int fetch_threads = 8;         // parallel range requests
-  int prefetch_concurrency = 2;  // background prefetch requests in flight at once
-  absl::Duration read_deadline = absl::Seconds(30);       // a Read never waits longer
-  absl::Duration background_deadline = absl::Minutes(5);  // per prefetch/fill request
-  RetryPolicy retry;
-  uint64_t max_request_bytes = 16ull << 20;  // cap of one coalesced range request
-  uint64_t readahead_min = 4ull << 20;       // smallest window once a reader is sequential
-  uint64_t readahead_max = 64ull << 20;      // the window (half the sequential run) stops here
-  uint64_t whole_chunk_size = 4ull << 20;    // chunking of layers without an index
-  // Once a reader has read this many bytes of a layer in a row, the rest of the layer is
-  // streamed: requests of `stream_request_bytes`, `stream_segments` of them in flight and at
-  // most that many ahead of the reader (0 segments: never; readahead alone).
-  uint64_t stream_after = 32ull << 20;
-  int stream_segments = 4;
-  uint64_t stream_request_bytes = 64ull << 20;
-  // In chunk mode, the whole-layer check of a complete layer (a second SHA-256 pass over it)
-  // waits until no layer was read for this long (at most 30 s, and not at all once the cache
-  // is closing), so that it does not take CPU from a model load still under way.
-  absl::Duration verify_when_idle = absl::Seconds(1);
-  // In chunk mode, whether that whole-layer check (the audit) runs at all. A layer is sealed,
-  // and served by passthrough, as soon as every chunk matched the chunk index, which chains to
-  // the pinned manifest; the audit is defense in depth against a chunk index that disagrees
-  // with its layer. It runs at idle CPU and I/O priority.
-  bool audit = true;
-  // While reads are being served, the fdatasync that makes fetched chunks durable (after it,
-  // the journal records them and their served pages leave the page cache) waits: until no read
-  // has been served for verify_when_idle, until persist_delay has passed since the oldest of
-  // them landed, or until the cache closes. A layer whose every chunk has landed is flushed
-  // when it is sealed, at once. So a cold load's disk does not write and flush the cache while
-  // the load still reads (a registry or another pod may be reading the same disk); the kernel's
-  // writeback or the flush after the load does it. A crash loses at most persist_delay of
-  // fetching: those chunks are not in the journal, and are fetched again. Zero: flush after
-  // every flight (the chunks are durable as soon as they are served).
-  absl::Duration persist_delay = absl::ZeroDuration();
-  // The scrub: every scrub_interval (zero: never) each sealed layer is read and hashed again
-  // (layer_scrub.cc), at idle CPU and I/O priority and at most scrub_rate bytes a second;
-  // layers sealed but never audited (by this process or an earlier one) go first and are
-  // audited by the same pass. A mismatch quarantines the layer at once.
-  absl::Duration scrub_interval = absl::ZeroDuration();
-  uint64_t scrub_rate = 32ull << 20;
-  // While the cache disk is full, verified chunks are served from memory instead of the data
-  // file; this bounds the bytes kept (oldest dropped first). Readahead and prefetch pause.
-  uint64_t memory_fallback_bytes = 64ull << 20;
-  // Once every byte of a chunk has gone to a reader (the reply is sent) and the chunk is on
-  // disk, its pages of the data file leave the page cache (POSIX_FADV_DONTNEED): the reader's
-  // own copy (the FUSE file's pages) is the one the node keeps, not two. A later read of the
-  // chunk comes from the local disk. False keeps them.
-  bool drop_served_pages = true;
-  // SetLayerMembers keeps tar members of at least this many bytes in files of their own (so
-  // that each can be served by passthrough); smaller ones stay in the layer's data file.
-  uint64_t member_min_bytes = 64ull << 10;
-  // Test seam for a failing disk: writes `n` bytes at `offset` of a data file and returns 0 or
-  // an errno (ENOSPC, EDQUOT: the disk is full). Null: pwrite.
-  std::function<int(int fd, const char* data, uint64_t n, uint64_t offset)> write_data;
-  // Time for deadlines, backoff and registry health; null: Clock::Real(). Must outlive the cache.
-  Clock* clock = nullptr;
-  // fs-verity (fs_verity.h); null: the kernel's. Must outlive the cache. Where the cache
-  // directory's filesystem has it, a sealed layer's data file gets fs-verity at the first scrub
-  // pass after its seal that finds no writer holding it (the layer moves to a read-only fd
-  // first), or when the cache is next opened, and its digest is recorded with the seal; a
-  // sealed file whose digest differs, or that lost it, is not trusted (re-hashed, or fetched
-  // again).
-  VerityOps* verity = nullptr;
-  // Receives one event per notable happening (verification failure, quarantine, eviction),
-  // component "cache"; refusals carry digest, range, registry and reason fields.
-  // Default: log::WriteToStderr.
-  log::Sink log;
-};
-
-struct LayerSpec {
-  Digest digest;
-  uint64_t size = 0;
-  std::optional<ChunkIndex> index;  // required for kChunk; its blob_digest/size must match
-  VerifyMode mode = VerifyMode::kChunk;
-  std::string model_ref;  // who references the layer; a layer with no reference is evictable
-  // How long a reader's sequential run must be before the layer reads ahead of it, if longer
-  // than CacheOptions::readahead_min. A lazily decoded layer asks for more: a lone random read
-  // already costs the span before it, and readahead would decode one more for nothing.
-  uint64_t readahead_min = 0;
-};
-
-// A compressed tar layer (.tar+gzip, .tar+zstd) to serve decompressed: RegisterDecodedLayer.
-struct DecodedLayerSpec {
-  Digest source;  // the compressed layer, as M lists it
-  uint64_t source_size = 0;
-  LayerEncoding encoding = LayerEncoding::kTarGzip;
-  std::optional<Digest> diff_id;  // M's config diffId for the layer, when it gives one
-  std::string model_ref;
-};
-
-// A byte range of a layer, e.g. a safetensors header to prefetch first.
-struct ByteRange {
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-struct CacheStats {
-  uint64_t bytes_fetched = 0;  // bytes received from the remote
-  uint64_t requests = 0;       // range requests sent (each retry counts)
-  uint64_t chunk_hits = 0;     // chunks a Read found cached
-  uint64_t chunk_misses = 0;   // chunks a Read had to wait for
-  // Answers of a chunk (or whole layers) whose hash did not match, each counted once, whether
-  // or not a refetch then brought the right bytes.
-  uint64_t verification_failures = 0;
-  // Refetches after a wrong answer (a chunk failing verification, a wrong Content-Range) whose
-  // chunk then verified.
-  uint64_t refetch_recoveries = 0;
-  uint64_t quarantined_layers = 0;
-  uint64_t bytes_served = 0;  // bytes returned by Read
-  uint64_t evicted_layers = 0;
-  uint64_t cached_bytes = 0;  // bytes of layer data currently on disk
-  // Bytes of data files dropped from the page cache after they were served (drop_served_pages).
-  uint64_t page_cache_bytes_dropped = 0;
-  uint64_t sealed_layers = 0;   // chunk-mode layers sealed once every chunk was verified
-  uint64_t audited_layers = 0;  // of them, audited against their digest (CacheOptions::audit)
-  uint64_t scrubbed_bytes = 0;  // bytes of sealed layers the scrub read and hashed again
-  uint64_t scrub_failures = 0;  // sealed layers the scrub found changed on disk
-  // Of them, layers renewed: a new, empty data file took the changed one's place and its
-  // chunks are fetched and verified again (the others were dropped: decoded layers, layers
-  // no model registered in this process).
-  uint64_t scrub_repairs = 0;
-  // The cache directory's filesystem can enable fs-verity on a file (probed at Open).
-  bool fs_verity = false;
-};
-
-class BlobCache : public BlobReader, private FlightEngine::Owner {
+class BlobCache : public BlobReader, private FlightEngine::Owner, private LayerScrub::Refetch {
  public:
   // Opens (or creates) the cache in options.dir and starts the fetch threads. `remote` must
   // outlive the cache. One cache per directory at a time: it holds flock on <dir>/lock until
@@ -242,17 +73,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // model_ref), kInternal (I/O).
   absl::Status RegisterLayer(const LayerSpec& spec);
   // Registers the decompressed form of a compressed tar layer for `spec.model_ref` as a layer
-  // of its own, keyed by the digest of the decompressed bytes (docs/cache-format.md, "Decoded
-  // layers"), and returns that digest and size. Blocks until the layer is verified and sealed:
-  // the compressed layer is fetched whole and checked against its digest (whole-layer mode),
-  // decompressed into its own data file (streamed, bounded memory), checked against
-  // `spec.diff_id` when given, then hashed and sealed like a whole-verified layer; the compressed
-  // copy is then unreferenced (evictable). A decoded layer found sealed (by its diff ID, or by
-  // the record of an earlier decode of the same source) is used without any of that. Decoded
-  // layers are never fetched: until the call returns OK nothing of it is served.
-  // Errors: kDataLoss naming the layer (compressed layer failing its digest, a corrupt or
-  // truncated stream, the diffId not matching: both digests), kResourceExhausted (disk full),
-  // kDeadlineExceeded (the compressed fetch stopped making progress), RegisterLayer's errors.
+  // of its own, keyed by the digest of the decompressed bytes, and returns that digest and
+  // size once it is verified and sealed (DecodedLayers::Register says how, and its errors).
   absl::StatusOr<DecodedLayer> RegisterDecodedLayer(const DecodedLayerSpec& spec);
   // Drops `model_ref`'s reference to `digest` / to every layer. Cached data stays until
   // eviction needs the space. Unknown digests or refs are not an error.
@@ -276,12 +98,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // Not for a layer with member files (SetLayerMembers): OpenVerifiedFile serves those.
   int OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) override;
   // Keeps each of `files` of at least options.member_min_bytes in a member file of its own
-  // (layer_members.cc, docs/cache-format.md): bytes already landed move there (the layer
-  // file's copy is freed once no reader holds it) and the layout is journaled. Once set, a
-  // layer's layout stays (a second call with other files is kFailedPrecondition). Errors:
-  // kNotFound, kInvalidArgument (overlapping ranges, or past the layer's end), kDataLoss
-  // (quarantined), kAborted (dropped meanwhile), kResourceExhausted (disk full); on any
-  // error the layer is served from its data file as before.
+  // (LayerMembers::Set says how, and its errors); on any error the layer is served from its
+  // data file as before.
   absl::Status SetLayerMembers(const Digest& digest,
                                const std::vector<std::pair<uint64_t, uint64_t>>& files) override;
   // A read-only fd of the member file holding exactly [offset, offset + length), once every
@@ -309,37 +127,10 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   CacheStats stats() const;
 
   // One scrub pass, on the calling thread (the scrub thread calls it every scrub_interval):
-  // every sealed layer, those never audited first, is read again at background priority and
-  // at most options.scrub_rate bytes a second, each chunk against its expected hash where the
-  // cache has one, and the whole file against the layer digest when the layer was never
-  // audited or has no chunk hashes. A changed file is at once out of service (no new
-  // passthrough open, no byte served from it) and renewed (RenewLayerLocked: refetched into a
-  // new data file and verified, sealed again once complete), logged with its digest and byte
-  // range and counted in scrub_failures and scrub_repairs. A chunk index that matches every
-  // chunk but not the layer digest quarantines the layer instead. Returns the number of layers
-  // scrubbed.
+  // LayerScrub::ScrubOnce says what it checks. Returns the number of layers scrubbed.
   int ScrubOnce();
 
-  // State of one layer, for status output and tests.
-  struct LayerInfo {
-    uint64_t size = 0;
-    uint64_t chunk_count = 0;
-    uint64_t cached_chunks = 0;   // on disk (verified, or recorded by an earlier process)
-    bool whole_verified = false;  // sealed: every chunk verified and on disk
-    bool audited = false;         // chunk mode: the audit matched the layer digest
-    bool quarantined = false;
-    uint64_t readahead_window = 0;
-    int references = 0;
-    // For `modelfs node ls`: bytes of the chunks on disk (verified, or recorded by an earlier
-    // process and not yet re-checked) and of the chunks verified in this process (all of them
-    // once sealed); whether ScrubOnce is reading it now; read-only fds handed out for
-    // passthrough opens (OpenVerifiedBlob, OpenVerifiedFile) since the cache opened.
-    uint64_t cached_bytes = 0;
-    uint64_t verified_bytes = 0;
-    bool scrubbing = false;
-    uint64_t passthrough_opens = 0;
-    std::vector<std::string> models;  // the model_refs holding it, sorted
-  };
+  using LayerInfo = CacheLayerInfo;  // cache_options.h
   // Errors: kNotFound (the cache knows nothing about `digest`).
   absl::StatusOr<LayerInfo> GetLayerInfo(const Digest& digest) const;
   // Every layer in the cache's table (registered, or known from the journal), by digest: one
@@ -351,11 +142,7 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // that a later registration fetches and verifies it afresh. Layers the cache does not know
   // are skipped. Returns what was evicted and the digests left in place because they are in
   // use (referenced, pinned by a reader, or with a job queued).
-  struct EvictResult {
-    uint64_t layers = 0;
-    uint64_t bytes = 0;
-    std::vector<Digest> busy;
-  };
+  using EvictResult = CacheEvictResult;  // cache_options.h
   EvictResult EvictLayers(const std::vector<Digest>& digests);
 
   // The last fetch error of each registry endpoint (EndpointHealth::Errors).
@@ -375,15 +162,8 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   bool disk_full() const;
 
  private:
-  // Per-layer and per-request state, and the lock of each field: cache_layer.h.
   using Layer = CacheLayer;
   using Flight = CacheFlight;
-  static constexpr int kForeground = FetchPriority::kForeground;
-  static constexpr int kReadahead = FetchPriority::kReadahead;
-  static constexpr int kHeader = FetchPriority::kHeader;
-  static constexpr int kFill = FetchPriority::kFill;
-  static constexpr int kBulk = FetchPriority::kBulk;
-  static constexpr int kVerify = FetchPriority::kVerify;
 
   BlobCache(CacheOptions options, RemoteBlobSource* remote);
   absl::Status Init();
@@ -391,18 +171,18 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
   // it) and records this process there.
   absl::Status LockDir();
   absl::Status LoadFromJournal();
-  // Queues local work (checks, journal writes) on the scheduler's "" pool.
-  void SubmitLocalLocked(int priority, std::function<void()> run)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Log(const log::Event& event) const override;
-  void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
-
-  std::shared_ptr<Layer> FindLocked(const Digest& digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The layer if it is registered in this process and referenced; null otherwise (a read or a
-  // prefetch of it fails with NotRegistered).
-  std::shared_ptr<Layer> FindRegisteredLocked(const Digest& digest) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Log(const log::Event& event) const override { LogCacheEvent(options_, event); }
   static absl::Status NotRegistered(const Digest& digest);
+
+  // The read path (blob_cache_read.cc). ReadSpans of the layer registered as `digest`, once
+  // (`used`: the layer read); and again, at most twice more, when that layer was renewed.
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,
+                                                      uint64_t length,
+                                                      std::shared_ptr<Layer>* used);
+  absl::StatusOr<std::vector<BlobSpan>> ReadSpansRenewing(const Digest& digest, uint64_t offset,
+                                                          uint64_t length,
+                                                          std::shared_ptr<Layer>* used);
+  bool Renewed(const Layer& layer) const;
   // Makes chunks [first, last] servable, fetching as needed. Reader must hold a pin.
   // `deadline` bounds the wait; fetches started for it get `fetch_deadline` (later when the
   // wait was shortened by EndpointHealth, so a slow registry's answer still lands).
@@ -411,188 +191,58 @@ class BlobCache : public BlobReader, private FlightEngine::Owner {
       const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last, absl::Time deadline,
       absl::Time fetch_deadline, bool count,
       std::vector<std::pair<uint64_t, std::shared_ptr<const std::string>>>* memory);
-  // Evicts unreferenced, idle layers, least recently used first, until at most `target` bytes
-  // are cached. Returns the layers and bytes evicted.
-  std::pair<uint64_t, uint64_t> EvictUnreferenced(uint64_t target);
   absl::Status EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline);
-  // flights_.ScheduleLocked: flights for the missing chunks in [first, last] (coalesced into
-  // requests of at most `max_request` bytes; 0: options.max_request_bytes), queued.
+  // Re-hashes a chunk recorded by an earlier process; true if it still matches.
+  bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
+  // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
+  // keep_alive ended): chunks now wholly served and on disk leave the page cache.
+  void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
+
+  // The pumps (blob_cache.cc). flights_.ScheduleLocked: flights for the missing chunks in
+  // [first, last] (requests of at most `max_request` bytes; 0: options.max_request_bytes).
   void ScheduleMissingLocked(const std::shared_ptr<Layer>& layer, uint64_t first, uint64_t last,
                              int priority, absl::Time deadline,
                              std::vector<std::shared_ptr<Flight>>* created,
                              uint64_t max_request = 0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  // FlightEngine::Owner: what a flight's end asks of the cache (chunk_landing.cc).
-  void ChunkCachedLocked(Layer& layer, uint64_t bytes) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
+  bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu()) {
+    return flights_.DiskFullLocked();
+  }
+  void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
+  // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
+  void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
+  void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
+  // FlightEngine::Owner and LayerScrub::Refetch: what a flight's end and a renewal ask.
   void DiskFilledLocked(const Layer& layer) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
   bool FlightEndedLocked(const std::shared_ptr<Layer>& layer, bool bulk, bool stream, bool failed,
                          bool stale) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
   void AfterFlight(bool became_full, bool over_budget) override;
-  absl::Time IdleAtLocked() const override;
-  bool DiskFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return flights_.DiskFullLocked();
-  }
-  void AfterChunksLandedLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  // The check of a layer whose chunks are all here (`mode`: the layer's, when it was queued;
-  // it does not change once the layer is registered): in chunk mode, SealVerifiedLayer then
-  // (CacheOptions::audit) AuditLayer; in whole-layer modes, the digest check that makes it
-  // servable at all. `hashed`, when given, is that check already done on the bytes as they
-  // were written (a decoded layer: DecodeAndInstall hashes what it writes), so the file is
-  // not read again.
-  void RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode,
-                      const LayerFileHash* hashed = nullptr);
-  // Flushes a chunk-mode layer whose every chunk is verified and records it sealed, so that it
-  // is served by passthrough from here on and trusted after a restart. False when quarantine
-  // or eviction dropped it meanwhile.
-  bool SealVerifiedLayer(const std::shared_ptr<Layer>& layer);
-  // Rehashes a sealed layer against its digest once reads are idle, at background priority;
-  // a mismatch quarantines it.
-  void AuditLayer(const std::shared_ptr<Layer>& layer);
-  // Records the layer verified whole (with its local index, if any) and sealed, when
-  // `synced` (its flush) is OK and `gen` still holds. Returns the seal recorded; "" when none
-  // was (a failure is logged).
-  std::string RecordSeal(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                         const absl::Status& synced, const std::string& local_index);
-  // Marks a layer verified whole with `seal` ("" : not sealed, so no passthrough); once its
-  // file is `flushed`, returns the byte ranges of its served chunks to drop (DropPages).
-  std::vector<std::pair<uint64_t, uint64_t>> MarkVerifiedLocked(Layer& layer,
-                                                                const std::string& seal,
-                                                                bool flushed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
-  // A reader's reply of bytes [from, to) of the layer's data file has been sent (a span's
-  // keep_alive ended): chunks now wholly served and on disk leave the page cache
-  // (served_pages.h).
-  void OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to);
-  void PumpBulkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Streaming of a layer a reader loads whole: the rest from chunk `from` in parallel segments.
-  void StartStreamLocked(const std::shared_ptr<Layer>& layer, uint64_t from)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  void PumpStreamLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  void Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason);
-  // Quarantine's state change: nothing of the layer is servable or passed through from here
-  // on, its flights are stale (gen), its bytes no longer counted.
-  void WipeLocked(Layer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer.mu);
-  // The scrub found the data file of `layer` (scrubbed at `gen`) changed, as `what` says, in
-  // bytes `bad` ([first, last], logged). A layer registered in this process and fetchable is
-  // renewed; any other is dropped from the table (a later registration or decode starts it over).
-  void OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen, absl::string_view what,
-                      std::pair<uint64_t, uint64_t> bad);
-  // Replaces `old` in the table with a new layer of the same spec, references and registry,
-  // over a new empty data file at the same path (the changed one is unlinked: only fds already
-  // open, a passthrough open among them, still read it). Its chunks are fetched and verified
-  // again as reads and the refetch started here need them, and it is sealed again once
-  // complete. Readers of `old` read again from the new layer (ReadSpansRenewing). When the new
-  // file cannot be created, `old` is dropped from the table. Its file operations (unlink,
-  // create) run under mu_, as RegisterLayer's do.
-  void RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
-                        std::pair<uint64_t, uint64_t> bad)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, old->mu);
-  // ReadSpans of the layer registered as `digest`, once; `used` is the layer read.
-  absl::StatusOr<std::vector<BlobSpan>> ReadSpansOnce(const Digest& digest, uint64_t offset,
-                                                      uint64_t length,
-                                                      std::shared_ptr<Layer>* used);
-  // ReadSpansOnce, again (at most twice more) when the layer it read was renewed meanwhile.
-  absl::StatusOr<std::vector<BlobSpan>> ReadSpansRenewing(const Digest& digest, uint64_t offset,
-                                                          uint64_t length,
-                                                          std::shared_ptr<Layer>* used);
-  bool Renewed(const Layer& layer) const;
-  // The scrub of one sealed layer (ScrubOnce); false when it was found changed.
-  bool ScrubLayer(const std::shared_ptr<Layer>& layer);
-  // Records `layer` audited in the journal, so a restart does not audit it again.
-  void RecordAudited(const std::shared_ptr<Layer>& layer);
-  // After a scrub pass, where the filesystem has fs-verity: the sealed layers of `passed` that
-  // lack it get it (a read-only copy first, ReadOnlyCopyLocked; a layer whose old fd is still
-  // held by a reader is left for the next pass).
-  void ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed);
-  // The scrub thread: ScrubOnce every options.scrub_interval until the cache closes.
-  void ScrubLoop();
-  // Re-hashes a chunk recorded by an earlier process; true if it still matches.
-  bool RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t chunk);
-  // The journal row of a layer, as it stands.
-  static LayerRecord RecordOf(const Layer& layer, bool whole_verified, std::string local_index,
-                              std::string seal) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
+  void RefetchLocked(const std::shared_ptr<Layer>& layer) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
+
+  LayerInfo InfoLocked(const Layer& layer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
 
   const CacheOptions options_;
   RemoteBlobSource* const remote_;
   int lock_fd_ = -1;  // flock on <dir>/lock, held for the cache's life
   Clock* const time_;
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<Digest, std::shared_ptr<Layer>> layers_ ABSL_GUARDED_BY(mu_);
-  int bulk_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(mu_);  // kAll prefetches
-  uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU stamp, seeded from the database
-  absl::Time last_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // a read began or ended
-  int reads_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Stopped (its threads joined) first thing in the destructor.
-  FetchScheduler scheduler_;
-  // Compressed layers being decoded by RegisterDecodedLayer: one decode per source at a time.
-  absl::flat_hash_set<Digest> decoding_ ABSL_GUARDED_BY(mu_);
-  // The decoded layer `digest` for `model_ref` if the cache holds it usable (verified and
-  // sealed, or registered in this process); its size, else nullopt.
-  std::optional<uint64_t> ReuseDecoded(const Digest& digest, const std::string& model_ref);
-  // Decodes `spec.source` into a new data file and installs it, its compressed bytes
-  // streamed from the remote through a CompressedStream (decoded_layer.cc).
-  class CompressedStream;
-  absl::StatusOr<DecodedLayer> DecodeAndInstall(const DecodedLayerSpec& spec);
-
-  // One layout change (SetLayerMembers) at a time. Lock order: members_mu_ before mu_.
-  absl::Mutex members_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // Opens the member files of `layout` for a layer whose data file is `layer_fd` (owned by the
-  // result): created empty (`create`), or existing ones read-only or read-write.
-  absl::StatusOr<std::shared_ptr<LayerSegments>> OpenMembers(const Digest& digest, int layer_fd,
-                                                             const std::vector<LayerMember>& layout,
-                                                             bool create, bool read_only) const;
-  // The layer's local index (whole-layer modes) for its journal row; "" in chunk mode.
-  static std::string LocalIndexOf(const Layer& layer) ABSL_SHARED_LOCKS_REQUIRED(layer.mu);
-
-  // Runs ScrubLoop when options.scrub_interval is set; joined by the destructor.
-  std::thread scrub_thread_;
-  // The layer ScrubOnce is reading now (LayerInfo::scrubbing); nullptr between layers.
-  const Layer* scrubbing_ ABSL_GUARDED_BY(mu_) = nullptr;
-  // LayerInfo of `layer`, with mu_ held.
-  LayerInfo InfoLocked(const Layer& layer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes `layer` out of the table and its bytes out of cached_bytes_ (mu_ held); the caller
-  // then calls FinishEvict with what it returns, without the lock.
-  uint64_t UnlinkLocked(const std::shared_ptr<Layer>& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishEvict(const std::shared_ptr<Layer>& layer, uint64_t bytes, absl::string_view why);
-  bool fs_verity_ = false;  // set by Init, before any other thread runs
-  VerityOps* const verity_;
-  // Whether the fs-verity digest of the open data file `fd` of `digest` is `recorded` (true when
-  // none was recorded); a difference is logged.
-  bool VerityHolds(const Digest& digest, const LayerSegments& files,
-                   const std::string& recorded) const;
-  // The fs-verity digests of a layer's files as recorded in the `verity` column: the data
-  // file's, then ";<offset>=<digest>" per member file ("" for a file without fs-verity).
-  std::string MeasureFiles(const LayerSegments& files) const;
-  // Enables fs-verity on the layer's member files, then on its data file (reads them all: not
-  // under mu_). True when any file got it (its seal changed); failures other than a busy file
-  // are logged.
-  bool EnableVerityOnFiles(const Layer& layer);
-  // Enables fs-verity on the data files of `layers` (sealed, trusted, open read-only and by no
-  // writer) and records each digest with the new seal. Runs in Init, without mu_ held.
-  void ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers);
-  // For fs-verity on a layer sealed in this process, whose fd is open for writing: puts in the
-  // table, in `layer`'s place, a copy of its state over a new read-only fd (readers of
-  // `layer` finish with it). Null when `layer` is not sealed, current and idle, or the file
-  // cannot be opened. The file is opened under mu_, as RegisterLayer's is.
-  std::shared_ptr<Layer> ReadOnlyCopyLocked(const std::shared_ptr<Layer>& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
-  // Per-registry read deadlines after a timeout (endpoint_health.h). A leaf: its own mutex.
-  EndpointHealth health_;
-
+  LayerTable table_;
+  int bulk_in_flight_ ABSL_GUARDED_BY(table_.mu()) = 0;
+  std::deque<std::shared_ptr<Layer>> bulk_layers_ ABSL_GUARDED_BY(table_.mu());  // kAll prefetch
+  FetchScheduler scheduler_;  // stopped (its threads joined) first thing in the destructor
+  EndpointHealth health_;     // per-registry read deadlines after a timeout
   const LayerStore store_;
   ChunkJournal journal_;
-
   mutable CacheCounters counters_;
-  // The fetch side: flights, landing, persistence (flight_engine.h). Last: it refers to the
-  // members above.
+  // The parts, after what they refer to.
   FlightEngine flights_;
+  LayerAudit audit_;
+  LayerScrub scrub_;
+  LayerMembers members_;
+  DecodedLayers decoded_;
+  LayerEviction eviction_;
 };
 
 }  // namespace modelfs

@@ -11,6 +11,7 @@
 #include "core/base/backoff.h"
 #include "core/cache/blob_cache.h"
 #include "core/cache/fetch_planner.h"
+#include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 #include "core/status/status_macros.h"
 
@@ -28,14 +29,12 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   ChunkDigestAlgorithm algorithm;
   uint64_t len;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->state[c] != ChunkState::kRecorded) return true;
     len = layer->ChunkLen(c);
     if (layer->expected.size() != layer->count()) {
       layer->state[c] = ChunkState::kMissing;
-      layer->cached_bytes -= len;
-      cached_bytes_ -= len;
+      table_.RemoveLayerBytes(*layer, len);
       return false;
     }
     want = layer->expected[c];
@@ -45,17 +44,15 @@ bool BlobCache::RecheckRecorded(const std::shared_ptr<Layer>& layer, uint64_t c)
   const uint64_t off = c * layer->chunk_size;
   absl::Status io = layer->Segments()->ReadFull(store_, layer->digest, buf.data(), len, off);
   const bool ok = io.ok() && HashChunkBytes(algorithm, buf) == want;
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
+  LayerLock lock(table_, *layer);
   if (layer->state[c] != ChunkState::kRecorded) return ok;
   if (ok) {
     layer->state[c] = ChunkState::kVerified;
-    AfterChunksLandedLocked(layer);
+    audit_.AfterChunksLandedLocked(layer);
   } else {
     counters_.verification_failures++;
     layer->state[c] = ChunkState::kMissing;
-    layer->cached_bytes -= len;
-    cached_bytes_ -= len;
+    table_.RemoveLayerBytes(*layer, len);
     Log(log::Warn("cache", "cached chunk failed re-verification; refetching")
             .Field("digest", layer->digest.str())
             .Range(off, off + len - 1)
@@ -76,8 +73,7 @@ absl::Status BlobCache::EnsureChunks(
     std::vector<uint64_t> recheck;
     memory->clear();
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       if (layer->quarantined) {
         return absl::DataLossError(
             absl::StrCat("layer ", layer->digest.str(), " is quarantined (failed verification)"));
@@ -117,12 +113,13 @@ absl::Status BlobCache::EnsureChunks(
           }
           uint64_t run_end = c;
           while (run_end < last && !from_flights.contains(run_end + 1)) ++run_end;
-          ScheduleMissingLocked(layer, c, run_end, kForeground, fetch_deadline, &waits);
+          ScheduleMissingLocked(layer, c, run_end, FetchPriority::kForeground, fetch_deadline,
+                                &waits);
           c = run_end + 1;
         }
         for (const auto& w : waits) {
-          LayerGuard held_w(*w->layer, Held(mu_));
-          flights_.Promote(*w, kForeground);
+          LayerGuard held_w(*w->layer, Held(table_));
+          flights_.Promote(*w, FetchPriority::kForeground);
           w->deadline = std::max(w->deadline, fetch_deadline);
         }
       }
@@ -133,25 +130,24 @@ absl::Status BlobCache::EnsureChunks(
     }
     if (waits.empty()) return absl::OkStatus();
 
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     // A flight's chunks land one by one: wait only for the ones this read needs.
-    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu) {
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu) {
       if (layer->quarantined) return true;
       for (const auto& w : waits) {
-        LayerGuard held_w(*w->layer, Held(mu_));
+        LayerGuard held_w(*w->layer, Held(table_));
         if (!w->done && w->first + w->landed <= std::min(last, w->last)) return false;
       }
       return true;
     };
-    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&done), deadline)) {
+    if (!time_->AwaitWithDeadline(table_.mu(), absl::Condition(&done), deadline)) {
       return absl::DeadlineExceededError(
           absl::StrCat("reading layer ", layer->digest.str(), " chunks ", first, "..", last,
                        ": not fetched within the read deadline of ",
                        absl::FormatDuration(options_.read_deadline)));
     }
     for (const auto& w : waits) {
-      LayerGuard held_w(*w->layer, Held(mu_));
+      LayerGuard held_w(*w->layer, Held(table_));
       for (const auto& [c, bytes] : w->memory) {
         if (c >= first && c <= last) from_flights[c] = bytes;
       }
@@ -175,8 +171,7 @@ absl::Status BlobCache::EnsureChunks(
 }
 
 absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
+  LayerLock lock(table_, *layer);
   while (true) {
     if (layer->quarantined) {
       return absl::DataLossError(absl::StrCat("layer ", layer->digest.str(),
@@ -184,15 +179,15 @@ absl::Status BlobCache::EnsureWholeLayer(const std::shared_ptr<Layer>& layer, ab
     }
     if (layer->whole_verified) return absl::OkStatus();
     if (layer->count() > 0) {
-      ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+      ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
                             time_->Now() + options_.background_deadline, nullptr);
     }
-    AfterChunksLandedLocked(layer);
+    audit_.AfterChunksLandedLocked(layer);
     const uint64_t epoch = layer->fill_epoch;
-    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_, layer->mu) {
+    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(table_.mu(), layer->mu) {
       return layer->quarantined || layer->whole_verified || layer->fill_epoch != epoch;
     };
-    if (!time_->AwaitWithDeadline(mu_, absl::Condition(&changed), deadline)) {
+    if (!time_->AwaitWithDeadline(table_.mu(), absl::Condition(&changed), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "reading layer ", layer->digest.str(), ": whole-layer fetch and verification (",
           layer->size, " bytes) not done within the read deadline of ",
@@ -236,8 +231,7 @@ absl::StatusOr<std::string> BlobCache::Read(const Digest& digest, uint64_t offse
 }
 
 bool BlobCache::Renewed(const Layer& layer) const {
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(layer, Held(mu_));
+  LayerLock lock(table_, layer);
   return layer.renewed;
 }
 
@@ -261,10 +255,10 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansRenewing(const Digest&
 }
 
 bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) {
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<Layer> layer = FindLocked(digest);
+  TableLock lock(table_);
+  std::shared_ptr<Layer> layer = table_.Find(digest);
   if (!layer) return true;  // fails at once
-  LayerGuard held(*layer, Held(mu_));
+  LayerGuard held(*layer, Held(table_));
   if (!layer->has_spec || layer->quarantined) return true;
   if (offset >= layer->size || length == 0) return true;
   if (layer->mode == VerifyMode::kWholeLayer && !layer->whole_verified) return false;
@@ -277,10 +271,10 @@ bool BlobCache::IsReady(const Digest& digest, uint64_t offset, uint64_t length) 
 
 int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t length) {
   {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
+    TableLock lock(table_);
+    std::shared_ptr<Layer> layer = table_.Find(digest);
     if (!layer) return -1;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined || !layer->whole_verified ||
         layer->seal.empty() || offset != 0 || length != layer->size ||
         layer->Segments()->has_members()) {
@@ -289,7 +283,7 @@ int BlobCache::OpenVerifiedBlob(const Digest& digest, uint64_t offset, uint64_t 
     for (ChunkState s : layer->state) {
       if (s != ChunkState::kVerified) return -1;
     }
-    layer->last_used = ++clock_;
+    layer->last_used = table_.Stamp();
     layer->passthrough_opens++;
   }
   // A new open file description, read-only: whoever holds it can never write the cache.
@@ -306,19 +300,18 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   std::string endpoint;
   VerifyMode mode;  // fixed once the layer is registered (has_spec)
   {
-    absl::MutexLock lock(&mu_);
-    layer = FindRegisteredLocked(digest);
+    TableLock lock(table_);
+    layer = table_.FindRegistered(digest);
     if (!layer) return NotRegistered(digest);
     *used = layer;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
     }
     layer->pins++;
-    layer->last_used = ++clock_;
-    last_read_ = start;
-    reads_in_progress_++;
+    layer->last_used = table_.Stamp();
+    table_.ReadBegins(start);
     endpoint = layer->endpoint;
     mode = layer->mode;
   }
@@ -327,11 +320,9 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
     BlobCache* cache;
     Layer* layer;
     ~Unpin() {
-      absl::MutexLock lock(&cache->mu_);
-      LayerGuard held(*layer, Held(cache->mu_));
+      LayerLock lock(cache->table_, *layer);
       layer->pins--;
-      cache->reads_in_progress_--;
-      cache->last_read_ = cache->time_->Now();
+      cache->table_.ReadEnds(cache->time_->Now());
     }
   } unpin{this, layer.get()};
 
@@ -345,8 +336,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   if (mode == VerifyMode::kWholeLayer) {
     bool verified;
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       verified = layer->whole_verified;
       (verified ? counters_.chunk_hits : counters_.chunk_misses) += last - first + 1;
     }
@@ -356,8 +346,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
     }
   } else {
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       if (layer->mode == VerifyMode::kChunk) {
         UpdateReadahead(*layer, options_, offset, end);
         // A reader that has streamed stream_after bytes in a row will read the rest: fetch
@@ -376,14 +365,16 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
         }
         if (layer->window > 0 && layer->run_end < layer->size && !DiskFullLocked()) {
           const uint64_t ra_end = std::min(layer->size, layer->run_end + layer->window);
-          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs, kReadahead,
+          ScheduleMissingLocked(layer, layer->run_end / cs, (ra_end - 1) / cs,
+                                FetchPriority::kReadahead,
                                 time_->Now() + options_.background_deadline, nullptr);
         }
       } else if (!layer->whole_verified && layer->count() > 0) {
         // kInsecureStream: serve what is fetched, but still fetch and check everything. The
         // reader's own chunks go first, in their own request.
-        ScheduleMissingLocked(layer, first, last, kForeground, fetch_deadline, nullptr);
-        ScheduleMissingLocked(layer, 0, layer->count() - 1, kFill,
+        ScheduleMissingLocked(layer, first, last, FetchPriority::kForeground, fetch_deadline,
+                              nullptr);
+        ScheduleMissingLocked(layer, 0, layer->count() - 1, FetchPriority::kFill,
                               time_->Now() + options_.background_deadline, nullptr);
       }
     }
@@ -458,8 +449,7 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
     }
   }
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined) {
       return absl::DataLossError(
           absl::StrCat("layer ", digest.str(), " is quarantined (failed verification)"));
@@ -495,6 +485,20 @@ absl::StatusOr<std::vector<BlobSpan>> BlobCache::ReadSpansOnce(const Digest& dig
   }
   counters_.bytes_served += end - offset;
   return spans;
+}
+
+void BlobCache::OnServed(const std::shared_ptr<Layer>& layer, uint64_t from, uint64_t to) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    LayerLock lock(table_, *layer);
+    if (layer->quarantined || from >= to || to > layer->size) return;
+    const std::vector<uint64_t> whole = CountServed(*layer, from, to);
+    if (!whole.empty()) {
+      ranges = TakeServedDrops(*layer, whole, options_.drop_served_pages,
+                               counters_.page_cache_bytes_dropped);
+    }
+  }
+  if (!ranges.empty()) DropPages(*layer, ranges);
 }
 
 }  // namespace modelfs

@@ -1,19 +1,11 @@
-// The state BlobCache keeps per layer (CacheLayer) and per range request (CacheFlight), with
-// the lock that guards each field.
-//
-// One mutex guards the mutable state of every layer: BlobCache::mu_, which each layer refers to
-// as `mu`. One lock for the whole table, not one per layer, so that a read, a landing chunk,
-// eviction and the disk-full switch all see one consistent state. The thread-safety analysis
-// cannot see that `layer->mu` and the cache's `mu_` are the same mutex, so code that holds
-// `mu_` opens a LayerGuard for each layer (or flight's layer) it touches; the analysis then
-// checks every access.
-// Fields without ABSL_GUARDED_BY say why they need no lock.
+// The state the cache keeps per layer (CacheLayer) and per range request (CacheFlight), with
+// the lock that guards each field: the table's mutex (layer_table.h states the rule), which each
+// layer refers to as `mu`. Fields without ABSL_GUARDED_BY say why they need no lock.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,18 +21,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_segments.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
 namespace modelfs {
-
-enum class VerifyMode {
-  kChunk,           // needs LayerSpec::index
-  kWholeLayer,      // default when no chunk index exists
-  kInsecureStream,  // serve unverified bytes: explicit opt-in only
-};
 
 // kInMemory: verified, but the data file could not take it (disk full); the bytes are held
 // in CacheLayer::in_memory until memory_fallback_bytes pushes them out.
@@ -49,7 +36,8 @@ enum class ChunkState : uint8_t { kMissing, kInFlight, kPresent, kRecorded, kVer
 struct CacheFlight;
 
 struct CacheLayer {
-  // `table_mu` is the cache's mutex; `fd` (the data file) is closed with the layer.
+  // Made by LayerTable::NewLayer: `table_mu` is the table's mutex. `fd` (the data file) is
+  // closed with the layer.
   CacheLayer(absl::Mutex& table_mu, Digest digest_in, uint64_t size_in, uint64_t chunk_size_in,
              int fd_in)
       : mu(table_mu),
@@ -65,7 +53,7 @@ struct CacheLayer {
     if (fd >= 0) close(fd);
   }
 
-  // The cache's mutex (BlobCache::mu_), which guards the fields marked with it.
+  // The table's mutex (LayerTable::mu), which guards the fields marked with it.
   absl::Mutex& mu;
 
   // Fixed at construction, before the layer is in the cache's table, and read without the lock:
@@ -96,20 +84,20 @@ struct CacheLayer {
   // the file without re-hashing it; "" otherwise.
   std::string seal ABSL_GUARDED_BY(mu);
   // The data file's fs-verity digest, recorded with the seal once fs-verity was enabled on it
-  // (BlobCache::ProtectSealed); "" when it has none.
+  // (LayerScrub::ProtectSealed); "" when it has none.
   std::string verity ABSL_GUARDED_BY(mu);
   bool whole_verify_scheduled ABSL_GUARDED_BY(mu) = false;
   // The audit (CacheOptions::audit) found the layer digest in this process.
   bool audited ABSL_GUARDED_BY(mu) = false;
   bool quarantined ABSL_GUARDED_BY(mu) = false;
   // Quarantined because a new CacheLayer, with a new empty data file, took its place in the
-  // table (a scrub finding, BlobCache::RenewLayerLocked): a reader of this one reads again
+  // table (a scrub finding, LayerScrub::RenewLayerLocked): a reader of this one reads again
   // through the table.
   bool renewed ABSL_GUARDED_BY(mu) = false;
   // The decompressed form of a compressed tar layer (RegisterDecodedLayer): no registry
   // serves its digest, so it cannot be refetched, only decoded again.
   bool decoded ABSL_GUARDED_BY(mu) = false;
-  // `fd` is read-only (a sealed file, opened so at Open or by BlobCache::ReadOnlyCopyLocked):
+  // `fd` is read-only (a sealed file, opened so at Open or by LayerScrub::ReadOnlyCopyLocked):
   // fs-verity may be enabled on the file once no other entry holds it open for writing.
   bool read_only ABSL_GUARDED_BY(mu) = false;
   uint64_t fill_epoch ABSL_GUARDED_BY(mu) = 0;  // bumped when a whole-layer fill request fails
@@ -158,7 +146,7 @@ struct CacheLayer {
   std::vector<bool> durable ABSL_GUARDED_BY(mu);
   std::vector<bool> dropped ABSL_GUARDED_BY(mu);
 
-  // BlobCache::SetLayerMembers is copying the landed chunks into member files: chunks that
+  // LayerMembers::Set (SetLayerMembers) is copying the landed chunks into member files: chunks that
   // land meanwhile (into the old layout) are listed here, to be copied too.
   bool moving ABSL_GUARDED_BY(mu) = false;
   std::vector<uint64_t> moved_dirty ABSL_GUARDED_BY(mu);
@@ -193,42 +181,6 @@ struct CacheLayer {
  private:
   mutable absl::Mutex segments_mu_;
   std::shared_ptr<const LayerSegments> segments_ ABSL_GUARDED_BY(segments_mu_);
-};
-
-// The cache's mutex `mu`, when the caller holds it: the second argument of a LayerGuard.
-inline const absl::Mutex& Held(const absl::Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  return mu;
-}
-
-// Within a scope that holds the cache's mutex, lets the thread-safety analysis check the
-// accesses to `layer`'s fields: the layer's `mu` is that mutex, which the analysis cannot see
-// through the reference. Written `LayerGuard g(*layer, Held(mu_))`, so that the analysis also
-// checks that mu_ is held. Costs nothing at run time (debug builds check it is the same mutex).
-class ABSL_SCOPED_LOCKABLE LayerGuard {
- public:
-  LayerGuard(const CacheLayer& layer, const absl::Mutex& held)
-      ABSL_EXCLUSIVE_LOCK_FUNCTION(layer.mu) {
-    assert(&layer.mu == &held);
-    (void)layer;
-    (void)held;
-  }
-  LayerGuard(const LayerGuard&) = delete;
-  LayerGuard& operator=(const LayerGuard&) = delete;
-  ~LayerGuard() ABSL_UNLOCK_FUNCTION() {}
-};
-
-// The same for a reference to the cache's mutex other than a layer's (FlightEngine's `mu_`):
-// `TableGuard g(mu_, Held(layer->mu))` where the caller holds it through a layer.
-class ABSL_SCOPED_LOCKABLE TableGuard {
- public:
-  TableGuard(const absl::Mutex& mine, const absl::Mutex& held) ABSL_EXCLUSIVE_LOCK_FUNCTION(mine) {
-    assert(&mine == &held);
-    (void)mine;
-    (void)held;
-  }
-  TableGuard(const TableGuard&) = delete;
-  TableGuard& operator=(const TableGuard&) = delete;
-  ~TableGuard() ABSL_UNLOCK_FUNCTION() {}
 };
 
 // One range request: chunks [first, last] of a layer, fetched by one FlightEngine::RunFlight.

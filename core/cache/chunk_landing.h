@@ -1,9 +1,9 @@
 // Landing chunks: a fetched chunk is put together from the pieces of a range response and
 // hashed as they arrive (ChunkAssembler), checked against its expected hash, written whole to
 // the layer's data file, or, when the disk is full, held in memory (MemoryFallback), and marked
-// verified; when every chunk of a layer has landed the layer is flushed and sealed. The steps
-// that need the cache's state are BlobCache's, in chunk_landing.cc; the two self-contained
-// ones are here.
+// verified; when every chunk of a layer has landed the layer is flushed and sealed. The flights
+// are FlightEngine's (flight_engine.h), the seal the checks' (layer_audit.h); the two
+// self-contained steps are here.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/base/buffer_pool.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/layer_table.h"
 #include "core/oci/chunk_hash.h"
 #include "core/oci/digest.h"
 
@@ -88,15 +89,15 @@ class ChunkAssembler {
 
 // While the cache disk is full, verified chunks are served from memory instead of the data
 // file; this holds them, oldest first, within a budget (CacheOptions::memory_fallback_bytes).
-// BlobCache keeps one, under its mutex.
+// The flight engine keeps one, under the table's mutex.
 class MemoryFallback {
  public:
   // Keeps `bytes` as chunk `chunk` of `layer` (state kInMemory), dropping the oldest chunks of
   // any layer beyond `budget` bytes (those go back to kMissing). Readers that got a chunk hold
   // their own reference, so dropping one is always safe.
-  void Keep(const std::shared_ptr<CacheLayer>& layer, uint64_t chunk,
+  void Keep(const LayerTable& table, const std::shared_ptr<CacheLayer>& layer, uint64_t chunk,
             std::shared_ptr<const std::string> bytes, uint64_t budget)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu(), layer->mu);
   // Lets go of every chunk of `layer` (quarantined or evicted).
   void Drop(CacheLayer& layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu);
 

@@ -1,6 +1,8 @@
-// BlobCache's decoded layers: a compressed tar layer served as the layer of its decompressed
-// bytes, keyed by their digest, with its own data file, verified and sealed before it is
-// registered (docs/cache-format.md, "Decoded layers").
+// DecodedLayers (decoded_layer.h): a compressed tar layer served as the layer of its
+// decompressed bytes, keyed by their digest, with its own data file, verified and sealed before
+// it is registered (docs/cache-format.md, "Decoded layers").
+#include "core/cache/decoded_layer.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +21,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
-#include "core/cache/blob_cache.h"
 #include "core/cache/verifier.h"
 #include "core/oci/modelpack.h"
 #include "core/oci/tar.h"
@@ -305,9 +306,9 @@ class TarSplitWriter {
 // before the end of the stream is reported: the decoder reaches the end (and DecodeLayer its
 // OK) only when every compressed byte was right. A transient error resumes at the byte
 // reached, for as long as the stream makes progress within the read deadline.
-class BlobCache::CompressedStream {
+class DecodedLayers::CompressedStream {
  public:
-  CompressedStream(BlobCache& cache, const DecodedLayerSpec& spec)
+  CompressedStream(DecodedLayers& cache, const DecodedLayerSpec& spec)
       : cache_(cache), spec_(spec), thread_([this] { queue_.Close(Fetch()); }) {}
   // Stops the fetch (at its next piece, or the request's deadline) and waits for it.
   ~CompressedStream() {
@@ -377,20 +378,20 @@ class BlobCache::CompressedStream {
     return absl::OkStatus();
   }
 
-  BlobCache& cache_;
+  DecodedLayers& cache_;
   const DecodedLayerSpec spec_;
   PieceQueue queue_;
   std::thread thread_;  // last: starts once the rest is built
 };
 
-std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
-                                                const std::string& model_ref) {
+std::optional<uint64_t> DecodedLayers::ReuseDecoded(const Digest& digest,
+                                                    const std::string& model_ref) {
   uint64_t size = 0;
   {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
+    TableLock lock(table_);
+    std::shared_ptr<CacheLayer> layer = table_.Find(digest);
     if (!layer) return std::nullopt;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (layer->quarantined) return std::nullopt;
     // Registered in this process (the same bytes as another model's .tar layer, or a decode
     // done earlier): it serves verified bytes in its own mode. Known from an earlier process:
@@ -406,32 +407,32 @@ std::optional<uint64_t> BlobCache::ReuseDecoded(const Digest& digest,
   spec.size = size;
   spec.mode = VerifyMode::kWholeLayer;
   spec.model_ref = model_ref;
-  if (!RegisterLayer(spec).ok()) return std::nullopt;
-  absl::MutexLock lock(&mu_);
-  if (std::shared_ptr<Layer> layer = FindLocked(digest)) {
-    LayerGuard held(*layer, Held(mu_));
+  if (!register_layer_(spec).ok()) return std::nullopt;
+  TableLock lock(table_);
+  if (std::shared_ptr<CacheLayer> layer = table_.Find(digest)) {
+    LayerGuard held(*layer, Held(table_));
     layer->decoded = true;  // a scrub finding drops it instead of fetching it
   }
   return size;
 }
 
-absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerSpec& spec) {
+absl::StatusOr<DecodedLayer> DecodedLayers::Register(const DecodedLayerSpec& spec) {
   if (spec.model_ref.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cache: layer ", spec.source.str(), " registered without a model_ref"));
   }
   // One decode per source at a time; a second caller then finds the first one's result.
   {
-    absl::MutexLock lock(&mu_);
-    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return stopping_ || !decoding_.contains(spec.source);
+    TableLock lock(table_);
+    auto idle = [&]() ABSL_SHARED_LOCKS_REQUIRED(table_.mu()) {
+      return table_.closing() || !decoding_.contains(spec.source);
     };
-    mu_.Await(absl::Condition(&idle));
-    if (stopping_) return absl::CancelledError("cache: closing");
+    table_.mu().Await(absl::Condition(&idle));
+    if (table_.closing()) return absl::CancelledError("cache: closing");
     decoding_.insert(spec.source);
   }
   absl::Cleanup done = [&] {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     decoding_.erase(spec.source);
   };
   std::optional<Digest> known = spec.diff_id;
@@ -447,17 +448,17 @@ absl::StatusOr<DecodedLayer> BlobCache::RegisterDecodedLayer(const DecodedLayerS
   return DecodeAndInstall(spec);
 }
 
-absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec& spec) {
+absl::StatusOr<DecodedLayer> DecodedLayers::DecodeAndInstall(const DecodedLayerSpec& spec) {
   const std::string name = absl::StrCat("layer ", spec.source.str());
   // 1. The compressed bytes: streamed from the remote into the decoder as they arrive, and
   // checked against the layer digest when the last one is in (CompressedStream). Nothing
   // decoded is installed before both that check and DecodeLayer's diffId check pass. A
   // compressed copy this cache holds already, whole and verified, is read instead.
-  std::shared_ptr<Layer> local;
+  std::shared_ptr<CacheLayer> local;
   {
-    absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<Layer> l = FindLocked(spec.source)) {
-      LayerGuard held(*l, Held(mu_));
+    TableLock lock(table_);
+    if (std::shared_ptr<CacheLayer> l = table_.Find(spec.source)) {
+      LayerGuard held(*l, Held(table_));
       if (l->whole_verified && !l->quarantined && l->size == spec.source_size) local = l;
     }
   }
@@ -574,19 +575,17 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
     journal_.RecordDecoded(spec.source.str(), decoded->digest.str()).IgnoreError();
     return DecodedLayer{decoded->digest, *size};
   }
-  std::shared_ptr<Layer> layer;
+  std::shared_ptr<CacheLayer> layer;
   {
-    absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<Layer> old = FindLocked(decoded->digest)) {
-      LayerGuard held(*old, Held(mu_));
+    TableLock lock(table_);
+    if (std::shared_ptr<CacheLayer> old = table_.Find(decoded->digest)) {
+      LayerGuard held(*old, Held(table_));
       if (old->has_spec || old->pins > 0 || old->jobs > 0) {
         return absl::FailedPreconditionError(absl::StrCat(
             name, ": its decompressed layer ", decoded->digest.str(), " is in use and unusable"));
       }
       // A partial or unsealed copy from an earlier process: replaced.
-      old->gen++;
-      cached_bytes_ -= old->cached_bytes;
-      layers_.erase(decoded->digest);
+      table_.Unlink(*old);
       journal_.Forget(decoded->digest.str());
     }
     if (rename(tmp.c_str(), store_.PathOf(decoded->digest).c_str()) != 0) {
@@ -599,8 +598,7 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
       return absl::InternalError(
           absl::StrCat(store_.PathOf(decoded->digest), ": cannot reopen: ", strerror(errno)));
     }
-    layer =
-        std::make_shared<Layer>(mu_, decoded->digest, decoded->size, options_.whole_chunk_size, fd);
+    layer = table_.NewLayer(decoded->digest, decoded->size, options_.whole_chunk_size, fd);
     if (!members.empty()) {
       // The split files go under the decoded digest (those of a copy replaced above go first).
       store_.RemoveMembers(decoded->digest);
@@ -619,30 +617,28 @@ absl::StatusOr<DecodedLayer> BlobCache::DecodeAndInstall(const DecodedLayerSpec&
         Log(log::Warn("cache", s.message()));
       }
     }
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     layer->mode = VerifyMode::kWholeLayer;
     layer->has_spec = true;
     layer->decoded = true;
     layer->refs.insert(spec.model_ref);
-    layer->last_used = ++clock_;
+    layer->last_used = table_.Stamp();
     // Present, not verified: nothing is served before RunWholeVerify below marks it.
     layer->ResetChunks(ChunkState::kPresent);
-    layer->cached_bytes = layer->size;
-    cached_bytes_ += layer->size;
+    table_.AddLayerBytes(*layer, layer->size);
     layer->whole_verify_scheduled = true;
     layer->jobs++;
     if (absl::Status s = journal_.UpsertLayer(RecordOf(*layer, false, "", "")); !s.ok()) {
       Log(log::Warn("cache", s.message()));
     }
-    layers_[layer->digest] = layer;
+    table_.Put(layer);
   }
   // The whole-layer check of the file as written (it also computes the local index later
   // re-checks use), then the flush, the records and the seal. A mismatch quarantines it.
   hashed.digest = decoded->digest;
-  RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
+  audit_.RunWholeVerify(layer, VerifyMode::kWholeLayer, &hashed);
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (!layer->whole_verified || layer->quarantined) {
       return absl::DataLossError(absl::StrCat(name, ": its decompressed layer ",
                                               decoded->digest.str(),

@@ -11,8 +11,8 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
-#include "core/cache/blob_cache.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/cache_options.h"
 
 namespace modelfs {
 

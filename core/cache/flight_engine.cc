@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/backoff.h"
-#include "core/cache/blob_cache.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/fetch_planner.h"
 #include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
@@ -43,7 +43,8 @@ void FlightEngine::ScheduleLocked(const std::shared_ptr<CacheLayer>& layer, uint
     c = MissingRunEnd(*layer, start, last, max_request);
     auto f = std::make_shared<CacheFlight>();
     f->layer = layer;
-    LayerGuard held_f(*f->layer, Held(layer->mu));
+    TableGuard g(table_, Held(*layer));
+    LayerGuard held_f(*f->layer, Held(table_));
     f->first = start;
     f->last = c - 1;
     f->gen = layer->gen.load();
@@ -58,7 +59,7 @@ void FlightEngine::ScheduleLocked(const std::shared_ptr<CacheLayer>& layer, uint
     // A flight the cache's end drops fails its waiters (none should be left by then).
     f->ticket = scheduler_.Submit(
         f->endpoint, priority, [this, f] { RunFlight(f); },
-        [f]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run by the destructor, under mu_
+        [f]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run by the destructor, under the lock
           f->done = true;
           f->chunk_status.assign(f->last - f->first + 1,
                                  absl::AbortedError("cache is shutting down"));
@@ -128,9 +129,8 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
   // Verified chunks are served from the page cache at once; their fdatasync and record are
   // batched by PersistPending. Chunks of an unverified whole-layer fill are recorded only after
   // the layer digest matches (RunWholeVerify).
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
-  LayerGuard held_f(*f->layer, Held(mu_));
+  LayerLock lock(table_, *layer);
+  LayerGuard held_f(*f->layer, Held(table_));
   if (w->disk_full && !disk_full_) {
     // Said at once, not when the flight ends: readers may already be served.
     disk_full_ = w->became_full = true;
@@ -154,7 +154,7 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
         absl::StrCat("layer ", layer->digest.str(), " was quarantined or evicted"));
   } else if (memory) {
     f->memory.emplace_back(c, memory);
-    memory_.Keep(layer, c, std::move(memory), options_.memory_fallback_bytes);
+    memory_.Keep(table_, layer, c, std::move(memory), options_.memory_fallback_bytes);
   } else if (cst.ok()) {
     // Landed in the old layout while SetLayerMembers copies: it copies this one too.
     if (layer->moving) layer->moved_dirty.push_back(c);
@@ -162,7 +162,7 @@ absl::Status FlightEngine::LandChunk(const std::shared_ptr<CacheFlight>& f, uint
     layer->served[c] = 0;
     layer->durable[c] = false;  // dirty until PersistPending's fdatasync
     layer->dropped[c] = false;
-    owner_.ChunkCachedLocked(*layer, len);
+    table_.AddLayerBytes(*layer, len);
   } else {
     layer->state[c] = ChunkState::kMissing;
     if (!f->failed) {
@@ -183,8 +183,7 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
   std::vector<std::array<uint8_t, 32>> expected;
   ChunkDigestAlgorithm algorithm;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (!layer->expected.empty()) {
       expected.assign(layer->expected.begin() + f->first, layer->expected.begin() + f->last + 1);
     }
@@ -202,8 +201,8 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
     const std::string range = absl::StrCat(layer->digest.str(), " bytes [", offset, ", ", end, ")");
     absl::Time deadline;
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held_f(*f->layer, Held(mu_));
+      TableLock lock(table_);
+      LayerGuard held_f(*f->layer, Held(table_));
       deadline = f->deadline;
     }
     if (layer->gen.load() != f->gen) {
@@ -271,9 +270,8 @@ void FlightEngine::RunFlight(const std::shared_ptr<CacheFlight>& f) {
   bool over_budget = false;
   bool became_full = false;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    LayerGuard held_f(*f->layer, Held(mu_));
+    LayerLock lock(table_, *layer);
+    LayerGuard held_f(*f->layer, Held(table_));
     const bool stale = layer->gen.load() != f->gen;
     // The chunks the stream never delivered fail with its error.
     for (uint64_t i = next; i < n; ++i) {
@@ -323,10 +321,10 @@ void FlightEngine::AwaitPersistLocked() {
   const absl::Duration poll = std::max(options_.verify_when_idle, absl::Milliseconds(100));
   while (!stopping_.load(std::memory_order_relaxed)) {
     const absl::Time now = time_->Now();
-    const absl::Time idle_at = owner_.IdleAtLocked();
+    const absl::Time idle_at = table_.IdleAt(options_.verify_when_idle);
     if (now >= until || now >= idle_at) return;
     time_->AwaitWithDeadline(
-        mu_,
+        table_.mu(),
         absl::Condition(
             +[](std::atomic<bool>* s) { return s->load(std::memory_order_relaxed); }, &stopping_),
         std::min({until, idle_at, now + poll}));
@@ -336,7 +334,7 @@ void FlightEngine::AwaitPersistLocked() {
 void FlightEngine::PersistPending() {
   std::vector<PendingPersist> batch;
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     AwaitPersistLocked();
     batch.swap(persist_pending_);
     persist_scheduled_ = false;
@@ -363,10 +361,10 @@ void FlightEngine::PersistPending() {
   }
   std::vector<std::pair<const PendingPersist*, std::vector<std::pair<uint64_t, uint64_t>>>> drops;
   {
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     for (const PendingPersist& p : batch) {
       if (synced[p.layer.get()].ok() && p.layer->gen.load() == p.gen) {
-        LayerGuard held(*p.layer, Held(mu_));
+        LayerGuard held(*p.layer, Held(table_));
         auto ranges = TakeServedDrops(*p.layer, p.chunks, options_.drop_served_pages,
                                       counters_.page_cache_bytes_dropped);
         if (!ranges.empty()) drops.emplace_back(&p, std::move(ranges));
@@ -374,15 +372,15 @@ void FlightEngine::PersistPending() {
     }
   }
   for (const auto& [p, ranges] : drops) DropPages(*p->layer, ranges);
-  absl::MutexLock lock(&mu_);
+  TableLock lock(table_);
   for (const PendingPersist& p : batch) {
-    LayerGuard held(*p.layer, Held(mu_));
+    LayerGuard held(*p.layer, Held(table_));
     p.layer->jobs--;
   }
 }
 
 void FlightEngine::DropMemoryLocked(CacheLayer& layer) {
-  TableGuard g(mu_, Held(layer.mu));
+  TableGuard g(table_, Held(layer));
   memory_.Drop(layer);
 }
 

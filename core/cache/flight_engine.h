@@ -10,9 +10,9 @@
 // sealed, eviction) is the cache's: the engine tells it through Owner.
 //
 // The read side calls only ScheduleLocked, Promote, DiskFullLocked and DropMemoryLocked (and
-// the cache's end: StopLocked, PersistPending); the engine calls only Owner. Both share the
-// cache's table mutex (BlobCache::mu_, each layer's `mu`) and the per-layer and per-flight
-// state of cache_layer.h, whose every field names the lock that guards it.
+// the cache's end: StopLocked, PersistPending); the engine calls only Owner, and the table
+// (layer_table.h: the bytes cached, the read activity). Both are clients of the LayerTable,
+// whose mutex guards the per-layer and per-flight state of cache_layer.h and the engine's own.
 //
 // Thread safety: safe for concurrent calls. Lock order: the table mutex, then the scheduler's
 // and the journal's (leaves). No remote call and no data-file I/O under the table mutex (a
@@ -32,34 +32,16 @@
 #include "core/base/clock.h"
 #include "core/base/log_event.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/cache_options.h"
 #include "core/cache/chunk_journal.h"
 #include "core/cache/chunk_landing.h"
 #include "core/cache/endpoint_health.h"
 #include "core/cache/fetch_scheduler.h"
 #include "core/cache/layer_store.h"
+#include "core/cache/layer_table.h"
 #include "core/cache/remote_blob_source.h"
 
 namespace modelfs {
-
-struct CacheOptions;  // blob_cache.h
-
-// The cache's counters (CacheStats), shared by the read side and the engine.
-struct CacheCounters {
-  std::atomic<uint64_t> bytes_fetched{0}, requests{0}, chunk_hits{0}, chunk_misses{0},
-      verification_failures{0}, quarantined_layers{0}, bytes_served{0}, evicted_layers{0},
-      page_cache_bytes_dropped{0}, sealed_layers{0}, audited_layers{0}, refetch_recoveries{0},
-      scrubbed_bytes{0}, scrub_failures{0}, scrub_repairs{0};
-};
-
-// The FetchScheduler priorities of the cache's work, most urgent first.
-struct FetchPriority {
-  static constexpr int kForeground = 0;
-  static constexpr int kReadahead = 1;
-  static constexpr int kHeader = 2;
-  static constexpr int kFill = 3;
-  static constexpr int kBulk = 4;
-  static constexpr int kVerify = 5;  // whole-layer checks, persistence
-};
 
 class FlightEngine {
  public:
@@ -68,9 +50,6 @@ class FlightEngine {
   class Owner {
    public:
     virtual ~Owner() = default;
-    // `bytes` of `layer` landed in its data file.
-    virtual void ChunkCachedLocked(CacheLayer& layer, uint64_t bytes)
-        ABSL_EXCLUSIVE_LOCKS_REQUIRED(layer.mu) = 0;
     // A write of `layer` found the disk full, the first since it had room: readahead and
     // prefetch pause.
     virtual void DiskFilledLocked(const CacheLayer& layer)
@@ -85,21 +64,18 @@ class FlightEngine {
     // After a flight, without the lock: the disk became full (make room), or the cache is over
     // its size limit.
     virtual void AfterFlight(bool became_full, bool over_budget) = 0;
-    // When the cache counts as idle (deferred persistence, CacheOptions::persist_delay):
-    // InfiniteFuture while a read is being served, else verify_when_idle after the last one
-    // ended. With the table mutex held.
-    virtual absl::Time IdleAtLocked() const = 0;
     virtual void Log(const log::Event& event) const = 0;
     // A warn event with only a message, for lines that name nothing more.
     void Log(absl::string_view line) const { Log(log::Warn("cache", line)); }
   };
 
-  // Every reference must outlive the engine. `table_mu` is the cache's mutex (each layer's `mu`).
-  FlightEngine(absl::Mutex& table_mu, const CacheOptions& options, RemoteBlobSource* remote,
+  // Every reference must outlive the engine. `table` is the cache's table of layers (its
+  // mutex guards the engine's state too).
+  FlightEngine(LayerTable& table, const CacheOptions& options, RemoteBlobSource* remote,
                Clock* clock, FetchScheduler& scheduler, EndpointHealth& health,
                const LayerStore& store, ChunkJournal& journal, CacheCounters& counters,
                Owner& owner)
-      : mu_(table_mu),
+      : table_(table),
         options_(options),
         remote_(remote),
         time_(clock),
@@ -144,7 +120,7 @@ class FlightEngine {
  private:
   // PersistPending's wait: returns once the cache is idle, persist_delay has passed since
   // persist_since_, or the cache is closing. At once when persist_delay is zero.
-  void AwaitPersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitPersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
   // What a flight's chunks did to the data file, for its end.
   struct FlightWrites {
     std::vector<uint64_t> good;  // verified and written: to persist
@@ -168,9 +144,9 @@ class FlightEngine {
   // Queues verified, pwritten chunks to be fdatasync'd and recorded by PersistPending.
   void QueuePersistLocked(const std::shared_ptr<CacheLayer>& layer, uint64_t gen,
                           std::vector<uint64_t> chunks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, layer->mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu(), layer->mu);
 
-  absl::Mutex& mu_;  // the cache's table mutex
+  LayerTable& table_;
   const CacheOptions& options_;
   RemoteBlobSource* const remote_;
   Clock* const time_;
@@ -181,16 +157,17 @@ class FlightEngine {
   CacheCounters& counters_;
   Owner& owner_;
 
-  std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(mu_);
-  bool persist_scheduled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time persist_since_ ABSL_GUARDED_BY(mu_);  // the oldest pending batch was queued
-  // Written and read under mu_; atomic only because the cache reads them holding the same
-  // mutex under its own name, which the thread-safety analysis cannot see through.
+  std::vector<PendingPersist> persist_pending_ ABSL_GUARDED_BY(table_.mu());
+  bool persist_scheduled_ ABSL_GUARDED_BY(table_.mu()) = false;
+  absl::Time persist_since_ ABSL_GUARDED_BY(table_.mu());  // the oldest pending batch was queued
+  // Written and read under the table's mutex; atomic only because the cache reads them holding
+  // it under a layer's name (DiskFullLocked from the read side), which the analysis cannot
+  // see through.
   std::atomic<bool> stopping_{false};
   // Set when a data-file write fails with ENOSPC/EDQUOT, cleared by the next one that works.
   std::atomic<bool> disk_full_{false};
   // Chunks held in memory while the disk is full.
-  MemoryFallback memory_ ABSL_GUARDED_BY(mu_);
+  MemoryFallback memory_ ABSL_GUARDED_BY(table_.mu());
 };
 
 }  // namespace modelfs

@@ -1,5 +1,7 @@
-// BlobCache's whole-layer checks: the check of a whole-layer mode layer that makes it servable,
-// the seal of a chunk-mode layer and its audit at background priority, and quarantine.
+// LayerAudit (layer_audit.h): the check of a whole-layer mode layer that makes it servable, the
+// seal of a chunk-mode layer and its audit at background priority, and quarantine.
+#include "core/cache/layer_audit.h"
+
 #include <fcntl.h>
 #include <string.h>
 
@@ -9,21 +11,85 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/background_priority.h"
-#include "core/cache/blob_cache.h"
 #include "core/cache/served_pages.h"
 #include "core/cache/verifier.h"
 
 namespace modelfs {
 
-void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode mode,
-                               const LayerFileHash* precomputed) {
+void LayerAudit::AfterChunksLandedLocked(const std::shared_ptr<CacheLayer>& layer) {
+  if (layer->quarantined || layer->whole_verified || layer->whole_verify_scheduled) return;
+  for (uint64_t c = 0; c < layer->count(); ++c) {
+    const ChunkState s = layer->state[c];
+    if (s == ChunkState::kVerified) continue;
+    if (s == ChunkState::kPresent && layer->mode != VerifyMode::kChunk) continue;
+    return;
+  }
+  layer->whole_verify_scheduled = true;
+  layer->jobs++;
+  // Readers of a whole-layer mode wait for this check; in chunk mode it is a background audit.
+  const VerifyMode mode = layer->mode;
+  scheduler_.Submit(
+      "", mode == VerifyMode::kChunk ? FetchPriority::kVerify : FetchPriority::kForeground,
+      [this, layer, mode] { RunWholeVerify(layer, mode); });
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> LayerAudit::MarkVerifiedLocked(CacheLayer& layer,
+                                                                          const std::string& seal,
+                                                                          bool flushed) {
+  layer.whole_verified = true;
+  layer.seal = seal;
+  if (!flushed) return {};
+  std::vector<uint64_t> all(layer.count());
+  for (uint64_t c = 0; c < all.size(); ++c) all[c] = c;
+  return TakeServedDrops(layer, all, options_.drop_served_pages,
+                         counters_.page_cache_bytes_dropped);
+}
+
+std::string LayerAudit::RecordSeal(const std::shared_ptr<CacheLayer>& layer, uint64_t gen,
+                                   const absl::Status& synced, const std::string& local_index) {
+  if (!synced.ok()) return std::string();
+  LayerRecord record;
+  {
+    LayerLock lock(table_, *layer);
+    record = RecordOf(*layer, true, std::string(), std::string());
+  }
+  record.local_index = local_index;
+  // Taken after the flush: nothing writes a verified layer's file again.
+  std::string seal = layer->Segments()->Seal();
+  if (layer->gen.load() != gen) return std::string();
+  record.seal = seal;
+  absl::Status s = journal_.UpsertLayer(record);
+  if (!s.ok()) {
+    Log(log::Warn("cache", s.message()));
+    return std::string();
+  }
+  return seal;
+}
+
+bool LayerAudit::SealVerifiedLayer(const std::shared_ptr<CacheLayer>& layer) {
+  const uint64_t gen = layer->gen.load();
+  // Chunk fetches defer their fdatasync to PersistPending: flush before the journal says the
+  // layer is whole.
+  const absl::Status synced = layer->Segments()->Sync(store_, layer->digest);
+  if (!synced.ok()) Log(log::Warn("cache", synced.message()));
+  const std::string seal = RecordSeal(layer, gen, synced, "");
+  std::vector<std::pair<uint64_t, uint64_t>> drop;
+  absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
+  LayerLock lock(table_, *layer);
+  if (layer->gen.load() != gen || layer->quarantined) return false;
+  counters_.sealed_layers++;
+  drop = MarkVerifiedLocked(*layer, seal, synced.ok());
+  return true;
+}
+
+void LayerAudit::RunWholeVerify(const std::shared_ptr<CacheLayer>& layer, VerifyMode mode,
+                                const LayerFileHash* precomputed) {
   if (mode == VerifyMode::kChunk) {
     // Every chunk matched the chunk index, which chains to the pinned manifest: the layer is
     // verified. It is sealed now, so that opens from here on get passthrough without waiting
     // for the audit; the audit against the layer digest is defense in depth.
     if (SealVerifiedLayer(layer) && options_.audit) AuditLayer(layer);
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     return;
   }
@@ -39,8 +105,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
                                                  " bytes) failed whole-layer verification: got ",
                                                  hashed->digest.str())
                                   : std::string(hashed.status().message()));
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     return;
   }
@@ -58,8 +123,7 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   const std::string seal = RecordSeal(layer, gen, s, local);
   std::vector<std::pair<uint64_t, uint64_t>> drop;
   absl::Cleanup drop_pages = [&] { DropPages(*layer, drop); };  // after the lock below
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
+  LayerLock lock(table_, *layer);
   layer->jobs--;
   if (layer->gen.load() != gen || layer->quarantined) return;
   layer->expected.resize(layer->count());
@@ -71,25 +135,26 @@ void BlobCache::RunWholeVerify(const std::shared_ptr<Layer>& layer, VerifyMode m
   drop = MarkVerifiedLocked(*layer, seal, synced);
 }
 
-void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
+void LayerAudit::AuditLayer(const std::shared_ptr<CacheLayer>& layer) {
   if (options_.verify_when_idle > absl::ZeroDuration()) {
     // It can wait for the loader to finish. Idle means no read is being served (one that
     // waits on the network counts as busy) and none ended in the last verify_when_idle.
-    absl::MutexLock lock(&mu_);
+    TableLock lock(table_);
     const absl::Time give_up = time_->Now() + absl::Seconds(30);
-    while (!stopping_ && time_->Now() < give_up &&
-           (reads_in_progress_ > 0 || time_->Now() - last_read_ < options_.verify_when_idle)) {
-      const absl::Time until = reads_in_progress_ > 0 ? time_->Now() + options_.verify_when_idle
-                                                      : last_read_ + options_.verify_when_idle;
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), std::min(give_up, until));
+    while (!table_.closing() && time_->Now() < give_up &&
+           (table_.reads_in_progress() > 0 ||
+            time_->Now() - table_.last_read() < options_.verify_when_idle)) {
+      const absl::Time until = table_.reads_in_progress() > 0
+                                   ? time_->Now() + options_.verify_when_idle
+                                   : table_.last_read() + options_.verify_when_idle;
+      time_->AwaitWithDeadline(table_.mu(), table_.Closing(), std::min(give_up, until));
     }
   }
   // The audit reads the whole file: chunks whose pages were dropped once served leave the page
   // cache again behind it.
   std::vector<bool> drop_after;
   if (options_.drop_served_pages) {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     drop_after = layer->dropped;
   }
   absl::StatusOr<LayerFileHash> hashed;
@@ -101,8 +166,7 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
   if (hashed.ok() && hashed->digest == layer->digest) {
     counters_.audited_layers++;
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       layer->audited = true;
     }
     RecordAudited(layer);  // the scrub after a restart need not audit it again
@@ -117,7 +181,12 @@ void BlobCache::AuditLayer(const std::shared_ptr<Layer>& layer) {
                                 : std::string(hashed.status().message()));
 }
 
-void BlobCache::WipeLocked(Layer& layer) {
+void LayerAudit::RecordAudited(const std::shared_ptr<CacheLayer>& layer) {
+  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok())
+    Log(log::Warn("cache", s.message()));
+}
+
+void LayerAudit::WipeLocked(CacheLayer& layer) {
   layer.quarantined = true;
   layer.whole_verified = false;
   layer.seal.clear();
@@ -126,18 +195,16 @@ void BlobCache::WipeLocked(Layer& layer) {
     layer.state[c] = ChunkState::kMissing;
     layer.flight[c] = nullptr;
   }
-  cached_bytes_ -= layer.cached_bytes;
-  layer.cached_bytes = 0;
+  table_.RemoveLayerBytes(layer, layer.cached_bytes);
   flights_.DropMemoryLocked(layer);
 }
 
-void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::string& reason) {
+void LayerAudit::Quarantine(const std::shared_ptr<CacheLayer>& layer, const std::string& reason) {
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined) return;
     WipeLocked(*layer);
-    // Still under mu_ (a rare event): a reader woken by the flag sees the layer fully wiped.
+    // Still under the lock (a rare event): a reader woken by the flag sees the layer fully wiped.
     counters_.quarantined_layers++;
     Log(log::Error("cache", "quarantined layer")
             .Field("digest", layer->digest.str())
@@ -146,119 +213,6 @@ void BlobCache::Quarantine(const std::shared_ptr<Layer>& layer, const std::strin
             .Field("reason", reason));
     journal_.Forget(layer->digest.str());
     store_.Remove(layer->digest);
-  }
-}
-
-void BlobCache::OnScrubFinding(const std::shared_ptr<Layer>& layer, uint64_t gen,
-                               absl::string_view what, std::pair<uint64_t, uint64_t> bad) {
-  absl::MutexLock lock(&mu_);
-  LayerGuard held(*layer, Held(mu_));
-  if (layer->gen.load() != gen || layer->quarantined || FindLocked(layer->digest) != layer) return;
-  if (layer->has_spec && !layer->decoded) {
-    RenewLayerLocked(layer, what, bad);
-    return;
-  }
-  // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
-  // dropped, so that the next registration or decode starts it over.
-  WipeLocked(*layer);
-  layers_.erase(layer->digest);
-  journal_.Forget(layer->digest.str());
-  store_.Remove(layer->digest);
-  Log(log::Error("cache", absl::StrCat("the scrub found the layer changed on disk; dropped from "
-                                       "the cache (",
-                                       layer->decoded ? "a decoded layer, decoded again"
-                                                      : "registered again",
-                                       " when a model needs it)"))
-          .Field("digest", layer->digest.str())
-          .Range(bad.first, bad.second)
-          .Field("registry", layer->endpoint)
-          .Field("reason", what));
-}
-
-void BlobCache::RenewLayerLocked(const std::shared_ptr<Layer>& old, absl::string_view what,
-                                 std::pair<uint64_t, uint64_t> bad) {
-  // At once, before any file operation: no open gets passthrough, no read a byte of it.
-  WipeLocked(*old);
-  old->renewed = true;
-  journal_.Forget(old->digest.str());
-  // The changed inode is unlinked, not rewritten: fds already open on it (passthrough opens,
-  // spans of reads under way) keep the old bytes, and nothing new ever reads them.
-  store_.Remove(old->digest);
-  absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
-  if (!fd.ok()) {
-    layers_.erase(old->digest);
-    Log(log::Error("cache",
-                   absl::StrCat("the scrub found the layer changed on disk; no new data "
-                                "file for it (",
-                                fd.status().message(), "): dropped until registered again"))
-            .Field("digest", old->digest.str())
-            .Range(bad.first, bad.second)
-            .Field("registry", old->endpoint)
-            .Field("reason", what));
-    return;
-  }
-  auto fresh = std::make_shared<Layer>(mu_, old->digest, old->size, old->chunk_size, *fd);
-  LayerGuard held(*fresh, Held(mu_));
-  // Its files get new, empty member files too (the changed ones went with store_.Remove).
-  const std::vector<LayerMember> layout = old->Segments()->layout();
-  if (!layout.empty()) {
-    absl::StatusOr<std::shared_ptr<LayerSegments>> members =
-        OpenMembers(old->digest, fcntl(*fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
-                    /*read_only=*/false);
-    if (members.ok()) {
-      fresh->SetSegments(*std::move(members));
-    } else {
-      Log(log::Warn("cache", absl::StrCat("its files stay in its new data file: ",
-                                          members.status().message()))
-              .Field("digest", old->digest.str()));
-    }
-  }
-  fresh->mode = old->mode;
-  fresh->ResetChunks(ChunkState::kMissing);
-  if (old->mode == VerifyMode::kChunk) {
-    // The chunk index, which chains to the pinned manifest. (A whole-layer mode layer's local
-    // index came from the changed file's first verification; it is computed again.)
-    fresh->expected = old->expected;
-    fresh->expected_algorithm = old->expected_algorithm;
-    // The audit said the chunk index agrees with the layer digest: the same chunks will.
-    fresh->audited = old->audited;
-  }
-  fresh->has_spec = true;
-  fresh->endpoint = old->endpoint;
-  fresh->refs = old->refs;
-  fresh->last_used = old->last_used;
-  if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
-    Log(log::Warn("cache", s.message()));  // serves; only not remembered across a restart
-  }
-  if (fresh->Segments()->has_members()) {
-    std::vector<std::pair<uint64_t, uint64_t>> rows;
-    for (const LayerMember& m : layout) rows.emplace_back(m.offset, m.length);
-    if (absl::Status s = journal_.RecordMembers(fresh->digest.str(), rows); !s.ok()) {
-      Log(log::Warn("cache", s.message()));
-    }
-  }
-  layers_[fresh->digest] = fresh;
-  counters_.scrub_repairs++;
-  Log(log::Error("cache",
-                 "the scrub found the layer changed on disk; it is out of service and "
-                 "fetched again into a new data file, each chunk verified (passthrough "
-                 "opens made before this keep the changed file)")
-          .Field("digest", old->digest.str())
-          .Range(bad.first, bad.second)
-          .Field("registry", fresh->endpoint)
-          .Field("reason", what));
-  if (fresh->count() > 0) {
-    // Refetched now, not only when read, so that passthrough comes back (the seal) without
-    // waiting for a reader of every chunk.
-    if (fresh->mode == VerifyMode::kChunk) {
-      fresh->bulk_active = true;
-      fresh->bulk_next = 0;
-      bulk_layers_.push_back(fresh);
-      PumpBulkLocked();
-    } else {
-      ScheduleMissingLocked(fresh, 0, fresh->count() - 1, kFill,
-                            time_->Now() + options_.background_deadline, nullptr);
-    }
   }
 }
 

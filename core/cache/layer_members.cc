@@ -1,4 +1,4 @@
-// BlobCache's member files (layer_segments.h): SetLayerMembers, which moves a tar layer's
+// LayerMembers (layer_members.h): Set (BlobCache::SetLayerMembers), which moves a tar layer's
 // larger members into files of their own, and OpenVerifiedFile, which hands one out for FUSE
 // passthrough once the layer is verified and sealed.
 //
@@ -18,6 +18,8 @@
 // A crash anywhere leaves rows that are rechecked: a chunk recorded by an earlier process is
 // re-hashed on its first read, through the layout the journal has, and fetched again if its
 // bytes are not there; a seal that does not cover exactly the files there is not trusted.
+#include "core/cache/layer_members.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -29,7 +31,6 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "core/cache/blob_cache.h"
 #include "core/io/range_reader.h"
 #include "core/oci/tar.h"
 #include "core/status/status_macros.h"
@@ -52,7 +53,7 @@ bool MeetsMember(const std::vector<LayerMember>& layout, uint64_t from, uint64_t
 
 }  // namespace
 
-std::string BlobCache::LocalIndexOf(const Layer& layer) {
+std::string LayerMembers::LocalIndexOf(const CacheLayer& layer) {
   std::string local;
   if (layer.mode == VerifyMode::kChunk || !layer.whole_verified ||
       layer.expected_algorithm != ChunkDigestAlgorithm::kSha256) {
@@ -62,9 +63,9 @@ std::string BlobCache::LocalIndexOf(const Layer& layer) {
   return local;
 }
 
-absl::StatusOr<std::shared_ptr<LayerSegments>> BlobCache::OpenMembers(
-    const Digest& digest, int layer_fd, const std::vector<LayerMember>& layout, bool create,
-    bool read_only) const {
+absl::StatusOr<std::shared_ptr<LayerSegments>> OpenMemberFiles(
+    const LayerStore& store, const Digest& digest, int layer_fd,
+    const std::vector<LayerMember>& layout, bool create, bool read_only) {
   std::vector<LayerSegments::File> files;
   files.reserve(layout.size());
   auto fail = [&](absl::Status s) {
@@ -79,11 +80,11 @@ absl::StatusOr<std::shared_ptr<LayerSegments>> BlobCache::OpenMembers(
   for (const LayerMember& m : layout) {
     int fd;
     if (create) {
-      absl::StatusOr<int> created = store_.CreateMember(digest, m.offset, m.length);
+      absl::StatusOr<int> created = store.CreateMember(digest, m.offset, m.length);
       if (!created.ok()) return fail(created.status());
       fd = *created;
     } else {
-      fd = store_.OpenMember(digest, m.offset, read_only);
+      fd = store.OpenMember(digest, m.offset, read_only);
       struct stat st;
       if (fd >= 0 && (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != m.length)) {
         close(fd);
@@ -91,7 +92,7 @@ absl::StatusOr<std::shared_ptr<LayerSegments>> BlobCache::OpenMembers(
       }
       if (fd < 0) {
         return fail(absl::DataLossError(
-            absl::StrCat("cache: member file ", store_.MemberPathOf(digest, m.offset), " of layer ",
+            absl::StrCat("cache: member file ", store.MemberPathOf(digest, m.offset), " of layer ",
                          digest.str(), " is missing or not ", m.length, " bytes")));
       }
     }
@@ -100,8 +101,8 @@ absl::StatusOr<std::shared_ptr<LayerSegments>> BlobCache::OpenMembers(
   return std::make_shared<LayerSegments>(layer_fd, std::move(files));
 }
 
-absl::Status BlobCache::SetLayerMembers(const Digest& digest,
-                                        const std::vector<std::pair<uint64_t, uint64_t>>& files) {
+absl::Status LayerMembers::Set(const Digest& digest,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& files) {
   std::vector<LayerMember> layout;
   for (const auto& [offset, length] : files) {
     if (length > 0 && length >= options_.member_min_bytes) layout.push_back({offset, length});
@@ -114,19 +115,19 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
     Log(log::Warn("cache", absl::StrCat("its files stay in the layer's data file: ", s.message())));
     return s;
   };
-  absl::MutexLock members_lock(&members_mu_);
-  std::shared_ptr<Layer> layer;
+  absl::MutexLock members_lock(&mu_);
+  std::shared_ptr<CacheLayer> layer;
   std::shared_ptr<const LayerSegments> old;
   std::vector<uint64_t> todo;
   uint64_t gen = 0;
   int punch_fd = -1;
   {
-    absl::MutexLock lock(&mu_);
-    layer = FindLocked(digest);
+    TableLock lock(table_);
+    layer = table_.Find(digest);
     if (!layer) {
       return absl::NotFoundError(absl::StrCat("cache: nothing known about layer ", digest.str()));
     }
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     uint64_t end = 0;
     for (const LayerMember& m : layout) {
       if (m.offset > layer->size || m.length > layer->size - m.offset) {
@@ -173,15 +174,14 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
     }
   }
   auto stop_moving = [&] {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->moving = false;
     layer->moved_dirty.clear();
   };
 
   absl::StatusOr<std::shared_ptr<LayerSegments>> fresh =
-      OpenMembers(digest, fcntl(layer->fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
-                  /*read_only=*/false);
+      OpenMemberFiles(store_, digest, fcntl(layer->fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
+                      /*read_only=*/false);
   if (!fresh.ok()) {
     close(punch_fd);
     stop_moving();
@@ -219,9 +219,8 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
     }
     if (!st.ok()) break;
     todo.clear();
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
-    if (layer->gen.load() != gen || FindLocked(digest) != layer) {
+    LayerLock lock(table_, *layer);
+    if (layer->gen.load() != gen || table_.Find(digest) != layer) {
       st = absl::AbortedError(
           absl::StrCat("cache: layer ", digest.str(), " was dropped while its files moved"));
       break;
@@ -268,29 +267,27 @@ absl::Status BlobCache::SetLayerMembers(const Digest& digest,
   bool sealed;
   std::string local;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     sealed = layer->whole_verified && !layer->seal.empty();
     local = LocalIndexOf(*layer);
   }
   if (sealed) {
     // The seal now covers every file of the layer.
-    const std::string seal = RecordSeal(layer, gen, synced, local);
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    const std::string seal = audit_.RecordSeal(layer, gen, synced, local);
+    LayerLock lock(table_, *layer);
     if (layer->gen.load() == gen && !seal.empty()) layer->seal = seal;
   }
   return absl::OkStatus();
 }
 
-int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
+int LayerMembers::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t length) {
   std::shared_ptr<const LayerSegments> segments;
   const LayerSegments::File* member = nullptr;
   {
-    absl::MutexLock lock(&mu_);
-    std::shared_ptr<Layer> layer = FindLocked(digest);
+    TableLock lock(table_);
+    std::shared_ptr<CacheLayer> layer = table_.Find(digest);
     if (!layer) return -1;
-    LayerGuard held(*layer, Held(mu_));
+    LayerGuard held(*layer, Held(table_));
     if (!layer->has_spec || layer->refs.empty() || layer->quarantined) return -1;
     segments = layer->Segments();
     member = segments->FindMember(offset, length);
@@ -301,7 +298,7 @@ int BlobCache::OpenVerifiedFile(const Digest& digest, uint64_t offset, uint64_t 
     for (uint64_t c = member->offset / cs; c <= (member->offset + member->length - 1) / cs; ++c) {
       if (layer->state[c] != ChunkState::kVerified || !layer->durable[c]) return -1;
     }
-    layer->last_used = ++clock_;
+    layer->last_used = table_.Stamp();
     layer->passthrough_opens++;
   }
   // A new read-only open file description of the very inode that was sealed (not of the path,

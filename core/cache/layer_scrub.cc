@@ -1,8 +1,6 @@
-// Keeping sealed layers true. The scrub: sealed layers are trusted for as long as their seal
-// holds, and a passthrough read is never checked by the daemon, so their bytes are read and
-// hashed again in the background, at idle priority and a bounded rate; a changed layer is at
-// once out of service and fetched again into a new data file (RenewLayerLocked). fs-verity:
-// sealed files get it at Open where the filesystem has it, and its digest is checked there.
+// LayerScrub (layer_scrub.h): the scrub, renewal of a layer found changed, fs-verity.
+#include "core/cache/layer_scrub.h"
+
 #include <fcntl.h>
 
 #include <algorithm>
@@ -11,44 +9,66 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/background_priority.h"
 #include "core/base/buffer_pool.h"
-#include "core/cache/blob_cache.h"
+#include "core/cache/layer_members.h"
 #include "core/cache/verifier.h"
 
 namespace modelfs {
 
-void BlobCache::ScrubLoop() {
+void LayerScrub::ProbeVerity() {
+  // Said once, at open: whether the kernel could check the cache's pages itself.
+  const absl::Status verity = verity_->Probe(options_.dir);
+  fs_verity_ = verity.ok();
+  Log(log::Info("cache", verity.ok() ? "fs-verity: supported by the cache's filesystem"
+                                     : absl::StrCat("fs-verity: ", verity.message()))
+          .Field("dir", options_.dir));
+}
+
+void LayerScrub::Start() {
+  if (options_.scrub_interval > absl::ZeroDuration())
+    thread_ = std::thread([this] { ScrubLoop(); });
+}
+
+void LayerScrub::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool LayerScrub::ScrubbingLocked(const CacheLayer& layer) const {
+  TableGuard g(table_, Held(layer));
+  return scrubbing_ == &layer;
+}
+
+void LayerScrub::ScrubLoop() {
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_),
+      TableLock lock(table_);
+      time_->AwaitWithDeadline(table_.mu(), table_.Closing(),
                                time_->Now() + options_.scrub_interval);
-      if (stopping_) return;
+      if (table_.closing()) return;
     }
     ScrubOnce();
   }
 }
 
-int BlobCache::ScrubOnce() {
+int LayerScrub::ScrubOnce() {
   // Layers never audited first: a process that stopped before its audit left them unchecked
   // against their digest.
-  std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> todo;  // with the gen seen now
+  std::vector<std::pair<std::shared_ptr<CacheLayer>, uint64_t>> todo;  // with the gen seen now
   {
-    absl::MutexLock lock(&mu_);
-    std::vector<std::pair<std::shared_ptr<Layer>, uint64_t>> audited;
-    for (const auto& [digest, layer] : layers_) {
-      LayerGuard held(*layer, Held(mu_));
+    TableLock lock(table_);
+    std::vector<std::pair<std::shared_ptr<CacheLayer>, uint64_t>> audited;
+    for (const std::shared_ptr<CacheLayer>& layer : table_.Layers()) {
+      LayerGuard held(*layer, Held(table_));
       if (!layer->whole_verified || layer->quarantined || layer->seal.empty()) continue;
       (layer->audited ? audited : todo).emplace_back(layer, layer->gen.load());
     }
     todo.insert(todo.end(), audited.begin(), audited.end());
   }
   int scrubbed = 0;
-  std::vector<std::shared_ptr<Layer>> passed;
+  std::vector<std::shared_ptr<CacheLayer>> passed;
   for (const auto& [layer, gen] : todo) {
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
-      if (stopping_) break;
+      LayerLock lock(table_, *layer);
+      if (table_.closing()) break;
       // Evicted or quarantined since: not this pass's business.
       if (layer->gen.load() != gen || layer->quarantined) continue;
       layer->jobs++;  // keeps eviction (and its unlink) away while this layer is read
@@ -56,8 +76,7 @@ int BlobCache::ScrubOnce() {
     }
     if (ScrubLayer(layer) && fs_verity_) passed.push_back(layer);
     ++scrubbed;
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->jobs--;
     scrubbing_ = nullptr;
   }
@@ -66,9 +85,9 @@ int BlobCache::ScrubOnce() {
   return scrubbed;
 }
 
-std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
-    const std::shared_ptr<Layer>& layer) {
-  if (FindLocked(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
+std::shared_ptr<CacheLayer> LayerScrub::ReadOnlyCopyLocked(
+    const std::shared_ptr<CacheLayer>& layer) {
+  if (table_.Find(layer->digest) != layer || layer->quarantined || !layer->whole_verified ||
       layer->seal.empty() || layer->jobs > 0 || !layer->in_memory.empty() || layer->moving) {
     return nullptr;
   }
@@ -83,8 +102,8 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
       return nullptr;
     }
   }
-  auto copy = std::make_shared<Layer>(mu_, layer->digest, layer->size, layer->chunk_size, fd);
-  LayerGuard held(*copy, Held(mu_));
+  auto copy = table_.NewLayer(layer->digest, layer->size, layer->chunk_size, fd);
+  LayerGuard held(*copy, Held(table_));
   if (segments) copy->SetSegments(std::move(segments));
   copy->mode = layer->mode;
   copy->endpoint = layer->endpoint;
@@ -115,23 +134,23 @@ std::shared_ptr<BlobCache::Layer> BlobCache::ReadOnlyCopyLocked(
   // The old entry is out of the table: its bytes are the copy's now (eviction and quarantine
   // count them there), its readers finish on its fd.
   layer->cached_bytes = 0;
-  layers_[copy->digest] = copy;
+  table_.Put(copy);
   return copy;
 }
 
-void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
-  std::vector<std::shared_ptr<Layer>> protect;
+void LayerScrub::ProtectScrubbed(std::vector<std::shared_ptr<CacheLayer>> passed) {
+  std::vector<std::shared_ptr<CacheLayer>> protect;
   {
-    absl::MutexLock lock(&mu_);
-    for (std::shared_ptr<Layer>& layer : passed) {
-      LayerGuard held(*layer, Held(mu_));
+    TableLock lock(table_);
+    for (std::shared_ptr<CacheLayer>& layer : passed) {
+      LayerGuard held(*layer, Held(table_));
       if (!layer->verity.empty() || layer->quarantined || layer->seal.empty() ||
-          FindLocked(layer->digest) != layer) {
+          table_.Find(layer->digest) != layer) {
         continue;
       }
       if (layer->read_only) {
         protect.push_back(layer);
-      } else if (std::shared_ptr<Layer> copy = ReadOnlyCopyLocked(layer)) {
+      } else if (std::shared_ptr<CacheLayer> copy = ReadOnlyCopyLocked(layer)) {
         protect.push_back(std::move(copy));
       }
     }
@@ -139,14 +158,14 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
   // The read-write entries are let go of here; one a reader still holds makes its file refuse
   // fs-verity (ETXTBSY) until a later pass.
   passed.clear();
-  std::vector<std::shared_ptr<Layer>> enabled;
-  for (std::shared_ptr<Layer>& layer : protect) {
+  std::vector<std::shared_ptr<CacheLayer>> enabled;
+  for (std::shared_ptr<CacheLayer>& layer : protect) {
     bool changed = false;
     // Builds each file's Merkle tree, reading all of it: at idle priority, as the scrub.
     RunAtBackgroundPriority([&] { changed = EnableVerityOnFiles(*layer); });
     if (changed) enabled.push_back(std::move(layer));
   }
-  for (const std::shared_ptr<Layer>& layer : enabled) {
+  for (const std::shared_ptr<CacheLayer>& layer : enabled) {
     const std::string digest = MeasureFiles(*layer->Segments());
     const uint64_t gen = layer->gen.load();
     // Enabling changed the files' ctimes: the seal is taken again.
@@ -155,23 +174,21 @@ void BlobCache::ProtectScrubbed(std::vector<std::shared_ptr<Layer>> passed) {
       Log(log::Warn("cache", r.message()));
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->gen.load() != gen || layer->quarantined || layer->seal.empty()) continue;
     layer->seal = seal;
     layer->verity = digest;
   }
 }
 
-bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
+bool LayerScrub::ScrubLayer(const std::shared_ptr<CacheLayer>& layer) {
   const uint64_t gen = layer->gen.load();
   std::vector<ChunkHash> expected;
   ChunkDigestAlgorithm algorithm;
   std::vector<bool> drop_after;
   bool audited;
   {
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     if (layer->quarantined || !layer->whole_verified) return true;
     if (layer->expected.size() == layer->count()) expected = layer->expected;
     algorithm = layer->expected_algorithm;  // the chunk index's (BLAKE3 or SHA-256)
@@ -220,9 +237,9 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
       const absl::Time due =
           start + absl::Seconds(static_cast<double>(read) /
                                 static_cast<double>(std::max<uint64_t>(options_.scrub_rate, 1)));
-      absl::MutexLock lock(&mu_);
-      if (time_->Now() < due) time_->AwaitWithDeadline(mu_, absl::Condition(&stopping_), due);
-      if (stopping_) {
+      TableLock lock(table_);
+      if (time_->Now() < due) time_->AwaitWithDeadline(table_.mu(), table_.Closing(), due);
+      if (table_.closing()) {
         aborted = true;
         return;
       }
@@ -240,7 +257,8 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
         // disagrees with its layer, and the same bytes fetched again would too.
         if (layer->gen.load() != gen) return true;
         counters_.verification_failures++;
-        Quarantine(layer, absl::StrCat("the scrub's audit: its chunks match the chunk index, "
+        audit_.Quarantine(layer,
+                          absl::StrCat("the scrub's audit: its chunks match the chunk index, "
                                        "the layer digest does not: ",
                                        found.message()));
         return false;
@@ -259,25 +277,19 @@ bool BlobCache::ScrubLayer(const std::shared_ptr<Layer>& layer) {
   }
   if (!audited) {
     {
-      absl::MutexLock lock(&mu_);
-      LayerGuard held(*layer, Held(mu_));
+      LayerLock lock(table_, *layer);
       if (layer->gen.load() != gen || layer->quarantined || layer->mode != VerifyMode::kChunk) {
         return true;
       }
       layer->audited = true;
     }
     counters_.audited_layers++;
-    RecordAudited(layer);
+    audit_.RecordAudited(layer);
   }
   return true;
 }
 
-void BlobCache::RecordAudited(const std::shared_ptr<Layer>& layer) {
-  if (absl::Status s = journal_.MarkAudited(layer->digest.str()); !s.ok())
-    Log(log::Warn("cache", s.message()));
-}
-
-std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
+std::string LayerScrub::MeasureFiles(const LayerSegments& files) const {
   absl::StatusOr<std::string> layer = verity_->Measure(files.layer_fd());
   std::string out = layer.ok() ? *layer : std::string();
   for (const LayerSegments::File& m : files.members()) {
@@ -287,7 +299,7 @@ std::string BlobCache::MeasureFiles(const LayerSegments& files) const {
   return out;
 }
 
-bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
+bool LayerScrub::EnableVerityOnFiles(const CacheLayer& layer) {
   bool changed = false;
   auto enable = [&](const std::string& path, absl::string_view what) {
     absl::Status s = verity_->Enable(path);
@@ -305,8 +317,8 @@ bool BlobCache::EnableVerityOnFiles(const Layer& layer) {
   return changed;
 }
 
-bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
-                            const std::string& recorded) const {
+bool LayerScrub::VerityHolds(const Digest& digest, const LayerSegments& files,
+                             const std::string& recorded) const {
   if (recorded.empty()) return true;
   if (!files.has_members()) {
     absl::StatusOr<std::string> now = verity_->Measure(files.layer_fd());
@@ -331,9 +343,9 @@ bool BlobCache::VerityHolds(const Digest& digest, const LayerSegments& files,
   return false;
 }
 
-void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers) {
-  for (const std::shared_ptr<Layer>& layer : layers) {
-    // Reads the whole files to build their Merkle trees: not under mu_.
+void LayerScrub::ProtectSealed(const std::vector<std::shared_ptr<CacheLayer>>& layers) {
+  for (const std::shared_ptr<CacheLayer>& layer : layers) {
+    // Reads the whole files to build their Merkle trees: not under the lock.
     if (!EnableVerityOnFiles(*layer)) continue;
     const std::string digest = MeasureFiles(*layer->Segments());
     // Enabling changed the files' ctimes: the seal is taken again.
@@ -342,11 +354,112 @@ void BlobCache::ProtectSealed(const std::vector<std::shared_ptr<Layer>>& layers)
       Log(log::Warn("cache", r.message()));
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    LayerGuard held(*layer, Held(mu_));
+    LayerLock lock(table_, *layer);
     layer->seal = seal;
     layer->verity = digest;
   }
+}
+
+void LayerScrub::OnScrubFinding(const std::shared_ptr<CacheLayer>& layer, uint64_t gen,
+                                absl::string_view what, std::pair<uint64_t, uint64_t> bad) {
+  LayerLock lock(table_, *layer);
+  if (layer->gen.load() != gen || layer->quarantined || table_.Find(layer->digest) != layer) return;
+  if (layer->has_spec && !layer->decoded) {
+    RenewLayerLocked(layer, what, bad);
+    return;
+  }
+  // Nothing to fetch it from (a decoded layer), or no model registered it in this process:
+  // dropped, so that the next registration or decode starts it over.
+  audit_.WipeLocked(*layer);
+  table_.Erase(layer->digest);
+  journal_.Forget(layer->digest.str());
+  store_.Remove(layer->digest);
+  Log(log::Error("cache", absl::StrCat("the scrub found the layer changed on disk; dropped from "
+                                       "the cache (",
+                                       layer->decoded ? "a decoded layer, decoded again"
+                                                      : "registered again",
+                                       " when a model needs it)"))
+          .Field("digest", layer->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", layer->endpoint)
+          .Field("reason", what));
+}
+
+void LayerScrub::RenewLayerLocked(const std::shared_ptr<CacheLayer>& old, absl::string_view what,
+                                  std::pair<uint64_t, uint64_t> bad) {
+  // At once, before any file operation: no open gets passthrough, no read a byte of it.
+  audit_.WipeLocked(*old);
+  old->renewed = true;
+  journal_.Forget(old->digest.str());
+  // The changed inode is unlinked, not rewritten: fds already open on it (passthrough opens,
+  // spans of reads under way) keep the old bytes, and nothing new ever reads them.
+  store_.Remove(old->digest);
+  absl::StatusOr<int> fd = store_.Create(old->digest, old->size, /*truncate=*/true);
+  if (!fd.ok()) {
+    table_.Erase(old->digest);
+    Log(log::Error("cache",
+                   absl::StrCat("the scrub found the layer changed on disk; no new data "
+                                "file for it (",
+                                fd.status().message(), "): dropped until registered again"))
+            .Field("digest", old->digest.str())
+            .Range(bad.first, bad.second)
+            .Field("registry", old->endpoint)
+            .Field("reason", what));
+    return;
+  }
+  auto fresh = table_.NewLayer(old->digest, old->size, old->chunk_size, *fd);
+  LayerGuard held(*fresh, Held(table_));
+  // Its files get new, empty member files too (the changed ones went with store_.Remove).
+  const std::vector<LayerMember> layout = old->Segments()->layout();
+  if (!layout.empty()) {
+    absl::StatusOr<std::shared_ptr<LayerSegments>> members = OpenMemberFiles(
+        store_, old->digest, fcntl(*fd, F_DUPFD_CLOEXEC, 0), layout, /*create=*/true,
+        /*read_only=*/false);
+    if (members.ok()) {
+      fresh->SetSegments(*std::move(members));
+    } else {
+      Log(log::Warn("cache", absl::StrCat("its files stay in its new data file: ",
+                                          members.status().message()))
+              .Field("digest", old->digest.str()));
+    }
+  }
+  fresh->mode = old->mode;
+  fresh->ResetChunks(ChunkState::kMissing);
+  if (old->mode == VerifyMode::kChunk) {
+    // The chunk index, which chains to the pinned manifest. (A whole-layer mode layer's local
+    // index came from the changed file's first verification; it is computed again.)
+    fresh->expected = old->expected;
+    fresh->expected_algorithm = old->expected_algorithm;
+    // The audit said the chunk index agrees with the layer digest: the same chunks will.
+    fresh->audited = old->audited;
+  }
+  fresh->has_spec = true;
+  fresh->endpoint = old->endpoint;
+  fresh->refs = old->refs;
+  fresh->last_used = old->last_used;
+  if (absl::Status s = journal_.UpsertLayer(RecordOf(*fresh, false, "", "")); !s.ok()) {
+    Log(log::Warn("cache", s.message()));  // serves; only not remembered across a restart
+  }
+  if (fresh->Segments()->has_members()) {
+    std::vector<std::pair<uint64_t, uint64_t>> rows;
+    for (const LayerMember& m : layout) rows.emplace_back(m.offset, m.length);
+    if (absl::Status s = journal_.RecordMembers(fresh->digest.str(), rows); !s.ok()) {
+      Log(log::Warn("cache", s.message()));
+    }
+  }
+  table_.Put(fresh);
+  counters_.scrub_repairs++;
+  Log(log::Error("cache",
+                 "the scrub found the layer changed on disk; it is out of service and "
+                 "fetched again into a new data file, each chunk verified (passthrough "
+                 "opens made before this keep the changed file)")
+          .Field("digest", old->digest.str())
+          .Range(bad.first, bad.second)
+          .Field("registry", fresh->endpoint)
+          .Field("reason", what));
+  // Refetched now, not only when read, so that passthrough comes back (the seal) without
+  // waiting for a reader of every chunk.
+  if (fresh->count() > 0) refetch_.RefetchLocked(fresh);
 }
 
 }  // namespace modelfs

@@ -6,18 +6,18 @@
 
 #include <memory>
 
-#include "absl/synchronization/mutex.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/layer_table.h"
 #include "tests/cache/test_layer.h"
 
 namespace modelfs {
 namespace {
 
 TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // readahead_min 4 MiB, readahead_max 64 MiB
   UpdateReadahead(*layer, options, 0, 1 * kMiB);
   UpdateReadahead(*layer, options, 1 * kMiB, 2 * kMiB);
@@ -29,10 +29,10 @@ TEST(FetchPlannerTest, ASequentialRunEarnsAWindowOfHalfItOnceReadaheadMinLong) {
 }
 
 TEST(FetchPlannerTest, ALayersOwnReadaheadMinHoldsBackALoneRandomRead) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   layer->readahead_min = 8 * kMiB;  // a lazily decoded layer (LayerSpec::readahead_min)
   const CacheOptions options;
   for (uint64_t at = 40 * kMiB; at < 44 * kMiB;
@@ -48,10 +48,10 @@ TEST(FetchPlannerTest, ALayersOwnReadaheadMinHoldsBackALoneRandomRead) {
 }
 
 TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
   UpdateReadahead(*layer, options, 38 * kMiB, 39 * kMiB);
@@ -61,10 +61,10 @@ TEST(FetchPlannerTest, AReadUpToEightChunksPastTheRunContinuesIt) {
 }
 
 TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   UpdateReadahead(*layer, options, 0, 30 * kMiB);
   UpdateReadahead(*layer, options, 50 * kMiB, 51 * kMiB);
@@ -74,10 +74,10 @@ TEST(FetchPlannerTest, AReadFartherAwayStartsANewRunWithoutReadahead) {
 }
 
 TEST(FetchPlannerTest, ReadsThatStartNewRunsCountAsScatteredAndMoveTheFront) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // stream_after 32 MiB
   // Four ranks, each copying its quarter of a 64 MiB tensor, one 1 MiB fault at a time: each
   // quarter starts farther past the others' runs than the 8 chunks a run may skip.
@@ -94,10 +94,10 @@ TEST(FetchPlannerTest, ReadsThatStartNewRunsCountAsScatteredAndMoveTheFront) {
 }
 
 TEST(FetchPlannerTest, OneSequentialReaderIsNotScattered) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   for (uint64_t at = 0; at < 64 * kMiB; at += kMiB) UpdateReadahead(*layer, options, at, at + kMiB);
   EXPECT_EQ(layer->scattered_bytes, kMiB);  // the first read started the run
@@ -105,10 +105,10 @@ TEST(FetchPlannerTest, OneSequentialReaderIsNotScattered) {
 }
 
 TEST(FetchPlannerTest, AScatteredStreamRunsAheadOfTheFarthestReadAndSkipsNothingBehindIt) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // 64 MiB requests, 4 segments
   layer->stream_scattered = true;
   layer->run_start = 24 * kMiB;  // the last rank to read
@@ -120,29 +120,29 @@ TEST(FetchPlannerTest, AScatteredStreamRunsAheadOfTheFarthestReadAndSkipsNothing
 }
 
 TEST(FetchPlannerTest, AMissingRunStopsAtAChunkThatIsNotMissing) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 10, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   layer->state[4] = ChunkState::kInFlight;
   EXPECT_EQ(MissingRunEnd(*layer, 0, 9, 16 * kMiB), 4u);
 }
 
 TEST(FetchPlannerTest, AMissingRunStopsAtTheRequestCapButHoldsAtLeastOneChunk) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 10, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 10, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 3 * kMiB), 8u);
   EXPECT_EQ(MissingRunEnd(*layer, 5, 9, 1), 6u);
   EXPECT_EQ(MissingRunEnd(*layer, 5, 6, 16 * kMiB), 7u);
 }
 
 TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;  // 64 MiB requests, 4 segments, max_request_bytes 16 MiB
   layer->run_end = 32 * kMiB;
   layer->stream_next = 33;
@@ -160,10 +160,10 @@ TEST(FetchPlannerTest, AStreamAsksForSegmentsUpToStreamSegmentsAheadOfTheReader)
 }
 
 TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 1000, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 1000, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   layer->stream_in_flight = options.stream_segments;
   const StreamPlan plan = PlanStream(*layer, options);
@@ -171,10 +171,10 @@ TEST(FetchPlannerTest, AStreamWithAllSegmentsInFlightAsksForNothing) {
 }
 
 TEST(FetchPlannerTest, AStreamNeverAsksAgainForWhatTheReaderPassed) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 100, ChunkState::kMissing);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 100, ChunkState::kMissing);
+  LayerGuard held(*layer, Held(table));
   const CacheOptions options;
   layer->run_end = 90 * kMiB;
   const StreamPlan plan = PlanStream(*layer, options);

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <memory>
 
-#include "absl/synchronization/mutex.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/layer_table.h"
 #include "core/cache/verifier.h"
 #include "tests/cache/test_layer.h"
 
@@ -16,28 +16,28 @@ namespace modelfs {
 namespace {
 
 TEST(ServedPagesTest, AChunkCountsAsServedOnlyOnceEveryByteOfItWasSent) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
+  LayerGuard held(*layer, Held(table));
   EXPECT_EQ(CountServed(*layer, 0, kMiB + kMiB / 2), std::vector<uint64_t>{0});
   EXPECT_EQ(CountServed(*layer, kMiB + kMiB / 2, 2 * kMiB), std::vector<uint64_t>{1});
 }
 
 TEST(ServedPagesTest, AServedChunkThatIsNotFlushedIsNotTaken) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
+  LayerGuard held(*layer, Held(table));
   layer->durable[0] = false;
   EXPECT_TRUE(CountServed(*layer, 0, kMiB).empty());
 }
 
 TEST(ServedPagesTest, AdjacentServedChunksAreDroppedAsOneRangeAndCounted) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
   EXPECT_EQ(TakeServedDrops(*layer, {0, 1}, /*drop_served_pages=*/true, dropped),
@@ -47,10 +47,10 @@ TEST(ServedPagesTest, AdjacentServedChunksAreDroppedAsOneRangeAndCounted) {
 }
 
 TEST(ServedPagesTest, ADropReachesBackOverTheChunksDroppedBeforeIt) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   CountServed(*layer, 0, 2 * kMiB);
   TakeServedDrops(*layer, {0, 1}, /*drop_served_pages=*/true, dropped);
@@ -63,10 +63,10 @@ TEST(ServedPagesTest, ADropReachesBackOverTheChunksDroppedBeforeIt) {
 }
 
 TEST(ServedPagesTest, WithoutDropServedPagesChunksAreOnlyMarkedFlushed) {
-  absl::Mutex mu;
-  absl::MutexLock lock(&mu);
-  auto layer = MakeTestLayer(mu, 8, ChunkState::kVerified);
-  LayerGuard held(*layer, Held(mu));
+  LayerTable table;
+  TableLock lock(table);
+  auto layer = MakeTestLayer(table, 8, ChunkState::kVerified);
+  LayerGuard held(*layer, Held(table));
   std::atomic<uint64_t> dropped{0};
   layer->durable[3] = false;
   CountServed(*layer, 3 * kMiB, 4 * kMiB);

@@ -1,22 +1,22 @@
 // A CacheLayer for tests of the cache's pieces: `chunks` chunks of 1 MiB, all in `state`, with
-// no data file. The caller holds `mu`, which stands for the cache's mutex.
+// no data file, made by `table` (whose mutex the caller holds: TableLock).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
-#include "absl/synchronization/mutex.h"
 #include "core/cache/cache_layer.h"
+#include "core/cache/layer_table.h"
 
 namespace modelfs {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-inline std::shared_ptr<CacheLayer> MakeTestLayer(absl::Mutex& mu, uint64_t chunks, ChunkState state)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-  auto layer =
-      std::make_shared<CacheLayer>(mu, Digest::Of("layer"), chunks * kMiB, kMiB, /*fd=*/-1);
-  LayerGuard held(*layer, Held(mu));
+inline std::shared_ptr<CacheLayer> MakeTestLayer(const LayerTable& table, uint64_t chunks,
+                                                 ChunkState state)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu()) {
+  auto layer = table.NewLayer(Digest::Of("layer"), chunks * kMiB, kMiB, /*fd=*/-1);
+  LayerGuard held(*layer, Held(table));
   layer->ResetChunks(state);
   return layer;
 }
