@@ -210,6 +210,9 @@ TEST_F(UnpinnedRecordsTest, ACheckThatCannotReadTheLayerIsRunAgainByTheNextRead)
   o.dir = tmp_.Join("short-cache").string();
   o.log = [](const log::Event&) {};
   o.read_deadline = absl::Seconds(1);  // the failing read gives up soon
+  // Retries stay short, so that the read after Heal does not wait out a backoff of up to 2 s
+  // that began while the registry was down (that made this test fail 1 run in 8).
+  o.retry.max_backoff = absl::Milliseconds(50);
   ASSERT_OK_AND_ASSIGN(cache_, BlobCache::Open(o, &remote_));
   Load(RecordsAs(real_, real_));
   remote_.Fail(absl::UnavailableError("registry down"));

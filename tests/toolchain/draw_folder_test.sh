@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # draw_folder_test: scripts/draw-folder.sh puts rooms on floors so every arrow points down, and
 # exits 1 naming the include when two rooms reach each other (an arrow back up). A planted folder
-# of three rooms (a -> b -> c, c a header alone), then c.h made to include a.h.
+# of three rooms (a -> b -> c, c a header alone), then c.h made to include a.h; and the tree's
+# core/cache has no arrow back up.
 # Usage: draw_folder_test.sh SOURCE_DIR
 set -euo pipefail
 src=${1:?usage: draw_folder_test.sh SOURCE_DIR}
@@ -29,6 +30,10 @@ rc=0
 [ "$rc" -eq 1 ] || fail "a cycle exits $rc, not 1"
 grep -q '^arrow back up: c -> a (lib/x/c.h:2)$' "$work/out" || fail "the arrow back up is not named"
 grep -q '^lib/x: 3 rooms on 1 floors, 3 arrows, 3 back up$' "$work/out" || fail "summary of the cycle"
+
+# The tree's own core/cache: its parts include down to the LayerTable and the pieces, never back
+# up into BlobCache (issue 47).
+"$draw" core/cache "$src" >"$work/out" 2>&1 || fail "core/cache has an arrow back up"
 
 rc=0
 "$draw" no/such "$work" >"$work/out" 2>&1 || rc=$?
