@@ -12,7 +12,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/oci/tar.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -25,43 +24,42 @@ TarSplitWriter::TarSplitWriter(const LayerStore& store, int tar_fd, std::string 
       tar_path_(std::move(tar_path)),
       members_dir_(std::move(members_dir)),
       member_min_bytes_(std::max<uint64_t>(member_min_bytes, 1)),
-      no_space_(std::move(no_space)) {}
+      no_space_(std::move(no_space)),
+      follower_(TarFollower::Options{tar_path_}) {}
 
 TarSplitWriter::~TarSplitWriter() {
   for (const LayerSegments::File& m : members_) close(m.fd);
 }
 
 absl::Status TarSplitWriter::Write(std::string_view bytes) {
+  // The headers in these bytes first: every member whose data they hold is open afterwards (its
+  // header came before it). A member that cannot be opened stops the follower (stopped()).
+  (void)follower_.Feed(bytes, *this);
   while (!bytes.empty()) {
-    if (following_ && pos_ >= next_header_) {
-      // A header block (it may come in several pieces): always the data file's.
-      const size_t n = std::min<size_t>(bytes.size(), kTarBlockSize - header_.size());
-      header_.append(bytes.data(), n);
-      RETURN_IF_ERROR(Put(tar_fd_, tar_path_, bytes.substr(0, n), pos_));
-      pos_ += n;
-      bytes.remove_prefix(n);
-      if (header_.size() == kTarBlockSize) NextHeader();
-      continue;
+    while (current_ < members_.size() &&
+           pos_ >= members_[current_].offset + members_[current_].length) {
+      ++current_;
     }
-    uint64_t end = following_ ? next_header_ : std::numeric_limits<uint64_t>::max();
-    const bool in_member = !members_.empty() && pos_ >= members_.back().offset &&
-                           pos_ < members_.back().offset + members_.back().length;
-    if (in_member) end = members_.back().offset + members_.back().length;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), end - pos_));
-    std::string_view run = bytes.substr(0, n);
-    if (in_member) {
-      const LayerSegments::File& m = members_.back();
-      RETURN_IF_ERROR(Put(m.fd, MemberPath(m), run, pos_ - m.offset));
+    const LayerSegments::File* m = current_ < members_.size() ? &members_[current_] : nullptr;
+    if (m != nullptr && pos_ >= m->offset) {
+      const uint64_t end = m->offset + m->length;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), end - pos_));
+      RETURN_IF_ERROR(Put(m->fd, MemberPath(*m), bytes.substr(0, n), pos_ - m->offset));
+      kicked_ = std::max(kicked_, m->offset);
       if (pos_ + n - kicked_ >= kWritebackBytes || pos_ + n == end) {
         // Start writing it back now; the flush before the seal then waits for little.
-        (void)sync_file_range(m.fd, static_cast<off_t>(kicked_ - m.offset),
+        (void)sync_file_range(m->fd, static_cast<off_t>(kicked_ - m->offset),
                               static_cast<off_t>(pos_ + n - kicked_), SYNC_FILE_RANGE_WRITE);
         kicked_ = pos_ + n;
       }
-    } else {
-      if (pos_ < meta_end_) meta_.append(run.substr(0, std::min<uint64_t>(n, meta_end_ - pos_)));
-      RETURN_IF_ERROR(Put(tar_fd_, tar_path_, run, pos_));
+      pos_ += n;
+      bytes.remove_prefix(n);
+      continue;
     }
+    // Up to the next member, or all of it: the data file's.
+    const uint64_t end = m != nullptr ? m->offset : std::numeric_limits<uint64_t>::max();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), end - pos_));
+    RETURN_IF_ERROR(Put(tar_fd_, tar_path_, bytes.substr(0, n), pos_));
     pos_ += n;
     bytes.remove_prefix(n);
   }
@@ -69,87 +67,31 @@ absl::Status TarSplitWriter::Write(std::string_view bytes) {
 }
 
 absl::StatusOr<std::vector<LayerSegments::File>> TarSplitWriter::Finish() {
+  (void)follower_.Finish();
   if (ftruncate(tar_fd_, static_cast<off_t>(pos_)) != 0) {
     return absl::InternalError(absl::StrCat(tar_path_, ": ftruncate: ", strerror(errno)));
   }
   return std::move(members_);
 }
 
-// header_ holds the block at pos_ - 512: where the next entry's data goes.
-void TarSplitWriter::NextHeader() {
-  const uint64_t data_offset = pos_;
-  absl::StatusOr<TarHeaderBlock> h = ParseTarHeaderBlock(header_);
-  header_.clear();
-  if (!h.ok() || h->end) {
-    following_ = false;  // not a tar, or its end: the rest (zero blocks) is the data file's
-    return;
-  }
-  if (!meta_.empty() || meta_end_ > 0) {
-    // The pax header before this one has all its records by now.
-    absl::Status records =
-        ParsePaxRecords(meta_, [&](std::string_view key, std::string_view value) -> absl::Status {
-          if (key != "size") return absl::OkStatus();
-          ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
-          return absl::OkStatus();
-        });
-    meta_.clear();
-    meta_end_ = 0;
-    if (!records.ok()) {
-      following_ = false;
-      return;
-    }
-  }
-  uint64_t size = h->size;
-  switch (h->typeflag) {
-    case 'x':
-      if (size > (1u << 20)) {
-        following_ = false;
-        return;
-      }
-      meta_end_ = data_offset + size;
-      break;
-    case 'g':
-    case 'L':
-    case 'K':
-      break;
-    case 'S':
-    case 'M':
-    case 'D':
-      following_ = false;  // GNU sparse and multi-volume entries: not followed
-      return;
-    default:
-      if (pax_size_) size = *pax_size_;
-      pax_size_.reset();
-      if (h->typeflag >= '1' && h->typeflag <= '6') size = 0;  // header only
-      if ((h->typeflag == '0' || h->typeflag == '\0' || h->typeflag == '7') && size > 0 &&
-          size >= member_min_bytes_) {
-        OpenMember(data_offset, size);
-      }
-      break;
-  }
-  if (size > std::numeric_limits<uint64_t>::max() - data_offset - kTarBlockSize) {
-    following_ = false;
-    return;
-  }
-  next_header_ = data_offset + size + TarPadding(size);
-}
+std::string TarSplitWriter::stopped() const { return std::string(follower_.status().message()); }
 
-void TarSplitWriter::OpenMember(uint64_t offset, uint64_t length) {
+// A regular file of member_min_bytes and up gets a member file of its own.
+absl::Status TarSplitWriter::OnEntry(const TarEntry& entry) {
+  if (entry.type != TarEntryType::kFile || entry.size == 0 || entry.size < member_min_bytes_) {
+    return absl::OkStatus();
+  }
   if (!dir_made_) {
     if (mkdir(members_dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-      following_ = false;  // kept whole in the data file
-      return;
+      return absl::InternalError(absl::StrCat(members_dir_, ": mkdir: ", strerror(errno)));
     }
     dir_made_ = true;
   }
-  const std::string path = absl::StrCat(members_dir_, "/", offset);
+  const std::string path = absl::StrCat(members_dir_, "/", entry.data_offset);
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    following_ = false;
-    return;
-  }
-  members_.push_back(LayerSegments::File{offset, length, fd});
-  kicked_ = offset;
+  if (fd < 0) return absl::InternalError(absl::StrCat(path, ": ", strerror(errno)));
+  members_.push_back(LayerSegments::File{entry.data_offset, entry.size, fd});
+  return absl::OkStatus();
 }
 
 std::string TarSplitWriter::MemberPath(const LayerSegments::File& m) const {
