@@ -7,28 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/path_safety.h"
+#include "core/oci/tar_layout.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
 namespace {
 
-// ustar header layout (POSIX.1-1988 + pax).
-constexpr size_t kNameOff = 0, kNameLen = 100;
-constexpr size_t kModeOff = 100, kModeLen = 8;
-constexpr size_t kUidOff = 108, kGidOff = 116, kIdLen = 8;
-constexpr size_t kSizeOff = 124, kSizeLen = 12;
-constexpr size_t kMtimeOff = 136, kMtimeLen = 12;
-constexpr size_t kChksumOff = 148, kChksumLen = 8;
-constexpr size_t kTypeOff = 156;
-constexpr size_t kLinkOff = 157, kLinkLen = 100;
-constexpr size_t kMagicOff = 257;
-constexpr size_t kDevMajorOff = 329, kDevMinorOff = 337, kDevLen = 8;
-constexpr size_t kPrefixOff = 345, kPrefixLen = 155;
-constexpr std::string_view kUstarMagic(
-    "ustar\0"
-    "00",
-    8);
-constexpr std::string_view kGnuMagic("ustar  \0", 8);
+using namespace tar_layout;  // NOLINT: the block's field offsets
+
 constexpr uint64_t kMaxOctal11 = (1ull << 33) - 1;  // 11 octal digits
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -155,187 +141,7 @@ class BlockSource {
   uint64_t window_ = kMinWindow;
 };
 
-std::string_view CString(std::string_view field) {
-  size_t nul = field.find('\0');
-  return nul == std::string_view::npos ? field : field.substr(0, nul);
-}
-
-// Parses an octal or GNU base-256 number field. Returns an error description or "".
-std::string ParseNumber(std::string_view field, uint64_t* out) {
-  const uint8_t first = static_cast<uint8_t>(field[0]);
-  if (first & 0x80) {
-    if (first == 0xff) return "negative base-256 number";
-    uint64_t v = first & 0x7f;
-    for (size_t i = 1; i < field.size(); ++i) {
-      if (v > (std::numeric_limits<uint64_t>::max() >> 8)) return "base-256 number overflows";
-      v = (v << 8) | static_cast<uint8_t>(field[i]);
-    }
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return "base-256 number overflows";
-    }
-    *out = v;
-    return "";
-  }
-  size_t b = 0, e = field.size();
-  while (b < e && (field[b] == ' ' || field[b] == '\0')) ++b;
-  while (e > b && (field[e - 1] == ' ' || field[e - 1] == '\0')) --e;
-  uint64_t v = 0;
-  for (size_t i = b; i < e; ++i) {
-    const char c = field[i];
-    if (c < '0' || c > '7') return "not an octal number";
-    if (v > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) >> 3)) {
-      return "octal number overflows";
-    }
-    v = (v << 3) | static_cast<uint64_t>(c - '0');
-  }
-  *out = v;
-  return "";
-}
-
-// A pax decimal record value ("uid", "gid", "size"): digits only, at most 19 of them.
-std::optional<uint64_t> ParsePaxDecimal(std::string_view value) {
-  if (value.empty() || value.size() > 18) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : value) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return v;
-}
-
-// A pax `mtime`: "[-]seconds[.fraction]" -> (seconds, nanoseconds), the fraction truncated
-// to nine digits, as Go's archive/tar reads it.
-std::optional<std::pair<int64_t, uint32_t>> ParsePaxTime(std::string_view value) {
-  bool negative = false;
-  if (!value.empty() && value[0] == '-') {
-    negative = true;
-    value.remove_prefix(1);
-  }
-  const size_t dot = value.find('.');
-  std::optional<uint64_t> secs = ParsePaxDecimal(value.substr(0, dot));
-  if (!secs) return std::nullopt;
-  uint32_t nsec = 0;
-  if (dot != std::string_view::npos) {
-    std::string_view frac = value.substr(dot + 1);
-    if (frac.empty()) return std::nullopt;
-    for (size_t i = 0; i < frac.size(); ++i) {
-      if (frac[i] < '0' || frac[i] > '9') return std::nullopt;
-      if (i < 9) nsec = nsec * 10 + static_cast<uint32_t>(frac[i] - '0');
-    }
-    for (size_t i = frac.size(); i < 9; ++i) nsec *= 10;
-  }
-  int64_t s = static_cast<int64_t>(*secs);
-  if (negative) {
-    // -1.25 is 1.25 s before the epoch: seconds -2, nanoseconds 0.75e9.
-    s = -s;
-    if (nsec != 0) {
-      s -= 1;
-      nsec = 1'000'000'000 - nsec;
-    }
-  }
-  return std::make_pair(s, nsec);
-}
-
-struct Pending {
-  std::optional<std::string> path;
-  std::optional<std::string> linkpath;
-  std::optional<uint64_t> size;
-  std::optional<uint64_t> uid;
-  std::optional<uint64_t> gid;
-  std::optional<std::pair<int64_t, uint32_t>> mtime;
-  std::map<std::string, std::string> xattrs;
-  uint64_t header_offset = 0;
-  bool seen = false;  // an 'x', 'L' or 'K' header is waiting for its entry
-  bool any() const { return seen; }
-};
-
-bool IsHeaderOnly(char t) {
-  return t == '1' || t == '2' || t == '3' || t == '4' || t == '5' || t == '6';
-}
-
 }  // namespace
-
-absl::StatusOr<TarHeaderBlock> ParseTarHeaderBlock(std::string_view block) {
-  TarHeaderBlock h;
-  if (block.size() != kTarBlockSize) {
-    return absl::InvalidArgumentError(absl::StrCat("header block of ", block.size(), " bytes"));
-  }
-  if (std::all_of(block.begin(), block.end(), [](char c) { return c == '\0'; })) {
-    h.end = true;
-    return h;
-  }
-  uint64_t stored_sum = 0;
-  if (std::string e = ParseNumber(block.substr(kChksumOff, kChksumLen), &stored_sum); !e.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("checksum field: ", e));
-  }
-  uint64_t usum = 0;
-  int64_t ssum = 0;
-  for (size_t i = 0; i < kTarBlockSize; ++i) {
-    const char c = (i >= kChksumOff && i < kChksumOff + kChksumLen) ? ' ' : block[i];
-    usum += static_cast<uint8_t>(c);
-    ssum += static_cast<signed char>(c);
-  }
-  if (stored_sum != usum && static_cast<int64_t>(stored_sum) != ssum) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad checksum (stored ", stored_sum, ", computed ", usum, ")"));
-  }
-  h.typeflag = block[kTypeOff];
-  if (std::string e = ParseNumber(block.substr(kSizeOff, kSizeLen), &h.size); !e.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("size field: ", e));
-  }
-  uint64_t mode = 0;
-  if (std::string e = ParseNumber(block.substr(kModeOff, kModeLen), &mode); !e.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("mode field: ", e));
-  }
-  h.mode = static_cast<uint32_t>(mode & 07777);
-  return h;
-}
-
-absl::Status ParsePaxRecords(
-    std::string_view records,
-    const std::function<absl::Status(std::string_view key, std::string_view value)>& fn) {
-  std::string_view rec = records;
-  while (!rec.empty()) {
-    const size_t sp = rec.find(' ');
-    if (sp == std::string_view::npos || sp == 0 || sp > 20) {
-      return absl::InvalidArgumentError("pax record without a length");
-    }
-    uint64_t len = 0;
-    for (size_t i = 0; i < sp; ++i) {
-      if (rec[i] < '0' || rec[i] > '9') {
-        return absl::InvalidArgumentError("pax record length is not decimal");
-      }
-      len = len * 10 + static_cast<uint64_t>(rec[i] - '0');
-    }
-    if (len < sp + 3 || len > rec.size() || rec[len - 1] != '\n') {
-      return absl::InvalidArgumentError("pax record length does not match its record");
-    }
-    std::string_view kv = rec.substr(sp + 1, len - sp - 2);
-    rec.remove_prefix(len);
-    const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
-      return absl::InvalidArgumentError("pax record without a key");
-    }
-    RETURN_IF_ERROR(fn(kv.substr(0, eq), kv.substr(eq + 1)));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> ParsePaxSize(std::string_view value) {
-  if (value.empty() || value.size() > 19)
-    return absl::InvalidArgumentError("pax size is not a number");
-  uint64_t v = 0;
-  for (char c : value) {
-    if (c < '0' || c > '9') return absl::InvalidArgumentError("pax size is not a number");
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError("pax size overflows");
-  }
-  return v;
-}
-
-namespace {}  // namespace
 
 // ---- writer API ----------------------------------------------------------------------------
 
@@ -424,202 +230,77 @@ std::string TarWriter::Finish() {
 
 // ---- reader API ----------------------------------------------------------------------------
 
-absl::Status ScanTarHeaders(RangeReader& reader,
-                            const std::function<absl::Status(const TarEntry&)>& fn,
-                            const TarReadOptions& options) {
-  ASSIGN_OR_RETURN(const uint64_t total, reader.Size());
-  BlockSource src(reader, total);
-  const std::string& rname = reader.name();
-  uint64_t off = 0;
-  uint64_t entries = 0;
-  Pending pending;
+namespace {
 
-  auto bad = [&](uint64_t at, std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rname, ": tar header at offset ", at, ": ", AV(why)));
-  };
-  // Offset after `data` bytes of payload that start at `start`, or nullopt if past the end.
-  auto after = [&](uint64_t start, uint64_t data) -> std::optional<uint64_t> {
-    if (start > total || data > total - start) return std::nullopt;
-    return start + data + TarPadding(data);
-  };
+// ScanTarHeaders' side of the follower: the bytes it used, path checks, the entry limit.
+class ScanListener final : public TarFollower::Listener {
+ public:
+  ScanListener(const std::string& name, const std::function<absl::Status(const TarEntry&)>& fn,
+               const TarReadOptions& options)
+      : name_(name), fn_(fn), options_(options) {}
 
-  while (true) {
-    if (off >= total) {
-      if (pending.any()) {
-        return absl::OutOfRangeError(
-            absl::StrCat(rname, ": tar truncated: extended header at offset ",
-                         pending.header_offset, " is not followed by an entry"));
+  absl::Status OnHeaderBlock(uint64_t offset, std::string_view) override {
+    if (options_.on_bytes_used) options_.on_bytes_used(offset, kTarBlockSize);
+    return absl::OkStatus();
+  }
+  absl::Status OnMetaPayload(uint64_t offset, char, std::string_view payload) override {
+    if (options_.on_bytes_used) options_.on_bytes_used(offset, payload.size());
+    return absl::OkStatus();
+  }
+  absl::Status OnEntry(const TarEntry& raw) override {
+    TarEntry entry = raw;
+    if (options_.check_paths) {
+      if (entry.type == TarEntryType::kDirectory && IsRootPath(entry.path)) {
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
-    if (total - off < kTarBlockSize) {
-      return absl::OutOfRangeError(absl::StrCat(rname, ": tar truncated: partial header at offset ",
-                                                off, " (", total - off, " bytes)"));
-    }
-    ASSIGN_OR_RETURN(std::string_view block, src.Read(off, kTarBlockSize));
-    if (options.on_bytes_used) options.on_bytes_used(off, kTarBlockSize);
-    absl::StatusOr<TarHeaderBlock> header = ParseTarHeaderBlock(block);
-    if (!header.ok()) return bad(off, std::string(header.status().message()));
-    if (header->end) {
-      if (pending.any()) return bad(off, "end-of-archive block after an extended header");
-      return absl::OkStatus();
-    }
-    const char typeflag = header->typeflag;
-    uint64_t size = header->size;
-    if (!pending.any()) pending.header_offset = off;
-    const uint64_t data_start = off + kTarBlockSize;
-
-    if (typeflag == 'x' || typeflag == 'g' || typeflag == 'L' || typeflag == 'K') {
-      if (size > options.max_meta_bytes) {
-        return bad(off, absl::StrCat("extended header of ", size, " bytes exceeds the limit of ",
-                                     options.max_meta_bytes));
-      }
-      std::optional<uint64_t> next = after(data_start, size);
-      if (!next) {
-        return absl::OutOfRangeError(absl::StrCat(rname, ": tar truncated: extended header at ",
-                                                  off, " wants ", size, " bytes"));
-      }
-      ASSIGN_OR_RETURN(std::string_view payload, src.Read(data_start, size));
-      if (options.on_bytes_used) options.on_bytes_used(data_start, size);
-      if (typeflag != 'g') pending.seen = true;
-      if (typeflag == 'L') {
-        pending.path = std::string(CString(payload));
-      } else if (typeflag == 'K') {
-        pending.linkpath = std::string(CString(payload));
-      } else if (typeflag == 'x') {
-        absl::Status records = ParsePaxRecords(payload, [&](std::string_view key,
-                                                            std::string_view value) {
-          if (key == "path") {
-            pending.path = std::string(value);
-          } else if (key == "linkpath") {
-            pending.linkpath = std::string(value);
-          } else if (key == "size") {
-            ASSIGN_OR_RETURN(pending.size, ParsePaxSize(value));
-          } else if (key == "uid" || key == "gid") {
-            std::optional<uint64_t> v = ParsePaxDecimal(value);
-            if (!v) {
-              return absl::InvalidArgumentError(absl::StrCat("pax ", AV(key), " is not a number"));
-            }
-            (key == "uid" ? pending.uid : pending.gid) = *v;
-          } else if (key == "mtime") {
-            pending.mtime = ParsePaxTime(value);
-            if (!pending.mtime) return absl::InvalidArgumentError("pax mtime is not a time");
-          } else if (key.substr(0, 13) == "SCHILY.xattr.") {
-            if (key.size() == 13) {
-              return absl::InvalidArgumentError("pax xattr record without a name");
-            }
-            pending.xattrs[std::string(key.substr(13))] = std::string(value);
-          } else if (key.substr(0, 11) == "GNU.sparse.") {
-            return absl::InvalidArgumentError("sparse files are not supported");
-          }
-          return absl::OkStatus();
-        });
-        if (!records.ok()) return bad(off, std::string(records.message()));
-      }
-      // 'g' (global) records hold defaults we do not use (mtime, uname, ...): skipped.
-      off = *next;
-      continue;
-    }
-    if (typeflag == 'S' || typeflag == 'M' || typeflag == 'D') {
-      return bad(off, absl::StrCat("unsupported GNU entry type '", std::string(1, typeflag), "'"));
-    }
-
-    TarEntry entry;
-    entry.typeflag = typeflag;
-    entry.header_offset = pending.header_offset;
-    entry.mode = header->mode;
-    uint64_t uid = 0, gid = 0, mtime = 0;
-    if (std::string e = ParseNumber(block.substr(kUidOff, kIdLen), &uid); !e.empty()) {
-      return bad(off, absl::StrCat("uid field: ", e));
-    }
-    if (std::string e = ParseNumber(block.substr(kGidOff, kIdLen), &gid); !e.empty()) {
-      return bad(off, absl::StrCat("gid field: ", e));
-    }
-    if (std::string e = ParseNumber(block.substr(kMtimeOff, kMtimeLen), &mtime); !e.empty()) {
-      return bad(off, absl::StrCat("mtime field: ", e));
-    }
-    entry.uid = pending.uid.value_or(uid);
-    entry.gid = pending.gid.value_or(gid);
-    entry.mtime = pending.mtime ? pending.mtime->first : static_cast<int64_t>(mtime);
-    entry.mtime_nsec = pending.mtime ? pending.mtime->second : 0;
-    entry.xattrs = std::move(pending.xattrs);
-    if (typeflag == '3' || typeflag == '4') {
-      if (std::string e = ParseNumber(block.substr(kDevMajorOff, kDevLen), &entry.devmajor);
-          !e.empty()) {
-        return bad(off, absl::StrCat("devmajor field: ", e));
-      }
-      if (std::string e = ParseNumber(block.substr(kDevMinorOff, kDevLen), &entry.devminor);
-          !e.empty()) {
-        return bad(off, absl::StrCat("devminor field: ", e));
-      }
-    }
-    switch (typeflag) {
-      case '0':
-      case '\0':
-      case '7':
-        entry.type = TarEntryType::kFile;
-        break;
-      case '1':
-        entry.type = TarEntryType::kHardLink;
-        break;
-      case '2':
-        entry.type = TarEntryType::kSymlink;
-        break;
-      case '5':
-        entry.type = TarEntryType::kDirectory;
-        break;
-      default:
-        entry.type = TarEntryType::kOther;
-        break;
-    }
-    if (pending.path) {
-      entry.path = *pending.path;
-    } else {
-      std::string_view name = CString(block.substr(kNameOff, kNameLen));
-      std::string_view prefix;
-      if (block.substr(kMagicOff, 6) == std::string_view("ustar\0", 6)) {
-        prefix = CString(block.substr(kPrefixOff, kPrefixLen));
-      }
-      entry.path = prefix.empty() ? std::string(name) : absl::StrCat(AV(prefix), "/", AV(name));
-    }
-    entry.linkname = pending.linkpath ? *pending.linkpath
-                                      : std::string(CString(block.substr(kLinkOff, kLinkLen)));
-    if (pending.size) size = *pending.size;
-    entry.size = IsHeaderOnly(typeflag) ? 0 : size;
-    entry.data_offset = data_start;
-    std::optional<uint64_t> next = after(data_start, entry.size);
-    if (!next) {
-      return absl::OutOfRangeError(
-          absl::StrCat(rname, ": tar truncated: entry '", entry.path.substr(0, 256), "' at offset ",
-                       off, " has ", entry.size, " data bytes but the blob ends at ", total));
-    }
-    pending = Pending();
-    off = *next;
-
-    if (options.check_paths) {
-      if (entry.type == TarEntryType::kDirectory && IsRootPath(entry.path)) continue;
       absl::StatusOr<std::string> norm = NormalizeRelativePath(entry.path);
       if (!norm.ok()) {
         return absl::PermissionDeniedError(absl::StrCat(
-            rname, ": tar entry at offset ", entry.header_offset, ": ", norm.status().message()));
+            name_, ": tar entry at offset ", entry.header_offset, ": ", norm.status().message()));
       }
       entry.path = *std::move(norm);
       if (entry.type == TarEntryType::kHardLink) {
         absl::StatusOr<std::string> link = NormalizeRelativePath(entry.linkname);
         if (!link.ok()) {
-          return absl::PermissionDeniedError(absl::StrCat(rname, ": hard link '", entry.path,
+          return absl::PermissionDeniedError(absl::StrCat(name_, ": hard link '", entry.path,
                                                           "' target: ", link.status().message()));
         }
         entry.linkname = *std::move(link);
       }
     }
-    if (++entries > options.max_entries) {
+    if (++entries_ > options_.max_entries) {
       return absl::ResourceExhaustedError(
-          absl::StrCat(rname, ": tar has more than ", options.max_entries, " entries"));
+          absl::StrCat(name_, ": tar has more than ", options_.max_entries, " entries"));
     }
-    RETURN_IF_ERROR(fn(entry));
+    return fn_(entry);
   }
+
+ private:
+  const std::string& name_;
+  const std::function<absl::Status(const TarEntry&)>& fn_;
+  const TarReadOptions& options_;
+  uint64_t entries_ = 0;
+};
+
+}  // namespace
+
+absl::Status ScanTarHeaders(RangeReader& reader,
+                            const std::function<absl::Status(const TarEntry&)>& fn,
+                            const TarReadOptions& options) {
+  ASSIGN_OR_RETURN(const uint64_t total, reader.Size());
+  BlockSource src(reader, total);
+  ScanListener listener(reader.name(), fn, options);
+  TarFollower follower(TarFollower::Options{reader.name(), options.max_meta_bytes, total});
+  // Only header blocks and extended-header payloads are read; data is skipped.
+  for (TarFollower::Want want = follower.wanted(); follower.following() && want.offset < total;
+       want = follower.wanted()) {
+    follower.SkipTo(want.offset);
+    ASSIGN_OR_RETURN(std::string_view bytes,
+                     src.Read(want.offset, std::min(want.length, total - want.offset)));
+    RETURN_IF_ERROR(follower.Feed(bytes, listener));
+  }
+  follower.SkipTo(total);  // the last entry's padding may pass the end
+  return follower.Finish();
 }
 
 absl::StatusOr<std::vector<TarEntry>> IndexTar(RangeReader& reader, const TarReadOptions& options) {

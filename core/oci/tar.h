@@ -3,11 +3,13 @@
 // list a remote, uncompressed tar layer with a few range reads and later serve each file as a
 // (data_offset, size) slice of the blob.
 //
-// Formats: ustar (with the 155-byte prefix), pax extended headers ('x'; 'g' is skipped) with
-// `path`, `linkpath`, `size`, `uid`, `gid`, `mtime` and `SCHILY.xattr.*` records, GNU long
-// names ('L', 'K') and GNU base-256 numbers.
-// The reader refuses bad checksums, negative or overflowing numbers, entries whose data passes
-// the end of the blob, sparse and multi-volume entries, and (by default) unsafe paths.
+// The reader is the TarFollower (tar_follower.h, which also holds TarEntry and the block and
+// pax record parsers) driven header by header. Formats: ustar (with the 155-byte prefix), pax
+// extended headers ('x'; 'g' is read and not applied) with `path`, `linkpath`, `size`, `uid`,
+// `gid`, `mtime` and `SCHILY.xattr.*` records, GNU long names ('L', 'K') and GNU base-256
+// numbers. It refuses bad checksums, negative or overflowing numbers, extended headers over
+// max_meta_bytes, entries whose data passes the end of the blob, sparse and multi-volume
+// entries, and (by default) unsafe paths.
 //
 // Thread safety: TarWriter is a value for one thread; the reader functions keep no state
 // beyond the call (the RangeReader they are given must not be used concurrently).
@@ -15,7 +17,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,69 +24,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/io/range_reader.h"
+#include "core/oci/tar_follower.h"
 
 namespace modelfs {
-
-inline constexpr uint64_t kTarBlockSize = 512;
-
-enum class TarEntryType { kFile, kDirectory, kSymlink, kHardLink, kOther };
-
-struct TarEntry {
-  // Canonical relative path (NormalizeRelativePath) when TarReadOptions::check_paths is set,
-  // else the raw name with any pax/GNU override applied.
-  std::string path;
-  TarEntryType type = TarEntryType::kFile;
-  char typeflag = '0';         // raw typeflag ('\0' for old regular files)
-  uint64_t size = 0;           // data bytes; 0 for header-only types (dirs, links, devices)
-  uint64_t header_offset = 0;  // offset of the first header block (pax/GNU ones included)
-  uint64_t data_offset = 0;    // offset of the data in the tar
-  // Symlink target (raw, may be absolute) or hard-link target (canonical when check_paths).
-  std::string linkname;
-  uint32_t mode = 0;  // permission bits (& 07777)
-  // Owner and modification time (pax `uid`, `gid`, `mtime` override the header's fields;
-  // mtime_nsec is the fraction of a pax `mtime`, else 0), device numbers of '3'/'4' entries,
-  // and extended attributes from pax `SCHILY.xattr.<name>` records (name -> raw value), as
-  // an unpacker applies them (docs/snapshotter.md, "Lazy plain images").
-  uint64_t uid = 0;
-  uint64_t gid = 0;
-  int64_t mtime = 0;
-  uint32_t mtime_nsec = 0;
-  uint64_t devmajor = 0;
-  uint64_t devminor = 0;
-  std::map<std::string, std::string> xattrs;
-};
 
 struct TarReadOptions {
   // Normalize names and refuse unsafe ones with kPermissionDenied (see path_safety.h). The root
   // directory entry ("./") is skipped instead of reported.
   bool check_paths = true;
-  uint64_t max_entries = 1'000'000;   // kResourceExhausted past this
-  uint64_t max_meta_bytes = 1 << 20;  // largest pax / GNU long-name payload accepted
+  uint64_t max_entries = 1'000'000;            // kResourceExhausted past this
+  uint64_t max_meta_bytes = kTarMaxMetaBytes;  // largest x/g/L/K payload accepted
   // Called with each range (offset, length) of the tar whose bytes the scan uses: header
   // blocks and pax / GNU payloads. What the scan yields depends on those bytes and the tar's
   // size alone (a reader may be asked for more: reads are windowed), so two tars of one size
   // that agree on these ranges scan alike (core/model/tar_records_check.h relies on it).
   std::function<void(uint64_t offset, uint64_t length)> on_bytes_used;
 };
-
-// One header block, for a reader that follows a tar as it streams (a decoded layer split into
-// member files as it is written): `end` for an all-zero (end-of-archive) block, else its
-// typeflag, size field (octal or GNU base-256; a pax 'x' header before it may override it) and
-// permission bits. Errors: kInvalidArgument "bad checksum ...", "size field: ...", ...
-struct TarHeaderBlock {
-  bool end = false;
-  char typeflag = '0';
-  uint64_t size = 0;
-  uint32_t mode = 0;
-};
-absl::StatusOr<TarHeaderBlock> ParseTarHeaderBlock(std::string_view block);
-// Calls `fn` for each "<len> <key>=<value>\n" record of a pax extended header's data; its error
-// stops the parse. Errors: kInvalidArgument for a malformed record.
-absl::Status ParsePaxRecords(
-    std::string_view records,
-    const std::function<absl::Status(std::string_view key, std::string_view value)>& fn);
-// A pax "size" value. Errors: kInvalidArgument when not a decimal int64.
-absl::StatusOr<uint64_t> ParsePaxSize(std::string_view value);
 
 // Calls `fn` for each entry, in archive order, reading only header blocks (and pax/GNU
 // payloads). Stops at the first all-zero block or at end of data on a block boundary.
@@ -138,9 +92,5 @@ class TarWriter {
 absl::StatusOr<std::string> EncodeTarHeader(
     std::string_view path, char typeflag, uint64_t size, uint32_t mode,
     std::string_view linkname = {}, TarWriter::LongNames long_names = TarWriter::LongNames::kPax);
-// Zero bytes needed after `size` data bytes to reach a block boundary.
-inline uint64_t TarPadding(uint64_t size) {
-  return (kTarBlockSize - size % kTarBlockSize) % kTarBlockSize;
-}
 
 }  // namespace modelfs

@@ -149,107 +149,40 @@ std::unique_ptr<RangeReader> MakeTarHeadersReader(std::shared_ptr<const TarHeade
   return std::make_unique<TarHeadersReader>(std::move(headers), std::move(name));
 }
 
-void TarHeaderRecorder::Keep(uint64_t offset, std::string_view bytes) {
-  if (bytes.empty()) return;
+absl::Status TarHeaderRecorder::Keep(uint64_t offset, std::string_view bytes) {
+  if (bytes.empty()) return absl::OkStatus();
   kept_ += bytes.size();
+  if (kept_ > TarHeaders::kMaxBytes) {
+    extents_.clear();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tar header records over ", TarHeaders::kMaxBytes, " bytes"));
+  }
   if (!extents_.empty() && extents_.back().offset + extents_.back().bytes.size() == offset &&
       extents_.back().bytes.size() + bytes.size() <= TarHeaders::kMaxExtentBytes) {
     extents_.back().bytes.append(bytes);
   } else {
     extents_.push_back({offset, std::string(bytes)});
   }
-  if (kept_ > TarHeaders::kMaxBytes) {
-    failed_ = done_ = true;
-    extents_.clear();
-  }
+  return absl::OkStatus();
 }
 
-void TarHeaderRecorder::Feed(std::string_view bytes) {
-  while (!bytes.empty() && !done_) {
-    if (pos_ >= next_header_) {
-      const size_t n = std::min<size_t>(bytes.size(), kTarBlockSize - header_.size());
-      header_.append(bytes.data(), n);
-      pos_ += n;
-      bytes.remove_prefix(n);
-      if (header_.size() == kTarBlockSize) OnHeader();
-      continue;
-    }
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), next_header_ - pos_));
-    if (pos_ < meta_end_) {
-      meta_.append(bytes.data(), std::min<uint64_t>(n, meta_end_ - pos_));
-    }
-    pos_ += n;
-    bytes.remove_prefix(n);
-    if (meta_end_ > 0 && pos_ >= meta_end_) {
-      Keep(meta_end_ - meta_.size(), meta_);
-      if (meta_type_ == 'x') {
-        // The entry after a pax header takes its "size" record, as ScanTarHeaders does.
-        absl::Status records = ParsePaxRecords(
-            meta_, [&](std::string_view key, std::string_view value) -> absl::Status {
-              if (key != "size") return absl::OkStatus();
-              ASSIGN_OR_RETURN(pax_size_, ParsePaxSize(value));
-              return absl::OkStatus();
-            });
-        if (!records.ok()) failed_ = done_ = true;
-      }
-      meta_.clear();
-      meta_end_ = 0;
-    }
-  }
-  pos_ += bytes.size();  // after the end (or once not followed): nothing more is kept
+absl::Status TarHeaderRecorder::OnHeaderBlock(uint64_t offset, std::string_view block) {
+  return Keep(offset, block);
 }
 
-// header_ holds the block that ends at pos_.
-void TarHeaderRecorder::OnHeader() {
-  const uint64_t at = pos_ - kTarBlockSize;
-  absl::StatusOr<TarHeaderBlock> h = ParseTarHeaderBlock(header_);
-  if (!h.ok()) {
-    failed_ = done_ = true;
-    return;
-  }
-  Keep(at, header_);
-  header_.clear();
-  if (h->end) {
-    done_ = true;  // ScanTarHeaders stops at the first all-zero block
-    return;
-  }
-  uint64_t size = h->size;
-  switch (h->typeflag) {
-    case 'x':
-    case 'g':
-    case 'L':
-    case 'K':
-      if (size > (1u << 20)) {
-        failed_ = done_ = true;
-        return;
-      }
-      meta_type_ = h->typeflag;
-      meta_end_ = size == 0 ? 0 : pos_ + size;
-      break;
-    case 'S':
-    case 'M':
-    case 'D':
-      failed_ = done_ = true;
-      return;
-    default:
-      if (pax_size_) size = *pax_size_;
-      pax_size_.reset();
-      if (h->typeflag >= '1' && h->typeflag <= '6') size = 0;  // header only
-      break;
-  }
-  if (size > UINT64_MAX - pos_ - kTarBlockSize) {
-    failed_ = done_ = true;
-    return;
-  }
-  next_header_ = pos_ + size + TarPadding(size);
+absl::Status TarHeaderRecorder::OnMetaPayload(uint64_t offset, char, std::string_view payload) {
+  return Keep(offset, payload);
 }
+
+// An error (records over budget) stops the follower: Finish then gives nothing.
+void TarHeaderRecorder::Feed(std::string_view bytes) { (void)follower_.Feed(bytes, *this); }
 
 std::optional<TarHeaders> TarHeaderRecorder::Finish(const Digest& tar_digest,
                                                     const std::string& name) {
-  if (failed_ || !header_.empty() || meta_end_ > 0) return std::nullopt;
+  if (!follower_.Finish().ok()) return std::nullopt;
   auto h = std::make_shared<TarHeaders>();
   h->tar_digest = tar_digest;
-  h->tar_size = pos_;
+  h->tar_size = follower_.position();
   h->extents = std::move(extents_);
   extents_.clear();
   // The records stand for the tar only if the scan that indexes it from them succeeds.

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "core/io/range_reader.h"
 #include "core/oci/digest.h"
+#include "core/oci/tar_follower.h"
 
 namespace modelfs {
 
@@ -36,9 +37,9 @@ struct TarHeaders {
   // convert leaves a layer's headers out of V when they would be larger (a base image of many
   // thousands of files): that layer is indexed from its own bytes at mount, as before.
   static constexpr uint64_t kMaxBytes = 4ull << 20;
-  // One extent at most (a header block and the largest pax or GNU payload ScanTarHeaders
-  // accepts, TarReadOptions::max_meta_bytes, with the blocks around them).
-  static constexpr uint64_t kMaxExtentBytes = (1ull << 20) + (4ull << 10);
+  // One extent at most (a header block and the largest extended-header payload followed,
+  // kTarMaxMetaBytes, with the blocks around them).
+  static constexpr uint64_t kMaxExtentBytes = kTarMaxMetaBytes + (4ull << 10);
 
   struct Extent {
     uint64_t offset = 0;
@@ -68,30 +69,24 @@ absl::StatusOr<TarHeaders> ParseTarHeaders(std::string_view bytes);
 std::unique_ptr<RangeReader> MakeTarHeadersReader(std::shared_ptr<const TarHeaders> headers,
                                                   std::string name);
 
-// Follows a tar as its bytes pass, in pieces of any size, and keeps every byte ScanTarHeaders
-// reads: header blocks (the end-of-archive block too) and pax and GNU long-name payloads.
-class TarHeaderRecorder {
+// Follows a tar as its bytes pass, in pieces of any size (a TarFollower), and keeps every byte
+// ScanTarHeaders reads: header blocks (the end-of-archive block too) and the payloads of
+// extended headers ('x', 'g', 'L', 'K').
+class TarHeaderRecorder : private TarFollower::Listener {
  public:
   void Feed(std::string_view bytes);
   // The records of the tar fed, which is `tar_digest`, once ScanTarHeaders has indexed the tar
   // from them alone (`name` names it in errors). nullopt when the tar could not be followed
-  // (not a tar, sparse or multi-volume entries, a payload over 1 MiB) or its records are over
-  // TarHeaders::kMaxBytes: the layer is then indexed from its own bytes.
+  // (not a tar, sparse or multi-volume entries, an extended header over 1 MiB, cut short) or
+  // its records are over TarHeaders::kMaxBytes: the layer is then indexed from its own bytes.
   std::optional<TarHeaders> Finish(const Digest& tar_digest, const std::string& name);
 
  private:
-  void Keep(uint64_t offset, std::string_view bytes);
-  void OnHeader();
+  absl::Status OnHeaderBlock(uint64_t offset, std::string_view block) override;
+  absl::Status OnMetaPayload(uint64_t offset, char typeflag, std::string_view payload) override;
+  absl::Status Keep(uint64_t offset, std::string_view bytes);
 
-  uint64_t pos_ = 0;
-  uint64_t next_header_ = 0;  // where the next header block starts
-  uint64_t meta_end_ = 0;     // a pax or GNU payload being kept ends here
-  char meta_type_ = 0;
-  std::string header_;
-  std::string meta_;
-  std::optional<uint64_t> pax_size_;
-  bool done_ = false;    // the end-of-archive block passed, or the tar cannot be followed
-  bool failed_ = false;  // the latter
+  TarFollower follower_;
   uint64_t kept_ = 0;
   std::vector<TarHeaders::Extent> extents_;
 };

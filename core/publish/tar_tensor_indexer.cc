@@ -17,8 +17,7 @@ const uint64_t TarTensorIndexer::kMaxHeaderBytes = 8 + kSafetensorsMaxHeaderSize
 
 namespace {
 
-constexpr uint64_t kFirstWant = 64 << 10;    // a header's first try; doubled until it parses
-constexpr uint64_t kMaxMetaBytes = 1 << 20;  // as ScanTarHeaders (TarReadOptions)
+constexpr uint64_t kFirstWant = 64 << 10;  // a header's first try; doubled until it parses
 
 // The member's first bytes as the whole file: a read past them is remembered (`wanted`) and
 // fails, so the caller waits for more bytes and tries again.
@@ -49,13 +48,6 @@ class PrefixReader final : public RangeReader {
   uint64_t wanted_ = 0;
 };
 
-absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-std::string_view CString(std::string_view field) {
-  const size_t nul = field.find('\0');
-  return nul == std::string_view::npos ? field : field.substr(0, nul);
-}
-
 bool IsWeightName(const std::string& path) {
   const SniffedFormat f = SniffFormat(path, "");
   return f == SniffedFormat::kSafetensors || f == SniffedFormat::kGguf;
@@ -72,184 +64,56 @@ struct TarTensorIndexer::Member {
   std::optional<TensorIndexBuilder> builder;
 };
 
-TarTensorIndexer::TarTensorIndexer(std::string name) : name_(std::move(name)) {}
+TarTensorIndexer::TarTensorIndexer(std::string name)
+    : name_(std::move(name)), follower_(TarFollower::Options{name_}) {}
 TarTensorIndexer::~TarTensorIndexer() = default;
 TarTensorIndexer::TarTensorIndexer(TarTensorIndexer&&) = default;
 TarTensorIndexer& TarTensorIndexer::operator=(TarTensorIndexer&&) = default;
 
-void TarTensorIndexer::Stop(std::string why) {
-  stopped_ = absl::StrCat(name_, ": tar at offset ", pos_, ": ", why);
-  state_ = State::kDone;
+void TarTensorIndexer::Stop() {
+  stopped_ = std::string(follower_.status().message());
   member_.reset();
 }
 
 absl::Status TarTensorIndexer::Feed(std::string_view bytes) {
-  while (!bytes.empty() && state_ != State::kDone) {
-    switch (state_) {
-      case State::kHeader: {
-        const size_t n = std::min<size_t>(bytes.size(), kTarBlockSize - block_.size());
-        block_.append(bytes.data(), n);
-        bytes.remove_prefix(n);
-        pos_ += n;
-        if (block_.size() == kTarBlockSize) {
-          RETURN_IF_ERROR(OnHeader());
-          block_.clear();
-        }
-        break;
-      }
-      case State::kMeta: {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), remaining_));
-        meta_.append(bytes.data(), n);
-        bytes.remove_prefix(n);
-        pos_ += n;
-        remaining_ -= n;
-        if (remaining_ > 0) break;
-        if (meta_type_ == 'L') {
-          pending_path_ = std::string(CString(meta_));
-        } else if (meta_type_ == 'x') {
-          absl::Status records = ParsePaxRecords(
-              meta_, [&](std::string_view key, std::string_view value) -> absl::Status {
-                if (key == "path") {
-                  pending_path_ = std::string(value);
-                } else if (key == "size") {
-                  ASSIGN_OR_RETURN(pending_size_, ParsePaxSize(value));
-                } else if (key.substr(0, 11) == "GNU.sparse.") {
-                  return absl::InvalidArgumentError("sparse files are not followed");
-                }
-                return absl::OkStatus();
-              });
-          if (!records.ok()) {
-            Stop(std::string(records.message()));
-            break;
-          }
-        }
-        meta_.clear();
-        remaining_ = padding_;
-        state_ = State::kSkip;
-        break;
-      }
-      case State::kData: {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), remaining_));
-        if (member_) RETURN_IF_ERROR(OnData(bytes.substr(0, n)));
-        bytes.remove_prefix(n);
-        pos_ += n;
-        remaining_ -= n;
-        if (remaining_ > 0) break;
-        if (member_) RETURN_IF_ERROR(EndMember());
-        remaining_ = padding_;
-        state_ = State::kSkip;
-        break;
-      }
-      case State::kSkip: {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), remaining_));
-        bytes.remove_prefix(n);
-        pos_ += n;
-        remaining_ -= n;
-        if (remaining_ == 0) state_ = State::kHeader;
-        break;
-      }
-      case State::kDone:
-        break;
-    }
-    // Zero-length payloads and data end at once.
-    while (state_ == State::kSkip && remaining_ == 0) state_ = State::kHeader;
-  }
-  if (state_ == State::kDone) pos_ += bytes.size();
+  RETURN_IF_ERROR(follower_.Feed(bytes, *this));
+  if (!follower_.status().ok() && stopped_.empty()) Stop();
   return absl::OkStatus();
 }
 
-// block_ holds the header block that ends at pos_.
-absl::Status TarTensorIndexer::OnHeader() {
-  const uint64_t at = pos_ - kTarBlockSize;
-  absl::StatusOr<TarHeaderBlock> h = ParseTarHeaderBlock(block_);
-  if (!h.ok()) {
-    Stop(std::string(h.status().message()));
-    return absl::OkStatus();
+// A regular member named like a weight file: its bytes are kept until its header parses.
+absl::Status TarTensorIndexer::OnEntry(const TarEntry& entry) {
+  if (entry.type != TarEntryType::kFile || !IsWeightName(entry.path)) return absl::OkStatus();
+  absl::StatusOr<std::string> norm = NormalizeRelativePath(entry.path);
+  if (!norm.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(name_, ": tar entry at offset ",
+                                                    entry.data_offset - kTarBlockSize, ": ",
+                                                    norm.status().message()));
   }
-  if (h->end) {
-    state_ = State::kDone;  // as ScanTarHeaders, the first all-zero block ends the tar
-    return absl::OkStatus();
-  }
-  uint64_t size = h->size;
-  switch (h->typeflag) {
-    case 'x':
-    case 'g':
-    case 'L':
-    case 'K':
-      if (size > kMaxMetaBytes) {
-        Stop(absl::StrCat("an extended header of ", size, " bytes"));
-        return absl::OkStatus();
-      }
-      // 'g' and 'K' are read past like the others; only 'x' and 'L' name the next entry.
-      meta_type_ = h->typeflag == 'g' || h->typeflag == 'K' ? 0 : h->typeflag;
-      meta_.clear();
-      remaining_ = size;
-      padding_ = TarPadding(size);
-      state_ = State::kMeta;
-      if (size == 0) {
-        remaining_ = padding_;
-        state_ = State::kSkip;
-      }
-      return absl::OkStatus();
-    case 'S':
-    case 'M':
-    case 'D':
-      Stop(absl::StrCat("a member of type '", std::string(1, h->typeflag), "'"));
-      return absl::OkStatus();
-    default:
-      break;
-  }
-  if (pending_size_) size = *pending_size_;
-  if (h->typeflag >= '1' && h->typeflag <= '6') size = 0;  // header only
-  std::string path;
-  if (pending_path_) {
-    path = *pending_path_;
-  } else {
-    const std::string_view name = CString(std::string_view(block_).substr(0, 100));
-    std::string_view prefix;
-    if (std::string_view(block_).substr(257, 6) == std::string_view("ustar\0", 6)) {
-      prefix = CString(std::string_view(block_).substr(345, 155));
-    }
-    path = prefix.empty() ? std::string(name) : absl::StrCat(AV(prefix), "/", AV(name));
-  }
-  pending_path_.reset();
-  pending_size_.reset();
-  const bool regular = h->typeflag == '0' || h->typeflag == '\0' || h->typeflag == '7';
-  if (regular && IsWeightName(path)) {
-    absl::StatusOr<std::string> norm = NormalizeRelativePath(path);
-    if (!norm.ok()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(name_, ": tar entry at offset ", at, ": ", norm.status().message()));
-    }
-    member_ = std::make_unique<Member>();
-    member_->path = *std::move(norm);
-    member_->data_offset = pos_;
-    member_->size = size;
-    member_->want = std::min(size, kFirstWant);
-  }
-  remaining_ = size;
-  padding_ = TarPadding(size);
-  state_ = State::kData;
-  if (size == 0) {
-    if (member_) RETURN_IF_ERROR(EndMember());
-    remaining_ = 0;
-    state_ = State::kSkip;
-  }
+  member_ = std::make_unique<Member>();
+  member_->path = *std::move(norm);
+  member_->data_offset = entry.data_offset;
+  member_->size = entry.size;
+  member_->want = std::min(entry.size, kFirstWant);
+  if (entry.size == 0) return EndMember();
   return absl::OkStatus();
 }
 
-absl::Status TarTensorIndexer::OnData(std::string_view bytes) {
+absl::Status TarTensorIndexer::OnData(const TarEntry& entry, uint64_t offset,
+                                      std::string_view bytes) {
+  if (!member_) return absl::OkStatus();
   Member& m = *member_;
-  while (!bytes.empty()) {
+  for (std::string_view rest = bytes; !rest.empty();) {
     if (m.builder) {
-      m.builder->Update(bytes);
-      return absl::OkStatus();
+      m.builder->Update(rest);
+      break;
     }
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), m.want - m.head.size()));
-    m.head.append(bytes.data(), n);
-    bytes.remove_prefix(n);
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(rest.size(), m.want - m.head.size()));
+    m.head.append(rest.data(), n);
+    rest.remove_prefix(n);
     if (m.head.size() == m.want) RETURN_IF_ERROR(TryParse());
   }
+  if (offset + bytes.size() == entry.data_offset + entry.size) return EndMember();
   return absl::OkStatus();
 }
 
@@ -314,20 +178,20 @@ absl::Status TarTensorIndexer::EndMember() {
 
 std::optional<TarTensorIndexes> TarTensorIndexer::Finish(const Digest& tar_digest) {
   // A tar ends with its all-zero block, or (as ScanTarHeaders accepts) on a block boundary.
-  if (!stopped_.empty() ||
-      (state_ != State::kDone && (state_ != State::kHeader || !block_.empty()))) {
-    // Cut short, or not followed to its end: no index rather than one of a part of the tar.
-    if (stopped_.empty()) stopped_ = absl::StrCat(name_, ": the tar ends inside an entry");
+  // Cut short, or not followed to its end: no index rather than one of a part of the tar.
+  if (!follower_.Finish().ok()) {
+    if (stopped_.empty()) Stop();
     return std::nullopt;
   }
+  const uint64_t size = follower_.position();
   TarTensorIndexes out;
   out.tar_digest = tar_digest;
-  out.tar_size = pos_;
+  out.tar_size = size;
   out.files = std::move(done_);
   done_.clear();
   for (TarTensorIndex& t : out.files) {
     t.index.layer_digest = tar_digest;
-    t.index.layer_size = pos_;
+    t.index.layer_size = size;
   }
   return out;
 }

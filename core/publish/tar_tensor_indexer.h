@@ -1,7 +1,8 @@
 // TarTensorIndexer: the tensor indexes of the weight files inside a tar layer (a modelcar's, a
 // `push --tar` layer, the tar inside a tar+gzip or tar+zstd layer), built from the same single
 // pass over the tar that hashes it for its chunk index and records its headers
-// (docs/tensor-index.md, "Tar layers"). It follows the tar's members as the bytes pass; for each
+// (docs/tensor-index.md, "Tar layers"). It follows the tar's members as the bytes pass (a
+// TarFollower, core/oci/tar_follower.h); for each
 // regular member named *.safetensors or *.gguf it keeps the member's first bytes until the
 // file's header parses (at most kMaxHeaderBytes), then hashes every tensor as its bytes pass,
 // so a tensor of any size is hashed streaming and nothing else is buffered.
@@ -23,11 +24,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/oci/digest.h"
+#include "core/oci/tar_follower.h"
 #include "core/oci/tensor_index.h"
 
 namespace modelfs {
 
-class TarTensorIndexer {
+class TarTensorIndexer : private TarFollower::Listener {
  public:
   // The most bytes kept of one member before its header must have parsed: the safetensors
   // header limit (kSafetensorsMaxHeaderSize) and its 8-byte length, for GGUF too.
@@ -35,7 +37,7 @@ class TarTensorIndexer {
 
   // `name` names the layer in errors ("layer sha256:...").
   explicit TarTensorIndexer(std::string name);
-  ~TarTensorIndexer();
+  ~TarTensorIndexer() override;
   TarTensorIndexer(TarTensorIndexer&&);
   TarTensorIndexer& operator=(TarTensorIndexer&&);
 
@@ -43,8 +45,9 @@ class TarTensorIndexer {
   // tells the truth, so push and convert stop): kPermissionDenied for a weight member whose
   // path is unsafe; the parser's kInvalidArgument / kOutOfRange naming the member for a
   // malformed safetensors or GGUF header, kInvalidArgument for one over kMaxHeaderBytes.
-  // A tar that cannot be followed (a bad header block, sparse or multi-volume members, a pax or
-  // GNU payload over 1 MiB) is no error: its members past that point get no index (stopped()).
+  // A tar that cannot be followed (a bad header block, sparse or multi-volume members, an
+  // extended header over 1 MiB) is no error: its members past that point get no index
+  // (stopped()).
   absl::Status Feed(std::string_view bytes);
 
   // The indexes of the weight files fed, in tar order, once the whole tar was: each index's
@@ -58,23 +61,15 @@ class TarTensorIndexer {
 
  private:
   struct Member;
-  void Stop(std::string why);
-  absl::Status OnHeader();
-  absl::Status OnData(std::string_view bytes);
+  void Stop();
+  absl::Status OnEntry(const TarEntry& entry) override;
+  absl::Status OnData(const TarEntry& entry, uint64_t offset, std::string_view bytes) override;
   absl::Status TryParse();
   absl::Status EndMember();
 
   std::string name_;
-  uint64_t pos_ = 0;
-  enum class State { kHeader, kMeta, kData, kSkip, kDone } state_ = State::kHeader;
-  uint64_t remaining_ = 0;  // kMeta, kData, kSkip: bytes left of the payload, data or padding
-  uint64_t padding_ = 0;    // after kMeta or kData
-  std::string block_;       // kHeader: the block so far
-  char meta_type_ = 0;
-  std::string meta_;
-  std::optional<std::string> pending_path_;  // from a pax 'x' or GNU 'L' header
-  std::optional<uint64_t> pending_size_;
-  std::unique_ptr<Member> member_;  // kData of a weight member
+  TarFollower follower_;
+  std::unique_ptr<Member> member_;  // the weight member whose data is passing
   std::vector<TarTensorIndex> done_;
   std::string stopped_;
 };

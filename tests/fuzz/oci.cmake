@@ -11,6 +11,7 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_hash.cc
   ${PROJECT_SOURCE_DIR}/core/oci/chunk_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/tar_follower.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar_headers.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
