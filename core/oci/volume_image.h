@@ -12,6 +12,10 @@
 // names M and each chunk index by digest; ParseVolumeLayer checks every index against
 // model.json and CheckVolumeMatchesModel checks model.json against the verified M.
 //
+// The parts: building V (volume_image.cc), model.json and reading V's files back
+// (volume_model_json.cc), and the snapshotter's checks of V: labels, A's place, the chain-ID
+// bindings, model.json against M (volume_binding.cc).
+//
 // Thread safety: plain values and pure functions.
 #pragma once
 

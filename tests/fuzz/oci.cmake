@@ -13,6 +13,8 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/tar.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar_headers.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/volume_model_json.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/volume_binding.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
   ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
