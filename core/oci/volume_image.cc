@@ -235,13 +235,11 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     ChunkIndex::Content content = ChunkIndex::Content::kStored;
     if (auto sit = seek_by_layer.find(rec.digest); sit != seek_by_layer.end()) {
       const SeekIndex& seek = *sit->second;
-      const SeekEncoding want =
-          layer.encoding == LayerEncoding::kTarGzip ? SeekEncoding::kGzip : SeekEncoding::kZstd;
-      if (!IsCompressedEncoding(layer.encoding) || seek.encoding != want ||
+      if (!layer.encoding.compressed() || seek.encoding != layer.encoding ||
           seek.compressed_size != rec.size) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "seek index for ", rec.digest.str(), " (", std::string(SeekEncodingName(seek.encoding)),
-            ", ", seek.compressed_size, " bytes) does not fit the layer (", rec.media_type, ", ",
+            "seek index for ", rec.digest.str(), " (", std::string(seek.encoding.seek_name()), ", ",
+            seek.compressed_size, " bytes) does not fit the layer (", rec.media_type, ", ",
             rec.size, " bytes)"));
       }
       std::string bytes = SerializeSeekIndex(seek);
@@ -286,7 +284,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     }
     if (auto hit = headers_by_tar.find(indexed); hit != headers_by_tar.end()) {
       const TarHeaders& h = *hit->second;
-      if (layer.encoding == LayerEncoding::kRaw || h.tar_size != indexed_size) {
+      if (!layer.encoding.tar() || h.tar_size != indexed_size) {
         return absl::InvalidArgumentError(
             absl::StrCat("tar headers for ", indexed.str(), " (a tar of ", h.tar_size,
                          " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type,
@@ -320,7 +318,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
     }
     if (auto tit = tar_tensors_by_tar.find(indexed); tit != tar_tensors_by_tar.end()) {
       std::set<std::string> files;
-      if (layer.encoding == LayerEncoding::kRaw || tit->second->tar_size != indexed_size) {
+      if (!layer.encoding.tar() || tit->second->tar_size != indexed_size) {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor indexes for the tar ", indexed.str(), " (", tit->second->tar_size,
                          " bytes) do not fit the layer ", rec.digest.str(), " (", rec.media_type,
@@ -389,7 +387,7 @@ absl::StatusOr<VolumeImage> BuildVolumeImage(const VolumeImageInput& input) {
   std::map<Digest, const SeekIndex*> windows_by_layer;
   for (const SeekIndex& w : input.seek_windows) {
     auto sit = seek_by_layer.find(w.layer_digest);
-    if (sit == seek_by_layer.end() || w.encoding != SeekEncoding::kGzip ||
+    if (sit == seek_by_layer.end() || !w.encoding.codec().windowed_points ||
         w.diff_id != sit->second->diff_id || w.compressed_size != sit->second->compressed_size ||
         w.uncompressed_size != sit->second->uncompressed_size || w.points.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -129,16 +129,18 @@ struct VolumeChunkIndexRef {
   ChunkIndex::Content content = ChunkIndex::Content::kStored;
   friend bool operator==(const VolumeChunkIndexRef&, const VolumeChunkIndexRef&) = default;
 };
-// "seekIndex" in model.json: the entry points into a .tar+gzip/.tar+zstd layer
+// "seekIndex" in model.json: the entry points into a compressed (.tar+gzip, .tar+zstd) layer
 // (docs/seek-index.md), so its uncompressed bytes are served lazily.
 struct VolumeSeekIndexRef {
-  std::string path;                             // ".modelfs/seek/<layer hex>.idx"
-  Digest digest;                                // SHA-256 of the seek index file
-  SeekEncoding encoding = SeekEncoding::kGzip;  // "gzip" or "zstd"
-  Digest diff_id;                               // SHA-256 of the uncompressed tar
+  std::string path;  // ".modelfs/seek/<layer hex>.idx"
+  Digest digest;     // SHA-256 of the seek index file
+  // A compressed codec, by its seek_name: "gzip" or "zstd".
+  LayerEncoding encoding = LayerEncoding::kTarGzip;
+  Digest diff_id;  // SHA-256 of the uncompressed tar
   uint64_t uncompressed_size = 0;
   uint64_t points = 0;  // 1: a single zstd frame, which can only be decoded whole
-  std::optional<VolumeSeekWindowsRef> windows;  // revision 2, gzip layers only
+  // Revision 2, gzip layers only (a codec with windowed_points).
+  std::optional<VolumeSeekWindowsRef> windows;
   friend bool operator==(const VolumeSeekIndexRef&, const VolumeSeekIndexRef&) = default;
 };
 // "tarHeaders" in model.json: the header bytes of a tar layer's tar (core/oci/tar_headers.h),

@@ -49,7 +49,7 @@ std::string SerializeVolumeModelJson(const VolumeModelInfo& info) {
       Json sj = Json::object();
       sj["path"] = l.seek_index->path;
       sj["digest"] = l.seek_index->digest.str();
-      sj["encoding"] = std::string(SeekEncodingName(l.seek_index->encoding));
+      sj["encoding"] = std::string(l.seek_index->encoding.seek_name());
       sj["diffId"] = l.seek_index->diff_id.str();
       sj["uncompressedSize"] = l.seek_index->uncompressed_size;
       sj["points"] = l.seek_index->points;
@@ -195,24 +195,20 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       if (!s.ok()) return absl::PermissionDeniedError(absl::StrCat(sw, ".path: ", s.message()));
       ASSIGN_OR_RETURN(ref.digest, oci_json::GetDigest(*sj, "digest", sw));
       ASSIGN_OR_RETURN(std::string encoding, oci_json::GetString(*sj, "encoding", sw, true));
-      if (encoding == "gzip") {
-        ref.encoding = SeekEncoding::kGzip;
-      } else if (encoding == "zstd") {
-        ref.encoding = SeekEncoding::kZstd;
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat(sw, ".encoding: \"", encoding, "\" is not gzip or zstd"));
+      const LayerCodec* codec = FindLayerCodecBySeekName(encoding);
+      if (codec == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(sw, ".encoding: \"", encoding, "\" is not ",
+                                                       CompressedCodecList(/*with_ids=*/false)));
       }
+      ref.encoding = LayerEncoding(*codec);
       ASSIGN_OR_RETURN(ref.diff_id, oci_json::GetDigest(*sj, "diffId", sw));
       ASSIGN_OR_RETURN(std::optional<uint64_t> us,
                        oci_json::GetSize(*sj, "uncompressedSize", sw, true));
       ref.uncompressed_size = *us;
       ASSIGN_OR_RETURN(std::optional<uint64_t> points, oci_json::GetSize(*sj, "points", sw, true));
       ref.points = *points;
-      const LayerEncoding want =
-          ref.encoding == SeekEncoding::kGzip ? LayerEncoding::kTarGzip : LayerEncoding::kTarZstd;
       const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
-      if (!info || info->encoding != want) {
+      if (!info || info->encoding != ref.encoding) {
         return absl::InvalidArgumentError(
             absl::StrCat(sw, ": a ", encoding, " seek index for a layer of type ", l.media_type));
       }
@@ -225,7 +221,7 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
         if (!wj->is_object()) {
           return absl::InvalidArgumentError(absl::StrCat(ww, ": not an object"));
         }
-        if (ref.encoding != SeekEncoding::kGzip) {
+        if (!ref.encoding.codec().windowed_points) {
           return absl::InvalidArgumentError(absl::StrCat(ww, ": only a gzip layer has windows"));
         }
         VolumeSeekWindowsRef w;
@@ -269,8 +265,7 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
                        oci_json::GetSize(*tj, "entries", tw, true));
       ref.entries = *entries;
       const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
-      if (!info || info->encoding == LayerEncoding::kRaw ||
-          (IsCompressedEncoding(info->encoding) && !l.seek_index)) {
+      if (!info || !info->encoding.tar() || (info->encoding.compressed() && !l.seek_index)) {
         return absl::InvalidArgumentError(absl::StrCat(
             tw, ": tar headers for a layer of type ", l.media_type,
             " (only a tar layer, and a compressed one with its seekIndex beside them)"));
@@ -302,8 +297,7 @@ absl::StatusOr<VolumeModelInfo> ParseVolumeModelJson(std::string_view bytes) {
       const std::string xw = absl::StrCat(w, ".tensorIndexes");
       if (!xa->is_array()) return absl::InvalidArgumentError(absl::StrCat(xw, ": not an array"));
       const std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(l.media_type);
-      if (!info || info->encoding == LayerEncoding::kRaw ||
-          (IsCompressedEncoding(info->encoding) && !l.seek_index)) {
+      if (!info || !info->encoding.tar() || (info->encoding.compressed() && !l.seek_index)) {
         return absl::InvalidArgumentError(absl::StrCat(
             xw, ": tensor indexes of a tar's files for a layer of type ", l.media_type,
             " (only a tar layer, and a compressed one with its seekIndex beside them)"));
@@ -484,12 +478,11 @@ absl::StatusOr<VolumeLayerContents> ParseVolumeFiles(const VolumeFiles& files) {
           seek.uncompressed_size != sref.uncompressed_size || seek.points.size() != sref.points) {
         return absl::InvalidArgumentError(absl::StrCat(
             "volume layer: seek index ", sref.path, " describes ", seek.layer_digest.str(), " (",
-            seek.compressed_size, " bytes, ", std::string(SeekEncodingName(seek.encoding)),
-            ", diffId ", seek.diff_id.str(), ", ", seek.uncompressed_size, " bytes uncompressed, ",
+            seek.compressed_size, " bytes, ", std::string(seek.encoding.seek_name()), ", diffId ",
+            seek.diff_id.str(), ", ", seek.uncompressed_size, " bytes uncompressed, ",
             seek.points.size(), " points) but model.json says ", l.digest.str(), " (", l.size,
-            " bytes, ", std::string(SeekEncodingName(sref.encoding)), ", diffId ",
-            sref.diff_id.str(), ", ", sref.uncompressed_size, " bytes uncompressed, ", sref.points,
-            " points)"));
+            " bytes, ", std::string(sref.encoding.seek_name()), ", diffId ", sref.diff_id.str(),
+            ", ", sref.uncompressed_size, " bytes uncompressed, ", sref.points, " points)"));
       }
       out.seek_indexes.emplace(l.digest, std::move(seek));
     }

@@ -135,9 +135,8 @@ class CompressedIndexer {
   static absl::StatusOr<CompressedIndexer> Create(LayerEncoding encoding, uint64_t chunk_size,
                                                   ChunkDigestAlgorithm algorithm,
                                                   const std::string& layer) {
-    const SeekEncoding e =
-        encoding == LayerEncoding::kTarGzip ? SeekEncoding::kGzip : SeekEncoding::kZstd;
-    ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> seek, SeekIndexBuilder::Create(e, layer));
+    ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> seek,
+                     SeekIndexBuilder::Create(encoding, layer));
     return CompressedIndexer(std::move(seek), chunk_size, algorithm);
   }
   // `headers` and `tar_tensors`, when set, follow the uncompressed tar too.
@@ -222,7 +221,7 @@ absl::Status PushVolume(RegistryClient& client, const std::string& model_reposit
   // Every gzip point goes to the windows file (fetched a window at a time, so never thinned);
   // the inline seek indexes, which readers without windows support fetch whole, are thinned.
   for (const SeekIndex& s : indexes.seeks) {
-    if (s.encoding == SeekEncoding::kGzip && s.points.size() > 1) vin.seek_windows.push_back(s);
+    if (s.encoding.codec().windowed_points && s.points.size() > 1) vin.seek_windows.push_back(s);
   }
   ThinSeekIndexes(indexes.seeks, kSeekIndexBudgetBytes);
   vin.seek_indexes = std::move(indexes.seeks);
@@ -435,7 +434,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     // A tar layer's weight file: its tensors, from the same pass, as convert indexes them.
     std::optional<TarTensorIndexer> tar_tensors;
     if (o.tensor_index && enc != LayerEncoding::kRaw) tar_tensors.emplace(f.rel);
-    if (enc == LayerEncoding::kTarZstd) {
+    if (enc.compressed()) {
       // The frames' seek index and the chunk index of the tar, in one pass over the layer.
       ASSIGN_OR_RETURN(auto both, IndexCompressedFile(blob_path, enc, chunk_size, o.chunk_digest,
                                                       f.rel, o.progress, &*headers,
@@ -507,7 +506,7 @@ absl::StatusOr<PushResult> PushModel(RegistryClient& client, const ImageReferenc
     indexes.chunks.push_back(std::move(idx));
 
     Descriptor d;
-    d.media_type = std::string(ModelLayerMediaType(layers.back().kind, enc));
+    d.media_type = ModelLayerMediaType(layers.back().kind, enc);
     d.digest = layers.back().digest;
     d.size = layers.back().size;
     ASSIGN_OR_RETURN(Fd fd, OpenForReading(blob_path));
@@ -552,13 +551,13 @@ absl::StatusOr<LayerIndexes> IndexLayers(RegistryClient& source, const ResolvedM
     std::optional<CompressedIndexer> compressed;
     // Every tar layer's headers, from the same pass, so a mount lists it without reading it.
     std::optional<TarHeaderRecorder> headers;
-    if (layer.encoding != LayerEncoding::kRaw) headers.emplace();
+    if (layer.encoding.tar()) headers.emplace();
     // And the tensors of every weight file in the tar (a modelcar's), from the same pass.
     std::optional<TarTensorIndexer> tar_tensors;
-    if (o.tensor_index && layer.encoding != LayerEncoding::kRaw) {
+    if (o.tensor_index && layer.encoding.tar()) {
       tar_tensors.emplace(absl::StrCat("layer ", d.digest.str()));
     }
-    if (IsCompressedEncoding(layer.encoding)) {
+    if (layer.encoding.compressed()) {
       ASSIGN_OR_RETURN(compressed,
                        CompressedIndexer::Create(layer.encoding, chunk_size, o.chunk_digest,
                                                  absl::StrCat("layer ", d.digest.str())));
