@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   const std::string plain = Weights(mib << 20);
   const std::string gz = testing::Gzip(plain);
   const std::string zst = testing::ZstdFrames(plain, 1 << 20);
-  absl::StatusOr<SeekIndex> gzi = BuildSeekIndex(SeekEncoding::kGzip, gz);
-  absl::StatusOr<SeekIndex> zsi = BuildSeekIndex(SeekEncoding::kZstd, zst);
+  absl::StatusOr<SeekIndex> gzi = BuildSeekIndex(LayerEncoding::kTarGzip, gz);
+  absl::StatusOr<SeekIndex> zsi = BuildSeekIndex(LayerEncoding::kTarZstd, zst);
   if (!gzi.ok() || !zsi.ok()) {
     fprintf(stderr, "index: %s %s\n", gzi.status().ToString().c_str(),
             zsi.status().ToString().c_str());

@@ -1,8 +1,9 @@
 // LayerDecoder: the decompression of a compressed tar layer (.tar+gzip, .tar+zstd) as a
-// stream, so a layer of any size is decoded in bounded memory. gzip goes through ISA-L's
-// igzip (1.4-1.9x zlib's inflate on bf16 weights here; docs/design.md, "Numbers"), zstd
-// through libzstd. Both accept what their command-line tools write and read: several gzip
-// members one after another, several zstd frames (and skippable frames) one after another.
+// stream, so a layer of any size is decoded in bounded memory. Each codec has its decoder
+// (LayerCodec::new_decoder, layer_codec.h): gzip goes through ISA-L's igzip (1.4-1.9x zlib's
+// inflate on bf16 weights here; docs/design.md, "Numbers"), zstd through libzstd. Both accept
+// what their command-line tools write and read: several gzip members one after another,
+// several zstd frames (and skippable frames) one after another.
 //
 // The decoder checks what the format itself carries (gzip's CRC-32 and length, zstd's content
 // checksum when the frame has one) and refuses a stream that is corrupt, ends inside a member
@@ -34,7 +35,7 @@ class LayerDecoder {
   using Sink = std::function<absl::Status(std::string_view)>;
   static constexpr size_t kMaxPiece = 1 << 20;
 
-  // A decoder for `encoding` (kTarGzip or kTarZstd). `layer` names the layer in errors
+  // The codec's decoder for `encoding` (a compressed one). `layer` names the layer in errors
   // ("layer sha256:..."). Errors: kInvalidArgument for an encoding that is not compressed,
   // kResourceExhausted when the library cannot allocate its state.
   static absl::StatusOr<std::unique_ptr<LayerDecoder>> Create(LayerEncoding encoding,

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "absl/strings/str_cat.h"
+
 namespace modelfs {
 namespace {
 
@@ -18,17 +20,6 @@ constexpr std::array<KindName, 5> kModelKinds = {{
     {LayerKind::kDataset, "dataset"},
 }};
 
-struct EncodingName {
-  LayerEncoding encoding;
-  std::string_view name;
-};
-constexpr std::array<EncodingName, 4> kEncodings = {{
-    {LayerEncoding::kRaw, "raw"},
-    {LayerEncoding::kTar, "tar"},
-    {LayerEncoding::kTarGzip, "tar+gzip"},
-    {LayerEncoding::kTarZstd, "tar+zstd"},
-}};
-
 bool ConsumePrefix(std::string_view& s, std::string_view prefix) {
   if (s.substr(0, prefix.size()) != prefix) return false;
   s.remove_prefix(prefix.size());
@@ -38,14 +29,8 @@ bool ConsumePrefix(std::string_view& s, std::string_view prefix) {
 }  // namespace
 
 std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_type) {
-  if (media_type == kOciLayerTarMediaType) {
-    return LayerMediaTypeInfo{LayerKind::kImage, LayerEncoding::kTar};
-  }
-  if (media_type == kOciLayerTarGzipMediaType || media_type == kDockerLayerTarGzipMediaType) {
-    return LayerMediaTypeInfo{LayerKind::kImage, LayerEncoding::kTarGzip};
-  }
-  if (media_type == kOciLayerTarZstdMediaType) {
-    return LayerMediaTypeInfo{LayerKind::kImage, LayerEncoding::kTarZstd};
+  if (const LayerCodec* c = FindLayerCodecByImageMediaType(media_type)) {
+    return LayerMediaTypeInfo{LayerKind::kImage, LayerEncoding(*c)};
   }
   if (media_type == kDockerGgufMediaType || media_type == kDockerGgufLoraMediaType ||
       media_type == kDockerGgufMmprojMediaType || media_type == kDockerSafetensorsMediaType ||
@@ -70,90 +55,21 @@ std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_
   for (const KindName& k : kModelKinds) {
     std::string_view r = rest;
     if (!ConsumePrefix(r, k.name) || !ConsumePrefix(r, ".v1.")) continue;
-    for (const EncodingName& e : kEncodings) {
-      if (r == e.name) return LayerMediaTypeInfo{k.kind, e.encoding, legacy};
+    if (const LayerCodec* c = FindLayerCodecByName(r)) {
+      return LayerMediaTypeInfo{k.kind, LayerEncoding(*c), legacy};
     }
     return std::nullopt;
   }
   return std::nullopt;
 }
 
-std::string_view ModelLayerMediaType(LayerKind kind, LayerEncoding encoding) {
-  // Spelled out so callers get a string_view into static storage.
-  switch (kind) {
-    case LayerKind::kWeight:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-          return "application/vnd.cncf.model.weight.v1.raw";
-        case LayerEncoding::kTar:
-          return "application/vnd.cncf.model.weight.v1.tar";
-        case LayerEncoding::kTarGzip:
-          return "application/vnd.cncf.model.weight.v1.tar+gzip";
-        case LayerEncoding::kTarZstd:
-          return "application/vnd.cncf.model.weight.v1.tar+zstd";
-      }
-      break;
-    case LayerKind::kWeightConfig:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-          return "application/vnd.cncf.model.weight.config.v1.raw";
-        case LayerEncoding::kTar:
-          return "application/vnd.cncf.model.weight.config.v1.tar";
-        case LayerEncoding::kTarGzip:
-          return "application/vnd.cncf.model.weight.config.v1.tar+gzip";
-        case LayerEncoding::kTarZstd:
-          return "application/vnd.cncf.model.weight.config.v1.tar+zstd";
-      }
-      break;
-    case LayerKind::kDoc:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-          return "application/vnd.cncf.model.doc.v1.raw";
-        case LayerEncoding::kTar:
-          return "application/vnd.cncf.model.doc.v1.tar";
-        case LayerEncoding::kTarGzip:
-          return "application/vnd.cncf.model.doc.v1.tar+gzip";
-        case LayerEncoding::kTarZstd:
-          return "application/vnd.cncf.model.doc.v1.tar+zstd";
-      }
-      break;
-    case LayerKind::kCode:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-          return "application/vnd.cncf.model.code.v1.raw";
-        case LayerEncoding::kTar:
-          return "application/vnd.cncf.model.code.v1.tar";
-        case LayerEncoding::kTarGzip:
-          return "application/vnd.cncf.model.code.v1.tar+gzip";
-        case LayerEncoding::kTarZstd:
-          return "application/vnd.cncf.model.code.v1.tar+zstd";
-      }
-      break;
-    case LayerKind::kDataset:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-          return "application/vnd.cncf.model.dataset.v1.raw";
-        case LayerEncoding::kTar:
-          return "application/vnd.cncf.model.dataset.v1.tar";
-        case LayerEncoding::kTarGzip:
-          return "application/vnd.cncf.model.dataset.v1.tar+gzip";
-        case LayerEncoding::kTarZstd:
-          return "application/vnd.cncf.model.dataset.v1.tar+zstd";
-      }
-      break;
-    case LayerKind::kImage:
-      switch (encoding) {
-        case LayerEncoding::kRaw:
-        case LayerEncoding::kTar:
-          return kOciLayerTarMediaType;
-        case LayerEncoding::kTarGzip:
-          return kOciLayerTarGzipMediaType;
-        case LayerEncoding::kTarZstd:
-          return kOciLayerTarZstdMediaType;
-      }
-      break;
+std::string ModelLayerMediaType(LayerKind kind, LayerEncoding encoding) {
+  if (kind == LayerKind::kImage) {
+    const std::string_view image = encoding.codec().image_media_types[0];
+    return std::string(image.empty() ? kOciLayerTarMediaType : image);
   }
-  return kOciLayerTarMediaType;
+  return absl::StrCat("application/vnd.cncf.model.", std::string(LayerKindName(kind)), ".v1.",
+                      std::string(encoding.name()));
 }
 
 std::string_view LayerKindName(LayerKind kind) {
@@ -170,13 +86,6 @@ std::string_view LayerKindName(LayerKind kind) {
       return "dataset";
     case LayerKind::kImage:
       return "image";
-  }
-  return "unknown";
-}
-
-std::string_view LayerEncodingName(LayerEncoding encoding) {
-  for (const EncodingName& e : kEncodings) {
-    if (e.encoding == encoding) return e.name;
   }
   return "unknown";
 }

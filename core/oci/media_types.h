@@ -1,6 +1,7 @@
 // Media type and annotation names for OCI images, Docker v2 manifests, ModelPack artifacts
 // (github.com/modelpack/model-spec, specs-go/v1) and modelfs's own volume-image profile, plus
-// the mapping from any media type we accept to a {kind, encoding} pair.
+// the mapping from any media type we accept to a {kind, encoding} pair. The encodings, and the
+// media type names that follow from them, come from the codec table (layer_codec.h).
 //
 // Writers always emit the current `vnd.cncf.model` / `org.cncf.model` names; readers also accept
 // the legacy `vnd.cnai.model` / `org.cnai.model` names that older modctl releases still emit.
@@ -9,7 +10,10 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include "core/oci/layer_codec.h"
 
 namespace modelfs {
 
@@ -101,12 +105,10 @@ inline constexpr std::string_view kVolumeImageArtifactType =
 
 // What a layer holds. kImage is an ordinary container image layer (OCI or Docker).
 enum class LayerKind { kWeight, kWeightConfig, kDoc, kCode, kDataset, kImage };
-// How the layer's bytes are packed.
-enum class LayerEncoding { kRaw, kTar, kTarGzip, kTarZstd };
-// .tar+gzip and .tar+zstd: read whole and decompressed, never by range.
-inline bool IsCompressedEncoding(LayerEncoding e) {
-  return e == LayerEncoding::kTarGzip || e == LayerEncoding::kTarZstd;
-}
+// How the layer's bytes are packed is its LayerEncoding, a codec of the table (layer_codec.h).
+// A compressed one (.tar+gzip, .tar+zstd) is decoded whole, or read by range through the seek
+// index V carries for it (seek_index.h).
+inline bool IsCompressedEncoding(LayerEncoding e) { return e.compressed(); }
 
 struct LayerMediaTypeInfo {
   LayerKind kind;
@@ -120,13 +122,14 @@ struct LayerMediaTypeInfo {
 // unknown types).
 std::optional<LayerMediaTypeInfo> ClassifyLayerMediaType(std::string_view media_type);
 
-// The cncf media type for a ModelPack layer. kImage gives the OCI image layer type.
-std::string_view ModelLayerMediaType(LayerKind kind, LayerEncoding encoding);
+// The cncf media type for a ModelPack layer, "application/vnd.cncf.model.<kind>.v1.<encoding
+// name>". kImage gives the encoding's (first) OCI image layer type, a tar's for raw.
+std::string ModelLayerMediaType(LayerKind kind, LayerEncoding encoding);
 
 // "weight", "weight.config", "doc", "code", "dataset", "image".
 std::string_view LayerKindName(LayerKind kind);
-// "raw", "tar", "tar+gzip", "tar+zstd".
-std::string_view LayerEncodingName(LayerEncoding encoding);
+// "raw", "tar", "tar+gzip", "tar+zstd": the codec's name (LayerEncoding::name).
+inline std::string_view LayerEncodingName(LayerEncoding encoding) { return encoding.name(); }
 
 bool IsModelArtifactType(std::string_view s);           // cncf or cnai manifest artifactType
 bool IsModelConfigMediaType(std::string_view s);        // cncf or cnai config

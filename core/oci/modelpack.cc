@@ -254,7 +254,7 @@ absl::StatusOr<Manifest> BuildModelManifest(std::string_view config_blob,
       return absl::InvalidArgumentError(absl::StrCat("layer '", in.path, "': duplicate path"));
     }
     Descriptor d;
-    d.media_type = std::string(ModelLayerMediaType(in.kind, in.encoding));
+    d.media_type = ModelLayerMediaType(in.kind, in.encoding);
     d.digest = in.digest;
     d.size = in.size;
     d.annotations[std::string(kAnnotationFilepath)] = in.path;

@@ -1,7 +1,5 @@
-// The seek index format, its strict parser, and the one-pass builders: gzip through zlib's
-// inflate with Z_BLOCK (which stops at every deflate block boundary and reports the bit
-// position, as zran.c uses it), zstd through libzstd's streaming decoder (which returns 0 at
-// the end of every frame; zstd_decode_stream.h).
+// The seek index format, its strict parser, thinning, and what every codec's one-pass builder
+// shares (the builders themselves are the codecs', codec_gzip.cc and codec_zstd.cc).
 #include "core/oci/seek_index.h"
 
 #include <zlib.h>
@@ -11,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/oci/index_fields.h"
-#include "core/oci/zstd_decode_stream.h"
 #include "core/status/status_macros.h"
 
 namespace modelfs {
@@ -27,32 +24,7 @@ using index_fields::PutU32;
 using index_fields::PutU64;
 using index_fields::PutU8;
 
-// Raw deflate at level 9: windows are stored compressed (bf16 weights give about 0.8).
-std::string DeflateWindow(std::string_view window) {
-  z_stream zs{};
-  if (deflateInit2(&zs, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) != Z_OK) abort();
-  std::string out(deflateBound(&zs, window.size()), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(window.data()));
-  zs.avail_in = static_cast<uInt>(window.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) abort();  // the buffer is deflateBound's
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
 }  // namespace
-
-std::string_view SeekEncodingName(SeekEncoding e) {
-  switch (e) {
-    case SeekEncoding::kGzip:
-      return "gzip";
-    case SeekEncoding::kZstd:
-      return "zstd";
-  }
-  return "unknown";
-}
 
 absl::StatusOr<std::string> InflateSeekWindow(const SeekPoint& p) {
   std::string out(p.window_size, '\0');
@@ -140,7 +112,7 @@ std::string SerializeSeekIndex(const SeekIndex& index) {
   std::string out;
   out.append(kMagic);
   PutU32(out, SeekIndex::kVersion);
-  PutU32(out, static_cast<uint32_t>(index.encoding));
+  PutU32(out, index.encoding.codec().seek_id);
   PutU64(out, index.compressed_size);
   PutU64(out, index.uncompressed_size);
   PutDigest(out, index.layer_digest);
@@ -162,9 +134,9 @@ std::string SerializeSeekIndex(const SeekIndex& index) {
 absl::Status CheckSeekPoint(const SeekIndex& index, uint64_t kind, uint64_t reserved,
                             uint64_t window_len, const std::string& where, SeekPoint& p) {
   if (reserved != 0) return absl::InvalidArgumentError(absl::StrCat(where, ": reserved not 0"));
-  if (kind > 1 || (kind == 1 && index.encoding != SeekEncoding::kGzip)) {
+  if (kind > 1 || (kind == 1 && !index.encoding.codec().windowed_points)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": kind ", kind, " is not allowed in a ",
-                                                   std::string(SeekEncodingName(index.encoding)),
+                                                   std::string(index.encoding.seek_name()),
                                                    " index"));
   }
   p.kind = static_cast<SeekPoint::Kind>(kind);
@@ -212,12 +184,12 @@ absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
                                            SeekIndex::kHeaderSize));
   SeekIndex index;
   const uint64_t encoding = GetLE(bytes, 12, 4);
-  if (encoding != static_cast<uint32_t>(SeekEncoding::kGzip) &&
-      encoding != static_cast<uint32_t>(SeekEncoding::kZstd)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seek index: encoding ", encoding, " is not 1 (gzip) or 2 (zstd)"));
+  const LayerCodec* codec = FindLayerCodecBySeekId(static_cast<uint32_t>(encoding));
+  if (codec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("seek index: encoding ", encoding, " is not ",
+                                                   CompressedCodecList(/*with_ids=*/true)));
   }
-  index.encoding = static_cast<SeekEncoding>(encoding);
+  index.encoding = LayerEncoding(*codec);
   index.compressed_size = GetLE(bytes, 16, 8);
   index.uncompressed_size = GetLE(bytes, 24, 8);
   index.layer_digest = GetDigest(bytes, 32);
@@ -274,210 +246,38 @@ absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes) {
   return index;
 }
 
-namespace {
-
-// What both builders keep: the name of the layer, the hashes of its two streams and the index
-// they grow, which starts with the point at the start of the stream.
-class IndexBuilderBase : public SeekIndexBuilder {
- protected:
-  IndexBuilderBase(std::string layer, SeekEncoding encoding) : layer_(std::move(layer)) {
-    index_.encoding = encoding;
-    index_.points.push_back(SeekPoint{});
-  }
-
-  // The index of a stream that ended after `consumed` compressed and `produced` uncompressed
-  // bytes.
-  SeekIndex TakeIndex(uint64_t consumed, uint64_t produced) {
-    // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
-    // holding its table of contents) leave a point at the end of the uncompressed bytes: it
-    // covers nothing, and a reader refuses it.
-    while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced) {
-      index_.points.pop_back();
-    }
-    index_.compressed_size = consumed;
-    index_.uncompressed_size = produced;
-    index_.layer_digest = compressed_hash_.Finish();
-    index_.diff_id = uncompressed_hash_.Finish();
-    return std::move(index_);
-  }
-
-  const std::string layer_;
-  Sha256 compressed_hash_;
-  Sha256 uncompressed_hash_;
-  SeekIndex index_;
-};
-
-class GzipIndexBuilder final : public IndexBuilderBase {
- public:
-  GzipIndexBuilder(std::string layer, uint64_t spacing)
-      : IndexBuilderBase(std::move(layer), SeekEncoding::kGzip),
-        spacing_(spacing),
-        out_(256 << 10, '\0') {}
-  ~GzipIndexBuilder() override {
-    if (init_) inflateEnd(&zs_);
-  }
-  absl::Status Init() {
-    if (inflateInit2(&zs_, 15 + 16) != Z_OK) {
-      return absl::ResourceExhaustedError(absl::StrCat(layer_, ": cannot allocate inflate state"));
-    }
-    init_ = true;
-    return absl::OkStatus();
-  }
-
-  absl::Status Feed(std::string_view in, const Sink& sink) override {
-    compressed_hash_.Update(in);
-    zs_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    zs_.avail_in = static_cast<uInt>(in.size());
-    if (in.size() > (1u << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat(layer_, ": compressed piece too large"));
-    }
-    const uint64_t base = consumed_;
-    auto pos = [&] { return base + (in.size() - zs_.avail_in); };
-    while (true) {
-      if (member_done_) {
-        if (zs_.avail_in == 0) break;
-        // Another member follows (gzip allows several, as `cat a.gz b.gz` writes).
-        inflateReset(&zs_);
-        member_done_ = false;
-        member_start_ = produced_;
-        if (produced_ - index_.points.back().uncompressed_offset >= spacing_) {
-          SeekPoint p;
-          p.uncompressed_offset = produced_;
-          p.compressed_offset = pos();
-          index_.points.push_back(std::move(p));
-        }
-      }
-      zs_.next_out = reinterpret_cast<Bytef*>(out_.data());
-      zs_.avail_out = static_cast<uInt>(out_.size());
-      const uInt avail_before = zs_.avail_in;
-      const int r = inflate(&zs_, Z_BLOCK);
-      if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR) {
-        return absl::DataLossError(absl::StrCat(layer_, ": gzip stream is corrupt near compressed ",
-                                                "offset ", pos(), " (",
-                                                zs_.msg ? zs_.msg : "zlib error", ")"));
-      }
-      const size_t n = out_.size() - zs_.avail_out;
-      if (n > 0 || zs_.avail_in != avail_before) member_started_ = true;
-      if (n > 0) {
-        const std::string_view piece(out_.data(), n);
-        produced_ += n;
-        uncompressed_hash_.Update(piece);
-        tail_.append(piece);
-        if (tail_.size() > 2 * SeekIndex::kWindowSize) {
-          tail_.erase(0, tail_.size() - SeekIndex::kWindowSize);
-        }
-        RETURN_IF_ERROR(sink(piece));
-      }
-      if (r == Z_STREAM_END) {
-        member_done_ = true;
-        members_++;
-        continue;
-      }
-      // Bit 7: inflate stopped at the end of a block (or of the header); bit 6: that was the
-      // last block. A point needs a next block inside this member.
-      if ((zs_.data_type & 128) && !(zs_.data_type & 64) && produced_ > member_start_ &&
-          produced_ - index_.points.back().uncompressed_offset >= spacing_) {
-        SeekPoint p;
-        p.uncompressed_offset = produced_;
-        p.compressed_offset = pos();
-        p.kind = SeekPoint::Kind::kBlockBoundary;
-        p.bits = static_cast<uint8_t>(zs_.data_type & 7);
-        p.window_size = static_cast<uint32_t>(
-            std::min<uint64_t>(SeekIndex::kWindowSize, produced_ - member_start_));
-        p.window = DeflateWindow(std::string_view(tail_).substr(tail_.size() - p.window_size));
-        index_.points.push_back(std::move(p));
-      }
-      if (zs_.avail_in == 0 && zs_.avail_out > 0) break;  // wants more input
-      if (r == Z_BUF_ERROR) {
-        return absl::DataLossError(
-            absl::StrCat(layer_, ": gzip stream makes no progress at compressed offset ", pos()));
-      }
-    }
-    consumed_ += in.size();
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<SeekIndex> Finish() override {
-    if (!member_done_ || members_ == 0) {
-      return absl::DataLossError(
-          absl::StrCat(layer_, ": gzip stream ends inside a member at compressed offset ",
-                       consumed_, members_ == 0 && !member_started_ ? " (no gzip member)" : ""));
-    }
-    return TakeIndex(consumed_, produced_);
-  }
-
- private:
-  const uint64_t spacing_;
-  z_stream zs_{};
-  bool init_ = false;
-  std::string out_;
-  std::string tail_;  // the last 32..64 KiB of output
-  uint64_t consumed_ = 0;
-  uint64_t produced_ = 0;
-  uint64_t member_start_ = 0;
-  uint64_t members_ = 0;
-  bool member_done_ = false;
-  bool member_started_ = false;
-};
-
-// zstd through ZstdDecodeStream, which says where each frame starts.
-class ZstdIndexBuilder final : public IndexBuilderBase {
- public:
-  ZstdIndexBuilder(std::string layer, std::unique_ptr<ZstdDecodeStream> stream)
-      : IndexBuilderBase(std::move(layer), SeekEncoding::kZstd), stream_(std::move(stream)) {}
-
-  absl::Status Feed(std::string_view in, const Sink& sink) override {
-    compressed_hash_.Update(in);
-    return stream_->Feed(
-        in,
-        [&](std::string_view piece) {
-          uncompressed_hash_.Update(piece);
-          return sink(piece);
-        },
-        [&](uint64_t compressed_offset) {
-          // The next frame starts here. A frame that adds no bytes gets no point of its own:
-          // the one before it covers it.
-          const uint64_t produced = stream_->produced();
-          if (produced > 0 && produced > index_.points.back().uncompressed_offset) {
-            SeekPoint p;
-            p.uncompressed_offset = produced;
-            p.compressed_offset = compressed_offset;
-            index_.points.push_back(std::move(p));
-          }
-        });
-  }
-
-  absl::StatusOr<SeekIndex> Finish() override {
-    RETURN_IF_ERROR(stream_->Finish());
-    return TakeIndex(stream_->consumed(), stream_->produced());
-  }
-
- private:
-  const std::unique_ptr<ZstdDecodeStream> stream_;
-};
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> SeekIndexBuilder::Create(SeekEncoding encoding,
-                                                                           std::string layer,
-                                                                           uint64_t gzip_spacing) {
-  switch (encoding) {
-    case SeekEncoding::kGzip: {
-      auto b =
-          std::make_unique<GzipIndexBuilder>(std::move(layer), std::max<uint64_t>(gzip_spacing, 1));
-      RETURN_IF_ERROR(b->Init());
-      return std::unique_ptr<SeekIndexBuilder>(std::move(b));
-    }
-    case SeekEncoding::kZstd: {
-      ASSIGN_OR_RETURN(std::unique_ptr<ZstdDecodeStream> stream, ZstdDecodeStream::Create(layer));
-      return std::unique_ptr<SeekIndexBuilder>(
-          new ZstdIndexBuilder(std::move(layer), std::move(stream)));
-    }
-  }
-  return absl::InvalidArgumentError("seek index: unknown encoding");
+SeekIndexBuilder::SeekIndexBuilder(std::string layer, LayerEncoding encoding)
+    : layer_(std::move(layer)) {
+  index_.encoding = encoding;
+  index_.points.push_back(SeekPoint{});
 }
 
-absl::StatusOr<SeekIndex> BuildSeekIndex(SeekEncoding encoding, std::string_view compressed,
+SeekIndex SeekIndexBuilder::TakeIndex(uint64_t consumed, uint64_t produced) {
+  // Frames or members at the end that add no bytes (zstd:chunked ends with skippable frames
+  // holding its table of contents) leave a point at the end of the uncompressed bytes: it
+  // covers nothing, and a reader refuses it.
+  while (index_.points.size() > 1 && index_.points.back().uncompressed_offset >= produced) {
+    index_.points.pop_back();
+  }
+  index_.compressed_size = consumed;
+  index_.uncompressed_size = produced;
+  index_.layer_digest = compressed_hash_.Finish();
+  index_.diff_id = uncompressed_hash_.Finish();
+  return std::move(index_);
+}
+
+absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> SeekIndexBuilder::Create(LayerEncoding encoding,
+                                                                           std::string layer,
+                                                                           uint64_t gzip_spacing) {
+  if (encoding.codec().new_seek_index_builder == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(layer, ": a ", std::string(encoding.name()), " layer has no seek index"));
+  }
+  return encoding.codec().new_seek_index_builder(std::move(layer),
+                                                 std::max<uint64_t>(gzip_spacing, 1));
+}
+
+absl::StatusOr<SeekIndex> BuildSeekIndex(LayerEncoding encoding, std::string_view compressed,
                                          std::string* uncompressed, uint64_t gzip_spacing) {
   ASSIGN_OR_RETURN(std::unique_ptr<SeekIndexBuilder> b,
                    SeekIndexBuilder::Create(encoding, "layer", gzip_spacing));

@@ -5,7 +5,9 @@
 // examples/zran.c and SOCI's zTOC do; zstd points are frame starts (a single-frame layer has
 // one point, so it can only be read whole).
 //
-// The index is built in one pass over the compressed layer (SeekIndexBuilder, which also
+// The layer's encoding is its codec (layer_codec.h), which builds the index, says which points
+// it may hold, and decodes from them (span_decoder.h); the file names it by the codec's
+// seek_id. The index is built in one pass over the compressed layer (SeekIndexBuilder, which also
 // hands the uncompressed bytes on, so the chunk index of those bytes is built in the same
 // pass) and is itself content-addressed: the volume image names it by digest. It is never
 // trusted for content: a point that lies makes the decoded bytes disagree with the chunk
@@ -24,16 +26,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/oci/digest.h"
+#include "core/oci/layer_codec.h"
 
 namespace modelfs {
 
-enum class SeekEncoding : uint32_t { kGzip = 1, kZstd = 2 };
-std::string_view SeekEncodingName(SeekEncoding e);  // "gzip", "zstd"
-
 struct SeekPoint {
   enum class Kind : uint8_t {
-    kStreamStart = 0,    // a gzip member or zstd frame starts at compressed_offset
-    kBlockBoundary = 1,  // gzip only: a deflate block starts inside a member
+    kStreamStart = 0,  // a gzip member or zstd frame starts at compressed_offset
+    // A deflate block starts inside a member: codecs with windowed_points (gzip) only.
+    kBlockBoundary = 1,
   };
   uint64_t uncompressed_offset = 0;
   // The first compressed byte the decoder reads whole. For a block boundary with bits > 0, the
@@ -58,7 +59,8 @@ struct SeekIndex {
   // of windows per 4 MiB (0.6%).
   static constexpr uint64_t kDefaultGzipSpacing = 4ull << 20;
 
-  SeekEncoding encoding = SeekEncoding::kGzip;
+  // A compressed codec; written as its seek_id.
+  LayerEncoding encoding = LayerEncoding::kTarGzip;
   Digest layer_digest;  // SHA-256 of the compressed layer (its OCI digest)
   uint64_t compressed_size = 0;
   Digest diff_id;  // SHA-256 of the uncompressed layer
@@ -87,10 +89,10 @@ struct SeekIndex {
 // Serialization (docs/seek-index.md). Deterministic; windows are written as stored.
 std::string SerializeSeekIndex(const SeekIndex& index);
 // Errors: kOutOfRange (truncated); kInvalidArgument naming the field or the point at fault
-// (bad magic, version, encoding; a count the bytes cannot hold, checked before allocating;
-// offsets that do not increase or leave the layer; a point kind, bit count or window size
-// that the encoding does not allow; trailing bytes). Windows are not inflated here: a window
-// that is not raw deflate of exactly window_size bytes is refused by the first decode that
+// (bad magic, version, encoding (a seek_id of no codec); a count the bytes cannot hold, checked
+// before allocating; offsets that do not increase or leave the layer; a point kind, bit count or
+// window size that the encoding does not allow; trailing bytes). Windows are not inflated here: a
+// window that is not raw deflate of exactly window_size bytes is refused by the first decode that
 // starts at its point (SpanDecoder::Create, InflateSeekWindow).
 absl::StatusOr<SeekIndex> ParseSeekIndex(std::string_view bytes);
 
@@ -121,12 +123,16 @@ absl::StatusOr<std::string> InflateSeekWindow(const SeekPoint& point);
 // Builds a seek index in one pass over the compressed layer: feed the compressed bytes in
 // order, in pieces of any size; the uncompressed bytes go to `sink` in order (so the caller
 // builds the chunk index of the uncompressed layer in the same pass). Hashes both streams.
+// Each compressed codec has its builder (LayerCodec::new_seek_index_builder), on the state kept
+// here: the layer's name, the hashes of both streams and the index it grows.
 class SeekIndexBuilder {
  public:
   using Sink = std::function<absl::Status(std::string_view)>;
-  // `layer` names the layer in errors. `gzip_spacing`: uncompressed bytes between gzip points.
+  // The codec's builder. `layer` names the layer in errors. `gzip_spacing`: uncompressed bytes
+  // between gzip points. Errors: kInvalidArgument for an encoding that is not compressed;
+  // kResourceExhausted when the library cannot allocate its state.
   static absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> Create(
-      SeekEncoding encoding, std::string layer,
+      LayerEncoding encoding, std::string layer,
       uint64_t gzip_spacing = SeekIndex::kDefaultGzipSpacing);
   virtual ~SeekIndexBuilder() = default;
   // Errors: kDataLoss naming the layer and compressed offset (corrupt stream, a gzip CRC or
@@ -135,11 +141,23 @@ class SeekIndexBuilder {
   virtual absl::Status Feed(std::string_view compressed, const Sink& sink) = 0;
   // Errors: kDataLoss when the stream ends inside a member or frame, or is empty.
   virtual absl::StatusOr<SeekIndex> Finish() = 0;
+
+ protected:
+  // The index starts with the point at the start of the stream.
+  SeekIndexBuilder(std::string layer, LayerEncoding encoding);
+  // The index of a stream that ended after `consumed` compressed and `produced` uncompressed
+  // bytes (points that cover nothing at the end dropped).
+  SeekIndex TakeIndex(uint64_t consumed, uint64_t produced);
+
+  const std::string layer_;
+  Sha256 compressed_hash_;
+  Sha256 uncompressed_hash_;
+  SeekIndex index_;
 };
 
 // Convenience: the index of a compressed layer held in memory (its uncompressed bytes are
 // appended to `uncompressed` when not null).
-absl::StatusOr<SeekIndex> BuildSeekIndex(SeekEncoding encoding, std::string_view compressed,
+absl::StatusOr<SeekIndex> BuildSeekIndex(LayerEncoding encoding, std::string_view compressed,
                                          std::string* uncompressed = nullptr,
                                          uint64_t gzip_spacing = SeekIndex::kDefaultGzipSpacing);
 

@@ -25,7 +25,7 @@ Digest ZeroDigest() { return Digest::FromRaw(std::array<uint8_t, 32>{}); }
 void PutHeader(std::string& out, const SeekIndex& index, uint64_t count) {
   out.append(kMagic);
   PutU32(out, SeekWindowsTable::kVersion);
-  PutU32(out, static_cast<uint32_t>(index.encoding));
+  PutU32(out, index.encoding.codec().seek_id);
   PutU64(out, index.compressed_size);
   PutU64(out, index.uncompressed_size);
   PutDigest(out, index.layer_digest);
@@ -87,11 +87,13 @@ absl::StatusOr<SeekWindowsTable> ParseSeekWindowsTable(std::string_view bytes) {
   SeekWindowsTable t;
   SeekIndex& index = t.index;
   const uint64_t encoding = GetLE(bytes, 12, 4);
-  if (encoding != static_cast<uint32_t>(SeekEncoding::kGzip)) {
+  // Only a codec whose points carry windows has a windows file (gzip).
+  const LayerCodec* codec = FindLayerCodecBySeekId(static_cast<uint32_t>(encoding));
+  if (codec == nullptr || !codec->windowed_points) {
     return absl::InvalidArgumentError(
         absl::StrCat("seek windows: encoding ", encoding, " is not 1 (gzip)"));
   }
-  index.encoding = SeekEncoding::kGzip;
+  index.encoding = LayerEncoding(*codec);
   index.compressed_size = GetLE(bytes, 16, 8);
   index.uncompressed_size = GetLE(bytes, 24, 8);
   index.layer_digest = GetDigest(bytes, 32);

@@ -1,7 +1,8 @@
 // SpanDecoder: decodes a compressed tar layer from one of its seek points (seek_index.h), and
 // DecodeSeekRange, which serves a byte range of the uncompressed layer by decoding from the
-// nearest point before it, discarding the lead-in. gzip resumes a raw inflate at a block
-// boundary with the point's bit offset and window (ISA-L's igzip by default, zlib on request:
+// nearest point before it, discarding the lead-in. Each codec has its span decoder
+// (LayerCodec::new_span_decoder): gzip resumes a raw inflate at a block boundary with the
+// point's bit offset and window (ISA-L's igzip by default, zlib on request:
 // bench/span_inflate_bench measures both); zstd decodes frame after frame with libzstd.
 //
 // Nothing here verifies content: the bytes a point leads to are as good as the point, so the
@@ -19,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/base/buffer_pool.h"
 #include "core/oci/seek_index.h"
 
 namespace modelfs {
@@ -29,11 +31,12 @@ class SpanDecoder {
  public:
   using Sink = std::function<absl::Status(std::string_view)>;
 
-  // A decoder starting at `index.points[point]`. `layer` names the layer in errors.
-  // `stored_window`: the point's window as stored (raw deflate), when the index holds none
-  // because it came from a windows table (seek_windows.h) and the caller fetched and checked
-  // the window apart. Errors: kInvalidArgument for a point out of range or a window that does
-  // not inflate; kResourceExhausted when the library cannot allocate its state.
+  // The index's codec's decoder, starting at `index.points[point]`. `layer` names the layer in
+  // errors. `stored_window`: the point's window as stored (raw deflate), when the index holds
+  // none because it came from a windows table (seek_windows.h) and the caller fetched and
+  // checked the window apart. Errors: kInvalidArgument for a point out of range, a window that
+  // does not inflate, or an index whose encoding is not compressed; kResourceExhausted when the
+  // library cannot allocate its state.
   static absl::StatusOr<std::unique_ptr<SpanDecoder>> Create(
       const SeekIndex& index, size_t point, std::string layer,
       GzipInflater inflater = GzipInflater::kIsal, std::string_view stored_window = {});
@@ -53,6 +56,12 @@ class SpanDecoder {
  protected:
   SpanDecoder(std::string layer, uint64_t compressed_start)
       : layer_(std::move(layer)), compressed_start_(compressed_start) {}
+  // The bytes a codec's decoder hands the sink at most at a time, and its buffer for them, from
+  // the read path's pool (buffer_pool.h): a span is decoded every megabyte or few, and a fresh
+  // buffer each time would be a fresh mapping whose pages all fault.
+  static constexpr size_t kOutPiece = 256 << 10;
+  static BufferPool::Buffer OutPiece() { return BufferPool::Shared().Get(kOutPiece); }
+
   const std::string layer_;
   const uint64_t compressed_start_;
   uint64_t consumed_ = 0;  // compressed bytes fed so far

@@ -12,6 +12,10 @@
 // names M and each chunk index by digest; ParseVolumeLayer checks every index against
 // model.json and CheckVolumeMatchesModel checks model.json against the verified M.
 //
+// The parts: building V (volume_image.cc), model.json and reading V's files back
+// (volume_model_json.cc), and the snapshotter's checks of V: labels, A's place, the chain-ID
+// bindings, model.json against M (volume_binding.cc).
+//
 // Thread safety: plain values and pure functions.
 #pragma once
 
@@ -125,16 +129,18 @@ struct VolumeChunkIndexRef {
   ChunkIndex::Content content = ChunkIndex::Content::kStored;
   friend bool operator==(const VolumeChunkIndexRef&, const VolumeChunkIndexRef&) = default;
 };
-// "seekIndex" in model.json: the entry points into a .tar+gzip/.tar+zstd layer
+// "seekIndex" in model.json: the entry points into a compressed (.tar+gzip, .tar+zstd) layer
 // (docs/seek-index.md), so its uncompressed bytes are served lazily.
 struct VolumeSeekIndexRef {
-  std::string path;                             // ".modelfs/seek/<layer hex>.idx"
-  Digest digest;                                // SHA-256 of the seek index file
-  SeekEncoding encoding = SeekEncoding::kGzip;  // "gzip" or "zstd"
-  Digest diff_id;                               // SHA-256 of the uncompressed tar
+  std::string path;  // ".modelfs/seek/<layer hex>.idx"
+  Digest digest;     // SHA-256 of the seek index file
+  // A compressed codec, by its seek_name: "gzip" or "zstd".
+  LayerEncoding encoding = LayerEncoding::kTarGzip;
+  Digest diff_id;  // SHA-256 of the uncompressed tar
   uint64_t uncompressed_size = 0;
   uint64_t points = 0;  // 1: a single zstd frame, which can only be decoded whole
-  std::optional<VolumeSeekWindowsRef> windows;  // revision 2, gzip layers only
+  // Revision 2, gzip layers only (a codec with windowed_points).
+  std::optional<VolumeSeekWindowsRef> windows;
   friend bool operator==(const VolumeSeekIndexRef&, const VolumeSeekIndexRef&) = default;
 };
 // "tarHeaders" in model.json: the header bytes of a tar layer's tar (core/oci/tar_headers.h),

@@ -123,11 +123,11 @@ absl::Status ModelSnapshotter::PrepareLazyLower(const std::string& key, const st
   const Descriptor& layer = image.manifest.layers[image.index];
   const Digest& diff_id = image.diff_ids[image.index];
   std::optional<LayerMediaTypeInfo> info = ClassifyLayerMediaType(layer.media_type);
-  if (!info || !(info->encoding == LayerEncoding::kTar || IsCompressedEncoding(info->encoding))) {
+  if (!info || !info->encoding.tar()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "layer ", layer.digest.str(), " has media type ", layer.media_type, ", not a tar layer"));
   }
-  if (info->encoding == LayerEncoding::kTar && layer.digest != diff_id) {
+  if (!info->encoding.compressed() && layer.digest != diff_id) {
     return absl::DataLossError(absl::StrCat("layer ", layer.digest.str(),
                                             " is an uncompressed tar, but the config's diff ID is ",
                                             diff_id.str()));
@@ -142,12 +142,13 @@ absl::Status ModelSnapshotter::PrepareLazyLower(const std::string& key, const st
     const fs::path blob = upper.parent_path() / "lazy-layer.blob";
     const fs::path tar = upper.parent_path() / "lazy-layer.tar";
     absl::Status fetched = FetchLayerBlob(client, repo, layer, blob);
-    if (fetched.ok() && IsCompressedEncoding(info->encoding)) {
+    const bool compressed = info->encoding.compressed();
+    if (fetched.ok() && compressed) {
       fetched = DecodeLayerFile(blob, info->encoding, layer, diff_id, tar);
     }
     std::error_code ec;
-    if (fetched.ok() && IsCompressedEncoding(info->encoding)) fs::remove(blob, ec);
-    const fs::path verified = IsCompressedEncoding(info->encoding) ? tar : blob;
+    if (fetched.ok() && compressed) fs::remove(blob, ec);
+    const fs::path verified = compressed ? tar : blob;
     absl::StatusOr<LayerApplyCounts> counts;
     if (fetched.ok()) {
       // Only bytes that matched the digest and the diff ID reach the snapshot.

@@ -19,6 +19,7 @@
 #include "core/oci/chunk_index.h"
 #include "core/oci/seek_windows.h"
 #include "testsupport/fakes/fake_remote.h"
+#include "testsupport/fakes/fake_xor_codec.h"
 #include "testsupport/testing/compress.h"
 #include "testsupport/testing/status_matchers.h"
 #include "testsupport/testing/temp_dir.h"
@@ -45,7 +46,7 @@ class DecodingBlobSourceTest : public ::testing::Test {
 
   // Publishes `compressed` and registers its uncompressed bytes with the cache, served through
   // `seek` (built from the bytes unless given).
-  void Serve(SeekEncoding encoding, const std::string& compressed,
+  void Serve(LayerEncoding encoding, const std::string& compressed,
              std::optional<SeekIndex> seek = std::nullopt) {
     compressed_ = remote_.AddBlob(compressed);
     if (!seek) {
@@ -88,21 +89,21 @@ class DecodingBlobSourceTest : public ::testing::Test {
 };
 
 TEST_F(DecodingBlobSourceTest, ServesEveryByteOfAGzipLayerThroughItsSeekIndex) {
-  Serve(SeekEncoding::kGzip, testing::Gzip(plain_));
+  Serve(LayerEncoding::kTarGzip, testing::Gzip(plain_));
   ASSERT_GE(seek_.points.size(), 5u);
   ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 0, plain_.size()));
   EXPECT_TRUE(got == plain_);
 }
 
 TEST_F(DecodingBlobSourceTest, ServesAZstdLayerOfManyFrames) {
-  Serve(SeekEncoding::kZstd, testing::ZstdFrames(plain_, kChunk));
+  Serve(LayerEncoding::kTarZstd, testing::ZstdFrames(plain_, kChunk));
   EXPECT_EQ(seek_.points.size(), 24u);
   ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 5 * kChunk + 7, 3 * kChunk));
   EXPECT_TRUE(got == plain_.substr(5 * kChunk + 7, 3 * kChunk));
 }
 
 TEST_F(DecodingBlobSourceTest, ALongRangeOfFramesIsOneRequestForItsMiddleSpans) {
-  Serve(SeekEncoding::kZstd, testing::ZstdFrames(plain_, kChunk));
+  Serve(LayerEncoding::kTarZstd, testing::ZstdFrames(plain_, kChunk));
   ASSERT_EQ(seek_.points.size(), 24u);
   remote_.ResetCounters();
   // 16 frames from the middle of frame 2: frame 2 and frame 18 through the span table, the 15
@@ -130,7 +131,7 @@ TEST_F(DecodingBlobSourceTest, AFourMiBRandomReadFetchesAtMostEightMiBOfCompress
   // is its own policy: this measures what the read itself costs.
   no_readahead_ = true;
   const std::string gz = testing::Gzip(plain_);
-  Serve(SeekEncoding::kGzip, gz);
+  Serve(LayerEncoding::kTarGzip, gz);
   std::mt19937 rng(4);
   for (int i = 0; i < 4; ++i) {
     remote_.ResetCounters();
@@ -150,7 +151,7 @@ TEST_F(DecodingBlobSourceTest, AFourMiBRandomReadFetchesAtMostEightMiBOfCompress
 
 TEST_F(DecodingBlobSourceTest, ConcurrentReadersOfOneSpanGetTheirBytesAndDecodeItOnce) {
   const std::string gz = testing::Gzip(plain_);
-  Serve(SeekEncoding::kGzip, gz);
+  Serve(LayerEncoding::kTarGzip, gz);
   // Eight readers, each on its own chunk of the second and third spans, at once.
   const uint64_t base = seek_.points[1].uncompressed_offset;
   std::vector<std::thread> readers;
@@ -172,7 +173,7 @@ TEST_F(DecodingBlobSourceTest, ConcurrentReadersOfOneSpanGetTheirBytesAndDecodeI
 
 TEST_F(DecodingBlobSourceTest, CorruptCompressedBytesAreDataLossAndNeverServed) {
   const std::string gz = testing::Gzip(plain_);
-  Serve(SeekEncoding::kGzip, gz);
+  Serve(LayerEncoding::kTarGzip, gz);
   // Every answer carrying this byte is corrupt: a lying registry, not a transient fault.
   const uint64_t bad = seek_.points[2].compressed_offset + 5000;
   remote_.CorruptByte(compressed_, bad);
@@ -185,7 +186,7 @@ TEST_F(DecodingBlobSourceTest, CorruptCompressedBytesAreDataLossAndNeverServed) 
 
 TEST_F(DecodingBlobSourceTest, AFlippedByteInOneAnswerIsRefetchedAndThenServed) {
   const std::string gz = testing::Gzip(plain_);
-  Serve(SeekEncoding::kGzip, gz);
+  Serve(LayerEncoding::kTarGzip, gz);
   const uint64_t bad = seek_.points[1].compressed_offset + 100000;
   remote_.CorruptByte(compressed_, bad, /*answers=*/1);
   const uint64_t off = seek_.points[1].uncompressed_offset;
@@ -196,10 +197,10 @@ TEST_F(DecodingBlobSourceTest, AFlippedByteInOneAnswerIsRefetchedAndThenServed) 
 
 TEST_F(DecodingBlobSourceTest, ALyingSeekPointIsCaughtByTheChunkHashes) {
   const std::string gz = testing::Gzip(plain_);
-  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(SeekEncoding::kGzip, gz));
+  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(LayerEncoding::kTarGzip, gz));
   ASSERT_GE(lie.points.size(), 4u);
   lie.points[2].uncompressed_offset += 4096;  // the bytes decoded from it land 4 KiB late
-  Serve(SeekEncoding::kGzip, gz, lie);
+  Serve(LayerEncoding::kTarGzip, gz, lie);
   const uint64_t off = lie.points[2].uncompressed_offset + kChunk;
   EXPECT_THAT(cache_->Read(diff_id_, off - off % kChunk, kChunk),
               StatusIs(absl::StatusCode::kDataLoss));
@@ -207,13 +208,13 @@ TEST_F(DecodingBlobSourceTest, ALyingSeekPointIsCaughtByTheChunkHashes) {
 
 TEST_F(DecodingBlobSourceTest, AWindowThatDoesNotMatchIsCaughtByTheChunkHashes) {
   const std::string gz = testing::Gzip(plain_);
-  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(SeekEncoding::kGzip, gz));
+  ASSERT_OK_AND_ASSIGN(SeekIndex lie, BuildSeekIndex(LayerEncoding::kTarGzip, gz));
   ASSERT_GE(lie.points.size(), 4u);
   // A well-formed window of the right size holding other bytes: the window of point 3.
   SeekPoint& p = lie.points[2];
   p.window = lie.points[3].window;
   p.window_size = lie.points[3].window_size;
-  Serve(SeekEncoding::kGzip, gz, lie);
+  Serve(LayerEncoding::kTarGzip, gz, lie);
   // The window matters to the first 32 KiB after the point: the chunk holding them.
   const uint64_t off = p.uncompressed_offset - p.uncompressed_offset % kChunk;
   EXPECT_THAT(cache_->Read(diff_id_, off, kChunk), StatusIs(absl::StatusCode::kDataLoss));
@@ -221,12 +222,12 @@ TEST_F(DecodingBlobSourceTest, AWindowThatDoesNotMatchIsCaughtByTheChunkHashes) 
 
 TEST_F(DecodingBlobSourceTest, ATruncatedLayerIsDataLoss) {
   const std::string zst = testing::ZstdFrames(plain_, kChunk);
-  ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   // The registry holds a cut stream under the full stream's digest.
   const std::string cut = zst.substr(0, zst.size() - 200000);
   remote_.AddBlobAs(seek.layer_digest, cut);
   seek.compressed_size = cut.size();
-  Serve(SeekEncoding::kZstd, cut, seek);
+  Serve(LayerEncoding::kTarZstd, cut, seek);
   EXPECT_THAT(cache_->Read(diff_id_, plain_.size() - kChunk, kChunk),
               StatusIs(absl::StatusCode::kDataLoss));
 }
@@ -237,7 +238,7 @@ class WindowedDecodingTest : public DecodingBlobSourceTest {
  protected:
   void ServeWindowed() {
     no_readahead_ = true;
-    Serve(SeekEncoding::kGzip, testing::Gzip(plain_));
+    Serve(LayerEncoding::kTarGzip, testing::Gzip(plain_));
     ASSERT_GE(seek_.points.size(), 5u);
     const std::string file = SerializeSeekWindows(seek_);
     win_ = remote_.AddBlob(file);
@@ -333,6 +334,17 @@ TEST_F(WindowedDecodingTest, ConcurrentFirstDecodesOfAPointShareOneWindowFetch) 
   }
   EXPECT_EQ(WindowFetches().size(), 1u);
   EXPECT_EQ(windows_->stats().fetches, 1u);
+}
+
+// A new layer encoding reaches the read path through the codec table alone: the fake "tar+xor"
+// codec (tests/oci/fake_codec_test.cc shows the other paths) is served span by span.
+TEST_F(DecodingBlobSourceTest, AFakeCodecLayerIsServedThroughItsSeekIndex) {
+  ScopedLayerCodecForTest registered(testing::kXorCodec);
+  Serve(testing::kXor, testing::XorEncode(plain_, kChunk));
+  EXPECT_EQ(seek_.points.size(), 24u);
+  EXPECT_EQ(seek_.encoding, testing::kXor);
+  ASSERT_OK_AND_ASSIGN(std::string got, cache_->Read(diff_id_, 5 * kChunk + 7, 3 * kChunk));
+  EXPECT_TRUE(got == plain_.substr(5 * kChunk + 7, 3 * kChunk));
 }
 
 }  // namespace

@@ -1,8 +1,24 @@
 # OCI fuzz targets (owned by the oci engineer): the JSON documents a registry hands us, the
 # binary chunk index, and the tar header reader.
+
+# The codec table (layer_codec.h) and what its codecs use: media types, the seek index and the
+# decoders all consult it.
+set(MODELFS_OCI_CODEC_FUZZ_SOURCES
+  ${PROJECT_SOURCE_DIR}/core/oci/media_types.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/layer_codec.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/codec_gzip.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/codec_zstd.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/layer_decoder.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
+  ${PROJECT_SOURCE_DIR}/core/base/buffer_pool.cc)
+set(MODELFS_OCI_CODEC_FUZZ_DEPS
+  absl::synchronization PkgConfig::ZSTD PkgConfig::ISAL ZLIB::ZLIB)
+
 set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
-  ${PROJECT_SOURCE_DIR}/core/oci/media_types.cc
+  ${MODELFS_OCI_CODEC_FUZZ_SOURCES}
   ${PROJECT_SOURCE_DIR}/core/oci/oci_json.cc
   ${PROJECT_SOURCE_DIR}/core/oci/manifest.cc
   ${PROJECT_SOURCE_DIR}/core/oci/modelpack.cc
@@ -14,17 +30,17 @@ set(MODELFS_OCI_FUZZ_SOURCES
   ${PROJECT_SOURCE_DIR}/core/oci/tar_follower.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tar_headers.cc
   ${PROJECT_SOURCE_DIR}/core/oci/volume_image.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/volume_model_json.cc
+  ${PROJECT_SOURCE_DIR}/core/oci/volume_binding.cc
   ${PROJECT_SOURCE_DIR}/core/oci/tensor_index.cc
   ${PROJECT_SOURCE_DIR}/core/text/utf8.cc
-  ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
   ${PROJECT_SOURCE_DIR}/core/oci/seek_windows.cc
-  ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
   ${PROJECT_SOURCE_DIR}/core/io/range_reader.cc
   ${PROJECT_SOURCE_DIR}/core/io/header_cursor.cc
   ${PROJECT_SOURCE_DIR}/core/io/http_range_reader.cc)
 set(MODELFS_OCI_FUZZ_DEPS
   modelfs_status modelfs_blake3 OpenSSL::Crypto nlohmann_json::nlohmann_json absl::strings
-  absl::str_format modelfs_http ZLIB::ZLIB PkgConfig::ZSTD)
+  absl::str_format modelfs_http ${MODELFS_OCI_CODEC_FUZZ_DEPS})
 
 # ParseManifest / ParseIndex / ParseModelPackConfig / ParseVolumeModelJson on arbitrary bytes,
 # and parse -> serialize -> parse must be a fixed point.
@@ -63,11 +79,9 @@ modelfs_fuzzer(oci_layer_decoder_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_layer_decoder_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/media_types.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/layer_decoder.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
-  DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
-       PkgConfig::ISAL
+    ${MODELFS_OCI_CODEC_FUZZ_SOURCES}
+  DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor
+       ${MODELFS_OCI_CODEC_FUZZ_DEPS}
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_layer_decoder
   RUNS 3000)  # about 50 runs a second under ASan: every run sets up two 1 MiB decoders
 
@@ -79,13 +93,10 @@ modelfs_fuzzer(oci_seek_index_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/oci_seek_index_fuzz.cc
   INSTRUMENT
     ${PROJECT_SOURCE_DIR}/core/oci/digest.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/seek_index.cc
     ${PROJECT_SOURCE_DIR}/core/oci/seek_windows.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/zstd_decode_stream.cc
-    ${PROJECT_SOURCE_DIR}/core/oci/span_decoder.cc
-    ${PROJECT_SOURCE_DIR}/core/base/buffer_pool.cc
-  DEPS modelfs_status absl::synchronization OpenSSL::Crypto absl::strings absl::status absl::statusor PkgConfig::ZSTD
-       PkgConfig::ISAL ZLIB::ZLIB
+    ${MODELFS_OCI_CODEC_FUZZ_SOURCES}
+  DEPS modelfs_status OpenSSL::Crypto absl::strings absl::status absl::statusor
+       ${MODELFS_OCI_CODEC_FUZZ_DEPS}
   CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/oci_seek_index
   RUNS 3000)
 

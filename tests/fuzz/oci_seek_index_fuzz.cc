@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (mode == 1) {
-    const SeekEncoding encoding = data[0] & 0x80 ? SeekEncoding::kZstd : SeekEncoding::kGzip;
+    const LayerEncoding encoding =
+        data[0] & 0x80 ? LayerEncoding::kTarZstd : LayerEncoding::kTarGzip;
     absl::StatusOr<std::unique_ptr<SeekIndexBuilder>> b =
         SeekIndexBuilder::Create(encoding, "fuzz", 1024);
     if (!b.ok()) abort();
@@ -101,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // mode 2: a forged block-boundary point into the fuzzer's bytes.
   if (in.size() < 8) return 0;
   SeekIndex index;
-  index.encoding = SeekEncoding::kGzip;
+  index.encoding = LayerEncoding::kTarGzip;
   index.compressed_size = in.size();
   index.uncompressed_size = kMaxOut;
   index.points.push_back(SeekPoint{});

@@ -130,7 +130,8 @@ class LazyCompressedLoaderTest : public ModelLoaderTest {
     const std::string gz = ::modelfs::testing::Gzip(tar_);
     gz_ =
         AddLayer(gz, LayerEncoding::kTarGzip, "", "application/vnd.cncf.model.weight.v1.tar+gzip");
-    ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 1 << 20));
+    ASSERT_OK_AND_ASSIGN(SeekIndex seek,
+                         BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 1 << 20));
     ChunkIndex idx = BuildChunkIndex(tar_, 1 << 20, ChunkDigestAlgorithm::kBlake3);
     idx.content = ChunkIndex::Content::kUncompressed;
     model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(seek);
@@ -198,9 +199,9 @@ TEST_F(LazyCompressedLoaderTest, TarHeaderRecordsOfAnotherTarAreNotUsed) {
 
 TEST_F(LazyCompressedLoaderTest, ASmallLayerWithOnePointIsServedFromItsStart) {
   // Points 64 MiB apart: the 8 MiB tar has only its first, as a busybox layer's gzip has.
-  ASSERT_OK_AND_ASSIGN(
-      SeekIndex one,
-      BuildSeekIndex(SeekEncoding::kGzip, ::modelfs::testing::Gzip(tar_), nullptr, 64ull << 20));
+  ASSERT_OK_AND_ASSIGN(SeekIndex one,
+                       BuildSeekIndex(LayerEncoding::kTarGzip, ::modelfs::testing::Gzip(tar_),
+                                      nullptr, 64ull << 20));
   ASSERT_EQ(one.points.size(), 1u);
   ASSERT_TRUE(one.served_by_range());
   model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(one);

@@ -310,7 +310,8 @@ class UnpinnedRecordsOfAGzipLayerTest : public ::modelfs::testing::CachedModelTe
     tar_ = TarOf({{"models/config.json", "{}", ""}, {"models/model.safetensors", weights_, ""}});
     const std::string gz = ::modelfs::testing::Gzip(tar_);
     gz_ = AddLayer(gz, LayerEncoding::kTarGzip, "", std::string(kOciLayerTarGzipMediaType));
-    ASSERT_OK_AND_ASSIGN(SeekIndex seek, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 1 << 20));
+    ASSERT_OK_AND_ASSIGN(SeekIndex seek,
+                         BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 1 << 20));
     ChunkIndex idx = BuildChunkIndex(tar_, 1 << 20, ChunkDigestAlgorithm::kBlake3);
     idx.content = ChunkIndex::Content::kUncompressed;
     model_.seek_indexes[gz_] = std::make_shared<const SeekIndex>(seek);

@@ -50,7 +50,7 @@ TEST(MediaTypesTest, EveryBuiltMediaTypeClassifiesBackToItsKindAndEncoding) {
                       LayerKind::kCode, LayerKind::kDataset}) {
     for (LayerEncoding e : {LayerEncoding::kRaw, LayerEncoding::kTar, LayerEncoding::kTarGzip,
                             LayerEncoding::kTarZstd}) {
-      std::string_view mt = ModelLayerMediaType(k, e);
+      const std::string mt = ModelLayerMediaType(k, e);
       EXPECT_EQ(mt, std::string("application/vnd.cncf.model.") + std::string(LayerKindName(k)) +
                         ".v1." + std::string(LayerEncodingName(e)));
       EXPECT_EQ(ClassifyLayerMediaType(mt), (LayerMediaTypeInfo{k, e})) << mt;

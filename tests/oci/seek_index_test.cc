@@ -96,9 +96,9 @@ TEST(SeekIndexTest, GzipFromZlibHasCheckpointsAndRoundTrips) {
   const std::string gz = testing::Gzip(plain);
   std::string decoded;
   ASSERT_OK_AND_ASSIGN(SeekIndex index,
-                       BuildSeekIndex(SeekEncoding::kGzip, gz, &decoded, 256 << 10));
+                       BuildSeekIndex(LayerEncoding::kTarGzip, gz, &decoded, 256 << 10));
   EXPECT_EQ(decoded, plain);
-  EXPECT_EQ(index.encoding, SeekEncoding::kGzip);
+  EXPECT_EQ(index.encoding, LayerEncoding::kTarGzip);
   EXPECT_EQ(index.layer_digest, Digest::Of(gz));
   EXPECT_EQ(index.diff_id, Digest::Of(plain));
   EXPECT_EQ(index.compressed_size, gz.size());
@@ -119,14 +119,16 @@ TEST(SeekIndexTest, GzipFromZlibHasCheckpointsAndRoundTrips) {
 TEST(SeekIndexTest, GzipRangesAtAnyOffsetEqualThePlainBytes) {
   const std::string plain = Weights(3 << 20, 2);
   const std::string gz = testing::Gzip(plain);
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 200000));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index,
+                       BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 200000));
   ExpectRangesMatch(index, gz, plain);
 }
 
 TEST(SeekIndexTest, GzipFromTheGzipToolDecodesAtAnyOffset) {
   const std::string plain = Weights(2 << 20, 3);
   const std::string gz = Tool("gzip -6 -c", plain);
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 300000));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index,
+                       BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 300000));
   EXPECT_GE(index.points.size(), 4u);
   ExpectRangesMatch(index, gz, plain);
 }
@@ -135,7 +137,8 @@ TEST(SeekIndexTest, SeveralGzipMembersGetMemberPointsAndRangesCrossThem) {
   const std::string a = Weights(700000, 4), b = Weights(900000, 5), c = Weights(500000, 6);
   const std::string gz = testing::Gzip(a) + testing::Gzip(b) + testing::Gzip(c);
   const std::string plain = a + b + c;
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 250000));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index,
+                       BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 250000));
   bool member_point = false;
   for (size_t i = 1; i < index.points.size(); ++i) {
     member_point |= index.points[i].kind == SeekPoint::Kind::kStreamStart;
@@ -151,7 +154,8 @@ TEST(SeekIndexTest, AThinnedIndexFitsItsBudgetAndServesEveryRange) {
   const std::string a = Weights(700000, 4), b = Weights(900000, 5), c = Weights(500000, 6);
   const std::string gz = testing::Gzip(a) + testing::Gzip(b) + testing::Gzip(c);
   const std::string plain = a + b + c;
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kGzip, gz, nullptr, 60000));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index,
+                       BuildSeekIndex(LayerEncoding::kTarGzip, gz, nullptr, 60000));
   ASSERT_GE(index.points.size(), 20u);
   const uint64_t whole = SerializeSeekIndex(index).size();
 
@@ -183,8 +187,8 @@ TEST(SeekIndexTest, AThinnedIndexFitsItsBudgetAndServesEveryRange) {
 TEST(SeekIndexTest, AModelsIndexesShareTheBudgetByCompressedSize) {
   const std::string small = testing::Gzip(Weights(1 << 20, 8));
   const std::string large = testing::Gzip(Weights(3 << 20, 9));
-  ASSERT_OK_AND_ASSIGN(SeekIndex s, BuildSeekIndex(SeekEncoding::kGzip, small, nullptr, 16384));
-  ASSERT_OK_AND_ASSIGN(SeekIndex l, BuildSeekIndex(SeekEncoding::kGzip, large, nullptr, 16384));
+  ASSERT_OK_AND_ASSIGN(SeekIndex s, BuildSeekIndex(LayerEncoding::kTarGzip, small, nullptr, 16384));
+  ASSERT_OK_AND_ASSIGN(SeekIndex l, BuildSeekIndex(LayerEncoding::kTarGzip, large, nullptr, 16384));
   const uint64_t whole = SerializeSeekIndex(s).size() + SerializeSeekIndex(l).size();
   std::vector<SeekIndex> v = {s, l};
   ThinSeekIndexes(v, whole);  // fits: unchanged
@@ -206,7 +210,7 @@ TEST(SeekIndexTest, ZstdFramesFromPushGetOnePointPerFrame) {
   const std::string out = dir.Join("out.tar.zst").string();
   ASSERT_OK_AND_ASSIGN(ZstdFramesResult r, WriteZstdFrames(in, out, 1 << 20));
   const std::string zst = ReadAll(out);
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   EXPECT_EQ(index.points.size(), r.frames);
   EXPECT_EQ(index.points.size(), 4u);
   for (size_t i = 0; i < index.points.size(); ++i) {
@@ -237,7 +241,7 @@ TEST(SeekIndexTest, TrailingSkippableFramesGetNoPoint) {
   zst += std::string({static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
                       static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)});
   zst += toc;
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   EXPECT_EQ(index.points.size(), r.frames);
   EXPECT_EQ(index.uncompressed_size, plain.size());
   EXPECT_EQ(index.compressed_size, zst.size());
@@ -249,7 +253,7 @@ TEST(SeekIndexTest, TrailingSkippableFramesGetNoPoint) {
 TEST(SeekIndexTest, ZstdFromTheZstdToolIsOneFrameAndSoNotLazy) {
   const std::string plain = Weights(2 << 20, 8);
   const std::string zst = Tool("zstd -q -3 -c", plain);
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   EXPECT_EQ(index.points.size(), 1u);
   EXPECT_FALSE(index.lazy());
   ExpectRangesMatch(index, zst, plain);
@@ -258,7 +262,7 @@ TEST(SeekIndexTest, ZstdFromTheZstdToolIsOneFrameAndSoNotLazy) {
 TEST(SeekIndexTest, ARangeFetchesOnlyTheCompressedBytesUpToTheNextPoint) {
   const std::string plain = Weights(8 << 20, 9);
   const std::string zst = testing::ZstdFrames(plain, 1 << 20);
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   SeekRangeStats stats;
   ASSERT_OK_AND_ASSIGN(std::string got,
                        Range(index, zst, (3 << 20) + 10, 1 << 20, GzipInflater::kIsal, &stats));
@@ -276,20 +280,20 @@ TEST(SeekIndexTest, CorruptGzipBytesAreDataLoss) {
   std::string gz = testing::Gzip(plain);
   gz[gz.size() / 2] ^= 0x55;
   gz[gz.size() / 2 + 1] ^= 0x55;
-  EXPECT_THAT(BuildSeekIndex(SeekEncoding::kGzip, gz).status(),
+  EXPECT_THAT(BuildSeekIndex(LayerEncoding::kTarGzip, gz).status(),
               StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(SeekIndexTest, ATruncatedStreamIsDataLossAndARangePastItsEndToo) {
   const std::string plain = Weights(1 << 20, 11);
   const std::string gz = testing::Gzip(plain);
-  EXPECT_THAT(BuildSeekIndex(SeekEncoding::kGzip, gz.substr(0, gz.size() - 100)).status(),
+  EXPECT_THAT(BuildSeekIndex(LayerEncoding::kTarGzip, gz.substr(0, gz.size() - 100)).status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ends inside a member")));
   const std::string zst = testing::ZstdFrames(plain, 1 << 18);
-  EXPECT_THAT(BuildSeekIndex(SeekEncoding::kZstd, zst.substr(0, zst.size() - 100)).status(),
+  EXPECT_THAT(BuildSeekIndex(LayerEncoding::kTarZstd, zst.substr(0, zst.size() - 100)).status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ends inside a frame")));
   // An index of the whole stream used on a truncated one: the range cannot be produced.
-  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(SeekEncoding::kZstd, zst));
+  ASSERT_OK_AND_ASSIGN(SeekIndex index, BuildSeekIndex(LayerEncoding::kTarZstd, zst));
   const std::string cut = zst.substr(0, zst.size() - 100);
   index.compressed_size = cut.size();
   EXPECT_THAT(Range(index, cut, plain.size() - 10, 10).status(),
@@ -301,7 +305,7 @@ class SeekIndexParseTest : public ::testing::Test {
   void SetUp() override {
     plain_ = Weights(2 << 20, 12);
     gz_ = testing::Gzip(plain_);
-    auto index = BuildSeekIndex(SeekEncoding::kGzip, gz_, nullptr, 500000);
+    auto index = BuildSeekIndex(LayerEncoding::kTarGzip, gz_, nullptr, 500000);
     ASSERT_TRUE(index.ok());
     index_ = *index;
     ASSERT_GE(index_.points.size(), 3u);
@@ -358,7 +362,7 @@ TEST_F(SeekIndexParseTest, RefusesMalformedWindowsAndBits) {
   i.points[1].window_size = SeekIndex::kWindowSize + 1;
   EXPECT_THAT(Parse(i), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("window_size")));
   i = index_;
-  i.encoding = SeekEncoding::kZstd;  // zstd has no block boundaries
+  i.encoding = LayerEncoding::kTarZstd;  // zstd has no block boundaries
   EXPECT_THAT(Parse(i), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kind 1")));
 }
 

@@ -29,7 +29,8 @@ class SeekWindowsTest : public ::testing::Test {
   void SetUp() override {
     plain_ = Weights(6 << 20, 44);
     gz_ = testing::Gzip(plain_);
-    absl::StatusOr<SeekIndex> built = BuildSeekIndex(SeekEncoding::kGzip, gz_, nullptr, 1 << 20);
+    absl::StatusOr<SeekIndex> built =
+        BuildSeekIndex(LayerEncoding::kTarGzip, gz_, nullptr, 1 << 20);
     ASSERT_THAT(built, IsOk());
     seek_ = *built;
     ASSERT_GE(seek_.points.size(), 5u);

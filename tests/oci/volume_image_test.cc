@@ -732,7 +732,7 @@ CompressedFixture MakeCompressedFixture() {
     f.tar[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
   }
   f.gz = testing::Gzip(f.tar);
-  f.seek = *BuildSeekIndex(SeekEncoding::kGzip, f.gz, nullptr, 100000);
+  f.seek = *BuildSeekIndex(LayerEncoding::kTarGzip, f.gz, nullptr, 100000);
   f.chunks = BuildChunkIndex(f.tar, k64K, ChunkDigestAlgorithm::kBlake3);
   f.chunks.content = ChunkIndex::Content::kUncompressed;
   ModelPackConfig config;
@@ -756,7 +756,7 @@ TEST(BuildVolumeImageTest, ACompressedLayerGetsASeekIndexAndTheChunkIndexOfItsTa
   const VolumeLayerRecord& rec = v.model_info.layers.at(0);
   ASSERT_TRUE(rec.seek_index.has_value());
   EXPECT_EQ(rec.seek_index->path, ".modelfs/seek/" + std::string(Digest::Of(f.gz).hex()) + ".idx");
-  EXPECT_EQ(rec.seek_index->encoding, SeekEncoding::kGzip);
+  EXPECT_EQ(rec.seek_index->encoding, LayerEncoding::kTarGzip);
   EXPECT_EQ(rec.seek_index->diff_id, Digest::Of(f.tar));
   EXPECT_EQ(rec.seek_index->uncompressed_size, f.tar.size());
   EXPECT_EQ(rec.seek_index->points, f.seek.points.size());
@@ -788,7 +788,7 @@ TEST(BuildVolumeImageTest, WindowsGoToAWindowsLayerAndTheInlineIndexToASeekFallb
     f.tar[i] = static_cast<char>(i % 2 ? 0x3c + (x >> 24) % 3 : x >> 24);
   }
   f.gz = testing::Gzip(f.tar);
-  f.seek = *BuildSeekIndex(SeekEncoding::kGzip, f.gz, nullptr, 32 << 10);
+  f.seek = *BuildSeekIndex(LayerEncoding::kTarGzip, f.gz, nullptr, 32 << 10);
   f.chunks = BuildChunkIndex(f.tar, k64K, ChunkDigestAlgorithm::kBlake3);
   f.chunks.content = ChunkIndex::Content::kUncompressed;
   ModelPackConfig config;
