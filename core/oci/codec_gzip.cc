@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/oci/layer_codec.h"
 #include "core/oci/layer_decoder.h"
-#include "core/oci/media_types.h"
+#include "core/oci/layer_media_types.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/span_decoder.h"
 #include "core/status/status_macros.h"

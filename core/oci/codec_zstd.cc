@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/oci/layer_codec.h"
 #include "core/oci/layer_decoder.h"
-#include "core/oci/media_types.h"
+#include "core/oci/layer_media_types.h"
 #include "core/oci/seek_index.h"
 #include "core/oci/span_decoder.h"
 #include "core/oci/zstd_decode_stream.h"

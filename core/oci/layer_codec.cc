@@ -8,7 +8,7 @@
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
-#include "core/oci/media_types.h"
+#include "core/oci/layer_media_types.h"
 
 namespace modelfs {
 

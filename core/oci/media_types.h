@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/oci/layer_codec.h"
+#include "core/oci/layer_media_types.h"  // the image layers' media types
 
 namespace modelfs {
 
@@ -22,11 +23,6 @@ inline constexpr std::string_view kOciManifestMediaType =
     "application/vnd.oci.image.manifest.v1+json";
 inline constexpr std::string_view kOciIndexMediaType = "application/vnd.oci.image.index.v1+json";
 inline constexpr std::string_view kOciConfigMediaType = "application/vnd.oci.image.config.v1+json";
-inline constexpr std::string_view kOciLayerTarMediaType = "application/vnd.oci.image.layer.v1.tar";
-inline constexpr std::string_view kOciLayerTarGzipMediaType =
-    "application/vnd.oci.image.layer.v1.tar+gzip";
-inline constexpr std::string_view kOciLayerTarZstdMediaType =
-    "application/vnd.oci.image.layer.v1.tar+zstd";
 // "Empty" descriptor content is the two bytes "{}".
 inline constexpr std::string_view kOciEmptyMediaType = "application/vnd.oci.empty.v1+json";
 inline constexpr std::string_view kOciEmptyJson = "{}";
@@ -38,8 +34,6 @@ inline constexpr std::string_view kDockerManifestListMediaType =
     "application/vnd.docker.distribution.manifest.list.v2+json";
 inline constexpr std::string_view kDockerConfigMediaType =
     "application/vnd.docker.container.image.v1+json";
-inline constexpr std::string_view kDockerLayerTarGzipMediaType =
-    "application/vnd.docker.image.rootfs.diff.tar.gzip";
 
 // --- Docker model artifacts (`docker model package`, Docker Hub's ai/ catalogue) -----------------
 // Config v0.1 lays files out by media type (docker/model-runner's bundle: model.gguf,
