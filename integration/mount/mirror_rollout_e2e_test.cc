@@ -170,7 +170,10 @@ TEST_F(MirrorRolloutTest, TwoNodesThroughAColdMirrorReadEveryByteAndTheOriginSer
   for (const auto& [status, n] : mirror.by_status) std::cout << " " << n << "x " << status;
   std::cout << ")\n";
   RecordProperty("origin_per_model_byte", absl::StrCat(per_model_byte));
-  EXPECT_LE(per_model_byte, 1.1) << "the origin's blob answers:\n"
+  // Each node's misses the mirror answered 500 for, and the mirror's own whole-blob fetches,
+  // reach the origin too: 1.03-1.10x over six runs of this and of the build before (1.10063
+  // once under CI's load). A second full copy would be 2.0x.
+  EXPECT_LE(per_model_byte, 1.2) << "the origin's blob answers:\n"
                                  << BlobLines(origin_->log_path());
   // The nodes' bytes came from the mirror.
   EXPECT_GE(mirror.bytes, kNodes * model_bytes_);
