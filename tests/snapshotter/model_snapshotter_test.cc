@@ -949,7 +949,9 @@ namespace {
 class ModelSnapshotterOverAFakeHostTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (snapshotter_) EXPECT_OK(snapshotter_->Shutdown());
+    if (snapshotter_) {
+      EXPECT_OK(snapshotter_->Shutdown());
+    }
   }
 
   absl::Status Open(std::unique_ptr<FakeModelService> host) {
