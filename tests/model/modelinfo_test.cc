@@ -7,8 +7,8 @@
 #include "core/formats/gguf.h"
 #include "core/formats/safetensors.h"
 #include "core/model/blob_range_reader.h"
-#include "testsupport/synth/synthetic_models.h"
 #include "testsupport/fakes/fake_blob_reader.h"
+#include "testsupport/synth/synthetic_models.h"
 #include "testsupport/testing/status_matchers.h"
 
 namespace modelfs {
